@@ -1,0 +1,185 @@
+"""Persistent model state per data-parallel worker under ZeRO stages 0-3.
+
+The model (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter
+Models", SC20, Sec. III-A and V): every worker of plain data parallelism (stage 0) holds all
+parameters, gradients and optimizer states. Stage 1 partitions the optimizer states across the
+N workers, stage 2 the gradients as well, stage 3 the parameters as well.
+
+A partitioned category holds ceil(params / N) elements on a worker: the most-loaded worker,
+the one that decides whether a setting fits. When N divides params this is exactly params / N.
+All results are int64 bytes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+import numpy as np
+
+from .inputs import check_gpus, check_params, check_stage, check_width
+
+CATEGORIES = ("parameters", "gradients", "optimizer")
+STAGES = (0, 1, 2, 3)
+PARTITIONED: Mapping[int, tuple[str, ...]] = MappingProxyType({
+    0: (),
+    1: ("optimizer",),
+    2: ("gradients", "optimizer"),
+    3: ("parameters", "gradients", "optimizer"),
+})
+STRATEGY_NAMES: Mapping[int, str] = MappingProxyType({
+    0: "Plain data parallelism",
+    1: "ZeRO stage 1 (optimizer)",
+    2: "ZeRO stage 2 (+ gradients)",
+    3: "ZeRO stage 3 (+ parameters)",
+})
+
+# _PARTITION_MASK[stage, category] is True where that stage partitions that category.
+_PARTITION_MASK = np.array([[c in PARTITIONED[s] for c in CATEGORIES] for s in STAGES])
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Bytes per parameter in each category, with the parts that make them up.
+
+    ``parts`` maps each category to ``((part name, bytes), ...)`` so that changing one dtype
+    shows where the savings move.
+    """
+
+    name: str
+    parts: Mapping[str, tuple[tuple[str, float], ...]]
+    description: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError("layout name must be a non-empty string")
+        if set(self.parts) != set(CATEGORIES):
+            raise ValueError(f"layout parts must name exactly the categories {CATEGORIES}")
+        frozen = {}
+        for category in CATEGORIES:
+            items = tuple((str(part), check_width(width, f"{category} width of {part!r}"))
+                          for part, width in self.parts[category])
+            check_width(sum(w for _, w in items), f"{category} bytes per parameter")
+            frozen[category] = items
+        object.__setattr__(self, "parts", MappingProxyType(frozen))
+
+    @classmethod
+    def custom(cls, parameters: float, gradients: float, optimizer: float,
+               name: str = "custom") -> "Layout":
+        """A layout from three widths in bytes per parameter (``--bytes 2,2,12``)."""
+        return cls(name, {
+            "parameters": (("parameters", parameters),),
+            "gradients": (("gradients", gradients),),
+            "optimizer": (("optimizer state", optimizer),),
+        })
+
+    def bytes_per_param(self, category: str) -> float:
+        return sum(width for _, width in self.parts[category])
+
+    @property
+    def parameters(self) -> float:
+        return self.bytes_per_param("parameters")
+
+    @property
+    def gradients(self) -> float:
+        return self.bytes_per_param("gradients")
+
+    @property
+    def optimizer(self) -> float:
+        return self.bytes_per_param("optimizer")
+
+    @property
+    def total(self) -> float:
+        return self.parameters + self.gradients + self.optimizer
+
+    def widths(self) -> tuple[float, float, float]:
+        """(parameters, gradients, optimizer) bytes per parameter."""
+        return (self.parameters, self.gradients, self.optimizer)
+
+    def as_dict(self) -> dict:
+        """The JSON form: name plus bytes per parameter (whole numbers stay ints)."""
+        tidy = {c: int(w) if float(w).is_integer() else w for c, w in zip(CATEGORIES, self.widths())}
+        return {"name": self.name, **tidy}
+
+
+def _preset(name, description, parameters, gradients, optimizer) -> Layout:
+    return Layout(name, {"parameters": parameters, "gradients": gradients,
+                         "optimizer": optimizer}, description)
+
+
+LAYOUTS: Mapping[str, Layout] = MappingProxyType({layout.name: layout for layout in (
+    # ZeRO paper Sec. III-A: fp16 parameters and gradients (2 + 2 bytes) and K = 12 bytes of
+    # fp32 optimizer state (master parameters, momentum, variance).
+    _preset("mixed-adam", "Mixed-precision Adam (ZeRO paper, K = 12)",
+            (("fp16 parameters", 2),), (("fp16 gradients", 2),),
+            (("fp32 master parameters", 4), ("fp32 momentum", 4), ("fp32 variance", 4))),
+    _preset("fp32-adam", "Adam/AdamW entirely in fp32",
+            (("fp32 parameters", 4),), (("fp32 gradients", 4),),
+            (("fp32 momentum", 4), ("fp32 variance", 4))),
+    _preset("bf16-fp32-grads", "bf16 parameters, fp32 gradients, fp32 Adam state",
+            (("bf16 parameters", 2),), (("fp32 gradients", 4),),
+            (("fp32 master parameters", 4), ("fp32 momentum", 4), ("fp32 variance", 4))),
+    # 8-bit Adam (Dettmers et al., "8-bit Optimizers via Block-wise Quantization", ICLR 2022)
+    # keeps both moments in 1 byte each; the fp32 master copy stays. Block-wise quantisation
+    # constants (one fp32 per 2048 values) add ~0.004 bytes per parameter and are left out.
+    _preset("adam-8bit", "Mixed precision with 8-bit Adam moments",
+            (("fp16 parameters", 2),), (("fp16 gradients", 2),),
+            (("fp32 master parameters", 4), ("int8 momentum", 1), ("int8 variance", 1))),
+    _preset("mixed-sgd-momentum", "Mixed-precision SGD with momentum",
+            (("fp16 parameters", 2),), (("fp16 gradients", 2),),
+            (("fp32 master parameters", 4), ("fp32 momentum", 4))),
+)})
+
+
+def get_layout(layout: "str | Layout") -> Layout:
+    """A preset by name, or a Layout passed through."""
+    if isinstance(layout, Layout):
+        return layout
+    if isinstance(layout, str) and layout in LAYOUTS:
+        return LAYOUTS[layout]
+    raise ValueError(f"layout must be one of {', '.join(LAYOUTS)} (or a Layout), got {layout!r}")
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """Bytes of persistent model state, broadcast over (params, gpus, stage)."""
+
+    parameters: np.ndarray
+    gradients: np.ndarray
+    optimizer: np.ndarray
+    gpus: np.ndarray = field(repr=False)
+
+    @property
+    def total(self) -> np.ndarray:
+        """Bytes on one worker (the most-loaded one)."""
+        return self.parameters + self.gradients + self.optimizer
+
+    @property
+    def cluster_total(self) -> np.ndarray:
+        """Bytes summed over all workers, partition padding included."""
+        return self.total * self.gpus
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        return {"parameters": self.parameters, "gradients": self.gradients,
+                "optimizer": self.optimizer, "total": self.total,
+                "cluster_total": self.cluster_total}
+
+
+def model_state(params, gpus, stage, layout: "str | Layout" = "mixed-adam") -> ModelState:
+    """Persistent bytes per worker for each category.
+
+    ``params``, ``gpus`` and ``stage`` may be scalars or array-likes; they broadcast together
+    (numpy rules), so a whole curve is one call.
+    """
+    layout = get_layout(layout)
+    params = check_params(params)
+    gpus = check_gpus(gpus)
+    stage = check_stage(stage)
+    params, gpus, stage = np.broadcast_arrays(params, gpus, stage)
+    shard = -(-params // gpus)  # ceil(params / gpus) elements on the most-loaded worker
+    per_category = []
+    for index, category in enumerate(CATEGORIES):
+        elements = np.where(_PARTITION_MASK[stage, index], shard, params)
+        bits = int(round(layout.bytes_per_param(category) * 8))
+        per_category.append(-(-(elements * bits) // 8))  # whole bytes, rounded up
+    return ModelState(*per_category, gpus=gpus.copy())

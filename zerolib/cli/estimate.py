@@ -1,0 +1,88 @@
+"""``zerolib estimate``: the per-stage breakdown for one model size and GPU count."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from ..accounting import CATEGORIES, LAYOUTS, STRATEGY_NAMES, Layout
+from ..devices import DEVICES
+from ..estimate import estimate
+from ..units import UNITS, parse_count, to_unit
+from ._output import text_table
+
+
+def _bytes_triplet(text: str) -> Layout:
+    parts = text.split(",")
+    if len(parts) != 3:
+        raise ValueError(f"--bytes must be three numbers PARAMETERS,GRADIENTS,OPTIMIZER like 2,2,12, got {text!r}")
+    try:
+        widths = [float(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"--bytes must be three numbers like 2,2,12, got {text!r}") from None
+    for category, width in zip(CATEGORIES, widths):
+        if not width >= 0:  # also rejects NaN
+            raise ValueError(f"--bytes {category} width must be non-negative, got {width:g}")
+    return Layout.custom(*widths)
+
+
+def register(commands) -> None:
+    parser = commands.add_parser(
+        "estimate", help="bytes per GPU under each ZeRO stage",
+        description="Persistent model state (parameters, gradients, optimizer state) per GPU "
+                    "under plain data parallelism and ZeRO stages 1-3.")
+    parser.add_argument("--params", required=True, metavar="COUNT",
+                        help="parameter count: 7B, 350M, 1.5T, 7e9 or 7000000000")
+    parser.add_argument("--gpus", required=True, metavar="N", help="data-parallel workers")
+    layout = parser.add_mutually_exclusive_group()
+    layout.add_argument("--layout", default="mixed-adam", choices=list(LAYOUTS),
+                        help="bytes-per-parameter preset (default: mixed-adam, 2,2,12)")
+    layout.add_argument("--bytes", metavar="P,G,O",
+                        help="custom bytes per parameter for parameters,gradients,optimizer")
+    parser.add_argument("--stage", metavar="N", help="only this stage (0-3); default: all four")
+    parser.add_argument("--device", choices=list(DEVICES), help="judge fit against this device")
+    parser.add_argument("--unit", default="GB", choices=list(UNITS),
+                        help="unit of the table (GB = 10^9 bytes, GiB = 2^30); JSON and CSV are in bytes")
+    parser.add_argument("--format", default="table", choices=("table", "json", "csv"))
+    parser.set_defaults(func=run)
+
+
+def _whole(text: str, name: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {text!r}") from None
+
+
+def run(args) -> int:
+    layout = _bytes_triplet(args.bytes) if args.bytes else args.layout
+    stages = (0, 1, 2, 3) if args.stage is None else _whole(args.stage, "--stage")
+    result = estimate(parse_count(args.params, "--params"), _whole(args.gpus, "--gpus"),
+                      layout, args.device, stages).as_dict()
+    print(render(result, args.format, args.unit))
+    return 0
+
+
+def render(result: dict, form: str, unit: str) -> str:
+    if form == "json":
+        return json.dumps(result, indent=2)
+    columns = [*CATEGORIES, "total", "cluster_total"]
+    if form == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["params", "gpus", "layout", "stage", *columns, "fits"])
+        for row in result["stages"]:
+            writer.writerow([result["params"], result["gpus"], result["layout"]["name"], row["stage"],
+                             *(row[c] for c in columns), "" if row["fits"] is None else row["fits"]])
+        return out.getvalue().rstrip("\n")
+    layout = result["layout"]
+    device = result["device"]
+    lines = [f"{result['params']:,} parameters on {result['gpus']} GPUs, layout {layout['name']} "
+             f"({layout['parameters']:g} + {layout['gradients']:g} + {layout['optimizer']:g} bytes per parameter)"]
+    if device:
+        lines[0] += f"; {device['name']} holds {to_unit(device['capacity'], unit):,.1f} {unit}"
+    headers = ["strategy", *(f"{c} [{unit}]" for c in CATEGORIES), f"per GPU [{unit}]",
+               f"all GPUs [{unit}]"] + (["fits"] if device else [])
+    rows = [[STRATEGY_NAMES[row["stage"]], *(f"{to_unit(row[c], unit):,.2f}" for c in columns)]
+            + (["yes" if row["fits"] else "no"] if device else []) for row in result["stages"]]
+    return "\n".join(lines + ["", text_table(headers, rows)])
