@@ -34,8 +34,8 @@ STRATEGY_NAMES: Mapping[int, str] = MappingProxyType({
     3: "ZeRO stage 3 (+ parameters)",
 })
 
-# _PARTITION_MASK[stage, category] is True where that stage partitions that category.
-_PARTITION_MASK = np.array([[c in PARTITIONED[s] for c in CATEGORIES] for s in STAGES])
+# The first stage that partitions each category (the stages nest: 1 within 2 within 3).
+_FIRST_PARTITIONED = {c: min(s for s in STAGES if c in PARTITIONED[s]) for c in CATEGORIES}
 
 
 @dataclass(frozen=True)
@@ -176,10 +176,15 @@ def model_state(params, gpus, stage, layout: "str | Layout" = "mixed-adam") -> M
     gpus = check_gpus(gpus)
     stage = check_stage(stage)
     params, gpus, stage = np.broadcast_arrays(params, gpus, stage)
-    shard = -(-params // gpus)  # ceil(params / gpus) elements on the most-loaded worker
+    # A partitioned category keeps ceil(params / gpus) elements on the most-loaded worker:
+    # params + saved elements. (Arithmetic on the mask is faster than np.where here.)
+    saved = -(-params // gpus) - params
     per_category = []
-    for index, category in enumerate(CATEGORIES):
-        elements = np.where(_PARTITION_MASK[stage, index], shard, params)
+    for category in CATEGORIES:
+        elements = params + saved * (stage >= _FIRST_PARTITIONED[category])
         bits = int(round(layout.bytes_per_param(category) * 8))
-        per_category.append(-(-(elements * bits) // 8))  # whole bytes, rounded up
-    return ModelState(*per_category, gpus=gpus.copy())
+        if bits % 8 == 0:
+            per_category.append(elements * (bits // 8))
+        else:  # whole bytes, rounded up
+            per_category.append(-((-(elements * bits)) >> 3))
+    return ModelState(*per_category, gpus=gpus)

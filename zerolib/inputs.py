@@ -42,7 +42,7 @@ def _whole(array: np.ndarray, name: str, what: str) -> np.ndarray:
             raise ValueError(f"{name} must be whole numbers ({what})")
         if np.any(np.abs(array) > 2**62):
             raise ValueError(f"{name} is too large ({what})")
-    return array.astype(np.int64)
+    return array.astype(np.int64, copy=False)
 
 
 def check_params(value, name: str = "params") -> np.ndarray:
@@ -62,7 +62,7 @@ def check_gpus(value, name: str = "gpus") -> np.ndarray:
         not np.all(np.isfinite(array)) or np.any(array != np.floor(array))
     ):
         raise ValueError(f"{name} must be a positive whole number of workers, got {value!r}")
-    array = array.astype(np.int64)
+    array = array.astype(np.int64, copy=False)
     if np.any(array < 1):
         raise ValueError(f"{name} must be a positive whole number of workers, got {value!r}")
     if np.any(array > MAX_GPUS):
@@ -77,7 +77,7 @@ def check_stage(value, name: str = "stage") -> np.ndarray:
         not np.all(np.isfinite(array)) or np.any(array != np.floor(array))
     ):
         raise ValueError(f"{name} must be 0, 1, 2 or 3, got {value!r}")
-    array = array.astype(np.int64)
+    array = array.astype(np.int64, copy=False)
     if np.any((array < 0) | (array > 3)):
         raise ValueError(f"{name} must be 0, 1, 2 or 3, got {value!r}")
     return array

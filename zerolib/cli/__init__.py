@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import estimate
+from . import estimate, notebooks, html
 
-SUBCOMMANDS = (estimate,)
+SUBCOMMANDS = (estimate, notebooks, html)
 
 
 class OneLineParser(argparse.ArgumentParser):

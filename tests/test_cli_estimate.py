@@ -1,0 +1,104 @@
+"""``zerolib estimate``: the JSON contract, the table, the CSV, and one-line errors."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from zerolib.cli import main
+
+
+def run(capsys, *argv):
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_json_contract_for_7b_on_64_gpus(capsys):
+    status, out, _ = run(capsys, "estimate", "--params", "7B", "--gpus", "64",
+                         "--device", "a100-80gb", "--format", "json")
+    assert status == 0
+    result = json.loads(out)
+    assert result["params"] == 7_000_000_000 and result["gpus"] == 64
+    assert result["layout"] == {"name": "mixed-adam", "parameters": 2, "gradients": 2, "optimizer": 12}
+    assert result["device"] == {"name": "a100-80gb", "capacity": 85_899_345_920}
+    # By hand: 7e9 x (2, 2, 12) bytes; partitioned categories divided by 64.
+    assert result["stages"][0] == {"stage": 0, "parameters": 14 * 10**9, "gradients": 14 * 10**9,
+                                   "optimizer": 84 * 10**9, "total": 112 * 10**9,
+                                   "cluster_total": 7_168 * 10**9, "fits": False}
+    assert result["stages"][1]["optimizer"] == 1_312_500_000 and result["stages"][1]["fits"] is True
+    assert result["stages"][2]["gradients"] == 218_750_000
+    assert result["stages"][3]["total"] == 1_750_000_000
+    assert result["stages"][3]["cluster_total"] == 112 * 10**9
+
+
+def test_without_device_fits_is_null(capsys):
+    _, out, _ = run(capsys, "estimate", "--params", "1e9", "--gpus", "4", "--format", "json",
+                    "--stage", "2")
+    result = json.loads(out)
+    assert result["device"] is None
+    assert [s["stage"] for s in result["stages"]] == [2]
+    assert result["stages"][0]["fits"] is None and result["stages"][0]["total"] == 5_500_000_000
+
+
+def test_custom_bytes(capsys):
+    _, out, _ = run(capsys, "estimate", "--params", "1B", "--gpus", "4", "--bytes", "2,4,12",
+                    "--format", "json")
+    result = json.loads(out)
+    assert result["layout"] == {"name": "custom", "parameters": 2, "gradients": 4, "optimizer": 12}
+    assert [s["total"] for s in result["stages"]] == [18 * 10**9, 9 * 10**9, 6 * 10**9, 4_500_000_000]
+
+
+def test_table_names_its_unit(capsys):
+    _, out, _ = run(capsys, "estimate", "--params", "1B", "--gpus", "4", "--unit", "GiB")
+    assert "per GPU [GiB]" in out and "14.90" in out  # 16e9 / 2**30 = 14.90 GiB
+    _, out, _ = run(capsys, "estimate", "--params", "1B", "--gpus", "4")
+    assert "16.00" in out and "7.00" in out and "5.50" in out and "4.00" in out
+
+
+def test_csv_in_bytes(capsys):
+    _, out, _ = run(capsys, "estimate", "--params", "1B", "--gpus", "4", "--format", "csv",
+                    "--device", "rtx4090-24gb")
+    lines = out.strip().splitlines()
+    assert lines[0] == "params,gpus,layout,stage,parameters,gradients,optimizer,total,cluster_total,fits"
+    assert lines[1] == "1000000000,4,mixed-adam,0,2000000000,2000000000,12000000000,16000000000,64000000000,True"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--params=-7B", "--gpus", "8"], "positive"),
+    (["--params", "-7B", "--gpus", "8"], "--params"),
+    (["--params", "0", "--gpus", "8"], "positive"),
+    (["--params", "nan", "--gpus", "8"], "--params"),
+    (["--params", "inf", "--gpus", "8"], "--params"),
+    (["--params", "seven", "--gpus", "8"], "--params"),
+    (["--params", "7B", "--gpus", "0"], "gpus"),
+    (["--params", "7B", "--gpus", "-2"], "gpus"),
+    (["--params", "7B", "--gpus", "2.5"], "--gpus"),
+    (["--params", "7B", "--gpus", "True"], "--gpus"),
+    (["--params", "7B", "--gpus", "8", "--stage", "4"], "stage must be 0, 1, 2 or 3"),
+    (["--params", "7B", "--gpus", "8", "--stage", "-1"], "stage must be 0, 1, 2 or 3"),
+    (["--params", "7B", "--gpus", "8", "--layout", "adam-4bit"], "invalid choice"),
+    (["--params", "7B", "--gpus", "8", "--device", "a100-90gb"], "invalid choice"),
+    (["--params", "7B", "--gpus", "8", "--bytes", "2,2"], "--bytes"),
+    (["--params", "7B", "--gpus", "8", "--bytes", "2,x,12"], "--bytes"),
+    (["--params", "7B", "--gpus", "8", "--bytes", "2,-2,12"], "non-negative"),
+    (["--params", "7B", "--gpus", "8", "--bytes", "2,nan,12"], "non-negative"),
+    (["--params", "7B", "--gpus", "8", "--unit", "MB"], "invalid choice"),
+    (["--gpus", "8"], "required"),
+])
+def test_bad_input_is_one_line_and_status_2(capsys, argv, says):
+    with pytest.raises(SystemExit) as exit_info:
+        status = main(["estimate", *argv])
+        raise SystemExit(status)
+    _, err = capsys.readouterr()
+    assert exit_info.value.code == 2
+    assert len(err.strip().splitlines()) == 1 and says in err and "Traceback" not in err
+
+
+def test_python_dash_m_and_help():
+    for argv in (["--help"], ["estimate", "--help"]):
+        done = subprocess.run([sys.executable, "-m", "zerolib", *argv], capture_output=True, text=True)
+        assert done.returncode == 0 and "usage: zerolib" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "zerolib", "estimate", "--params", "-1", "--gpus", "2"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr

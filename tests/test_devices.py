@@ -1,0 +1,28 @@
+"""The device catalogue: capacities in bytes, exact about GB versus GiB, each with a source."""
+import pytest
+
+from zerolib.devices import DEVICES, get_device
+
+GiB = 1024**3
+
+
+@pytest.mark.parametrize("name, gib", [("v100-32gb", 32), ("a100-40gb", 40), ("a100-80gb", 80),
+                                       ("h100-80gb", 80), ("h200-141gb", 141),
+                                       ("rtx4090-24gb", 24)])
+def test_capacities_are_the_nominal_gib(name, gib):
+    assert get_device(name).capacity == gib * GiB
+
+
+def test_a100_80gb_in_bytes_and_gb():
+    # nvidia-smi reports 81920 MiB for an A100 80GB: 81920 * 2**20 bytes.
+    assert get_device("a100-80gb").capacity == 81920 * 2**20 == 85_899_345_920
+
+
+def test_every_device_names_its_source():
+    for device in DEVICES.values():
+        assert device.source and device.label and device.name == device.name.lower()
+
+
+def test_unknown_device_lists_the_known_ones():
+    with pytest.raises(ValueError, match="device must be one of v100-32gb, a100-40gb"):
+        get_device("a100-90gb")

@@ -1,0 +1,27 @@
+"""``zerolib html``: the chapter as static HTML pages in a build folder (not committed)."""
+from __future__ import annotations
+
+from ..html import NOTEBOOK_DIR, export_chapter
+
+
+def register(commands) -> None:
+    parser = commands.add_parser(
+        "html", help="export every notebook to a static HTML page",
+        description="Export the chapter's notebooks, with their recorded outputs, to HTML pages "
+                    "(figures embedded, readable offline) plus an index.html. Nothing is executed.")
+    parser.add_argument("--out", default="build/html", metavar="DIR",
+                        help="folder for the pages (default: build/html)")
+    parser.add_argument("--notebooks", default=str(NOTEBOOK_DIR), metavar="DIR",
+                        help="folder of .ipynb files (default: the chapter's notebooks/)")
+    parser.add_argument("--widget-js", metavar="DIR",
+                        help="folder with require.min.js and embed-amd.js (npm: requirejs, "
+                             "@jupyter-widgets/html-manager) to render the widgets offline")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    pages = export_chapter(args.out, args.notebooks, args.widget_js)
+    for page in pages:
+        print(page.path)
+    print(f"{len(pages)} pages; open {pages[0].path.parent / 'index.html'}")
+    return 0

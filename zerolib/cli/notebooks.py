@@ -1,0 +1,64 @@
+"""``zerolib notebooks``: re-execute the chapter's notebooks deterministically, or check them."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .. import notebooks
+
+
+def register(commands) -> None:
+    parser = commands.add_parser(
+        "notebooks", help="re-execute the notebooks in place (or --check them)",
+        description="Execute each notebook top to bottom in a fresh kernel and save it with its "
+                    "outputs and widget state, without timing metadata, with stable widget ids "
+                    "and a normalised kernelspec, so a rerun gives the same bytes.")
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help="notebooks to run: a number (01), a name (01-bytes-per-parameter) "
+                             "or a path; default: every notebook")
+    parser.add_argument("--check", action="store_true",
+                        help="re-execute in memory and list the notebooks whose bytes would "
+                             "change (exit 1 if any); nothing is written")
+    parser.add_argument("--dir", type=Path, default=None, metavar="DIR",
+                        help="folder of the notebooks (default: the repository's notebooks/)")
+    parser.add_argument("--timeout", type=int, default=600, metavar="SECONDS",
+                        help="per-cell time limit (default: 600)")
+    parser.set_defaults(func=run)
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def run(args) -> int:
+    if args.timeout < 1:
+        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    paths = notebooks.find_notebooks(args.names, args.dir)
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError
+
+    stale = []
+    for path in paths:
+        try:
+            if args.check:
+                current = notebooks.is_current(path, args.timeout)
+                if not current:
+                    stale.append(path)
+                print(f"{_shown(path)}: {'current' if current else 'STALE'}")
+            else:
+                changed = notebooks.refresh(path, args.timeout)
+                print(f"{_shown(path)}: {'rewritten' if changed else 'unchanged'}")
+        except (CellExecutionError, CellTimeoutError) as error:
+            # The cell's traceback is long; its last line names the error.
+            lines = [line for line in str(error).splitlines() if line.strip()]
+            reason = next((l for l in reversed(lines) if not l.startswith(("-", " "))), "failed")
+            print(f"zerolib notebooks: error: {_shown(path)} failed to execute: {reason}",
+                  file=sys.stderr)
+            return 1
+    if stale:
+        print(f"zerolib notebooks: {len(stale)} stale: {' '.join(_shown(p) for p in stale)} "
+              f"(run `zerolib notebooks` to refresh)", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,245 @@
+"""DeepSpeed's own model-state estimator, as a named convention beside the chapter's.
+
+DeepSpeed ships ``estimate_zero2_model_states_mem_needs`` (deepspeed/runtime/zero/stage_1_and_2.py)
+and ``estimate_zero3_model_states_mem_needs`` (deepspeed/runtime/zero/stage3.py). This module
+mirrors them as pure functions, without importing DeepSpeed, so the chapter can set DeepSpeed's
+numbers beside its own and explain the gap (see data/deepspeed_convention.md).
+
+Version followed: DeepSpeed v0.19.8 (source read from the installed release). The ZeRO-3 body
+is identical in v0.14.2 and v0.19.8. The ZeRO-2 body changed in v0.14.3 (PR #5099): without
+offload, the GPU term went from ``4 * P + 16 * P / N`` to ``2 * P + 18 * P / N``. DeepSpeed's
+documentation (docs/code-docs/source/memory.rst) still prints the old numbers (15.93 GB for the
+t5-3b example), so both are here: ``formula="v0.14.3"`` (the code, default) and
+``formula="v0.14.2"`` (the code up to v0.14.2, which the documented examples reproduce).
+
+Conventions that differ from the chapter (zerolib.accounting):
+- DeepSpeed assumes mixed-precision Adam with fp16 parameters (2 bytes) and counts 18 bytes per
+  parameter for the partitioned part (2 fp16 grads + 4 fp32 grads + 4 fp32 params + 8 Adam).
+- "per GPU" and "per CPU" are separate pools; "per CPU" is the host RAM of one node, and most CPU
+  terms carry ``additional_buffer_factor`` (1.5 by default, "to be conservative").
+- ZeRO-3 adds ``4 * largest_layer_params`` (one gathered layer: fp16 params + fp16 grads).
+- DeepSpeed prints GiB (2**30 bytes) labelled "GB"; :func:`format_gib` reproduces that.
+All results are whole bytes (DeepSpeed truncates with ``int()``).
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from .inputs import check_gpus, check_params
+from .units import GiB
+
+# The DeepSpeed release whose source these functions mirror (and that measure_deepspeed ran).
+DEEPSPEED_VERSION = "0.19.8"
+SOURCE_ZERO2 = "deepspeed/runtime/zero/stage_1_and_2.py: estimate_zero2_model_states_mem_needs"
+SOURCE_ZERO3 = "deepspeed/runtime/zero/stage3.py: estimate_zero3_model_states_mem_needs"
+
+# Default of every DeepSpeed estimator ("additional_buffer_factor=1.5 ... to be conservative",
+# memory.rst, General RAM).
+ADDITIONAL_BUFFER_FACTOR = 1.5
+
+# ZeRO-2 GPU formula without offload, by the DeepSpeed release that introduced it:
+#   "v0.14.3": 2 * P + int(18 * P / N)  (code from v0.14.3 on, still in v0.19.8)
+#   "v0.14.2": 4 * P + int(16 * P / N)  (code up to v0.14.2; the numbers memory.rst prints)
+ZERO2_FORMULAS = ("v0.14.3", "v0.14.2")
+
+# Bytes per parameter behind the multipliers (memory.rst "breakdown for the 16 and 18
+# multipliers" and the v0.14.3 comment in stage_1_and_2.py).
+FP32_MODEL_BYTES = 4  # "when pytorch creates a model it creates it in fp32" (the 4 * n_gpus term)
+GATHERED_LAYER_BYTES = 4  # ZeRO-3: 2 bytes fp16 params gathered + 2 bytes fp16 grads computed
+
+
+@dataclass(frozen=True)
+class DeepSpeedEstimate:
+    """One row of DeepSpeed's estimator table, in bytes.
+
+    ``per_cpu`` is host RAM for one node, ``per_gpu`` device memory for one GPU;
+    ``largest_layer`` is the gathered-layer term already included in ``per_gpu`` (ZeRO-3; 0 for
+    ZeRO-2). Scalars give ints, array inputs give int64 arrays (broadcast).
+    """
+
+    stage: int
+    per_cpu: "int | np.ndarray"
+    per_gpu: "int | np.ndarray"
+    largest_layer: "int | np.ndarray"
+    options: str
+
+    def row(self) -> str:
+        """The line DeepSpeed prints for this estimate (scalar estimates only)."""
+        return format_row(self.per_cpu, self.per_gpu, self.options)
+
+
+def _flag(value, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def _buffer_factor(value) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"additional_buffer_factor must be a positive number, got {value!r}")
+    if not np.isfinite(value) or value <= 0:
+        raise ValueError(f"additional_buffer_factor must be a finite positive number, got {value!r}")
+    return float(value)
+
+
+def _out(array: np.ndarray):
+    """Truncate like DeepSpeed's int(); a 0-d result becomes a Python int."""
+    whole = np.trunc(array).astype(np.int64)
+    return int(whole) if whole.ndim == 0 else whole
+
+
+def _offload_str(device_on: bool) -> str:
+    # DeepSpeed formats OffloadDeviceEnum.cpu with width 4 ("cpu "), or prints "none".
+    return "cpu " if device_on else "none"
+
+
+def estimate_zero2(total_params, num_gpus_per_node=1, num_nodes=1, cpu_offload: bool = True,
+                   additional_buffer_factor=ADDITIONAL_BUFFER_FACTOR,
+                   formula: str = "v0.14.3") -> DeepSpeedEstimate:
+    """DeepSpeed's ``estimate_zero2_model_states_mem_needs`` (same defaults).
+
+    With ``cpu_offload`` (offload_optimizer=cpu): GPU holds the fp16 parameters, 2 * P; each node's
+    CPU holds P * max(4 * total_gpus, 16) * factor. Without it: the GPU formula of ``formula``
+    (see ZERO2_FORMULAS) and CPU P * 4 * gpus_per_node * factor (the fp32 model each process
+    builds before moving it to its GPU).
+    """
+    params = check_params(total_params, "total_params")
+    per_node = check_gpus(num_gpus_per_node, "num_gpus_per_node")
+    nodes = check_gpus(num_nodes, "num_nodes")
+    offload = _flag(cpu_offload, "cpu_offload")
+    factor = _buffer_factor(additional_buffer_factor)
+    if formula not in ZERO2_FORMULAS:
+        raise ValueError(f"formula must be one of {', '.join(ZERO2_FORMULAS)}, got {formula!r}")
+    params, per_node, nodes = np.broadcast_arrays(params, per_node, nodes)
+    total_gpus = per_node * nodes
+
+    if offload:
+        gpu = 2 * params
+        cpu = params * np.maximum(4 * total_gpus, 16) * factor
+    else:
+        # int(k * P / N) in DeepSpeed; floor division gives the same whole bytes exactly.
+        if formula == "v0.14.3":
+            # 2 = fp16 params; 18 = 2 fp16 grads + 4 fp32 grads + 4 fp32 params + 8 Adam states
+            gpu = 2 * params + (18 * params) // total_gpus
+        else:
+            # 4 = fp16 params + fp16 grads; 16 = fp32 params + fp32 grads + Adam (v0.14.2 and before)
+            gpu = 4 * params + (16 * params) // total_gpus
+        cpu = params * FP32_MODEL_BYTES * per_node * factor
+    options = f"offload_optimizer={_offload_str(offload)}"
+    return DeepSpeedEstimate(2, _out(np.asarray(cpu, dtype=float)), _out(gpu), _out(np.zeros_like(gpu)),
+                             options)
+
+
+def estimate_zero3(total_params, largest_layer_params, num_gpus_per_node=1, num_nodes=1,
+                   cpu_offload: bool = True, cpu_offload_params: bool = True, zero_init: bool = True,
+                   additional_buffer_factor=ADDITIONAL_BUFFER_FACTOR) -> DeepSpeedEstimate:
+    """DeepSpeed's ``estimate_zero3_model_states_mem_needs`` (same defaults).
+
+    ``largest_layer_params`` is the most parameters any one module owns directly (DeepSpeed's
+    ``model_to_params``); the GPU always reserves 4 bytes for each of them (the gathered layer).
+    ``cpu_offload`` is offload_optimizer=cpu, ``cpu_offload_params`` offload_param=cpu (only
+    meaningful with ``cpu_offload``, as in DeepSpeed), ``zero_init`` whether the model is built
+    under ``deepspeed.zero.Init`` (so no process ever holds the whole fp32 model).
+    """
+    params = check_params(total_params, "total_params")
+    largest = check_params(largest_layer_params, "largest_layer_params")
+    per_node = check_gpus(num_gpus_per_node, "num_gpus_per_node")
+    nodes = check_gpus(num_nodes, "num_nodes")
+    offload = _flag(cpu_offload, "cpu_offload")
+    offload_params = _flag(cpu_offload_params, "cpu_offload_params")
+    init = _flag(zero_init, "zero_init")
+    factor = _buffer_factor(additional_buffer_factor)
+    params, largest, per_node, nodes = np.broadcast_arrays(params, largest, per_node, nodes)
+    if np.any(largest > params):
+        raise ValueError("largest_layer_params must not exceed total_params")
+    total_gpus = per_node * nodes
+    gpus_factor = 1 / nodes  # DeepSpeed: n_gpus / total_gpus
+    largest_layer = GATHERED_LAYER_BYTES * largest
+
+    if offload and offload_params:
+        gpu = largest_layer
+        # 18 = 16 bytes of fp32 (params, grads, momentum, variance) + 2 bytes fp16 params.
+        # Same operation order as DeepSpeed, so the float rounding (then int()) matches too.
+        if init:
+            cpu = params * 18 * gpus_factor * factor
+        else:
+            cpu = params * np.maximum(4 * per_node, 18 * gpus_factor) * factor
+    elif offload:
+        gpu = largest_layer + (2 * params) // total_gpus
+        if init:
+            cpu = params * 16 * gpus_factor * factor
+        else:
+            cpu = params * np.maximum(4 * per_node, 16 * gpus_factor) * factor
+    else:
+        gpu = largest_layer + (18 * params) // total_gpus
+        held = largest if init else params  # zero.Init builds one layer at a time
+        cpu = held * FP32_MODEL_BYTES * per_node * factor
+    # DeepSpeed ignores offload_param when the optimizer is not offloaded; say what it computed.
+    options = (f"offload_param={_offload_str(offload and offload_params)}, "
+               f"offload_optimizer={_offload_str(offload)}, zero_init={1 if init else 0}")
+    return DeepSpeedEstimate(3, _out(np.asarray(cpu, dtype=float)), _out(gpu), _out(largest_layer),
+                             options)
+
+
+# --- DeepSpeed's printed tables (GiB labelled "GB") -------------------------------------------
+
+def format_gib(n_bytes, width: int = 6) -> str:
+    """Bytes as DeepSpeed prints them: GiB with two decimals and the label "GB"."""
+    if isinstance(n_bytes, (bool, np.bool_)) or not isinstance(n_bytes, numbers.Real):
+        raise TypeError(f"n_bytes must be a number of bytes, got {n_bytes!r}")
+    if isinstance(width, bool) or not isinstance(width, int) or width < 0:
+        raise TypeError(f"width must be a non-negative int, got {width!r}")
+    return f"{n_bytes / GiB:{width}.2f}GB"
+
+
+def format_row(per_cpu, per_gpu, options: str) -> str:
+    """One table line, laid out as DeepSpeed's ``*_all_cold`` functions print it."""
+    return f" {format_gib(per_cpu, 7)} | {format_gib(per_gpu, 6)} | {options}"
+
+
+def _header(total_params: int, num_gpus_per_node: int, num_nodes: int, extra: str = "") -> list[str]:
+    nodes_str = "nodes" if num_nodes > 1 else "node"
+    gpus_str = "GPUs" if num_gpus_per_node > 1 else "GPU"
+    return ["Estimated memory needed for params, optim states and gradients for a:",
+            f"HW: Setup with {num_nodes} {nodes_str}, {num_gpus_per_node} {gpus_str} per node.",
+            f"SW: Model with {int(total_params / 1e6)}M total params{extra}.",
+            "  per CPU  |  per GPU |   Options"]
+
+
+def _scalar(value, check, name) -> int:
+    array = check(value, name)
+    if array.ndim != 0:
+        raise TypeError(f"{name} must be a single number here, got an array")
+    return int(array)
+
+
+def zero2_table(total_params, num_gpus_per_node=1, num_nodes=1,
+                additional_buffer_factor=ADDITIONAL_BUFFER_FACTOR,
+                formula: str = "v0.14.3") -> list[str]:
+    """The lines ``estimate_zero2_model_states_mem_needs_all_cold`` prints."""
+    params = _scalar(total_params, check_params, "total_params")
+    per_node = _scalar(num_gpus_per_node, check_gpus, "num_gpus_per_node")
+    nodes = _scalar(num_nodes, check_gpus, "num_nodes")
+    lines = _header(params, per_node, nodes)
+    for offload in (True, False):
+        lines.append(estimate_zero2(params, per_node, nodes, offload, additional_buffer_factor,
+                                    formula).row())
+    return lines
+
+
+def zero3_table(total_params, largest_layer_params, num_gpus_per_node=1, num_nodes=1,
+                additional_buffer_factor=ADDITIONAL_BUFFER_FACTOR) -> list[str]:
+    """The lines ``estimate_zero3_model_states_mem_needs_all_cold`` prints."""
+    params = _scalar(total_params, check_params, "total_params")
+    largest = _scalar(largest_layer_params, check_params, "largest_layer_params")
+    per_node = _scalar(num_gpus_per_node, check_gpus, "num_gpus_per_node")
+    nodes = _scalar(num_nodes, check_gpus, "num_nodes")
+    lines = _header(params, per_node, nodes, f", {int(largest / 1e6)}M largest layer params")
+    for offload, offload_params in ((True, True), (True, False), (False, False)):
+        for init in (True, False):
+            lines.append(estimate_zero3(params, largest, per_node, nodes, offload, offload_params,
+                                        init, additional_buffer_factor).row())
+    return lines

@@ -1,0 +1,130 @@
+"""What the sharded validation run trains: tiny models and the five data-parallel strategies.
+
+Plain data, no torch: the expected-value arithmetic in ``explain_sharded`` and the run in
+``sharded_run`` read the same definitions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+from types import MappingProxyType
+from typing import Mapping
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A stack of Linear layers (ReLU between them) with these feature widths."""
+
+    name: str
+    widths: tuple[int, ...]
+    description: str
+
+    @property
+    def layers(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        """Per Linear layer, its parameter shapes in torch's order: weight (out, in), bias (out,)."""
+        return tuple(((out, inp), (out,)) for inp, out in zip(self.widths, self.widths[1:]))
+
+    @property
+    def shapes(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(shape for layer in self.layers for shape in layer)
+
+    @property
+    def numel(self) -> int:
+        return sum(prod(shape) for shape in self.shapes)
+
+    @property
+    def tensor_count(self) -> int:
+        return len(self.shapes)
+
+
+MODELS: Mapping[str, ModelSpec] = MappingProxyType({spec.name: spec for spec in (
+    # 4 x Linear(64, 64): every row count (64) divides by 2 and 4, and the 8 tensors split into
+    # equal whole-tensor groups for 2 and 4 workers.
+    ModelSpec("even", (64, 64, 64, 64, 64),
+              "4 x Linear(64, 64): row counts divide by 2 and 4 workers"),
+    # Row counts 45, 21, 5 divide by neither 2 nor 4; one weight is over half the model.
+    ModelSpec("uneven", (33, 45, 21, 5),
+              "Linear(33, 45), Linear(45, 21), Linear(21, 5): row counts divide by neither 2 nor 4"),
+)})
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One way of training data-parallel with PyTorch, and the ZeRO stage it stands for."""
+
+    name: str
+    stage: int
+    kind: str  # "ddp", "zero1" or "fsdp2"
+    description: str
+    reshard_after_forward: bool = False
+    bf16_compute: bool = False
+
+    @property
+    def gathered_bytes_per_element(self) -> int:
+        """Width of the full parameters FSDP gathers for compute (bf16 under the bf16 policy)."""
+        return 2 if self.bf16_compute else 4
+
+
+STRATEGIES: Mapping[str, Strategy] = MappingProxyType({s.name: s for s in (
+    Strategy("ddp", 0, "ddp",
+             "DistributedDataParallel(gradient_as_bucket_view=True) + AdamW"),
+    Strategy("zero1", 1, "zero1",
+             "DistributedDataParallel(gradient_as_bucket_view=True) + "
+             "ZeroRedundancyOptimizer(AdamW)"),
+    Strategy("fsdp2-keep", 2, "fsdp2",
+             "fully_shard(reshard_after_forward=False) per layer and root + AdamW",
+             reshard_after_forward=False),
+    Strategy("fsdp2-reshard", 3, "fsdp2",
+             "fully_shard(reshard_after_forward=True) per layer and root + AdamW",
+             reshard_after_forward=True),
+    Strategy("fsdp2-bf16", 3, "fsdp2",
+             "fully_shard(reshard_after_forward=True, MixedPrecisionPolicy(param_dtype=bf16, "
+             "reduce_dtype=fp32)) + AdamW",
+             reshard_after_forward=True, bf16_compute=True),
+)})
+
+# Every run is compared with zerolib's all-fp32 AdamW layout: 4 + 4 + 8 bytes per parameter. Under
+# the bf16 policy FSDP2 still keeps fp32 sharded parameters, gradients and AdamW state at rest; the
+# bf16 copies exist only while gathered.
+LAYOUT = "fp32-adam"
+ADAMW_STATE_TENSORS = ("exp_avg", "exp_avg_sq")  # fp32, one element per parameter each
+STEP_COUNTER_BYTES = 4  # AdamW's state["step"]: a 0-dim fp32 tensor per parameter tensor
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def fsdp_rows(rows: int, workers: int, rank: int) -> tuple[int, int]:
+    """(rows held, rows after padding) of a tensor's dim-0 shard on ``rank`` under FSDP2.
+
+    FSDP2 shards dim 0 like torch.chunk: chunks of ceil(rows / workers) rows, the last ones short
+    or empty, and pads every shard to the first chunk's size.
+    """
+    chunk = _ceil_div(rows, workers)
+    return max(0, min(chunk, rows - rank * chunk)), chunk
+
+
+def fsdp_shard_elements(shape: tuple[int, ...], workers: int, rank: int) -> tuple[int, int]:
+    """(elements held, elements after padding) of one tensor's FSDP2 shard on ``rank``."""
+    held, padded = fsdp_rows(shape[0], workers, rank)
+    rest = prod(shape[1:])
+    return held * rest, padded * rest
+
+
+def zero1_partition(shapes, workers: int) -> tuple[tuple[int, ...], ...]:
+    """Tensor indices whose optimizer state each rank owns under ZeroRedundancyOptimizer.
+
+    Its documented greedy rule: whole tensors, largest first, each to the rank holding the
+    fewest elements so far (the lowest rank on ties).
+    """
+    sizes = [0] * workers
+    owned: list[list[int]] = [[] for _ in range(workers)]
+    order = sorted(range(len(shapes)), key=lambda i: prod(shapes[i]), reverse=True)
+    for index in order:  # sorted() is stable: equal sizes keep module order, as in torch
+        rank = int(np.argmin(sizes))
+        owned[rank].append(index)
+        sizes[rank] += prod(shapes[index])
+    return tuple(tuple(sorted(o)) for o in owned)

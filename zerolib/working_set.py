@@ -1,0 +1,313 @@
+"""The second layer of the capacity worksheet: the peak working set on top of model state.
+
+    peak per worker = persistent model state (zerolib.accounting.model_state) + working set
+
+Every working-set term is bytes on one worker (the most-loaded one) for one ZeRO stage, and
+each names its assumption:
+
+``activations``
+    What the forward pass saves for backward, Korthikanti et al. 2022 term by term
+    (:mod:`zerolib.activations`): all layers, the layer being recomputed (if any), the
+    embedding's dropout mask, the final norm's and output projection's inputs.
+``logits_loss``
+    The vocabulary x sequence x micro-batch logits in the element size plus their fp32 copy for
+    the loss (``WorkingSetSettings.logits_bytes`` changes the widths).
+``ddp_buckets`` (stage 0)
+    PyTorch DistributedDataParallel's gradient buckets. With its default
+    ``gradient_as_bucket_view=False`` the buckets (``bucket_cap_mb=25`` MiB each by default,
+    torch.nn.parallel.DistributedDataParallel) together hold a second copy of every gradient, so
+    the term is the whole gradient size; PyTorch PR #41954 ("Make grad point to bucket buffer in
+    DDP to save memory usage") measured that copy. With ``ddp_gradient_as_bucket_view=True`` the
+    gradients are views into the buckets and the term is 0. The bucket size changes how many
+    buckets there are, not their total, so it does not enter the sum.
+``reduce_bucket`` (stages 1-3)
+    DeepSpeed's contiguous gradient bucket: ``torch.empty(reduce_bucket_size)`` in the gradient
+    dtype, allocated whole whatever the model size (stage_1_and_2.py ``setup_buckets``,
+    stage3.py ``__init__``, DeepSpeed 0.19.8), doubled under ``overlap_comm`` in stages 1-2
+    (DeepSpeed's default there is off; it is on for stage 3, which still keeps one buffer).
+    Default ``reduce_bucket_size`` = 5e8 elements (deepspeed/runtime/zero/config.py).
+``allgather_bucket`` (stages 1-2)
+    DeepSpeed 0.19.8 all-gathers the updated 16-bit parameters in place, into its flat
+    parameter buffer (runtime/utils.py ``all_gather_dp_groups`` -> ``all_gather_into_tensor``),
+    so ``allgather_bucket_size`` (default 5e8 elements) only sets the shard size and the term
+    is 0. ``allgather_in_place=False`` counts one staging bucket of that many elements (capped
+    at the model) in the parameter dtype, for an engine that stages it.
+``gathered_parameters`` (stage 3)
+    The 16-bit parameters gathered for computation. DeepSpeed's PartitionedParameterCoordinator
+    always gathers the module it runs, prefetches up to ``stage3_prefetch_bucket_size`` (5e7)
+    more elements while fewer than ``stage3_max_live_parameters`` (1e9) are available, and keeps
+    parameters due again within ``stage3_max_reuse_distance`` (1e9). Bound used here:
+    ``min(model, max(max_live_parameters, largest_layer + prefetch_bucket_size))`` elements in
+    the parameter width. Small parameters kept whole under ``stage3_param_persistence_threshold``
+    (1e5 elements: norms, biases) are left out (a few hundred thousand elements).
+``reserve``
+    A fixed allowance for the CUDA context, NCCL communicators, the allocator's cache and
+    fragmentation. 2 GiB by default: a round assumption, not a measurement; change it.
+
+Summing all terms is conservative: gradient buckets live during backward, when activations are
+largest, so the overlap is real for the big terms; the logits are freed before the last layers'
+backward, and the transient gradient buffers are not counted (see zerolib.activations).
+
+Tensor parallelism: with ``tensor_parallel`` = t the ``gpus`` of a setting are t-way tensor
+parallel x (gpus / t)-way data parallel. A tensor-parallel rank holds ceil(params / t)
+parameters (an approximation: norms are in fact replicated) and ZeRO partitions across the data
+-parallel group.
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import asdict, dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+import numpy as np
+
+from .accounting import CATEGORIES, STAGES, Layout, get_layout, model_state
+from .activations import RECOMPUTE, model_activation_terms
+from .devices import Device, get_device
+from .feasibility import fewest_gpus as _core_fewest_gpus
+from .inputs import MAX_GPUS, check_gpus, check_positive_int, check_stage
+from .models import TransformerConfig, get_model, largest_layer, parameter_count
+from .units import GiB
+
+TERMS = ("activations", "logits_loss", "ddp_buckets", "reduce_bucket", "allgather_bucket",
+         "gathered_parameters", "reserve")
+
+# DeepSpeed defaults, deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig), all in elements.
+DEEPSPEED_REDUCE_BUCKET_SIZE = 500_000_000
+DEEPSPEED_ALLGATHER_BUCKET_SIZE = 500_000_000
+DEEPSPEED_PREFETCH_BUCKET_SIZE = 50_000_000        # stage3_prefetch_bucket_size
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000      # stage3_max_live_parameters
+# PyTorch DistributedDataParallel(bucket_cap_mb=25): MiB per gradient bucket.
+DDP_BUCKET_CAP_MB = 25
+DEFAULT_RESERVE = 2 * GiB
+
+
+def _flag(value, name):
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+
+
+def _count(value, name, allow_zero=True):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < (0 if allow_zero else 1):
+        what = "a whole number, 0 or more" if allow_zero else "a positive whole number"
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class WorkingSetSettings:
+    """How the model is run: the inputs of the working set (sizes in elements, bytes where named)."""
+
+    seq_len: int = 4096
+    micro_batch: int = 1
+    recompute: str = "none"             # "none" | "selective" | "full"
+    flash_attention: bool = True        # fused attention: no s x s scores stored
+    tensor_parallel: int = 1
+    sequence_parallel: bool = False
+    element_bytes: int = 2              # 16-bit activations
+    mask_bytes: int = 1                 # dropout masks, 1 byte per element (PyTorch bool)
+    dropout: "bool | None" = None       # None: the model's own (GPT-2 yes, Llama family no)
+    logits_bytes: "tuple[int, ...] | None" = None  # None: (element_bytes, 4)
+    reduce_bucket_size: int = DEEPSPEED_REDUCE_BUCKET_SIZE
+    overlap_comm: bool = False          # stages 1-2 double the reduce bucket when on
+    allgather_bucket_size: int = DEEPSPEED_ALLGATHER_BUCKET_SIZE
+    allgather_in_place: bool = True     # DeepSpeed 0.19.8 gathers into its flat buffer
+    prefetch_bucket_size: int = DEEPSPEED_PREFETCH_BUCKET_SIZE
+    max_live_parameters: int = DEEPSPEED_MAX_LIVE_PARAMETERS
+    ddp_gradient_as_bucket_view: bool = False  # PyTorch's default
+    reserve_bytes: int = DEFAULT_RESERVE
+
+    def __post_init__(self):
+        check_positive_int(self.seq_len, "seq_len")
+        check_positive_int(self.micro_batch, "micro_batch")
+        check_positive_int(self.tensor_parallel, "tensor_parallel")
+        check_positive_int(self.element_bytes, "element_bytes")
+        if self.recompute not in RECOMPUTE:
+            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        for name in ("flash_attention", "sequence_parallel", "overlap_comm", "allgather_in_place",
+                     "ddp_gradient_as_bucket_view"):
+            _flag(getattr(self, name), name)
+        if self.dropout is not None:
+            _flag(self.dropout, "dropout")
+        for name in ("mask_bytes", "reduce_bucket_size", "allgather_bucket_size",
+                     "prefetch_bucket_size", "max_live_parameters", "reserve_bytes"):
+            _count(getattr(self, name), name)
+        if self.logits_bytes is not None:
+            object.__setattr__(self, "logits_bytes", tuple(self.logits_bytes))
+            for width in self.logits_bytes:
+                check_positive_int(width, "logits_bytes entry")
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        if out["logits_bytes"] is not None:
+            out["logits_bytes"] = list(out["logits_bytes"])
+        return out
+
+
+def _rank_params(config: TransformerConfig, tensor_parallel: int) -> int:
+    return -(-parameter_count(config) // tensor_parallel)
+
+
+def working_set(model: "str | TransformerConfig", stage, settings: WorkingSetSettings = WorkingSetSettings(),
+                layout: "str | Layout" = "mixed-adam") -> Mapping[str, int]:
+    """Working-set bytes on one worker for one stage, one key per term (see the module doc).
+
+    Every term of :data:`TERMS` is present; a term that does not apply to the stage is 0.
+    """
+    config = get_model(model)
+    stage = int(check_stage(stage)) if np.ndim(stage) == 0 else None
+    if stage is None:
+        raise TypeError("stage must be a single stage 0-3 here")
+    if not isinstance(settings, WorkingSetSettings):
+        raise TypeError(f"settings must be a WorkingSetSettings, got {type(settings).__name__}")
+    layout = get_layout(layout)
+    s = settings
+    t = s.tensor_parallel
+    if config.position_embedding == "learned" and s.seq_len > config.max_positions:
+        raise ValueError(f"seq_len must be at most {config.max_positions} for {config.name} "
+                         f"(learned position embeddings), got {s.seq_len}")
+    acts = model_activation_terms(
+        config, s.seq_len, s.micro_batch, recompute=s.recompute, tensor_parallel=t,
+        sequence_parallel=s.sequence_parallel, flash_attention=s.flash_attention,
+        element_bytes=s.element_bytes, mask_bytes=s.mask_bytes, dropout=s.dropout,
+        logits_bytes=s.logits_bytes)
+    params = _rank_params(config, t)
+    grad_width_bits = int(round(layout.gradients * 8))
+    param_width_bits = int(round(layout.parameters * 8))
+
+    def nbytes(elements, bits):
+        return -(-(elements * bits) // 8)
+
+    terms = dict.fromkeys(TERMS, 0)
+    terms["activations"] = sum(v for k, v in acts.items() if k != "logits_loss")
+    terms["logits_loss"] = acts["logits_loss"]
+    if stage == 0:
+        if not s.ddp_gradient_as_bucket_view:
+            terms["ddp_buckets"] = nbytes(params, grad_width_bits)
+    else:
+        buffers = 2 if (s.overlap_comm and stage in (1, 2)) else 1
+        terms["reduce_bucket"] = buffers * nbytes(s.reduce_bucket_size, grad_width_bits)
+    if stage in (1, 2) and not s.allgather_in_place:
+        terms["allgather_bucket"] = nbytes(min(s.allgather_bucket_size, params), param_width_bits)
+    if stage == 3:
+        module = -(-largest_layer(config) // t)
+        gathered = min(params, max(s.max_live_parameters, module + s.prefetch_bucket_size))
+        terms["gathered_parameters"] = nbytes(gathered, param_width_bits)
+    terms["reserve"] = s.reserve_bytes
+    return MappingProxyType(terms)
+
+
+@dataclass(frozen=True)
+class Peak:
+    """Persistent model state + working set for one worker at one stage (bytes)."""
+
+    stage: int
+    persistent: Mapping[str, int]   # parameters, gradients, optimizer, total
+    working_set: Mapping[str, int]
+
+    @property
+    def working_set_total(self) -> int:
+        return sum(self.working_set.values())
+
+    @property
+    def total(self) -> int:
+        return self.persistent["total"] + self.working_set_total
+
+
+def _data_parallel(gpus: int, tensor_parallel: int) -> int:
+    if gpus % tensor_parallel:
+        raise ValueError(f"gpus ({gpus}) must be a multiple of tensor_parallel ({tensor_parallel})")
+    return gpus // tensor_parallel
+
+
+def _one_gpus(gpus) -> int:
+    array = check_gpus(gpus)
+    if array.ndim != 0:
+        raise TypeError("gpus must be a single number here, got an array")
+    return int(array)
+
+
+def peak(model: "str | TransformerConfig", gpus, stage, settings: WorkingSetSettings = WorkingSetSettings(),
+         layout: "str | Layout" = "mixed-adam") -> Peak:
+    """Peak bytes per worker: ``model_state`` of one tensor-parallel rank's share of the
+    parameters over the data-parallel workers, plus :func:`working_set`."""
+    config = get_model(model)
+    gpus = _one_gpus(gpus)
+    ws = working_set(config, stage, settings, layout)
+    state = model_state(_rank_params(config, settings.tensor_parallel),
+                        _data_parallel(gpus, settings.tensor_parallel), int(stage), layout)
+    persistent = {c: int(getattr(state, c)) for c in CATEGORIES}
+    persistent["total"] = int(state.total)
+    return Peak(int(stage), MappingProxyType(persistent), ws)
+
+
+def fits(model, gpus, stage, settings: WorkingSetSettings = WorkingSetSettings(),
+         layout: "str | Layout" = "mixed-adam", device: "str | Device" = "a100-80gb") -> bool:
+    """True when the peak (persistent + working set) is at most the device capacity."""
+    return peak(model, gpus, stage, settings, layout).total <= get_device(device).capacity
+
+
+def fewest_gpus(model, stage, settings: WorkingSetSettings = WorkingSetSettings(),
+                layout: "str | Layout" = "mixed-adam", device: "str | Device" = "a100-80gb",
+                max_gpus: int = MAX_GPUS) -> "int | None":
+    """Fewest GPUs (a multiple of ``tensor_parallel``) at which ``stage`` fits with its working set.
+
+    The working set does not depend on the number of data-parallel workers, so this is the
+    core search (:func:`zerolib.feasibility.fewest_gpus`) over data-parallel workers with the
+    working set as ``extra_bytes``, times the tensor-parallel degree. None if nothing up to
+    ``max_gpus`` fits.
+    """
+    config = get_model(model)
+    t = settings.tensor_parallel
+    max_gpus = _one_gpus(max_gpus)
+    if max_gpus < t:
+        return None
+    extra = sum(working_set(config, stage, settings, layout).values())
+    workers = _core_fewest_gpus(_rank_params(config, t), int(check_stage(stage)), layout, device,
+                                extra_bytes=extra, max_gpus=max_gpus // t)
+    return None if workers is None else workers * t
+
+
+def largest_micro_batch(model, gpus, stage, settings: WorkingSetSettings = WorkingSetSettings(),
+                        layout: "str | Layout" = "mixed-adam", device: "str | Device" = "a100-80gb",
+                        max_micro_batch: int = 4096) -> int:
+    """Largest micro-batch (up to ``max_micro_batch``) whose peak fits; 0 if not even 1 fits.
+
+    Every term is non-decreasing in the micro-batch (activations and logits grow linearly, the
+    rest is constant), so a bisection finds the boundary.
+    """
+    capacity = get_device(device).capacity
+    max_micro_batch = check_positive_int(max_micro_batch, "max_micro_batch")
+
+    def ok(batch):
+        trial = WorkingSetSettings(**{**asdict(settings), "micro_batch": batch})
+        return peak(model, gpus, stage, trial, layout).total <= capacity
+
+    if not ok(1):
+        return 0
+    low, high = 1, max_micro_batch     # ok(low) holds
+    while low < high:
+        mid = (low + high + 1) // 2
+        if ok(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def stage_rows(model, gpus, stages=STAGES, settings: WorkingSetSettings = WorkingSetSettings(),
+               layout: "str | Layout" = "mixed-adam", device: "str | Device | None" = None) -> list[dict]:
+    """Per stage, the rows of ``zerolib estimate``'s JSON with ``working_set``, ``peak`` and
+    ``fits`` judged on the peak (None without a device). ``cluster_total`` is the persistent
+    state summed over all GPUs."""
+    config = get_model(model)
+    gpus = _one_gpus(gpus)
+    device = get_device(device) if device is not None else None
+    rows = []
+    for stage in (int(s) for s in np.atleast_1d(check_stage(stages))):
+        result = peak(config, gpus, stage, settings, layout)
+        row = {"stage": stage, **result.persistent, "cluster_total": result.persistent["total"] * gpus,
+               "working_set": dict(result.working_set), "peak": result.total}
+        row["fits"] = None if device is None else bool(result.total <= device.capacity)
+        rows.append(row)
+    return rows
