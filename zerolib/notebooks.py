@@ -27,12 +27,13 @@ from typing import Iterable
 
 import nbformat
 
+from .paths import NOTEBOOK_DIR
+
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 KERNELSPEC = {"display_name": "python3", "language": "python", "name": "python3"}
-NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
-# Packages whose versions change the recorded bytes (PNG encoder, table and repr formatting).
-VERSIONED_PACKAGES = ("matplotlib", "numpy", "pandas", "ipywidgets")
+# Packages whose versions change the recorded bytes (PNG drawing and encoding, tables, reprs).
+VERSIONED_PACKAGES = ("matplotlib", "pillow", "numpy", "pandas", "ipywidgets")
 # Namespace of the deterministic widget ids (uuid5 of "<notebook stem>/<index>").
 _WIDGET_NAMESPACE = uuid.UUID("6f1d4c1e-3c64-5d1b-9a51-7a65726f6c69")
 _REFERENCE = "IPY_MODEL_"
@@ -87,6 +88,12 @@ def _current_env_kernel_manager():
         @default("kernel_spec_manager")
         def _kernel_spec_manager_default(self):
             return CurrentEnvKernelSpecs(data_dir=self.data_dir)
+
+        @default("transport_encryption")
+        def _transport_encryption_default(self):
+            # CurveZMQ keys when pyzmq has them: the kernel then has no plain-TCP warning to print.
+            import zmq
+            return "auto" if zmq.has("curve") else "disabled"
 
     return CurrentEnvKernelManager
 

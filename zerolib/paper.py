@@ -26,6 +26,7 @@ import pandas as pd
 from .accounting import Layout, get_layout, model_state
 from .devices import Device, get_device
 from .feasibility import fits, largest_model
+from .paths import DATA_DIR
 from .units import GB
 
 CITATION = (
@@ -35,7 +36,6 @@ CITATION = (
 )
 
 # The repository's data/ folder (zerolib/ sits beside it in the checkout).
-DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 FIGURE1_CSV = "zero_paper_figure1.csv"
 TABLE1_CSV = "zero_paper_table1.csv"
 MAX_MODEL_CSV = "zero_paper_max_model.csv"

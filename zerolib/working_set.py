@@ -61,8 +61,9 @@ from types import MappingProxyType
 from typing import Mapping
 
 import numpy as np
+import pandas as pd
 
-from .accounting import CATEGORIES, STAGES, Layout, get_layout, model_state
+from .accounting import CATEGORIES, STAGES, STRATEGY_NAMES, Layout, get_layout, model_state
 from .activations import RECOMPUTE, model_activation_terms
 from .devices import Device, get_device
 from .feasibility import fewest_gpus as _core_fewest_gpus
@@ -311,3 +312,24 @@ def stage_rows(model, gpus, stages=STAGES, settings: WorkingSetSettings = Workin
         row["fits"] = None if device is None else bool(result.total <= device.capacity)
         rows.append(row)
     return rows
+
+
+def peak_frame(model, gpus, stages=STAGES, settings: WorkingSetSettings = WorkingSetSettings(),
+               layout: "str | Layout" = "mixed-adam") -> pd.DataFrame:
+    """Tidy rows for a stacked bar per stage: one row per (stage, component), in bytes.
+
+    Columns: model, gpus, stage, strategy, layer ("persistent" or "working set"), component
+    (parameters, gradients, optimizer, then the working-set terms), bytes. Summing ``bytes``
+    over a stage gives its peak.
+    """
+    config = get_model(model)
+    records = []
+    for row in stage_rows(config, gpus, stages, settings, layout):
+        common = {"model": config.name, "gpus": _one_gpus(gpus), "stage": row["stage"],
+                  "strategy": STRATEGY_NAMES[row["stage"]]}
+        records += [{**common, "layer": "persistent", "component": c, "bytes": row[c]} for c in CATEGORIES]
+        records += [{**common, "layer": "working set", "component": t, "bytes": row["working_set"][t]}
+                    for t in TERMS]
+    frame = pd.DataFrame.from_records(records)
+    frame["bytes"] = frame["bytes"].astype("int64")
+    return frame

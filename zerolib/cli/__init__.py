@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import estimate, notebooks, html
+from . import estimate, figures, html, models, notebooks, validate
 
-SUBCOMMANDS = (estimate, notebooks, html)
+SUBCOMMANDS = (estimate, models, figures, notebooks, html, validate)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -36,6 +36,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # `zerolib ... | head` closed the pipe: not an error of ours
+        sys.stderr.close()
+        return 0
     except (ValueError, TypeError) as error:
         message = " ".join(str(error).split())  # one line, whatever the message held
         print(f"zerolib {args.command}: error: {message}", file=sys.stderr)

@@ -9,6 +9,7 @@ from ..accounting import CATEGORIES, LAYOUTS, STRATEGY_NAMES, Layout
 from ..devices import DEVICES
 from ..estimate import estimate
 from ..units import UNITS, parse_count, to_unit
+from . import _working_set as working_set_cli
 from ._output import text_table
 
 
@@ -31,8 +32,11 @@ def register(commands) -> None:
         "estimate", help="bytes per GPU under each ZeRO stage",
         description="Persistent model state (parameters, gradients, optimizer state) per GPU "
                     "under plain data parallelism and ZeRO stages 1-3.")
-    parser.add_argument("--params", required=True, metavar="COUNT",
-                        help="parameter count: 7B, 350M, 1.5T, 7e9 or 7000000000")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--params", metavar="COUNT",
+                      help="parameter count: 7B, 350M, 1.5T, 7e9 or 7000000000")
+    what.add_argument("--model", metavar="NAME",
+                      help="a preset from 'zerolib models' (exact count; adds the working set)")
     parser.add_argument("--gpus", required=True, metavar="N", help="data-parallel workers")
     layout = parser.add_mutually_exclusive_group()
     layout.add_argument("--layout", default="mixed-adam", choices=list(LAYOUTS),
@@ -44,6 +48,7 @@ def register(commands) -> None:
     parser.add_argument("--unit", default="GB", choices=list(UNITS),
                         help="unit of the table (GB = 10^9 bytes, GiB = 2^30); JSON and CSV are in bytes")
     parser.add_argument("--format", default="table", choices=("table", "json", "csv"))
+    working_set_cli.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -57,8 +62,10 @@ def _whole(text: str, name: str) -> int:
 def run(args) -> int:
     layout = _bytes_triplet(args.bytes) if args.bytes else args.layout
     stages = (0, 1, 2, 3) if args.stage is None else _whole(args.stage, "--stage")
-    result = estimate(parse_count(args.params, "--params"), _whole(args.gpus, "--gpus"),
-                      layout, args.device, stages).as_dict()
+    params = working_set_cli.params_of(args) if args.model else parse_count(args.params, "--params")
+    result = estimate(params, _whole(args.gpus, "--gpus"), layout, args.device, stages).as_dict()
+    if working_set_cli.requested(args):
+        result = working_set_cli.apply(result, args, layout, stages)
     print(render(result, args.format, args.unit))
     return 0
 
@@ -70,10 +77,13 @@ def render(result: dict, form: str, unit: str) -> str:
     if form == "csv":
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(["params", "gpus", "layout", "stage", *columns, "fits"])
-        for row in result["stages"]:
+        extra_headers, extra_cells = (working_set_cli.csv_columns(result)
+                                      if working_set_cli.has_working_set(result) else ([], None))
+        writer.writerow(["params", "gpus", "layout", "stage", *columns, *extra_headers, "fits"])
+        for index, row in enumerate(result["stages"]):
             writer.writerow([result["params"], result["gpus"], result["layout"]["name"], row["stage"],
-                             *(row[c] for c in columns), "" if row["fits"] is None else row["fits"]])
+                             *(row[c] for c in columns), *(extra_cells[index] if extra_cells else ()),
+                             "" if row["fits"] is None else row["fits"]])
         return out.getvalue().rstrip("\n")
     layout = result["layout"]
     device = result["device"]
@@ -81,8 +91,13 @@ def render(result: dict, form: str, unit: str) -> str:
              f"({layout['parameters']:g} + {layout['gradients']:g} + {layout['optimizer']:g} bytes per parameter)"]
     if device:
         lines[0] += f"; {device['name']} holds {to_unit(device['capacity'], unit):,.1f} {unit}"
+    extra_headers, extra_cells = [], [[] for _ in result["stages"]]
+    if working_set_cli.has_working_set(result):
+        extra_headers, extra_cells = working_set_cli.table_columns(result, unit)
+        lines.append(working_set_cli.describe(result))
     headers = ["strategy", *(f"{c} [{unit}]" for c in CATEGORIES), f"per GPU [{unit}]",
-               f"all GPUs [{unit}]"] + (["fits"] if device else [])
-    rows = [[STRATEGY_NAMES[row["stage"]], *(f"{to_unit(row[c], unit):,.2f}" for c in columns)]
-            + (["yes" if row["fits"] else "no"] if device else []) for row in result["stages"]]
+               f"all GPUs [{unit}]", *extra_headers] + (["fits"] if device else [])
+    rows = [[STRATEGY_NAMES[row["stage"]], *(f"{to_unit(row[c], unit):,.2f}" for c in columns), *extra]
+            + (["yes" if row["fits"] else "no"] if device else [])
+            for row, extra in zip(result["stages"], extra_cells)]
     return "\n".join(lines + ["", text_table(headers, rows)])

@@ -1,7 +1,7 @@
 """``zerolib html``: the chapter as static HTML pages in a build folder (not committed)."""
 from __future__ import annotations
 
-from ..html import NOTEBOOK_DIR, export_chapter
+from ..paths import NOTEBOOK_DIR
 
 
 def register(commands) -> None:
@@ -14,12 +14,15 @@ def register(commands) -> None:
     parser.add_argument("--notebooks", default=str(NOTEBOOK_DIR), metavar="DIR",
                         help="folder of .ipynb files (default: the chapter's notebooks/)")
     parser.add_argument("--widget-js", metavar="DIR",
-                        help="folder with require.min.js and embed-amd.js (npm: requirejs, "
-                             "@jupyter-widgets/html-manager) to render the widgets offline")
+                        help="folder with require.js (npm: requirejs) and the dist/ files of "
+                             "@jupyter-widgets/html-manager 1.x (embed-amd.js ...), copied beside "
+                             "the pages so the widgets render offline")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from ..html import export_chapter  # nbconvert is slow to import: only when asked
+
     pages = export_chapter(args.out, args.notebooks, args.widget_js)
     for page in pages:
         print(page.path)

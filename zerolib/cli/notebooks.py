@@ -4,8 +4,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .. import notebooks
-
 
 def register(commands) -> None:
     parser = commands.add_parser(
@@ -36,8 +34,16 @@ def _shown(path: Path) -> str:
 def run(args) -> int:
     if args.timeout < 1:
         raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    # nbformat and nbclient are slow to import: only when this command runs.
+    from nbclient.exceptions import (
+        CellExecutionError,
+        CellTimeoutError,
+        DeadKernelError,
+    )
+
+    from .. import notebooks
+
     paths = notebooks.find_notebooks(args.names, args.dir)
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
     stale = []
     for path in paths:
@@ -50,7 +56,7 @@ def run(args) -> int:
             else:
                 changed = notebooks.refresh(path, args.timeout)
                 print(f"{_shown(path)}: {'rewritten' if changed else 'unchanged'}")
-        except (CellExecutionError, CellTimeoutError) as error:
+        except (CellExecutionError, CellTimeoutError, DeadKernelError) as error:
             # The cell's traceback is long; its last line names the error.
             lines = [line for line in str(error).splitlines() if line.strip()]
             reason = next((l for l in reversed(lines) if not l.startswith(("-", " "))), "failed")

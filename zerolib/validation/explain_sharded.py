@@ -18,27 +18,19 @@ effects do not account for is reported as ``unexplained_bytes`` (a test requires
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import prod
 
 import numpy as np
 import pandas as pd
 
 from ..accounting import CATEGORIES, model_state
+from .effects import Effect, describe, keys as effect_keys
 from .setups import (ADAMW_STATE_TENSORS, LAYOUT, MODELS, STEP_COUNTER_BYTES, STRATEGIES,
-                     ModelSpec, Strategy, _ceil_div, fsdp_shard_elements, zero1_partition)
+                     ModelSpec, Strategy, ceil_div, fsdp_shard_elements, zero1_partition)
 
 PHASES = ("rest", "peak")
 FP32 = 4
 ADAM_BYTES = FP32 * len(ADAMW_STATE_TENSORS)  # 8 bytes per element owned
-
-
-@dataclass(frozen=True)
-class Effect:
-    """One mechanism and the bytes it adds (negative: removes) relative to zerolib's number."""
-
-    reason: str
-    bytes: int
 
 
 def _fsdp_elements(spec: ModelSpec, workers: int, rank: int) -> tuple[int, int]:
@@ -56,14 +48,64 @@ def _largest_gathered_layer(spec: ModelSpec, workers: int) -> tuple[int, int]:
 
 
 def _step_counters(count: int) -> Effect:
-    return Effect(f"AdamW keeps a 0-dim fp32 step counter per parameter tensor: "
-                  f"{count} x {STEP_COUNTER_BYTES} B", count * STEP_COUNTER_BYTES)
+    return Effect("step-counters", f"AdamW keeps a 0-dim fp32 step counter per parameter "
+                  f"tensor: {count} x {STEP_COUNTER_BYTES} B", count * STEP_COUNTER_BYTES)
 
 
 def _fsdp_padding(what: str, padded: int, share: int, workers: int) -> Effect:
-    return Effect(f"FSDP2 cuts each tensor's rows into {workers} chunks of ceil(rows/{workers}) and "
-                  f"pads every {what} shard to that size: {padded:,} elements on this rank "
+    return Effect("shard-padding",
+                  f"FSDP2 cuts each tensor's rows into {workers} chunks of ceil(rows/{workers}) "
+                  f"and pads every {what} shard to that size: {padded:,} elements on this rank "
                   f"instead of ceil(N/W) = {share:,}", FP32 * (padded - share))
+
+
+def _zero1(spec: ModelSpec, workers: int, rank: int, share: int) -> tuple[Effect, ...]:
+    owned = zero1_partition(spec.shapes, workers)[rank]
+    elements = sum(prod(spec.shapes[i]) for i in owned)
+    return (Effect("whole-tensor-partition",
+                   f"ZeroRedundancyOptimizer gives each rank whole tensors (largest first, to the "
+                   f"least-loaded rank): this rank owns {len(owned)} tensors with {elements:,} of "
+                   f"{spec.numel:,} elements instead of ceil(N/W) = {share:,}",
+                   ADAM_BYTES * (elements - share)),
+            _step_counters(len(owned)))
+
+
+def _gathered(strategy: Strategy, elements: int, what: str) -> tuple[Effect, ...]:
+    """Under the bf16 policy the gathered copy is 2 bytes wide, not the 4 zerolib assumes."""
+    width = strategy.gathered_bytes_per_element
+    if width == FP32:
+        return ()
+    return (Effect("bf16-gathered", f"{what} are gathered in bf16 ({width} B per element)",
+                   (width - FP32) * elements),)
+
+
+def _fsdp_parameters(strategy: Strategy, spec: ModelSpec, workers: int, phase: str,
+                     padded: int, share: int) -> list[Effect]:
+    total = spec.numel
+    if phase == "peak" and not strategy.reshard_after_forward:
+        gathered = workers * padded
+        return [Effect("shards-beside-gathered",
+                       f"reshard_after_forward=False keeps every layer gathered after forward, "
+                       f"and FSDP2 keeps its {padded:,}-element shards beside them", FP32 * padded),
+                Effect("gathered-padding",
+                       f"the gathered buffers are padded: {workers} x {padded:,} = {gathered:,} "
+                       f"elements instead of N = {total:,}", FP32 * (gathered - total)),
+                *_gathered(strategy, gathered, "all layers")]
+    effects = []
+    if not strategy.reshard_after_forward:  # at rest
+        effects.append(Effect("resharded-after-backward",
+                              "FSDP2 reshards parameters after backward, so at rest a rank holds "
+                              "only its shard, where ZeRO-2 keeps a full replica",
+                              FP32 * (share - total)))
+    effects.append(_fsdp_padding("parameter", padded, share, workers))
+    if phase == "peak":
+        index, gathered = _largest_gathered_layer(spec, workers)
+        effects.append(Effect("gathered-layer",
+                              f"FSDP2 gathers one layer at a time for its forward: layer {index} "
+                              f"holds {gathered:,} gathered elements until it reshards",
+                              FP32 * gathered))
+        effects += _gathered(strategy, gathered, f"layer {index}'s parameters")
+    return effects
 
 
 def expected_effects(strategy: Strategy, spec: ModelSpec, workers: int, rank: int,
@@ -73,57 +115,24 @@ def expected_effects(strategy: Strategy, spec: ModelSpec, workers: int, rank: in
         raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
     if category not in CATEGORIES:
         raise ValueError(f"category must be one of {CATEGORIES}, got {category!r}")
-    total, share = spec.numel, _ceil_div(spec.numel, workers)
+    share = ceil_div(spec.numel, workers)
     if strategy.kind == "ddp":
-        return (_step_counters(spec.tensor_count),) if category == "optimizer" else ()
-    if strategy.kind == "zero1":
-        if category != "optimizer":
-            return ()
-        owned = zero1_partition(spec.shapes, workers)[rank]
-        elements = sum(prod(spec.shapes[i]) for i in owned)
-        return (Effect(f"ZeroRedundancyOptimizer gives each rank whole tensors (largest first, to "
-                       f"the least-loaded rank): this rank owns {len(owned)} tensors with "
-                       f"{elements:,} of {total:,} elements instead of ceil(N/W) = {share:,}",
-                       ADAM_BYTES * (elements - share)),
-                _step_counters(len(owned)))
-    held, padded = _fsdp_elements(spec, workers, rank)
-    if category == "optimizer":
-        return (Effect(f"AdamW state follows FSDP2's unpadded local shards (torch.chunk rows): "
-                       f"{held:,} elements on this rank instead of ceil(N/W) = {share:,}",
-                       ADAM_BYTES * (held - share)),
-                _step_counters(spec.tensor_count))
-    if category == "gradients":
-        return (_fsdp_padding("gradient", padded, share, workers),)
-    # parameters
-    if phase == "peak" and not strategy.reshard_after_forward:
-        width = strategy.gathered_bytes_per_element
-        return (Effect(f"reshard_after_forward=False keeps every layer gathered after forward, "
-                       f"and FSDP2 keeps its {padded:,}-element shards beside them",
-                       FP32 * padded),
-                Effect(f"the gathered buffers are padded: {workers} x {padded:,} = "
-                       f"{workers * padded:,} elements instead of N = {total:,}",
-                       width * workers * padded - FP32 * total))
-    effects = []
-    if strategy.stage == 2:
-        effects.append(Effect("FSDP2 reshards parameters after backward, so at rest a rank holds "
-                              "only its shard, where ZeRO-2 keeps a full replica",
-                              FP32 * (share - total)))
-    effects.append(_fsdp_padding("parameter", padded, share, workers))
-    if phase == "peak":
-        index, gathered = _largest_gathered_layer(spec, workers)
-        width = strategy.gathered_bytes_per_element
-        dtype = "bf16" if strategy.bf16_compute else "fp32"
-        effects.append(Effect(f"FSDP2 gathers one layer at a time for its forward: layer {index} "
-                              f"holds {gathered:,} gathered {dtype} elements until it reshards",
-                              width * gathered))
+        effects = [_step_counters(spec.tensor_count)] if category == "optimizer" else []
+    elif strategy.kind == "zero1":
+        effects = list(_zero1(spec, workers, rank, share)) if category == "optimizer" else []
+    else:
+        held, padded = _fsdp_elements(spec, workers, rank)
+        if category == "optimizer":
+            effects = [Effect("uneven-shards",
+                              f"AdamW state follows FSDP2's unpadded local shards (torch.chunk "
+                              f"rows): {held:,} elements on this rank instead of ceil(N/W) = "
+                              f"{share:,}", ADAM_BYTES * (held - share)),
+                       _step_counters(spec.tensor_count)]
+        elif category == "gradients":
+            effects = [_fsdp_padding("gradient", padded, share, workers)]
+        else:
+            effects = _fsdp_parameters(strategy, spec, workers, phase, padded, share)
     return tuple(e for e in effects if e.bytes != 0)
-
-
-def _explain(effects: tuple[Effect, ...], unexplained: int) -> str:
-    parts = [f"{e.reason} ({e.bytes:+,} B)" for e in effects if e.bytes != 0]
-    if unexplained:
-        parts.append(f"UNEXPLAINED ({unexplained:+,} B)")
-    return "; ".join(parts) if parts else "matches"
 
 
 def compare_sharded(measured: pd.DataFrame) -> pd.DataFrame:
@@ -132,7 +141,8 @@ def compare_sharded(measured: pd.DataFrame) -> pd.DataFrame:
     ``measured`` has the columns of ``sharded_run.measure_sharded``: strategy, model, workers,
     rank, phase, category, measured_bytes, storages, sampled_at. Returns a tidy frame in a fixed
     row order with, in addition, stage, layout, predicted_bytes, difference_bytes,
-    relative_difference, explained_bytes, unexplained_bytes and explanation (all bytes int64).
+    relative_difference, explained_bytes, unexplained_bytes, effects (mechanism keys, see
+    ``effects.MECHANISMS``) and explanation (all bytes int64).
     """
     rows = []
     for record in measured.to_dict("records"):
@@ -154,7 +164,7 @@ def compare_sharded(measured: pd.DataFrame) -> pd.DataFrame:
             "relative_difference": (measured_bytes - predicted) / predicted,
             "explained_bytes": explained, "unexplained_bytes": unexplained,
             "storages": int(record["storages"]), "sampled_at": record["sampled_at"],
-            "explanation": _explain(effects, unexplained),
+            "effects": effect_keys(effects), "explanation": describe(effects, unexplained),
         })
     frame = pd.DataFrame(rows)
     order = {"strategy": list(STRATEGIES), "model": list(MODELS), "phase": list(PHASES),

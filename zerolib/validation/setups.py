@@ -23,7 +23,7 @@ class ModelSpec:
 
     @property
     def layers(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
-        """Per Linear layer, its parameter shapes in torch's order: weight (out, in), bias (out,)."""
+        """Per Linear layer, its parameter shapes in torch's order: weight (out, in), bias."""
         return tuple(((out, inp), (out,)) for inp, out in zip(self.widths, self.widths[1:]))
 
     @property
@@ -46,7 +46,8 @@ MODELS: Mapping[str, ModelSpec] = MappingProxyType({spec.name: spec for spec in 
               "4 x Linear(64, 64): row counts divide by 2 and 4 workers"),
     # Row counts 45, 21, 5 divide by neither 2 nor 4; one weight is over half the model.
     ModelSpec("uneven", (33, 45, 21, 5),
-              "Linear(33, 45), Linear(45, 21), Linear(21, 5): row counts divide by neither 2 nor 4"),
+              "Linear(33, 45), Linear(45, 21), Linear(21, 5): row counts divide by neither "
+              "2 nor 4"),
 )})
 
 
@@ -93,7 +94,24 @@ ADAMW_STATE_TENSORS = ("exp_avg", "exp_avg_sq")  # fp32, one element per paramet
 STEP_COUNTER_BYTES = 4  # AdamW's state["step"]: a 0-dim fp32 tensor per parameter tensor
 
 
-def _ceil_div(a: int, b: int) -> int:
+MAX_WORKERS = 8  # processes on one machine; the whole run should stay within about a minute
+
+
+def check_workers(workers) -> tuple[int, ...]:
+    """Sorted distinct worker counts, each a whole number from 2 to MAX_WORKERS."""
+    if isinstance(workers, (int, str, bytes)) or not hasattr(workers, "__iter__"):
+        raise TypeError(f"workers must be a list of process counts like [2, 4], got {workers!r}")
+    counts = tuple(workers)
+    if not counts:
+        raise ValueError("workers must name at least one process count, like 2 4")
+    for count in counts:
+        if isinstance(count, bool) or not isinstance(count, int) or not 2 <= count <= MAX_WORKERS:
+            raise ValueError(f"workers must be whole numbers from 2 to {MAX_WORKERS}, "
+                             f"got {count!r}")
+    return tuple(sorted(set(counts)))
+
+
+def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
@@ -103,7 +121,7 @@ def fsdp_rows(rows: int, workers: int, rank: int) -> tuple[int, int]:
     FSDP2 shards dim 0 like torch.chunk: chunks of ceil(rows / workers) rows, the last ones short
     or empty, and pads every shard to the first chunk's size.
     """
-    chunk = _ceil_div(rows, workers)
+    chunk = ceil_div(rows, workers)
     return max(0, min(chunk, rows - rank * chunk)), chunk
 
 

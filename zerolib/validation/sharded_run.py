@@ -1,7 +1,8 @@
 """A real sharded training step on the CPU, measured per rank (needs PyTorch).
 
-``measure_sharded(workers)`` starts ``workers`` processes (gloo on 127.0.0.1, a free port), and
-in each trains every model of ``setups.MODELS`` under every strategy of ``setups.STRATEGIES``:
+``measure_sharded(workers)`` starts ``workers`` processes (gloo on 127.0.0.1; the rendezvous
+store listens on a free port the OS picks) and in each trains every model of ``setups.MODELS``
+under every strategy of ``setups.STRATEGIES``:
 
 1. one step: forward, backward, ``optimizer.step()``; then measure "rest";
 2. ``zero_grad(set_to_none=False)`` (gradient buffers stay allocated, as the ZeRO accounting
@@ -20,9 +21,9 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import socket
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -30,9 +31,14 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
+
+with warnings.catch_warnings():
+    # Importing torch.distributed.optim scripts its functional optimizers with torch.jit.script,
+    # which warns that it is deprecated (PyTorch 2.13); nothing for this module to act on.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from ..accounting import CATEGORIES
 from .setups import MODELS, STRATEGIES, ModelSpec, Strategy
@@ -41,6 +47,7 @@ SEED = 0
 BATCH = 8
 LEARNING_RATE = 1e-3
 TIMEOUT = datetime.timedelta(seconds=120)
+HOST = "127.0.0.1"
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
@@ -117,11 +124,13 @@ def _measure_one(strategy: Strategy, spec: ModelSpec, rank: int, workers: int) -
     model, layers = _build(spec)
     wrapped, optimizer, state = _wrap(strategy, model, layers)
     sharded = list(model.parameters())  # FSDP2: the DTensor shards; otherwise the parameters
-    inputs = torch.randn(BATCH, spec.widths[0], generator=torch.Generator().manual_seed(SEED + rank))
+    generator = torch.Generator().manual_seed(SEED + rank)  # each rank its own batch
+    inputs = torch.randn(BATCH, spec.widths[0], generator=generator)
 
     wrapped(inputs).square().mean().backward()
     optimizer.step()
-    rows = _rows(strategy, spec, workers, rank, "rest", _snapshot(sharded, model, state), "after step")
+    rest = _snapshot(sharded, model, state)
+    rows = _rows(strategy, spec, workers, rank, "rest", rest, "after step")
 
     optimizer.zero_grad(set_to_none=False)
     samples = []
@@ -146,8 +155,8 @@ def _worker(rank: int, workers: int, port: int, out_dir: str) -> None:
     torch.set_num_threads(1)  # several ranks share two cores
     if sys.platform.startswith("linux"):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # stay on loopback
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=workers, timeout=TIMEOUT)
+    store = dist.TCPStore(HOST, port, is_master=False, timeout=TIMEOUT)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=workers, timeout=TIMEOUT)
     try:
         rows = [row for spec in MODELS.values() for strategy in STRATEGIES.values()
                 for row in _measure_one(strategy, spec, rank, workers)]
@@ -156,18 +165,15 @@ def _worker(rank: int, workers: int, port: int, out_dir: str) -> None:
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(rows))
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def measure_sharded(workers: int) -> list[dict]:
     """Measured rows (one per strategy, model, rank, phase, category) from ``workers`` processes."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 2:
         raise ValueError(f"workers must be a whole number of processes >= 2, got {workers!r}")
+    # The parent serves the rendezvous store on a port the OS picks and keeps it bound, so no
+    # other program can take the port between choosing it and the workers connecting.
+    store = dist.TCPStore(HOST, 0, is_master=True, wait_for_workers=False, timeout=TIMEOUT)
     with tempfile.TemporaryDirectory(prefix="zerolib-validate-") as out_dir:
-        mp.start_processes(_worker, args=(workers, _free_port(), out_dir), nprocs=workers,
+        mp.start_processes(_worker, args=(workers, store.port, out_dir), nprocs=workers,
                            join=True, start_method="spawn")
         return [row for rank in range(workers)
                 for row in json.loads(Path(out_dir, f"rank{rank}.json").read_text())]

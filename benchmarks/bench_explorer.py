@@ -1,0 +1,99 @@
+"""Explorer redraw: one control change to an updated PNG, against rebuilding the figure per change.
+
+What ``interact`` does on every change is build a new figure from scratch and render it. The
+explorers instead update the artists of one figure in place and re-render it (re-using the
+pixels of unchanged title and legend blocks). Both sides here draw the same figure at the same
+DPI with the same PNG encoder, from the same sequence of settings, measured alternately in one
+run so that machine noise hits both; the figures are medians.
+"""
+from __future__ import annotations
+
+import itertools
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from zerolib import plotting  # noqa: E402
+from zerolib.curves import memory_table  # noqa: E402
+from zerolib.explorers import GpuCountExplorer, ModelSizeExplorer  # noqa: E402
+
+ROUNDS = 6  # passes over each explorer's list of changes
+
+
+def gpu_count_changes():
+    """(control, value) pairs touching every control of the GPU-count explorer."""
+    return [("params", 13 * 10**9), ("params", 70 * 10**9), ("gpus", (1, 128)), ("gpus", (2, 64)),
+            ("device", "h100-80gb"), ("device", "v100-32gb"), ("unit", "GiB"), ("unit", "GB"),
+            ("layout", "fp32-adam"), ("optimizer_bytes", 6.0), ("layout", "mixed-adam"),
+            ("params", 7 * 10**9), ("gpus", (1, 64)), ("device", "a100-80gb"),
+            ("gradients_bytes", 4.0), ("layout", "mixed-adam")]
+
+
+def model_size_changes():
+    return [("gpus", 8), ("gpus", 128), ("gpus", 1024), ("gpus", 64),
+            ("models", (10**9, 7 * 10**9, 70 * 10**9)),
+            ("models", (10**9, 7 * 10**9, 13 * 10**9, 30 * 10**9, 70 * 10**9)),
+            ("device", "h200-141gb"), ("device", "a100-80gb"), ("unit", "GiB"), ("unit", "GB"),
+            ("layout", "adam-8bit"), ("parameters_bytes", 4.0), ("layout", "mixed-adam")]
+
+
+def rebuild(explorer, kind):
+    """What interact would do: a new figure from scratch for the explorer's current settings."""
+    if kind == "gpu_count":
+        table = memory_table(explorer.params, explorer.gpus, (0, 1, 2, 3), explorer.layout)
+        figure, _ = plotting.gpu_count_figure(table, explorer.device, explorer.unit,
+                                              explorer.layout, dpi=explorer.dpi)
+    else:
+        table = memory_table(explorer.models, explorer.gpus, (0, 1, 2, 3), explorer.layout)
+        figure, _ = plotting.model_size_figure(table, explorer.device, explorer.unit,
+                                               explorer.layout, dpi=explorer.dpi)
+    return plotting.IncrementalPng(figure, []).render()
+
+
+def measure(explorer, kind, changes):
+    """Median seconds per change: (update wall, rebuild wall, update CPU, rebuild CPU, count).
+
+    CPU time of this process is reported too: other programs on a shared machine disturb it
+    less than wall time.
+    """
+    update_wall, rebuild_wall, update_cpu, rebuild_cpu = [], [], [], []
+    figure = explorer.figure
+    for name, value in itertools.chain.from_iterable([changes] * ROUNDS):
+        before = bytes(explorer.image.value)
+        start, start_cpu = time.perf_counter(), time.process_time()
+        explorer.controls[name].value = value      # observe fires synchronously
+        after = bytes(explorer.image.value)
+        update_wall.append(time.perf_counter() - start)
+        update_cpu.append(time.process_time() - start_cpu)
+        start, start_cpu = time.perf_counter(), time.process_time()
+        rebuilt = rebuild(explorer, kind)
+        rebuild_wall.append(time.perf_counter() - start)
+        rebuild_cpu.append(time.process_time() - start_cpu)
+        assert explorer.figure is figure
+        assert after == rebuilt, name               # the same pixels as a figure drawn afresh
+        assert after != before or name in REPEATED, name
+    median = statistics.median
+    return (median(update_wall), median(rebuild_wall), median(update_cpu), median(rebuild_cpu),
+            len(update_wall))
+
+
+# Changes that may leave the picture as it was (setting a slider to the preset's own value).
+REPEATED = {"layout"}
+
+
+def main():
+    for explorer, kind, changes in ((GpuCountExplorer(), "gpu_count", gpu_count_changes()),
+                                    (ModelSizeExplorer(), "model_size", model_size_changes())):
+        update, rebuilt, update_cpu, rebuilt_cpu, count = measure(explorer, kind, changes)
+        print(f"explorer_{kind}: {update / rebuilt:.2f}x (one control change to a new PNG in "
+              f"{type(explorer).__name__}, median {update * 1000:.1f} ms wall "
+              f"({update_cpu * 1000:.1f} ms CPU) over {count} changes of every control, vs "
+              f"rebuilding the figure from scratch per change, median {rebuilt * 1000:.1f} ms "
+              f"wall ({rebuilt_cpu * 1000:.1f} ms CPU); target <= 0.5x and < 30 ms)")
+
+
+if __name__ == "__main__":
+    main()

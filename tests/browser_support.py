@@ -1,0 +1,158 @@
+"""Helpers for the browser tests: a throw-away JupyterLab server and a headless Chromium.
+
+Facts these helpers rely on (measured on the project's 2-core machines, see the team notes):
+- Debian's ``chromium`` at /usr/bin/chromium, driven by the Python ``playwright`` package through
+  ``executable_path`` (``playwright install`` cannot download its own browser here).
+- As root, Chromium needs ``--no-sandbox``; the networking flags stop it from calling Google's hosts,
+  which the closed network refuses.
+- JupyterLab exits at once as root without ``--allow-root``, and shows a "Jupyter news?" popup unless
+  the notification extension is told not to fetch news.
+- Pressing Run All before the kernel is ready opens a modal "Select Kernel" dialog: wait for "Idle".
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+INSTALL_CHROMIUM = "apt-get install -y chromium (Debian/Ubuntu), or set ZEROLIB_CHROMIUM to a Chromium binary"
+INSTALL_PLAYWRIGHT = "pip install -e '.[test]'"
+
+CHROMIUM_ARGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage",
+)
+
+# Generous ceilings: a cold kernel start plus matplotlib's first import takes ~5 s on 2 cores.
+SERVER_START_SECONDS = 60
+KERNEL_IDLE_MS = 60_000
+RUN_ALL_MS = 120_000
+WIDGET_UPDATE_MS = 20_000
+
+
+def find_chromium() -> str | None:
+    """The Chromium binary: $ZEROLIB_CHROMIUM if set (and only it), else chromium on PATH, else
+    Debian's /usr/bin/chromium; None when there is none."""
+    override = os.environ.get("ZEROLIB_CHROMIUM")
+    candidates = [override] if override else [shutil.which("chromium"),
+                                              shutil.which("chromium-browser"), "/usr/bin/chromium"]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stop_process_group(process: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM the process group started for ``process``, SIGKILL it if it lingers."""
+    if process.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@dataclass(frozen=True)
+class LabServer:
+    url: str          # http://127.0.0.1:PORT/
+    token: str
+    root_dir: Path    # the temporary copy of the notebooks the server serves
+    log: Path
+
+    def notebook_url(self, name: str) -> str:
+        # ?reset: a fresh workspace, so tabs opened by an earlier test do not come back.
+        return f"{self.url}lab/tree/{name}?reset&token={self.token}"
+
+
+def _write_lab_settings(config_dir: Path) -> None:
+    """Turn off the "Jupyter news?" popup (and update checks), which would cover the notebook."""
+    settings = config_dir / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+
+
+@contextlib.contextmanager
+def jupyter_lab(root_dir: Path, work_dir: Path):
+    """Run JupyterLab on 127.0.0.1 (random token, free port) serving ``root_dir``; always stop it."""
+    token = secrets.token_hex(24)
+    port = free_port()
+    home = work_dir / "jupyter"
+    env = dict(os.environ)
+    env.update(
+        JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_DATA_DIR=str(home / "data"),
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"), IPYTHONDIR=str(home / "ipython"),
+        JUPYTER_PLATFORM_DIRS="1", PYTHONUNBUFFERED="1",
+        # The kernel must be this interpreter (where zerolib is installed), whatever PATH says.
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
+    )
+    env.pop("JUPYTER_PATH", None)
+    _write_lab_settings(home / "config")
+    command = [
+        sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+        "--port-retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root_dir}",
+        # No calls to the closed network: no news feed, no update check.
+        "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        command.append("--allow-root")
+    log = work_dir / "jupyterlab.log"
+    with open(log, "wb") as log_file:
+        process = subprocess.Popen(command, cwd=root_dir, env=env, stdout=log_file,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        _wait_for_server(process, f"{url}api/status?token={token}", log)
+        yield LabServer(url=url, token=token, root_dir=root_dir, log=log)
+    finally:
+        stop_process_group(process)
+
+
+def _wait_for_server(process: subprocess.Popen, status_url: str, log: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"JupyterLab exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(status_url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.25)
+    raise RuntimeError(f"JupyterLab did not answer within {SERVER_START_SECONDS} s:\n"
+                       f"{log.read_text()[-3000:]}")
+
+
+@contextlib.contextmanager
+def chromium(playwright, user_data_dir: Path, executable: str):
+    """A headless Chromium with a fresh profile; tall pages, so a whole explorer fits on screen."""
+    context = playwright.chromium.launch_persistent_context(
+        str(user_data_dir), executable_path=executable, headless=True, args=list(CHROMIUM_ARGS),
+        viewport={"width": 1280, "height": 1800})
+    try:
+        yield context
+    finally:
+        context.close()

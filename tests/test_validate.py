@@ -1,0 +1,311 @@
+"""``zerolib validate``: real PyTorch runs against zerolib's arithmetic.
+
+Without torch: the expected-value arithmetic is checked against numbers worked out by hand,
+the recorded files in data/ are checked for shape and for explaining every difference, and the
+command says how to install torch. With torch: the measurement is re-run and must still match
+the recorded files.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, optional_import
+from zerolib.activations import layer_activation_bytes
+from zerolib.cli import main
+from zerolib.validation.effects import MECHANISMS
+from zerolib.validation.explain_activations import CASES, SHAPE, compare_activations, totals
+from zerolib.validation.explain_sharded import compare_sharded, expected_effects
+from zerolib.validation.records import (ACTIVATIONS_FILE, SHARDED_FILE, VERSION_COLUMNS,
+                                        differences, read_csv, to_csv_text, write_csv)
+from zerolib.validation.setups import (MODELS, STRATEGIES, check_workers, fsdp_rows,
+                                       zero1_partition)
+
+DATA = REPO / "data"
+TORCH_HINT = "pip install torch==2.13.0"
+MEASURED_COLUMNS = ["strategy", "model", "workers", "rank", "phase", "category",
+                    "measured_bytes", "storages", "sampled_at"]
+
+
+def run_cli(capsys, *argv):
+    try:
+        status = main(list(argv))
+    except SystemExit as exit_:  # argparse usage errors exit from inside main
+        status = exit_.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.fixture(scope="module")
+def sharded():
+    return read_csv(DATA / SHARDED_FILE)
+
+
+@pytest.fixture(scope="module")
+def activations():
+    return read_csv(DATA / ACTIVATIONS_FILE)
+
+
+def rows(frame, **where):
+    mask = pd.Series(True, index=frame.index)
+    for column, value in where.items():
+        mask &= frame[column] == value
+    return frame[mask]
+
+
+def one(frame, **where) -> dict:
+    found = rows(frame, **where)
+    assert len(found) == 1, where
+    return found.iloc[0].to_dict()
+
+
+# --- the arithmetic, by hand -------------------------------------------------------------------
+
+def test_model_sizes_by_hand():
+    assert MODELS["even"].numel == 4 * (64 * 64 + 64) == 16_640
+    # Linear(33, 45) + Linear(45, 21) + Linear(21, 5)
+    assert MODELS["uneven"].numel == (45 * 33 + 45) + (21 * 45 + 21) + (5 * 21 + 5) == 2_606
+    assert MODELS["uneven"].tensor_count == 6
+
+
+def test_fsdp_chunks_like_torch_chunk():
+    # 45 rows on 4 ranks: chunks of ceil(45/4) = 12 rows -> 12, 12, 12, 9; all padded to 12.
+    assert [fsdp_rows(45, 4, r) for r in range(4)] == [(12, 12), (12, 12), (12, 12), (9, 12)]
+    # 5 rows on 4 ranks: chunks of 2 -> 2, 2, 1 and an empty fourth shard.
+    assert [fsdp_rows(5, 4, r) for r in range(4)] == [(2, 2), (2, 2), (1, 2), (0, 2)]
+    assert [fsdp_rows(64, 4, r) for r in range(4)] == [(16, 16)] * 4
+
+
+def test_zero1_partition_by_hand():
+    shapes = MODELS["uneven"].shapes  # sizes 1485, 45, 945, 21, 105, 5
+    # Largest first to the least-loaded rank: 1485->0, 945->1, 105->2, 45->3, 21->3, 5->3.
+    assert zero1_partition(shapes, 4) == ((0,), (2,), (4,), (1, 3, 5))
+    # Two ranks: 1485->0, then everything else to rank 1 (945+105+45+21+5 = 1121 < 1485).
+    assert zero1_partition(shapes, 2) == ((0,), (1, 2, 3, 4, 5))
+    # Even model: 4 weights of 4096 and 4 biases of 64 split evenly.
+    assert zero1_partition(MODELS["even"].shapes, 4) == ((0, 1), (2, 3), (4, 5), (6, 7))
+
+
+def test_effects_by_hand_fsdp_uneven_last_rank():
+    spec, strategy = MODELS["uneven"], STRATEGIES["fsdp2-reshard"]
+    # Rank 3 of 4 holds 9 + 3 + 0 rows: 9*33 + 9 + 3*45 + 3 = 444 elements; ceil(2606/4) = 652.
+    effects = {e.key: e.bytes for e in expected_effects(strategy, spec, 4, 3, "rest", "optimizer")}
+    assert effects == {"uneven-shards": 8 * (444 - 652), "step-counters": 6 * 4}
+    # Padded shards: 12*33 + 12 + 6*45 + 6 + 2*21 + 2 = 728 elements on every rank.
+    effects = {e.key: e.bytes for e in expected_effects(strategy, spec, 4, 3, "peak", "parameters")}
+    # Layer 0 gathered: 4 ranks x (12*33 + 12) = 1632 fp32 elements.
+    assert effects == {"shard-padding": 4 * (728 - 652), "gathered-layer": 4 * 1632}
+
+
+def test_effects_by_hand_stage2_analogue_at_rest():
+    spec = MODELS["even"]
+    effects = {e.key: e.bytes for e in
+               expected_effects(STRATEGIES["fsdp2-keep"], spec, 4, 0, "rest", "parameters")}
+    # ZeRO-2 would keep all 16,640 parameters; FSDP2 keeps a 4,160-element shard.
+    assert effects == {"resharded-after-backward": 4 * (4_160 - 16_640)}
+
+
+def test_bad_effect_arguments_are_named():
+    with pytest.raises(ValueError, match="phase"):
+        expected_effects(STRATEGIES["ddp"], MODELS["even"], 2, 0, "during", "optimizer")
+    with pytest.raises(ValueError, match="category"):
+        expected_effects(STRATEGIES["ddp"], MODELS["even"], 2, 0, "rest", "activations")
+
+
+def test_check_workers():
+    assert check_workers([4, 2, 4]) == (2, 4)
+    for bad in ([1], [9], [], [True], [2.0]):
+        with pytest.raises(ValueError, match="workers"):
+            check_workers(bad)
+    with pytest.raises(TypeError, match="workers"):
+        check_workers(4)
+
+
+def test_table2_case_is_korthikanti_by_hand():
+    s, b, h, a = SHAPE.seq_len, SHAPE.micro_batch, SHAPE.hidden, SHAPE.heads
+    by_hand = s * b * h * 34 + 5 * a * s * s * b  # Table 2, no parallelism: 2-byte values
+    table2 = next(case for case in CASES if case.name == "table2")
+    assert sum(table2.formula_terms(SHAPE).values()) == by_hand == 442_368
+    for case in CASES:  # the per-term list the comparison uses sums to zerolib's total
+        assert sum(case.formula_terms(SHAPE).values()) == layer_activation_bytes(
+            s, b, h, a, recompute=case.recompute, flash_attention=case.flash_attention,
+            element_bytes=case.element_bytes, mask_bytes=1, dropout=True)
+
+
+# --- the recorded files (no torch needed) ------------------------------------------------------
+
+def test_recorded_files_are_tidy_and_stamped(sharded, activations):
+    workers = sorted(sharded["workers"].unique())
+    assert workers == [2, 4]
+    per_rank_rows = len(STRATEGIES) * len(MODELS) * 2 * 3  # phases x categories
+    assert len(sharded) == per_rank_rows * sum(workers)
+    keys = ["strategy", "model", "workers", "rank", "phase", "category"]
+    assert not sharded.duplicated(keys).any()
+    for frame in (sharded, activations):
+        for column in VERSION_COLUMNS:
+            assert frame[column].nunique() == 1 and frame[column].iloc[0] != ""
+    assert set(activations["case"]) == {case.name for case in CASES}
+
+
+def test_recorded_files_are_written_deterministically(sharded, activations):
+    for frame, name in ((sharded, SHARDED_FILE), (activations, ACTIVATIONS_FILE)):
+        assert to_csv_text(frame) == (DATA / name).read_text(encoding="utf-8")
+
+
+def test_recorded_comparison_follows_from_recorded_measurements(sharded, activations):
+    """Re-deriving predictions and explanations from the measured columns rewrites the files."""
+    fresh = compare_sharded(sharded[MEASURED_COLUMNS])
+    assert differences(sharded, fresh) == []
+    measured = activations[activations["item"] != "(not saved by PyTorch)"]
+    fresh = compare_activations(measured[["case", "item", "saved_dtype", "saved_shape",
+                                          "measured_bytes"]])
+    assert differences(activations, fresh) == []
+
+
+def test_every_difference_is_explained(sharded, activations):
+    for frame in (sharded, activations):
+        assert (frame["unexplained_bytes"] == 0).all(), frame[frame["unexplained_bytes"] != 0]
+        assert not frame["explanation"].str.contains("UNEXPLAINED").any()
+        differing = frame[frame["difference_bytes"] != 0]
+        assert (differing["effects"] != "").all()
+        used = {key for text in frame["effects"] for key in text.split()}
+        assert used <= set(MECHANISMS)
+
+
+def test_stage3_even_model_at_rest_matches_within_step_counters(sharded):
+    rest = rows(sharded, strategy="fsdp2-reshard", model="even", phase="rest")
+    assert len(rest) == 3 * (2 + 4)
+    for row in rest.to_dict("records"):
+        # 4,160 or 8,320 elements per rank: exactly 4 B and 4 B per element, and 8 B of AdamW
+        # state plus eight 4-byte step counters.
+        share = 16_640 // row["workers"]
+        expected = {"parameters": 4 * share, "gradients": 4 * share,
+                    "optimizer": 8 * share + 8 * 4}[row["category"]]
+        assert row["measured_bytes"] == expected
+        assert abs(row["relative_difference"]) < 0.002
+
+
+def test_uneven_model_shows_padding_and_imbalance(sharded):
+    # FSDP2, 4 ranks: every rank holds 728 padded elements, 4 B each, against ceil(2606/4) = 652.
+    for rank in range(4):
+        row = one(sharded, strategy="fsdp2-reshard", model="uneven", workers=4, rank=rank,
+                  phase="rest", category="parameters")
+        assert row["measured_bytes"] == 4 * 728 and row["predicted_bytes"] == 4 * 652
+        assert row["effects"] == "shard-padding"
+    # ZeroRedundancyOptimizer, 4 ranks: rank 0 owns the 1485-element weight alone (+1 counter),
+    # rank 3 three small tensors (45 + 21 + 5 elements, 3 counters).
+    first = one(sharded, strategy="zero1", model="uneven", workers=4, rank=0, phase="rest",
+                category="optimizer")
+    last = one(sharded, strategy="zero1", model="uneven", workers=4, rank=3, phase="rest",
+               category="optimizer")
+    assert first["measured_bytes"] == 8 * 1485 + 4 and last["measured_bytes"] == 8 * 71 + 3 * 4
+    assert first["measured_bytes"] > first["predicted_bytes"] > last["measured_bytes"]
+
+
+def test_rest_and_peak_differ_where_parameters_are_gathered(sharded):
+    def params(strategy, phase):
+        return one(sharded, strategy=strategy, model="even", workers=4, rank=0, phase=phase,
+                   category="parameters")["measured_bytes"]
+
+    # At rest both FSDP2 analogues hold only shards (16,640 / 4 elements x 4 B).
+    assert params("fsdp2-keep", "rest") == params("fsdp2-reshard", "rest") == 16_640
+    # Peak: all four layers gathered beside the shards, or one layer at a time (in bf16 too).
+    assert params("fsdp2-keep", "peak") == 16_640 + 4 * 16_640
+    assert params("fsdp2-reshard", "peak") == 16_640 + 4 * 4_160
+    assert params("fsdp2-bf16", "peak") == 16_640 + 2 * 4_160
+    assert params("ddp", "peak") == params("ddp", "rest") == 4 * 16_640
+
+
+def test_recorded_activations(activations):
+    summary = totals(activations).set_index("case")
+    s, b, h = SHAPE.seq_len, SHAPE.micro_batch, SHAPE.hidden
+    norm_stats = 2 * 2 * s * b  # two LayerNorms, mean and 1/std, one value per token
+    assert summary.at["table2", "formula_bytes"] == 442_368
+    assert summary.at["table2", "measured_bytes"] == 442_368 + 2 * norm_stats
+    assert summary.at["full", "measured_bytes"] == 2 * s * b * h  # the block's input only
+    assert summary.at["full", "formula_bytes"] == 2 * s * b * h
+    # CPU F.dropout keeps 2-byte noise where Table 2 has 1-byte masks: one more byte per element
+    # of the attention mask (a s^2 b) and of the two sbh masks.
+    extra = SHAPE.heads * s * s * b + 2 * s * b * h
+    assert (summary.at["cpu-dropout", "measured_bytes"]
+            == summary.at["table2", "measured_bytes"] + extra)
+    mask = one(activations, case="table2", item="attention dropout mask")
+    assert mask["saved_dtype"] == "bool" and mask["measured_bytes"] == SHAPE.heads * s * s * b
+
+
+# --- records -----------------------------------------------------------------------------------
+
+def test_write_csv_is_atomic_and_deterministic(tmp_path):
+    frame = pd.DataFrame({"b": [2, 1], "relative_difference": [1 / 3, -0.5]})
+    path = write_csv(frame, tmp_path / "out" / "x.csv")
+    first = path.read_bytes()
+    assert first == b"b,relative_difference\n2,0.333333\n1,-0.500000\n"
+    write_csv(frame, path)
+    assert path.read_bytes() == first
+    assert [p.name for p in path.parent.iterdir()] == ["x.csv"]  # no temporary left behind
+
+
+def test_differences_name_the_changed_row():
+    old = pd.DataFrame({"a": [1, 2], "torch_version": ["1", "1"]})
+    assert differences(old, old.assign(torch_version="2")) == []  # versions aside
+    found = differences(old, pd.DataFrame({"a": [1, 3], "torch_version": ["1", "1"]}))
+    assert len(found) == 1 and "2" in found[0] and "3" in found[0]
+
+
+# --- the command -------------------------------------------------------------------------------
+
+def test_without_torch_says_how_to_install(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    status, out, err = run_cli(capsys, "validate")
+    assert status == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert "pip install -e '.[validate]'" in err and "torch==2.13.0" in err
+
+
+@pytest.mark.parametrize("argv", [["--workers", "1"], ["--workers", "9"], ["--workers", "two"],
+                                  ["--format", "xml"]])
+def test_bad_options_are_one_line(capsys, argv):
+    status, out, err = run_cli(capsys, "validate", *argv)
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+# --- with torch: the run itself ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def fresh_run(sharded):
+    optional_import("torch", TORCH_HINT)
+    from zerolib.validation.runner import validate
+
+    return validate(tuple(int(w) for w in sorted(sharded["workers"].unique())))
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_rerun_matches_recorded_files(fresh_run, sharded, activations):
+    hint = "re-record with `zerolib validate --record` and explain the change"
+    found = differences(sharded, fresh_run.sharded)
+    assert found == [], f"{SHARDED_FILE} no longer matches ({hint}):\n" + "\n".join(found)
+    found = differences(activations, fresh_run.activations)
+    assert found == [], f"{ACTIVATIONS_FILE} no longer matches ({hint}):\n" + "\n".join(found)
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_cli_prints_and_records(fresh_run, capsys, monkeypatch, tmp_path):
+    import zerolib.validation.runner as runner
+
+    monkeypatch.setattr(runner, "validate", lambda workers: fresh_run)  # measured once above
+    status, out, err = run_cli(capsys, "validate", "--record", "--data-dir", str(tmp_path))
+    assert status == 0
+    assert "Rows with unexplained bytes: 0 of 360" in out and "norm-statistics:" in out
+    assert (tmp_path / SHARDED_FILE).read_text() == to_csv_text(fresh_run.sharded)
+    assert (tmp_path / ACTIVATIONS_FILE).read_text() == to_csv_text(fresh_run.activations)
+    assert err.count("recorded ") == 2
+    status, out, _ = run_cli(capsys, "validate", "--format", "json")
+    result = json.loads(out)
+    assert len(result["sharded"]) == 360
+    assert {row["case"] for row in result["activation_totals"]} == {case.name for case in CASES}

@@ -1,0 +1,171 @@
+"""The working-set options of ``zerolib estimate`` (``--model``, ``--seq``, ``--micro-batch`` ...).
+
+Kept apart from ``estimate.py`` so that file only gains a few calls: these functions add the
+arguments, turn them into :class:`zerolib.working_set.WorkingSetSettings`, replace the stage
+rows with rows that carry ``working_set`` and ``peak``, and add table / CSV columns.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import replace
+
+from ..activations import RECOMPUTE
+from ..models import get_model, parameter_count
+from ..units import to_unit
+from ..working_set import TERMS, WorkingSetSettings, stage_rows
+
+LABELS = {"activations": "activations", "logits_loss": "logits+loss", "ddp_buckets": "DDP buckets",
+          "reduce_bucket": "reduce bucket", "allgather_bucket": "all-gather bucket",
+          "gathered_parameters": "gathered params", "reserve": "reserve"}
+# Options that only make sense with an architecture (dest -> flag, for the error message).
+OPTIONS = {"seq": "--seq", "micro_batch": "--micro-batch", "recompute": "--recompute",
+           "flash": "--flash/--no-flash", "tensor_parallel": "--tensor-parallel",
+           "sequence_parallel": "--sequence-parallel", "reserve": "--reserve",
+           "reduce_bucket_size": "--reduce-bucket-size", "overlap_comm": "--overlap-comm",
+           "prefetch_bucket_size": "--prefetch-bucket-size",
+           "max_live_parameters": "--max-live-parameters", "ddp_bucket_view": "--ddp-bucket-view"}
+DEFAULT_SEQ = 4096
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*$")
+_SIZE_UNITS = {None: 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
+               "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+
+
+def add_arguments(parser) -> None:
+    ws = parser.add_argument_group(
+        "working set (needs --model)",
+        "Peak = persistent state + working set: activations (Korthikanti et al. 2022), logits and "
+        "loss, DeepSpeed/DDP buffers, a fixed reserve. With these, 'fits' is judged on the peak.")
+    ws.add_argument("--seq", metavar="TOKENS",
+                    help=f"sequence length (default: the model's context length, at most {DEFAULT_SEQ})")
+    ws.add_argument("--micro-batch", metavar="N", help="sequences per GPU per step (default 1)")
+    ws.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
+    ws.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None,
+                    help="flash-style attention, no s x s scores stored (default: on)")
+    ws.add_argument("--tensor-parallel", metavar="T",
+                    help="tensor-parallel degree; --gpus is then T x data-parallel workers (default 1)")
+    ws.add_argument("--sequence-parallel", action="store_true", default=None,
+                    help="split norms and dropouts along the sequence (Megatron sequence parallelism)")
+    ws.add_argument("--reserve", metavar="SIZE",
+                    help="fixed reserve for CUDA context, NCCL and fragmentation, e.g. 2GiB, 1.5GB, 0 "
+                         "(default 2GiB: an assumption, not a measurement)")
+    ws.add_argument("--reduce-bucket-size", metavar="ELEMENTS",
+                    help="DeepSpeed reduce_bucket_size (default 5e8 elements)")
+    ws.add_argument("--overlap-comm", action="store_true", default=None,
+                    help="DeepSpeed overlap_comm in stages 1-2: a second reduce bucket")
+    ws.add_argument("--prefetch-bucket-size", metavar="ELEMENTS",
+                    help="DeepSpeed stage3_prefetch_bucket_size (default 5e7 elements)")
+    ws.add_argument("--max-live-parameters", metavar="ELEMENTS",
+                    help="DeepSpeed stage3_max_live_parameters (default 1e9 elements)")
+    ws.add_argument("--ddp-bucket-view", action="store_true", default=None,
+                    help="stage 0: PyTorch DDP gradient_as_bucket_view=True (no second gradient copy)")
+
+
+def _whole(text: str, name: str, minimum: int = 1) -> int:
+    try:
+        value = float(text) if any(c in text for c in ".eE") else int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")) or value != int(value) or value < minimum:
+        what = "a positive whole number" if minimum else "a whole number, 0 or more"
+        raise ValueError(f"{name} must be {what}, got {text!r}")
+    return int(value)
+
+
+def parse_size(text: str, name: str = "--reserve") -> int:
+    """``2GiB`` -> 2147483648; ``1.5GB`` -> 1500000000; ``0`` -> 0 (bytes, rounded up)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"{name} must be a size like 2GiB, 1.5GB, 512MiB or a byte count, got {text!r}")
+    number, unit = match.groups()
+    value = float(number) * _SIZE_UNITS[unit]
+    if value > 2**62:
+        raise ValueError(f"{name} is too large, got {text!r}")
+    return int(-(-value // 1))
+
+
+def requested(args) -> bool:
+    return getattr(args, "model", None) is not None or any(
+        getattr(args, dest, None) is not None for dest in OPTIONS)
+
+
+def params_of(args) -> int:
+    """The parameter count of ``--model`` (exact, from its configuration)."""
+    return parameter_count(get_model(args.model))
+
+
+def settings_from(args) -> WorkingSetSettings:
+    """Settings from the command line; raises if working-set flags come without --model."""
+    if args.model is None:
+        given = [flag for dest, flag in OPTIONS.items() if getattr(args, dest, None) is not None]
+        verb = "needs" if len(given) == 1 else "need"
+        raise ValueError(f"{', '.join(given)} {verb} --model (a bare --params count has no "
+                         f"architecture); see 'zerolib models' for the presets")
+    config = get_model(args.model)
+    settings = WorkingSetSettings(seq_len=min(config.max_positions, DEFAULT_SEQ))
+    changes = {}
+    if args.seq is not None:
+        changes["seq_len"] = _whole(args.seq, "--seq")
+    if args.micro_batch is not None:
+        changes["micro_batch"] = _whole(args.micro_batch, "--micro-batch")
+    if args.recompute is not None:
+        changes["recompute"] = args.recompute
+    if args.flash is not None:
+        changes["flash_attention"] = args.flash
+    if args.tensor_parallel is not None:
+        changes["tensor_parallel"] = _whole(args.tensor_parallel, "--tensor-parallel")
+    if args.sequence_parallel:
+        changes["sequence_parallel"] = True
+    if args.reserve is not None:
+        changes["reserve_bytes"] = parse_size(args.reserve)
+    for dest, field in (("reduce_bucket_size", "reduce_bucket_size"),
+                        ("prefetch_bucket_size", "prefetch_bucket_size"),
+                        ("max_live_parameters", "max_live_parameters")):
+        if getattr(args, dest) is not None:
+            changes[field] = _whole(getattr(args, dest), OPTIONS[dest], minimum=0)
+    if args.overlap_comm:
+        changes["overlap_comm"] = True
+    if args.ddp_bucket_view:
+        changes["ddp_gradient_as_bucket_view"] = True
+    return replace(settings, **changes)
+
+
+def apply(result: dict, args, layout, stages) -> dict:
+    """Add the model, the settings and, per stage, ``working_set`` and ``peak``; ``fits`` is
+    judged on the peak. Persistent columns are unchanged when tensor_parallel is 1."""
+    settings = settings_from(args)
+    config = get_model(args.model)
+    device = result["device"]["name"] if result["device"] else None
+    result["model"] = config.name
+    result["tensor_parallel"] = settings.tensor_parallel
+    result["working_set_settings"] = settings.as_dict()
+    result["stages"] = stage_rows(config, result["gpus"], stages, settings, layout, device)
+    return result
+
+
+def has_working_set(result: dict) -> bool:
+    return bool(result["stages"]) and "peak" in result["stages"][0]
+
+
+def table_columns(result: dict, unit: str) -> tuple[list[str], list[list[str]]]:
+    """Extra table headers and cells per stage row: the non-zero terms, then the peak."""
+    terms = [t for t in TERMS if any(row["working_set"][t] for row in result["stages"])]
+    headers = [f"{LABELS[t]} [{unit}]" for t in terms] + [f"peak [{unit}]"]
+    cells = [[f"{to_unit(row['working_set'][t], unit):,.2f}" for t in terms]
+             + [f"{to_unit(row['peak'], unit):,.2f}"] for row in result["stages"]]
+    return headers, cells
+
+
+def describe(result: dict) -> str:
+    s = result["working_set_settings"]
+    parts = [f"model {result['model']}", f"sequence {s['seq_len']:,}", f"micro-batch {s['micro_batch']}",
+             f"recompute {s['recompute']}", "flash attention" if s["flash_attention"] else "no flash attention"]
+    if s["tensor_parallel"] > 1:
+        sequence = " + sequence parallel" if s["sequence_parallel"] else ""
+        parts.append(f"tensor parallel {s['tensor_parallel']}{sequence}")
+    return "Working set: " + ", ".join(parts) + "; fits is judged on the peak."
+
+
+def csv_columns(result: dict) -> tuple[list[str], list[list]]:
+    headers = [*TERMS, "peak"]
+    return headers, [[*(row["working_set"][t] for t in TERMS), row["peak"]] for row in result["stages"]]

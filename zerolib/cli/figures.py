@@ -1,0 +1,112 @@
+"""``zerolib figures``: regenerate the published figures and their data, or check they are current.
+
+The heavy imports (pandas, matplotlib) happen inside :func:`run`, so other subcommands and
+``zerolib --help`` do not pay for them.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..accounting import LAYOUTS
+from ..devices import DEVICES
+from ..units import UNITS
+from .estimate import _bytes_triplet
+
+
+def register(commands) -> None:
+    parser = commands.add_parser(
+        "figures", help="write the published figures (PNG, SVG) and their data (CSV)",
+        description="Write figures/<name>.png and .svg, data/<name>.csv and data/README.md for "
+                    "the chapter's two figures: per-GPU memory against GPU count, and across "
+                    "model sizes. Files are replaced atomically; unchanged files are left alone.")
+    parser.add_argument("--out", metavar="DIR",
+                        help="write DIR/figures and DIR/data (default: the repository's own)")
+    parser.add_argument("--check", action="store_true",
+                        help="regenerate into a temporary folder and compare; exit 1 naming each "
+                             "stale or missing file; writes nothing")
+    variant = parser.add_argument_group(
+        "variants", "change what the figures show (needs --out, so the published files stay "
+                    "the chapter's)")
+    variant.add_argument("--params", metavar="COUNT",
+                         help="model size of the GPU-count figure (default: 7B)")
+    variant.add_argument("--gpus", metavar="LIST",
+                         help="GPU counts of the GPU-count figure, e.g. 1-64 or 1,2,4,8 "
+                              "(default: 1-64)")
+    variant.add_argument("--sizes", metavar="LIST",
+                         help="model sizes of the model-size figure (default: 1B,7B,13B,30B,70B)")
+    variant.add_argument("--sizes-gpus", metavar="N",
+                         help="GPU count of the model-size figure (default: 64)")
+    variant.add_argument("--device", choices=list(DEVICES),
+                         help="device whose capacity is the reference line (default: a100-80gb)")
+    layout = variant.add_mutually_exclusive_group()
+    layout.add_argument("--layout", choices=list(LAYOUTS),
+                        help="bytes-per-parameter preset (default: mixed-adam, 2,2,12)")
+    layout.add_argument("--bytes", metavar="P,G,O",
+                        help="custom bytes per parameter for parameters,gradients,optimizer")
+    variant.add_argument("--unit", choices=list(UNITS),
+                         help="unit of the figures' axes (default: GB = 10^9 bytes; CSVs are in bytes)")
+    parser.set_defaults(func=run)
+
+
+def _whole(text: str, name: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {text!r}") from None
+
+
+def options_from(args):
+    """The FigureOptions the command line asks for."""
+    from .. import figures
+    from ..units import parse_count
+    changes = {}
+    if args.params is not None:
+        changes["params"] = parse_count(args.params, "--params")
+    if args.gpus is not None:
+        changes["gpus"] = figures.parse_gpu_list(args.gpus, "--gpus")
+    if args.sizes is not None:
+        changes["model_sizes"] = figures.parse_size_list(args.sizes, "--sizes")
+    if args.sizes_gpus is not None:
+        changes["model_gpus"] = _whole(args.sizes_gpus, "--sizes-gpus")
+    if args.device is not None:
+        changes["device"] = args.device
+    if args.layout is not None:
+        changes["layout"] = args.layout
+    if args.bytes is not None:
+        changes["layout"] = _bytes_triplet(args.bytes)
+    if args.unit is not None:
+        changes["unit"] = args.unit
+    defaults = figures.DEFAULTS
+    return figures.FigureOptions(**{**{name: getattr(defaults, name) for name in (
+        "params", "gpus", "model_sizes", "model_gpus", "device", "layout", "unit", "stages")},
+        **changes})
+
+
+def run(args) -> int:
+    from .. import figures
+    options = options_from(args)
+    if figures.variant(options) and args.out is None:
+        raise ValueError("variant figures need --out DIR: the repository's figures/ and data/ "
+                         "hold the published defaults")
+    root = figures.repo_root() if args.out is None else Path(args.out)
+    if args.out is not None and root.exists() and not root.is_dir():
+        raise ValueError(f"--out must be a folder, got the file {args.out!r}")
+
+    if args.check:
+        problems, notes = figures.check(options, root)
+        for note in notes:
+            print(f"note: {note}")
+        for problem in problems:
+            print(problem)
+        if problems:
+            print(f"{len(problems)} file(s) out of date: run `zerolib figures"
+                  f"{'' if args.out is None else ' --out ' + args.out}` to regenerate",
+                  file=sys.stderr)
+            return 1
+        print(f"figures and data are up to date under {root}")
+        return 0
+
+    for relative, status in figures.write(figures.build(options), root):
+        print(f"{status:9} {root / relative}")
+    return 0

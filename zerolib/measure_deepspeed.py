@@ -1,0 +1,441 @@
+"""Measure what DeepSpeed's ZeRO stages 0-3 really hold per rank, on the CPU.
+
+    DS_ACCELERATOR=cpu python -m zerolib.measure_deepspeed --out data/deepspeed_measured.csv
+
+Launches 2 and 4 ranks on 127.0.0.1 (torch.multiprocessing, DeepSpeed's CPU accelerator with its
+gloo backend), trains small Linear stacks for two steps under each stage with AdamW, and on every
+rank counts the bytes of distinct tensor storages reachable from the DeepSpeed engine, sorted
+into parameters, gradients, optimizer state, fp32 master weights, reduce buckets and other.
+Beside each measurement it writes the chapter's formula (zerolib.accounting.model_state) and
+DeepSpeed's own estimator (zerolib.deepspeed) for the same model, plus the versions used.
+What the numbers show is explained in data/deepspeed_convention.md.
+
+Needs the optional extra ``deepspeed`` (DeepSpeed built with DS_BUILD_OPS=0 and the CPU build of
+torch); everything else in zerolib works without it. The notebook and the tests read the
+recorded CSV, they never run this.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import gc
+import io
+import json
+import os
+import platform
+import socket
+import sys
+import tempfile
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+from .accounting import model_state
+from .deepspeed import estimate_zero2, estimate_zero3
+
+INSTALL_HINT = ("pip install torch==2.13.0 && "
+                "DS_BUILD_OPS=0 pip install --no-build-isolation 'deepspeed>=0.19.8'")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A stack of Linear layers (with biases) of the given widths, ReLU between them."""
+
+    name: str
+    widths: tuple[int, ...]
+
+    @property
+    def layers(self) -> tuple[tuple[int, int], ...]:
+        return tuple(zip(self.widths[:-1], self.widths[1:], strict=True))
+
+    @property
+    def params(self) -> int:
+        return sum(n_in * n_out + n_out for n_in, n_out in self.layers)
+
+    @property
+    def largest_layer_params(self) -> int:
+        # DeepSpeed's model_to_params: most parameters owned directly by one module.
+        return max(n_in * n_out + n_out for n_in, n_out in self.layers)
+
+
+# "even": 1,837,312 parameters (a multiple of 4); "uneven": 1,838,337 (odd), so neither 2 nor 4
+# ranks get equal shares without padding.
+MODELS = (ModelSpec("even", (512, 1024, 1024, 256)), ModelSpec("uneven", (512, 1024, 1024, 257)))
+STAGES = (0, 1, 2, 3)
+WORKERS = (2, 4)
+MICRO_BATCH = 4
+# Measured on the second step, so the optimizer state of the first step exists.
+PHASES = ("after_forward", "before_reduction", "after_backward", "before_optimizer_step",
+          "after_step")
+# Precision -> the chapter's layout for the same training recipe (zerolib.accounting.LAYOUTS).
+PRECISIONS = {"fp32": "fp32-adam", "bf16": "mixed-adam"}
+
+CATEGORIES = ("parameters", "gradients", "optimizer", "master_weights", "buckets", "other")
+COLUMNS = (
+    "model", "precision", "workers", "rank", "stage", "phase", "params", "largest_layer_params",
+    *(f"measured_{c}" for c in CATEGORIES), "measured_total",
+    "formula_layout", "formula_parameters", "formula_gradients", "formula_optimizer",
+    "formula_total",
+    "deepspeed_estimator", "deepspeed_estimate_per_gpu", "deepspeed_estimate_per_cpu",
+    "deepspeed_version", "torch_version", "python_version", "backend",
+)
+BUFFER_COLUMNS = ("model", "precision", "workers", "rank", "stage", "phase", "category",
+                  "bytes", "where")
+
+
+# --- Expected values (pure; no torch needed) ---------------------------------------------------
+
+def formula_columns(spec: ModelSpec, workers: int, stage: int, precision: str) -> dict:
+    """The chapter's per-worker bytes for the same model and recipe."""
+    layout = PRECISIONS[precision]
+    state = model_state(spec.params, workers, stage, layout)
+    return {"formula_layout": layout,
+            "formula_parameters": int(state.parameters), "formula_gradients": int(state.gradients),
+            "formula_optimizer": int(state.optimizer), "formula_total": int(state.total)}
+
+
+def estimator_columns(spec: ModelSpec, workers: int, stage: int) -> dict:
+    """DeepSpeed's estimator for the run's setting: one node, no offload, no zero.Init.
+
+    DeepSpeed only ships estimators for ZeRO-2 and ZeRO-3; stages 0 and 1 stay empty.
+    """
+    if stage == 2:
+        estimate, name = estimate_zero2(spec.params, workers, 1, cpu_offload=False), "zero2 v0.14.3"
+    elif stage == 3:
+        estimate = estimate_zero3(spec.params, spec.largest_layer_params, workers, 1,
+                                  cpu_offload=False, cpu_offload_params=False, zero_init=False)
+        name = "zero3"
+    else:
+        return {"deepspeed_estimator": "", "deepspeed_estimate_per_gpu": "",
+                "deepspeed_estimate_per_cpu": ""}
+    return {"deepspeed_estimator": name, "deepspeed_estimate_per_gpu": estimate.per_gpu,
+            "deepspeed_estimate_per_cpu": estimate.per_cpu}
+
+
+# --- Inside a rank: walk the engine and classify storages --------------------------------------
+
+def _storage_key(tensor):
+    storage = tensor.untyped_storage()
+    return (str(tensor.device), storage.data_ptr()), storage.nbytes()
+
+
+def _reachable_storages(root, root_name: str = "engine") -> dict:
+    """Distinct tensor storages reachable from ``root``: key -> (bytes, [paths]).
+
+    Follows containers, tensor attributes (``.grad``, DeepSpeed's ``ds_tensor``...) and the
+    attributes of DeepSpeed / torch.nn / torch.optim objects. Meta tensors own no memory.
+    """
+    import torch
+
+    found: dict = {}
+    seen: set[int] = set()
+    queue = collections.deque([(root_name, root)])
+    while queue:
+        path, obj = queue.popleft()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            if obj.device.type != "meta":
+                key, nbytes = _storage_key(obj)
+                if nbytes:
+                    found.setdefault(key, [nbytes, []])[1].append(path)
+            if obj.is_leaf and obj.grad is not None:
+                queue.append((f"{path}.grad", obj.grad))
+            queue.extend((f"{path}.{k}", v) for k, v in getattr(obj, "__dict__", {}).items())
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                if isinstance(k, torch.Tensor):
+                    queue.append((f"{path}[<tensor key>]", k))
+                label = k if isinstance(k, (str, int)) else f"<{type(k).__name__}>"
+                queue.append((f"{path}[{label}]", v))
+        elif isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
+            queue.extend((f"{path}[{i}]", v) for i, v in enumerate(obj))
+        elif isinstance(obj, (types.FunctionType, types.MethodType, type, types.ModuleType)):
+            continue
+        elif type(obj).__module__.startswith(("deepspeed", "torch.nn", "torch.optim")) and hasattr(
+                obj, "__dict__"):
+            queue.extend((f"{path}.{k}", v) for k, v in vars(obj).items())
+    return found
+
+
+def _is_bucket_path(path: str) -> bool:
+    # DeepSpeed's reduce buckets (ipg_buckets[dtype].buffer), sized by reduce_bucket_size.
+    return "bucket" in path.lower()
+
+
+def _is_gradient_path(path: str) -> bool:
+    # Attributes DeepSpeed names after gradients (averaged_gradients, grads_in_partition,
+    # grad_partitions_flat_buffer, ...), but not the scalar global gradient norm.
+    lowered = path.lower()
+    return "grad" in lowered.replace("grad_norm", "")
+
+
+def _torch_optimizer(engine):
+    """The torch optimizer itself (stage 0), or the one inside DeepSpeed's wrappers."""
+    inner = engine.optimizer
+    while type(inner).__module__.startswith("deepspeed") and hasattr(inner, "optimizer"):
+        inner = inner.optimizer
+    return inner
+
+
+def classify(engine) -> dict[str, list[tuple[int, str]]]:
+    """Storages held by ``engine`` per category: {category: [(bytes, where), ...]}.
+
+    Priority: a storage that backs a model parameter (its data, or its ZeRO-3 shard
+    ``ds_tensor``) is "parameters"; one in the torch optimizer's state is "optimizer"; a tensor
+    the torch optimizer updates that is not a model parameter is DeepSpeed's fp32
+    "master_weights"; a reduce bucket (even while gradients are written into it) is "buckets";
+    gradients of either kind of parameter, or a storage only reachable through a gradient
+    attribute, is "gradients"; everything else (norms, overflow flags) is "other".
+    """
+    module = engine.module
+    inner = _torch_optimizer(engine)
+
+    def keys(tensors):
+        return {_storage_key(t)[0] for t in tensors
+                if t is not None and t.device.type != "meta" and t.untyped_storage().nbytes()}
+
+    model_params = list(module.parameters())
+    parameter_keys = keys([p.data for p in model_params]
+                          + [getattr(p, "ds_tensor", None) for p in model_params])
+    optimizer_keys = keys([v for state in inner.state.values() for v in state.values()
+                           if hasattr(v, "untyped_storage")])
+    # What the torch optimizer updates: its param groups, and the keys of its state (ZeRO-3
+    # empties the groups between steps but keeps the fp32 shards as state keys).
+    updated = [p for group in inner.param_groups for p in group["params"]] + list(inner.state)
+    master_keys = keys(updated) - parameter_keys
+    gradient_keys = keys([p.grad for p in model_params + updated])
+
+    result: dict[str, list[tuple[int, str]]] = {c: [] for c in CATEGORIES}
+    for key, (nbytes, paths) in _reachable_storages(engine).items():
+        if key in parameter_keys:
+            category = "parameters"
+        elif key in optimizer_keys:
+            category = "optimizer"
+        elif key in master_keys:
+            category = "master_weights"
+        elif any(_is_bucket_path(p) for p in paths):
+            category = "buckets"
+        elif key in gradient_keys or any(_is_gradient_path(p) for p in paths):
+            category = "gradients"
+        else:
+            category = "other"
+        # Name the storage by the shortest path that explains its category.
+        telling = [p for p in paths if _is_bucket_path(p)] if category == "buckets" else paths
+        result[category].append((nbytes, min(telling, key=lambda p: (len(p), p))))
+    return result
+
+
+def _build_model(spec: ModelSpec):
+    import torch
+
+    torch.manual_seed(0)
+    layers = []
+    for index, (n_in, n_out) in enumerate(spec.layers):
+        if index:
+            layers.append(torch.nn.ReLU())
+        layers.append(torch.nn.Linear(n_in, n_out))
+    return torch.nn.Sequential(*layers)
+
+
+def _ds_config(stage: int, precision: str) -> dict:
+    # Everything else stays at DeepSpeed's defaults (bucket sizes, persistence thresholds...).
+    return {"train_micro_batch_size_per_gpu": MICRO_BATCH, "gradient_accumulation_steps": 1,
+            "zero_optimization": {"stage": stage}, "bf16": {"enabled": precision == "bf16"},
+            "steps_per_print": 2**30, "wall_clock_breakdown": False}
+
+
+def _measure_one(spec: ModelSpec, stage: int, precision: str, rank: int,
+                 workers: int) -> tuple[list, list]:
+    import deepspeed
+    import torch
+
+    model = _build_model(spec)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
+                                           config=_ds_config(stage, precision))
+    generator = torch.Generator().manual_seed(1000 + rank)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    inputs = torch.randn(MICRO_BATCH, spec.widths[0], generator=generator).to(dtype)
+    targets = torch.randn(MICRO_BATCH, spec.widths[-1], generator=generator).to(dtype)
+    rows, buffers = [], []
+    base = {"model": spec.name, "precision": precision, "workers": workers, "rank": rank,
+            "stage": stage}
+
+    def record(phase):
+        held = classify(engine)
+        row = dict(base, phase=phase)
+        for category in CATEGORIES:
+            row[f"measured_{category}"] = sum(n for n, _ in held[category])
+            for nbytes, where in sorted(held[category], key=lambda item: (-item[0], item[1])):
+                if category in ("buckets", "other"):
+                    buffers.append(dict(base, phase=phase, category=category, bytes=nbytes,
+                                        where=where))
+        row["measured_total"] = sum(row[f"measured_{c}"] for c in CATEGORIES)
+        rows.append(row)
+
+    # Gradients exist in full (stage 0/1) or in reduce buckets (stage 2/3) at the end of
+    # autograd, before DeepSpeed's epilogue reduces and partitions them: wrap the engine's
+    # reduction entry point to look just before it.
+    reduce_gradients = engine.allreduce_gradients
+    measuring = [False]
+
+    def allreduce_gradients(*args, **kwargs):
+        if measuring[0]:
+            record("before_reduction")
+        return reduce_gradients(*args, **kwargs)
+
+    engine.allreduce_gradients = allreduce_gradients
+
+    # Inside engine.step(), DeepSpeed hands the torch optimizer fp32 gradients for its shard
+    # (ZeRO 1/2 build them then): look just before the torch optimizer's own step.
+    inner = _torch_optimizer(engine)
+    inner_step = inner.step
+
+    def step_and_record(*args, **kwargs):
+        if measuring[0]:
+            record("before_optimizer_step")
+        return inner_step(*args, **kwargs)
+
+    inner.step = step_and_record
+    for step in range(2):
+        measuring[0] = step == 1
+        loss = torch.nn.functional.mse_loss(engine(inputs).float(), targets.float())
+        if step == 1:
+            record("after_forward")
+        engine.backward(loss)
+        if step == 1:
+            record("after_backward")
+        engine.step()
+    record("after_step")
+    if hasattr(engine, "destroy"):  # drops ZeRO-3 hooks before the next stage's engine
+        engine.destroy()
+    gc.collect()
+    return rows, buffers
+
+
+def _rank_main(rank: int, workers: int, port: int, jobs: list, out_dir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(workers), LOCAL_RANK=str(rank), LOCAL_SIZE=str(workers),
+                      DS_ACCELERATOR="cpu")
+    import logging
+    import warnings
+
+    import torch
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.utils import logger
+
+    logger.setLevel(logging.ERROR)
+    backend = get_accelerator().communication_backend_name()
+    deepspeed.init_distributed(dist_backend=backend, verbose=False)
+    rows, buffers = [], []
+    for name, stage, precision in jobs:
+        spec = next(m for m in MODELS if m.name == name)
+        new_rows, new_buffers = _measure_one(spec, stage, precision, rank, workers)
+        for row in new_rows:
+            row["backend"] = backend
+        rows += new_rows
+        buffers += new_buffers
+        torch.distributed.barrier()
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"rows": rows, "buffers": buffers}))
+    torch.distributed.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run(workers_list=WORKERS, stages=STAGES, precisions=tuple(PRECISIONS),
+        models=MODELS) -> tuple[list[dict], list[dict]]:
+    """Launch each worker count, return (rows, other-buffer rows) sorted deterministically."""
+    import deepspeed
+    import torch
+    import torch.multiprocessing as mp
+
+    versions = {"deepspeed_version": deepspeed.__version__,
+                "torch_version": torch.__version__,
+                "python_version": platform.python_version()}
+    jobs = [(m.name, s, p) for m in models for p in precisions for s in stages]
+    rows, buffers = [], []
+    for workers in workers_list:
+        with tempfile.TemporaryDirectory(prefix="zerolib-ds-") as out_dir:
+            mp.start_processes(_rank_main, args=(workers, _free_port(), jobs, out_dir),
+                               nprocs=workers, join=True, start_method="spawn")
+            for rank in range(workers):
+                data = json.loads(Path(out_dir, f"rank{rank}.json").read_text())
+                rows += data["rows"]
+                buffers += data["buffers"]
+    spec_by_name = {m.name: m for m in models}
+    for row in rows:
+        spec = spec_by_name[row["model"]]
+        row.update(params=spec.params, largest_layer_params=spec.largest_layer_params)
+        row.update(formula_columns(spec, row["workers"], row["stage"], row["precision"]))
+        row.update(estimator_columns(spec, row["workers"], row["stage"]))
+        row.update(versions)
+
+    def order(row):
+        return (row["model"], row["precision"], row["workers"], row["stage"],
+                PHASES.index(row["phase"]), row["rank"])
+
+    rows.sort(key=order)
+    buffers.sort(key=lambda b: (*order(b), -b["bytes"], b["where"]))
+    return rows, buffers
+
+
+def _write_csv(path: Path, columns, rows) -> None:
+    """Atomic, deterministic CSV (fixed column order, '\\n' line ends)."""
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({c: row[c] for c in columns} for row in rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp",
+                                     newline="") as handle:
+        handle.write(text.getvalue())
+    os.chmod(handle.name, 0o644)  # NamedTemporaryFile makes 0600; a data file is for everyone
+    os.replace(handle.name, path)
+
+
+def buffers_path(out: Path) -> Path:
+    """Where the per-storage list of 'buckets' and 'other' goes, beside the main CSV."""
+    return out.with_name(out.stem + "_buffers" + out.suffix)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m zerolib.measure_deepspeed",
+        description="Measure per-rank ZeRO memory under DeepSpeed on the CPU and record it.")
+    parser.add_argument("--out", type=Path, default=Path("data/deepspeed_measured.csv"),
+                        help="CSV to write (default data/deepspeed_measured.csv); the storages "
+                             "counted as 'buckets' and 'other' go beside it as *_buffers.csv")
+    parser.add_argument("--workers", type=int, nargs="+", default=list(WORKERS),
+                        help="process counts to launch (default 2 4)")
+    args = parser.parse_args(argv)
+    if any(w < 1 or w > 16 for w in args.workers):
+        print("measure_deepspeed: error: --workers must be between 1 and 16", file=sys.stderr)
+        return 2
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    try:
+        import deepspeed  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as error:
+        print(f"measure_deepspeed: error: needs DeepSpeed and torch ({error}); install with: "
+              f"{INSTALL_HINT}", file=sys.stderr)
+        return 2
+    rows, buffers = run(tuple(args.workers))
+    _write_csv(args.out, COLUMNS, rows)
+    _write_csv(buffers_path(args.out), BUFFER_COLUMNS, buffers)
+    print(f"wrote {len(rows)} rows to {args.out} and {len(buffers)} to {buffers_path(args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

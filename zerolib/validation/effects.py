@@ -1,0 +1,51 @@
+"""A mechanism that makes a measurement differ from zerolib's number, and its size in bytes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One mechanism and the bytes it adds (negative: removes) relative to zerolib's number.
+
+    ``key`` names the mechanism (the same for every rank and model), ``reason`` says it with
+    this row's numbers.
+    """
+
+    key: str
+    reason: str
+    bytes: int
+
+
+def keys(effects) -> str:
+    """The non-zero mechanisms of a row, space separated (the CSV's ``effects`` column)."""
+    return " ".join(e.key for e in effects if e.bytes != 0)
+
+
+def describe(effects, unexplained: int, *, extra: tuple[str, ...] = ()) -> str:
+    """The explanation column: each non-zero effect with its signed bytes, then any remainder."""
+    parts = [f"{e.reason} ({e.bytes:+,} B)" for e in effects if e.bytes != 0] + list(extra)
+    if unexplained:
+        parts.append(f"UNEXPLAINED ({unexplained:+,} B)")
+    return "; ".join(parts) if parts else "matches"
+
+
+# Every mechanism once, for legends (the CLI table, the notebook).
+MECHANISMS = {
+    "step-counters": "AdamW keeps a 0-dim fp32 step counter per parameter tensor (4 B each)",
+    "whole-tensor-partition": "ZeroRedundancyOptimizer gives each rank whole tensors, largest "
+                              "first to the least-loaded rank, so its share is uneven",
+    "shard-padding": "FSDP2 shards each tensor's dim 0 in ceil(rows/W)-row chunks and pads "
+                     "parameter and gradient shards to that size",
+    "uneven-shards": "AdamW state follows FSDP2's unpadded shards: the last ranks hold fewer rows",
+    "resharded-after-backward": "FSDP2 reshards parameters after backward even with "
+                                "reshard_after_forward=False; ZeRO-2 keeps a full replica",
+    "shards-beside-gathered": "while layers are gathered, FSDP2 still holds its sharded parameters",
+    "gathered-padding": "gathered parameters live in W x padded-shard buffers",
+    "gathered-layer": "reshard_after_forward=True gathers one layer at a time for its forward",
+    "bf16-gathered": "under the bf16 policy the gathered parameters are 2-byte copies",
+    "norm-statistics": "LayerNorm saves each token's mean and 1/std, which Table 2 leaves out",
+    "dropout-noise": "F.dropout on the CPU saves noise in the activation dtype, not a 1-byte mask",
+    "flash-output-copy": "scaled_dot_product_attention saves its per-head output; merging heads "
+                         "for the projection stores a second copy",
+}

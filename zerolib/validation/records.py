@@ -1,0 +1,76 @@
+"""The recorded validation runs in ``data/``: writing them deterministically and atomically,
+reading them back, and telling whether a fresh run still matches.
+
+Plain Python (pandas): the notebook and the tests read these files without PyTorch.
+"""
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+
+SHARDED_FILE = "validation_sharded.csv"
+ACTIVATIONS_FILE = "validation_activations.csv"
+VERSION_COLUMNS = ("torch_version", "python_version", "platform")
+FLOAT_FORMAT = "%.6f"  # relative differences; every byte count is an integer
+
+
+def with_versions(frame: pd.DataFrame, versions: dict) -> pd.DataFrame:
+    """``frame`` with the version columns (same value on every row) appended."""
+    missing = [c for c in VERSION_COLUMNS if c not in versions]
+    if missing:
+        raise ValueError(f"versions must name {', '.join(VERSION_COLUMNS)}; missing {missing}")
+    return frame.assign(**{column: str(versions[column]) for column in VERSION_COLUMNS})
+
+
+def to_csv_text(frame: pd.DataFrame) -> str:
+    """The exact text a record holds: fixed float format, "\\n" line ends, no index."""
+    buffer = io.StringIO()
+    frame.to_csv(buffer, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+    return buffer.getvalue()
+
+
+def write_csv(frame: pd.DataFrame, path: "str | os.PathLike") -> Path:
+    """Write atomically: a temporary file in the same folder, then rename over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = to_csv_text(frame)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+        os.chmod(temporary, 0o644)  # mkstemp makes it private; a data file is for everyone
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_csv(path: "str | os.PathLike") -> pd.DataFrame:
+    """A recorded file as written (empty text stays empty, not NaN)."""
+    return pd.read_csv(path, keep_default_na=False)
+
+
+def differences(recorded: pd.DataFrame, fresh: pd.DataFrame, limit: int = 5) -> list[str]:
+    """Lines where a fresh run no longer matches a record (version columns aside).
+
+    Both frames are compared as the CSV text they would be written as, so a fresh run matches
+    exactly when re-recording it would rewrite the same measurements.
+    """
+    def lines(frame):
+        kept = frame.drop(columns=[c for c in VERSION_COLUMNS if c in frame.columns])
+        return to_csv_text(read_csv(io.StringIO(to_csv_text(kept)))).splitlines()
+
+    old, new = lines(recorded), lines(fresh)
+    if old[:1] != new[:1]:
+        return [f"columns differ: recorded {old[:1]}, fresh {new[:1]}"]
+    found = []
+    if len(old) != len(new):
+        found.append(f"recorded {len(old) - 1} rows, fresh run {len(new) - 1}")
+    found += [f"recorded: {a}\n   fresh: {b}" for a, b in zip(old[1:], new[1:]) if a != b]
+    return found[:limit]

@@ -1,0 +1,48 @@
+"""Run both validations and return the comparison tables (needs PyTorch).
+
+``validate(workers)`` is what ``zerolib validate`` and the tests call; ``record`` writes the
+two files of ``data/`` that the notebook reads.
+"""
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from .activation_run import measure_activations
+from .explain_activations import compare_activations
+from .explain_sharded import compare_sharded
+from .records import ACTIVATIONS_FILE, SHARDED_FILE, with_versions, write_csv
+from .setups import check_workers
+from .sharded_run import measure_sharded
+
+
+def versions() -> dict:
+    """What the measurement ran on (recorded beside the numbers)."""
+    return {"torch_version": torch.__version__, "python_version": platform.python_version(),
+            "platform": f"{platform.system()}-{platform.machine()}"}
+
+
+@dataclass(frozen=True)
+class Validation:
+    sharded: pd.DataFrame       # explain_sharded.compare_sharded + version columns
+    activations: pd.DataFrame   # explain_activations.compare_activations + version columns
+
+
+def validate(workers=(2, 4)) -> Validation:
+    """Measure the sharded runs for each worker count and the activations of one block."""
+    counts = check_workers(workers)
+    measured = pd.DataFrame([row for count in counts for row in measure_sharded(count)])
+    stamp = versions()
+    return Validation(
+        sharded=with_versions(compare_sharded(measured), stamp),
+        activations=with_versions(compare_activations(pd.DataFrame(measure_activations())), stamp))
+
+
+def record(result: Validation, data_dir: "str | Path") -> tuple[Path, Path]:
+    """Write both tables into ``data_dir`` (atomically)."""
+    return (write_csv(result.sharded, Path(data_dir, SHARDED_FILE)),
+            write_csv(result.activations, Path(data_dir, ACTIVATIONS_FILE)))
