@@ -173,6 +173,21 @@ def test_one_worker_all_stages_equal(params, layout):
     assert np.all(total == total[0])
 
 
+widths = st.integers(min_value=0, max_value=64 * 8).map(lambda bits: bits / 8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(counts, workers, st.sampled_from([0, 1, 2, 3]), widths, widths, widths)
+def test_total_is_the_sum_of_the_categories(params, gpus, stage, p, g, o):
+    state = model_state(params, gpus, stage, Layout.custom(p, g, o))
+    assert state.total == state.parameters + state.gradients + state.optimizer
+    # Each category by hand: ceil(elements * bits / 8), elements = ceil(params / gpus) if partitioned.
+    shard = -(-params // gpus)
+    for name, width, first in (("parameters", p, 3), ("gradients", g, 2), ("optimizer", o, 1)):
+        elements = shard if stage >= first else params
+        assert getattr(state, name) == -(-(elements * int(width * 8)) // 8)
+
+
 @settings(max_examples=200, deadline=None)
 @given(counts, workers, st.sampled_from([0, 1, 2, 3]), layouts)
 def test_cluster_total_is_per_worker_times_workers(params, gpus, stage, layout):

@@ -12,6 +12,7 @@ All results are int64 bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Mapping
 
@@ -142,17 +143,53 @@ def get_layout(layout: "str | Layout") -> Layout:
 
 @dataclass(frozen=True)
 class ModelState:
-    """Bytes of persistent model state, broadcast over (params, gpus, stage)."""
+    """Bytes of persistent model state, broadcast over (params, gpus, stage).
 
-    parameters: np.ndarray
-    gradients: np.ndarray
-    optimizer: np.ndarray
+    Holds the validated, broadcast inputs; each category is computed when first asked for,
+    so a caller that needs only ``total`` pays for one pass, not three.
+    """
+
+    params: np.ndarray = field(repr=False)
     gpus: np.ndarray = field(repr=False)
+    stage: np.ndarray = field(repr=False)
+    layout: Layout
 
-    @property
+    @cached_property
+    def _saved(self) -> np.ndarray:
+        # A partitioned category keeps ceil(params / gpus) elements on the most-loaded worker:
+        # params + saved (saved <= 0).
+        return -(-self.params // self.gpus) - self.params
+
+    def _category(self, category: str) -> np.ndarray:
+        partitioned = self.stage >= _FIRST_PARTITIONED[category]
+        elements = self.params + self._saved * partitioned  # faster than np.where
+        bits = _bits(self.layout.bytes_per_param(category))
+        if bits % 8 == 0:
+            return elements * (bits // 8)
+        return -((-(elements * bits)) >> 3)  # whole bytes, rounded up
+
+    @cached_property
+    def parameters(self) -> np.ndarray:
+        return self._category("parameters")
+
+    @cached_property
+    def gradients(self) -> np.ndarray:
+        return self._category("gradients")
+
+    @cached_property
+    def optimizer(self) -> np.ndarray:
+        return self._category("optimizer")
+
+    @cached_property
     def total(self) -> np.ndarray:
         """Bytes on one worker (the most-loaded one)."""
-        return self.parameters + self.gradients + self.optimizer
+        widths = [_bits(self.layout.bytes_per_param(c)) for c in CATEGORIES]
+        if any(bits % 8 for bits in widths):  # each category rounds up on its own
+            return self.parameters + self.gradients + self.optimizer
+        # Whole bytes: params * all widths + saved elements * the widths this stage partitions.
+        partitioned_bytes = np.array([sum(bits // 8 for c, bits in zip(CATEGORIES, widths)
+                                          if c in PARTITIONED[s]) for s in STAGES])
+        return self.params * (sum(widths) // 8) + self._saved * partitioned_bytes[self.stage]
 
     @property
     def cluster_total(self) -> np.ndarray:
@@ -165,6 +202,10 @@ class ModelState:
                 "cluster_total": self.cluster_total}
 
 
+def _bits(bytes_per_param: float) -> int:
+    return int(round(bytes_per_param * 8))
+
+
 def model_state(params, gpus, stage, layout: "str | Layout" = "mixed-adam") -> ModelState:
     """Persistent bytes per worker for each category.
 
@@ -172,19 +213,6 @@ def model_state(params, gpus, stage, layout: "str | Layout" = "mixed-adam") -> M
     (numpy rules), so a whole curve is one call.
     """
     layout = get_layout(layout)
-    params = check_params(params)
-    gpus = check_gpus(gpus)
-    stage = check_stage(stage)
-    params, gpus, stage = np.broadcast_arrays(params, gpus, stage)
-    # A partitioned category keeps ceil(params / gpus) elements on the most-loaded worker:
-    # params + saved elements. (Arithmetic on the mask is faster than np.where here.)
-    saved = -(-params // gpus) - params
-    per_category = []
-    for category in CATEGORIES:
-        elements = params + saved * (stage >= _FIRST_PARTITIONED[category])
-        bits = int(round(layout.bytes_per_param(category) * 8))
-        if bits % 8 == 0:
-            per_category.append(elements * (bits // 8))
-        else:  # whole bytes, rounded up
-            per_category.append(-((-(elements * bits)) >> 3))
-    return ModelState(*per_category, gpus=gpus)
+    params, gpus, stage = np.broadcast_arrays(check_params(params), check_gpus(gpus),
+                                              check_stage(stage))
+    return ModelState(params, gpus, stage, layout)
