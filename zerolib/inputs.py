@@ -34,51 +34,37 @@ def _as_array(value, name: str) -> np.ndarray:
     return array
 
 
-def _whole(array: np.ndarray, name: str, what: str) -> np.ndarray:
-    if np.issubdtype(array.dtype, np.floating):
-        if not np.all(np.isfinite(array)):
-            raise ValueError(f"{name} must be finite ({what}), got NaN or infinity")
-        if np.any(array != np.floor(array)):
-            raise ValueError(f"{name} must be whole numbers ({what})")
-        if np.any(np.abs(array) > 2**62):
-            raise ValueError(f"{name} is too large ({what})")
-    return array.astype(np.int64, copy=False)
+def _whole_in_range(value, name: str, low: int, high: int, allowed: str) -> np.ndarray:
+    """Whole numbers in [low, high] as int64; any other value names what is allowed."""
+    array = _as_array(value, name)
+    if np.issubdtype(array.dtype, np.floating) and (
+        not np.all(np.isfinite(array)) or np.any(array != np.floor(array))
+    ):
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    if np.issubdtype(array.dtype, np.floating) and np.any(np.abs(array) > 2**62):
+        raise ValueError(f"{name} must be at most {high:.0e}, got {value!r}")
+    array = array.astype(np.int64, copy=False)
+    if np.any(array < low):
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    if np.any(array > high):
+        raise ValueError(f"{name} must be at most {high:.0e}, got {value!r}")
+    return array
 
 
 def check_params(value, name: str = "params") -> np.ndarray:
     """Parameter counts: whole, positive, finite, at most 10**15."""
-    array = _whole(_as_array(value, name), name, "a positive whole parameter count")
-    if np.any(array <= 0):
-        raise ValueError(f"{name} must be positive, got {array[array <= 0].ravel()[0]}")
-    if np.any(array > MAX_PARAMS):
-        raise ValueError(f"{name} must be at most {MAX_PARAMS:.0e}")
-    return array
+    return _whole_in_range(value, name, 1, MAX_PARAMS, "a positive whole parameter count")
 
 
 def check_gpus(value, name: str = "gpus") -> np.ndarray:
     """Worker counts: positive integers (not booleans, not fractions)."""
-    array = _as_array(value, name)
-    if np.issubdtype(array.dtype, np.floating) and (
-        not np.all(np.isfinite(array)) or np.any(array != np.floor(array))
-    ):
-        raise ValueError(f"{name} must be a positive whole number of workers, got {value!r}")
-    array = array.astype(np.int64, copy=False)
-    if np.any(array < 1):
-        raise ValueError(f"{name} must be a positive whole number of workers, got {value!r}")
-    if np.any(array > MAX_GPUS):
-        raise ValueError(f"{name} must be at most {MAX_GPUS}")
-    return array
+    return _whole_in_range(value, name, 1, MAX_GPUS, "a positive whole number of workers")
 
 
 def check_stage(value, name: str = "stage") -> np.ndarray:
     """ZeRO stages: 0 (plain data parallelism) to 3."""
-    array = _as_array(value, name)
-    if np.issubdtype(array.dtype, np.floating) and (
-        not np.all(np.isfinite(array)) or np.any(array != np.floor(array))
-    ):
-        raise ValueError(f"{name} must be 0, 1, 2 or 3, got {value!r}")
-    array = array.astype(np.int64, copy=False)
-    if np.any((array < 0) | (array > 3)):
+    array = _whole_in_range(value, name, 0, 2**62, "0, 1, 2 or 3")
+    if np.any(array > 3):
         raise ValueError(f"{name} must be 0, 1, 2 or 3, got {value!r}")
     return array
 

@@ -5,26 +5,13 @@ import csv
 import io
 import json
 
-from ..accounting import CATEGORIES, LAYOUTS, STRATEGY_NAMES, Layout
+from ..accounting import CATEGORIES, STRATEGY_NAMES
 from ..devices import DEVICES
 from ..estimate import estimate
 from ..units import UNITS, parse_count, to_unit
 from . import _working_set as working_set_cli
+from ._arguments import add_layout_arguments, layout_from, whole_number
 from ._output import text_table
-
-
-def _bytes_triplet(text: str) -> Layout:
-    parts = text.split(",")
-    if len(parts) != 3:
-        raise ValueError(f"--bytes must be three numbers PARAMETERS,GRADIENTS,OPTIMIZER like 2,2,12, got {text!r}")
-    try:
-        widths = [float(p) for p in parts]
-    except ValueError:
-        raise ValueError(f"--bytes must be three numbers like 2,2,12, got {text!r}") from None
-    for category, width in zip(CATEGORIES, widths):
-        if not width >= 0:  # also rejects NaN
-            raise ValueError(f"--bytes {category} width must be non-negative, got {width:g}")
-    return Layout.custom(*widths)
 
 
 def register(commands) -> None:
@@ -38,11 +25,7 @@ def register(commands) -> None:
     what.add_argument("--model", metavar="NAME",
                       help="a preset from 'zerolib models' (exact count; adds the working set)")
     parser.add_argument("--gpus", required=True, metavar="N", help="data-parallel workers")
-    layout = parser.add_mutually_exclusive_group()
-    layout.add_argument("--layout", default="mixed-adam", choices=list(LAYOUTS),
-                        help="bytes-per-parameter preset (default: mixed-adam, 2,2,12)")
-    layout.add_argument("--bytes", metavar="P,G,O",
-                        help="custom bytes per parameter for parameters,gradients,optimizer")
+    add_layout_arguments(parser, default="mixed-adam")
     parser.add_argument("--stage", metavar="N", help="only this stage (0-3); default: all four")
     parser.add_argument("--device", choices=list(DEVICES), help="judge fit against this device")
     parser.add_argument("--unit", default="GB", choices=list(UNITS),
@@ -52,18 +35,13 @@ def register(commands) -> None:
     parser.set_defaults(func=run)
 
 
-def _whole(text: str, name: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"{name} must be a whole number, got {text!r}") from None
 
 
 def run(args) -> int:
-    layout = _bytes_triplet(args.bytes) if args.bytes else args.layout
-    stages = (0, 1, 2, 3) if args.stage is None else _whole(args.stage, "--stage")
+    layout = layout_from(args)
+    stages = (0, 1, 2, 3) if args.stage is None else whole_number(args.stage, "--stage")
     params = working_set_cli.params_of(args) if args.model else parse_count(args.params, "--params")
-    result = estimate(params, _whole(args.gpus, "--gpus"), layout, args.device, stages).as_dict()
+    result = estimate(params, whole_number(args.gpus, "--gpus"), layout, args.device, stages).as_dict()
     if working_set_cli.requested(args):
         result = working_set_cli.apply(result, args, layout, stages)
     print(render(result, args.format, args.unit))

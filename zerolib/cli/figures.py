@@ -8,10 +8,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..accounting import LAYOUTS
 from ..devices import DEVICES
 from ..units import UNITS
-from .estimate import _bytes_triplet
+from ._arguments import add_layout_arguments, layout_from, whole_number
 
 
 def register(commands) -> None:
@@ -39,21 +38,12 @@ def register(commands) -> None:
                          help="GPU count of the model-size figure (default: 64)")
     variant.add_argument("--device", choices=list(DEVICES),
                          help="device whose capacity is the reference line (default: a100-80gb)")
-    layout = variant.add_mutually_exclusive_group()
-    layout.add_argument("--layout", choices=list(LAYOUTS),
-                        help="bytes-per-parameter preset (default: mixed-adam, 2,2,12)")
-    layout.add_argument("--bytes", metavar="P,G,O",
-                        help="custom bytes per parameter for parameters,gradients,optimizer")
+    add_layout_arguments(variant, default=None)
     variant.add_argument("--unit", choices=list(UNITS),
                          help="unit of the figures' axes (default: GB = 10^9 bytes; CSVs are in bytes)")
     parser.set_defaults(func=run)
 
 
-def _whole(text: str, name: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"{name} must be a whole number, got {text!r}") from None
 
 
 def options_from(args):
@@ -68,13 +58,11 @@ def options_from(args):
     if args.sizes is not None:
         changes["model_sizes"] = figures.parse_size_list(args.sizes, "--sizes")
     if args.sizes_gpus is not None:
-        changes["model_gpus"] = _whole(args.sizes_gpus, "--sizes-gpus")
+        changes["model_gpus"] = whole_number(args.sizes_gpus, "--sizes-gpus")
     if args.device is not None:
         changes["device"] = args.device
-    if args.layout is not None:
-        changes["layout"] = args.layout
-    if args.bytes is not None:
-        changes["layout"] = _bytes_triplet(args.bytes)
+    if layout_from(args) is not None:
+        changes["layout"] = layout_from(args)
     if args.unit is not None:
         changes["unit"] = args.unit
     defaults = figures.DEFAULTS
