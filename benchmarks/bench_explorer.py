@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zerolib import plotting  # noqa: E402
 from zerolib.curves import memory_table  # noqa: E402
-from zerolib.explorers import GpuCountExplorer, ModelSizeExplorer  # noqa: E402
+from zerolib.explorers import GpuCountExplorer, ModelSizeExplorer, WillItFitExplorer  # noqa: E402
+from zerolib.working_set import peak_frame  # noqa: E402
 
 ROUNDS = 6  # passes over each explorer's list of changes
 
@@ -40,12 +41,27 @@ def model_size_changes():
             ("layout", "adam-8bit"), ("parameters_bytes", 4.0), ("layout", "mixed-adam")]
 
 
+def will_it_fit_changes():
+    """Every control of the will-it-fit explorer; each change moves a bar, a label or the line."""
+    return [("gpus", 16), ("gpus", 9), ("micro_batch", 2), ("micro_batch", 1),
+            ("seq_len", 8192), ("seq_len", 4096), ("recompute", "none"), ("recompute", "full"),
+            ("recompute", "selective"), ("flash_attention", False), ("flash_attention", True),
+            ("device", "a100-80gb"), ("device", "h100-80gb"), ("unit", "GiB"), ("unit", "GB"),
+            ("model", "llama-3-8b"), ("model", "llama-2-7b"), ("gpus", 8)]
+
+
 def rebuild(explorer, kind):
     """What interact would do: a new figure from scratch for the explorer's current settings."""
     if kind == "gpu_count":
         table = memory_table(explorer.params, explorer.gpus, (0, 1, 2, 3), explorer.layout)
         figure, _ = plotting.gpu_count_figure(table, explorer.device, explorer.unit,
                                               explorer.layout, dpi=explorer.dpi)
+    elif kind == "will_it_fit":
+        frame = peak_frame(explorer.model, explorer.gpus, (0, 1, 2, 3), explorer.settings,
+                           explorer.layout)
+        figure, _ = plotting.will_it_fit_figure(frame, explorer.device, explorer.unit,
+                                                explorer.settings, explorer.layout,
+                                                dpi=explorer.dpi)
     else:
         table = memory_table(explorer.models, explorer.gpus, (0, 1, 2, 3), explorer.layout)
         figure, _ = plotting.model_size_figure(table, explorer.device, explorer.unit,
@@ -86,7 +102,8 @@ REPEATED = {"layout"}
 
 def main():
     for explorer, kind, changes in ((GpuCountExplorer(), "gpu_count", gpu_count_changes()),
-                                    (ModelSizeExplorer(), "model_size", model_size_changes())):
+                                    (ModelSizeExplorer(), "model_size", model_size_changes()),
+                                    (WillItFitExplorer(), "will_it_fit", will_it_fit_changes())):
         update, rebuilt, update_cpu, rebuilt_cpu, count = measure(explorer, kind, changes)
         print(f"explorer_{kind}: {update / rebuilt:.2f}x (one control change to a new PNG in "
               f"{type(explorer).__name__}, median {update * 1000:.1f} ms wall "

@@ -84,6 +84,26 @@ EXPLORERS = {check.notebook: check for check in (
             "none: add GPUs or pick a smaller layout",
             "70B under ZeRO stage 3: 124 GB per GPU",
         )),
+    # Notebook 4 leaves the explorer at Llama-2-7B (P = 6,738,415,616) on 8 H100 80GB, sequence
+    # 4096, micro-batch 1, selective recomputation, flash attention; one step right is micro-batch
+    # 2. Per sequence: activations 32 x (16sbh + 8sbf) + 4asb + 4sbh = 20,200,292,352 bytes and
+    # logits + loss 6 x 4096 x 32,000 = 786,432,000 (s = 4096, h = 4096, f = 11008, a = 32), so
+    # micro-batch 2 holds 40.4 GB and 1.57 GB, and every peak grows by 20.99 GB: plain DP
+    # 144.43 -> 165 GB; stage 1 61.20 -> 82.2 GB (under 85.9: fits); stage 3 39.61 -> 60.6 GB.
+    # Fewest GPUs at micro-batch 2 (working set 45.12 GB, 47.12 GB with stage 3's 2 GB of
+    # gathered parameters): stage 1 needs 4P + 12 ceil(P/N) <= 85.90 - 45.12 GB, i.e.
+    # ceil(P/N) <= 1.152e9, N = 6; stage 3 needs 16 ceil(P/N) <= 38.78 GB, N = 3. The largest
+    # micro-batch on 8 GPUs does not depend on the micro-batch: stage 1 (85.90 - 40.21) / 20.99
+    # = 2.18 -> 2; stage 3 (85.90 - 18.62) / 20.99 = 3.2 -> 3; plain DP none.
+    ExplorerCheck(
+        "04-will-it-fit.ipynb", "Micro-batch", "1", "2", (
+            "sequence 4,096 · micro-batch 2 · selective recomputation",
+            "activations (40.4 GB) and the logits and loss (1.57 GB)",
+            "Plain data parallelism 165 GB too big never none",
+            "ZeRO stage 1 (optimizer) 82.2 GB fits 6 2",
+            "ZeRO stage 3 (+ parameters) 60.6 GB fits 3 3",
+            "Fewest GPUs that fit (micro-batch 2)",
+        )),
 )}
 
 

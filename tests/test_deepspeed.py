@@ -257,3 +257,67 @@ def test_tables_want_single_numbers():
         zero2_table([10**9, 2 * 10**9], 8)
     with pytest.raises(TypeError, match="n_bytes"):
         format_gib("1")
+
+
+# --- The chapter's convention turned into DeepSpeed's, term by term ---------------------------
+
+def test_convention_gap_t5_3b_on_8_gpus_by_hand():
+    from zerolib.deepspeed import GAP_COLUMNS, GAP_TERMS, convention_gap
+
+    gap = convention_gap(2851e6, 32e6, num_gpus_per_node=8)
+    assert tuple(gap.columns) == GAP_COLUMNS and tuple(gap.index) == GAP_TERMS
+    zero2, old, zero3 = (gap[c] for c in GAP_COLUMNS)
+    # P = 2,851,000,000 on 8 GPUs: P/8 = 356,375,000 exactly.
+    # Chapter stage 2: 2P + 14 P/8 = 5,702,000,000 + 4,989,250,000; stage 3: 16 P/8.
+    assert zero2.iloc[0] == old.iloc[0] == 10_691_250_000
+    assert zero3.iloc[0] == 5_702_000_000
+    # + 4 B x P/8 = 1,425,500,000 of fp32 gradient shard: DeepSpeed's 2P + 18P/8.
+    assert zero2.iloc[2] == zero3.iloc[2] == old.iloc[2] == 1_425_500_000
+    assert zero2.iloc[-1] == 12_116_750_000
+    # Up to v0.14.2: + 2 B x (P - P/8) = 4,989,250,000 -> 4P + 16P/8 = 17,106,000,000 (15.93 GiB).
+    assert old.iloc[1] == 4_989_250_000 and old.iloc[-1] == 17_106_000_000
+    assert format_gib(old.iloc[-1], 0) == "15.93GB"
+    # ZeRO-3: - 2 B x P/8 + 4 B x 32e6 -> 128e6 + 18P/8 = 6,542,750,000 (6.09 GiB).
+    assert (zero3.iloc[3], zero3.iloc[4], zero3.iloc[-1]) == (-712_750_000, 128_000_000,
+                                                             6_542_750_000)
+    assert (gap.iloc[5] == 0).all()  # 8 divides 2851e6: no rounding
+    assert (gap.iloc[:-1].sum() == gap.iloc[-1]).all()
+
+
+def test_convention_gap_rounding_row_when_gpus_do_not_divide():
+    from zerolib.deepspeed import convention_gap
+
+    # P = 1,838,337 on 4 GPUs: the chapter counts ceil(P/4) = 459,585 per partitioned
+    # category, 14 B x 459,585 = 6,434,190; DeepSpeed int(18P/4) = 8,272,516; the fp32 term
+    # uses P // 4 = 459,584: 6,434,190 + 1,838,336 - 8,272,516 = 10 B the chapter has more.
+    gap = convention_gap(1_838_337, 1_049_600, num_gpus_per_node=4)
+    assert gap.iloc[-1, 0] == 2 * 1_838_337 + 8_272_516
+    assert gap.iloc[5, 0] == -10
+    assert (gap.iloc[:-1].sum() == gap.iloc[-1]).all()
+
+
+def test_convention_gap_rejects_bad_input():
+    from zerolib.deepspeed import convention_gap
+
+    with pytest.raises(ValueError, match="largest_layer_params"):
+        convention_gap(1000, 2000)
+    with pytest.raises(TypeError, match="total_params"):
+        convention_gap(np.array([10**9, 2 * 10**9]), 10**6)
+    with pytest.raises(ValueError, match="num_gpus_per_node"):
+        convention_gap(10**9, 10**6, num_gpus_per_node=0)
+
+
+def test_buffer_defaults_are_deepspeeds_and_scale_with_the_element_size():
+    from zerolib.deepspeed import REDUCE_BUCKET_SIZE, buffer_defaults
+
+    # deepspeed/runtime/zero/config.py (v0.19.8): reduce_bucket_size = 5e8 elements.
+    assert REDUCE_BUCKET_SIZE == 500_000_000
+    bf16 = buffer_defaults(2).set_index("config key")
+    fp32 = buffer_defaults(4).set_index("config key")
+    assert bf16.at["reduce_bucket_size", "at 2 B per element [B]"] == 1_000_000_000
+    assert fp32.at["reduce_bucket_size", "at 4 B per element [B]"] == 2_000_000_000
+    assert bf16.at["stage3_param_persistence_threshold", "default [elements]"] == 100_000
+    assert bf16.at["stage3_max_live_parameters", "default [elements]"] == 10**9
+    for bad in (3, True, "2"):
+        with pytest.raises(ValueError, match="element_bytes"):
+            buffer_defaults(bad)

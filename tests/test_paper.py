@@ -230,3 +230,54 @@ def test_data_dir_errors(tmp_path):
     frame.to_csv(data / paper.MAX_MODEL_CSV, index=False)
     with pytest.raises(ValueError, match="printed"):
         paper.max_model_comparison(data_dir=data)
+
+
+# --- the reader-facing views of notebook 05 ----------------------------------------------------
+
+def test_table1_side_by_side_sets_printed_digits_beside_exact_text():
+    wide = paper.table1_side_by_side()
+    assert wide.shape == (3 * 6, 3 * 2)
+    assert list(wide.index[:2]) == [("7.5B", 1), ("7.5B", 4)]
+    assert wide.index[-1] == ("1T", 1024)
+    # 7.5B, N_d = 4, P_os+g: 2 x 7.5 + 14 x 7.5 / 4 = 15 + 26.25 = 41.25 GB, printed 41.3.
+    assert wide.loc[("7.5B", 4), ("P_os+g", "paper [GB]")] == "41.3"
+    assert wide.loc[("7.5B", 4), ("P_os+g", "zerolib, exact [GB]")] == "41.25"
+    # 1T, N_d = 1024, P_os: 4 x 1000 + 12 x 1000 / 1024 = 4011.71875 GB, printed 4011.
+    assert wide.loc[("1T", 1024), ("P_os", "zerolib, exact [GB]")] == "4011.71875"
+    assert wide.loc[("1T", 1024), ("P_os", "paper [GB]")] == "4011"
+    # 7.5B over 1024 workers: the most-loaded one holds ceil(7.5e9 / 1024) = 7,324,219
+    # parameters, 12 B of optimizer state each = 87,890,628 B beside 30 GB of fp16 state.
+    assert wide.loc[("7.5B", 1024), ("P_os", "zerolib, exact [GB]")] == "30.087890628"
+
+
+def test_rounding_evidence_lists_exactly_the_deciding_cells():
+    evidence = paper.rounding_evidence()
+    # Worked out by hand from the exact values: a cell decides between the rules only when
+    # half-up, half-even and truncation print different digits at its printed place.
+    # Figure 1: 1.875 (0.1). Table 1: 7.5B P_os 30.3515625, 30.0878...; P_os+g 41.25, 21.5625;
+    # P_os+g+p (0.01) 1.875, 0.46875, 0.1171875; 128B 513.5, 257.75; 1T P_os 4187.5,
+    # 4046.875, 4011.71875; P_os+g 2218.75, 2054.6875, 2013.671875. 1 + 15 cells.
+    assert len(evidence) == 16
+    assert (evidence["where"] == "Figure 1").sum() == 1
+    keys = set(zip(evidence["model"], evidence["N_d"], evidence["label"]))
+    assert ("128B", 1024, "P_os") in keys and ("7.5B", 4, "P_os+g") in keys
+    assert not any(model == "128B" and label == "P_os+g+p" for model, _, label in keys)
+    row = cell(evidence, model="7.5B", N_d=4, label="P_os+g")
+    assert (row["rounded half up"], row["rounded half to even"], row["truncated"],
+            row["printed"]) == ("41.3", "41.2", "41.2", "41.3")
+    row = cell(evidence, model="128B", N_d=1024, label="P_os")
+    assert (row["rounded half up"], row["truncated"], row["printed"]) == ("514", "513", "513")
+    assert row["rule"] == "truncated to 1"
+    assert evidence["agrees"].all()
+
+
+def test_capacity_readings_only_decimal_gb_reproduces_table2():
+    readings = paper.capacity_readings().set_index("stage")
+    assert list(readings["printed"]) == ["2B", "7.6B", "14.4B", "128B"]
+    assert (readings["as printed, 32 x 10^9 B"] == readings["printed"]).all()
+    # 32 GiB = 34,359,738,368 B: / 16 = 2.147e9; / (4 + 12/64) = 8.205e9;
+    # / (2 + 14/64) = 15.486e9; x 64 / 16 = 137,438,953,472 exactly.
+    assert list(readings["as printed, 32 GiB"]) == ["2.1B", "8.2B", "15.5B", "137.4B"]
+    assert readings.at[0, "largest model, 32 GiB"] == 2**35 // 16
+    assert readings.at[3, "largest model, 32 GiB"] == 2**35 * 64 // 16
+    assert readings.at[3, "largest model, 32 x 10^9 B"] == 128 * 10**9

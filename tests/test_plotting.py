@@ -263,3 +263,302 @@ def test_encode_png_holds_exactly_the_canvas_pixels(gpu_count):
     assert decoded.shape == rgba.shape[:2] + (3,)
     assert np.array_equal(decoded, rgba[..., :3]) and np.all(rgba[..., 3] == 255)  # opaque
     assert plotting.encode_png(rgba) == png
+
+
+# --- measured against predicted, per rank (notebook 05) -----------------------------------------
+
+def measured_table():
+    """Two panels worked out by hand: 2 ranks; zerolib predicts 100 B of each category per rank."""
+    import pandas as pd
+
+    rows = []
+    for panel, stage, measured in (("A\nat rest", 1, {"parameters": (100, 100),
+                                                        "gradients": (100, 100),
+                                                        "optimizer": (150, 50)}),
+                                   ("B\npeak", 3, {"parameters": (300, 300),
+                                                   "gradients": (110, 110),
+                                                   "optimizer": (100, 90)})):
+        for category, values in measured.items():
+            for rank, value in enumerate(values):
+                rows.append({"panel": panel, "strategy": "x", "stage": stage, "phase": "rest",
+                             "rank": rank, "category": category, "measured_bytes": value,
+                             "predicted_bytes": 100, "relative_difference": value / 100 - 1})
+    return pd.DataFrame(rows)
+
+
+def test_format_relative_for_reading():
+    assert [plotting.format_relative(v) for v in (0, 0.000048, 0.0023, -0.314, 0.117, 2.6196, -0.5)] == [
+        "0%", "+0.0048%", "+0.23%", "-31.4%", "+11.7%", "+262%", "-50.0%"]
+
+
+def test_measured_figure_draws_each_rank_and_the_prediction():
+    figure, panels = plotting.measured_vs_predicted_figure(measured_table(), "title", "subtitle")
+    assert len(panels) == len(figure.axes) == 2
+    first, second = panels
+    assert first.categories == ("parameters", "gradients", "optimizer") and first.ranks == (0, 1)
+    assert [bar.get_height() for bar in first.bars["optimizer"]] == [150, 50]
+    assert [t.get_text() for t in first.difference_labels["optimizer"]] == ["+50.0%", "-50.0%"]
+    assert [t.get_text() for t in second.difference_labels["parameters"]] == ["+200%", "+200%"]
+    for artists in panels:
+        for line in artists.predictions.values():
+            assert line.get_segments()[0][0][1] == 100  # the prediction, at 100 B
+    # Bars take the colour of the stage they are compared with, as in the chapter's figures.
+    assert (matplotlib.colors.to_hex(first.bars["gradients"].patches[0].get_facecolor())
+            == plotting.STRATEGY_COLORS[1].lower())
+    assert (matplotlib.colors.to_hex(second.bars["gradients"].patches[0].get_facecolor())
+            == plotting.STRATEGY_COLORS[3].lower())
+    # One y axis for every panel, with room above the tallest bar (300 B) for its label.
+    assert first.ax.get_ylim() == second.ax.get_ylim() and first.ax.get_ylim()[1] > 300
+    assert first.title.get_text() == "A\nat rest"
+    legend = figure.legends[0].get_texts()
+    assert [t.get_text() for t in legend] == [
+        "measured on each rank, vs ZeRO stage 1 (optimizer)",
+        "measured on each rank, vs ZeRO stage 3 (+ parameters)",
+        "zerolib's prediction (the same for every rank)"]
+
+
+def test_measured_figure_png_is_byte_stable():
+    png = plotting.render_png(plotting.measured_vs_predicted_figure(measured_table(), "t")[0])
+    again = plotting.render_png(plotting.measured_vs_predicted_figure(measured_table(), "t")[0])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png == again and b"Software" not in png
+
+
+def test_measured_figure_rejects_bad_tables():
+    table = measured_table()
+    with pytest.raises(TypeError, match="table"):
+        plotting.measured_vs_predicted_figure(table.to_dict(), "t")
+    with pytest.raises(ValueError, match="predicted_bytes"):
+        plotting.measured_vs_predicted_figure(table.drop(columns="predicted_bytes"), "t")
+    uneven = table.copy()
+    uneven.loc[0, "predicted_bytes"] = 99  # zerolib never predicts different bytes per rank
+    with pytest.raises(ValueError, match="predicted_bytes"):
+        plotting.measured_vs_predicted_figure(uneven, "t")
+    with pytest.raises(ValueError, match="category"):
+        plotting.measured_vs_predicted_figure(table.replace({"category": {"optimizer": "other"}}), "t")
+    with pytest.raises(ValueError, match="ncols"):
+        plotting.measured_vs_predicted_figure(table, "t", ncols=0)
+    figure = plotting.new_figure((4, 3))
+    with pytest.raises(ValueError, match="one panel"):
+        plotting.draw_measured_vs_predicted(figure.add_subplot(), table)
+
+
+# --- figure 3: will it fit? persistent state + working set per stage against the device ----------
+#
+# Worked out by hand for Llama-2-7B (P = 6,738,415,616 parameters, the published count; 32 layers,
+# h = 4096, a = 32 heads, f = 11008 gated MLP, V = 32,000, no dropout) on 8 GPUs, sequence
+# s = 4096, micro-batch b = 1, selective recomputation, flash attention, mixed-precision Adam.
+# Persistent state (ZeRO paper, Sec. V): 2P = 13,476,831,232 bytes of 16-bit parameters (or
+# gradients), 12P = 80,860,987,392 bytes of optimizer state; partitioned over 8: P / 8 =
+# 842,301,952 elements. Working set:
+# - activations (Korthikanti et al. 2022, term by term): per layer 8 tensors of s x h in 2 bytes
+#   (two norm inputs, QKV and MLP inputs, Q, K, V, attention output projection input) = 16sbh
+#   plus 4 f-wide tensors of the gated MLP in 2 bytes = 8sbf; 32 layers; plus the final norm's and
+#   output projection's inputs (2 x 2sbh) and the one layer whose attention core is recomputed
+#   (flash: 4 bytes of log-sum-exp per head and token, 4asb);
+# - logits and loss: (2 + 4) bytes x s x b x V;
+# - DDP buckets (stage 0): a second copy of the 16-bit gradients, 2P;
+# - DeepSpeed reduce bucket (stages 1-3): 5e8 elements x 2 bytes; all-gather in place: 0;
+# - stage 3 gathered parameters: max(stage3_max_live_parameters 1e9, largest module 32000 x 4096
+#   + prefetch 5e7) = 1e9 elements x 2 bytes;
+# - reserve: 2 GiB.
+LLAMA_P = 6_738_415_616
+S, B, H, A, F, V, LAYERS = 4096, 1, 4096, 32, 11008, 32_000, 32
+ACTIVATIONS = LAYERS * (16 * S * B * H + 8 * S * B * F) + 4 * A * S * B + 2 * 2 * S * B * H
+LOGITS = 6 * S * B * V
+RESERVE = 2 * GiB
+WORKSHEET = {  # stage -> component -> bytes on one of 8 GPUs
+    0: {"parameters": 2 * LLAMA_P, "gradients": 2 * LLAMA_P, "optimizer": 12 * LLAMA_P,
+        "ddp_buckets": 2 * LLAMA_P, "reduce_bucket": 0, "gathered_parameters": 0},
+    1: {"parameters": 2 * LLAMA_P, "gradients": 2 * LLAMA_P, "optimizer": 12 * LLAMA_P // 8,
+        "ddp_buckets": 0, "reduce_bucket": 10**9, "gathered_parameters": 0},
+    2: {"parameters": 2 * LLAMA_P, "gradients": 2 * LLAMA_P // 8, "optimizer": 12 * LLAMA_P // 8,
+        "ddp_buckets": 0, "reduce_bucket": 10**9, "gathered_parameters": 0},
+    3: {"parameters": 2 * LLAMA_P // 8, "gradients": 2 * LLAMA_P // 8,
+        "optimizer": 12 * LLAMA_P // 8, "ddp_buckets": 0, "reduce_bucket": 10**9,
+        "gathered_parameters": 2 * 10**9},
+}
+for _stage in WORKSHEET.values():
+    _stage.update(activations=ACTIVATIONS, logits_loss=LOGITS, allgather_bucket=0, reserve=RESERVE)
+PEAKS = {stage: sum(parts.values()) for stage, parts in WORKSHEET.items()}
+H100_GB = 80 * GiB / GB
+A100_40_GB = 40 * GiB / GB
+STACK = ["parameters", "gradients", "optimizer", "activations", "logits_loss", "ddp_buckets",
+         "reduce_bucket", "allgather_bucket", "gathered_parameters", "reserve"]
+
+
+def test_hand_worksheet_is_consistent():
+    # The sums behind the expected values (so a typo above cannot hide): 20.2 GB of activations.
+    assert ACTIVATIONS == 20_200_292_352 and LOGITS == 786_432_000
+    assert [round(PEAKS[s] / GB, 2) for s in range(4)] == [144.43, 61.2, 49.4, 39.61]
+
+
+def _settings(**changes):
+    from zerolib.working_set import WorkingSetSettings
+    return WorkingSetSettings(**{"seq_len": 4096, "micro_batch": 1, "recompute": "selective",
+                                 "flash_attention": True, **changes})
+
+
+def _frame(settings=None, model="llama-2-7b", gpus=8):
+    from zerolib.working_set import peak_frame
+    return peak_frame(model, gpus, (0, 1, 2, 3), settings or _settings())
+
+
+@pytest.fixture
+def will_it_fit():
+    settings = _settings()
+    return plotting.will_it_fit_figure(_frame(settings), "h100-80gb", settings=settings)
+
+
+def heights_gb(artists, stage_index):
+    return {c: artists.bars[c].patches[stage_index].get_height() for c in STACK}
+
+
+def test_will_it_fit_stacks_every_component_of_the_hand_worksheet(will_it_fit):
+    figure, artists = will_it_fit
+    assert figure.get_size_inches().tolist() == list(plotting.WILL_IT_FIT_FIGSIZE)
+    assert list(plotting.COMPONENTS) == STACK
+    for i, stage in enumerate(range(4)):
+        bottom = 0.0
+        for component in STACK:
+            rectangle = artists.bars[component].patches[i]
+            assert rectangle.get_height() == pytest.approx(WORKSHEET[stage][component] / GB)
+            assert rectangle.get_y() == pytest.approx(bottom)      # stacked in this order
+            bottom += WORKSHEET[stage][component] / GB
+        assert bottom == pytest.approx(PEAKS[stage] / GB)
+    assert [artists.peak_labels[s].get_text() for s in range(4)] == [
+        "144 GB", "61.2 GB", "49.4 GB", "39.6 GB"]
+    assert [artists.verdict_labels[s].get_text() for s in range(4)] == [
+        "too big", "fits", "fits", "fits"]                        # against 85.9 GB
+    # Values written inside the segments tall enough to hold them: 80.9 GB of optimizer
+    # state without ZeRO, 20.2 GB of activations everywhere; not inside the 1 GB reduce bucket.
+    assert artists.segment_labels["optimizer"][0].get_text() == "80.9"
+    assert artists.segment_labels["activations"][3].get_text() == "20.2"
+    assert artists.segment_labels["activations"][3].get_visible()
+    assert not artists.segment_labels["reduce_bucket"][1].get_visible()
+    assert [t.get_text() for t in artists.stage_labels.values()] == [
+        "Plain data\nparallelism", "ZeRO stage 1\n(optimizer)", "ZeRO stage 2\n(+ gradients)",
+        "ZeRO stage 3\n(+ parameters)"]
+    assert "[GB]" in artists.ax.get_ylabel()
+    assert artists.ax.get_ylim()[1] > PEAKS[0] / GB                  # the tallest bar is inside
+
+
+def test_will_it_fit_capacity_line_is_at_the_capacity_and_labelled(will_it_fit):
+    _, artists = will_it_fit
+    assert artists.device_line.get_ydata()[0] == pytest.approx(H100_GB)
+    assert artists.device_tag.get_position()[1] == pytest.approx(H100_GB)
+    assert artists.device_tag.get_text() == "85.9 GB"
+    assert artists.device_legend_text.get_text() == "H100 80GB capacity: 80 GiB = 85.9 GB"
+    title, subtitle = artists.title.get_text(), artists.subtitle.get_text()
+    assert "llama-2-7b on 8 GPUs" in title
+    for words in ("sequence 4,096", "micro-batch 1", "selective recomputation", "flash attention",
+                  "mixed-adam (16 bytes/param)", "reserve 2 GiB"):
+        assert words in subtitle
+
+
+def test_will_it_fit_components_have_their_own_colour_blind_safe_colours(will_it_fit):
+    _, artists = will_it_fit
+    colours = [plotting.COMPONENT_COLORS[c] for c in STACK]
+    assert len(set(colours)) == len(STACK)
+    assert set(colours) <= set(plotting.TOL_MUTED.values())
+    # Strategy colours stay with strategies, the device keeps its own.
+    assert not set(colours) & {*plotting.STRATEGY_COLORS.values(), plotting.DEVICE_COLOR}
+    for component in STACK:
+        faces = {matplotlib.colors.to_hex(p.get_facecolor()) for p in artists.bars[component].patches}
+        assert faces == {plotting.COMPONENT_COLORS[component].lower()}   # same in every bar
+        legend = artists.legend_text(component).get_text()
+        assert legend.startswith(plotting.COMPONENT_LABELS[component])
+    # A term that is 0 in every bar says so (DeepSpeed all-gathers in place).
+    assert artists.legend_text("allgather_bucket").get_text().endswith(": 0 here")
+    assert not artists.legend_text("reduce_bucket").get_text().endswith(": 0 here")
+    # Text inside a segment is black or white, whichever contrasts more (indigo: white).
+    assert artists.segment_labels["parameters"][0].get_color() == "#ffffff"
+    assert artists.segment_labels["reserve"][0].get_color() == "#000000"
+
+
+def test_will_it_fit_update_changes_the_same_artists():
+    settings = _settings()
+    figure, artists = plotting.will_it_fit_figure(_frame(settings), "h100-80gb", settings=settings)
+    patches = {c: list(artists.bars[c].patches) for c in STACK}
+    line, ax = artists.device_line, artists.ax
+    # Micro-batch 2 doubles the activations and the logits (both linear in b), nothing else.
+    doubled = _settings(micro_batch=2)
+    plotting.update_will_it_fit(artists, _frame(doubled), "a100-40gb", "GB", doubled)
+    assert {c: list(artists.bars[c].patches) for c in STACK} == patches
+    assert artists.device_line is line and figure.axes == [ax]
+    for i in range(4):
+        got = heights_gb(artists, i)
+        assert got["activations"] == pytest.approx(2 * ACTIVATIONS / GB)
+        assert got["logits_loss"] == pytest.approx(2 * LOGITS / GB)
+        assert got["optimizer"] == pytest.approx(WORKSHEET[i]["optimizer"] / GB)
+    # An A100 40GB holds 40 GiB = 42.9 GB; at micro-batch 2 every stage needs 20.99 GB more
+    # (activations + logits), so even stage 3 needs 39.61 + 20.99 = 60.6 GB: nothing fits.
+    assert artists.device_line.get_ydata()[0] == pytest.approx(A100_40_GB)
+    assert artists.device_tag.get_text() == "42.9 GB"
+    assert artists.device_legend_text.get_text() == "A100 40GB capacity: 40 GiB = 42.9 GB"
+    assert [artists.verdict_labels[s].get_text() for s in range(4)] == ["too big"] * 4
+    assert artists.peak_labels[3].get_text() == "60.6 GB"
+    assert "micro-batch 2" in artists.subtitle.get_text()
+    # In GiB the same bytes are smaller numbers and the line sits at exactly 40.
+    plotting.update_will_it_fit(artists, _frame(doubled), "a100-40gb", "GiB", doubled)
+    assert artists.device_line.get_ydata()[0] == pytest.approx(40.0)
+    assert artists.device_tag.get_text() == "40.0 GiB"
+    assert heights_gb(artists, 0)["activations"] == pytest.approx(2 * ACTIVATIONS / GiB)
+    assert "[GiB]" in artists.ax.get_ylabel()
+
+
+def test_will_it_fit_bad_input_is_rejected_with_the_argument_named(will_it_fit):
+    _, artists = will_it_fit
+    figure = plotting.new_figure(plotting.WILL_IT_FIT_FIGSIZE)
+    ax = plotting.add_axes(figure, "will_it_fit")
+    frame = _frame()
+    with pytest.raises(TypeError, match="frame must be a DataFrame"):
+        plotting.draw_will_it_fit(ax, [[1, 2]])
+    with pytest.raises(ValueError, match="lacks the columns"):
+        plotting.draw_will_it_fit(ax, frame[["stage", "bytes"]], settings=_settings())
+    with pytest.raises(ValueError, match="every component exactly once"):
+        plotting.draw_will_it_fit(ax, frame.iloc[1:], settings=_settings())
+    with pytest.raises(ValueError, match="one gpus value"):
+        plotting.draw_will_it_fit(ax, __import__("pandas").concat([frame, _frame(gpus=16)]),
+                                  settings=_settings())
+    with pytest.raises(TypeError, match="settings"):
+        plotting.draw_will_it_fit(ax, frame, settings={"micro_batch": 1})
+    # Numbers of one setting under a subtitle naming another: refused.
+    with pytest.raises(ValueError, match="settings"):
+        plotting.draw_will_it_fit(ax, frame, settings=_settings(micro_batch=2))
+    with pytest.raises(ValueError, match="layout"):
+        plotting.draw_will_it_fit(ax, frame, settings=_settings(), layout="fp32-adam")
+    with pytest.raises(ValueError, match="unit"):
+        plotting.draw_will_it_fit(ax, frame, unit="MB", settings=_settings())
+    with pytest.raises(ValueError, match="device"):
+        plotting.draw_will_it_fit(ax, frame, device="tpu", settings=_settings())
+    from zerolib.working_set import peak_frame
+    with pytest.raises(ValueError, match="stages"):
+        plotting.update_will_it_fit(artists, peak_frame("llama-2-7b", 8, (2, 3), _settings()),
+                                    settings=_settings())
+
+
+def test_will_it_fit_renders_byte_stable_and_incrementally(will_it_fit):
+    figure, artists = will_it_fit
+    png = plotting.render_png(figure)
+    again, _ = plotting.will_it_fit_figure(_frame(), "h100-80gb", settings=_settings())
+    assert plotting.render_png(again) == png
+    fast = plotting.IncrementalPng(figure, plotting.will_it_fit_blocks(artists))
+    for settings, device, unit in [(_settings(), "h100-80gb", "GB"),
+                                   (_settings(micro_batch=2), "h100-80gb", "GB"),
+                                   (_settings(micro_batch=2), "a100-40gb", "GiB"),
+                                   (_settings(recompute="full"), "a100-40gb", "GiB")]:
+        plotting.update_will_it_fit(artists, _frame(settings), device, unit, settings)
+        assert fast.render() == plotting.IncrementalPng(figure).render()
+
+
+def test_will_it_fit_labels_the_capacity_line_crosses_get_a_backing():
+    # Micro-batch 2 on the H100: stage 1 peaks at 82.2 GB, so its two labels (value and "fits",
+    # 36 points above the bar) straddle the 85.9 GB line; stage 3 at 60.6 GB is far below it.
+    settings = _settings(micro_batch=2)
+    _, artists = plotting.will_it_fit_figure(_frame(settings), "h100-80gb", settings=settings)
+    assert artists.peak_labels[1].get_text() == "82.2 GB"
+    assert artists.peak_labels[1].get_bbox_patch() is not None
+    assert artists.verdict_labels[1].get_bbox_patch() is not None
+    assert artists.peak_labels[3].get_bbox_patch() is None
+    plotting.update_will_it_fit(artists, _frame(), "h100-80gb", settings=_settings())
+    assert artists.peak_labels[1].get_bbox_patch() is None            # 61.2 GB: clear again

@@ -248,3 +248,112 @@ def zero3_table(total_params, largest_layer_params, num_gpus_per_node=1, num_nod
             lines.append(estimate_zero3(params, largest, per_node, nodes, offload, offload_params,
                                         init, additional_buffer_factor).row())
     return lines
+
+
+# --- DeepSpeed's buffers that neither estimator counts ---------------------------------------
+
+# Defaults of DeepSpeed's zero_optimization config (deepspeed/runtime/zero/config.py, v0.19.8),
+# in elements: a buffer's bytes are these times the element size of the training dtype.
+REDUCE_BUCKET_SIZE = 500_000_000                  # reduce_bucket_size: Field(pp_int(5e8))
+ALLGATHER_BUCKET_SIZE = 500_000_000               # allgather_bucket_size: Field(pp_int(5e8))
+STAGE3_PREFETCH_BUCKET_SIZE = 50_000_000          # stage3_prefetch_bucket_size: pp_int(5e7)
+STAGE3_PARAM_PERSISTENCE_THRESHOLD = 100_000      # stage3_param_persistence_threshold: 1e5
+STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000        # stage3_max_live_parameters: pp_int(1e9)
+
+
+@dataclass(frozen=True)
+class BufferDefault:
+    """One DeepSpeed setting that sizes memory outside the model-state formulas."""
+
+    key: str            # the zero_optimization config key
+    elements: int       # its default, in elements
+    stages: tuple[int, ...]
+    what: str
+
+
+BUFFER_DEFAULTS = (
+    BufferDefault("reduce_bucket_size", REDUCE_BUCKET_SIZE, (1, 2, 3),
+                  "bucket gradients are reduced through; stages 1-2 allocate it during backward "
+                  "and free it after the reduction, stage 3 allocates it once and keeps it"),
+    BufferDefault("allgather_bucket_size", ALLGATHER_BUCKET_SIZE, (1, 2),
+                  "bounds the all-gather of updated parameters inside the step (temporary)"),
+    BufferDefault("stage3_prefetch_bucket_size", STAGE3_PREFETCH_BUCKET_SIZE, (3,),
+                  "parameters fetched ahead of the layer that needs them"),
+    BufferDefault("stage3_max_live_parameters", STAGE3_MAX_LIVE_PARAMETERS, (3,),
+                  "gathered parameters kept alive for reuse in backward: below 1e9 parameters, "
+                  "the whole model after the forward"),
+    BufferDefault("stage3_param_persistence_threshold", STAGE3_PARAM_PERSISTENCE_THRESHOLD, (3,),
+                  "tensors smaller than this are never partitioned: every rank keeps them whole"),
+)
+
+
+def buffer_defaults(element_bytes: int = 2):
+    """DeepSpeed's buffer defaults as a table: config key, elements, bytes at ``element_bytes``
+    per element (2 for bf16/fp16, 4 for fp32), stages, what the buffer is."""
+    import pandas as pd
+
+    if isinstance(element_bytes, bool) or element_bytes not in (2, 4):
+        raise ValueError(f"element_bytes must be 2 (bf16/fp16) or 4 (fp32), got {element_bytes!r}")
+    return pd.DataFrame({
+        "config key": [b.key for b in BUFFER_DEFAULTS],
+        "default [elements]": [b.elements for b in BUFFER_DEFAULTS],
+        f"at {element_bytes} B per element [B]": [b.elements * element_bytes
+                                                   for b in BUFFER_DEFAULTS],
+        "stages": [", ".join(map(str, b.stages)) for b in BUFFER_DEFAULTS],
+        "what it is": [b.what for b in BUFFER_DEFAULTS],
+    })
+
+
+# --- The chapter's formula turned into DeepSpeed's, term by term -----------------------------
+
+CHAPTER_LAYOUT = "mixed-adam"  # 2 + 2 + 12: the recipe DeepSpeed's multipliers assume
+GAP_COLUMNS = ("ZeRO-2, v0.14.3 on", "ZeRO-2, up to v0.14.2 (the docs)", "ZeRO-3")
+# Each row names the bytes it adds (P parameters, N GPUs, L largest-layer parameters).
+GAP_TERMS = (
+    "chapter (2 + 2 + 12 B per parameter)",
+    "+ fp16 gradients not partitioned: 2 B x (P - P/N)",   # the pre-v0.14.3 ZeRO-2 term 4P
+    "+ fp32 gradient shard for the step: 4 B x P/N",       # memory.rst: "converted into fp32"
+    "- fp16 gradient shard (not in the 18): 2 B x P/N",   # ZeRO-3's 18 = 2 fp16 params + 16 fp32
+    "+ gathered largest layer: 4 B x L",                  # 2 B fp16 params + 2 B fp16 grads
+    "rounding: ceil(P/N) vs int(k P/N)",
+    "= DeepSpeed's estimate per GPU",
+)
+
+
+def convention_gap(total_params, largest_layer_params, num_gpus_per_node=1, num_nodes=1):
+    """How the chapter's per-GPU model state becomes DeepSpeed's per-GPU estimate (no offload).
+
+    One column per estimator (ZeRO-2 as coded since v0.14.3, ZeRO-2 as coded up to v0.14.2,
+    which the documentation prints, and ZeRO-3), one row per term of :data:`GAP_TERMS`, in
+    bytes: the rows above the last add up to the last. A term an estimator lacks is 0.
+    """
+    import pandas as pd
+
+    from .accounting import model_state
+
+    params = _scalar(total_params, check_params, "total_params")
+    largest = _scalar(largest_layer_params, check_params, "largest_layer_params")
+    per_node = _scalar(num_gpus_per_node, check_gpus, "num_gpus_per_node")
+    nodes = _scalar(num_nodes, check_gpus, "num_nodes")
+    if largest > params:
+        raise ValueError("largest_layer_params must not exceed total_params")
+    gpus = per_node * nodes
+
+    def chapter(stage):
+        return int(model_state(params, gpus, stage, CHAPTER_LAYOUT).total)
+
+    shard = params // gpus  # P/N whole; what truncation leaves over goes to the rounding row
+    columns = {
+        GAP_COLUMNS[0]: (chapter(2), 0, 4 * shard, 0, 0,
+                         estimate_zero2(params, per_node, nodes, cpu_offload=False).per_gpu),
+        GAP_COLUMNS[1]: (chapter(2), 2 * (params - shard), 4 * shard, 0, 0,
+                         estimate_zero2(params, per_node, nodes, cpu_offload=False,
+                                        formula="v0.14.2").per_gpu),
+        GAP_COLUMNS[2]: (chapter(3), 0, 4 * shard, -2 * shard, GATHERED_LAYER_BYTES * largest,
+                         estimate_zero3(params, largest, per_node, nodes, cpu_offload=False,
+                                        cpu_offload_params=False).per_gpu),
+    }
+    table = {}
+    for name, (*terms, estimate) in columns.items():
+        table[name] = [*terms, estimate - sum(terms), estimate]
+    return pd.DataFrame(table, index=pd.Index(GAP_TERMS, name="term"), dtype="int64")

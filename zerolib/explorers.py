@@ -11,16 +11,19 @@ nbval passes.
 from __future__ import annotations
 
 import html
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
-from . import plotting
+from . import plotting, working_set
 from .accounting import LAYOUTS, STAGES, STRATEGY_NAMES, Layout, get_layout, model_state
+from .activations import RECOMPUTE
 from .curves import fewest_gpus_table, memory_table
 from .devices import DEVICES, get_device
 from .feasibility import fits
 from .inputs import MAX_GPUS
+from .models import MODELS, get_model, parameter_count
 from .units import UNITS, check_unit, format_count
 
 EXPLORER_DPI = 80   # 640 x 448 pixels for the GPU-count figure: readable, quick to redraw
@@ -376,3 +379,210 @@ class ModelSizeExplorer(_Explorer):
             f"{html.escape(plotting.device_label(device, unit))}. "
             f"<br>{html.escape('; '.join(verdict(p) for p in self.models))}. "
             f"<br>{format_count(largest)} under ZeRO stage 3: {_gb(stage3, unit)} per GPU.</p>")
+
+
+# The will-it-fit explorer's ranges.
+SEQ_LENGTHS = tuple(2**k for k in range(7, 18))   # 128 to 131,072 tokens
+MAX_MICRO_BATCH = 64   # also the bound of the largest-micro-batch search ("64 or more")
+MAX_EXPLORER_GPUS = 1024
+
+
+def _count_words(count: int) -> str:
+    """Parameters to three significant digits: '6.74B', '124M'."""
+    if count >= 10**9:
+        return f"{plotting.format_value(count / 10**9)}B"
+    return f"{plotting.format_value(count / 10**6)}M"
+
+
+def _and(names) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+class WillItFitExplorer(_Explorer):
+    """Will a model train on these GPUs? Its peak per GPU, stage by stage, against the device.
+
+    Controls: ``model`` (a preset of :mod:`zerolib.models`), ``gpus`` (1 to 1024),
+    ``micro_batch`` (1 to 64), ``seq_len`` (powers of two, 128 to 131,072 tokens), ``recompute``
+    (none, selective, full), ``flash_attention``, ``device``, ``unit``. ``.data`` is
+    :func:`zerolib.working_set.peak_frame` (bytes per stage and component). The table gives, per
+    stage, the peak, whether it fits, the fewest GPUs at which it fits (at this micro-batch) and
+    the largest micro-batch that fits (on these GPUs), all from :mod:`zerolib.working_set`.
+    """
+
+    def __init__(self, model: str = "llama-2-7b", gpus: int = 8, micro_batch: int = 1,
+                 seq_len: int = 4096, recompute: str = "selective", flash_attention: bool = True,
+                 device: str = "h100-80gb", unit: str = "GB", layout: "str | Layout" = "mixed-adam",
+                 dpi: float = EXPLORER_DPI):
+        super().__init__(dpi)
+        w = _widgets()
+        if not isinstance(model, str) or get_model(model).name not in MODELS:
+            raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
+        for name, value, high in (("gpus", gpus, MAX_EXPLORER_GPUS),
+                                  ("micro_batch", micro_batch, MAX_MICRO_BATCH)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+                raise ValueError(f"{name} must be a whole number from 1 to {high}, got {value!r}")
+        if seq_len not in SEQ_LENGTHS:
+            raise ValueError(f"seq_len must be one of {', '.join(map(str, SEQ_LENGTHS))}, "
+                             f"got {seq_len!r}")
+        if recompute not in RECOMPUTE:
+            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+        if not isinstance(flash_attention, bool):
+            raise TypeError(f"flash_attention must be True or False, got {flash_attention!r}")
+        get_device(device)
+        check_unit(unit)
+        self._layout_fixed = get_layout(layout)
+        self._fewest = (None, None)     # (settings key, fewest GPUs per stage)
+        self._largest = (None, None)    # (settings key, largest micro-batch per stage)
+        wide = {"description_width": "initial"}
+        self.controls = {
+            "model": w.Dropdown(options=[(f"{name} ({_count_words(parameter_count(config))})", name)
+                                         for name, config in MODELS.items()],
+                                value=get_model(model).name, description="Model"),
+            "gpus": w.IntSlider(value=gpus, min=1, max=MAX_EXPLORER_GPUS, description="GPUs",
+                                continuous_update=True),
+            "micro_batch": w.IntSlider(value=micro_batch, min=1, max=MAX_MICRO_BATCH,
+                                       description="Micro-batch", style=wide,
+                                       continuous_update=True),
+            "seq_len": w.SelectionSlider(options=[(f"{n:,}", n) for n in SEQ_LENGTHS],
+                                         value=seq_len, description="Sequence", style=wide,
+                                         continuous_update=True),
+            "recompute": w.ToggleButtons(options=list(RECOMPUTE), value=recompute,
+                                         description="Recompute", style={"button_width": "80px"}),
+            "flash_attention": w.Checkbox(value=flash_attention, description="Flash attention",
+                                          indent=False),
+            "device": w.Dropdown(options=[(d.label, d.name) for d in DEVICES.values()],
+                                 value=get_device(device).name, description="Device"),
+            "unit": w.ToggleButtons(options=list(UNITS), value=unit, description="Unit",
+                                    style={"button_width": "60px"}),
+        }
+        self.figure = plotting.new_figure(plotting.WILL_IT_FIT_FIGSIZE, dpi)
+        ax = plotting.add_axes(self.figure, "will_it_fit")
+        self.data = self._frame()
+        self.artists = plotting.draw_will_it_fit(ax, self.data, self.device, self.unit,
+                                                 self.settings, self.layout)
+        self._renderer = plotting.IncrementalPng(self.figure,
+                                                 plotting.will_it_fit_blocks(self.artists))
+        self._describe()
+        self.image.value = self._png()
+        self._watch()
+        c = self.controls
+        self.widget = self._box([
+            w.HBox([c["model"], c["device"], c["unit"]]),
+            w.HBox([c["gpus"], c["micro_batch"], c["seq_len"]]),
+            w.HBox([c["recompute"], c["flash_attention"]]),
+        ])
+
+    # Current settings, read from the controls.
+    @property
+    def model(self) -> str:
+        return self.controls["model"].value
+
+    @property
+    def gpus(self) -> int:
+        return int(self.controls["gpus"].value)
+
+    @property
+    def settings(self) -> working_set.WorkingSetSettings:
+        c = self.controls
+        return working_set.WorkingSetSettings(
+            seq_len=int(c["seq_len"].value), micro_batch=int(c["micro_batch"].value),
+            recompute=c["recompute"].value, flash_attention=bool(c["flash_attention"].value))
+
+    @property
+    def layout(self) -> Layout:
+        return self._layout_fixed
+
+    @property
+    def device(self):
+        return get_device(self.controls["device"].value)
+
+    @property
+    def unit(self) -> str:
+        return self.controls["unit"].value
+
+    def _frame(self):
+        return working_set.peak_frame(self.model, self.gpus, STAGES, self.settings, self.layout)
+
+    def _update(self) -> bool:
+        try:
+            data = self._frame()
+        except ValueError as error:
+            # A setting this model cannot take (GPT-2's learned positions end at 1,024 tokens):
+            # keep the last figure and say why.
+            self.summary.value = f"<p><b>Not drawn:</b> {html.escape(str(error))}.</p>"
+            self.table.value = ""
+            return False
+        self.data = data
+        plotting.update_will_it_fit(self.artists, self.data, self.device, self.unit,
+                                    self.settings, self.layout)
+        self._describe()
+        return True
+
+    def _searches(self, settings, device):
+        """Fewest GPUs and largest micro-batch per stage, each recomputed only when its inputs change."""
+        fewest_key = (self.model, settings, device.name)        # the GPU count does not enter
+        if fewest_key != self._fewest[0]:
+            self._fewest = (fewest_key, {
+                stage: working_set.fewest_gpus(self.model, stage, settings, self.layout, device)
+                for stage in STAGES})
+        largest_key = (self.model, self.gpus, replace(settings, micro_batch=1), device.name)
+        if largest_key != self._largest[0]:
+            self._largest = (largest_key, {
+                stage: working_set.largest_micro_batch(self.model, self.gpus, stage, settings,
+                                                       self.layout, device,
+                                                       max_micro_batch=MAX_MICRO_BATCH)
+                for stage in STAGES})
+        return self._fewest[1], self._largest[1]
+
+    def _describe(self):
+        unit, device, gpus, settings = self.unit, self.device, self.gpus, self.settings
+        config = get_model(self.model)
+        rows = working_set.stage_rows(config, gpus, STAGES, settings, self.layout, device)
+        fewest, largest = self._searches(settings, device)
+        on = f"{gpus} GPU{'s' if gpus != 1 else ''}"
+        _, conditions = plotting.will_it_fit_titles(config.name, gpus, settings, self.layout)
+        fitting = [STRATEGY_NAMES[row["stage"]] for row in rows if row["fits"]]
+        too_big = [STRATEGY_NAMES[row["stage"]] for row in rows if not row["fits"]]
+        if not too_big:
+            verdict = "Fits under every strategy, even plain data parallelism."
+        elif not fitting:
+            smallest = min(rows, key=lambda row: row["peak"])
+            verdict = (f"Fits under no strategy: the smallest peak is "
+                       f"{_gb(smallest['peak'], unit)} ({STRATEGY_NAMES[smallest['stage']]}). "
+                       "Add GPUs, shorten the sequence, lower the micro-batch or recompute more.")
+        else:
+            verdict = f"Fits under {_and(fitting)}. Too big under {_and(too_big)}."
+        terms = rows[0]["working_set"]     # activations and logits are the same at every stage
+        self.summary.value = (
+            f"<p><b>{html.escape(config.name)}</b> ({parameter_count(config):,} parameters) "
+            f"on <b>{on}</b>: {html.escape(conditions)}."
+            f"<br>{html.escape(verdict)}"
+            f"<br>Every strategy also holds the activations ({_gb(terms['activations'], unit)}) "
+            f"and the logits and loss ({_gb(terms['logits_loss'], unit)}) of one micro-batch per "
+            "GPU; both grow with micro-batch × sequence length."
+            f"<br>Reference line: {html.escape(plotting.device_label(device, unit))}.</p>")
+
+        def right(text):
+            return f"<td style='text-align:right'>{text}</td>"
+        cells = []
+        for row in rows:
+            stage = row["stage"]
+            most = largest[stage]
+            if most == 0:
+                most = "none"
+            elif most == MAX_MICRO_BATCH:
+                most = f"{most} or more"       # the search stops at the slider's end
+            cells.append(
+                f"<tr><td>{html.escape(STRATEGY_NAMES[stage])}</td>{right(_gb(row['peak'], unit))}"
+                f"<td>{'fits' if row['fits'] else 'too big'}</td>"
+                f"{right('never' if fewest[stage] is None else fewest[stage])}"
+                f"{right(most)}</tr>")
+        capacity = plotting.device_label(device, unit).split(": ", 1)[1]
+        self.table.value = (
+            f"<table><caption>Per GPU on {on} against the {html.escape(device.label)} "
+            f"({html.escape(capacity)}), {html.escape(config.name)}</caption>"
+            "<thead><tr><th>Strategy</th><th>Peak per GPU</th><th>Fits?</th>"
+            f"<th>Fewest GPUs that fit (micro-batch {settings.micro_batch})</th>"
+            f"<th>Largest micro-batch that fits ({on})</th></tr></thead>"
+            f"<tbody>{''.join(cells)}</tbody></table>")

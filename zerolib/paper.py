@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
+from decimal import ROUND_DOWN, ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +41,7 @@ TABLE1_CSV = "zero_paper_table1.csv"
 MAX_MODEL_CSV = "zero_paper_max_model.csv"
 
 # The paper's "32GB V100" is 32 * 10**9 bytes: that reproduces Table 2 (7.6B with P_os, 14.4B
-# with P_os+g at 64-way DP), while the catalogue's 32 GiB V100 would give 8.2B and 15.4B.
+# with P_os+g at 64-way DP), while the catalogue's 32 GiB V100 would give 8.2B and 15.5B.
 PAPER_V100 = Device(
     "v100-32gb-paper", "V100 32GB (ZeRO paper: 32 x 10^9 bytes)", 32 * GB,
     "ZeRO paper (SC20) Tables 1-2: '32GB V100 GPUs'; 32 x 10^9 bytes reproduces Table 2",
@@ -252,3 +252,75 @@ def max_model_comparison(data_dir=None, layout: "str | Layout" = PAPER_LAYOUT,
     frame["measured_params"] = frame["measured_params"].astype("Int64")
     frame["measured_share"] = (frame["measured_params"] / frame["computed_params"]).astype("Float64")
     return frame
+
+
+# --- Reader-facing views (notebook 05) -------------------------------------------------------
+
+def _exact_text(n_bytes) -> list[str]:
+    """Exact GB as decimal text, no digit lost: 30351562500 -> '30.3515625'."""
+    return [_plain(value) for value in _exact_gb(n_bytes)]
+
+
+def table1_side_by_side(data_dir=None, layout: "str | Layout" = PAPER_LAYOUT) -> pd.DataFrame:
+    """Table 1 laid out as printed: one row per model and DP degree; per stage, the paper's
+    digits beside zerolib's exact GB (as text, so 30.3515625 is not shown as 30.351562)."""
+    frame = memory_table_comparison(data_dir, layout)
+    frame = frame.assign(exact=_exact_text(frame["computed_bytes"]))
+    labels = list(pd.unique(frame["paper_label"]))
+    models = list(pd.unique(frame["model"]))
+    wide = frame.pivot(index=["model", "dp_degree"], columns="paper_label",
+                       values=["printed", "exact"])
+    wide = wide.rename(columns={"printed": "paper [GB]", "exact": "zerolib, exact [GB]"})
+    wide = wide.swaplevel(0, 1, axis=1)
+    wide = wide[[(label, what) for label in labels
+                 for what in ("paper [GB]", "zerolib, exact [GB]")]]
+    order = sorted(wide.index, key=lambda key: (models.index(key[0]), key[1]))
+    return wide.reindex(order).rename_axis(index=["model", "N_d"], columns=["", ""])
+
+
+def rounding_evidence(data_dir=None, layout: "str | Layout" = PAPER_LAYOUT) -> pd.DataFrame:
+    """The printed cells that tell how the paper rounded: those whose exact value prints
+    differently when rounded half up, rounded half to even, or truncated at the printed place.
+
+    Columns: where (Figure 1 or Table 1), model, N_d, label, exact GB (text), the three
+    candidate printings, what the paper printed, the rule zerolib applies, and ``agrees``.
+    """
+    figure = figure1_comparison(data_dir, layout).assign(where="Figure 1", model="7.5B")
+    table = memory_table_comparison(data_dir, layout).assign(where="Table 1")
+    frame = pd.concat([figure, table], ignore_index=True)
+    rules = [FIGURE1_RULE] * len(figure) + [TABLE1_RULES[key] for key in
+                                            zip(table["model"], table["stage"])]
+    rows = []
+    for record, exact, rule in zip(frame.to_dict("records"), _exact_gb(frame["computed_bytes"]),
+                                   rules):
+        quantum = Decimal(rule.quantum)
+        candidates = {mode: _plain(exact.quantize(quantum, rounding=rounding))
+                      for mode, rounding in (("rounded half up", ROUND_HALF_UP),
+                                             ("rounded half to even", ROUND_HALF_EVEN),
+                                             ("truncated", ROUND_DOWN))}
+        if len(set(candidates.values())) == 1:
+            continue  # every rule prints the same digits: this cell cannot tell them apart
+        rows.append({"where": record["where"], "model": record["model"],
+                     "N_d": record["dp_degree"], "label": record["paper_label"],
+                     "exact [GB]": _plain(exact), **candidates, "printed": record["printed"],
+                     "rule": rule.describe(), "agrees": bool(record["agrees"])})
+    return pd.DataFrame(rows)
+
+
+def capacity_readings(data_dir=None, layout: "str | Layout" = PAPER_LAYOUT) -> pd.DataFrame:
+    """Table 2's first row (64-way data parallelism, no model parallelism) under both readings
+    of "32GB": 32 x 10^9 bytes (:data:`PAPER_V100`) and 32 GiB (the real V100, ``v100-32gb``).
+
+    Per stage: the printed size, the exact largest model under each reading (parameters) and
+    how the paper would have printed it; only 32 x 10^9 bytes reproduces every printed cell.
+    """
+    table = load_max_model(data_dir)
+    first = table[(table["kind"] == "theoretical") & (table["mp_degree"] == 1)]
+    layout = get_layout(layout)
+    frame = first[["stage", "paper_label", "dp_degree", "printed"]].reset_index(drop=True)
+    for name, device in (("32 x 10^9 B", PAPER_V100), ("32 GiB", get_device("v100-32gb"))):
+        largest = np.asarray(largest_model(frame["dp_degree"].to_numpy(), frame["stage"].to_numpy(),
+                                           layout, device))
+        frame[f"largest model, {name}"] = largest
+        frame[f"as printed, {name}"] = [_max_model_text(p, 1) for p in largest]
+    return frame.rename(columns={"dp_degree": "N_d"})

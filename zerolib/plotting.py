@@ -1,4 +1,4 @@
-"""The chapter's two figures, drawn with matplotlib's object-oriented API and updatable in place.
+"""The chapter's figures, drawn with matplotlib's object-oriented API and updatable in place.
 
 Each ``draw_*`` function draws a tidy table from :func:`zerolib.curves.memory_table` into a given
 Axes and returns the artists it made; the matching ``update_*`` function changes those same
@@ -25,13 +25,17 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.legend import Legend
+from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
-from matplotlib.transforms import Bbox, offset_copy
+from matplotlib.transforms import Bbox, blended_transform_factory, offset_copy
 
-from .accounting import STRATEGY_NAMES, Layout, get_layout, model_state
+from .accounting import CATEGORIES, STRATEGY_NAMES, Layout, get_layout, model_state
 from .curves import COLUMNS
 from .devices import Device, get_device
+from .models import MODELS
 from .units import GiB, check_unit, format_count
+from .working_set import TERMS, WorkingSetSettings, peak_frame
 
 # Okabe & Ito, "Color Universal Design" (2008): eight colours that stay distinguishable under
 # the common colour-vision deficiencies. One colour per strategy, the same in every figure.
@@ -52,9 +56,11 @@ DEVICE_COLOR = OKABE_ITO["vermillion"]
 # Fixed sizes (inches) so every rendering of a figure has the same pixels and text size.
 GPU_COUNT_FIGSIZE = (8.0, 5.6)
 MODEL_SIZE_FIGSIZE = (9.0, 5.8)
+WILL_IT_FIT_FIGSIZE = (10.4, 6.0)
 # Margins around the axes (inches): room for the two-line title, the axis labels, the legend
 # below the axes and, on the GPU-count figure, the value labels right of the lines.
-_MARGINS = {"gpu_count": (0.95, 0.95, 1.4, 0.8), "model_size": (0.95, 0.25, 1.4, 0.8)}
+_MARGINS = {"gpu_count": (0.95, 0.95, 1.4, 0.8), "model_size": (0.95, 0.25, 1.4, 0.8),
+            "will_it_fit": (0.95, 4.35, 0.8, 0.8)}  # right: capacity tag, then the legend
 
 # matplotlib settings for drawing and saving, applied with rc_context (never globally).
 STYLE: Mapping[str, object] = MappingProxyType({
@@ -141,7 +147,7 @@ def new_figure(figsize, dpi: float = 100) -> Figure:
 
 
 def add_axes(figure: Figure, kind: str):
-    """Axes at the fixed margins of figure ``kind`` ("gpu_count" or "model_size")."""
+    """Axes at the fixed margins of figure ``kind`` ("gpu_count", "model_size", "will_it_fit")."""
     left, right, bottom, top = _MARGINS[kind]
     width, height = figure.get_size_inches()
     with style():
@@ -595,6 +601,321 @@ def update_memory_vs_model_size(artists: ModelSizeArtists, table: pd.DataFrame,
 
 
 # ---------------------------------------------------------------------------------------------
+# Figure 3: will it fit? The peak per GPU, stage by stage, against the device
+
+
+# Paul Tol's "muted" qualitative scheme (personal.sron.nl/~pault, "Colour schemes", 2021): nine
+# colours that stay distinguishable under the common colour-vision deficiencies, plus a pale
+# grey. The components of the peak get these, never the strategy colours (those stay with the
+# strategies): persistent state in the cool colours, the working set in the warm ones, the
+# reserve (an allowance, not a tensor) in the grey.
+TOL_MUTED: Mapping[str, str] = MappingProxyType({
+    "indigo": "#332288", "cyan": "#88CCEE", "teal": "#44AA99", "green": "#117733",
+    "olive": "#999933", "sand": "#DDCC77", "rose": "#CC6677", "wine": "#882255",
+    "purple": "#AA4499", "pale grey": "#DDDDDD",
+})
+COMPONENTS = (*CATEGORIES, *TERMS)   # bottom to top of every bar
+COMPONENT_COLORS: Mapping[str, str] = MappingProxyType({
+    "parameters": TOL_MUTED["indigo"], "gradients": TOL_MUTED["cyan"],
+    "optimizer": TOL_MUTED["teal"], "activations": TOL_MUTED["rose"],
+    "logits_loss": TOL_MUTED["wine"], "ddp_buckets": TOL_MUTED["sand"],
+    "reduce_bucket": TOL_MUTED["olive"], "allgather_bucket": TOL_MUTED["purple"],
+    "gathered_parameters": TOL_MUTED["green"], "reserve": TOL_MUTED["pale grey"],
+})
+COMPONENT_LABELS: Mapping[str, str] = MappingProxyType({
+    "parameters": "Parameters", "gradients": "Gradients", "optimizer": "Optimizer state",
+    "activations": "Activations saved for backward", "logits_loss": "Logits and loss",
+    "ddp_buckets": "DDP gradient buckets (stage 0)",
+    "reduce_bucket": "Reduce bucket (stages 1-3)",
+    "allgather_bucket": "All-gather bucket (stages 1-2)",
+    "gathered_parameters": "Gathered parameters (stage 3)",
+    "reserve": "Reserve: CUDA context, fragmentation",
+})
+PEAK_FRAME_COLUMNS = ("model", "gpus", "stage", "strategy", "layer", "component", "bytes")
+RECOMPUTE_WORDS = MappingProxyType({"none": "no recomputation", "selective": "selective recomputation",
+                                    "full": "full recomputation"})
+_COMPONENT_INDEX = MappingProxyType({c: i for i, c in enumerate(COMPONENTS)})
+_STACK_WIDTH = 0.62
+_SEGMENT_LABEL_SIZE = 8        # points; a segment shows its value when at least 12 points tall
+_ZERO_EVERYWHERE = "#777777"   # legend text of a component that is 0 in every bar drawn
+# Room above the tallest bar for its two label lines (value, verdict), in points.
+_ABOVE_BAR_PT = 36
+# The capacity tag sits right of the axes at the line's height; the legend starts beyond it.
+_TAG_OFFSET_PT, _LEGEND_OFFSET_PT = 6, 72
+_PEAK_LABEL_BACKING = MappingProxyType({"facecolor": "white", "edgecolor": "none", "pad": 2.0})
+DEFAULT_SETTINGS = WorkingSetSettings()   # frozen: one shared default is safe
+
+
+def _ink(colour: str) -> str:
+    """Black or white, whichever has the higher WCAG contrast ratio on ``colour``."""
+    channels = np.array(matplotlib.colors.to_rgb(colour))
+    linear = np.where(channels <= 0.04045, channels / 12.92, ((channels + 0.055) / 1.055) ** 2.4)
+    luminance = float(linear @ [0.2126, 0.7152, 0.0722])
+    return "#000000" if (luminance + 0.05) / 0.05 >= 1.05 / (luminance + 0.05) else "#ffffff"
+
+
+def _wrap_strategy(stage: int) -> str:
+    """The name under a bar, on two lines: 'ZeRO stage 1\\n(optimizer)', 'Plain data\\nparallelism'."""
+    name = STRATEGY_NAMES[stage]
+    if " (" in name:
+        return name.replace(" (", "\n(", 1)
+    words = name.split()
+    half = (len(words) + 1) // 2
+    return " ".join(words[:half]) + "\n" + " ".join(words[half:])
+
+
+def _size_words(n_bytes: int) -> str:
+    return f"{n_bytes // GiB:,} GiB" if n_bytes % GiB == 0 else f"{n_bytes / 10**9:.3g} GB"
+
+
+def will_it_fit_titles(model: str, gpus: int, settings: WorkingSetSettings, layout) -> tuple[str, str]:
+    """The figure's title (model, GPUs) and subtitle (every setting that shapes the bars)."""
+    layout = get_layout(layout)
+    title = f"Will it fit? Peak memory per GPU of {model} on {gpus:,} {'GPU' if gpus == 1 else 'GPUs'}"
+    parts = [f"sequence {settings.seq_len:,}", f"micro-batch {settings.micro_batch:,}",
+             RECOMPUTE_WORDS[settings.recompute],
+             "flash attention" if settings.flash_attention else "attention scores stored (no flash)"]
+    if settings.tensor_parallel != 1:
+        parts.append(f"{settings.tensor_parallel}-way tensor parallel"
+                     + (" + sequence parallel" if settings.sequence_parallel else ""))
+    parts += [f"{layout.name} ({layout.total:g} bytes/param)",
+              f"reserve {_size_words(settings.reserve_bytes)}"]
+    return title, " · ".join(parts)
+
+
+def _check_peak_frame(frame, settings, layout):
+    """(model, gpus, stages, bytes grid [stage, component]) of a frame from ``peak_frame``."""
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError("frame must be a DataFrame from zerolib.working_set.peak_frame, "
+                        f"got {type(frame).__name__}")
+    if not isinstance(settings, WorkingSetSettings):
+        raise TypeError(f"settings must be a WorkingSetSettings, got {type(settings).__name__}")
+    missing = [c for c in PEAK_FRAME_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"frame lacks the columns {', '.join(missing)} "
+                         "(use zerolib.working_set.peak_frame)")
+    if frame.empty:
+        raise ValueError("frame must have at least one row")
+    models = frame["model"].unique()
+    if len(models) != 1:
+        raise ValueError(f"frame must hold one model for the will-it-fit figure, got {len(models)}")
+    gpus = _single(frame, "gpus", "will-it-fit")
+    stages = _stages(frame)
+    component = frame["component"].map(_COMPONENT_INDEX)
+    if (component.isna().any() or len(frame) != len(stages) * len(COMPONENTS)
+            or frame.duplicated(["stage", "component"]).any()):
+        raise ValueError("frame must hold every component exactly once for every stage "
+                         "(use zerolib.working_set.peak_frame)")
+    grid = np.zeros((len(stages), len(COMPONENTS)), dtype=np.int64)
+    grid[np.searchsorted(stages, frame["stage"].to_numpy()),
+         component.to_numpy(dtype=np.int64)] = frame["bytes"].to_numpy(dtype=np.int64)
+    model = str(models[0])
+    # The subtitle names the settings and the layout, so the numbers must come from them.
+    if model in MODELS:
+        expected = peak_frame(model, gpus, stages, settings, layout)
+        if not np.array_equal(expected["bytes"].to_numpy().reshape(grid.shape), grid):
+            raise ValueError(f"frame was not computed with these settings and layout "
+                             f"{get_layout(layout).name!r}; pass the ones it was made with")
+    return model, gpus, stages, grid
+
+
+@dataclass(eq=False)
+class WillItFitArtists:
+    """What :func:`draw_will_it_fit` drew; :func:`update_will_it_fit` changes it.
+
+    ``bars[component]`` is that component's BarContainer (one rectangle per stage, stacked
+    bottom to top in :data:`COMPONENTS` order), ``segment_labels[component]`` the value written
+    inside each rectangle (hidden when too thin), ``peak_labels``/``verdict_labels`` the total and
+    "fits"/"too big" above each bar, ``stage_labels`` the strategy under each bar (texts rather
+    than tick labels: they never change, so the explorer re-uses their pixels), ``device_tag``
+    the capacity written at the line's right end.
+    """
+
+    ax: object
+    stages: tuple[int, ...]
+    bars: dict
+    segment_labels: dict
+    peak_labels: dict
+    verdict_labels: dict
+    stage_labels: dict
+    device_line: object
+    device_tag: object
+    device_legend: object       # one entry: the device line and its capacity
+    legend: object              # the components, in two groups
+    legend_index: dict          # component -> position among the legend's texts
+    title: object
+    subtitle: object
+    unit: str = "GB"
+
+    @property
+    def device_legend_text(self):
+        return self.device_legend.get_texts()[0]
+
+    def legend_text(self, component: str):
+        return self.legend.get_texts()[self.legend_index[component]]
+
+
+def _apply_will_it_fit(artists: WillItFitArtists, frame, device, unit, settings, layout):
+    ax = artists.ax
+    model, gpus, stages, grid = _check_peak_frame(frame, settings, layout)
+    if stages != artists.stages:
+        raise ValueError(f"frame must hold the stages {artists.stages} drawn first")
+    scale = check_unit(unit)
+    device = get_device(device)
+    capacity = device.capacity / scale
+    values = grid / scale
+    tops = np.cumsum(values, axis=1)
+    bottoms = tops - values
+    peak_bytes = grid.sum(axis=1)
+    peaks = tops[:, -1]
+
+    height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
+    top = max(float(peaks.max()) / (1 - _ABOVE_BAR_PT / height_pt), capacity * 1.08)
+    ax.set_ylim(0, top)
+    ax.set_ylabel(f"Peak memory per GPU [{unit}]")
+    points_per_unit = height_pt / top
+
+    for j, component in enumerate(COMPONENTS):
+        for i, (rectangle, text) in enumerate(zip(artists.bars[component],
+                                                  artists.segment_labels[component])):
+            rectangle.set_y(bottoms[i, j])
+            rectangle.set_height(values[i, j])
+            text.set_y(bottoms[i, j] + values[i, j] / 2)
+            text.set_text(format_value(values[i, j]))
+            text.set_visible(values[i, j] * points_per_unit >= _SEGMENT_LABEL_SIZE + 4)
+        everywhere_zero = not grid[:, j].any()
+        legend_text = artists.legend_text(component)
+        legend_text.set_text(COMPONENT_LABELS[component] + (": 0 here" if everywhere_zero else ""))
+        legend_text.set_color(_ZERO_EVERYWHERE if everywhere_zero else "#000000")
+
+    for i, stage in enumerate(stages):
+        fits = bool(peak_bytes[i] <= device.capacity)
+        artists.peak_labels[stage].set_y(peaks[i])
+        artists.peak_labels[stage].set_text(f"{format_value(peaks[i])} {unit}")
+        artists.verdict_labels[stage].set_y(peaks[i])
+        artists.verdict_labels[stage].set_text("fits" if fits else "too big")
+        artists.verdict_labels[stage].set_color(OKABE_ITO["bluish green"] if fits else DEVICE_COLOR)
+        # The two labels span _ABOVE_BAR_PT points above the bar; where the capacity line runs
+        # through them, they get a white backing (only then: each backing costs a patch).
+        crossing = peaks[i] <= capacity <= peaks[i] + _ABOVE_BAR_PT / points_per_unit
+        for text in (artists.peak_labels[stage], artists.verdict_labels[stage]):
+            if crossing != (text.get_bbox_patch() is not None):
+                text.set_bbox(dict(_PEAK_LABEL_BACKING) if crossing else None)
+
+    artists.device_line.set_ydata([capacity, capacity])
+    artists.device_line.set_label(device_label(device, unit))
+    artists.device_legend_text.set_text(device_label(device, unit))
+    artists.device_tag.set_y(capacity)
+    artists.device_tag.set_text(f"{format_value(capacity)} {unit}")
+    title, subtitle = will_it_fit_titles(model, gpus, settings, layout)
+    artists.title.set_text(title)
+    artists.subtitle.set_text(subtitle)
+    artists.unit = unit
+
+
+def draw_will_it_fit(ax, frame: pd.DataFrame, device: "str | Device" = "a100-80gb", unit: str = "GB",
+                     settings: WorkingSetSettings = DEFAULT_SETTINGS,
+                     layout: "str | Layout" = "mixed-adam") -> WillItFitArtists:
+    """One stacked bar per stage: persistent state, then each working-set term, to the peak.
+
+    ``frame`` is ``zerolib.working_set.peak_frame(model, gpus, stages, settings, layout)``; the
+    dashed line is the device's capacity (also written at the line's right end, in ``unit``).
+    Above each bar: its peak and whether it fits (peak <= capacity, in bytes).
+    """
+    stages = _check_peak_frame(frame, settings, layout)[2]
+    check_unit(unit)
+    get_device(device)
+    figure = ax.figure
+    with style():
+        x = np.arange(len(stages), dtype=float)
+        bars, segment_labels = {}, {}
+        for component in COMPONENTS:
+            bars[component] = ax.bar(x, np.zeros(len(stages)), _STACK_WIDTH, bottom=0,
+                                     color=COMPONENT_COLORS[component], edgecolor="white",
+                                     linewidth=0.8, label=COMPONENT_LABELS[component], zorder=3)
+            segment_labels[component] = [
+                ax.text(xi, 0, "", ha="center", va="center", fontsize=_SEGMENT_LABEL_SIZE,
+                        color=_ink(COMPONENT_COLORS[component]), zorder=4, clip_on=True)
+                for xi in x]
+        value_at = offset_copy(ax.transData, figure, y=3, units="points")
+        verdict_at = offset_copy(ax.transData, figure, y=17, units="points")
+        peak_labels = {stage: ax.text(xi, 0, "", transform=value_at, ha="center", va="bottom",
+                                      fontsize=10, fontweight="bold", color="#222222", zorder=6,
+                                      clip_on=True)
+                       for xi, stage in zip(x, stages)}
+        verdict_labels = {stage: ax.text(xi, 0, "", transform=verdict_at, ha="center",
+                                         va="bottom", fontsize=10, zorder=6, clip_on=True)
+                          for xi, stage in zip(x, stages)}
+        device_line = ax.axhline(0, color=DEVICE_COLOR, ls=(0, (5, 3)), lw=1.8, zorder=5,
+                                 label=device_label(device, unit))
+        at_line_end = offset_copy(blended_transform_factory(ax.transAxes, ax.transData), figure,
+                                  x=_TAG_OFFSET_PT, units="points")
+        device_tag = ax.text(1, 0, "", transform=at_line_end, ha="left", va="center", fontsize=10,
+                             fontweight="bold", color=DEVICE_COLOR, clip_on=False)
+
+        # Right of the axes: the device line, then the components in the order the stack reads
+        # from the top, in two groups. Two legends, so that a new device or unit re-draws the
+        # one-line legend only (the explorer re-uses the pixels of the other).
+        legend_style = {"loc": "upper left", "bbox_to_anchor": (1.0, 1.0), "frameon": False,
+                        "handlelength": 2.2, "borderaxespad": 0.0, "labelspacing": 0.45}
+        device_legend = Legend(ax, [device_line], [device_label(device, unit)],
+                               bbox_transform=offset_copy(ax.transAxes, figure, x=_LEGEND_OFFSET_PT,
+                                                          units="points"), **legend_style)
+        ax.add_artist(device_legend)
+
+        def header(text):
+            return Line2D([], [], linestyle="none", label=text)
+        working = [c for c in reversed(COMPONENTS) if c not in CATEGORIES]
+        persistent = [c for c in reversed(COMPONENTS) if c in CATEGORIES]
+        entries = ([("header", header("Working set (per GPU)"))]
+                   + [(c, bars[c]) for c in working]
+                   + [("header", header("Persistent model state (per GPU)"))]
+                   + [(c, bars[c]) for c in persistent])
+        below_device = offset_copy(ax.transAxes, figure, x=_LEGEND_OFFSET_PT, y=-24, units="points")
+        legend = ax.legend(handles=[handle for _, handle in entries], bbox_transform=below_device,
+                           **legend_style)
+        for (kind, _), text in zip(entries, legend.get_texts()):
+            if kind == "header":
+                text.set_fontweight("bold")
+        legend_index = {kind: i for i, (kind, _) in enumerate(entries) if kind != "header"}
+
+        title, subtitle = _make_titles(ax, "", "")
+        under_axes = offset_copy(blended_transform_factory(ax.transData, ax.transAxes), figure,
+                                 y=-6, units="points")
+        stage_labels = {stage: ax.text(xi, 0, _wrap_strategy(stage), transform=under_axes,
+                                       ha="center", va="top", fontsize=10, clip_on=False)
+                        for xi, stage in zip(x, stages)}
+        ax.set_xticks(x)
+        ax.set_xlim(-0.6, len(stages) - 0.4)
+        ax.tick_params(axis="x", length=0, labelbottom=False)
+        ax.tick_params(axis="y", length=0, labelsize=10)   # the grid lines mark the values
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=7, steps=[1, 2, 2.5, 5, 10]))
+        ax.yaxis.set_major_formatter(FuncFormatter(_plain_number))
+        _fix_axis_labels(ax)
+        artists = WillItFitArtists(ax, stages, bars, segment_labels, peak_labels, verdict_labels,
+                                   stage_labels, device_line, device_tag, device_legend, legend,
+                                   legend_index, title, subtitle, unit)
+        _apply_will_it_fit(artists, frame, device, unit, settings, layout)
+    return artists
+
+
+def will_it_fit_blocks(artists: WillItFitArtists) -> list:
+    """:func:`text_blocks` plus the device legend and the strategy names under the bars
+    (the blocks :class:`IncrementalPng` re-uses while they are unchanged)."""
+    return [*text_blocks(artists), artists.device_legend, *artists.stage_labels.values()]
+
+
+def update_will_it_fit(artists: WillItFitArtists, frame: pd.DataFrame,
+                       device: "str | Device" = "a100-80gb", unit: str = "GB",
+                       settings: WorkingSetSettings = DEFAULT_SETTINGS,
+                       layout: "str | Layout" = "mixed-adam") -> WillItFitArtists:
+    """Redraw the same artists for a new frame, device, unit or settings (nothing re-created)."""
+    with style():
+        _apply_will_it_fit(artists, frame, device, unit, settings, layout)
+    return artists
+
+
+# ---------------------------------------------------------------------------------------------
 # Whole figures at the fixed sizes
 
 
@@ -611,6 +932,15 @@ def model_size_figure(table: pd.DataFrame, device="a100-80gb", unit="GB", layout
     """A new Figure of :data:`MODEL_SIZE_FIGSIZE` with :func:`draw_memory_vs_model_size` drawn."""
     figure = new_figure(MODEL_SIZE_FIGSIZE, dpi)
     artists = draw_memory_vs_model_size(add_axes(figure, "model_size"), table, device, unit, layout)
+    return figure, artists
+
+
+def will_it_fit_figure(frame: pd.DataFrame, device="a100-80gb", unit="GB",
+                       settings: WorkingSetSettings = DEFAULT_SETTINGS, layout="mixed-adam",
+                       dpi: float = 100) -> tuple[Figure, WillItFitArtists]:
+    """A new Figure of :data:`WILL_IT_FIT_FIGSIZE` with :func:`draw_will_it_fit` drawn."""
+    figure = new_figure(WILL_IT_FIT_FIGSIZE, dpi)
+    artists = draw_will_it_fit(add_axes(figure, "will_it_fit"), frame, device, unit, settings, layout)
     return figure, artists
 
 
@@ -731,3 +1061,171 @@ def encode_png(rgba: np.ndarray, compress_level: int = 1) -> bytes:
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)   # 8-bit truecolour RGB
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
             + chunk(b"IDAT", zlib.compress(rows.tobytes(), compress_level)) + chunk(b"IEND", b""))
+
+
+# ---------------------------------------------------------------------------------------------
+# Measured against predicted, per rank (notebook 05: a real sharded run beside zerolib)
+
+MEASURED_COLUMNS = ("panel", "stage", "rank", "category", "measured_bytes", "predicted_bytes",
+                    "relative_difference")
+PREDICTION_COLOR = OKABE_ITO["black"]
+# Inches: each panel's axes, and the fixed margins around and between them.
+_MEASURED_PANEL = (4.7, 2.45)
+_MEASURED_MARGINS = {"left": 0.95, "right": 0.25, "between": 1.0, "top": 0.95, "title": 0.62,
+                     "below": 0.62, "legend": 0.6}
+_RELATIVE_LABEL_SIZE = 8  # points
+
+
+def format_relative(relative: float) -> str:
+    """A relative difference for reading: '0%', '+0.0048%', '+0.12%', '-31.4%', '+262%'."""
+    if not math.isfinite(relative):
+        return str(relative)
+    if relative == 0:
+        return "0%"
+    if abs(relative) < 0.01:  # two significant digits: a few bytes in 100 kB still show
+        return f"{relative * 100:+.2g}%"
+    if abs(relative) < 1:
+        return f"{relative:+.1%}"
+    return f"{relative:+.0%}"
+
+
+@dataclass(eq=False)
+class MeasuredArtists:
+    """What :func:`draw_measured_vs_predicted` drew in one panel."""
+
+    ax: object
+    categories: tuple[str, ...]
+    ranks: tuple[int, ...]
+    bars: dict              # category -> BarContainer (one bar per rank)
+    predictions: dict       # category -> LineCollection across the category's bars
+    difference_labels: dict  # category -> [Text above each bar]
+    title: object
+
+
+def _check_measured(table) -> pd.DataFrame:
+    if not isinstance(table, pd.DataFrame):
+        raise TypeError("table must be a DataFrame from zerolib.validation.report.rank_bars, "
+                        f"got {type(table).__name__}")
+    missing = [c for c in MEASURED_COLUMNS if c not in table.columns]
+    if missing:
+        raise ValueError(f"table lacks the columns {', '.join(missing)} "
+                         "(use zerolib.validation.report.rank_bars)")
+    if table.empty:
+        raise ValueError("table must have at least one row")
+    unknown = sorted(set(table["category"]) - set(CATEGORIES))
+    if unknown:
+        raise ValueError(f"table's category must be one of {', '.join(CATEGORIES)}, got {unknown}")
+    for panel, group in table.groupby("panel", sort=False):
+        if group["stage"].nunique() != 1 or int(group["stage"].iloc[0]) not in STRATEGY_COLORS:
+            raise ValueError(f"panel {panel!r} must hold one stage from 0 to 3")
+        if group.duplicated(["category", "rank"]).any():
+            raise ValueError(f"panel {panel!r} holds a rank twice in one category")
+        if (group.groupby("category")["predicted_bytes"].nunique() != 1).any():
+            raise ValueError(f"panel {panel!r}: zerolib predicts the same bytes for every rank; "
+                             "predicted_bytes must not differ between ranks of a category")
+    return table
+
+
+def draw_measured_vs_predicted(ax, table: pd.DataFrame, y_max: float | None = None) -> MeasuredArtists:
+    """One panel: per category a group of bars, the bytes each rank measured (the stage's
+    colour), a dashed black line across the group at zerolib's prediction, and above each bar
+    its difference from the prediction. ``table`` holds one panel of
+    :func:`zerolib.validation.report.rank_bars`; ``y_max`` fixes the top of the y axis (bytes).
+    """
+    table = _check_measured(table)
+    if table["panel"].nunique() != 1:
+        raise ValueError("table must hold one panel here; measured_vs_predicted_figure draws several")
+    stage = int(table["stage"].iloc[0])
+    categories = tuple(c for c in CATEGORIES if c in set(table["category"]))
+    ranks = tuple(int(r) for r in sorted(table["rank"].unique()))
+    width = 0.8 / len(ranks)
+    offsets = (np.arange(len(ranks)) - (len(ranks) - 1) / 2) * width
+    above = offset_copy(ax.transData, ax.figure, y=2, units="points")
+    artists = MeasuredArtists(ax, categories, ranks, {}, {}, {}, None)
+    with style():
+        ticks, tick_labels = [], []
+        for i, category in enumerate(categories):
+            rows = table[table["category"] == category].set_index("rank").reindex(ranks)
+            x = i + offsets
+            measured = rows["measured_bytes"].to_numpy(dtype=float)
+            artists.bars[category] = ax.bar(x, measured, width * 0.88, color=STRATEGY_COLORS[stage],
+                                            edgecolor="white", linewidth=0.6, zorder=3)
+            predicted = float(rows["predicted_bytes"].dropna().iloc[0])
+            artists.predictions[category] = ax.hlines(predicted, i - 0.46, i + 0.46,
+                                                      color=PREDICTION_COLOR, lw=1.8,
+                                                      ls=(0, (4, 2)), zorder=4)
+            artists.difference_labels[category] = [
+                ax.text(xj, hj, format_relative(float(rel)), transform=above, rotation=90,
+                        ha="center", va="bottom", fontsize=_RELATIVE_LABEL_SIZE, color="#222222",
+                        zorder=5, bbox=dict(_LABEL_BACKING))
+                for xj, hj, rel in zip(x, measured, rows["relative_difference"])]
+            ticks += list(x)
+            tick_labels += [str(r) for r in ranks]
+            # The category under its group, below the rank numbers.
+            ax.text(i, 0, category, transform=offset_copy(ax.get_xaxis_transform(), ax.figure,
+                                                          y=-16, units="points"),
+                    ha="center", va="top", fontsize=10)
+        ax.set_xticks(ticks, tick_labels, fontsize=8)
+        ax.tick_params(axis="x", length=0, pad=2)
+        ax.set_xlim(-0.55, len(categories) - 0.45)
+        top = y_max if y_max is not None else _measured_top(table)
+        ax.set_ylim(0, top)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=5))
+        ax.set_ylabel("Bytes on one rank")
+        ax.text(-0.55, 0, "rank", transform=offset_copy(ax.get_xaxis_transform(), ax.figure,
+                                                          y=-2, units="points"),
+                ha="right", va="top", fontsize=8, color="#555555")
+        # A panel title may have two lines (what ran, then when it was measured).
+        artists.title = ax.set_title(str(table["panel"].iloc[0]), loc="left", fontsize=10.5,
+                                     fontweight="bold", pad=6, linespacing=1.3)
+    return artists
+
+
+def _measured_top(table: pd.DataFrame) -> float:
+    # Room above the tallest bar for its rotated difference label (about a third of the axes).
+    return 1.35 * float(max(table["measured_bytes"].max(), table["predicted_bytes"].max()))
+
+
+def measured_vs_predicted_figure(table: pd.DataFrame, title: str, subtitle: str = "",
+                                 ncols: int = 2, dpi: float = 100) -> tuple[Figure, list]:
+    """All panels of a :func:`zerolib.validation.report.rank_bars` table on one shared y axis,
+    ``ncols`` to a row, in the table's order, with the title, the subtitle and one legend."""
+    table = _check_measured(table)
+    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
+        raise ValueError(f"ncols must be a positive whole number, got {ncols!r}")
+    panels = list(pd.unique(table["panel"]))
+    ncols = min(ncols, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    m, (panel_w, panel_h) = _MEASURED_MARGINS, _MEASURED_PANEL
+    row_h = m["title"] + panel_h + m["below"]
+    width = m["left"] + ncols * panel_w + (ncols - 1) * m["between"] + m["right"]
+    height = m["top"] + nrows * row_h + m["legend"]
+    figure = new_figure((width, height), dpi)
+    top = _measured_top(table)
+    drawn = []
+    for index, panel in enumerate(panels):
+        row, col = divmod(index, ncols)
+        left = m["left"] + col * (panel_w + m["between"])
+        bottom = height - m["top"] - row * row_h - m["title"] - panel_h
+        with style():
+            ax = figure.add_axes((left / width, bottom / height, panel_w / width, panel_h / height))
+        drawn.append(draw_measured_vs_predicted(ax, table[table["panel"] == panel], y_max=top))
+    with style():
+        figure.text(m["left"] / width, 1 - 0.18 / height, title, ha="left", va="top",
+                    fontsize=12.5, fontweight="bold")
+        if subtitle:
+            figure.text(m["left"] / width, 1 - 0.48 / height, subtitle, ha="left", va="top",
+                        fontsize=10, color="#333333")
+        handles, labels = [], []
+        for artists in drawn:
+            stage = int(table.loc[table["panel"] == artists.title.get_text(), "stage"].iloc[0])
+            label = f"measured on each rank, vs {STRATEGY_NAMES[stage]}"
+            if label not in labels:
+                handles.append(next(iter(artists.bars.values())))
+                labels.append(label)
+        handles.append(next(iter(drawn[0].predictions.values())))
+        labels.append("zerolib's prediction (the same for every rank)")
+        figure.legend(handles, labels, loc="lower left", bbox_to_anchor=(m["left"] / width, 0.02),
+                      ncol=2, frameon=False, fontsize=9, handlelength=2.2, columnspacing=1.6)
+    return figure, drawn

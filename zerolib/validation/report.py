@@ -1,0 +1,322 @@
+"""Reader-facing tables from the recorded runs in ``data/``: what notebook 05 shows.
+
+Plain pandas, no torch and no DeepSpeed: the notebook reads what ``zerolib validate --record``
+(``validation_sharded.csv``, ``validation_activations.csv``) and ``zerolib.measure_deepspeed``
+(``deepspeed_measured.csv`` and its ``_buffers`` list) recorded, from ``zerolib.paths.DATA_DIR``
+unless told another folder. Every number stays bytes; relative differences are the only values
+formatted here (as "+11.7%", with the figures' ``plotting.format_relative``), because these
+tables are for reading.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+import pandas as pd
+
+from ..accounting import CATEGORIES
+from ..deepspeed import REDUCE_BUCKET_SIZE
+from ..measure_deepspeed import PHASES as DEEPSPEED_PHASES  # its moments, in order
+from ..measure_deepspeed import buffers_path
+from ..paths import DATA_DIR
+from ..plotting import format_relative
+from .effects import MECHANISMS
+from .explain_activations import totals as activation_totals
+from .explain_sharded import PHASES
+from .records import ACTIVATIONS_FILE, SHARDED_FILE, read_csv
+from .setups import MODELS, STRATEGIES
+
+DEEPSPEED_FILE = "deepspeed_measured.csv"
+DEEPSPEED_BUFFERS_FILE = buffers_path(Path(DEEPSPEED_FILE)).name  # deepspeed_measured_buffers.csv
+
+# Short names of the sharded strategies for table rows and figure panels.
+STRATEGY_LABELS: Mapping[str, str] = MappingProxyType({
+    "ddp": "DDP",
+    "zero1": "ZeroRedundancyOptimizer",
+    "fsdp2-keep": "FSDP2, reshard_after_forward=False",
+    "fsdp2-reshard": "FSDP2, reshard_after_forward=True",
+    "fsdp2-bf16": "FSDP2, bf16 compute",
+})
+PHASE_LABELS: Mapping[str, str] = MappingProxyType({
+    "rest": "at rest", "peak": "peak during forward"})
+
+DEEPSPEED_STATES = ("measured_parameters", "measured_gradients", "measured_optimizer",
+                    "measured_master_weights")
+ELEMENT_BYTES = MappingProxyType({"fp32": 4, "bf16": 2})
+
+
+# --- reading the records ------------------------------------------------------------------------
+
+def _path(data_dir, filename: str) -> Path:
+    if data_dir is None:
+        data_dir = DATA_DIR
+    if not isinstance(data_dir, (str, os.PathLike)):
+        raise TypeError(f"data_dir must be a path to the folder holding {filename}, "
+                        f"got {type(data_dir).__name__}")
+    path = Path(data_dir) / filename
+    if not path.is_file():
+        raise ValueError(f"data_dir {str(data_dir)!r} has no {filename} (a recorded run)")
+    return path
+
+
+def load_sharded(data_dir=None) -> pd.DataFrame:
+    """``validation_sharded.csv``: measured and predicted bytes per strategy, rank, category."""
+    return read_csv(_path(data_dir, SHARDED_FILE))
+
+
+def load_activations(data_dir=None) -> pd.DataFrame:
+    """``validation_activations.csv``: each tensor one GPT block saved, beside the formula."""
+    return read_csv(_path(data_dir, ACTIVATIONS_FILE))
+
+
+def load_deepspeed(data_dir=None) -> pd.DataFrame:
+    """``deepspeed_measured.csv``; the estimator columns are nullable (none for stages 0-1)."""
+    frame = read_csv(_path(data_dir, DEEPSPEED_FILE))
+    for column in ("deepspeed_estimate_per_gpu", "deepspeed_estimate_per_cpu"):
+        frame[column] = pd.to_numeric(frame[column].replace("", pd.NA)).astype("Int64")
+    return frame
+
+
+def load_deepspeed_buffers(data_dir=None) -> pd.DataFrame:
+    """``deepspeed_measured_buffers.csv``: every storage counted as a bucket or "other"."""
+    return read_csv(_path(data_dir, DEEPSPEED_BUFFERS_FILE))
+
+
+# --- small helpers --------------------------------------------------------------------------------
+
+def _mechanisms(texts) -> str:
+    """The distinct mechanism keys of some rows, in the legend's order."""
+    used = {key for text in texts for key in str(text).split()}
+    return " ".join(key for key in MECHANISMS if key in used) or "-"
+
+
+def _choose(frame: pd.DataFrame, **where) -> pd.DataFrame:
+    for column, value in where.items():
+        if value not in set(frame[column]):
+            known = ", ".join(str(v) for v in pd.unique(frame[column]))
+            raise ValueError(f"{column} must be one of {known}, got {value!r}")
+        frame = frame[frame[column] == value]
+    return frame
+
+
+def _ranks(ranks) -> str:
+    """'rank 3', 'ranks 0-2', 'ranks 0, 2'."""
+    ranks = sorted(int(r) for r in ranks)
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ", ".join(map(str, ranks))
+
+
+# --- the sharded run ------------------------------------------------------------------------------
+
+def rank_totals(sharded: pd.DataFrame) -> pd.DataFrame:
+    """Per strategy, model, worker count, rank and phase: measured and predicted bytes summed
+    over the three categories, with the mechanisms at work (tidy, bytes)."""
+    keys = ["strategy", "stage", "model", "workers", "rank", "phase"]
+    totals = (sharded.groupby(keys, sort=False)
+              .agg(measured_bytes=("measured_bytes", "sum"),
+                   predicted_bytes=("predicted_bytes", "sum"),
+                   effects=("effects", _mechanisms))
+              .reset_index())
+    totals["relative_difference"] = (totals["measured_bytes"] / totals["predicted_bytes"] - 1)
+    return totals
+
+
+def sharded_overview(sharded: pd.DataFrame, workers: int = 4) -> pd.DataFrame:
+    """One row per strategy and model: zerolib's bytes per rank beside the most-loaded rank's
+    measured total at rest and at the forward peak, and the mechanisms that explain the gap."""
+    totals = rank_totals(_choose(sharded, workers=workers))
+    rows = []
+    for (strategy, model), group in totals.groupby(["strategy", "model"], sort=False):
+        predicted = int(group["predicted_bytes"].max())  # the same on every rank
+        row = {"strategy": STRATEGY_LABELS[strategy], "compared with": f"stage {STRATEGIES[strategy].stage}",
+               "model": model, "predicted per rank [B]": predicted}
+        for phase in PHASES:
+            measured = int(group.loc[group["phase"] == phase, "measured_bytes"].max())
+            row[f"{PHASE_LABELS[phase]} [B]"] = measured
+            row[f"{PHASE_LABELS[phase]} vs predicted"] = format_relative(measured / predicted - 1)
+        row["explained by"] = _mechanisms(group["effects"].replace("-", ""))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def per_rank(sharded: pd.DataFrame, strategy: str, model: str = "uneven",
+             workers: int = 4) -> pd.DataFrame:
+    """One strategy, every rank at rest and at the peak: per category the measured bytes, the
+    prediction and the relative difference (columns: category, then what)."""
+    chosen = _choose(sharded, strategy=strategy, model=model, workers=workers)
+    table = chosen.assign(phase=chosen["phase"].map(PHASE_LABELS),
+                          difference=chosen["relative_difference"].map(format_relative))
+    wide = table.pivot(index=["phase", "rank"], columns="category",
+                       values=["measured_bytes", "predicted_bytes", "difference"])
+    wide = wide.rename(columns={"measured_bytes": "measured [B]",
+                                "predicted_bytes": "predicted [B]"})
+    wide = wide.swaplevel(0, 1, axis=1)
+    order = [(c, what) for c in CATEGORIES for what in ("measured [B]", "predicted [B]", "difference")]
+    wide = wide[order].reindex([(PHASE_LABELS[p], r) for p in PHASES for r in range(workers)])
+    for column in order:
+        if column[1] != "difference":
+            wide[column] = wide[column].astype("int64")
+    return wide.rename_axis(index=["phase", "rank"], columns=["category", ""])
+
+
+def explanations(sharded: pd.DataFrame, strategy: str, model: str = "uneven",
+                 workers: int = 4) -> list[str]:
+    """Each distinct explanation of one strategy's differences, with the ranks it applies to."""
+    chosen = _choose(sharded, strategy=strategy, model=model, workers=workers)
+    chosen = chosen[chosen["explanation"] != "matches"]
+    found = []  # (category, phase, first rank) orders the lines
+    for (category, text), group in chosen.groupby(["category", "explanation"], sort=False):
+        ranks = {phase: tuple(sorted(g["rank"])) for phase, g in group.groupby("phase")}
+        if len(ranks) == len(PHASES) and len(set(ranks.values())) == 1:
+            when = {PHASES[0]: " and ".join(PHASE_LABELS[p] for p in PHASES)}
+        else:
+            when = {phase: PHASE_LABELS[phase] for phase in ranks}
+        for phase, label in when.items():
+            key = (CATEGORIES.index(category), PHASES.index(phase), ranks[phase][0])
+            found.append((key, f"{category}, {_ranks(ranks[phase])}, {label}: {text}"))
+    return [line for _, line in sorted(found)]
+
+
+def mechanism_legend(*frames: pd.DataFrame) -> pd.DataFrame:
+    """What each mechanism named in the frames' ``effects`` columns is."""
+    used = _mechanisms(text for frame in frames for text in frame["effects"]).split()
+    return pd.DataFrame({"mechanism": [k for k in used if k in MECHANISMS],
+                         "what it is": [MECHANISMS[k] for k in used if k in MECHANISMS]})
+
+
+def rank_bars(sharded: pd.DataFrame, panels, model: str = "uneven",
+              workers: int = 4) -> pd.DataFrame:
+    """The tidy table :func:`zerolib.plotting.measured_vs_predicted_figure` draws.
+
+    ``panels`` is a sequence of (strategy, phase) pairs, one figure panel each. Columns: panel
+    (its title), strategy, stage, phase, rank, category, measured_bytes, predicted_bytes,
+    relative_difference; rows in panel, category, rank order.
+    """
+    panels = list(panels)
+    if not panels:
+        raise ValueError("panels must name at least one (strategy, phase) pair")
+    frames = []
+    for pair in panels:
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise TypeError(f"panels must hold (strategy, phase) pairs, got {pair!r}")
+        strategy, phase = pair
+        chosen = _choose(sharded, strategy=strategy, model=model, workers=workers, phase=phase)
+        title = (f"{STRATEGY_LABELS[strategy]} (stage {STRATEGIES[strategy].stage})\n"
+                 f"{PHASE_LABELS[phase]}")
+        frames.append(chosen.assign(panel=title, _category=chosen["category"].map(CATEGORIES.index))
+                      .sort_values(["_category", "rank"], kind="stable"))
+    columns = ["panel", "strategy", "stage", "phase", "rank", "category", "measured_bytes",
+               "predicted_bytes", "relative_difference"]
+    return pd.concat(frames, ignore_index=True)[columns]
+
+
+def model_sizes() -> pd.DataFrame:
+    """The two tiny models of the sharded run: layers, parameters, tensors."""
+    return pd.DataFrame([{"model": spec.name, "layers": spec.description,
+                          "parameters": spec.numel, "tensors": spec.tensor_count}
+                         for spec in MODELS.values()])
+
+
+# --- DeepSpeed measured ----------------------------------------------------------------------------
+
+def _states(frame: pd.DataFrame) -> pd.Series:
+    """Model states of a DeepSpeed row: parameters + gradients + optimizer + fp32 master."""
+    return frame[list(DEEPSPEED_STATES)].sum(axis=1)
+
+
+def _held(phases) -> str:
+    phases = [p for p in DEEPSPEED_PHASES if p in set(phases)]
+    if not phases:
+        return "never"
+    if len(phases) == len(DEEPSPEED_PHASES):
+        return "always"
+    return ", ".join(phases)
+
+
+def deepspeed_three_numbers(measured: pd.DataFrame, model: str = "uneven",
+                            precision: str = "bf16", workers: int = 4) -> pd.DataFrame:
+    """Per ZeRO stage: the chapter's formula, DeepSpeed's estimator and what the most-loaded
+    rank measured (model states at rest after the step, and at the highest moment of the step),
+    plus the reduce bucket beside them, which neither formula counts. Bytes."""
+    chosen = _choose(measured, model=model, precision=precision, workers=workers)
+    rows = []
+    for stage, group in chosen.groupby("stage", sort=True):
+        states = group.assign(states=_states(group))
+        per_phase = states.groupby("phase")["states"].max()
+        highest = max(DEEPSPEED_PHASES, key=lambda p: (per_phase.get(p, -1), -DEEPSPEED_PHASES.index(p)))
+        estimate = group["deepspeed_estimate_per_gpu"].iloc[0]
+        buckets = group[group["measured_buckets"] > 0]
+        rows.append({
+            "stage": int(stage),
+            "chapter [B]": int(group["formula_total"].iloc[0]),
+            "DeepSpeed estimator [B]": estimate,
+            "measured at rest [B]": int(per_phase["after_step"]),
+            "measured, highest [B]": int(per_phase[highest]),
+            "highest at": highest,
+            "reduce bucket [B]": int(group["measured_buckets"].max()),
+            "bucket held": _held(buckets["phase"]),
+        })
+    frame = pd.DataFrame(rows)
+    frame["DeepSpeed estimator [B]"] = frame["DeepSpeed estimator [B]"].astype("Int64")
+    return frame
+
+
+def deepspeed_buffers(buffers: pd.DataFrame, model: str = "uneven", precision: str = "bf16",
+                      workers: int = 4) -> pd.DataFrame:
+    """The storages DeepSpeed held beyond model states, one row per stage and attribute: bytes
+    per rank, when it was held, and what sets its size (bytes)."""
+    chosen = _choose(buffers, model=model, precision=precision, workers=workers)
+    element = ELEMENT_BYTES[precision]
+    rows = []
+    for (stage, category, where), group in chosen.groupby(["stage", "category", "where"],
+                                                          sort=True):
+        size = int(group["bytes"].max())
+        if category == "buckets":
+            origin = (f"reduce_bucket_size = {REDUCE_BUCKET_SIZE:,} elements x {element} B "
+                      f"({precision})")
+        else:
+            origin = "scalar bookkeeping (gradient norm, overflow flag)"
+        rows.append({"stage": int(stage), "category": category, "where": where,
+                     "bytes per rank": size, "held": _held(group["phase"]), "size set by": origin})
+    return pd.DataFrame(rows)
+
+
+# --- activations ------------------------------------------------------------------------------------
+
+def activation_case(activations: pd.DataFrame, case: str = "table2") -> pd.DataFrame:
+    """One case's saved tensors: each beside the formula terms it stands for (bytes)."""
+    chosen = _choose(activations, case=case)
+    return (chosen[["item", "terms", "saved_dtype", "saved_shape", "measured_bytes",
+                    "formula_bytes", "difference_bytes", "effects"]]
+            .replace({"terms": {"": "-"}, "effects": {"": "-"}})
+            .reset_index(drop=True))
+
+
+def activation_explanations(activations: pd.DataFrame) -> list[str]:
+    """Each distinct explanation of a saved tensor's difference, with the cases it applies to."""
+    differing = activations[activations["explanation"] != "matches"]
+    lines = []
+    for text, group in differing.groupby("explanation", sort=False):
+        cases = ", ".join(pd.unique(group["case"]))
+        items = ", ".join(pd.unique(group["item"]))
+        lines.append(f"{items} ({cases}): {text}")
+    return lines
+
+
+def activation_summary(activations: pd.DataFrame) -> pd.DataFrame:
+    """Per case: measured and formula totals (bytes), the difference, and what explains it."""
+    frame = activation_totals(activations)
+    mechanisms = activations.groupby("case", sort=False)["effects"].agg(_mechanisms)
+    return pd.DataFrame({
+        "case": frame["case"], "dtype": frame["dtype"], "dropout": frame["dropout_kernel"],
+        "attention": frame["attention"], "recompute": frame["recompute"],
+        "measured [B]": frame["measured_bytes"], "formula [B]": frame["formula_bytes"],
+        "difference": frame["relative_difference"].map(format_relative),
+        "unexplained [B]": frame["unexplained_bytes"],
+        "explained by": frame["case"].map(mechanisms),
+    })
