@@ -222,3 +222,17 @@ def test_peak_frame_is_tidy_and_adds_up_to_the_peak():
     # Persistent rows are the core's model state: 16 bytes per parameter at stage 0.
     stage0 = frame[(frame.stage == 0) & (frame.layer == "persistent")]["bytes"].sum()
     assert stage0 == 16 * 13_015_864_320
+
+
+def test_fewest_gpus_over_several_stages_is_one_search():
+    settings = WorkingSetSettings(seq_len=4096, recompute="selective")
+    together = fewest_gpus("llama-2-13b", [0, 1, 2, 3], settings, device="a100-80gb", max_gpus=4096)
+    alone = [fewest_gpus("llama-2-13b", s, settings, device="a100-80gb", max_gpus=4096) for s in range(4)]
+    assert list(together) == [n or 0 for n in alone]
+
+
+def test_largest_micro_batch_respects_its_cap():
+    # GPT-2 small with 128 tokens on 1024 H200s: far more than 7 sequences fit; the cap answers.
+    settings = WorkingSetSettings(seq_len=128)
+    assert largest_micro_batch("gpt2", 1024, 3, settings, device="h200-141gb", max_micro_batch=7) == 7
+    assert largest_micro_batch("gpt2", 1024, 3, settings, device="h200-141gb", max_micro_batch=1) == 1

@@ -523,9 +523,8 @@ class WillItFitExplorer(_Explorer):
         """Fewest GPUs and largest micro-batch per stage, each recomputed only when its inputs change."""
         fewest_key = (self.model, settings, device.name)        # the GPU count does not enter
         if fewest_key != self._fewest[0]:
-            self._fewest = (fewest_key, {
-                stage: working_set.fewest_gpus(self.model, stage, settings, self.layout, device)
-                for stage in STAGES})
+            found = working_set.fewest_gpus(self.model, STAGES, settings, self.layout, device)
+            self._fewest = (fewest_key, {stage: int(n) or None for stage, n in zip(STAGES, found)})
         largest_key = (self.model, self.gpus, replace(settings, micro_batch=1), device.name)
         if largest_key != self._largest[0]:
             self._largest = (largest_key, {

@@ -56,7 +56,7 @@ parameters (an approximation: norms are in fact replicated) and ZeRO partitions 
 from __future__ import annotations
 
 import numbers
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -250,23 +250,28 @@ def fits(model, gpus, stage, settings: WorkingSetSettings = WorkingSetSettings()
 
 def fewest_gpus(model, stage, settings: WorkingSetSettings = WorkingSetSettings(),
                 layout: "str | Layout" = "mixed-adam", device: "str | Device" = "a100-80gb",
-                max_gpus: int = MAX_GPUS) -> "int | None":
+                max_gpus: int = MAX_GPUS):
     """Fewest GPUs (a multiple of ``tensor_parallel``) at which ``stage`` fits with its working set.
 
     The working set does not depend on the number of data-parallel workers, so this is the
     core search (:func:`zerolib.feasibility.fewest_gpus`) over data-parallel workers with the
-    working set as ``extra_bytes``, times the tensor-parallel degree. None if nothing up to
-    ``max_gpus`` fits.
+    working set as ``extra_bytes``, times the tensor-parallel degree. A single stage gives an
+    int, or None if nothing up to ``max_gpus`` fits; several stages (one vectorised search)
+    give an int64 array with 0 where nothing fits.
     """
     config = get_model(model)
     t = settings.tensor_parallel
     max_gpus = _one_gpus(max_gpus)
+    stages = check_stage(stage)
     if max_gpus < t:
-        return None
-    extra = sum(working_set(config, stage, settings, layout).values())
-    workers = _core_fewest_gpus(_rank_params(config, t), int(check_stage(stage)), layout, device,
+        return None if stages.ndim == 0 else np.zeros(stages.shape, dtype=np.int64)
+    extra = np.vectorize(lambda s: sum(working_set(config, int(s), settings, layout).values()),
+                         otypes=[np.int64])(stages)
+    workers = _core_fewest_gpus(_rank_params(config, t), stages, layout, device,
                                 extra_bytes=extra, max_gpus=max_gpus // t)
-    return None if workers is None else workers * t
+    if stages.ndim == 0:
+        return None if workers is None else workers * t
+    return workers * t
 
 
 def largest_micro_batch(model, gpus, stage, settings: WorkingSetSettings = WorkingSetSettings(),
@@ -275,21 +280,32 @@ def largest_micro_batch(model, gpus, stage, settings: WorkingSetSettings = Worki
     """Largest micro-batch (up to ``max_micro_batch``) whose peak fits; 0 if not even 1 fits.
 
     Every term is non-decreasing in the micro-batch (activations and logits grow linearly, the
-    rest is constant), so a bisection finds the boundary.
+    rest is constant). The straight line through micro-batches 1 and 2 gives a first guess;
+    a bisection between bounds checked against the real peak makes the answer exact.
     """
     capacity = get_device(device).capacity
     max_micro_batch = check_positive_int(max_micro_batch, "max_micro_batch")
 
-    def ok(batch):
-        trial = WorkingSetSettings(**{**asdict(settings), "micro_batch": batch})
-        return peak(model, gpus, stage, trial, layout).total <= capacity
+    def peak_at(batch):
+        trial = replace(settings, micro_batch=batch)
+        return peak(model, gpus, stage, trial, layout).total
 
-    if not ok(1):
+    first = peak_at(1)
+    if first > capacity:
         return 0
-    low, high = 1, max_micro_batch     # ok(low) holds
+    per_sample = peak_at(2) - first if max_micro_batch > 1 else 0
+    guess = max_micro_batch if per_sample <= 0 else 1 + (capacity - first) // per_sample
+    low, high = 1, max_micro_batch      # peak_at(low) fits; the answer is at most high
+    guess = min(max(guess, 1), max_micro_batch)
+    if peak_at(guess) <= capacity:
+        low = guess
+        if guess < max_micro_batch and peak_at(guess + 1) > capacity:
+            return guess
+    else:
+        high = guess - 1
     while low < high:
         mid = (low + high + 1) // 2
-        if ok(mid):
+        if peak_at(mid) <= capacity:
             low = mid
         else:
             high = mid - 1
