@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import itertools
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from zerolib import plotting  # noqa: E402
-from zerolib.curves import memory_table  # noqa: E402
-from zerolib.explorers import GpuCountExplorer, ModelSizeExplorer, WillItFitExplorer  # noqa: E402
-from zerolib.working_set import peak_frame  # noqa: E402
+from zerolib import plotting
+from zerolib.accounting import STAGES
+from zerolib.curves import memory_table
+from zerolib.explorers import GpuCountExplorer, ModelSizeExplorer, WillItFitExplorer
+from zerolib.working_set import peak_frame
 
 ROUNDS = 6  # passes over each explorer's list of changes
 
@@ -53,17 +50,17 @@ def will_it_fit_changes():
 def rebuild(explorer, kind):
     """What interact would do: a new figure from scratch for the explorer's current settings."""
     if kind == "gpu_count":
-        table = memory_table(explorer.params, explorer.gpus, (0, 1, 2, 3), explorer.layout)
+        table = memory_table(explorer.params, explorer.gpus, STAGES, explorer.layout)
         figure, _ = plotting.gpu_count_figure(table, explorer.device, explorer.unit,
                                               explorer.layout, dpi=explorer.dpi)
     elif kind == "will_it_fit":
-        frame = peak_frame(explorer.model, explorer.gpus, (0, 1, 2, 3), explorer.settings,
+        frame = peak_frame(explorer.model, explorer.gpus, STAGES, explorer.settings,
                            explorer.layout)
         figure, _ = plotting.will_it_fit_figure(frame, explorer.device, explorer.unit,
                                                 explorer.settings, explorer.layout,
                                                 dpi=explorer.dpi)
     else:
-        table = memory_table(explorer.models, explorer.gpus, (0, 1, 2, 3), explorer.layout)
+        table = memory_table(explorer.models, explorer.gpus, STAGES, explorer.layout)
         figure, _ = plotting.model_size_figure(table, explorer.device, explorer.unit,
                                                explorer.layout, dpi=explorer.dpi)
     return plotting.IncrementalPng(figure, []).render()

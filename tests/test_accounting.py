@@ -6,7 +6,8 @@ parameters (Rajbhandari et al., SC20, Sec. V).
 """
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from zerolib.accounting import LAYOUTS, Layout, get_layout, model_state
 
@@ -75,6 +76,8 @@ def test_custom_widths_including_fractional_bits():
         Layout.custom(2, -2, 12)
     with pytest.raises(ValueError, match="non-negative"):
         Layout.custom(2, float("nan"), 12)
+    with pytest.raises(ValueError, match="gradients width .* at most 64 bytes"):
+        Layout.custom(2, 10**400, 12)          # a Python int too large for a float
 
 
 def test_uneven_partition_counts_the_most_loaded_worker():
@@ -116,10 +119,34 @@ def test_bad_gpus(gpus, error):
         model_state(1000, gpus, 0)
 
 
-@pytest.mark.parametrize("stage", [-1, 4, 1.5, 7])
+@pytest.mark.parametrize("stage", [-1, 4, 1.5, 7, float("nan"), 2**63, 1e300])
 def test_bad_stage(stage):
     with pytest.raises(ValueError, match="stage must be 0, 1, 2 or 3"):
         model_state(1000, 4, stage)
+
+
+def test_limits_are_stated_exactly():
+    # MAX_GPUS = 2**24 = 16,777,216 workers; one more is refused with the exact limit.
+    assert int(model_state(1000, 16_777_216, 3).parameters) == 2           # ceil(1000 / 2**24) x 2
+    with pytest.raises(ValueError, match="gpus must be at most 16,777,216"):
+        model_state(1000, 16_777_217, 3)
+    with pytest.raises(ValueError, match="params must be at most 1,000,000,000,000,000"):
+        model_state(10**15 + 1, 1, 0)
+    with pytest.raises(ValueError, match="params"):   # beyond int64: refused, not wrapped round
+        model_state(np.uint64(2**63 + 5), 1, 0)
+
+
+def test_shapes_that_do_not_broadcast_name_the_arguments():
+    with pytest.raises(ValueError, match=r"params, gpus, stage must broadcast together.*"
+                                         r"params \(3,\), gpus \(2,\), stage \(\)"):
+        model_state([1, 2, 3], [1, 2], 0)
+
+
+def test_layout_parts_must_be_named_widths():
+    with pytest.raises(TypeError, match=r"parts\['parameters'\] must be \(\(part name"):
+        Layout("bare widths", {"parameters": 2, "gradients": 2, "optimizer": 12})
+    with pytest.raises(ValueError, match="categories"):
+        Layout("no optimizer", {"parameters": (("p", 2),), "gradients": (("g", 2),)})
 
 
 def test_unknown_layout():

@@ -22,8 +22,16 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from browser_support import (INSTALL_CHROMIUM, INSTALL_PLAYWRIGHT, KERNEL_IDLE_MS, RUN_ALL_MS,
-                             WIDGET_UPDATE_MS, chromium, find_chromium, jupyter_lab)
+from browser_support import (
+    INSTALL_CHROMIUM,
+    INSTALL_PLAYWRIGHT,
+    KERNEL_IDLE_MS,
+    RUN_ALL_MS,
+    WIDGET_UPDATE_MS,
+    chromium,
+    find_chromium,
+    jupyter_lab,
+)
 from conftest import REPO, missing_optional, optional_import
 
 from zerolib.html import markdown_headings

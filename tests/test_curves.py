@@ -1,7 +1,8 @@
 """Tidy DataFrames leave the library with one row per (model, workers, stage)."""
 import pandas as pd
+import pytest
 
-from zerolib.curves import fewest_gpus_table, memory_table
+from zerolib.curves import fewest_gpus_table, memory_table, stage_savings
 
 
 def test_memory_table_shape_and_order():
@@ -29,3 +30,14 @@ def test_fewest_gpus_table():
     assert by[(7_000_000_000, 3)] == 2 and by[(70_000_000_000, 3)] == 14
     assert pd.isna(by[(7_000_000_000, 0)]) and pd.isna(by[(70_000_000_000, 2)])
     assert set(table["device"]) == {"a100-80gb"}
+
+
+def test_stage_savings_show_where_fp32_gradients_move_the_savings():
+    table = stage_savings(10**9, 4, ["mixed-adam", "bf16-fp32-grads"]).set_index(["layout", "stage"])
+    # Mixed Adam on 4 workers: 16 -> 7 -> 5.5 -> 4 GB, saving 9, 1.5, 1.5 GB.
+    assert table.loc["mixed-adam", "saved"].tolist() == [0, 9 * 10**9, 1_500_000_000, 1_500_000_000]
+    # fp32 gradients: 18 -> 9 -> 6 -> 4.5 GB; stage 2 now saves 4 * 3/4 = 3 GB.
+    assert table.loc["bf16-fp32-grads", "total"].tolist() == [18 * 10**9, 9 * 10**9, 6 * 10**9, 4_500_000_000]
+    assert table.loc["bf16-fp32-grads", "saved"].tolist() == [0, 9 * 10**9, 3 * 10**9, 1_500_000_000]
+    with pytest.raises(ValueError, match="single"):
+        stage_savings([10**9, 2 * 10**9], 4)

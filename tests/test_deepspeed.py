@@ -21,9 +21,6 @@ from zerolib.deepspeed import (
     zero3_table,
 )
 
-GiB = 2**30
-
-
 # --- Model sizes of the documented examples, derived by hand from the model configs ------------
 #
 # t5-3b (AutoModel = T5Model, no LM head, embedding shared by encoder and decoder):
@@ -252,11 +249,20 @@ def test_zero3_rejects_bad_input(kwargs, error, word):
         estimate_zero3(**arguments)
 
 
+def test_shapes_that_do_not_broadcast_name_the_arguments():
+    with pytest.raises(ValueError, match="total_params, num_gpus_per_node, num_nodes"):
+        estimate_zero2([10**9, 2 * 10**9], [1, 2, 4])
+
+
 def test_tables_want_single_numbers():
     with pytest.raises(TypeError, match="total_params"):
         zero2_table([10**9, 2 * 10**9], 8)
     with pytest.raises(TypeError, match="n_bytes"):
         format_gib("1")
+    with pytest.raises(TypeError, match="width"):
+        format_gib(2**30, 6.0)
+    with pytest.raises(ValueError, match="width"):
+        format_gib(2**30, -1)
 
 
 # --- The chapter's convention turned into DeepSpeed's, term by term ---------------------------

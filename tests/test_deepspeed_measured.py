@@ -7,7 +7,6 @@ Regenerate with (see data/deepspeed_convention.md for the install):
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -22,9 +21,11 @@ from zerolib.measure_deepspeed import (
     PHASES,
     PRECISIONS,
     buffers_path,
+    formula_columns,
 )
+from zerolib.paths import DATA_DIR
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "deepspeed_measured.csv"
+DATA = DATA_DIR / "deepspeed_measured.csv"
 
 # Hand-counted sizes of the two Linear stacks (weights + biases):
 #   512 -> 1024: 524,288 + 1,024 = 525,312;  1024 -> 1024: 1,048,576 + 1,024 = 1,049,600
@@ -77,9 +78,9 @@ def test_versions_recorded_and_match_the_convention_followed(table):
 
 def test_model_sizes(table):
     for spec in MODELS:
-        assert (spec.params, spec.largest_layer_params) == EXPECTED_SIZES[spec.name]
+        assert (spec.numel, spec.largest_layer_params) == EXPECTED_SIZES[spec.name]
         rows = table[table.model == spec.name]
-        assert set(rows.params) == {spec.params}
+        assert set(rows.params) == {spec.numel}
         assert set(rows.largest_layer_params) == {spec.largest_layer_params}
 
 
@@ -120,6 +121,11 @@ def test_estimator_columns_match_zerolib_deepspeed(table):
             continue
         assert row.deepspeed_estimate_per_gpu == estimate.per_gpu
         assert row.deepspeed_estimate_per_cpu == estimate.per_cpu
+
+
+def test_formula_columns_reject_an_unknown_precision():
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16"):
+        formula_columns(MODELS[0], 4, 3, "fp16")
 
 
 def test_hand_checked_estimator_value(table):

@@ -1,7 +1,7 @@
 """The device catalogue: capacities in bytes, exact about GB versus GiB, each with a source."""
 import pytest
 
-from zerolib.devices import DEVICES, get_device
+from zerolib.devices import DEVICES, capacity_text, get_device
 
 GiB = 1024**3
 
@@ -26,3 +26,12 @@ def test_every_device_names_its_source():
 def test_unknown_device_lists_the_known_ones():
     with pytest.raises(ValueError, match="device must be one of v100-32gb, a100-40gb"):
         get_device("a100-90gb")
+
+
+def test_capacity_text_names_gib_and_gb():
+    # 141 x 2^30 = 151,397,597,184 bytes = 151.4 GB; 80 x 2^30 = 85,899,345,920 bytes = 85.9 GB.
+    assert capacity_text("h200-141gb") == "141 GiB = 151.4 GB"
+    assert capacity_text("a100-80gb", "GB") == "80 GiB = 85.9 GB"
+    assert capacity_text("a100-80gb", "GiB") == "80 GiB"
+    with pytest.raises(ValueError, match="unit"):
+        capacity_text("a100-80gb", "MB")

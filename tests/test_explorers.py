@@ -273,6 +273,15 @@ def test_bad_starting_values_are_rejected():
         explorers.ModelSizeExplorer(models=())
 
 
+@pytest.mark.parametrize("make", [explorers.GpuCountExplorer, explorers.ModelSizeExplorer,
+                                  explorers.WillItFitExplorer])
+def test_every_explorer_refuses_an_unknown_device_or_unit(make):
+    with pytest.raises(ValueError, match="device must be one of"):
+        make(device="tpu")
+    with pytest.raises(ValueError, match="unit must be one of GB, GiB"):
+        make(unit="MB")
+
+
 # --- will-it-fit explorer -----------------------------------------------------------------------
 #
 # Worked out by hand for its start: Llama-2-7B (P = 6,738,415,616 parameters, published count; 32

@@ -48,14 +48,25 @@ def test_largest_model():
     assert list(largest_model([1, 64], 3, device="v100-32gb")) == [V100_32GB // 16, 64 * 2**31]
 
 
-@pytest.mark.parametrize("call", [
-    lambda: fits(7e9, 0, 3), lambda: fewest_gpus(-7, 3), lambda: fewest_gpus(7e9, 5),
-    lambda: largest_model(64, 3, device="tpu"), lambda: fits(7e9, 4, 3, extra_bytes=-1),
-    lambda: fewest_gpus(7e9, 3, max_gpus=0),
+@pytest.mark.parametrize("call, error, names", [
+    (lambda: fits(7e9, 0, 3), ValueError, "gpus"),
+    (lambda: fewest_gpus(-7, 3), ValueError, "params"),
+    (lambda: fewest_gpus(7e9, 5), ValueError, "stage"),
+    (lambda: largest_model(64, 3, device="tpu"), ValueError, "device"),
+    (lambda: fits(7e9, 4, 3, extra_bytes=-1), ValueError, "extra_bytes"),
+    (lambda: fewest_gpus(7e9, 3, max_gpus=0), ValueError, "max_gpus"),
+    (lambda: fewest_gpus(7e9, 3, max_gpus=[8, 16]), TypeError, "max_gpus"),
+    (lambda: fewest_gpus(7e9, 3, layout="adam-4bit"), ValueError, "layout"),
+    (lambda: largest_model([1, 2], 3, extra_bytes=[1, 2, 3]), ValueError, "gpus, stage, extra_bytes"),
 ])
-def test_bad_input(call):
-    with pytest.raises(ValueError):
+def test_bad_input_names_the_argument(call, error, names):
+    with pytest.raises(error, match=names):
         call()
+
+
+def test_extra_bytes_broadcast_like_the_other_arguments():
+    # 70B under stage 3 with 0 or 10 GB per worker reserved: 14 and 15 GPUs (worked out above).
+    assert list(fewest_gpus(70_000_000_000, 3, extra_bytes=[0, 10 * 10**9])) == [14, 15]
 
 
 def test_fewest_gpus_agrees_with_a_linear_scan():

@@ -274,6 +274,8 @@ def test_a_variant_needs_out_and_then_draws_what_was_asked(tmp_path, capsys):
     (["--params", "7X"], "--params"),
     (["--sizes", "1B,,7B"], "--sizes"),
     (["--sizes-gpus", "1.5"], "--sizes-gpus"),
+    (["--sizes-gpus", "0"], "--sizes-gpus must be a positive whole number"),
+    (["--sizes", "0B"], "--sizes must be positive"),
     (["--bytes", "2,2"], "--bytes"),
 ])
 def test_bad_variant_options_give_one_line_and_exit_2(arguments, message, tmp_path, capsys):
@@ -282,6 +284,15 @@ def test_bad_variant_options_give_one_line_and_exit_2(arguments, message, tmp_pa
     assert error.startswith("zerolib figures: error:") and message in error
     assert error.count("\n") == 1
     assert not any(tmp_path.iterdir())                        # nothing written
+
+
+def test_out_must_be_a_folder(tmp_path, capsys):
+    file = tmp_path / "a-file"
+    file.write_text("not a folder\n")
+    assert main(["figures", "--out", str(file)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "--out must be a folder" in error
+    assert file.read_text() == "not a folder\n"
 
 
 def test_unknown_device_is_a_usage_error(capsys):
@@ -293,3 +304,21 @@ def test_unknown_device_is_a_usage_error(capsys):
 
 def test_default_out_is_the_repository():
     assert figures.repo_root() == REPO
+
+
+@pytest.mark.parametrize("changes, error, names", [
+    ({"params": [7e9, 13e9]}, ValueError, "params must be one model size"),
+    ({"params": 0}, ValueError, "params"),
+    ({"gpus": 8}, ValueError, "gpus and model_sizes must be lists"),
+    ({"gpus": (0, 1)}, ValueError, "gpus"),
+    ({"gpus": tuple(range(1, 4098))}, ValueError, "gpus must hold at most 4096"),
+    ({"model_sizes": ("7B",)}, TypeError, "model_sizes"),
+    ({"model_gpus": 0}, ValueError, "model_gpus"),
+    ({"device": "tpu"}, ValueError, "device"),
+    ({"layout": "adam-4bit"}, ValueError, "layout"),
+    ({"unit": "MB"}, ValueError, "unit"),
+    ({"stages": (4,)}, ValueError, "stages"),
+])
+def test_figure_options_name_the_bad_argument(changes, error, names):
+    with pytest.raises(error, match=names):
+        figures.FigureOptions(**changes)

@@ -13,7 +13,12 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from zerolib.cli import main
-from zerolib.html import WIDGET_JS_FILES, export_chapter, find_notebooks, markdown_headings
+from zerolib.html import (
+    WIDGET_JS_FILES,
+    export_chapter,
+    find_notebooks,
+    markdown_headings,
+)
 
 
 def png_1x1() -> bytes:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from conftest import optional_import
+
 from zerolib.models import MODELS, get_model, largest_layer, modules, parameter_count
 
 # (preset, published total, where it is published)
@@ -112,10 +112,11 @@ def test_get_model_is_forgiving_about_spelling_and_strict_about_names():
     ({"hidden": 0}, ValueError), ({"layers": -1}, ValueError), ({"heads": 7}, ValueError),
     ({"kv_heads": 5}, ValueError), ({"vocab": 1.5}, TypeError), ({"hidden": True}, TypeError),
     ({"norm": "batchnorm"}, ValueError), ({"position_embedding": "alibi"}, ValueError),
-    ({"tied_embeddings": "no"}, TypeError),
+    ({"tied_embeddings": "no"}, TypeError), ({"name": ""}, TypeError),
 ])
 def test_bad_configs_are_rejected(change, error):
-    with pytest.raises(error):
+    (name,) = change
+    with pytest.raises(error, match=name):
         dataclasses.replace(get_model("llama-2-7b"), **change)
 
 

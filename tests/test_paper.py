@@ -13,8 +13,7 @@ import pytest
 
 from zerolib import paper
 from zerolib.paper import PrintRule
-
-GB = 10**9
+from zerolib.paths import DATA_DIR
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +179,7 @@ def test_paper_gb_is_decimal_not_gib():
     gib = paper.max_model_comparison(device="v100-32gb")
     row = cell(gib, mp_degree=1, stage=1)
     assert row["computed_as_printed"] == "8.2B" and not row["agrees"]
-    assert paper.PAPER_V100.capacity == 32 * GB
+    assert paper.PAPER_V100.capacity == 32_000_000_000
 
 
 # --- the printing rules -----------------------------------------------------------------------
@@ -196,15 +195,18 @@ def test_print_rules_by_hand():
 def test_print_rule_rejects_bad_arguments():
     with pytest.raises(ValueError, match="method"):
         PrintRule("ceil", "1")
-    with pytest.raises(ValueError, match="quantum"):
-        PrintRule("round", "0")
+    for bad in ("0", "-0.1", "tenth", "inf"):
+        with pytest.raises(ValueError, match="quantum"):
+            PrintRule("round", bad)
+    with pytest.raises(TypeError, match="quantum"):
+        PrintRule("round", 0.1)   # a float is not the decimal it looks like
 
 
 # --- the comparison can fail, and bad input is refused ------------------------------------------
 
 def copy_data(tmp_path):
     for name in (paper.FIGURE1_CSV, paper.TABLE1_CSV, paper.MAX_MODEL_CSV):
-        shutil.copy(paper.DATA_DIR / name, tmp_path / name)
+        shutil.copy(DATA_DIR / name, tmp_path / name)
     return tmp_path
 
 

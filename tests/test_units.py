@@ -48,6 +48,12 @@ def test_parse_count_names_the_argument():
         parse_count("seven", "--params")
 
 
+def test_parse_count_states_its_limit_exactly():
+    assert parse_count("1000T") == 10**15
+    with pytest.raises(ValueError, match="at most 1,000,000,000,000,000"):
+        parse_count("1001T")
+
+
 def test_gb_and_gib():
     assert GB == 1_000_000_000 and GiB == 1_073_741_824
     # An A100 "80GB" holds 80 GiB: 80 * 1_073_741_824 = 85_899_345_920 bytes = 85.9 GB.
@@ -57,6 +63,10 @@ def test_gb_and_gib():
     assert format_bytes(112_000_000_000) == "112.00 GB"
     with pytest.raises(ValueError, match="unit"):
         to_unit(1, "MB")
+    with pytest.raises(ValueError, match="unit"):
+        to_unit(1, ["GB"])
+    with pytest.raises(TypeError, match="n_bytes"):
+        to_unit("112000000000")            # text is parsed at the edge, not divided
 
 
 def test_format_count():

@@ -12,17 +12,34 @@ import sys
 
 import pandas as pd
 import pytest
-
 from conftest import REPO, optional_import
+
 from zerolib.activations import layer_activation_bytes
 from zerolib.cli import main
 from zerolib.validation.effects import MECHANISMS
-from zerolib.validation.explain_activations import CASES, SHAPE, compare_activations, totals
+from zerolib.validation.explain_activations import (
+    CASES,
+    SHAPE,
+    compare_activations,
+    totals,
+)
 from zerolib.validation.explain_sharded import compare_sharded, expected_effects
-from zerolib.validation.records import (ACTIVATIONS_FILE, SHARDED_FILE, VERSION_COLUMNS,
-                                        differences, read_csv, to_csv_text, write_csv)
-from zerolib.validation.setups import (MODELS, STRATEGIES, check_workers, fsdp_rows,
-                                       zero1_partition)
+from zerolib.validation.records import (
+    ACTIVATIONS_FILE,
+    SHARDED_FILE,
+    VERSION_COLUMNS,
+    differences,
+    read_csv,
+    to_csv_text,
+    write_csv,
+)
+from zerolib.validation.setups import (
+    MODELS,
+    STRATEGIES,
+    check_workers,
+    fsdp_rows,
+    zero1_partition,
+)
 
 DATA = REPO / "data"
 TORCH_HINT = "pip install torch==2.13.0"
@@ -69,6 +86,7 @@ def test_model_sizes_by_hand():
     # Linear(33, 45) + Linear(45, 21) + Linear(21, 5)
     assert MODELS["uneven"].numel == (45 * 33 + 45) + (21 * 45 + 21) + (5 * 21 + 5) == 2_606
     assert MODELS["uneven"].tensor_count == 6
+    assert MODELS["uneven"].largest_layer_params == 45 * 33 + 45 == 1_530
 
 
 def test_fsdp_chunks_like_torch_chunk():

@@ -9,8 +9,8 @@ import shutil
 
 import pandas as pd
 import pytest
-
 from conftest import REPO
+
 from zerolib.paths import DATA_DIR
 from zerolib.validation import report
 from zerolib.validation.effects import MECHANISMS

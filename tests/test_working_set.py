@@ -10,12 +10,19 @@ import dataclasses
 import numpy as np
 import pytest
 
-from zerolib.accounting import model_state
 from zerolib.estimate import estimate
 from zerolib.models import MODELS, parameter_count
 from zerolib.units import GiB
-from zerolib.working_set import (TERMS, WorkingSetSettings, fewest_gpus, fits,
-                                 largest_micro_batch, peak, stage_rows, working_set)
+from zerolib.working_set import (
+    TERMS,
+    WorkingSetSettings,
+    fewest_gpus,
+    fits,
+    largest_micro_batch,
+    peak,
+    stage_rows,
+    working_set,
+)
 
 LLAMA_2_7B = 6_738_415_616
 GPT2 = 124_439_808
@@ -152,10 +159,17 @@ def test_searches_report_what_never_fits():
 def test_working_set_makes_stages_need_more_gpus_than_state_alone():
     from zerolib.feasibility import fewest_gpus as state_only
     settings = WorkingSetSettings(seq_len=8192, recompute="full")
-    for stage in (1, 2, 3):
+    # Stage 1 replicates 2 + 2 bytes per parameter: 4 x 8,030,261,248 = 32,121,044,992 B of the
+    # 40 GiB = 42,949,672,960 B, leaving 10,828,627,968 B. Part of the working set alone is more:
+    # logits 6 B x 8192 x 128,256 = 6,303,842,304, layer inputs 32 x 2 B x 8192 x 4096 =
+    # 2,147,483,648, reduce bucket 1e9, reserve 2 GiB: 11,599,006,208 B. It never fits, whereas
+    # the state alone fits from 9 GPUs on (12 P / N <= 10,828,627,968 needs N >= 8.9).
+    assert fewest_gpus("llama-3-8b", 1, settings, device="a100-40gb", max_gpus=4096) is None
+    assert state_only(8_030_261_248, 1, device="a100-40gb", max_gpus=4096) == 9
+    for stage in (2, 3):
         with_ws = fewest_gpus("llama-3-8b", stage, settings, device="a100-40gb", max_gpus=4096)
         alone = state_only(8_030_261_248, stage, device="a100-40gb", max_gpus=4096)
-        assert with_ws is None or alone is None or with_ws >= alone
+        assert with_ws > alone
 
 
 def test_tensor_parallel_counts_gpus_in_multiples_and_shares_state():
@@ -197,6 +211,14 @@ def test_bad_calls_are_rejected():
         peak("gpt2", 0, 3, WorkingSetSettings(seq_len=128))
     with pytest.raises(TypeError, match="settings"):
         working_set("gpt2", 3, {"seq_len": 128})
+    with pytest.raises(TypeError, match="settings"):
+        fewest_gpus("gpt2", 3, {"seq_len": 128})
+    with pytest.raises(TypeError, match="settings"):
+        largest_micro_batch("gpt2", 8, 3, {"seq_len": 128})
+    with pytest.raises(TypeError, match="stage"):
+        working_set("gpt2", [1, 2], WorkingSetSettings(seq_len=128))
+    with pytest.raises(ValueError, match="max_gpus"):
+        fewest_gpus("gpt2", 3, WorkingSetSettings(seq_len=128), max_gpus=0)
     with pytest.raises(ValueError, match="divide heads"):
         working_set("gpt2", 3, WorkingSetSettings(seq_len=128, tensor_parallel=5))
     with pytest.raises(ValueError, match="device"):
@@ -205,9 +227,10 @@ def test_bad_calls_are_rejected():
 
 def test_peak_is_persistent_plus_working_set():
     result = peak("mistral-7b-v0.1", 16, 2, WorkingSetSettings(seq_len=8192, recompute="full"))
-    state = model_state(7_241_732_096, 16, 2)
-    assert result.persistent["total"] == int(state.total)
-    assert result.total == int(state.total) + sum(result.working_set.values())
+    # Stage 2, P = 7,241,732,096 = 16 x 452,608,256: 2 B x P + 14 B x P / 16.
+    state_total = 2 * 7_241_732_096 + 14 * 452_608_256
+    assert result.persistent["total"] == state_total == 20_819_979_776
+    assert result.total == state_total + sum(result.working_set.values())
     assert np.all(np.array(list(result.working_set.values())) >= 0)
 
 

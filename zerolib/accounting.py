@@ -18,10 +18,16 @@ from typing import Mapping
 
 import numpy as np
 
-from .inputs import check_gpus, check_params, check_stage, check_width
+from .inputs import (
+    STAGES,
+    broadcast,
+    check_gpus,
+    check_params,
+    check_stage,
+    check_width,
+)
 
 CATEGORIES = ("parameters", "gradients", "optimizer")
-STAGES = (0, 1, 2, 3)
 PARTITIONED: Mapping[int, tuple[str, ...]] = MappingProxyType({
     0: (),
     1: ("optimizer",),
@@ -54,12 +60,17 @@ class Layout:
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
             raise TypeError("layout name must be a non-empty string")
-        if set(self.parts) != set(CATEGORIES):
+        if not isinstance(self.parts, Mapping) or set(self.parts) != set(CATEGORIES):
             raise ValueError(f"layout parts must name exactly the categories {CATEGORIES}")
         frozen = {}
         for category in CATEGORIES:
-            items = tuple((str(part), check_width(width, f"{category} width of {part!r}"))
-                          for part, width in self.parts[category])
+            try:
+                pairs = [(str(part), width) for part, width in self.parts[category]]
+            except (TypeError, ValueError):  # a bare width, or items that are not pairs
+                raise TypeError(f"layout parts[{category!r}] must be ((part name, bytes per "
+                                f"parameter), ...), got {self.parts[category]!r}") from None
+            items = tuple((part, check_width(width, f"{category} width of {part!r}"))
+                          for part, width in pairs)
             check_width(sum(w for _, w in items), f"{category} bytes per parameter")
             frozen[category] = items
         object.__setattr__(self, "parts", MappingProxyType(frozen))
@@ -76,6 +87,10 @@ class Layout:
 
     def bytes_per_param(self, category: str) -> float:
         return sum(width for _, width in self.parts[category])
+
+    def bits_per_param(self, category: str) -> int:
+        """The same width in bits: a whole number (widths are multiples of 1/8 byte)."""
+        return int(round(self.bytes_per_param(category) * 8))
 
     @property
     def parameters(self) -> float:
@@ -163,7 +178,7 @@ class ModelState:
     def _category(self, category: str) -> np.ndarray:
         partitioned = self.stage >= _FIRST_PARTITIONED[category]
         elements = self.params + self._saved * partitioned  # faster than np.where
-        bits = _bits(self.layout.bytes_per_param(category))
+        bits = self.layout.bits_per_param(category)
         if bits % 8 == 0:
             return elements * (bits // 8)
         return -((-(elements * bits)) >> 3)  # whole bytes, rounded up
@@ -183,7 +198,7 @@ class ModelState:
     @cached_property
     def total(self) -> np.ndarray:
         """Bytes on one worker (the most-loaded one)."""
-        widths = [_bits(self.layout.bytes_per_param(c)) for c in CATEGORIES]
+        widths = [self.layout.bits_per_param(c) for c in CATEGORIES]
         if any(bits % 8 for bits in widths):  # each category rounds up on its own
             return self.parameters + self.gradients + self.optimizer
         # Whole bytes: params * all widths + saved elements * the widths this stage partitions.
@@ -202,10 +217,6 @@ class ModelState:
                 "cluster_total": self.cluster_total}
 
 
-def _bits(bytes_per_param: float) -> int:
-    return int(round(bytes_per_param * 8))
-
-
 def model_state(params, gpus, stage, layout: "str | Layout" = "mixed-adam") -> ModelState:
     """Persistent bytes per worker for each category.
 
@@ -213,6 +224,6 @@ def model_state(params, gpus, stage, layout: "str | Layout" = "mixed-adam") -> M
     (numpy rules), so a whole curve is one call.
     """
     layout = get_layout(layout)
-    params, gpus, stage = np.broadcast_arrays(check_params(params), check_gpus(gpus),
-                                              check_stage(stage))
+    params, gpus, stage = broadcast(params=check_params(params), gpus=check_gpus(gpus),
+                                    stage=check_stage(stage))
     return ModelState(params, gpus, stage, layout)

@@ -46,27 +46,19 @@ Conventions and what is left out:
 """
 from __future__ import annotations
 
-import numbers
 from types import MappingProxyType
 from typing import Mapping
 
-from .inputs import check_positive_int
+from .inputs import check_count, check_flag, check_positive_int
+from .models import get_model
 
 RECOMPUTE = ("none", "selective", "full")
 LOGSUMEXP_BYTES = 4  # flash attention keeps its softmax statistics in fp32 (one per head, token)
 LOSS_FP32_BYTES = 4  # the loss upcasts the logits to fp32
 
 
-def _flag(value, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
-    return value
 
 
-def _nonnegative_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise ValueError(f"{name} must be a whole number of bytes (0 or more), got {value!r}")
-    return int(value)
 
 
 def _check_recompute(recompute) -> str:
@@ -97,9 +89,9 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
     kv = a if kv_heads is None else check_positive_int(kv_heads, "kv_heads")
     t = check_positive_int(tensor_parallel, "tensor_parallel")
     e = check_positive_int(element_bytes, "element_bytes")
-    m = _nonnegative_int(mask_bytes, "mask_bytes")
-    gated, sp, flash, drop = (_flag(gated_mlp, "gated_mlp"), _flag(sequence_parallel, "sequence_parallel"),
-                              _flag(flash_attention, "flash_attention"), _flag(dropout, "dropout"))
+    m = check_count(mask_bytes, "mask_bytes")
+    gated, sp, flash, drop = (check_flag(gated_mlp, "gated_mlp"), check_flag(sequence_parallel, "sequence_parallel"),
+                              check_flag(flash_attention, "flash_attention"), check_flag(dropout, "dropout"))
     recompute = _check_recompute(recompute)
     if h % a:
         raise ValueError(f"hidden ({h}) must be a multiple of heads ({a})")
@@ -205,10 +197,8 @@ def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", ten
     first layer's input, counted there), ``final_norm_input``, ``output_projection_input`` and
     ``logits_loss`` (vocabulary x sequence x micro-batch, split over tensor-parallel ranks).
     """
-    from .models import get_model  # models does not depend on activations: no cycle
-
     config = get_model(model)
-    drop = config.dropout if dropout is None else _flag(dropout, "dropout")
+    drop = config.dropout if dropout is None else check_flag(dropout, "dropout")
     recompute = _check_recompute(recompute)
     widths = _logits_widths(logits_bytes, check_positive_int(element_bytes, "element_bytes"))
     common = dict(ffn_hidden=config.ffn_hidden, gated_mlp=config.gated_mlp, kv_heads=config.kv_heads,

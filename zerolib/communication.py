@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .accounting import Layout, get_layout
-from .inputs import check_gpus, check_params, check_stage
+from .inputs import broadcast, check_gpus, check_params, check_stage
 
 # Per stage: the collectives of one step, each with the category whose width it moves.
 COLLECTIVES = {
@@ -38,15 +38,15 @@ class Volume:
 def volume(params, gpus, stage, layout: "str | Layout" = "mixed-adam") -> Volume:
     """Elements and bytes each worker sends in one step (broadcast over the inputs)."""
     layout = get_layout(layout)
-    params, gpus, stage = np.broadcast_arrays(check_params(params), check_gpus(gpus),
-                                              check_stage(stage))
+    params, gpus, stage = broadcast(params=check_params(params), gpus=check_gpus(gpus),
+                                    stage=check_stage(stage))
     per_collective = (gpus - 1) * -(-params // gpus)
     elements = np.zeros(params.shape, dtype=np.int64)
     n_bytes = np.zeros(params.shape, dtype=np.int64)
     for s, collectives in COLLECTIVES.items():
         here = stage == s
         for _, category in collectives:
-            bits = int(round(layout.bytes_per_param(category) * 8))
+            bits = layout.bits_per_param(category)
             elements = elements + np.where(here, per_collective, 0)
             n_bytes = n_bytes + np.where(here, -(-(per_collective * bits) // 8), 0)
     return Volume(elements, n_bytes)

@@ -29,14 +29,14 @@ import numbers
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
-from .inputs import check_gpus, check_params
+from .accounting import model_state
+from .inputs import broadcast, check_flag, check_gpus, check_params, check_single
 from .units import GiB
 
 # The DeepSpeed release whose source these functions mirror (and that measure_deepspeed ran).
 DEEPSPEED_VERSION = "0.19.8"
-SOURCE_ZERO2 = "deepspeed/runtime/zero/stage_1_and_2.py: estimate_zero2_model_states_mem_needs"
-SOURCE_ZERO3 = "deepspeed/runtime/zero/stage3.py: estimate_zero3_model_states_mem_needs"
 
 # Default of every DeepSpeed estimator ("additional_buffer_factor=1.5 ... to be conservative",
 # memory.rst, General RAM).
@@ -73,10 +73,6 @@ class DeepSpeedEstimate:
         return format_row(self.per_cpu, self.per_gpu, self.options)
 
 
-def _flag(value, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
-    return bool(value)
 
 
 def _buffer_factor(value) -> float:
@@ -112,11 +108,12 @@ def estimate_zero2(total_params, num_gpus_per_node=1, num_nodes=1, cpu_offload: 
     params = check_params(total_params, "total_params")
     per_node = check_gpus(num_gpus_per_node, "num_gpus_per_node")
     nodes = check_gpus(num_nodes, "num_nodes")
-    offload = _flag(cpu_offload, "cpu_offload")
+    offload = check_flag(cpu_offload, "cpu_offload")
     factor = _buffer_factor(additional_buffer_factor)
     if formula not in ZERO2_FORMULAS:
         raise ValueError(f"formula must be one of {', '.join(ZERO2_FORMULAS)}, got {formula!r}")
-    params, per_node, nodes = np.broadcast_arrays(params, per_node, nodes)
+    params, per_node, nodes = broadcast(total_params=params, num_gpus_per_node=per_node,
+                                        num_nodes=nodes)
     total_gpus = per_node * nodes
 
     if offload:
@@ -152,11 +149,12 @@ def estimate_zero3(total_params, largest_layer_params, num_gpus_per_node=1, num_
     largest = check_params(largest_layer_params, "largest_layer_params")
     per_node = check_gpus(num_gpus_per_node, "num_gpus_per_node")
     nodes = check_gpus(num_nodes, "num_nodes")
-    offload = _flag(cpu_offload, "cpu_offload")
-    offload_params = _flag(cpu_offload_params, "cpu_offload_params")
-    init = _flag(zero_init, "zero_init")
+    offload = check_flag(cpu_offload, "cpu_offload")
+    offload_params = check_flag(cpu_offload_params, "cpu_offload_params")
+    init = check_flag(zero_init, "zero_init")
     factor = _buffer_factor(additional_buffer_factor)
-    params, largest, per_node, nodes = np.broadcast_arrays(params, largest, per_node, nodes)
+    params, largest, per_node, nodes = broadcast(total_params=params, largest_layer_params=largest,
+                                                 num_gpus_per_node=per_node, num_nodes=nodes)
     if np.any(largest > params):
         raise ValueError("largest_layer_params must not exceed total_params")
     total_gpus = per_node * nodes
@@ -194,8 +192,10 @@ def format_gib(n_bytes, width: int = 6) -> str:
     """Bytes as DeepSpeed prints them: GiB with two decimals and the label "GB"."""
     if isinstance(n_bytes, (bool, np.bool_)) or not isinstance(n_bytes, numbers.Real):
         raise TypeError(f"n_bytes must be a number of bytes, got {n_bytes!r}")
-    if isinstance(width, bool) or not isinstance(width, int) or width < 0:
-        raise TypeError(f"width must be a non-negative int, got {width!r}")
+    if isinstance(width, bool) or not isinstance(width, int):
+        raise TypeError(f"width must be a whole number of characters, got {width!r}")
+    if width < 0:
+        raise ValueError(f"width must be 0 or more characters, got {width!r}")
     return f"{n_bytes / GiB:{width}.2f}GB"
 
 
@@ -214,20 +214,13 @@ def _header(total_params: int, num_gpus_per_node: int, num_nodes: int,
             "  per CPU  |  per GPU |   Options"]
 
 
-def _scalar(value, check, name) -> int:
-    array = check(value, name)
-    if array.ndim != 0:
-        raise TypeError(f"{name} must be a single number here, got an array")
-    return int(array)
-
-
 def zero2_table(total_params, num_gpus_per_node=1, num_nodes=1,
                 additional_buffer_factor=ADDITIONAL_BUFFER_FACTOR,
                 formula: str = "v0.14.3") -> list[str]:
     """The lines ``estimate_zero2_model_states_mem_needs_all_cold`` prints."""
-    params = _scalar(total_params, check_params, "total_params")
-    per_node = _scalar(num_gpus_per_node, check_gpus, "num_gpus_per_node")
-    nodes = _scalar(num_nodes, check_gpus, "num_nodes")
+    params = check_single(total_params, check_params, "total_params")
+    per_node = check_single(num_gpus_per_node, check_gpus, "num_gpus_per_node")
+    nodes = check_single(num_nodes, check_gpus, "num_nodes")
     lines = _header(params, per_node, nodes)
     for offload in (True, False):
         lines.append(estimate_zero2(params, per_node, nodes, offload, additional_buffer_factor,
@@ -238,10 +231,10 @@ def zero2_table(total_params, num_gpus_per_node=1, num_nodes=1,
 def zero3_table(total_params, largest_layer_params, num_gpus_per_node=1, num_nodes=1,
                 additional_buffer_factor=ADDITIONAL_BUFFER_FACTOR) -> list[str]:
     """The lines ``estimate_zero3_model_states_mem_needs_all_cold`` prints."""
-    params = _scalar(total_params, check_params, "total_params")
-    largest = _scalar(largest_layer_params, check_params, "largest_layer_params")
-    per_node = _scalar(num_gpus_per_node, check_gpus, "num_gpus_per_node")
-    nodes = _scalar(num_nodes, check_gpus, "num_nodes")
+    params = check_single(total_params, check_params, "total_params")
+    largest = check_single(largest_layer_params, check_params, "largest_layer_params")
+    per_node = check_single(num_gpus_per_node, check_gpus, "num_gpus_per_node")
+    nodes = check_single(num_nodes, check_gpus, "num_nodes")
     lines = _header(params, per_node, nodes, f", {int(largest / 1e6)}M largest layer params")
     for offload, offload_params in ((True, True), (True, False), (False, False)):
         for init in (True, False):
@@ -290,8 +283,6 @@ BUFFER_DEFAULTS = (
 def buffer_defaults(element_bytes: int = 2):
     """DeepSpeed's buffer defaults as a table: config key, elements, bytes at ``element_bytes``
     per element (2 for bf16/fp16, 4 for fp32), stages, what the buffer is."""
-    import pandas as pd
-
     if isinstance(element_bytes, bool) or element_bytes not in (2, 4):
         raise ValueError(f"element_bytes must be 2 (bf16/fp16) or 4 (fp32), got {element_bytes!r}")
     return pd.DataFrame({
@@ -327,14 +318,10 @@ def convention_gap(total_params, largest_layer_params, num_gpus_per_node=1, num_
     which the documentation prints, and ZeRO-3), one row per term of :data:`GAP_TERMS`, in
     bytes: the rows above the last add up to the last. A term an estimator lacks is 0.
     """
-    import pandas as pd
-
-    from .accounting import model_state
-
-    params = _scalar(total_params, check_params, "total_params")
-    largest = _scalar(largest_layer_params, check_params, "largest_layer_params")
-    per_node = _scalar(num_gpus_per_node, check_gpus, "num_gpus_per_node")
-    nodes = _scalar(num_nodes, check_gpus, "num_nodes")
+    params = check_single(total_params, check_params, "total_params")
+    largest = check_single(largest_layer_params, check_params, "largest_layer_params")
+    per_node = check_single(num_gpus_per_node, check_gpus, "num_gpus_per_node")
+    nodes = check_single(num_nodes, check_gpus, "num_nodes")
     if largest > params:
         raise ValueError("largest_layer_params must not exceed total_params")
     gpus = per_node * nodes

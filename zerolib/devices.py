@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from .units import GiB
+from .units import GB, GiB, check_unit
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,8 @@ DEVICES: Mapping[str, Device] = MappingProxyType({d.name: d for d in (
     Device("h100-80gb", "H100 80GB", 80 * GiB,
            "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80GB HBM3 (5 stacks of 16 GiB)"),
     Device("h200-141gb", "H200 141GB", 141 * GiB,
-           "NVIDIA H200 Tensor Core GPU datasheet: 141GB HBM3e; taken as 141 GiB"),
+           ("NVIDIA H200 Tensor Core GPU datasheet: 141GB HBM3e; taken as 141 GiB (nvidia-smi "
+            "reports about 140.4 GiB usable)")),
     Device("rtx4090-24gb", "RTX 4090 24GB", 24 * GiB,
            "NVIDIA GeForce RTX 4090 specifications: 24 GB GDDR6X (12 x 2 GiB modules)"),
 )})
@@ -48,3 +49,10 @@ def get_device(device: "str | Device") -> Device:
     if isinstance(device, str) and device.lower() in DEVICES:
         return DEVICES[device.lower()]
     raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+
+
+def capacity_text(device: "str | Device", unit: str = "GB") -> str:
+    """``'80 GiB = 85.9 GB'``: the nominal GiB, and GB too when that is the unit shown."""
+    device = get_device(device)
+    gib = f"{device.capacity / GiB:g} GiB"
+    return gib if check_unit(unit) == GiB else f"{gib} = {device.capacity / GB:.1f} GB"

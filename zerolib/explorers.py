@@ -17,11 +17,20 @@ import numpy as np
 import pandas as pd
 
 from . import plotting, working_set
-from .accounting import LAYOUTS, STAGES, STRATEGY_NAMES, Layout, get_layout, model_state
+from .accounting import (
+    CATEGORIES,
+    LAYOUTS,
+    STAGES,
+    STRATEGY_NAMES,
+    Layout,
+    get_layout,
+    model_state,
+)
 from .activations import RECOMPUTE
 from .curves import fewest_gpus_table, memory_table
-from .devices import DEVICES, get_device
+from .devices import DEVICES, capacity_text, get_device
 from .feasibility import fits
+from .figures import DEFAULTS as PUBLISHED
 from .inputs import MAX_GPUS
 from .models import MODELS, get_model, parameter_count
 from .units import UNITS, check_unit, format_count
@@ -32,7 +41,7 @@ CUSTOM = "custom"   # the layout dropdown's entry for bytes set with the sliders
 # Model sizes a reader can pick (parameters). The chapter's five, plus common sizes around them.
 MODEL_SIZES = tuple(int(n) for n in (
     125e6, 350e6, 1e9, 1.3e9, 3e9, 7e9, 8e9, 13e9, 30e9, 34e9, 65e9, 70e9, 175e9, 405e9, 1e12))
-CHAPTER_SIZES = (10**9, 7 * 10**9, 13 * 10**9, 30 * 10**9, 70 * 10**9)
+CHAPTER_SIZES = PUBLISHED.model_sizes   # the five of the chapter's model-size figure
 GPU_RANGE_STEPS = tuple(2**k for k in range(11))  # 1, 2, 4, ..., 1024
 
 
@@ -41,8 +50,19 @@ def _widgets():
     return ipywidgets
 
 
-def _gb(n_bytes, unit: str) -> str:
+def _in_unit(n_bytes, unit: str) -> str:
+    """Bytes as a value label in ``unit``: ``'17.5 GB'``."""
     return f"{plotting.format_value(float(n_bytes) / check_unit(unit))} {unit}"
+
+
+def _device_and_unit(device: str, unit: str) -> dict:
+    """The device dropdown and the unit buttons every explorer has."""
+    w = _widgets()
+    check_unit(unit)
+    return {"device": w.Dropdown(options=[(d.label, d.name) for d in DEVICES.values()],
+                                 value=get_device(device).name, description="Device"),
+            "unit": w.ToggleButtons(options=list(UNITS), value=unit, description="Unit",
+                                    style={"button_width": "60px"})}
 
 
 class _LayoutControls:
@@ -65,7 +85,7 @@ class _LayoutControls:
                                     description=f"{category} bytes/param",
                                     style={"description_width": "initial"},
                                     layout=w.Layout(width="320px"))
-            for category, width in zip(("parameters", "gradients", "optimizer"), layout.widths())}
+            for category, width in zip(CATEGORIES, layout.widths())}
         self._on_change = on_change
         self._syncing = False
         self.layout.observe(self._preset_changed, names="value")
@@ -136,6 +156,15 @@ class _Explorer:
         w = _widgets()
         return w.VBox([*rows, self.summary, self.image, self.table])
 
+    # Current settings every explorer has, read from the controls.
+    @property
+    def device(self):
+        return get_device(self.controls["device"].value)
+
+    @property
+    def unit(self) -> str:
+        return self.controls["unit"].value
+
 
 class GpuCountExplorer(_Explorer):
     """Per-GPU memory against GPU count for a chosen model size, layout, device and unit.
@@ -155,8 +184,6 @@ class GpuCountExplorer(_Explorer):
         low, high = gpus
         if low not in GPU_RANGE_STEPS or high not in GPU_RANGE_STEPS or low > high:
             raise ValueError(f"gpus must be a (low, high) pair from {GPU_RANGE_STEPS}")
-        get_device(device)
-        check_unit(unit)
         self._layout = _LayoutControls(layout, self.redraw)
         self._fewest_key = None
         self.controls = {
@@ -167,10 +194,7 @@ class GpuCountExplorer(_Explorer):
                                            value=(low, high), description="GPUs",
                                            continuous_update=True),
             **self._layout.controls,
-            "device": w.Dropdown(options=[(d.label, d.name) for d in DEVICES.values()],
-                                 value=get_device(device).name, description="Device"),
-            "unit": w.ToggleButtons(options=list(UNITS), value=unit, description="Unit",
-                                    style={"button_width": "60px"}),
+            **_device_and_unit(device, unit),
         }
         self.figure = plotting.new_figure(plotting.GPU_COUNT_FIGSIZE, dpi)
         ax = plotting.add_axes(self.figure, "gpu_count")
@@ -202,14 +226,6 @@ class GpuCountExplorer(_Explorer):
     def layout(self) -> Layout:
         return self._layout.current()
 
-    @property
-    def device(self):
-        return get_device(self.controls["device"].value)
-
-    @property
-    def unit(self) -> str:
-        return self.controls["unit"].value
-
     def _table(self):
         return memory_table(self.params, self.gpus, STAGES, self.layout)
 
@@ -223,7 +239,7 @@ class GpuCountExplorer(_Explorer):
     def _describe(self):
         unit, device, gpus = self.unit, self.device, self.gpus
         last = self.data[self.data["gpus"] == gpus[-1]]
-        values = "; ".join(f"{STRATEGY_NAMES[int(row.stage)]}: {_gb(row.total, unit)}"
+        values = "; ".join(f"{STRATEGY_NAMES[int(row.stage)]}: {_in_unit(row.total, unit)}"
                            for row in last.itertuples())
         span = f"{gpus[0]} GPU" if len(gpus) == 1 else f"{gpus[0]} to {gpus[-1]} GPUs"
         self.summary.value = (
@@ -242,17 +258,17 @@ class GpuCountExplorer(_Explorer):
             stage = int(row.stage)
             if pd.isna(row.fewest_gpus):
                 floor = model_state(self.params, MAX_GPUS, stage, self.layout).total
-                cell, per_gpu = "never", f"at least {_gb(floor, unit)} at any GPU count"
+                cell, per_gpu = "never", f"at least {_in_unit(floor, unit)} at any GPU count"
             else:
                 n = int(row.fewest_gpus)
                 cell = str(n)
-                per_gpu = _gb(model_state(self.params, n, stage, self.layout).total, unit)
+                per_gpu = _in_unit(model_state(self.params, n, stage, self.layout).total, unit)
             rows.append(f"<tr><td>{html.escape(STRATEGY_NAMES[stage])}</td>"
                         f"<td style='text-align:right'>{cell}</td><td style='text-align:right'>"
                         f"{html.escape(per_gpu)}</td></tr>")
         return (
             f"<table><caption>Fewest GPUs at which each strategy fits the {html.escape(device.label)} "
-            f"({html.escape(plotting.device_label(device, unit).split(': ', 1)[1])}), "
+            f"({html.escape(capacity_text(device, unit))}), "
             f"{format_count(self.params)} parameters</caption>"
             "<thead><tr><th>Strategy</th><th>Fewest GPUs</th><th>Per GPU there</th></tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
@@ -273,8 +289,6 @@ class ModelSizeExplorer(_Explorer):
         models = tuple(int(m) for m in models)
         if not models or any(m not in MODEL_SIZES for m in models):
             raise ValueError(f"models must be sizes from {', '.join(format_count(p) for p in MODEL_SIZES)}")
-        get_device(device)
-        check_unit(unit)
         self._layout = _LayoutControls(layout, self.redraw)
         self.controls = {
             "gpus": w.IntSlider(value=gpus, min=1, max=1024, description="GPUs",
@@ -282,10 +296,7 @@ class ModelSizeExplorer(_Explorer):
             "models": w.SelectMultiple(options=[(format_count(p), p) for p in MODEL_SIZES],
                                        value=models, rows=6, description="Models"),
             **self._layout.controls,
-            "device": w.Dropdown(options=[(d.label, d.name) for d in DEVICES.values()],
-                                 value=get_device(device).name, description="Device"),
-            "unit": w.ToggleButtons(options=list(UNITS), value=unit, description="Unit",
-                                    style={"button_width": "60px"}),
+            **_device_and_unit(device, unit),
         }
         self.figure = plotting.new_figure(plotting.MODEL_SIZE_FIGSIZE, dpi)
         ax = plotting.add_axes(self.figure, "model_size")
@@ -314,14 +325,6 @@ class ModelSizeExplorer(_Explorer):
     def layout(self) -> Layout:
         return self._layout.current()
 
-    @property
-    def device(self):
-        return get_device(self.controls["device"].value)
-
-    @property
-    def unit(self) -> str:
-        return self.controls["unit"].value
-
     def _table(self):
         return memory_table(self.models, self.gpus, STAGES, self.layout)
 
@@ -348,14 +351,14 @@ class ModelSizeExplorer(_Explorer):
             cells = []
             for stage, total, fit in zip(data["stage"][here], data["total"][here], ok[here]):
                 mark = "fits" if fit else "too big"
-                cells.append(f"<td style='text-align:right'>{_gb(total, unit)} ({mark})</td>")
+                cells.append(f"<td style='text-align:right'>{_in_unit(total, unit)} ({mark})</td>")
                 if fit and params not in first_fit:
                     first_fit[params] = int(stage)
             verdict = (STRATEGY_NAMES[first_fit[params]] if params in first_fit
                        else "none: add GPUs or pick a smaller layout")
             rows.append(f"<tr><td>{format_count(params)}</td>{''.join(cells)}"
                         f"<td>{html.escape(verdict)}</td></tr>")
-        capacity = plotting.device_label(device, unit).split(": ", 1)[1]
+        capacity = capacity_text(device, unit)
         headers = "".join(f"<th>{html.escape(STRATEGY_NAMES[s])}</th>" for s in STAGES)
         self.table.value = (
             f"<table><caption>Per GPU on {gpus} GPU{'s' if gpus != 1 else ''} against the "
@@ -378,7 +381,7 @@ class ModelSizeExplorer(_Explorer):
             f"{html.escape(plotting.layout_summary(layout))}; "
             f"{html.escape(plotting.device_label(device, unit))}. "
             f"<br>{html.escape('; '.join(verdict(p) for p in self.models))}. "
-            f"<br>{format_count(largest)} under ZeRO stage 3: {_gb(stage3, unit)} per GPU.</p>")
+            f"<br>{format_count(largest)} under ZeRO stage 3: {_in_unit(stage3, unit)} per GPU.</p>")
 
 
 # The will-it-fit explorer's ranges.
@@ -429,8 +432,6 @@ class WillItFitExplorer(_Explorer):
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
         if not isinstance(flash_attention, bool):
             raise TypeError(f"flash_attention must be True or False, got {flash_attention!r}")
-        get_device(device)
-        check_unit(unit)
         self._layout_fixed = get_layout(layout)
         self._fewest = (None, None)     # (settings key, fewest GPUs per stage)
         self._largest = (None, None)    # (settings key, largest micro-batch per stage)
@@ -451,10 +452,7 @@ class WillItFitExplorer(_Explorer):
                                          description="Recompute", style={"button_width": "80px"}),
             "flash_attention": w.Checkbox(value=flash_attention, description="Flash attention",
                                           indent=False),
-            "device": w.Dropdown(options=[(d.label, d.name) for d in DEVICES.values()],
-                                 value=get_device(device).name, description="Device"),
-            "unit": w.ToggleButtons(options=list(UNITS), value=unit, description="Unit",
-                                    style={"button_width": "60px"}),
+            **_device_and_unit(device, unit),
         }
         self.figure = plotting.new_figure(plotting.WILL_IT_FIT_FIGSIZE, dpi)
         ax = plotting.add_axes(self.figure, "will_it_fit")
@@ -492,14 +490,6 @@ class WillItFitExplorer(_Explorer):
     @property
     def layout(self) -> Layout:
         return self._layout_fixed
-
-    @property
-    def device(self):
-        return get_device(self.controls["device"].value)
-
-    @property
-    def unit(self) -> str:
-        return self.controls["unit"].value
 
     def _frame(self):
         return working_set.peak_frame(self.model, self.gpus, STAGES, self.settings, self.layout)
@@ -548,7 +538,7 @@ class WillItFitExplorer(_Explorer):
         elif not fitting:
             smallest = min(rows, key=lambda row: row["peak"])
             verdict = (f"Fits under no strategy: the smallest peak is "
-                       f"{_gb(smallest['peak'], unit)} ({STRATEGY_NAMES[smallest['stage']]}). "
+                       f"{_in_unit(smallest['peak'], unit)} ({STRATEGY_NAMES[smallest['stage']]}). "
                        "Add GPUs, shorten the sequence, lower the micro-batch or recompute more.")
         else:
             verdict = f"Fits under {_and(fitting)}. Too big under {_and(too_big)}."
@@ -557,8 +547,8 @@ class WillItFitExplorer(_Explorer):
             f"<p><b>{html.escape(config.name)}</b> ({parameter_count(config):,} parameters) "
             f"on <b>{on}</b>: {html.escape(conditions)}."
             f"<br>{html.escape(verdict)}"
-            f"<br>Every strategy also holds the activations ({_gb(terms['activations'], unit)}) "
-            f"and the logits and loss ({_gb(terms['logits_loss'], unit)}) of one micro-batch per "
+            f"<br>Every strategy also holds the activations ({_in_unit(terms['activations'], unit)}) "
+            f"and the logits and loss ({_in_unit(terms['logits_loss'], unit)}) of one micro-batch per "
             "GPU; both grow with micro-batch × sequence length."
             f"<br>Reference line: {html.escape(plotting.device_label(device, unit))}.</p>")
 
@@ -573,11 +563,11 @@ class WillItFitExplorer(_Explorer):
             elif most == MAX_MICRO_BATCH:
                 most = f"{most} or more"       # the search stops at the slider's end
             cells.append(
-                f"<tr><td>{html.escape(STRATEGY_NAMES[stage])}</td>{right(_gb(row['peak'], unit))}"
+                f"<tr><td>{html.escape(STRATEGY_NAMES[stage])}</td>{right(_in_unit(row['peak'], unit))}"
                 f"<td>{'fits' if row['fits'] else 'too big'}</td>"
                 f"{right('never' if fewest[stage] is None else fewest[stage])}"
                 f"{right(most)}</tr>")
-        capacity = plotting.device_label(device, unit).split(": ", 1)[1]
+        capacity = capacity_text(device, unit)
         self.table.value = (
             f"<table><caption>Per GPU on {on} against the {html.escape(device.label)} "
             f"({html.escape(capacity)}), {html.escape(config.name)}</caption>"

@@ -11,15 +11,23 @@ import numpy as np
 
 from .accounting import Layout, get_layout, model_state
 from .devices import Device, get_device
-from .inputs import MAX_GPUS, MAX_PARAMS, check_gpus, check_params, check_stage
+from .inputs import (
+    MAX_GPUS,
+    MAX_PARAMS,
+    broadcast,
+    check_gpus,
+    check_params,
+    check_single,
+    check_stage,
+)
 
 
 def _extra(extra_bytes) -> np.ndarray:
     extra = np.asarray(extra_bytes)
     if extra.dtype == bool or not np.issubdtype(extra.dtype, np.number):
-        raise TypeError("extra_bytes must be a number of bytes")
+        raise TypeError(f"extra_bytes must be a number of bytes, got {extra_bytes!r}")
     if not np.all(np.isfinite(extra)) or np.any(extra < 0):
-        raise ValueError("extra_bytes must be finite and non-negative")
+        raise ValueError(f"extra_bytes must be finite and non-negative, got {extra_bytes!r}")
     return extra
 
 
@@ -48,9 +56,9 @@ def fewest_gpus(params, stage, layout: "str | Layout" = "mixed-adam",
     0 where nothing fits.
     """
     layout, device = get_layout(layout), get_device(device)
-    max_gpus = int(check_gpus(max_gpus, "max_gpus"))
-    params, stage = np.broadcast_arrays(check_params(params), check_stage(stage))
-    extra = np.broadcast_to(_extra(extra_bytes), params.shape)
+    max_gpus = check_single(max_gpus, check_gpus, "max_gpus")
+    params, stage, extra = broadcast(params=check_params(params), stage=check_stage(stage),
+                                     extra_bytes=_extra(extra_bytes))
 
     def ok(gpus):
         return model_state(params, gpus, stage, layout).total + extra <= device.capacity
@@ -70,8 +78,8 @@ def largest_model(gpus, stage, layout: "str | Layout" = "mixed-adam",
                   device: "str | Device" = "a100-80gb", extra_bytes=0):
     """Largest parameter count whose per-worker bytes fit (0 if not even one parameter fits)."""
     layout, device = get_layout(layout), get_device(device)
-    gpus, stage = np.broadcast_arrays(check_gpus(gpus), check_stage(stage))
-    extra = np.broadcast_to(_extra(extra_bytes), gpus.shape)
+    gpus, stage, extra = broadcast(gpus=check_gpus(gpus), stage=check_stage(stage),
+                                   extra_bytes=_extra(extra_bytes))
 
     def ok(params):
         return model_state(params, gpus, stage, layout).total + extra <= device.capacity

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .accounting import STAGES, Layout, get_layout
-from .devices import Device, get_device
-from .inputs import MAX_GPUS, check_gpus, check_params, check_stage
+from .devices import Device, capacity_text, get_device
+from .inputs import check_gpus, check_params, check_stage
 from .paths import REPO_ROOT
-from .units import GiB, check_unit, format_count, parse_count
+from .units import check_unit, format_count
 
 GPU_COUNT = "memory-vs-gpu-count"
 MODEL_SIZE = "memory-vs-model-size"
@@ -54,7 +54,7 @@ class FigureOptions:
     device: "str | Device" = "a100-80gb"
     layout: "str | Layout" = "mixed-adam"
     unit: str = "GB"
-    stages: tuple[int, ...] = field(default=STAGES)
+    stages: tuple[int, ...] = STAGES
 
     def __post_init__(self):
         params = check_params(self.params, "params")
@@ -147,7 +147,7 @@ _COLUMNS = (
 
 def _device_sentence(device: Device) -> str:
     return (f"The dashed reference line is the {device.label} capacity, {device.capacity:,} bytes "
-            f"({device.capacity / GiB:g} GiB = {device.capacity / 10**9:.1f} GB; {device.source}).")
+            f"({capacity_text(device)}; {device.source}).")
 
 
 def _layout_sentence(layout: Layout) -> str:
@@ -323,34 +323,6 @@ def expected_files(options: FigureOptions = DEFAULTS) -> list[str]:
     for name in FIGURE_NAMES:
         paths += [f"figures/{name}.png", f"figures/{name}.svg", f"data/{name}.csv"]
     return paths + [VERSIONS_FILE, DATA_README]
-
-
-def parse_gpu_list(text: str, name: str = "--gpus") -> tuple[int, ...]:
-    """``"1-64"``, ``"1,2,4,8"`` or ``"1-8,16,32"`` -> sorted distinct GPU counts."""
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"{name} must be GPU counts like 1-64 or 1,2,4,8, got {text!r}")
-    counts: set[int] = set()
-    for part in text.split(","):
-        low, dash, high = part.strip().partition("-")
-        try:
-            low_n = int(low)
-            high_n = int(high) if dash else low_n
-        except ValueError:
-            raise ValueError(f"{name} must be GPU counts like 1-64 or 1,2,4,8, got {text!r}") from None
-        if low_n < 1 or high_n < low_n or high_n > MAX_GPUS:
-            raise ValueError(f"{name} ranges must run upwards from 1 to at most {MAX_GPUS}, "
-                             f"got {part.strip()!r}")
-        if high_n - low_n + 1 + len(counts) > MAX_POINTS:
-            raise ValueError(f"{name} must name at most {MAX_POINTS} GPU counts")
-        counts.update(range(low_n, high_n + 1))
-    return tuple(sorted(counts))
-
-
-def parse_size_list(text: str, name: str = "--sizes") -> tuple[int, ...]:
-    """``"1B,7B,13B"`` -> parameter counts."""
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"{name} must be model sizes like 1B,7B,70B, got {text!r}")
-    return tuple(parse_count(part, name) for part in text.split(","))
 
 
 def variant(options: FigureOptions) -> bool:

@@ -1,10 +1,12 @@
 """Validate what callers pass in, so no bad value turns into a silent wrong number.
 
-Each checker accepts a scalar or an array-like and returns an int64 ndarray (or a float for
-widths). Errors name the argument and say what is allowed.
+The array checkers accept a scalar or an array-like and return an int64 ndarray; the scalar
+ones (a positive int, a width) return a Python number. Errors name the argument and say what
+is allowed.
 """
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -14,6 +16,7 @@ import numpy as np
 MAX_PARAMS = 10**15
 MAX_GPUS = 2**24
 MAX_WIDTH = 64  # bytes per parameter in one category
+STAGES = (0, 1, 2, 3)  # 0 = plain data parallelism, 1-3 = ZeRO stages
 
 
 def _as_array(value, name: str) -> np.ndarray:
@@ -41,14 +44,17 @@ def _whole_in_range(value, name: str, low: int, high: int, allowed: str) -> np.n
         not np.all(np.isfinite(array)) or np.any(array != np.floor(array))
     ):
         raise ValueError(f"{name} must be {allowed}, got {value!r}")
-    if np.issubdtype(array.dtype, np.floating) and np.any(np.abs(array) > 2**62):
-        raise ValueError(f"{name} must be at most {high:.0e}, got {value!r}")
-    array = array.astype(np.int64, copy=False)
+    # Compared before the cast, so no value can wrap around in int64.
     if np.any(array < low):
         raise ValueError(f"{name} must be {allowed}, got {value!r}")
     if np.any(array > high):
-        raise ValueError(f"{name} must be at most {high:.0e}, got {value!r}")
-    return array
+        raise ValueError(f"{name} must be at most {high:,}, got {value!r}")
+    return array.astype(np.int64, copy=False)
+
+
+def _finite(value: numbers.Real) -> bool:
+    """Whether a real number is finite; Python ints of any size are (np.isfinite refuses big ones)."""
+    return isinstance(value, numbers.Integral) or math.isfinite(value)
 
 
 def check_params(value, name: str = "params") -> np.ndarray:
@@ -63,17 +69,31 @@ def check_gpus(value, name: str = "gpus") -> np.ndarray:
 
 def check_stage(value, name: str = "stage") -> np.ndarray:
     """ZeRO stages: 0 (plain data parallelism) to 3."""
-    array = _whole_in_range(value, name, 0, 2**62, "0, 1, 2 or 3")
-    if np.any(array > 3):
+    array = _as_array(value, name)
+    if not np.all(np.isin(array, STAGES)):  # also refuses 1.5, NaN and infinities
         raise ValueError(f"{name} must be 0, 1, 2 or 3, got {value!r}")
-    return array
+    return array.astype(np.int64, copy=False)
+
+
+def check_flag(value, name: str) -> bool:
+    """True or False (a numpy bool too); anything else is a TypeError naming ``name``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def check_count(value, name: str) -> int:
+    """A single whole number, 0 or more (a byte count, a bucket size...)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{name} must be a whole number, 0 or more, got {value!r}")
+    return int(value)
 
 
 def check_positive_int(value, name: str) -> int:
     """A single positive integer (a micro-batch, a sequence length...)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a positive whole number, got {value!r}")
-    if not np.isfinite(value) or value != int(value) or value < 1:
+    if not _finite(value) or value != int(value) or value < 1:
         raise ValueError(f"{name} must be a positive whole number, got {value!r}")
     return int(value)
 
@@ -82,10 +102,28 @@ def check_width(value, name: str) -> float:
     """Bytes per parameter of one category: finite, non-negative, a whole number of bits."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number of bytes per parameter, got {value!r}")
-    if not np.isfinite(value) or value < 0:
+    if not _finite(value) or value < 0:
         raise ValueError(f"{name} must be a finite, non-negative number of bytes, got {value!r}")
     if value > MAX_WIDTH:
         raise ValueError(f"{name} must be at most {MAX_WIDTH} bytes per parameter, got {value!r}")
     if value * 8 != round(value * 8):
         raise ValueError(f"{name} must be a whole number of bits (a multiple of 0.125 bytes), got {value!r}")
     return float(value)
+
+
+def check_single(value, check, name: str) -> int:
+    """One number, validated by ``check`` (:func:`check_params`, :func:`check_gpus`...)."""
+    array = check(value, name)
+    if array.ndim != 0:
+        raise TypeError(f"{name} must be a single number here, got an array")
+    return int(array)
+
+
+def broadcast(**arrays) -> list[np.ndarray]:
+    """``np.broadcast_arrays`` of checked inputs; shapes that do not fit name the arguments."""
+    try:
+        return np.broadcast_arrays(*arrays.values())
+    except ValueError:
+        shapes = ", ".join(f"{name} {np.shape(array)}" for name, array in arrays.items())
+        raise ValueError(f"{', '.join(arrays)} must broadcast together (numpy rules), "
+                         f"got the shapes {shapes}") from None

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
-import csv
 import gc
-import io
 import json
 import os
 import platform
@@ -28,40 +26,26 @@ import socket
 import sys
 import tempfile
 import types
-from dataclasses import dataclass
 from pathlib import Path
+
+import pandas as pd
 
 from .accounting import model_state
 from .deepspeed import estimate_zero2, estimate_zero3
+from .paths import DATA_DIR
+from .validation.records import write_csv
+from .validation.setups import ModelSpec
 
 INSTALL_HINT = ("pip install torch==2.13.0 && "
                 "DS_BUILD_OPS=0 pip install --no-build-isolation 'deepspeed>=0.19.8'")
 
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A stack of Linear layers (with biases) of the given widths, ReLU between them."""
-
-    name: str
-    widths: tuple[int, ...]
-
-    @property
-    def layers(self) -> tuple[tuple[int, int], ...]:
-        return tuple(zip(self.widths[:-1], self.widths[1:], strict=True))
-
-    @property
-    def params(self) -> int:
-        return sum(n_in * n_out + n_out for n_in, n_out in self.layers)
-
-    @property
-    def largest_layer_params(self) -> int:
-        # DeepSpeed's model_to_params: most parameters owned directly by one module.
-        return max(n_in * n_out + n_out for n_in, n_out in self.layers)
-
+# The file the run writes into data/ (the notebook reads it with zerolib.validation.report).
+RECORD_FILE = "deepspeed_measured.csv"
 
 # "even": 1,837,312 parameters (a multiple of 4); "uneven": 1,838,337 (odd), so neither 2 nor 4
 # ranks get equal shares without padding.
-MODELS = (ModelSpec("even", (512, 1024, 1024, 256)), ModelSpec("uneven", (512, 1024, 1024, 257)))
+MODELS = (ModelSpec("even", (512, 1024, 1024, 256), "512-1024-1024-256: a multiple of 4"),
+          ModelSpec("uneven", (512, 1024, 1024, 257), "512-1024-1024-257: odd"))
 STAGES = (0, 1, 2, 3)
 WORKERS = (2, 4)
 MICRO_BATCH = 4
@@ -88,8 +72,10 @@ BUFFER_COLUMNS = ("model", "precision", "workers", "rank", "stage", "phase", "ca
 
 def formula_columns(spec: ModelSpec, workers: int, stage: int, precision: str) -> dict:
     """The chapter's per-worker bytes for the same model and recipe."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     layout = PRECISIONS[precision]
-    state = model_state(spec.params, workers, stage, layout)
+    state = model_state(spec.numel, workers, stage, layout)
     return {"formula_layout": layout,
             "formula_parameters": int(state.parameters), "formula_gradients": int(state.gradients),
             "formula_optimizer": int(state.optimizer), "formula_total": int(state.total)}
@@ -101,9 +87,9 @@ def estimator_columns(spec: ModelSpec, workers: int, stage: int) -> dict:
     DeepSpeed only ships estimators for ZeRO-2 and ZeRO-3; stages 0 and 1 stay empty.
     """
     if stage == 2:
-        estimate, name = estimate_zero2(spec.params, workers, 1, cpu_offload=False), "zero2 v0.14.3"
+        estimate, name = estimate_zero2(spec.numel, workers, 1, cpu_offload=False), "zero2 v0.14.3"
     elif stage == 3:
-        estimate = estimate_zero3(spec.params, spec.largest_layer_params, workers, 1,
+        estimate = estimate_zero3(spec.numel, spec.largest_layer_params, workers, 1,
                                   cpu_offload=False, cpu_offload_params=False, zero_init=False)
         name = "zero3"
     else:
@@ -233,7 +219,7 @@ def _build_model(spec: ModelSpec):
 
     torch.manual_seed(0)
     layers = []
-    for index, (n_in, n_out) in enumerate(spec.layers):
+    for index, (n_in, n_out) in enumerate(zip(spec.widths, spec.widths[1:])):
         if index:
             layers.append(torch.nn.ReLU())
         layers.append(torch.nn.Linear(n_in, n_out))
@@ -376,7 +362,7 @@ def run(workers_list=WORKERS, stages=STAGES, precisions=tuple(PRECISIONS),
     spec_by_name = {m.name: m for m in models}
     for row in rows:
         spec = spec_by_name[row["model"]]
-        row.update(params=spec.params, largest_layer_params=spec.largest_layer_params)
+        row.update(params=spec.numel, largest_layer_params=spec.largest_layer_params)
         row.update(formula_columns(spec, row["workers"], row["stage"], row["precision"]))
         row.update(estimator_columns(spec, row["workers"], row["stage"]))
         row.update(versions)
@@ -390,20 +376,6 @@ def run(workers_list=WORKERS, stages=STAGES, precisions=tuple(PRECISIONS),
     return rows, buffers
 
 
-def _write_csv(path: Path, columns, rows) -> None:
-    """Atomic, deterministic CSV (fixed column order, '\\n' line ends)."""
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows({c: row[c] for c in columns} for row in rows)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp",
-                                     newline="") as handle:
-        handle.write(text.getvalue())
-    os.chmod(handle.name, 0o644)  # NamedTemporaryFile makes 0600; a data file is for everyone
-    os.replace(handle.name, path)
-
-
 def buffers_path(out: Path) -> Path:
     """Where the per-storage list of 'buckets' and 'other' goes, beside the main CSV."""
     return out.with_name(out.stem + "_buffers" + out.suffix)
@@ -413,8 +385,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m zerolib.measure_deepspeed",
         description="Measure per-rank ZeRO memory under DeepSpeed on the CPU and record it.")
-    parser.add_argument("--out", type=Path, default=Path("data/deepspeed_measured.csv"),
-                        help="CSV to write (default data/deepspeed_measured.csv); the storages "
+    parser.add_argument("--out", type=Path, default=DATA_DIR / RECORD_FILE,
+                        help=f"CSV to write (default data/{RECORD_FILE}); the storages "
                              "counted as 'buckets' and 'other' go beside it as *_buffers.csv")
     parser.add_argument("--workers", type=int, nargs="+", default=list(WORKERS),
                         help="process counts to launch (default 2 4)")
@@ -431,8 +403,9 @@ def main(argv=None) -> int:
               f"{INSTALL_HINT}", file=sys.stderr)
         return 2
     rows, buffers = run(tuple(args.workers))
-    _write_csv(args.out, COLUMNS, rows)
-    _write_csv(buffers_path(args.out), BUFFER_COLUMNS, buffers)
+    # Atomic and deterministic: fixed column order, "\n" line ends (every value is an int or text).
+    write_csv(pd.DataFrame(rows, columns=list(COLUMNS)), args.out)
+    write_csv(pd.DataFrame(buffers, columns=list(BUFFER_COLUMNS)), buffers_path(args.out))
     print(f"wrote {len(rows)} rows to {args.out} and {len(buffers)} to {buffers_path(args.out)}")
     return 0
 

@@ -15,10 +15,14 @@ that reproduces the printed text (``agrees``). The paper's GB are 10**9 bytes.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from decimal import ROUND_DOWN, ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
-from pathlib import Path
+from decimal import (
+    ROUND_DOWN,
+    ROUND_HALF_EVEN,
+    ROUND_HALF_UP,
+    Decimal,
+    InvalidOperation,
+)
 
 import numpy as np
 import pandas as pd
@@ -26,16 +30,10 @@ import pandas as pd
 from .accounting import Layout, get_layout, model_state
 from .devices import Device, get_device
 from .feasibility import fits, largest_model
-from .paths import DATA_DIR
 from .units import GB
+from .validation.records import data_file
 
-CITATION = (
-    "Samyam Rajbhandari, Jeff Rasley, Olatunji Ruwase, Yuxiong He. ZeRO: Memory Optimizations "
-    "Toward Training Trillion Parameter Models. SC20 (International Conference for High "
-    "Performance Computing, Networking, Storage and Analysis), 2020. arXiv:1910.02054."
-)
-
-# The repository's data/ folder (zerolib/ sits beside it in the checkout).
+# Transcriptions in the repository's data/ folder (zerolib.paths.DATA_DIR).
 FIGURE1_CSV = "zero_paper_figure1.csv"
 TABLE1_CSV = "zero_paper_table1.csv"
 MAX_MODEL_CSV = "zero_paper_max_model.csv"
@@ -63,8 +61,14 @@ class PrintRule:
     def __post_init__(self):
         if self.method not in ("round", "truncate"):
             raise ValueError(f"method must be 'round' or 'truncate', got {self.method!r}")
-        if Decimal(self.quantum) <= 0:
-            raise ValueError(f"quantum must be a positive decimal, got {self.quantum!r}")
+        if not isinstance(self.quantum, str):
+            raise TypeError(f"quantum must be a decimal as text, like '0.1', got {self.quantum!r}")
+        try:
+            quantum = Decimal(self.quantum)
+        except InvalidOperation:
+            quantum = Decimal("NaN")
+        if not quantum.is_finite() or quantum <= 0:
+            raise ValueError(f"quantum must be a positive decimal, like '0.1', got {self.quantum!r}")
 
     def apply(self, value: Decimal) -> Decimal:
         mode = ROUND_HALF_UP if self.method == "round" else ROUND_DOWN
@@ -112,22 +116,9 @@ _COLUMNS = {
 }
 
 
-def _data_path(data_dir, filename: str) -> Path:
-    if data_dir is None:
-        data_dir = DATA_DIR
-    if not isinstance(data_dir, (str, os.PathLike)):
-        raise TypeError(f"data_dir must be a path to the folder holding {filename}, "
-                        f"got {type(data_dir).__name__}")
-    path = Path(data_dir) / filename
-    if not path.is_file():
-        raise ValueError(f"data_dir {str(data_dir)!r} has no {filename} "
-                         "(the transcribed ZeRO paper values)")
-    return path
-
-
 def _read(data_dir, filename: str, text_columns: tuple[str, ...]) -> pd.DataFrame:
     """Read a transcription, keeping printed numbers as text so no digit is lost."""
-    path = _data_path(data_dir, filename)
+    path = data_file(data_dir, filename, "the transcribed ZeRO paper values")
     frame = pd.read_csv(path, dtype={c: str for c in text_columns}, keep_default_na=False)
     missing = [c for c in _COLUMNS[filename] if c not in frame.columns]
     if missing:

@@ -16,7 +16,7 @@ import io
 import math
 import struct
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
@@ -27,14 +27,20 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullLocator
+from matplotlib.ticker import (
+    FixedLocator,
+    FuncFormatter,
+    LogLocator,
+    MaxNLocator,
+    NullLocator,
+)
 from matplotlib.transforms import Bbox, blended_transform_factory, offset_copy
 
 from .accounting import CATEGORIES, STRATEGY_NAMES, Layout, get_layout, model_state
 from .curves import COLUMNS
-from .devices import Device, get_device
+from .devices import Device, capacity_text, get_device
 from .models import MODELS
-from .units import GiB, check_unit, format_count
+from .units import GB, GiB, check_unit, format_count
 from .working_set import TERMS, WorkingSetSettings, peak_frame
 
 # Okabe & Ito, "Color Universal Design" (2008): eight colours that stay distinguishable under
@@ -114,12 +120,7 @@ def format_value(value: float) -> str:
 
 def device_label(device: "str | Device", unit: str = "GB") -> str:
     """``'A100 80GB capacity: 80 GiB = 85.9 GB'`` (the capacity in the figure's unit, named)."""
-    device = get_device(device)
-    check_unit(unit)
-    gib = f"{device.capacity / GiB:g} GiB"
-    if unit == "GiB":
-        return f"{device.label} capacity: {gib}"
-    return f"{device.label} capacity: {gib} = {device.capacity / 10**9:.1f} GB"
+    return f"{get_device(device).label} capacity: {capacity_text(device, unit)}"
 
 
 def layout_summary(layout: "str | Layout") -> str:
@@ -251,6 +252,17 @@ def _legend(ax, handles, ncol: int):
                      columnspacing=1.8)
 
 
+def _show_device_and_titles(artists, device: Device, unit: str, capacity: float,
+                            titles: tuple[str, str]):
+    """What every figure updates alike: the capacity line and its legend entry, the titles."""
+    label = device_label(device, unit)
+    artists.device_line.set_ydata([capacity, capacity])
+    artists.device_line.set_label(label)
+    artists.device_legend_text.set_text(label)
+    artists.title.set_text(titles[0])
+    artists.subtitle.set_text(titles[1])
+
+
 # ---------------------------------------------------------------------------------------------
 # Figure 1: per-GPU memory against the number of GPUs
 
@@ -267,8 +279,6 @@ class GpuCountArtists:
     legend: object
     title: object
     subtitle: object
-    unit: str = "GB"
-    log_x: bool = field(default=False)
 
     @property
     def device_legend_text(self):
@@ -321,12 +331,11 @@ def _apply_gpu_count(artists: GpuCountArtists, table, device, unit, layout):
     # most), plain integers otherwise.
     low, high = int(gpus[0]), int(gpus[-1])
     log_x = high >= 8 * low
-    if log_x != artists.log_x:
+    if log_x != (ax.get_xscale() == "log"):
         if log_x:
             ax.set_xscale("log", base=2)
         else:
             ax.set_xscale("linear")
-        artists.log_x = log_x
     if log_x:
         ax.xaxis.set_major_locator(FixedLocator(_power_of_two_ticks(low, high)))
         ax.xaxis.set_minor_locator(NullLocator())
@@ -345,10 +354,6 @@ def _apply_gpu_count(artists: GpuCountArtists, table, device, unit, layout):
     ax.set_ylim(0, top)
     ax.set_ylabel(f"Model state per GPU [{unit}]")
 
-    artists.device_line.set_ydata([capacity, capacity])
-    artists.device_line.set_label(device_label(device, unit))
-    artists.device_legend_text.set_text(device_label(device, unit))
-
     last = {stage: float(values[stage][-1]) for stage in artists.stages}
     heights = _spread([last[s] for s in artists.stages], gap=0.045 * top)
     for stage, height in zip(artists.stages, heights):
@@ -356,10 +361,8 @@ def _apply_gpu_count(artists: GpuCountArtists, table, device, unit, layout):
         label.set_position((high, height))
         label.set_text(f"{format_value(last[stage])} {unit}")
 
-    title, subtitle = _gpu_count_titles(params, gpus, layout)
-    artists.title.set_text(title)
-    artists.subtitle.set_text(subtitle)
-    artists.unit = unit
+    _show_device_and_titles(artists, device, unit, capacity,
+                            _gpu_count_titles(params, gpus, layout))
 
 
 def draw_memory_vs_gpu_count(ax, table: pd.DataFrame, device: "str | Device" = "a100-80gb",
@@ -393,7 +396,7 @@ def draw_memory_vs_gpu_count(ax, table: pd.DataFrame, device: "str | Device" = "
         ax.yaxis.set_major_formatter(FuncFormatter(_plain_number))
         _fix_axis_labels(ax)
         artists = GpuCountArtists(ax, stages, lines, end_labels, device_line, legend, title,
-                                  subtitle, unit)
+                                  subtitle)
         _apply_gpu_count(artists, table, device, unit, layout)
     return artists
 
@@ -430,7 +433,6 @@ class ModelSizeArtists:
     title: object
     subtitle: object
     params: tuple[int, ...] = ()
-    unit: str = "GB"
 
     @property
     def device_legend_text(self):
@@ -551,13 +553,8 @@ def _apply_model_size(artists: ModelSizeArtists, table, device, unit, layout):
             if crossing != (text.get_bbox_patch() is not None):
                 text.set_bbox(dict(_LABEL_BACKING) if crossing else None)
 
-    artists.device_line.set_ydata([capacity, capacity])
-    artists.device_line.set_label(device_label(device, unit))
-    artists.device_legend_text.set_text(device_label(device, unit))
-    title, subtitle = _model_size_titles(gpus, params, layout)
-    artists.title.set_text(title)
-    artists.subtitle.set_text(subtitle)
-    artists.unit = unit
+    _show_device_and_titles(artists, device, unit, capacity,
+                            _model_size_titles(gpus, params, layout))
 
 
 def draw_memory_vs_model_size(ax, table: pd.DataFrame, device: "str | Device" = "a100-80gb",
@@ -665,7 +662,7 @@ def _wrap_strategy(stage: int) -> str:
 
 
 def _size_words(n_bytes: int) -> str:
-    return f"{n_bytes // GiB:,} GiB" if n_bytes % GiB == 0 else f"{n_bytes / 10**9:.3g} GB"
+    return f"{n_bytes // GiB:,} GiB" if n_bytes % GiB == 0 else f"{n_bytes / GB:.3g} GB"
 
 
 def will_it_fit_titles(model: str, gpus: int, settings: WorkingSetSettings, layout) -> tuple[str, str]:
@@ -745,7 +742,6 @@ class WillItFitArtists:
     legend_index: dict          # component -> position among the legend's texts
     title: object
     subtitle: object
-    unit: str = "GB"
 
     @property
     def device_legend_text(self):
@@ -802,15 +798,10 @@ def _apply_will_it_fit(artists: WillItFitArtists, frame, device, unit, settings,
             if crossing != (text.get_bbox_patch() is not None):
                 text.set_bbox(dict(_PEAK_LABEL_BACKING) if crossing else None)
 
-    artists.device_line.set_ydata([capacity, capacity])
-    artists.device_line.set_label(device_label(device, unit))
-    artists.device_legend_text.set_text(device_label(device, unit))
     artists.device_tag.set_y(capacity)
     artists.device_tag.set_text(f"{format_value(capacity)} {unit}")
-    title, subtitle = will_it_fit_titles(model, gpus, settings, layout)
-    artists.title.set_text(title)
-    artists.subtitle.set_text(subtitle)
-    artists.unit = unit
+    _show_device_and_titles(artists, device, unit, capacity,
+                            will_it_fit_titles(model, gpus, settings, layout))
 
 
 def draw_will_it_fit(ax, frame: pd.DataFrame, device: "str | Device" = "a100-80gb", unit: str = "GB",
@@ -894,7 +885,7 @@ def draw_will_it_fit(ax, frame: pd.DataFrame, device: "str | Device" = "a100-80g
         _fix_axis_labels(ax)
         artists = WillItFitArtists(ax, stages, bars, segment_labels, peak_labels, verdict_labels,
                                    stage_labels, device_line, device_tag, device_legend, legend,
-                                   legend_index, title, subtitle, unit)
+                                   legend_index, title, subtitle)
         _apply_will_it_fit(artists, frame, device, unit, settings, layout)
     return artists
 

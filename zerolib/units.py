@@ -45,7 +45,7 @@ def parse_count(text: str | int | float, name: str = "params") -> int:
         whole, _, frac = mantissa.partition(".")
         digits = int((whole or "0") + frac) if (whole or frac) else 0
         if abs(int(exponent or 0)) > 30:
-            raise ValueError(f"{name} must be at most {MAX_PARAMS:.0e}, got {text!r}")
+            raise ValueError(f"{name} must be at most {MAX_PARAMS:,}, got {text!r}")
         scale = _SUFFIXES[suffix.upper()] * 10 ** int(exponent or 0)
         numerator, denominator = digits * scale, 10 ** len(frac)
         if numerator % denominator:
@@ -56,22 +56,23 @@ def parse_count(text: str | int | float, name: str = "params") -> int:
     if value <= 0:
         raise ValueError(f"{name} must be positive, got {text!r}")
     if value > MAX_PARAMS:
-        raise ValueError(f"{name} must be at most {MAX_PARAMS:.0e}, got {text!r}")
+        raise ValueError(f"{name} must be at most {MAX_PARAMS:,}, got {text!r}")
     return value
 
 
 def check_unit(unit: str) -> int:
     """Bytes in one ``unit`` ("GB" or "GiB")."""
-    if unit not in UNITS:
+    if not isinstance(unit, str) or unit not in UNITS:
         raise ValueError(f"unit must be one of {', '.join(UNITS)}, got {unit!r}")
     return UNITS[unit]
 
 
 def to_unit(n_bytes, unit: str = "GB"):
     """Convert bytes (scalar or array) to GB or GiB for display."""
-    return np.asarray(n_bytes, dtype=float) / check_unit(unit) if np.ndim(n_bytes) else (
-        float(n_bytes) / check_unit(unit)
-    )
+    scale = check_unit(unit)
+    if isinstance(n_bytes, (str, bytes)):
+        raise TypeError(f"n_bytes must be a number of bytes or an array of them, got {n_bytes!r}")
+    return np.asarray(n_bytes, dtype=float) / scale if np.ndim(n_bytes) else float(n_bytes) / scale
 
 
 def format_bytes(n_bytes, unit: str = "GB", digits: int = 2) -> str:

@@ -44,9 +44,12 @@ each names its assumption:
     A fixed allowance for the CUDA context, NCCL communicators, the allocator's cache and
     fragmentation. 2 GiB by default: a round assumption, not a measurement; change it.
 
-Summing all terms is conservative: gradient buckets live during backward, when activations are
-largest, so the overlap is real for the big terms; the logits are freed before the last layers'
-backward, and the transient gradient buffers are not counted (see zerolib.activations).
+Summing all terms treats them as live at one moment. At the start of the backward pass that is
+true of the activations, the logits and their fp32 copy (the loss's backward needs them) and the
+reserve; the gradient buckets fill while activations are freed layer by layer, so adding them
+overstates a little. The logits' gradient, as large as the logits, is not counted (see
+zerolib.activations), which understates by about as much: the sum is a close estimate, not a
+guaranteed upper bound.
 
 Tensor parallelism: with ``tensor_parallel`` = t the ``gpus`` of a setting are t-way tensor
 parallel x (gpus / t)-way data parallel. A tensor-parallel rank holds ceil(params / t)
@@ -55,7 +58,6 @@ parameters (an approximation: norms are in fact replicated) and ZeRO partitions 
 """
 from __future__ import annotations
 
-import numbers
 from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
 from typing import Mapping
@@ -63,36 +65,44 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from .accounting import CATEGORIES, STAGES, STRATEGY_NAMES, Layout, get_layout, model_state
+from .accounting import (
+    CATEGORIES,
+    STAGES,
+    STRATEGY_NAMES,
+    Layout,
+    get_layout,
+    model_state,
+)
 from .activations import RECOMPUTE, model_activation_terms
+from .deepspeed import (
+    ALLGATHER_BUCKET_SIZE,
+    REDUCE_BUCKET_SIZE,
+    STAGE3_MAX_LIVE_PARAMETERS,
+    STAGE3_PREFETCH_BUCKET_SIZE,
+)
 from .devices import Device, get_device
 from .feasibility import fewest_gpus as _core_fewest_gpus
-from .inputs import MAX_GPUS, check_gpus, check_positive_int, check_stage
+from .inputs import (
+    MAX_GPUS,
+    check_count,
+    check_flag,
+    check_gpus,
+    check_positive_int,
+    check_single,
+    check_stage,
+)
 from .models import TransformerConfig, get_model, largest_layer, parameter_count
 from .units import GiB
 
 TERMS = ("activations", "logits_loss", "ddp_buckets", "reduce_bucket", "allgather_bucket",
          "gathered_parameters", "reserve")
 
-# DeepSpeed defaults, deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig), all in elements.
-DEEPSPEED_REDUCE_BUCKET_SIZE = 500_000_000
-DEEPSPEED_ALLGATHER_BUCKET_SIZE = 500_000_000
-DEEPSPEED_PREFETCH_BUCKET_SIZE = 50_000_000        # stage3_prefetch_bucket_size
-DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000      # stage3_max_live_parameters
-# PyTorch DistributedDataParallel(bucket_cap_mb=25): MiB per gradient bucket.
-DDP_BUCKET_CAP_MB = 25
+# CUDA context, NCCL, allocator cache and fragmentation: a round assumption, not a measurement.
 DEFAULT_RESERVE = 2 * GiB
 
 
-def _flag(value, name):
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
 
 
-def _count(value, name, allow_zero=True):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < (0 if allow_zero else 1):
-        what = "a whole number, 0 or more" if allow_zero else "a positive whole number"
-        raise ValueError(f"{name} must be {what}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -109,12 +119,13 @@ class WorkingSetSettings:
     mask_bytes: int = 1                 # dropout masks, 1 byte per element (PyTorch bool)
     dropout: "bool | None" = None       # None: the model's own (GPT-2 yes, Llama family no)
     logits_bytes: "tuple[int, ...] | None" = None  # None: (element_bytes, 4)
-    reduce_bucket_size: int = DEEPSPEED_REDUCE_BUCKET_SIZE
+    # DeepSpeed's zero_optimization defaults (zerolib.deepspeed), in elements.
+    reduce_bucket_size: int = REDUCE_BUCKET_SIZE
     overlap_comm: bool = False          # stages 1-2 double the reduce bucket when on
-    allgather_bucket_size: int = DEEPSPEED_ALLGATHER_BUCKET_SIZE
+    allgather_bucket_size: int = ALLGATHER_BUCKET_SIZE
     allgather_in_place: bool = True     # DeepSpeed 0.19.8 gathers into its flat buffer
-    prefetch_bucket_size: int = DEEPSPEED_PREFETCH_BUCKET_SIZE
-    max_live_parameters: int = DEEPSPEED_MAX_LIVE_PARAMETERS
+    prefetch_bucket_size: int = STAGE3_PREFETCH_BUCKET_SIZE
+    max_live_parameters: int = STAGE3_MAX_LIVE_PARAMETERS
     ddp_gradient_as_bucket_view: bool = False  # PyTorch's default
     reserve_bytes: int = DEFAULT_RESERVE
 
@@ -127,12 +138,12 @@ class WorkingSetSettings:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         for name in ("flash_attention", "sequence_parallel", "overlap_comm", "allgather_in_place",
                      "ddp_gradient_as_bucket_view"):
-            _flag(getattr(self, name), name)
+            check_flag(getattr(self, name), name)
         if self.dropout is not None:
-            _flag(self.dropout, "dropout")
+            check_flag(self.dropout, "dropout")
         for name in ("mask_bytes", "reduce_bucket_size", "allgather_bucket_size",
                      "prefetch_bucket_size", "max_live_parameters", "reserve_bytes"):
-            _count(getattr(self, name), name)
+            check_count(getattr(self, name), name)
         if self.logits_bytes is not None:
             object.__setattr__(self, "logits_bytes", tuple(self.logits_bytes))
             for width in self.logits_bytes:
@@ -143,6 +154,12 @@ class WorkingSetSettings:
         if out["logits_bytes"] is not None:
             out["logits_bytes"] = list(out["logits_bytes"])
         return out
+
+
+def _check_settings(settings) -> WorkingSetSettings:
+    if not isinstance(settings, WorkingSetSettings):
+        raise TypeError(f"settings must be a WorkingSetSettings, got {type(settings).__name__}")
+    return settings
 
 
 def _rank_params(config: TransformerConfig, tensor_parallel: int) -> int:
@@ -156,13 +173,9 @@ def working_set(model: "str | TransformerConfig", stage, settings: WorkingSetSet
     Every term of :data:`TERMS` is present; a term that does not apply to the stage is 0.
     """
     config = get_model(model)
-    stage = int(check_stage(stage)) if np.ndim(stage) == 0 else None
-    if stage is None:
-        raise TypeError("stage must be a single stage 0-3 here")
-    if not isinstance(settings, WorkingSetSettings):
-        raise TypeError(f"settings must be a WorkingSetSettings, got {type(settings).__name__}")
+    stage = check_single(stage, check_stage, "stage")
+    s = _check_settings(settings)
     layout = get_layout(layout)
-    s = settings
     t = s.tensor_parallel
     if config.position_embedding == "learned" and s.seq_len > config.max_positions:
         raise ValueError(f"seq_len must be at most {config.max_positions} for {config.name} "
@@ -221,19 +234,12 @@ def _data_parallel(gpus: int, tensor_parallel: int) -> int:
     return gpus // tensor_parallel
 
 
-def _one_gpus(gpus) -> int:
-    array = check_gpus(gpus)
-    if array.ndim != 0:
-        raise TypeError("gpus must be a single number here, got an array")
-    return int(array)
-
-
 def peak(model: "str | TransformerConfig", gpus, stage, settings: WorkingSetSettings = WorkingSetSettings(),
          layout: "str | Layout" = "mixed-adam") -> Peak:
     """Peak bytes per worker: ``model_state`` of one tensor-parallel rank's share of the
     parameters over the data-parallel workers, plus :func:`working_set`."""
     config = get_model(model)
-    gpus = _one_gpus(gpus)
+    gpus = check_single(gpus, check_gpus, "gpus")
     ws = working_set(config, stage, settings, layout)
     state = model_state(_rank_params(config, settings.tensor_parallel),
                         _data_parallel(gpus, settings.tensor_parallel), int(stage), layout)
@@ -260,8 +266,8 @@ def fewest_gpus(model, stage, settings: WorkingSetSettings = WorkingSetSettings(
     give an int64 array with 0 where nothing fits.
     """
     config = get_model(model)
-    t = settings.tensor_parallel
-    max_gpus = _one_gpus(max_gpus)
+    t = _check_settings(settings).tensor_parallel
+    max_gpus = check_single(max_gpus, check_gpus, "max_gpus")
     stages = check_stage(stage)
     if max_gpus < t:
         return None if stages.ndim == 0 else np.zeros(stages.shape, dtype=np.int64)
@@ -283,6 +289,7 @@ def largest_micro_batch(model, gpus, stage, settings: WorkingSetSettings = Worki
     rest is constant). The straight line through micro-batches 1 and 2 gives a first guess;
     a bisection between bounds checked against the real peak makes the answer exact.
     """
+    _check_settings(settings)
     capacity = get_device(device).capacity
     max_micro_batch = check_positive_int(max_micro_batch, "max_micro_batch")
 
@@ -318,7 +325,7 @@ def stage_rows(model, gpus, stages=STAGES, settings: WorkingSetSettings = Workin
     ``fits`` judged on the peak (None without a device). ``cluster_total`` is the persistent
     state summed over all GPUs."""
     config = get_model(model)
-    gpus = _one_gpus(gpus)
+    gpus = check_single(gpus, check_gpus, "gpus")
     device = get_device(device) if device is not None else None
     rows = []
     for stage in (int(s) for s in np.atleast_1d(check_stage(stages))):
@@ -339,9 +346,10 @@ def peak_frame(model, gpus, stages=STAGES, settings: WorkingSetSettings = Workin
     over a stage gives its peak.
     """
     config = get_model(model)
+    gpus = check_single(gpus, check_gpus, "gpus")
     records = []
     for row in stage_rows(config, gpus, stages, settings, layout):
-        common = {"model": config.name, "gpus": _one_gpus(gpus), "stage": row["stage"],
+        common = {"model": config.name, "gpus": gpus, "stage": row["stage"],
                   "strategy": STRATEGY_NAMES[row["stage"]]}
         records += [{**common, "layer": "persistent", "component": c, "bytes": row[c]} for c in CATEGORIES]
         records += [{**common, "layer": "working set", "component": t, "bytes": row["working_set"][t]}

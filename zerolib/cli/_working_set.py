@@ -13,7 +13,9 @@ from dataclasses import replace
 from ..activations import RECOMPUTE
 from ..models import get_model, parameter_count
 from ..units import to_unit
-from ..working_set import TERMS, WorkingSetSettings, stage_rows
+
+# zerolib.working_set imports pandas: it is imported by the functions that need it, so that
+# `zerolib --help` and the other subcommands do not pay for it.
 
 LABELS = {"activations": "activations", "logits_loss": "logits+loss", "ddp_buckets": "DDP buckets",
           "reduce_bucket": "reduce bucket", "allgather_bucket": "all-gather bucket",
@@ -94,8 +96,10 @@ def params_of(args) -> int:
     return parameter_count(get_model(args.model))
 
 
-def settings_from(args) -> WorkingSetSettings:
-    """Settings from the command line; raises if working-set flags come without --model."""
+def settings_from(args):
+    """WorkingSetSettings from the command line; raises if working-set flags come without --model."""
+    from ..working_set import WorkingSetSettings
+
     if args.model is None:
         given = [flag for dest, flag in OPTIONS.items() if getattr(args, dest, None) is not None]
         verb = "needs" if len(given) == 1 else "need"
@@ -133,6 +137,8 @@ def settings_from(args) -> WorkingSetSettings:
 def apply(result: dict, args, layout, stages) -> dict:
     """Add the model, the settings and, per stage, ``working_set`` and ``peak``; ``fits`` is
     judged on the peak. Persistent columns are unchanged when tensor_parallel is 1."""
+    from ..working_set import stage_rows
+
     settings = settings_from(args)
     config = get_model(args.model)
     device = result["device"]["name"] if result["device"] else None
@@ -149,6 +155,8 @@ def has_working_set(result: dict) -> bool:
 
 def table_columns(result: dict, unit: str) -> tuple[list[str], list[list[str]]]:
     """Extra table headers and cells per stage row: the non-zero terms, then the peak."""
+    from ..working_set import TERMS
+
     terms = [t for t in TERMS if any(row["working_set"][t] for row in result["stages"])]
     headers = [f"{LABELS[t]} [{unit}]" for t in terms] + [f"peak [{unit}]"]
     cells = [[f"{to_unit(row['working_set'][t], unit):,.2f}" for t in terms]
@@ -167,5 +175,7 @@ def describe(result: dict) -> str:
 
 
 def csv_columns(result: dict) -> tuple[list[str], list[list]]:
+    from ..working_set import TERMS
+
     headers = [*TERMS, "peak"]
     return headers, [[*(row["working_set"][t] for t in TERMS), row["peak"]] for row in result["stages"]]

@@ -5,12 +5,12 @@ import csv
 import io
 import json
 
-from ..accounting import CATEGORIES, STRATEGY_NAMES
+from ..accounting import CATEGORIES, STAGES, STRATEGY_NAMES
 from ..devices import DEVICES
 from ..estimate import estimate
 from ..units import UNITS, parse_count, to_unit
 from . import _working_set as working_set_cli
-from ._arguments import add_layout_arguments, layout_from, whole_number
+from ._arguments import add_layout_arguments, gpu_count, layout_from, stage_number
 from ._output import text_table
 
 
@@ -35,13 +35,11 @@ def register(commands) -> None:
     parser.set_defaults(func=run)
 
 
-
-
 def run(args) -> int:
     layout = layout_from(args)
-    stages = (0, 1, 2, 3) if args.stage is None else whole_number(args.stage, "--stage")
+    stages = STAGES if args.stage is None else stage_number(args.stage)
     params = working_set_cli.params_of(args) if args.model else parse_count(args.params, "--params")
-    result = estimate(params, whole_number(args.gpus, "--gpus"), layout, args.device, stages).as_dict()
+    result = estimate(params, gpu_count(args.gpus, "--gpus"), layout, args.device, stages).as_dict()
     if working_set_cli.requested(args):
         result = working_set_cli.apply(result, args, layout, stages)
     print(render(result, args.format, args.unit))

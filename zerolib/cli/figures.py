@@ -6,11 +6,18 @@ The heavy imports (pandas, matplotlib) happen inside :func:`run`, so other subco
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ..devices import DEVICES
-from ..units import UNITS
-from ._arguments import add_layout_arguments, layout_from, whole_number
+from ..units import UNITS, parse_count
+from ._arguments import (
+    add_layout_arguments,
+    gpu_count,
+    gpu_list,
+    layout_from,
+    size_list,
+)
 
 
 def register(commands) -> None:
@@ -44,31 +51,26 @@ def register(commands) -> None:
     parser.set_defaults(func=run)
 
 
-
-
 def options_from(args):
     """The FigureOptions the command line asks for."""
     from .. import figures
-    from ..units import parse_count
     changes = {}
     if args.params is not None:
         changes["params"] = parse_count(args.params, "--params")
     if args.gpus is not None:
-        changes["gpus"] = figures.parse_gpu_list(args.gpus, "--gpus")
+        changes["gpus"] = gpu_list(args.gpus, "--gpus")
     if args.sizes is not None:
-        changes["model_sizes"] = figures.parse_size_list(args.sizes, "--sizes")
+        changes["model_sizes"] = size_list(args.sizes, "--sizes")
     if args.sizes_gpus is not None:
-        changes["model_gpus"] = whole_number(args.sizes_gpus, "--sizes-gpus")
+        changes["model_gpus"] = gpu_count(args.sizes_gpus, "--sizes-gpus")
     if args.device is not None:
         changes["device"] = args.device
-    if layout_from(args) is not None:
-        changes["layout"] = layout_from(args)
+    layout = layout_from(args)
+    if layout is not None:
+        changes["layout"] = layout
     if args.unit is not None:
         changes["unit"] = args.unit
-    defaults = figures.DEFAULTS
-    return figures.FigureOptions(**{**{name: getattr(defaults, name) for name in (
-        "params", "gpus", "model_sizes", "model_gpus", "device", "layout", "unit", "stages")},
-        **changes})
+    return replace(figures.DEFAULTS, **changes)
 
 
 def run(args) -> int:

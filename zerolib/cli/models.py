@@ -31,8 +31,8 @@ def run(args) -> int:
 def render(presets: list[dict], form: str) -> str:
     if form == "json":
         return json.dumps(presets, indent=2)
-    headers = ["model", "parameters", "largest layer", "layers", "hidden", "heads/kv", "ffn",
-               "vocab", "tied"]
+    headers = ["model", "parameters", "largest layer [params]", "layers", "hidden", "heads/kv",
+               "ffn", "vocab", "tied"]
     table = [[p["name"], f"{p['parameters']:,}", f"{p['largest_layer']:,}", p["layers"], p["hidden"],
               f"{p['heads']}/{p['kv_heads']}", p["ffn_hidden"], p["vocab"],
               "yes" if p["tied_embeddings"] else "no"]

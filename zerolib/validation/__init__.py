@@ -7,15 +7,8 @@ recorded files (``records``) are plain Python.
 """
 from __future__ import annotations
 
-import importlib.util
-
 # The CPU build this chapter measured with; on this project's machines pip reads it from disk,
 # while an unpinned `torch` pulls a CUDA build of several GB.
 TORCH_PIN = "2.13.0"
 INSTALL_HINT = (f"install the validate extra: pip install -e '.[validate]' "
                 f"(on this project's machines: pip install torch=={TORCH_PIN}, the CPU build)")
-
-
-def torch_available() -> bool:
-    """Whether PyTorch can be imported (without importing it)."""
-    return importlib.util.find_spec("torch") is not None

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..activations import layer_activation_terms
-from .effects import Effect, describe, keys as effect_keys
+from .effects import Effect, describe
+from .effects import keys as effect_keys
 
 MASK_BYTES = 1  # torch.native_dropout's bool mask; the paper's 1-byte masks
 

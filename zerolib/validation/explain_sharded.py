@@ -24,9 +24,20 @@ import numpy as np
 import pandas as pd
 
 from ..accounting import CATEGORIES, model_state
-from .effects import Effect, describe, keys as effect_keys
-from .setups import (ADAMW_STATE_TENSORS, LAYOUT, MODELS, STEP_COUNTER_BYTES, STRATEGIES,
-                     ModelSpec, Strategy, ceil_div, fsdp_shard_elements, zero1_partition)
+from .effects import Effect, describe
+from .effects import keys as effect_keys
+from .setups import (
+    ADAMW_STATE_TENSORS,
+    LAYOUT,
+    MODELS,
+    STEP_COUNTER_BYTES,
+    STRATEGIES,
+    ModelSpec,
+    Strategy,
+    ceil_div,
+    fsdp_shard_elements,
+    zero1_partition,
+)
 
 PHASES = ("rest", "peak")
 FP32 = 4

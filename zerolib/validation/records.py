@@ -1,5 +1,5 @@
 """The recorded validation runs in ``data/``: writing them deterministically and atomically,
-reading them back, and telling whether a fresh run still matches.
+finding and reading them back, and telling whether a fresh run still matches.
 
 Plain Python (pandas): the notebook and the tests read these files without PyTorch.
 """
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..paths import DATA_DIR
 
 SHARDED_FILE = "validation_sharded.csv"
 ACTIVATIONS_FILE = "validation_activations.csv"
@@ -48,6 +49,20 @@ def write_csv(frame: pd.DataFrame, path: "str | os.PathLike") -> Path:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+    return path
+
+
+def data_file(data_dir, filename: str, what: str) -> Path:
+    """The path of ``filename`` in ``data_dir`` (None: the repository's ``data/``), which must
+    exist; ``what`` says what the file holds, for the error message."""
+    if data_dir is None:
+        data_dir = DATA_DIR
+    if not isinstance(data_dir, (str, os.PathLike)):
+        raise TypeError(f"data_dir must be a path to the folder holding {filename}, "
+                        f"got {type(data_dir).__name__}")
+    path = Path(data_dir) / filename
+    if not path.is_file():
+        raise ValueError(f"data_dir {str(data_dir)!r} has no {filename} ({what})")
     return path
 
 

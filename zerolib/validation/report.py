@@ -9,7 +9,6 @@ tables are for reading.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
@@ -19,16 +18,15 @@ import pandas as pd
 from ..accounting import CATEGORIES
 from ..deepspeed import REDUCE_BUCKET_SIZE
 from ..measure_deepspeed import PHASES as DEEPSPEED_PHASES  # its moments, in order
+from ..measure_deepspeed import RECORD_FILE as DEEPSPEED_FILE
 from ..measure_deepspeed import buffers_path
-from ..paths import DATA_DIR
 from ..plotting import format_relative
 from .effects import MECHANISMS
 from .explain_activations import totals as activation_totals
 from .explain_sharded import PHASES
-from .records import ACTIVATIONS_FILE, SHARDED_FILE, read_csv
+from .records import ACTIVATIONS_FILE, SHARDED_FILE, data_file, read_csv
 from .setups import MODELS, STRATEGIES
 
-DEEPSPEED_FILE = "deepspeed_measured.csv"
 DEEPSPEED_BUFFERS_FILE = buffers_path(Path(DEEPSPEED_FILE)).name  # deepspeed_measured_buffers.csv
 
 # Short names of the sharded strategies for table rows and figure panels.
@@ -50,15 +48,7 @@ ELEMENT_BYTES = MappingProxyType({"fp32": 4, "bf16": 2})
 # --- reading the records ------------------------------------------------------------------------
 
 def _path(data_dir, filename: str) -> Path:
-    if data_dir is None:
-        data_dir = DATA_DIR
-    if not isinstance(data_dir, (str, os.PathLike)):
-        raise TypeError(f"data_dir must be a path to the folder holding {filename}, "
-                        f"got {type(data_dir).__name__}")
-    path = Path(data_dir) / filename
-    if not path.is_file():
-        raise ValueError(f"data_dir {str(data_dir)!r} has no {filename} (a recorded run)")
-    return path
+    return data_file(data_dir, filename, "a recorded run")
 
 
 def load_sharded(data_dir=None) -> pd.DataFrame:

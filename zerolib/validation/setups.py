@@ -15,7 +15,7 @@ import numpy as np
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A stack of Linear layers (ReLU between them) with these feature widths."""
+    """A stack of Linear layers with biases (ReLU between them) with these feature widths."""
 
     name: str
     widths: tuple[int, ...]
@@ -37,6 +37,11 @@ class ModelSpec:
     @property
     def tensor_count(self) -> int:
         return len(self.shapes)
+
+    @property
+    def largest_layer_params(self) -> int:
+        """Most parameters one Linear owns (DeepSpeed's ``largest_layer_params``)."""
+        return max(sum(prod(shape) for shape in layer) for layer in self.layers)
 
 
 MODELS: Mapping[str, ModelSpec] = MappingProxyType({spec.name: spec for spec in (
