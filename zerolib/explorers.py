@@ -143,6 +143,16 @@ class _Explorer:
             if name not in ("layout", "parameters_bytes", "gradients_bytes", "optimizer_bytes"):
                 control.observe(lambda _change: self.redraw(), names="value")
 
+    def _start(self, figsize, kind: str, blocks, draw):
+        """Draw the first figure from ``.data`` (``draw(ax)`` returns the artists), render it,
+        write the texts, then watch the controls."""
+        self.figure = plotting.new_figure(figsize, self.dpi)
+        self.artists = draw(plotting.add_axes(self.figure, kind))
+        self._renderer = plotting.IncrementalPng(self.figure, blocks(self.artists))
+        self._describe()
+        self.image.value = self._png()
+        self._watch()
+
     def _png(self) -> bytes:
         return self._renderer.render()
 
@@ -196,15 +206,10 @@ class GpuCountExplorer(_Explorer):
             **self._layout.controls,
             **_device_and_unit(device, unit),
         }
-        self.figure = plotting.new_figure(plotting.GPU_COUNT_FIGSIZE, dpi)
-        ax = plotting.add_axes(self.figure, "gpu_count")
         self.data = self._table()
-        self.artists = plotting.draw_memory_vs_gpu_count(ax, self.data, self.device, self.unit,
-                                                         self.layout)
-        self._renderer = plotting.IncrementalPng(self.figure, plotting.text_blocks(self.artists))
-        self._describe()
-        self.image.value = self._png()
-        self._watch()
+        self._start(plotting.GPU_COUNT_FIGSIZE, "gpu_count", plotting.text_blocks,
+                    lambda ax: plotting.draw_memory_vs_gpu_count(ax, self.data, self.device,
+                                                                 self.unit, self.layout))
         c = self.controls
         self.widget = self._box([
             w.HBox([c["params"], c["gpus"]]),
@@ -298,15 +303,10 @@ class ModelSizeExplorer(_Explorer):
             **self._layout.controls,
             **_device_and_unit(device, unit),
         }
-        self.figure = plotting.new_figure(plotting.MODEL_SIZE_FIGSIZE, dpi)
-        ax = plotting.add_axes(self.figure, "model_size")
         self.data = self._table()
-        self.artists = plotting.draw_memory_vs_model_size(ax, self.data, self.device, self.unit,
-                                                          self.layout)
-        self._renderer = plotting.IncrementalPng(self.figure, plotting.text_blocks(self.artists))
-        self._describe()
-        self.image.value = self._png()
-        self._watch()
+        self._start(plotting.MODEL_SIZE_FIGSIZE, "model_size", plotting.text_blocks,
+                    lambda ax: plotting.draw_memory_vs_model_size(ax, self.data, self.device,
+                                                                  self.unit, self.layout))
         c = self.controls
         self.widget = self._box([
             w.HBox([w.VBox([c["gpus"], c["layout"], c["device"], c["unit"]]), c["models"]]),
@@ -454,16 +454,10 @@ class WillItFitExplorer(_Explorer):
                                           indent=False),
             **_device_and_unit(device, unit),
         }
-        self.figure = plotting.new_figure(plotting.WILL_IT_FIT_FIGSIZE, dpi)
-        ax = plotting.add_axes(self.figure, "will_it_fit")
         self.data = self._frame()
-        self.artists = plotting.draw_will_it_fit(ax, self.data, self.device, self.unit,
-                                                 self.settings, self.layout)
-        self._renderer = plotting.IncrementalPng(self.figure,
-                                                 plotting.will_it_fit_blocks(self.artists))
-        self._describe()
-        self.image.value = self._png()
-        self._watch()
+        self._start(plotting.WILL_IT_FIT_FIGSIZE, "will_it_fit", plotting.will_it_fit_blocks,
+                    lambda ax: plotting.draw_will_it_fit(ax, self.data, self.device, self.unit,
+                                                         self.settings, self.layout))
         c = self.controls
         self.widget = self._box([
             w.HBox([c["model"], c["device"], c["unit"]]),
