@@ -7,5 +7,4 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO_ROOT / "data"
-FIGURES_DIR = REPO_ROOT / "figures"
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
