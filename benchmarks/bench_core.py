@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from zerolib.accounting import model_state
+from zerolib.core.accounting import model_state
 
 POINTS = 10**6
 

@@ -12,11 +12,15 @@ import itertools
 import statistics
 import time
 
-from zerolib import plotting
-from zerolib.accounting import STAGES
-from zerolib.curves import memory_table
-from zerolib.explorers import GpuCountExplorer, ModelSizeExplorer, WillItFitExplorer
-from zerolib.working_set import peak_frame
+from zerolib.chapter import plotting
+from zerolib.chapter.explorers import (
+    GpuCountExplorer,
+    ModelSizeExplorer,
+    WillItFitExplorer,
+)
+from zerolib.core.accounting import STAGES
+from zerolib.core.tables import memory_table
+from zerolib.core.working_set import peak_frame
 
 ROUNDS = 6  # passes over each explorer's list of changes
 

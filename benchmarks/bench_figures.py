@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REPEATS = 7
-LIBRARY_ONLY = ("import sys; from pathlib import Path; from zerolib import figures; "
+LIBRARY_ONLY = ("import sys; from pathlib import Path; from zerolib.chapter import figures; "
                 "figures.write(figures.build(), Path(sys.argv[1]))")
 
 
@@ -41,7 +41,7 @@ def main():
     print(f"figures_command: {ours_s / floor_s:.2f}x (`zerolib figures` into a new folder, median "
           f"{ours_s:.2f} s, vs `python -c \"import matplotlib.pyplot, pandas\"`, median "
           f"{floor_s:.2f} s, {REPEATS} fresh processes each; target <= 2.5x)")
-    print(f"figures_library: {library_s / floor_s:.2f}x (zerolib.figures.build + write in a fresh "
+    print(f"figures_library: {library_s / floor_s:.2f}x (zerolib.chapter.figures.build + write in a fresh "
           f"process, no CLI, median {library_s:.2f} s, vs the same floor; diagnostic: the "
           f"command's cost beyond this is its imports of other subcommands; target <= 2.5x)")
 

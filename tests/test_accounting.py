@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zerolib.accounting import LAYOUTS, Layout, get_layout, model_state
+from zerolib.core.accounting import LAYOUTS, Layout, get_layout, model_state
 
 GB = 10**9
 A100_80GB = 80 * 2**30

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zerolib.activations import (
+from zerolib.core.activations import (
     layer_activation_bytes,
     layer_activation_terms,
     model_activation_bytes,
     model_activation_terms,
 )
-from zerolib.models import TransformerConfig
+from zerolib.core.models import TransformerConfig
 
 S = 2048   # the paper's sequence length
 T = 8      # the paper's tensor-parallel size for every configuration of Table 3

@@ -34,7 +34,7 @@ from browser_support import (
 )
 from conftest import REPO, missing_optional, optional_import
 
-from zerolib.html import markdown_headings
+from zerolib.publish.html import markdown_headings
 
 pytestmark = pytest.mark.browser
 

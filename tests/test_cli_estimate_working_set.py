@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from zerolib.cli import main
-from zerolib.units import GiB
+from zerolib.core.units import GiB
 
 LLAMA_2_7B = 6_738_415_616
 

@@ -10,12 +10,12 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from zerolib import notebooks
 from zerolib.cli import main
+from zerolib.publish import notebooks
 
 SMALL = [
     new_markdown_cell("# A small notebook", id="title"),
-    new_code_cell("from zerolib.accounting import model_state\n"
+    new_code_cell("from zerolib.core.accounting import model_state\n"
                   "int(model_state(10**9, 4, 3).total)", id="total"),
     new_code_cell("import ipywidgets\n"
                   "slider = ipywidgets.IntSlider(value=4, min=1, max=64, description='GPUs')\n"

@@ -1,7 +1,7 @@
 """Communication volume per step (ZeRO paper, Sec. VII): about 2 Psi for stages 0-2, 3 Psi for 3."""
 import numpy as np
 
-from zerolib.communication import volume
+from zerolib.core.communication import volume
 
 
 def test_small_case_by_hand():

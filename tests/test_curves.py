@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from zerolib.curves import fewest_gpus_table, memory_table, stage_savings
+from zerolib.core.tables import fewest_gpus_table, memory_table, stage_savings
 
 
 def test_memory_table_shape_and_order():

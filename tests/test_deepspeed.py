@@ -1,4 +1,4 @@
-"""zerolib.deepspeed against DeepSpeed's documented worked examples and hand-worked cases.
+"""zerolib.crosscheck.deepspeed_estimator against DeepSpeed's documented worked examples and hand-worked cases.
 
 Expected values are the numbers printed in DeepSpeed's documentation,
 docs/code-docs/source/memory.rst (deepspeedai/DeepSpeed, commit cef03bcd, read 2026), section
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from zerolib.deepspeed import (
+from zerolib.crosscheck.deepspeed_estimator import (
     ADDITIONAL_BUFFER_FACTOR,
     ZERO2_FORMULAS,
     estimate_zero2,
@@ -268,7 +268,11 @@ def test_tables_want_single_numbers():
 # --- The chapter's convention turned into DeepSpeed's, term by term ---------------------------
 
 def test_convention_gap_t5_3b_on_8_gpus_by_hand():
-    from zerolib.deepspeed import GAP_COLUMNS, GAP_TERMS, convention_gap
+    from zerolib.crosscheck.deepspeed_estimator import (
+        GAP_COLUMNS,
+        GAP_TERMS,
+        convention_gap,
+    )
 
     gap = convention_gap(2851e6, 32e6, num_gpus_per_node=8)
     assert tuple(gap.columns) == GAP_COLUMNS and tuple(gap.index) == GAP_TERMS
@@ -291,7 +295,7 @@ def test_convention_gap_t5_3b_on_8_gpus_by_hand():
 
 
 def test_convention_gap_rounding_row_when_gpus_do_not_divide():
-    from zerolib.deepspeed import convention_gap
+    from zerolib.crosscheck.deepspeed_estimator import convention_gap
 
     # P = 1,838,337 on 4 GPUs: the chapter counts ceil(P/4) = 459,585 per partitioned
     # category, 14 B x 459,585 = 6,434,190; DeepSpeed int(18P/4) = 8,272,516; the fp32 term
@@ -303,7 +307,7 @@ def test_convention_gap_rounding_row_when_gpus_do_not_divide():
 
 
 def test_convention_gap_rejects_bad_input():
-    from zerolib.deepspeed import convention_gap
+    from zerolib.crosscheck.deepspeed_estimator import convention_gap
 
     with pytest.raises(ValueError, match="largest_layer_params"):
         convention_gap(1000, 2000)
@@ -314,7 +318,10 @@ def test_convention_gap_rejects_bad_input():
 
 
 def test_buffer_defaults_are_deepspeeds_and_scale_with_the_element_size():
-    from zerolib.deepspeed import REDUCE_BUCKET_SIZE, buffer_defaults
+    from zerolib.crosscheck.deepspeed_estimator import (
+        REDUCE_BUCKET_SIZE,
+        buffer_defaults,
+    )
 
     # deepspeed/runtime/zero/config.py (v0.19.8): reduce_bucket_size = 5e8 elements.
     assert REDUCE_BUCKET_SIZE == 500_000_000

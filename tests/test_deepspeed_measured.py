@@ -2,7 +2,7 @@
 formula and estimator columns still match zerolib. Reads the file only: needs no DeepSpeed.
 
 Regenerate with (see data/deepspeed_convention.md for the install):
-    DS_ACCELERATOR=cpu python -m zerolib.measure_deepspeed --out data/deepspeed_measured.csv
+    DS_ACCELERATOR=cpu python -m zerolib.crosscheck.validation.deepspeed_run --out data/deepspeed_measured.csv
 """
 from __future__ import annotations
 
@@ -11,9 +11,13 @@ import math
 import pandas as pd
 import pytest
 
-from zerolib.accounting import model_state
-from zerolib.deepspeed import DEEPSPEED_VERSION, estimate_zero2, estimate_zero3
-from zerolib.measure_deepspeed import (
+from zerolib.core.accounting import model_state
+from zerolib.crosscheck.deepspeed_estimator import (
+    DEEPSPEED_VERSION,
+    estimate_zero2,
+    estimate_zero3,
+)
+from zerolib.crosscheck.validation.deepspeed_run import (
     BUFFER_COLUMNS,
     CATEGORIES,
     COLUMNS,

@@ -1,7 +1,7 @@
 """The device catalogue: capacities in bytes, exact about GB versus GiB, each with a source."""
 import pytest
 
-from zerolib.devices import DEVICES, capacity_text, get_device
+from zerolib.core.devices import DEVICES, capacity_text, get_device
 
 GiB = 1024**3
 

@@ -9,7 +9,7 @@ import IPython.display
 import numpy as np
 import pytest
 
-from zerolib import explorers, plotting
+from zerolib.chapter import explorers, plotting
 
 GiB = 2**30
 A100_GB = 80 * GiB / 1e9

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from zerolib.feasibility import fewest_gpus, fits, largest_model
+from zerolib.core.feasibility import fewest_gpus, fits, largest_model
 
 A100_80GB = 80 * 2**30      # 85_899_345_920 bytes
 V100_32GB = 32 * 2**30

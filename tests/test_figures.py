@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from zerolib import figures
+from zerolib.chapter import figures
 from zerolib.cli import main
 
 REPO = Path(__file__).resolve().parents[1]

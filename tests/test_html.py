@@ -1,4 +1,4 @@
-"""``zerolib html`` / zerolib.html without a browser: what the pages hold, stable bytes, errors.
+"""``zerolib html`` / zerolib.publish.html without a browser: what the pages hold, stable bytes, errors.
 
 (tests/test_browser.py opens the exported chapter in Chromium.)
 """
@@ -13,7 +13,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from zerolib.cli import main
-from zerolib.html import (
+from zerolib.publish.html import (
     WIDGET_JS_FILES,
     export_chapter,
     find_notebooks,

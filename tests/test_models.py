@@ -10,7 +10,13 @@ import dataclasses
 import pytest
 from conftest import optional_import
 
-from zerolib.models import MODELS, get_model, largest_layer, modules, parameter_count
+from zerolib.core.models import (
+    MODELS,
+    get_model,
+    largest_layer,
+    modules,
+    parameter_count,
+)
 
 # (preset, published total, where it is published)
 PUBLISHED = [

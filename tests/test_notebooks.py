@@ -12,9 +12,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from zerolib import notebooks
-from zerolib.accounting import model_state
-from zerolib.units import GB
+from zerolib.core.accounting import model_state
+from zerolib.core.units import GB
+from zerolib.publish import notebooks
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = REPO / "notebooks"

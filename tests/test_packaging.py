@@ -205,7 +205,7 @@ def distribution_of(module: str) -> str:
     return normalise(provided[0]) if provided else normalise(module)
 
 
-@pytest.mark.parametrize("folder, extras", [("zerolib", ("validate",)),
+@pytest.mark.parametrize("folder, extras", [("zerolib", ("validate", "deepspeed")),
                                             ("tests", ("test", "validate"))])
 def test_imports_are_declared(folder, extras):
     project = load_pyproject()["project"]

@@ -11,8 +11,8 @@ from decimal import Decimal
 import pandas as pd
 import pytest
 
-from zerolib import paper
-from zerolib.paper import PrintRule
+from zerolib.crosscheck import paper
+from zerolib.crosscheck.paper import PrintRule
 from zerolib.paths import DATA_DIR
 
 

@@ -12,8 +12,8 @@ import matplotlib
 import numpy as np
 import pytest
 
-from zerolib import plotting
-from zerolib.curves import memory_table
+from zerolib.chapter import plotting
+from zerolib.core.tables import memory_table
 
 GB = 10**9
 GiB = 2**30
@@ -238,8 +238,8 @@ def test_library_uses_no_pyplot_and_changes_no_global_style():
         # dict.items reads the stored values (rcParams["backend"] would import pyplot)
         "before = dict(dict.items(matplotlib.rcParams))\n"
         "import numpy as np\n"
-        "from zerolib import plotting, figures, explorers\n"
-        "from zerolib.curves import memory_table\n"
+        "from zerolib.chapter import plotting, figures, explorers\n"
+        "from zerolib.core.tables import memory_table\n"
         "figure, _ = plotting.gpu_count_figure(memory_table(7e9, np.arange(1, 65)))\n"
         "plotting.render_png(figure); plotting.render_svg(figure)\n"
         "explorers.GpuCountExplorer().controls['params'].value = 13 * 10**9\n"
@@ -393,13 +393,13 @@ def test_hand_worksheet_is_consistent():
 
 
 def _settings(**changes):
-    from zerolib.working_set import WorkingSetSettings
+    from zerolib.core.working_set import WorkingSetSettings
     return WorkingSetSettings(**{"seq_len": 4096, "micro_batch": 1, "recompute": "selective",
                                  "flash_attention": True, **changes})
 
 
 def _frame(settings=None, model="llama-2-7b", gpus=8):
-    from zerolib.working_set import peak_frame
+    from zerolib.core.working_set import peak_frame
     return peak_frame(model, gpus, (0, 1, 2, 3), settings or _settings())
 
 
@@ -531,7 +531,7 @@ def test_will_it_fit_bad_input_is_rejected_with_the_argument_named(will_it_fit):
         plotting.draw_will_it_fit(ax, frame, unit="MB", settings=_settings())
     with pytest.raises(ValueError, match="device"):
         plotting.draw_will_it_fit(ax, frame, device="tpu", settings=_settings())
-    from zerolib.working_set import peak_frame
+    from zerolib.core.working_set import peak_frame
     with pytest.raises(ValueError, match="stages"):
         plotting.update_will_it_fit(artists, peak_frame("llama-2-7b", 8, (2, 3), _settings()),
                                     settings=_settings())

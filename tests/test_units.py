@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from zerolib.units import GB, GiB, format_bytes, format_count, parse_count, to_unit
+from zerolib.core.units import GB, GiB, format_bytes, format_count, parse_count, to_unit
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -14,17 +14,20 @@ import pandas as pd
 import pytest
 from conftest import REPO, optional_import
 
-from zerolib.activations import layer_activation_bytes
 from zerolib.cli import main
-from zerolib.validation.effects import MECHANISMS
-from zerolib.validation.explain_activations import (
+from zerolib.core.activations import layer_activation_bytes
+from zerolib.crosscheck.validation.effects import MECHANISMS
+from zerolib.crosscheck.validation.explain_activations import (
     CASES,
     SHAPE,
     compare_activations,
     totals,
 )
-from zerolib.validation.explain_sharded import compare_sharded, expected_effects
-from zerolib.validation.records import (
+from zerolib.crosscheck.validation.explain_sharded import (
+    compare_sharded,
+    expected_effects,
+)
+from zerolib.crosscheck.validation.records import (
     ACTIVATIONS_FILE,
     SHARDED_FILE,
     VERSION_COLUMNS,
@@ -33,7 +36,7 @@ from zerolib.validation.records import (
     to_csv_text,
     write_csv,
 )
-from zerolib.validation.setups import (
+from zerolib.crosscheck.validation.setups import (
     MODELS,
     STRATEGIES,
     check_workers,
@@ -296,7 +299,7 @@ def test_bad_options_are_one_line(capsys, argv):
 @pytest.fixture(scope="module")
 def fresh_run(sharded):
     optional_import("torch", TORCH_HINT)
-    from zerolib.validation.runner import validate
+    from zerolib.crosscheck.validation.runner import validate
 
     return validate(tuple(int(w) for w in sorted(sharded["workers"].unique())))
 
@@ -314,7 +317,7 @@ def test_rerun_matches_recorded_files(fresh_run, sharded, activations):
 @pytest.mark.torch
 @pytest.mark.slow
 def test_cli_prints_and_records(fresh_run, capsys, monkeypatch, tmp_path):
-    import zerolib.validation.runner as runner
+    import zerolib.crosscheck.validation.runner as runner
 
     monkeypatch.setattr(runner, "validate", lambda workers: fresh_run)  # measured once above
     status, out, err = run_cli(capsys, "validate", "--record", "--data-dir", str(tmp_path))

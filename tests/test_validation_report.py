@@ -1,4 +1,4 @@
-"""zerolib.validation.report: the tables notebook 05 reads from the recorded runs in data/.
+"""zerolib.crosscheck.validation.report: the tables notebook 05 reads from the recorded runs in data/.
 
 No torch and no DeepSpeed: the recorded files are read as they are. Expected values are worked
 out by hand from the models' shapes (comments), or summed here straight from the file's rows.
@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from conftest import REPO
 
+from zerolib.crosscheck.validation import report
+from zerolib.crosscheck.validation.effects import MECHANISMS
 from zerolib.paths import DATA_DIR
-from zerolib.validation import report
-from zerolib.validation.effects import MECHANISMS
 
 # The uneven model: Linear(33, 45) + Linear(45, 21) + Linear(21, 5) = 1,530 + 966 + 110 = 2,606
 # parameters; on 4 ranks ceil(2606 / 4) = 652 per partitioned category. fp32 AdamW: 4 B of

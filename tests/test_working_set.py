@@ -10,10 +10,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from zerolib.estimate import estimate
-from zerolib.models import MODELS, parameter_count
-from zerolib.units import GiB
-from zerolib.working_set import (
+from zerolib.core.estimate import estimate
+from zerolib.core.models import MODELS, parameter_count
+from zerolib.core.units import GiB
+from zerolib.core.working_set import (
     TERMS,
     WorkingSetSettings,
     fewest_gpus,
@@ -157,7 +157,7 @@ def test_searches_report_what_never_fits():
 
 
 def test_working_set_makes_stages_need_more_gpus_than_state_alone():
-    from zerolib.feasibility import fewest_gpus as state_only
+    from zerolib.core.feasibility import fewest_gpus as state_only
     settings = WorkingSetSettings(seq_len=8192, recompute="full")
     # Stage 1 replicates 2 + 2 bytes per parameter: 4 x 8,030,261,248 = 32,121,044,992 B of the
     # 40 GiB = 42,949,672,960 B, leaving 10,828,627,968 B. Part of the working set alone is more:
@@ -235,7 +235,7 @@ def test_peak_is_persistent_plus_working_set():
 
 
 def test_peak_frame_is_tidy_and_adds_up_to_the_peak():
-    from zerolib.working_set import peak_frame
+    from zerolib.core.working_set import peak_frame
     settings = WorkingSetSettings(seq_len=2048, recompute="selective")
     frame = peak_frame("llama-2-13b", 16, settings=settings)
     assert list(frame.columns) == ["model", "gpus", "stage", "strategy", "layer", "component", "bytes"]

@@ -13,11 +13,11 @@ from importlib import import_module
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "model_state": "accounting", "get_layout": "accounting", "Layout": "accounting",
-    "LAYOUTS": "accounting", "get_device": "devices", "DEVICES": "devices",
-    "fits": "feasibility", "fewest_gpus": "feasibility", "largest_model": "feasibility",
-    "volume": "communication", "memory_table": "curves", "estimate": "estimate",
-    "parse_count": "units", "to_unit": "units", "GB": "units", "GiB": "units",
+    "model_state": "core.accounting", "get_layout": "core.accounting", "Layout": "core.accounting",
+    "LAYOUTS": "core.accounting", "get_device": "core.devices", "DEVICES": "core.devices",
+    "fits": "core.feasibility", "fewest_gpus": "core.feasibility", "largest_model": "core.feasibility",
+    "volume": "core.communication", "memory_table": "core.tables", "estimate": "core.estimate",
+    "parse_count": "core.units", "to_unit": "core.units", "GB": "core.units", "GiB": "core.units",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import estimate, figures, html, models, notebooks, validate
+from zerolib.cli import estimate, figures, html, models, notebooks, validate
 
 SUBCOMMANDS = (estimate, models, figures, notebooks, html, validate)
 

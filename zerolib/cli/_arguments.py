@@ -1,10 +1,10 @@
 """Parsing of command-line values shared by several subcommands (one-line ValueErrors)."""
 from __future__ import annotations
 
-from ..accounting import LAYOUTS, Layout
-from ..figures import MAX_POINTS
-from ..inputs import MAX_GPUS, check_gpus, check_single, check_stage
-from ..units import parse_count
+from zerolib.chapter.figures import MAX_POINTS
+from zerolib.core.accounting import LAYOUTS, Layout
+from zerolib.core.inputs import MAX_GPUS, check_gpus, check_single, check_stage
+from zerolib.core.units import parse_count
 
 
 def whole_number(text: str, name: str) -> int:

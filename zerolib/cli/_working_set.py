@@ -1,7 +1,7 @@
 """The working-set options of ``zerolib estimate`` (``--model``, ``--seq``, ``--micro-batch`` ...).
 
 Kept apart from ``estimate.py`` so that file only gains a few calls: these functions add the
-arguments, turn them into :class:`zerolib.working_set.WorkingSetSettings`, replace the stage
+arguments, turn them into :class:`zerolib.core.working_set.WorkingSetSettings`, replace the stage
 rows with rows that carry ``working_set`` and ``peak``, and add table / CSV columns.
 """
 from __future__ import annotations
@@ -10,11 +10,11 @@ import argparse
 import re
 from dataclasses import replace
 
-from ..activations import RECOMPUTE
-from ..models import get_model, parameter_count
-from ..units import to_unit
+from zerolib.core.activations import RECOMPUTE
+from zerolib.core.models import get_model, parameter_count
+from zerolib.core.units import to_unit
 
-# zerolib.working_set imports pandas: it is imported by the functions that need it, so that
+# zerolib.core.working_set imports pandas: it is imported by the functions that need it, so that
 # `zerolib --help` and the other subcommands do not pay for it.
 
 LABELS = {"activations": "activations", "logits_loss": "logits+loss", "ddp_buckets": "DDP buckets",
@@ -98,7 +98,7 @@ def params_of(args) -> int:
 
 def settings_from(args):
     """WorkingSetSettings from the command line; raises if working-set flags come without --model."""
-    from ..working_set import WorkingSetSettings
+    from zerolib.core.working_set import WorkingSetSettings
 
     if args.model is None:
         given = [flag for dest, flag in OPTIONS.items() if getattr(args, dest, None) is not None]
@@ -137,7 +137,7 @@ def settings_from(args):
 def apply(result: dict, args, layout, stages) -> dict:
     """Add the model, the settings and, per stage, ``working_set`` and ``peak``; ``fits`` is
     judged on the peak. Persistent columns are unchanged when tensor_parallel is 1."""
-    from ..working_set import stage_rows
+    from zerolib.core.working_set import stage_rows
 
     settings = settings_from(args)
     config = get_model(args.model)
@@ -155,7 +155,7 @@ def has_working_set(result: dict) -> bool:
 
 def table_columns(result: dict, unit: str) -> tuple[list[str], list[list[str]]]:
     """Extra table headers and cells per stage row: the non-zero terms, then the peak."""
-    from ..working_set import TERMS
+    from zerolib.core.working_set import TERMS
 
     terms = [t for t in TERMS if any(row["working_set"][t] for row in result["stages"])]
     headers = [f"{LABELS[t]} [{unit}]" for t in terms] + [f"peak [{unit}]"]
@@ -175,7 +175,7 @@ def describe(result: dict) -> str:
 
 
 def csv_columns(result: dict) -> tuple[list[str], list[list]]:
-    from ..working_set import TERMS
+    from zerolib.core.working_set import TERMS
 
     headers = [*TERMS, "peak"]
     return headers, [[*(row["working_set"][t] for t in TERMS), row["peak"]] for row in result["stages"]]

@@ -5,13 +5,18 @@ import csv
 import io
 import json
 
-from ..accounting import CATEGORIES, STAGES, STRATEGY_NAMES
-from ..devices import DEVICES
-from ..estimate import estimate
-from ..units import UNITS, parse_count, to_unit
-from . import _working_set as working_set_cli
-from ._arguments import add_layout_arguments, gpu_count, layout_from, stage_number
-from ._output import text_table
+from zerolib.cli import _working_set as working_set_cli
+from zerolib.cli._arguments import (
+    add_layout_arguments,
+    gpu_count,
+    layout_from,
+    stage_number,
+)
+from zerolib.cli._output import text_table
+from zerolib.core.accounting import CATEGORIES, STAGES, STRATEGY_NAMES
+from zerolib.core.devices import DEVICES
+from zerolib.core.estimate import estimate
+from zerolib.core.units import UNITS, parse_count, to_unit
 
 
 def register(commands) -> None:

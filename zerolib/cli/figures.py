@@ -9,15 +9,15 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from ..devices import DEVICES
-from ..units import UNITS, parse_count
-from ._arguments import (
+from zerolib.cli._arguments import (
     add_layout_arguments,
     gpu_count,
     gpu_list,
     layout_from,
     size_list,
 )
+from zerolib.core.devices import DEVICES
+from zerolib.core.units import UNITS, parse_count
 
 
 def register(commands) -> None:
@@ -53,7 +53,7 @@ def register(commands) -> None:
 
 def options_from(args):
     """The FigureOptions the command line asks for."""
-    from .. import figures
+    from zerolib.chapter import figures
     changes = {}
     if args.params is not None:
         changes["params"] = parse_count(args.params, "--params")
@@ -74,7 +74,7 @@ def options_from(args):
 
 
 def run(args) -> int:
-    from .. import figures
+    from zerolib.chapter import figures
     options = options_from(args)
     if figures.variant(options) and args.out is None:
         raise ValueError("variant figures need --out DIR: the repository's figures/ and data/ "

@@ -1,7 +1,7 @@
 """``zerolib html``: the chapter as static HTML pages in a build folder (not committed)."""
 from __future__ import annotations
 
-from ..paths import NOTEBOOK_DIR
+from zerolib.paths import NOTEBOOK_DIR
 
 
 def register(commands) -> None:
@@ -21,7 +21,9 @@ def register(commands) -> None:
 
 
 def run(args) -> int:
-    from ..html import export_chapter  # nbconvert is slow to import: only when asked
+    from zerolib.publish.html import (
+        export_chapter,  # nbconvert is slow to import: only when asked
+    )
 
     pages = export_chapter(args.out, args.notebooks, args.widget_js)
     for page in pages:

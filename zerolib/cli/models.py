@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from ..models import MODELS, largest_layer, parameter_count
-from ._output import text_table
+from zerolib.cli._output import text_table
+from zerolib.core.models import MODELS, largest_layer, parameter_count
 
 
 def register(commands) -> None:

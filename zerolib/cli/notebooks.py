@@ -41,7 +41,7 @@ def run(args) -> int:
         DeadKernelError,
     )
 
-    from .. import notebooks
+    from zerolib.publish import notebooks
 
     paths = notebooks.find_notebooks(args.names, args.dir)
 

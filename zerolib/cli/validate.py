@@ -9,11 +9,16 @@ import importlib
 import json
 import sys
 
-from ..accounting import CATEGORIES
-from ..validation import INSTALL_HINT
-from ..validation.effects import MECHANISMS
-from ..validation.setups import LAYOUT, MAX_WORKERS, STRATEGIES, check_workers
-from ._output import text_table
+from zerolib.cli._output import text_table
+from zerolib.core.accounting import CATEGORIES
+from zerolib.crosscheck.validation import INSTALL_HINT
+from zerolib.crosscheck.validation.effects import MECHANISMS
+from zerolib.crosscheck.validation.setups import (
+    LAYOUT,
+    MAX_WORKERS,
+    STRATEGIES,
+    check_workers,
+)
 
 
 def register(commands) -> None:
@@ -58,8 +63,8 @@ def run(args) -> int:
         return 2
     import torch.multiprocessing as mp
 
-    from ..paths import DATA_DIR
-    from ..validation.runner import record, validate
+    from zerolib.crosscheck.validation.runner import record, validate
+    from zerolib.paths import DATA_DIR
 
     try:
         result = validate(counts)
@@ -76,7 +81,7 @@ def run(args) -> int:
 
 def render(sharded, activations, form: str) -> str:
     """The comparison as text tables (bytes) or JSON (records of both tidy tables)."""
-    from ..validation.explain_activations import totals
+    from zerolib.crosscheck.validation.explain_activations import totals
 
     if form == "json":
         return json.dumps({"sharded": sharded.to_dict("records"),
@@ -111,7 +116,7 @@ def _sharded_table(frame) -> str:
 
 
 def _activation_table(frame) -> str:
-    from ..validation.explain_activations import totals
+    from zerolib.crosscheck.validation.explain_activations import totals
 
     first = frame.iloc[0]
     rows = []
@@ -125,7 +130,7 @@ def _activation_table(frame) -> str:
     title = (f"Activations one GPT block saves for backward (seq_len {first['seq_len']}, "
              f"micro_batch {first['micro_batch']}, hidden {first['hidden']}, heads "
              f"{first['heads']}): measured with saved_tensors_hooks against "
-             f"zerolib.activations.layer_activation_bytes (Korthikanti et al. 2022, Table 2).")
+             f"zerolib.core.activations.layer_activation_bytes (Korthikanti et al. 2022, Table 2).")
     headers = ["case", "dtype", "dropout", "attention", "recompute", "measured [B]",
                "formula [B]", "difference", "unexplained [B]", "explained by"]
     return title + "\n" + text_table(headers, rows)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from .units import GB, GiB, check_unit
+from zerolib.core.units import GB, GiB, check_unit
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .accounting import Layout, get_layout
-from .inputs import broadcast, check_gpus, check_params, check_stage
+from zerolib.core.accounting import Layout, get_layout
+from zerolib.core.inputs import broadcast, check_gpus, check_params, check_stage
 
 # Per stage: the collectives of one step, each with the category whose width it moves.
 COLLECTIVES = {

@@ -10,8 +10,13 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from .block import GPTBlock
-from .explain_activations import CASES, SHAPE, ActivationCase, BlockShape
+from zerolib.crosscheck.validation.block import GPTBlock
+from zerolib.crosscheck.validation.explain_activations import (
+    CASES,
+    SHAPE,
+    ActivationCase,
+    BlockShape,
+)
 
 SEED = 0
 DROPOUT_P = 0.1

@@ -18,7 +18,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .inputs import (
+from zerolib.core.inputs import (
     STAGES,
     broadcast,
     check_gpus,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..paths import DATA_DIR
+from zerolib.paths import DATA_DIR
 
 SHARDED_FILE = "validation_sharded.csv"
 ACTIVATIONS_FILE = "validation_activations.csv"

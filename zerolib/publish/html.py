@@ -29,7 +29,7 @@ from pathlib import Path
 
 import nbformat
 
-from .paths import NOTEBOOK_DIR
+from zerolib.paths import NOTEBOOK_DIR
 
 WIDGET_JS_FILES = ("require.js", "embed-amd.js")
 STATIC_DIR = "_static"

@@ -12,12 +12,17 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .activation_run import measure_activations
-from .explain_activations import compare_activations
-from .explain_sharded import compare_sharded
-from .records import ACTIVATIONS_FILE, SHARDED_FILE, with_versions, write_csv
-from .setups import check_workers
-from .sharded_run import measure_sharded
+from zerolib.crosscheck.validation.activation_run import measure_activations
+from zerolib.crosscheck.validation.explain_activations import compare_activations
+from zerolib.crosscheck.validation.explain_sharded import compare_sharded
+from zerolib.crosscheck.validation.records import (
+    ACTIVATIONS_FILE,
+    SHARDED_FILE,
+    with_versions,
+    write_csv,
+)
+from zerolib.crosscheck.validation.setups import check_workers
+from zerolib.crosscheck.validation.sharded_run import measure_sharded
 
 
 def versions() -> dict:

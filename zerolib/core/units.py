@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 
-from .inputs import MAX_PARAMS
+from zerolib.core.inputs import MAX_PARAMS
 
 GB = 10**9
 GiB = 2**30

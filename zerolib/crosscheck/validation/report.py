@@ -1,7 +1,7 @@
 """Reader-facing tables from the recorded runs in ``data/``: what notebook 05 shows.
 
 Plain pandas, no torch and no DeepSpeed: the notebook reads what ``zerolib validate --record``
-(``validation_sharded.csv``, ``validation_activations.csv``) and ``zerolib.measure_deepspeed``
+(``validation_sharded.csv``, ``validation_activations.csv``) and ``zerolib.crosscheck.validation.deepspeed_run``
 (``deepspeed_measured.csv`` and its ``_buffers`` list) recorded, from ``zerolib.paths.DATA_DIR``
 unless told another folder. Every number stays bytes; relative differences are the only values
 formatted here (as "+11.7%", with the figures' ``plotting.format_relative``), because these
@@ -15,17 +15,26 @@ from typing import Mapping
 
 import pandas as pd
 
-from ..accounting import CATEGORIES
-from ..deepspeed import REDUCE_BUCKET_SIZE
-from ..measure_deepspeed import PHASES as DEEPSPEED_PHASES  # its moments, in order
-from ..measure_deepspeed import RECORD_FILE as DEEPSPEED_FILE
-from ..measure_deepspeed import buffers_path
-from ..plotting import format_relative
-from .effects import MECHANISMS
-from .explain_activations import totals as activation_totals
-from .explain_sharded import PHASES
-from .records import ACTIVATIONS_FILE, SHARDED_FILE, data_file, read_csv
-from .setups import MODELS, STRATEGIES
+from zerolib.chapter.plotting import format_relative
+from zerolib.core.accounting import CATEGORIES
+from zerolib.crosscheck.deepspeed_estimator import REDUCE_BUCKET_SIZE
+from zerolib.crosscheck.validation.deepspeed_run import (
+    PHASES as DEEPSPEED_PHASES,  # its moments, in order
+)
+from zerolib.crosscheck.validation.deepspeed_run import RECORD_FILE as DEEPSPEED_FILE
+from zerolib.crosscheck.validation.deepspeed_run import buffers_path
+from zerolib.crosscheck.validation.effects import MECHANISMS
+from zerolib.crosscheck.validation.explain_activations import (
+    totals as activation_totals,
+)
+from zerolib.crosscheck.validation.explain_sharded import PHASES
+from zerolib.crosscheck.validation.records import (
+    ACTIVATIONS_FILE,
+    SHARDED_FILE,
+    data_file,
+    read_csv,
+)
+from zerolib.crosscheck.validation.setups import MODELS, STRATEGIES
 
 DEEPSPEED_BUFFERS_FILE = buffers_path(Path(DEEPSPEED_FILE)).name  # deepspeed_measured_buffers.csv
 
@@ -181,7 +190,7 @@ def mechanism_legend(*frames: pd.DataFrame) -> pd.DataFrame:
 
 def rank_bars(sharded: pd.DataFrame, panels, model: str = "uneven",
               workers: int = 4) -> pd.DataFrame:
-    """The tidy table :func:`zerolib.plotting.measured_vs_predicted_figure` draws.
+    """The tidy table :func:`zerolib.chapter.plotting.measured_vs_predicted_figure` draws.
 
     ``panels`` is a sequence of (strategy, phase) pairs, one figure panel each. Columns: panel
     (its title), strategy, stage, phase, rank, category, measured_bytes, predicted_bytes,

@@ -40,8 +40,8 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from ..accounting import CATEGORIES
-from .setups import MODELS, STRATEGIES, ModelSpec, Strategy
+from zerolib.core.accounting import CATEGORIES
+from zerolib.crosscheck.validation.setups import MODELS, STRATEGIES, ModelSpec, Strategy
 
 SEED = 0
 BATCH = 8

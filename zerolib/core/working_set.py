@@ -1,13 +1,13 @@
 """The second layer of the capacity worksheet: the peak working set on top of model state.
 
-    peak per worker = persistent model state (zerolib.accounting.model_state) + working set
+    peak per worker = persistent model state (zerolib.core.accounting.model_state) + working set
 
 Every working-set term is bytes on one worker (the most-loaded one) for one ZeRO stage, and
 each names its assumption:
 
 ``activations``
     What the forward pass saves for backward, Korthikanti et al. 2022 term by term
-    (:mod:`zerolib.activations`): all layers, the layer being recomputed (if any), the
+    (:mod:`zerolib.core.activations`): all layers, the layer being recomputed (if any), the
     embedding's dropout mask, the final norm's and output projection's inputs.
 ``logits_loss``
     The vocabulary x sequence x micro-batch logits in the element size plus their fp32 copy for
@@ -48,7 +48,7 @@ Summing all terms treats them as live at one moment. At the start of the backwar
 true of the activations, the logits and their fp32 copy (the loss's backward needs them) and the
 reserve; the gradient buckets fill while activations are freed layer by layer, so adding them
 overstates a little. The logits' gradient, as large as the logits, is not counted (see
-zerolib.activations), which understates by about as much: the sum is a close estimate, not a
+zerolib.core.activations), which understates by about as much: the sum is a close estimate, not a
 guaranteed upper bound.
 
 Tensor parallelism: with ``tensor_parallel`` = t the ``gpus`` of a setting are t-way tensor
@@ -65,7 +65,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from .accounting import (
+from zerolib.core.accounting import (
     CATEGORIES,
     STAGES,
     STRATEGY_NAMES,
@@ -73,16 +73,10 @@ from .accounting import (
     get_layout,
     model_state,
 )
-from .activations import RECOMPUTE, model_activation_terms
-from .deepspeed import (
-    ALLGATHER_BUCKET_SIZE,
-    REDUCE_BUCKET_SIZE,
-    STAGE3_MAX_LIVE_PARAMETERS,
-    STAGE3_PREFETCH_BUCKET_SIZE,
-)
-from .devices import Device, get_device
-from .feasibility import fewest_gpus as _core_fewest_gpus
-from .inputs import (
+from zerolib.core.activations import RECOMPUTE, model_activation_terms
+from zerolib.core.devices import Device, get_device
+from zerolib.core.feasibility import fewest_gpus as _core_fewest_gpus
+from zerolib.core.inputs import (
     MAX_GPUS,
     check_count,
     check_flag,
@@ -91,8 +85,19 @@ from .inputs import (
     check_single,
     check_stage,
 )
-from .models import TransformerConfig, get_model, largest_layer, parameter_count
-from .units import GiB
+from zerolib.core.models import (
+    TransformerConfig,
+    get_model,
+    largest_layer,
+    parameter_count,
+)
+from zerolib.core.units import GiB
+from zerolib.crosscheck.deepspeed_estimator import (
+    ALLGATHER_BUCKET_SIZE,
+    REDUCE_BUCKET_SIZE,
+    STAGE3_MAX_LIVE_PARAMETERS,
+    STAGE3_PREFETCH_BUCKET_SIZE,
+)
 
 TERMS = ("activations", "logits_loss", "ddp_buckets", "reduce_bucket", "allgather_bucket",
          "gathered_parameters", "reserve")
@@ -119,7 +124,7 @@ class WorkingSetSettings:
     mask_bytes: int = 1                 # dropout masks, 1 byte per element (PyTorch bool)
     dropout: "bool | None" = None       # None: the model's own (GPT-2 yes, Llama family no)
     logits_bytes: "tuple[int, ...] | None" = None  # None: (element_bytes, 4)
-    # DeepSpeed's zero_optimization defaults (zerolib.deepspeed), in elements.
+    # DeepSpeed's zero_optimization defaults (zerolib.crosscheck.deepspeed_estimator), in elements.
     reduce_bucket_size: int = REDUCE_BUCKET_SIZE
     overlap_comm: bool = False          # stages 1-2 double the reduce bucket when on
     allgather_bucket_size: int = ALLGATHER_BUCKET_SIZE
@@ -260,7 +265,7 @@ def fewest_gpus(model, stage, settings: WorkingSetSettings = WorkingSetSettings(
     """Fewest GPUs (a multiple of ``tensor_parallel``) at which ``stage`` fits with its working set.
 
     The working set does not depend on the number of data-parallel workers, so this is the
-    core search (:func:`zerolib.feasibility.fewest_gpus`) over data-parallel workers with the
+    core search (:func:`zerolib.core.feasibility.fewest_gpus`) over data-parallel workers with the
     working set as ``extra_bytes``, times the tensor-parallel degree. A single stage gives an
     int, or None if nothing up to ``max_gpus`` fits; several stages (one vectorised search)
     give an int64 array with 0 where nothing fits.

@@ -1,6 +1,6 @@
 """The chapter's figures, drawn with matplotlib's object-oriented API and updatable in place.
 
-Each ``draw_*`` function draws a tidy table from :func:`zerolib.curves.memory_table` into a given
+Each ``draw_*`` function draws a tidy table from :func:`zerolib.core.tables.memory_table` into a given
 Axes and returns the artists it made; the matching ``update_*`` function changes those same
 artists (line data, bar heights, value labels, the device line and its label, axis limits) for a
 new table, device or unit. The figures in ``figures/``, the notebooks and the explorers' sliders
@@ -36,12 +36,18 @@ from matplotlib.ticker import (
 )
 from matplotlib.transforms import Bbox, blended_transform_factory, offset_copy
 
-from .accounting import CATEGORIES, STRATEGY_NAMES, Layout, get_layout, model_state
-from .curves import COLUMNS
-from .devices import Device, capacity_text, get_device
-from .models import MODELS
-from .units import GB, GiB, check_unit, format_count
-from .working_set import TERMS, WorkingSetSettings, peak_frame
+from zerolib.core.accounting import (
+    CATEGORIES,
+    STRATEGY_NAMES,
+    Layout,
+    get_layout,
+    model_state,
+)
+from zerolib.core.devices import Device, capacity_text, get_device
+from zerolib.core.models import MODELS
+from zerolib.core.tables import COLUMNS
+from zerolib.core.units import GB, GiB, check_unit, format_count
+from zerolib.core.working_set import TERMS, WorkingSetSettings, peak_frame
 
 # Okabe & Ito, "Color Universal Design" (2008): eight colours that stay distinguishable under
 # the common colour-vision deficiencies. One colour per strategy, the same in every figure.
@@ -179,11 +185,11 @@ def render_svg(figure: Figure) -> bytes:
 
 def _check_table(table, layout: "str | Layout") -> pd.DataFrame:
     if not isinstance(table, pd.DataFrame):
-        raise TypeError("table must be a DataFrame from zerolib.curves.memory_table, "
+        raise TypeError("table must be a DataFrame from zerolib.core.tables.memory_table, "
                         f"got {type(table).__name__}")
     missing = [c for c in COLUMNS if c not in table.columns]
     if missing:
-        raise ValueError(f"table lacks the columns {', '.join(missing)} (use zerolib.curves.memory_table)")
+        raise ValueError(f"table lacks the columns {', '.join(missing)} (use zerolib.core.tables.memory_table)")
     if table.empty:
         raise ValueError("table must have at least one row")
     # The title names the layout, so the numbers must come from that layout.
@@ -683,14 +689,14 @@ def will_it_fit_titles(model: str, gpus: int, settings: WorkingSetSettings, layo
 def _check_peak_frame(frame, settings, layout):
     """(model, gpus, stages, bytes grid [stage, component]) of a frame from ``peak_frame``."""
     if not isinstance(frame, pd.DataFrame):
-        raise TypeError("frame must be a DataFrame from zerolib.working_set.peak_frame, "
+        raise TypeError("frame must be a DataFrame from zerolib.core.working_set.peak_frame, "
                         f"got {type(frame).__name__}")
     if not isinstance(settings, WorkingSetSettings):
         raise TypeError(f"settings must be a WorkingSetSettings, got {type(settings).__name__}")
     missing = [c for c in PEAK_FRAME_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"frame lacks the columns {', '.join(missing)} "
-                         "(use zerolib.working_set.peak_frame)")
+                         "(use zerolib.core.working_set.peak_frame)")
     if frame.empty:
         raise ValueError("frame must have at least one row")
     models = frame["model"].unique()
@@ -702,7 +708,7 @@ def _check_peak_frame(frame, settings, layout):
     if (component.isna().any() or len(frame) != len(stages) * len(COMPONENTS)
             or frame.duplicated(["stage", "component"]).any()):
         raise ValueError("frame must hold every component exactly once for every stage "
-                         "(use zerolib.working_set.peak_frame)")
+                         "(use zerolib.core.working_set.peak_frame)")
     grid = np.zeros((len(stages), len(COMPONENTS)), dtype=np.int64)
     grid[np.searchsorted(stages, frame["stage"].to_numpy()),
          component.to_numpy(dtype=np.int64)] = frame["bytes"].to_numpy(dtype=np.int64)
@@ -809,7 +815,7 @@ def draw_will_it_fit(ax, frame: pd.DataFrame, device: "str | Device" = "a100-80g
                      layout: "str | Layout" = "mixed-adam") -> WillItFitArtists:
     """One stacked bar per stage: persistent state, then each working-set term, to the peak.
 
-    ``frame`` is ``zerolib.working_set.peak_frame(model, gpus, stages, settings, layout)``; the
+    ``frame`` is ``zerolib.core.working_set.peak_frame(model, gpus, stages, settings, layout)``; the
     dashed line is the device's capacity (also written at the line's right end, in ``unit``).
     Above each bar: its peak and whether it fits (peak <= capacity, in bytes).
     """
@@ -1095,12 +1101,12 @@ class MeasuredArtists:
 
 def _check_measured(table) -> pd.DataFrame:
     if not isinstance(table, pd.DataFrame):
-        raise TypeError("table must be a DataFrame from zerolib.validation.report.rank_bars, "
+        raise TypeError("table must be a DataFrame from zerolib.crosscheck.validation.report.rank_bars, "
                         f"got {type(table).__name__}")
     missing = [c for c in MEASURED_COLUMNS if c not in table.columns]
     if missing:
         raise ValueError(f"table lacks the columns {', '.join(missing)} "
-                         "(use zerolib.validation.report.rank_bars)")
+                         "(use zerolib.crosscheck.validation.report.rank_bars)")
     if table.empty:
         raise ValueError("table must have at least one row")
     unknown = sorted(set(table["category"]) - set(CATEGORIES))
@@ -1121,7 +1127,7 @@ def draw_measured_vs_predicted(ax, table: pd.DataFrame, y_max: float | None = No
     """One panel: per category a group of bars, the bytes each rank measured (the stage's
     colour), a dashed black line across the group at zerolib's prediction, and above each bar
     its difference from the prediction. ``table`` holds one panel of
-    :func:`zerolib.validation.report.rank_bars`; ``y_max`` fixes the top of the y axis (bytes).
+    :func:`zerolib.crosscheck.validation.report.rank_bars`; ``y_max`` fixes the top of the y axis (bytes).
     """
     table = _check_measured(table)
     if table["panel"].nunique() != 1:
@@ -1180,7 +1186,7 @@ def _measured_top(table: pd.DataFrame) -> float:
 
 def measured_vs_predicted_figure(table: pd.DataFrame, title: str, subtitle: str = "",
                                  ncols: int = 2, dpi: float = 100) -> tuple[Figure, list]:
-    """All panels of a :func:`zerolib.validation.report.rank_bars` table on one shared y axis,
+    """All panels of a :func:`zerolib.crosscheck.validation.report.rank_bars` table on one shared y axis,
     ``ncols`` to a row, in the table's order, with the title, the subtitle and one legend."""
     table = _check_measured(table)
     if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:

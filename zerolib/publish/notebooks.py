@@ -27,7 +27,7 @@ from typing import Iterable
 
 import nbformat
 
-from .paths import NOTEBOOK_DIR
+from zerolib.paths import NOTEBOOK_DIR
 
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"

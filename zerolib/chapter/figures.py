@@ -4,7 +4,7 @@
 ``figures/VERSIONS``) from zerolib alone; :func:`write` puts them in place atomically and touches
 nothing else; :func:`check` compares them with what is on disk. The notebooks call
 :func:`gpu_count_figure` and :func:`model_size_figure`, which draw through
-:mod:`zerolib.plotting` exactly as the committed files were drawn.
+:mod:`zerolib.chapter.plotting` exactly as the committed files were drawn.
 """
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .accounting import STAGES, Layout, get_layout
-from .devices import Device, capacity_text, get_device
-from .inputs import check_gpus, check_params, check_stage
-from .paths import REPO_ROOT
-from .units import check_unit, format_count
+from zerolib.core.accounting import STAGES, Layout, get_layout
+from zerolib.core.devices import Device, capacity_text, get_device
+from zerolib.core.inputs import check_gpus, check_params, check_stage
+from zerolib.core.units import check_unit, format_count
+from zerolib.paths import REPO_ROOT
 
 GPU_COUNT = "memory-vs-gpu-count"
 MODEL_SIZE = "memory-vs-model-size"
@@ -90,19 +90,19 @@ DEFAULTS = FigureOptions()
 
 def gpu_count_data(options: FigureOptions = DEFAULTS):
     """The tidy table of the GPU-count figure (bytes)."""
-    from .curves import memory_table
+    from zerolib.core.tables import memory_table
     return memory_table(options.params, options.gpus, options.stages, options.layout)
 
 
 def model_size_data(options: FigureOptions = DEFAULTS):
     """The tidy table of the model-size figure (bytes)."""
-    from .curves import memory_table
+    from zerolib.core.tables import memory_table
     return memory_table(options.model_sizes, options.model_gpus, options.stages, options.layout)
 
 
 def gpu_count_figure(options: FigureOptions = DEFAULTS, dpi: float = 100):
     """The GPU-count figure as a pyplot-free Figure (the published one with the defaults)."""
-    from . import plotting
+    from zerolib.chapter import plotting
     figure, _ = plotting.gpu_count_figure(gpu_count_data(options), options.device, options.unit,
                                           options.layout, dpi)
     return figure
@@ -110,7 +110,7 @@ def gpu_count_figure(options: FigureOptions = DEFAULTS, dpi: float = 100):
 
 def model_size_figure(options: FigureOptions = DEFAULTS, dpi: float = 100):
     """The model-size figure as a pyplot-free Figure (the published one with the defaults)."""
-    from . import plotting
+    from zerolib.chapter import plotting
     figure, _ = plotting.model_size_figure(model_size_data(options), options.device, options.unit,
                                            options.layout, dpi)
     return figure
@@ -227,7 +227,7 @@ def _csv(table) -> bytes:
 
 def build(options: FigureOptions = DEFAULTS, png: bool = True) -> dict[str, bytes]:
     """Every output file, path relative to the output root -> bytes. Nothing is written."""
-    from . import plotting
+    from zerolib.chapter import plotting
     files: dict[str, bytes] = {}
     for name, data, draw in ((GPU_COUNT, gpu_count_data, plotting.gpu_count_figure),
                              (MODEL_SIZE, model_size_data, plotting.model_size_figure)):

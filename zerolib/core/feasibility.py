@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .accounting import Layout, get_layout, model_state
-from .devices import Device, get_device
-from .inputs import (
+from zerolib.core.accounting import Layout, get_layout, model_state
+from zerolib.core.devices import Device, get_device
+from zerolib.core.inputs import (
     MAX_GPUS,
     MAX_PARAMS,
     broadcast,

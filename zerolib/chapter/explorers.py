@@ -3,7 +3,7 @@
 Each explorer exposes ``.widget`` (what a notebook displays), ``.controls`` (name -> ipywidgets
 control), ``.figure`` (one pyplot-free matplotlib Figure, kept for the explorer's lifetime) and
 ``.data`` (the tidy DataFrame currently drawn). A control change recomputes ``.data`` with
-zerolib, changes the existing artists through :mod:`zerolib.plotting`'s update functions and
+zerolib, changes the existing artists through :mod:`zerolib.chapter.plotting`'s update functions and
 writes freshly rendered PNG bytes into an ``ipywidgets.Image``. No ``display()``, ``interact`` or
 ``Output`` widget is involved, so the widget state a notebook saves holds the image and strict
 nbval passes.
@@ -16,8 +16,10 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from . import plotting, working_set
-from .accounting import (
+from zerolib.chapter import plotting
+from zerolib.chapter.figures import DEFAULTS as PUBLISHED
+from zerolib.core import working_set
+from zerolib.core.accounting import (
     CATEGORIES,
     LAYOUTS,
     STAGES,
@@ -26,14 +28,13 @@ from .accounting import (
     get_layout,
     model_state,
 )
-from .activations import RECOMPUTE
-from .curves import fewest_gpus_table, memory_table
-from .devices import DEVICES, capacity_text, get_device
-from .feasibility import fits
-from .figures import DEFAULTS as PUBLISHED
-from .inputs import MAX_GPUS
-from .models import MODELS, get_model, parameter_count
-from .units import UNITS, check_unit, format_count
+from zerolib.core.activations import RECOMPUTE
+from zerolib.core.devices import DEVICES, capacity_text, get_device
+from zerolib.core.feasibility import fits
+from zerolib.core.inputs import MAX_GPUS
+from zerolib.core.models import MODELS, get_model, parameter_count
+from zerolib.core.tables import fewest_gpus_table, memory_table
+from zerolib.core.units import UNITS, check_unit, format_count
 
 EXPLORER_DPI = 80   # 640 x 448 pixels for the GPU-count figure: readable, quick to redraw
 CUSTOM = "custom"   # the layout dropdown's entry for bytes set with the sliders
@@ -405,12 +406,12 @@ def _and(names) -> str:
 class WillItFitExplorer(_Explorer):
     """Will a model train on these GPUs? Its peak per GPU, stage by stage, against the device.
 
-    Controls: ``model`` (a preset of :mod:`zerolib.models`), ``gpus`` (1 to 1024),
+    Controls: ``model`` (a preset of :mod:`zerolib.core.models`), ``gpus`` (1 to 1024),
     ``micro_batch`` (1 to 64), ``seq_len`` (powers of two, 128 to 131,072 tokens), ``recompute``
     (none, selective, full), ``flash_attention``, ``device``, ``unit``. ``.data`` is
-    :func:`zerolib.working_set.peak_frame` (bytes per stage and component). The table gives, per
+    :func:`zerolib.core.working_set.peak_frame` (bytes per stage and component). The table gives, per
     stage, the peak, whether it fits, the fewest GPUs at which it fits (at this micro-batch) and
-    the largest micro-batch that fits (on these GPUs), all from :mod:`zerolib.working_set`.
+    the largest micro-batch that fits (on these GPUs), all from :mod:`zerolib.core.working_set`.
     """
 
     def __init__(self, model: str = "llama-2-7b", gpus: int = 8, micro_batch: int = 1,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .accounting import (
+from zerolib.core.accounting import (
     CATEGORIES,
     STAGES,
     STRATEGY_NAMES,
@@ -12,9 +12,9 @@ from .accounting import (
     get_layout,
     model_state,
 )
-from .devices import Device, get_device
-from .feasibility import fewest_gpus
-from .inputs import check_gpus, check_params, check_stage
+from zerolib.core.devices import Device, get_device
+from zerolib.core.feasibility import fewest_gpus
+from zerolib.core.inputs import check_gpus, check_params, check_stage
 
 COLUMNS = ("params", "gpus", "stage", "strategy", *CATEGORIES, "total", "cluster_total")
 _STRATEGY_NAMES = np.array([STRATEGY_NAMES[s] for s in STAGES])   # indexed by stage

@@ -1,13 +1,13 @@
 """Measure what DeepSpeed's ZeRO stages 0-3 really hold per rank, on the CPU.
 
-    DS_ACCELERATOR=cpu python -m zerolib.measure_deepspeed --out data/deepspeed_measured.csv
+    DS_ACCELERATOR=cpu python -m zerolib.crosscheck.validation.deepspeed_run --out data/deepspeed_measured.csv
 
 Launches 2 and 4 ranks on 127.0.0.1 (torch.multiprocessing, DeepSpeed's CPU accelerator with its
 gloo backend), trains small Linear stacks for two steps under each stage with AdamW, and on every
 rank counts the bytes of distinct tensor storages reachable from the DeepSpeed engine, sorted
 into parameters, gradients, optimizer state, fp32 master weights, reduce buckets and other.
-Beside each measurement it writes the chapter's formula (zerolib.accounting.model_state) and
-DeepSpeed's own estimator (zerolib.deepspeed) for the same model, plus the versions used.
+Beside each measurement it writes the chapter's formula (zerolib.core.accounting.model_state) and
+DeepSpeed's own estimator (zerolib.crosscheck.deepspeed_estimator) for the same model, plus the versions used.
 What the numbers show is explained in data/deepspeed_convention.md.
 
 Needs the optional extra ``deepspeed`` (DeepSpeed built with DS_BUILD_OPS=0 and the CPU build of
@@ -30,16 +30,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from .accounting import model_state
-from .deepspeed import estimate_zero2, estimate_zero3
-from .paths import DATA_DIR
-from .validation.records import write_csv
-from .validation.setups import ModelSpec
+from zerolib.core.accounting import model_state
+from zerolib.crosscheck.deepspeed_estimator import estimate_zero2, estimate_zero3
+from zerolib.crosscheck.validation.records import write_csv
+from zerolib.crosscheck.validation.setups import ModelSpec
+from zerolib.paths import DATA_DIR
 
 INSTALL_HINT = ("pip install torch==2.13.0 && "
                 "DS_BUILD_OPS=0 pip install --no-build-isolation 'deepspeed>=0.19.8'")
 
-# The file the run writes into data/ (the notebook reads it with zerolib.validation.report).
+# The file the run writes into data/ (the notebook reads it with zerolib.crosscheck.validation.report).
 RECORD_FILE = "deepspeed_measured.csv"
 
 # "even": 1,837,312 parameters (a multiple of 4); "uneven": 1,838,337 (odd), so neither 2 nor 4
@@ -52,7 +52,7 @@ MICRO_BATCH = 4
 # Measured on the second step, so the optimizer state of the first step exists.
 PHASES = ("after_forward", "before_reduction", "after_backward", "before_optimizer_step",
           "after_step")
-# Precision -> the chapter's layout for the same training recipe (zerolib.accounting.LAYOUTS).
+# Precision -> the chapter's layout for the same training recipe (zerolib.core.accounting.LAYOUTS).
 PRECISIONS = {"fp32": "fp32-adam", "bf16": "mixed-adam"}
 
 CATEGORIES = ("parameters", "gradients", "optimizer", "master_weights", "buckets", "other")
@@ -383,7 +383,7 @@ def buffers_path(out: Path) -> Path:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m zerolib.measure_deepspeed",
+        prog="python -m zerolib.crosscheck.validation.deepspeed_run",
         description="Measure per-rank ZeRO memory under DeepSpeed on the CPU and record it.")
     parser.add_argument("--out", type=Path, default=DATA_DIR / RECORD_FILE,
                         help=f"CSV to write (default data/{RECORD_FILE}); the storages "

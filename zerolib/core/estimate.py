@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .accounting import STAGES, Layout, get_layout, model_state
-from .devices import Device, get_device
-from .inputs import check_gpus, check_params, check_single, check_stage
+from zerolib.core.accounting import STAGES, Layout, get_layout, model_state
+from zerolib.core.devices import Device, get_device
+from zerolib.core.inputs import check_gpus, check_params, check_single, check_stage
 
 
 @dataclass(frozen=True)

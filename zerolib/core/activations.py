@@ -49,8 +49,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from .inputs import check_count, check_flag, check_positive_int
-from .models import get_model
+from zerolib.core.inputs import check_count, check_flag, check_positive_int
+from zerolib.core.models import get_model
 
 RECOMPUTE = ("none", "selective", "full")
 LOGSUMEXP_BYTES = 4  # flash attention keeps its softmax statistics in fp32 (one per head, token)
@@ -186,7 +186,7 @@ def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", ten
                            mask_bytes=1, dropout=None, logits_bytes=None) -> Mapping[str, int]:
     """Activation bytes of a whole model on one rank, by term.
 
-    ``model`` is a preset name or a :class:`zerolib.models.TransformerConfig`. ``dropout=None``
+    ``model`` is a preset name or a :class:`zerolib.core.models.TransformerConfig`. ``dropout=None``
     uses the model's own (GPT-2 trains with dropout; the Llama family does not).
     ``logits_bytes`` lists the widths of the vocabulary-sized tensors held at once: by default
     ``(element_bytes, 4)`` (the logits, then their fp32 copy for the loss); the paper's Sec. 4.3

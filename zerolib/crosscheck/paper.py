@@ -27,11 +27,11 @@ from decimal import (
 import numpy as np
 import pandas as pd
 
-from .accounting import Layout, get_layout, model_state
-from .devices import Device, get_device
-from .feasibility import fits, largest_model
-from .units import GB
-from .validation.records import data_file
+from zerolib.core.accounting import Layout, get_layout, model_state
+from zerolib.core.devices import Device, get_device
+from zerolib.core.feasibility import fits, largest_model
+from zerolib.core.units import GB
+from zerolib.crosscheck.validation.records import data_file
 
 # Transcriptions in the repository's data/ folder (zerolib.paths.DATA_DIR).
 FIGURE1_CSV = "zero_paper_figure1.csv"

@@ -1,6 +1,6 @@
 """Why a real sharded run holds more or less than zerolib predicts, worked out from shapes alone.
 
-``zerolib.accounting.model_state`` is the chapter's idealisation: a partitioned category holds
+``zerolib.core.accounting.model_state`` is the chapter's idealisation: a partitioned category holds
 ceil(N / W) elements per worker, nothing else exists, and "at rest" equals "peak". Each real
 difference has a mechanism whose size follows from the model's tensor shapes, the worker count
 and the rank, without looking at the run:
@@ -23,10 +23,10 @@ from math import prod
 import numpy as np
 import pandas as pd
 
-from ..accounting import CATEGORIES, model_state
-from .effects import Effect, describe
-from .effects import keys as effect_keys
-from .setups import (
+from zerolib.core.accounting import CATEGORIES, model_state
+from zerolib.crosscheck.validation.effects import Effect, describe
+from zerolib.crosscheck.validation.effects import keys as effect_keys
+from zerolib.crosscheck.validation.setups import (
     ADAMW_STATE_TENSORS,
     LAYOUT,
     MODELS,

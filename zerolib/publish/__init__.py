@@ -1,0 +1,1 @@
+"""Publishing the chapter: deterministic notebook re-execution and static HTML export."""
