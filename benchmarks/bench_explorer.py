@@ -12,15 +12,17 @@ import itertools
 import statistics
 import time
 
-from zerolib.chapter import plotting
+from zerolib.chapter import fast_png
+from zerolib.chapter.charts import gpu_count as gpu_count_chart
+from zerolib.chapter.charts import model_size as model_size_chart
+from zerolib.chapter.charts import will_it_fit as will_it_fit_chart
 from zerolib.chapter.explorers import (
     GpuCountExplorer,
     ModelSizeExplorer,
     WillItFitExplorer,
 )
 from zerolib.core.accounting import STAGES
-from zerolib.core.tables import memory_table
-from zerolib.core.working_set import peak_frame
+from zerolib.core.tables import memory_table, peak_frame
 
 ROUNDS = 6  # passes over each explorer's list of changes
 
@@ -55,19 +57,18 @@ def rebuild(explorer, kind):
     """What interact would do: a new figure from scratch for the explorer's current settings."""
     if kind == "gpu_count":
         table = memory_table(explorer.params, explorer.gpus, STAGES, explorer.layout)
-        figure, _ = plotting.gpu_count_figure(table, explorer.device, explorer.unit,
-                                              explorer.layout, dpi=explorer.dpi)
+        figure, _ = gpu_count_chart.gpu_count_figure(table, explorer.device, explorer.unit,
+                                                     dpi=explorer.dpi)
     elif kind == "will_it_fit":
         frame = peak_frame(explorer.model, explorer.gpus, STAGES, explorer.settings,
                            explorer.layout)
-        figure, _ = plotting.will_it_fit_figure(frame, explorer.device, explorer.unit,
-                                                explorer.settings, explorer.layout,
-                                                dpi=explorer.dpi)
+        figure, _ = will_it_fit_chart.will_it_fit_figure(frame, explorer.device, explorer.unit,
+                                                         dpi=explorer.dpi)
     else:
         table = memory_table(explorer.models, explorer.gpus, STAGES, explorer.layout)
-        figure, _ = plotting.model_size_figure(table, explorer.device, explorer.unit,
-                                               explorer.layout, dpi=explorer.dpi)
-    return plotting.IncrementalPng(figure, []).render()
+        figure, _ = model_size_chart.model_size_figure(table, explorer.device, explorer.unit,
+                                                       dpi=explorer.dpi)
+    return fast_png.IncrementalPng(figure, []).render()
 
 
 def measure(explorer, kind, changes):

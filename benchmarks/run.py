@@ -15,7 +15,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
+USAGE = """usage: python benchmarks/run.py [NAME ...]
+
+Runs every benchmarks/bench_*.py (or those whose name contains a NAME) in a fresh interpreter;
+each prints NAME: RATIOx (WHAT IS COMPARED; target TARGET), medians measured in the same run."""
+
+
 def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(USAGE)
+        return 0
     selected = [a for a in argv if not a.startswith("-")]
     status = 0
     for script in sorted(HERE.glob("bench_*.py")):

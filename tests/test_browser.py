@@ -250,7 +250,7 @@ def move_slider_and_check(page, lab, check: ExplorerCheck, shots: Path,
                                arg=[image.element_handle(), before_src], timeout=update_ms)
     except PlaywrightTimeout:
         raise AssertionError(f"{check.notebook}: the image was not redrawn within {update_ms} ms "
-                             f"after moving {check.slider!r} from {check.before} to {check.after}")
+                             f"after moving {check.slider!r} from {check.before} to {check.after}") from None
     wait_for_loaded(page, image)
     # The text widgets change in the same callback as the image; give their messages a moment.
     try:

@@ -39,5 +39,5 @@ def test_stage_savings_show_where_fp32_gradients_move_the_savings():
     # fp32 gradients: 18 -> 9 -> 6 -> 4.5 GB; stage 2 now saves 4 * 3/4 = 3 GB.
     assert table.loc["bf16-fp32-grads", "total"].tolist() == [18 * 10**9, 9 * 10**9, 6 * 10**9, 4_500_000_000]
     assert table.loc["bf16-fp32-grads", "saved"].tolist() == [0, 9 * 10**9, 3 * 10**9, 1_500_000_000]
-    with pytest.raises(ValueError, match="single"):
+    with pytest.raises(TypeError, match="params must be a single number"):
         stage_savings([10**9, 2 * 10**9], 4)

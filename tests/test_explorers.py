@@ -9,7 +9,7 @@ import IPython.display
 import numpy as np
 import pytest
 
-from zerolib.chapter import explorers, plotting
+from zerolib.chapter import explorers, fast_png
 
 GiB = 2**30
 A100_GB = 80 * GiB / 1e9
@@ -252,7 +252,7 @@ def test_first_image_is_deterministic_and_matches_a_full_render(make):
     for name, value in (("device", "h100-80gb"), ("unit", "GiB"), ("device", "v100-32gb")):
         first.controls[name].value = value
         # The incremental renderer gives the pixels of a full draw of the same figure.
-        assert bytes(first.image.value) == plotting.IncrementalPng(first.figure).render()
+        assert bytes(first.image.value) == fast_png.IncrementalPng(first.figure).render()
 
 
 def test_the_image_is_in_the_widget_state():
@@ -496,19 +496,41 @@ def test_will_it_fit_explorer_model(fit_explorer):
     assert [e.artists.verdict_labels[s].get_text() for s in range(4)] == ["too big"] * 4
 
 
-def test_will_it_fit_explorer_keeps_the_figure_for_a_setting_the_model_cannot_take(fit_explorer):
+def test_will_it_fit_explorer_keeps_the_sequence_within_the_models_context(fit_explorer):
     e, watch = fit_explorer, Watch(fit_explorer)
-    data = e.data
+    redraws = e.redraws
     e.controls["model"].value = "gpt2"           # learned positions up to 1,024 tokens
-    assert e.data is data and not watch.changed()
-    assert "Not drawn" in e.summary.value and "at most 1024" in e.summary.value
-    e.controls["seq_len"].value = 1024
-    assert set(e.data["model"]) == {"gpt2"} and watch.changed()
-    assert "Not drawn" not in e.summary.value
+    # The sequence control now ends at 1,024 and moved there: one redraw, nothing refused.
+    assert [n for _, n in e.controls["seq_len"].options][-1] == 1024
+    assert e.controls["seq_len"].value == 1024 and e.settings.seq_len == 1024
+    assert set(e.data["model"]) == {"gpt2"} and watch.changed() and e.redraws == redraws + 1
+    assert e.status.value == ""
     # GPT-2 small (124M parameters: 2 GB of model state) fits an H100 however it is run, with
     # more sequences per GPU than the slider offers: the table says where the search stopped.
     assert "Fits under every strategy, even plain data parallelism." in e.summary.value
     assert cells(e.table.value, "ZeRO stage 3 (+ parameters)")[-1] == "64 or more"
+    # Back to a rotary model: the whole range returns, the sequence stays where it was.
+    e.controls["model"].value = "llama-2-7b"
+    assert [n for _, n in e.controls["seq_len"].options][-1] == 131072
+    assert e.controls["seq_len"].value == 1024
+
+
+def test_a_setting_that_cannot_be_drawn_is_reported_and_the_explorer_recovers(fit_explorer,
+                                                                              monkeypatch):
+    e = fit_explorer
+    image, data = bytes(e.image.value), e.data
+    real_update = type(e)._update
+
+    def refuse(self):
+        raise ValueError("seq_len must be at most 1024 for gpt2")
+    monkeypatch.setattr(type(e), "_update", refuse)
+    e.controls["micro_batch"].value = 2
+    assert "Not redrawn" in e.status.value and "at most 1024" in e.status.value
+    assert "last setting that could be drawn" in e.status.value
+    assert bytes(e.image.value) == image and e.data is data
+    monkeypatch.setattr(type(e), "_update", real_update)
+    e.controls["micro_batch"].value = 3        # the next change draws and clears the message
+    assert e.status.value == "" and bytes(e.image.value) != image
 
 
 def test_will_it_fit_first_image_is_deterministic_and_matches_a_full_render():
@@ -517,7 +539,7 @@ def test_will_it_fit_first_image_is_deterministic_and_matches_a_full_render():
     for name, value in (("device", "a100-40gb"), ("unit", "GiB"), ("micro_batch", 3),
                         ("model", "mistral-7b-v0.1")):
         first.controls[name].value = value
-        assert bytes(first.image.value) == plotting.IncrementalPng(first.figure).render()
+        assert bytes(first.image.value) == fast_png.IncrementalPng(first.figure).render()
 
 
 def test_will_it_fit_bad_starting_values_are_rejected():
@@ -533,5 +555,5 @@ def test_will_it_fit_bad_starting_values_are_rejected():
         explorers.WillItFitExplorer(recompute="some")
     with pytest.raises(TypeError, match="flash_attention"):
         explorers.WillItFitExplorer(flash_attention="yes")
-    with pytest.raises(ValueError, match="seq_len must be at most 1024"):
+    with pytest.raises(ValueError, match="seq_len must be one of 128, 256, 512, 1024 for gpt2"):
         explorers.WillItFitExplorer(model="gpt2", seq_len=4096)

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from zerolib.core.feasibility import fewest_gpus, fits, largest_model
+from zerolib.core.feasibility import fewest_gpus, largest_model, model_state_fits
 
 A100_80GB = 80 * 2**30      # 85_899_345_920 bytes
 V100_32GB = 32 * 2**30
@@ -10,10 +10,10 @@ V100_32GB = 32 * 2**30
 
 def test_fits_at_the_boundary():
     # 16 bytes per parameter on one worker: A100_80GB / 16 = 5_368_709_120 parameters exactly.
-    assert fits(5_368_709_120, 1, 0)
-    assert not fits(5_368_709_121, 1, 0)
-    assert fits(5_368_709_120, 1, 0, extra_bytes=0)
-    assert not fits(5_368_709_120, 1, 0, extra_bytes=1)
+    assert model_state_fits(5_368_709_120, 1, 0)
+    assert not model_state_fits(5_368_709_121, 1, 0)
+    assert model_state_fits(5_368_709_120, 1, 0, extra_bytes=0)
+    assert not model_state_fits(5_368_709_120, 1, 0, extra_bytes=1)
 
 
 def test_fewest_gpus_7b_on_a100_80gb():
@@ -49,11 +49,11 @@ def test_largest_model():
 
 
 @pytest.mark.parametrize("call, error, names", [
-    (lambda: fits(7e9, 0, 3), ValueError, "gpus"),
+    (lambda: model_state_fits(7e9, 0, 3), ValueError, "gpus"),
     (lambda: fewest_gpus(-7, 3), ValueError, "params"),
     (lambda: fewest_gpus(7e9, 5), ValueError, "stage"),
     (lambda: largest_model(64, 3, device="tpu"), ValueError, "device"),
-    (lambda: fits(7e9, 4, 3, extra_bytes=-1), ValueError, "extra_bytes"),
+    (lambda: model_state_fits(7e9, 4, 3, extra_bytes=-1), ValueError, "extra_bytes"),
     (lambda: fewest_gpus(7e9, 3, max_gpus=0), ValueError, "max_gpus"),
     (lambda: fewest_gpus(7e9, 3, max_gpus=[8, 16]), TypeError, "max_gpus"),
     (lambda: fewest_gpus(7e9, 3, layout="adam-4bit"), ValueError, "layout"),

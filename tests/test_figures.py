@@ -275,7 +275,7 @@ def test_a_variant_needs_out_and_then_draws_what_was_asked(tmp_path, capsys):
     (["--sizes", "1B,,7B"], "--sizes"),
     (["--sizes-gpus", "1.5"], "--sizes-gpus"),
     (["--sizes-gpus", "0"], "--sizes-gpus must be a positive whole number"),
-    (["--sizes", "0B"], "--sizes must be positive"),
+    (["--sizes", "0B"], "--sizes must be a positive whole number"),
     (["--bytes", "2,2"], "--bytes"),
 ])
 def test_bad_variant_options_give_one_line_and_exit_2(arguments, message, tmp_path, capsys):

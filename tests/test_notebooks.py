@@ -282,17 +282,6 @@ def test_find_notebooks_by_number_name_file_or_path(tmp_path):
         notebooks.find_notebooks((), tmp_path / "empty")
 
 
-def test_write_atomic_replaces_and_leaves_nothing_behind(tmp_path):
-    target = tmp_path / "a.ipynb"
-    target.write_bytes(b"old")
-    notebooks.write_atomic(target, b"new")
-    assert target.read_bytes() == b"new"
-    with pytest.raises(TypeError):
-        notebooks.write_atomic(target, "not bytes")
-    assert target.read_bytes() == b"new"
-    assert [p.name for p in tmp_path.iterdir()] == ["a.ipynb"]
-
-
 # ---------------------------------------------------------------------------------------------
 # Re-executing the committed notebooks gives their bytes
 

@@ -180,6 +180,30 @@ def test_console_script_runs():
         assert command in result.stdout
 
 
+def _readme_entry_points() -> list[list[str]]:
+    """Every command the README tells a reader to run, as the argv of its --help."""
+    from zerolib.cli import SUBCOMMANDS, build_parser
+
+    build_parser()   # the subcommands register their names
+    names = [module.__name__.rpartition(".")[2].replace("_", "-") for module in SUBCOMMANDS]
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    told = [name for name in names if f"zerolib {name}" in readme]
+    return ([["zerolib", name, "--help"] for name in told] + [["zerolib", "--help"]]
+            + [[sys.executable, "-m", "zerolib", "--help"],
+               [sys.executable, "benchmarks/run.py", "--help"]])
+
+
+def test_every_entry_point_the_readme_names_answers_help():
+    script = Path(sys.executable).parent / "zerolib"
+    entries = _readme_entry_points()
+    assert len(entries) >= 8    # estimate, models, figures, notebooks, html, validate, measure-deepspeed...
+    for argv in entries:
+        argv = [str(script), *argv[1:]] if argv[0] == "zerolib" else argv
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert result.returncode == 0, f"{argv}: {result.stderr}"
+        assert "usage" in result.stdout.lower(), argv
+
+
 # --- what the code imports is declared ----------------------------------------------------------
 
 def imported_modules(folder: Path) -> set[str]:
@@ -194,7 +218,7 @@ def imported_modules(folder: Path) -> set[str]:
     return names
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _installed_distributions() -> dict:
     return importlib.metadata.packages_distributions()  # slow: reads every installed package
 
@@ -218,3 +242,12 @@ def test_imports_are_declared(folder, extras):
     undeclared = sorted(f"{m} (distribution {distribution_of(m)})" for m in third_party
                         if distribution_of(m) not in declared)
     assert not undeclared, f"{folder}/ imports undeclared packages: {undeclared}"
+
+
+def test_code_passes_the_linter():
+    ruff = Path(sys.executable).parent / "ruff"
+    if not ruff.exists():
+        pytest.fail(f"{ruff} is missing: install the project with pip install -e '.[test]'")
+    result = subprocess.run([str(ruff), "check", "zerolib", "tests", "benchmarks"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr

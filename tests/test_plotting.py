@@ -12,7 +12,12 @@ import matplotlib
 import numpy as np
 import pytest
 
-from zerolib.chapter import plotting
+from zerolib.chapter import fast_png, style
+from zerolib.chapter.charts import gpu_count as gpu_count_chart
+from zerolib.chapter.charts import measured as measured_chart
+from zerolib.chapter.charts import model_size as model_size_chart
+from zerolib.chapter.charts import will_it_fit as will_it_fit_chart
+from zerolib.core import units
 from zerolib.core.tables import memory_table
 
 GB = 10**9
@@ -28,13 +33,13 @@ CHAPTER_SIZES = [1e9, 7e9, 13e9, 30e9, 70e9]
 @pytest.fixture
 def gpu_count():
     table = memory_table(7e9, np.arange(1, 65))
-    return plotting.gpu_count_figure(table)
+    return gpu_count_chart.gpu_count_figure(table)
 
 
 @pytest.fixture
 def model_size():
     table = memory_table(CHAPTER_SIZES, 64)
-    return plotting.model_size_figure(table)
+    return model_size_chart.model_size_figure(table)
 
 
 def line_by_label(artists, label):
@@ -44,22 +49,22 @@ def line_by_label(artists, label):
 # --- labels and palette ------------------------------------------------------------------------
 
 def test_device_label_names_the_capacity_in_both_units():
-    assert plotting.device_label("a100-80gb") == "A100 80GB capacity: 80 GiB = 85.9 GB"
-    assert plotting.device_label("a100-80gb", "GiB") == "A100 80GB capacity: 80 GiB"
-    assert plotting.device_label("h200-141gb") == "H200 141GB capacity: 141 GiB = 151.4 GB"
-    assert plotting.device_label("v100-32gb") == "V100 32GB capacity: 32 GiB = 34.4 GB"
+    assert style.device_label("a100-80gb") == "A100 80GB capacity: 80 GiB = 85.9 GB"
+    assert style.device_label("a100-80gb", "GiB") == "A100 80GB capacity: 80 GiB"
+    assert style.device_label("h200-141gb") == "H200 141GB capacity: 141 GiB = 151.4 GB"
+    assert style.device_label("v100-32gb") == "V100 32GB capacity: 32 GiB = 34.4 GB"
 
 
 def test_value_labels_have_three_significant_digits():
-    assert [plotting.format_value(v) for v in (1120, 293.125, 155.3125, 17.5, 4.1875, 0.25)] == [
+    assert [units.format_value(v) for v in (1120, 293.125, 155.3125, 17.5, 4.1875, 0.25)] == [
         "1,120", "293", "155", "17.5", "4.19", "0.25"]
 
 
 def test_strategies_have_distinct_okabe_ito_colours():
-    colours = [plotting.STRATEGY_COLORS[s] for s in range(4)]
+    colours = [style.STRATEGY_COLORS[s] for s in range(4)]
     assert len(set(colours)) == 4
-    assert set(colours) <= set(plotting.OKABE_ITO.values())
-    assert plotting.DEVICE_COLOR not in colours
+    assert set(colours) <= set(style.OKABE_ITO.values())
+    assert style.DEVICE_COLOR not in colours
 
 
 def test_the_same_strategy_has_the_same_colour_in_both_figures(gpu_count, model_size):
@@ -67,7 +72,7 @@ def test_the_same_strategy_has_the_same_colour_in_both_figures(gpu_count, model_
     for stage in range(4):
         line_colour = matplotlib.colors.to_hex(lines.lines[stage].get_color())
         bar_colour = matplotlib.colors.to_hex(bars.bars[stage].patches[0].get_facecolor())
-        assert line_colour == bar_colour == plotting.STRATEGY_COLORS[stage].lower()
+        assert line_colour == bar_colour == style.STRATEGY_COLORS[stage].lower()
     assert (matplotlib.colors.to_hex(lines.device_line.get_color())
             == matplotlib.colors.to_hex(bars.device_line.get_color()))
 
@@ -82,7 +87,7 @@ def test_gpu_count_figure_has_four_series_and_the_a100_line(gpu_count):
     legend = [t.get_text() for t in artists.legend.get_texts()]
     assert legend == STAGE_NAMES + ["A100 80GB capacity: 80 GiB = 85.9 GB"]
     assert "[GB]" in artists.ax.get_ylabel()
-    assert figure.get_size_inches().tolist() == list(plotting.GPU_COUNT_FIGSIZE)
+    assert figure.get_size_inches().tolist() == list(gpu_count_chart.FIGSIZE)
 
 
 def test_gpu_count_lines_hold_the_seed_claims(gpu_count):
@@ -109,7 +114,7 @@ def test_gpu_count_update_changes_the_same_artists(gpu_count):
     figure, artists = gpu_count
     lines = dict(artists.lines)
     device_line, ax = artists.device_line, artists.ax
-    plotting.update_memory_vs_gpu_count(artists, memory_table(70e9, np.arange(1, 65)),
+    gpu_count_chart.update_memory_vs_gpu_count(artists, memory_table(70e9, np.arange(1, 65)),
                                         device="v100-32gb", unit="GiB")
     assert artists.lines == lines and artists.device_line is device_line and artists.ax is ax
     assert figure.axes == [ax]
@@ -124,12 +129,12 @@ def test_gpu_count_update_changes_the_same_artists(gpu_count):
 
 def test_gpu_count_update_follows_a_new_gpu_range(gpu_count):
     _, artists = gpu_count
-    plotting.update_memory_vs_gpu_count(artists, memory_table(7e9, [2, 3, 4]))
+    gpu_count_chart.update_memory_vs_gpu_count(artists, memory_table(7e9, [2, 3, 4]))
     x, y = artists.lines[3].get_data()
     assert list(x) == [2, 3, 4]
     assert list(y) == pytest.approx([56, 112 / 3, 28])
     assert artists.ax.get_xscale() == "linear"
-    plotting.update_memory_vs_gpu_count(artists, memory_table(7e9, np.arange(1, 1025)))
+    gpu_count_chart.update_memory_vs_gpu_count(artists, memory_table(7e9, np.arange(1, 1025)))
     assert artists.ax.get_xscale() == "log"
     assert artists.lines[3].get_ydata()[-1] == pytest.approx(112 / 1024)
 
@@ -144,7 +149,7 @@ def test_model_size_figure_has_four_series_of_five_bars_and_the_a100_line(model_
     assert "85.9 GB" in artists.device_legend_text.get_text()
     assert [t.get_text() for t in artists.ax.get_xticklabels()] == ["1B", "7B", "13B", "30B", "70B"]
     assert artists.ax.get_yscale() == "log"
-    assert figure.get_size_inches().tolist() == list(plotting.MODEL_SIZE_FIGSIZE)
+    assert figure.get_size_inches().tolist() == list(model_size_chart.FIGSIZE)
 
 
 def test_model_size_bars_hold_the_seed_claims(model_size):
@@ -164,7 +169,7 @@ def test_model_size_bars_hold_the_seed_claims(model_size):
 def test_model_size_update_keeps_bars_when_the_count_is_unchanged(model_size):
     figure, artists = model_size
     patches = [list(c.patches) for c in artists.bars.values()]
-    plotting.update_memory_vs_model_size(artists, memory_table(CHAPTER_SIZES, 8),
+    model_size_chart.update_memory_vs_model_size(artists, memory_table(CHAPTER_SIZES, 8),
                                          device="h200-141gb")
     assert [list(c.patches) for c in artists.bars.values()] == patches
     assert artists.bars[3].patches[-1].get_height() == pytest.approx(140)   # 70 x 16 / 8
@@ -175,7 +180,7 @@ def test_model_size_update_keeps_bars_when_the_count_is_unchanged(model_size):
 def test_model_size_update_with_other_models_redraws_in_the_same_axes(model_size):
     figure, artists = model_size
     ax = artists.ax
-    plotting.update_memory_vs_model_size(artists, memory_table([7e9, 70e9, 175e9], 64))
+    model_size_chart.update_memory_vs_model_size(artists, memory_table([7e9, 70e9, 175e9], 64))
     assert figure.axes == [ax] and artists.ax is ax
     assert [len(c.patches) for c in artists.bars.values()] == [3, 3, 3, 3]
     assert len(ax.patches) == 12                               # the old bars are gone
@@ -186,49 +191,50 @@ def test_model_size_update_with_other_models_redraws_in_the_same_axes(model_size
 # --- bad input -----------------------------------------------------------------------------------
 
 def test_bad_tables_and_units_are_rejected_with_the_argument_named():
-    figure = plotting.new_figure(plotting.GPU_COUNT_FIGSIZE)
-    ax = plotting.add_axes(figure, "gpu_count")
+    figure = style.new_figure(gpu_count_chart.FIGSIZE)
+    ax = style.add_axes(figure, gpu_count_chart.MARGINS)
     with pytest.raises(ValueError, match="one params value"):
-        plotting.draw_memory_vs_gpu_count(ax, memory_table([7e9, 13e9], [1, 2]))
+        gpu_count_chart.draw_memory_vs_gpu_count(ax, memory_table([7e9, 13e9], [1, 2]))
     with pytest.raises(ValueError, match="one gpus value"):
-        plotting.draw_memory_vs_model_size(ax, memory_table(7e9, [1, 2]))
+        model_size_chart.draw_memory_vs_model_size(ax, memory_table(7e9, [1, 2]))
     with pytest.raises(ValueError, match="unit"):
-        plotting.draw_memory_vs_gpu_count(ax, memory_table(7e9, [1, 2]), unit="MB")
+        gpu_count_chart.draw_memory_vs_gpu_count(ax, memory_table(7e9, [1, 2]), unit="MB")
     with pytest.raises(ValueError, match="lacks the columns"):
-        plotting.draw_memory_vs_gpu_count(ax, memory_table(7e9, [1, 2])[["params", "gpus"]])
+        gpu_count_chart.draw_memory_vs_gpu_count(ax, memory_table(7e9, [1, 2])[["params", "gpus"]])
     with pytest.raises(TypeError, match="DataFrame"):
-        plotting.draw_memory_vs_gpu_count(ax, [[1, 2]])
-    with pytest.raises(ValueError, match="layout"):   # numbers of one layout, title of another
-        plotting.draw_memory_vs_gpu_count(ax, memory_table(7e9, [1, 2], layout="fp32-adam"),
-                                          layout="bf16-fp32-grads")
+        gpu_count_chart.draw_memory_vs_gpu_count(ax, [[1, 2]])
+    bare = memory_table(7e9, [1, 2])
+    bare.attrs.clear()   # a table that does not say which layout made its numbers
+    with pytest.raises(ValueError, match="lacks attrs layout"):
+        gpu_count_chart.draw_memory_vs_gpu_count(ax, bare)
     with pytest.raises(ValueError, match="device"):
-        plotting.draw_memory_vs_gpu_count(ax, memory_table(7e9, [1, 2]), device="tpu")
+        gpu_count_chart.draw_memory_vs_gpu_count(ax, memory_table(7e9, [1, 2]), device="tpu")
 
 
 # --- rendering ----------------------------------------------------------------------------------
 
 def test_png_and_svg_are_byte_stable_without_dates_or_versions(gpu_count):
     figure, _ = gpu_count
-    png, svg = plotting.render_png(figure), plotting.render_svg(figure)
+    png, svg = style.render_png(figure), style.render_svg(figure)
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    assert plotting.render_png(figure) == png and plotting.render_svg(figure) == svg
+    assert style.render_png(figure) == png and style.render_svg(figure) == svg
     assert b"Software" not in png and b"Matplotlib" not in png
     assert b"<dc:date>" not in svg and matplotlib.__version__.encode() not in svg
     # The same drawing in a second figure gives the same bytes (fixed SVG ids).
-    again, _ = plotting.gpu_count_figure(memory_table(7e9, np.arange(1, 65)))
-    assert plotting.render_svg(again) == svg and plotting.render_png(again) == png
+    again, _ = gpu_count_chart.gpu_count_figure(memory_table(7e9, np.arange(1, 65)))
+    assert style.render_svg(again) == svg and style.render_png(again) == png
 
 
 def test_incremental_png_gives_the_pixels_of_a_full_draw(gpu_count):
     figure, artists = gpu_count
-    fast = plotting.IncrementalPng(figure, plotting.text_blocks(artists))
+    fast = fast_png.IncrementalPng(figure, fast_png.text_blocks(artists))
     for params, gpus, device, unit in [(7e9, range(1, 65), "a100-80gb", "GB"),
                                        (7e9, range(1, 33), "a100-80gb", "GB"),
                                        (70e9, range(1, 33), "a100-80gb", "GB"),
                                        (70e9, range(1, 33), "v100-32gb", "GiB"),
                                        (70e9, range(4, 9), "v100-32gb", "GiB")]:
-        plotting.update_memory_vs_gpu_count(artists, memory_table(params, list(gpus)), device, unit)
-        assert fast.render() == plotting.IncrementalPng(figure).render()
+        gpu_count_chart.update_memory_vs_gpu_count(artists, memory_table(params, list(gpus)), device, unit)
+        assert fast.render() == fast_png.IncrementalPng(figure).render()
     assert fast.full_draws == 1     # only the first render drew every text block
 
 
@@ -238,10 +244,11 @@ def test_library_uses_no_pyplot_and_changes_no_global_style():
         # dict.items reads the stored values (rcParams["backend"] would import pyplot)
         "before = dict(dict.items(matplotlib.rcParams))\n"
         "import numpy as np\n"
-        "from zerolib.chapter import plotting, figures, explorers\n"
+        "from zerolib.chapter import explorers, style\n"
+        "from zerolib.chapter.charts import gpu_count as gpu_count_chart\n"
         "from zerolib.core.tables import memory_table\n"
-        "figure, _ = plotting.gpu_count_figure(memory_table(7e9, np.arange(1, 65)))\n"
-        "plotting.render_png(figure); plotting.render_svg(figure)\n"
+        "figure, _ = gpu_count_chart.gpu_count_figure(memory_table(7e9, np.arange(1, 65)))\n"
+        "style.render_png(figure); style.render_svg(figure)\n"
         "explorers.GpuCountExplorer().controls['params'].value = 13 * 10**9\n"
         "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'\n"
         "after = dict(dict.items(matplotlib.rcParams))\n"
@@ -258,11 +265,11 @@ def test_encode_png_holds_exactly_the_canvas_pixels(gpu_count):
     figure, _ = gpu_count
     figure.canvas.draw()
     rgba = np.asarray(figure.canvas.buffer_rgba())
-    png = plotting.encode_png(rgba)
+    png = fast_png.encode_png(rgba)
     decoded = np.asarray(PIL.Image.open(io.BytesIO(png)))
     assert decoded.shape == rgba.shape[:2] + (3,)
     assert np.array_equal(decoded, rgba[..., :3]) and np.all(rgba[..., 3] == 255)  # opaque
-    assert plotting.encode_png(rgba) == png
+    assert fast_png.encode_png(rgba) == png
 
 
 # --- measured against predicted, per rank (notebook 05) -----------------------------------------
@@ -287,12 +294,12 @@ def measured_table():
 
 
 def test_format_relative_for_reading():
-    assert [plotting.format_relative(v) for v in (0, 0.000048, 0.0023, -0.314, 0.117, 2.6196, -0.5)] == [
+    assert [units.format_relative(v) for v in (0, 0.000048, 0.0023, -0.314, 0.117, 2.6196, -0.5)] == [
         "0%", "+0.0048%", "+0.23%", "-31.4%", "+11.7%", "+262%", "-50.0%"]
 
 
 def test_measured_figure_draws_each_rank_and_the_prediction():
-    figure, panels = plotting.measured_vs_predicted_figure(measured_table(), "title", "subtitle")
+    figure, panels = measured_chart.measured_vs_predicted_figure(measured_table(), "title", "subtitle")
     assert len(panels) == len(figure.axes) == 2
     first, second = panels
     assert first.categories == ("parameters", "gradients", "optimizer") and first.ranks == (0, 1)
@@ -304,9 +311,9 @@ def test_measured_figure_draws_each_rank_and_the_prediction():
             assert line.get_segments()[0][0][1] == 100  # the prediction, at 100 B
     # Bars take the colour of the stage they are compared with, as in the chapter's figures.
     assert (matplotlib.colors.to_hex(first.bars["gradients"].patches[0].get_facecolor())
-            == plotting.STRATEGY_COLORS[1].lower())
+            == style.STRATEGY_COLORS[1].lower())
     assert (matplotlib.colors.to_hex(second.bars["gradients"].patches[0].get_facecolor())
-            == plotting.STRATEGY_COLORS[3].lower())
+            == style.STRATEGY_COLORS[3].lower())
     # One y axis for every panel, with room above the tallest bar (300 B) for its label.
     assert first.ax.get_ylim() == second.ax.get_ylim() and first.ax.get_ylim()[1] > 300
     assert first.title.get_text() == "A\nat rest"
@@ -318,28 +325,28 @@ def test_measured_figure_draws_each_rank_and_the_prediction():
 
 
 def test_measured_figure_png_is_byte_stable():
-    png = plotting.render_png(plotting.measured_vs_predicted_figure(measured_table(), "t")[0])
-    again = plotting.render_png(plotting.measured_vs_predicted_figure(measured_table(), "t")[0])
+    png = style.render_png(measured_chart.measured_vs_predicted_figure(measured_table(), "t")[0])
+    again = style.render_png(measured_chart.measured_vs_predicted_figure(measured_table(), "t")[0])
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and png == again and b"Software" not in png
 
 
 def test_measured_figure_rejects_bad_tables():
     table = measured_table()
     with pytest.raises(TypeError, match="table"):
-        plotting.measured_vs_predicted_figure(table.to_dict(), "t")
+        measured_chart.measured_vs_predicted_figure(table.to_dict(), "t")
     with pytest.raises(ValueError, match="predicted_bytes"):
-        plotting.measured_vs_predicted_figure(table.drop(columns="predicted_bytes"), "t")
+        measured_chart.measured_vs_predicted_figure(table.drop(columns="predicted_bytes"), "t")
     uneven = table.copy()
     uneven.loc[0, "predicted_bytes"] = 99  # zerolib never predicts different bytes per rank
     with pytest.raises(ValueError, match="predicted_bytes"):
-        plotting.measured_vs_predicted_figure(uneven, "t")
+        measured_chart.measured_vs_predicted_figure(uneven, "t")
     with pytest.raises(ValueError, match="category"):
-        plotting.measured_vs_predicted_figure(table.replace({"category": {"optimizer": "other"}}), "t")
+        measured_chart.measured_vs_predicted_figure(table.replace({"category": {"optimizer": "other"}}), "t")
     with pytest.raises(ValueError, match="ncols"):
-        plotting.measured_vs_predicted_figure(table, "t", ncols=0)
-    figure = plotting.new_figure((4, 3))
+        measured_chart.measured_vs_predicted_figure(table, "t", ncols=0)
+    figure = style.new_figure((4, 3))
     with pytest.raises(ValueError, match="one panel"):
-        plotting.draw_measured_vs_predicted(figure.add_subplot(), table)
+        measured_chart.draw_measured_vs_predicted(figure.add_subplot(), table)
 
 
 # --- figure 3: will it fit? persistent state + working set per stage against the device ----------
@@ -399,14 +406,14 @@ def _settings(**changes):
 
 
 def _frame(settings=None, model="llama-2-7b", gpus=8):
-    from zerolib.core.working_set import peak_frame
+    from zerolib.core.tables import peak_frame
     return peak_frame(model, gpus, (0, 1, 2, 3), settings or _settings())
 
 
 @pytest.fixture
 def will_it_fit():
     settings = _settings()
-    return plotting.will_it_fit_figure(_frame(settings), "h100-80gb", settings=settings)
+    return will_it_fit_chart.will_it_fit_figure(_frame(settings), "h100-80gb")
 
 
 def heights_gb(artists, stage_index):
@@ -415,8 +422,8 @@ def heights_gb(artists, stage_index):
 
 def test_will_it_fit_stacks_every_component_of_the_hand_worksheet(will_it_fit):
     figure, artists = will_it_fit
-    assert figure.get_size_inches().tolist() == list(plotting.WILL_IT_FIT_FIGSIZE)
-    assert list(plotting.COMPONENTS) == STACK
+    assert figure.get_size_inches().tolist() == list(will_it_fit_chart.FIGSIZE)
+    assert list(will_it_fit_chart.COMPONENTS) == STACK
     for i, stage in enumerate(range(4)):
         bottom = 0.0
         for component in STACK:
@@ -457,16 +464,16 @@ def test_will_it_fit_capacity_line_is_at_the_capacity_and_labelled(will_it_fit):
 
 def test_will_it_fit_components_have_their_own_colour_blind_safe_colours(will_it_fit):
     _, artists = will_it_fit
-    colours = [plotting.COMPONENT_COLORS[c] for c in STACK]
+    colours = [will_it_fit_chart.COMPONENT_COLORS[c] for c in STACK]
     assert len(set(colours)) == len(STACK)
-    assert set(colours) <= set(plotting.TOL_MUTED.values())
+    assert set(colours) <= set(will_it_fit_chart.TOL_MUTED.values())
     # Strategy colours stay with strategies, the device keeps its own.
-    assert not set(colours) & {*plotting.STRATEGY_COLORS.values(), plotting.DEVICE_COLOR}
+    assert not set(colours) & {*style.STRATEGY_COLORS.values(), style.DEVICE_COLOR}
     for component in STACK:
         faces = {matplotlib.colors.to_hex(p.get_facecolor()) for p in artists.bars[component].patches}
-        assert faces == {plotting.COMPONENT_COLORS[component].lower()}   # same in every bar
+        assert faces == {will_it_fit_chart.COMPONENT_COLORS[component].lower()}   # same in every bar
         legend = artists.legend_text(component).get_text()
-        assert legend.startswith(plotting.COMPONENT_LABELS[component])
+        assert legend.startswith(will_it_fit_chart.COMPONENT_LABELS[component])
     # A term that is 0 in every bar says so (DeepSpeed all-gathers in place).
     assert artists.legend_text("allgather_bucket").get_text().endswith(": 0 here")
     assert not artists.legend_text("reduce_bucket").get_text().endswith(": 0 here")
@@ -477,12 +484,12 @@ def test_will_it_fit_components_have_their_own_colour_blind_safe_colours(will_it
 
 def test_will_it_fit_update_changes_the_same_artists():
     settings = _settings()
-    figure, artists = plotting.will_it_fit_figure(_frame(settings), "h100-80gb", settings=settings)
+    figure, artists = will_it_fit_chart.will_it_fit_figure(_frame(settings), "h100-80gb")
     patches = {c: list(artists.bars[c].patches) for c in STACK}
     line, ax = artists.device_line, artists.ax
     # Micro-batch 2 doubles the activations and the logits (both linear in b), nothing else.
     doubled = _settings(micro_batch=2)
-    plotting.update_will_it_fit(artists, _frame(doubled), "a100-40gb", "GB", doubled)
+    will_it_fit_chart.update_will_it_fit(artists, _frame(doubled), "a100-40gb", "GB")
     assert {c: list(artists.bars[c].patches) for c in STACK} == patches
     assert artists.device_line is line and figure.axes == [ax]
     for i in range(4):
@@ -499,7 +506,7 @@ def test_will_it_fit_update_changes_the_same_artists():
     assert artists.peak_labels[3].get_text() == "60.6 GB"
     assert "micro-batch 2" in artists.subtitle.get_text()
     # In GiB the same bytes are smaller numbers and the line sits at exactly 40.
-    plotting.update_will_it_fit(artists, _frame(doubled), "a100-40gb", "GiB", doubled)
+    will_it_fit_chart.update_will_it_fit(artists, _frame(doubled), "a100-40gb", "GiB")
     assert artists.device_line.get_ydata()[0] == pytest.approx(40.0)
     assert artists.device_tag.get_text() == "40.0 GiB"
     assert heights_gb(artists, 0)["activations"] == pytest.approx(2 * ACTIVATIONS / GiB)
@@ -508,57 +515,53 @@ def test_will_it_fit_update_changes_the_same_artists():
 
 def test_will_it_fit_bad_input_is_rejected_with_the_argument_named(will_it_fit):
     _, artists = will_it_fit
-    figure = plotting.new_figure(plotting.WILL_IT_FIT_FIGSIZE)
-    ax = plotting.add_axes(figure, "will_it_fit")
+    figure = style.new_figure(will_it_fit_chart.FIGSIZE)
+    ax = style.add_axes(figure, will_it_fit_chart.MARGINS)
     frame = _frame()
-    with pytest.raises(TypeError, match="frame must be a DataFrame"):
-        plotting.draw_will_it_fit(ax, [[1, 2]])
+    with pytest.raises(TypeError, match="table must be a DataFrame"):
+        will_it_fit_chart.draw_will_it_fit(ax, [[1, 2]])
     with pytest.raises(ValueError, match="lacks the columns"):
-        plotting.draw_will_it_fit(ax, frame[["stage", "bytes"]], settings=_settings())
+        will_it_fit_chart.draw_will_it_fit(ax, frame[["stage", "bytes"]])
     with pytest.raises(ValueError, match="every component exactly once"):
-        plotting.draw_will_it_fit(ax, frame.iloc[1:], settings=_settings())
+        will_it_fit_chart.draw_will_it_fit(ax, frame.iloc[1:])
     with pytest.raises(ValueError, match="one gpus value"):
-        plotting.draw_will_it_fit(ax, __import__("pandas").concat([frame, _frame(gpus=16)]),
-                                  settings=_settings())
-    with pytest.raises(TypeError, match="settings"):
-        plotting.draw_will_it_fit(ax, frame, settings={"micro_batch": 1})
-    # Numbers of one setting under a subtitle naming another: refused.
-    with pytest.raises(ValueError, match="settings"):
-        plotting.draw_will_it_fit(ax, frame, settings=_settings(micro_batch=2))
-    with pytest.raises(ValueError, match="layout"):
-        plotting.draw_will_it_fit(ax, frame, settings=_settings(), layout="fp32-adam")
+        will_it_fit_chart.draw_will_it_fit(ax, __import__("pandas").concat([frame, _frame(gpus=16)]))
+    # A frame that does not say which settings made it cannot be titled: refused.
+    bare = frame.copy()
+    bare.attrs.pop("settings")
+    with pytest.raises(ValueError, match="lacks attrs settings"):
+        will_it_fit_chart.draw_will_it_fit(ax, bare)
     with pytest.raises(ValueError, match="unit"):
-        plotting.draw_will_it_fit(ax, frame, unit="MB", settings=_settings())
+        will_it_fit_chart.draw_will_it_fit(ax, frame, unit="MB")
     with pytest.raises(ValueError, match="device"):
-        plotting.draw_will_it_fit(ax, frame, device="tpu", settings=_settings())
-    from zerolib.core.working_set import peak_frame
+        will_it_fit_chart.draw_will_it_fit(ax, frame, device="tpu")
+    from zerolib.core.tables import peak_frame
     with pytest.raises(ValueError, match="stages"):
-        plotting.update_will_it_fit(artists, peak_frame("llama-2-7b", 8, (2, 3), _settings()),
-                                    settings=_settings())
+        will_it_fit_chart.update_will_it_fit(artists, peak_frame("llama-2-7b", 8, (2, 3), _settings()))
 
 
 def test_will_it_fit_renders_byte_stable_and_incrementally(will_it_fit):
     figure, artists = will_it_fit
-    png = plotting.render_png(figure)
-    again, _ = plotting.will_it_fit_figure(_frame(), "h100-80gb", settings=_settings())
-    assert plotting.render_png(again) == png
-    fast = plotting.IncrementalPng(figure, plotting.will_it_fit_blocks(artists))
+    png = style.render_png(figure)
+    again, _ = will_it_fit_chart.will_it_fit_figure(_frame(), "h100-80gb")
+    assert style.render_png(again) == png
+    fast = fast_png.IncrementalPng(figure, will_it_fit_chart.will_it_fit_blocks(artists))
     for settings, device, unit in [(_settings(), "h100-80gb", "GB"),
                                    (_settings(micro_batch=2), "h100-80gb", "GB"),
                                    (_settings(micro_batch=2), "a100-40gb", "GiB"),
                                    (_settings(recompute="full"), "a100-40gb", "GiB")]:
-        plotting.update_will_it_fit(artists, _frame(settings), device, unit, settings)
-        assert fast.render() == plotting.IncrementalPng(figure).render()
+        will_it_fit_chart.update_will_it_fit(artists, _frame(settings), device, unit)
+        assert fast.render() == fast_png.IncrementalPng(figure).render()
 
 
 def test_will_it_fit_labels_the_capacity_line_crosses_get_a_backing():
     # Micro-batch 2 on the H100: stage 1 peaks at 82.2 GB, so its two labels (value and "fits",
     # 36 points above the bar) straddle the 85.9 GB line; stage 3 at 60.6 GB is far below it.
     settings = _settings(micro_batch=2)
-    _, artists = plotting.will_it_fit_figure(_frame(settings), "h100-80gb", settings=settings)
+    _, artists = will_it_fit_chart.will_it_fit_figure(_frame(settings), "h100-80gb")
     assert artists.peak_labels[1].get_text() == "82.2 GB"
     assert artists.peak_labels[1].get_bbox_patch() is not None
     assert artists.verdict_labels[1].get_bbox_patch() is not None
     assert artists.peak_labels[3].get_bbox_patch() is None
-    plotting.update_will_it_fit(artists, _frame(), "h100-80gb", settings=_settings())
+    will_it_fit_chart.update_will_it_fit(artists, _frame(), "h100-80gb")
     assert artists.peak_labels[1].get_bbox_patch() is None            # 61.2 GB: clear again

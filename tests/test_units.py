@@ -3,7 +3,8 @@ import math
 
 import pytest
 
-from zerolib.core.units import GB, GiB, format_bytes, format_count, parse_count, to_unit
+from zerolib.core.parse import parse_count
+from zerolib.core.units import GB, GiB, format_bytes, format_count, to_unit
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -16,10 +16,10 @@ from zerolib.core.units import GiB
 from zerolib.core.working_set import (
     TERMS,
     WorkingSetSettings,
-    fewest_gpus,
-    fits,
+    fewest_gpus_for_peak,
     largest_micro_batch,
     peak,
+    peak_fits,
     stage_rows,
     working_set,
 )
@@ -137,21 +137,21 @@ def test_llama_2_7b_largest_micro_batch_by_hand():
 ])
 def test_searches_are_tight(model, stage, device):
     settings = WorkingSetSettings(seq_len=1024, recompute="selective")
-    fewest = fewest_gpus(model, stage, settings, device=device, max_gpus=4096)
+    fewest = fewest_gpus_for_peak(model, stage, settings, device=device, max_gpus=4096)
     assert fewest is not None
-    assert fits(model, fewest, stage, settings, device=device)
+    assert peak_fits(model, fewest, stage, settings, device=device)
     if fewest > 1:
-        assert not fits(model, fewest - 1, stage, settings, device=device)
+        assert not peak_fits(model, fewest - 1, stage, settings, device=device)
     batch = largest_micro_batch(model, fewest, stage, settings, device=device)
     assert batch >= 1
     bigger = dataclasses.replace(settings, micro_batch=batch + 1)
-    assert fits(model, fewest, stage, dataclasses.replace(settings, micro_batch=batch), device=device)
-    assert not fits(model, fewest, stage, bigger, device=device)
+    assert peak_fits(model, fewest, stage, dataclasses.replace(settings, micro_batch=batch), device=device)
+    assert not peak_fits(model, fewest, stage, bigger, device=device)
 
 
 def test_searches_report_what_never_fits():
     # Plain data parallelism replicates 16 bytes per parameter: 70B never fits on 80 GB.
-    assert fewest_gpus("llama-2-70b", 0, device="h100-80gb", max_gpus=1024) is None
+    assert fewest_gpus_for_peak("llama-2-70b", 0, device="h100-80gb", max_gpus=1024) is None
     # 7B under stage 0 needs 107.8 GB of state alone: not even one sequence fits.
     assert largest_micro_batch("llama-2-7b", 64, 0, device="a100-80gb") == 0
 
@@ -164,10 +164,10 @@ def test_working_set_makes_stages_need_more_gpus_than_state_alone():
     # logits 6 B x 8192 x 128,256 = 6,303,842,304, layer inputs 32 x 2 B x 8192 x 4096 =
     # 2,147,483,648, reduce bucket 1e9, reserve 2 GiB: 11,599,006,208 B. It never fits, whereas
     # the state alone fits from 9 GPUs on (12 P / N <= 10,828,627,968 needs N >= 8.9).
-    assert fewest_gpus("llama-3-8b", 1, settings, device="a100-40gb", max_gpus=4096) is None
+    assert fewest_gpus_for_peak("llama-3-8b", 1, settings, device="a100-40gb", max_gpus=4096) is None
     assert state_only(8_030_261_248, 1, device="a100-40gb", max_gpus=4096) == 9
     for stage in (2, 3):
-        with_ws = fewest_gpus("llama-3-8b", stage, settings, device="a100-40gb", max_gpus=4096)
+        with_ws = fewest_gpus_for_peak("llama-3-8b", stage, settings, device="a100-40gb", max_gpus=4096)
         alone = state_only(8_030_261_248, stage, device="a100-40gb", max_gpus=4096)
         assert with_ws > alone
 
@@ -175,7 +175,7 @@ def test_working_set_makes_stages_need_more_gpus_than_state_alone():
 def test_tensor_parallel_counts_gpus_in_multiples_and_shares_state():
     settings = WorkingSetSettings(seq_len=4096, tensor_parallel=8, sequence_parallel=True,
                                   recompute="selective")
-    fewest = fewest_gpus("llama-2-70b", 3, settings, device="h100-80gb", max_gpus=4096)
+    fewest = fewest_gpus_for_peak("llama-2-70b", 3, settings, device="h100-80gb", max_gpus=4096)
     assert fewest is not None and fewest % 8 == 0
     result = peak("llama-2-70b", 16, 3, settings)
     # 68,976,648,192 / 8 = 8,622,081,024 parameters per tensor-parallel rank over 2 data-
@@ -212,17 +212,17 @@ def test_bad_calls_are_rejected():
     with pytest.raises(TypeError, match="settings"):
         working_set("gpt2", 3, {"seq_len": 128})
     with pytest.raises(TypeError, match="settings"):
-        fewest_gpus("gpt2", 3, {"seq_len": 128})
+        fewest_gpus_for_peak("gpt2", 3, {"seq_len": 128})
     with pytest.raises(TypeError, match="settings"):
         largest_micro_batch("gpt2", 8, 3, {"seq_len": 128})
     with pytest.raises(TypeError, match="stage"):
         working_set("gpt2", [1, 2], WorkingSetSettings(seq_len=128))
     with pytest.raises(ValueError, match="max_gpus"):
-        fewest_gpus("gpt2", 3, WorkingSetSettings(seq_len=128), max_gpus=0)
+        fewest_gpus_for_peak("gpt2", 3, WorkingSetSettings(seq_len=128), max_gpus=0)
     with pytest.raises(ValueError, match="divide heads"):
         working_set("gpt2", 3, WorkingSetSettings(seq_len=128, tensor_parallel=5))
     with pytest.raises(ValueError, match="device"):
-        fits("gpt2", 1, 3, WorkingSetSettings(seq_len=128), device="tpu")
+        peak_fits("gpt2", 1, 3, WorkingSetSettings(seq_len=128), device="tpu")
 
 
 def test_peak_is_persistent_plus_working_set():
@@ -235,7 +235,7 @@ def test_peak_is_persistent_plus_working_set():
 
 
 def test_peak_frame_is_tidy_and_adds_up_to_the_peak():
-    from zerolib.core.working_set import peak_frame
+    from zerolib.core.tables import peak_frame
     settings = WorkingSetSettings(seq_len=2048, recompute="selective")
     frame = peak_frame("llama-2-13b", 16, settings=settings)
     assert list(frame.columns) == ["model", "gpus", "stage", "strategy", "layer", "component", "bytes"]
@@ -249,8 +249,8 @@ def test_peak_frame_is_tidy_and_adds_up_to_the_peak():
 
 def test_fewest_gpus_over_several_stages_is_one_search():
     settings = WorkingSetSettings(seq_len=4096, recompute="selective")
-    together = fewest_gpus("llama-2-13b", [0, 1, 2, 3], settings, device="a100-80gb", max_gpus=4096)
-    alone = [fewest_gpus("llama-2-13b", s, settings, device="a100-80gb", max_gpus=4096) for s in range(4)]
+    together = fewest_gpus_for_peak("llama-2-13b", [0, 1, 2, 3], settings, device="a100-80gb", max_gpus=4096)
+    alone = [fewest_gpus_for_peak("llama-2-13b", s, settings, device="a100-80gb", max_gpus=4096) for s in range(4)]
     assert list(together) == [n or 0 for n in alone]
 
 

@@ -1,11 +1,19 @@
 """zerolib: per-GPU training memory under the ZeRO stages, exact to the byte.
 
-Every number and figure of the chapter in ``notebooks/`` comes from here. The most used
-functions are importable from the top level (loaded on first use, so ``import zerolib`` stays
-light); each lives in the module that owns it:
+Every number and figure of the chapter in ``notebooks/`` comes from here. The package is four
+layers, imports pointing down only:
 
->>> from zerolib import model_state
->>> int(model_state(1_000_000_000, 4, 3).total)   # bytes per worker, ZeRO stage 3
+- :mod:`zerolib.core`: the arithmetic (numpy and pandas only);
+- :mod:`zerolib.chapter`: the figures, their style and the explorers (matplotlib, ipywidgets);
+- :mod:`zerolib.crosscheck`: the ZeRO paper, DeepSpeed's estimator, real PyTorch/DeepSpeed runs;
+- :mod:`zerolib.publish`: notebook re-execution and HTML export;
+
+and the command line (:mod:`zerolib.cli`) on top. The names a reader needs are importable from
+the top level, loaded on first use (so ``import zerolib`` stays light), and each is the very
+object its module defines, however it is imported:
+
+>>> import zerolib as zl
+>>> int(zl.model_state(1_000_000_000, 4, 3).total)   # bytes per worker, ZeRO stage 3
 4000000000
 """
 from importlib import import_module
@@ -13,16 +21,50 @@ from importlib import import_module
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "model_state": "core.accounting", "get_layout": "core.accounting", "Layout": "core.accounting",
-    "LAYOUTS": "core.accounting", "get_device": "core.devices", "DEVICES": "core.devices",
-    "fits": "core.feasibility", "fewest_gpus": "core.feasibility", "largest_model": "core.feasibility",
-    "volume": "core.communication", "memory_table": "core.tables", "estimate": "core.estimate",
-    "parse_count": "core.units", "to_unit": "core.units", "GB": "core.units", "GiB": "core.units",
+    "zerolib.core.units": ("GB", "GiB", "to_unit", "format_bytes", "format_count", "format_value"),
+    "zerolib.core.parse": ("parse_count", "parse_whole", "parse_size"),
+    "zerolib.core.accounting": ("CATEGORIES", "STAGES", "PARTITIONED", "STRATEGY_NAMES", "LAYOUTS",
+                                "Layout", "get_layout", "model_state"),
+    "zerolib.core.devices": ("DEVICES", "get_device", "capacity_text"),
+    "zerolib.core.models": ("MODELS", "TransformerConfig", "get_model", "parameter_count",
+                            "largest_layer"),
+    "zerolib.core.activations": ("layer_activation_bytes", "layer_activation_terms",
+                                 "model_activation_terms"),
+    "zerolib.core.feasibility": ("model_state_fits", "fewest_gpus", "largest_model"),
+    "zerolib.core.working_set": ("WorkingSetSettings", "TERMS", "working_set", "peak", "peaks",
+                                 "peak_fits", "fewest_gpus_for_peak", "largest_micro_batch",
+                                 "stage_rows"),
+    "zerolib.core.communication": ("volume",),
+    "zerolib.core.tables": ("memory_table", "fewest_gpus_table", "stage_savings", "peak_frame"),
+    "zerolib.core.estimate": ("estimate", "estimate_model"),
+    "zerolib.chapter.style": ("render_png", "render_svg"),
+    "zerolib.chapter.figures": ("FigureOptions", "published_figure", "published_data"),
+    "zerolib.chapter.charts.gpu_count": ("gpu_count_figure",),
+    "zerolib.chapter.charts.model_size": ("model_size_figure",),
+    "zerolib.chapter.charts.will_it_fit": ("will_it_fit_figure",),
+    "zerolib.chapter.charts.measured": ("measured_vs_predicted_figure",),
+    "zerolib.chapter.explorers": ("GpuCountExplorer", "ModelSizeExplorer", "WillItFitExplorer"),
 }
-__all__ = sorted(_EXPORTS)
+# Whole modules of the cross-checks, used as namespaces (``zl.paper.figure1_comparison()``).
+_MODULES = {
+    "paper": "zerolib.crosscheck.paper",
+    "deepspeed_estimator": "zerolib.crosscheck.deepspeed_estimator",
+    "report": "zerolib.crosscheck.validation.report",
+}
+_OWNER = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted([*_OWNER, *_MODULES])
 
 
 def __getattr__(name):  # PEP 562: import the owning module only when a name is used
-    if name in _EXPORTS:
-        return getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(f"module 'zerolib' has no attribute {name!r}")
+    if name in _OWNER:
+        value = getattr(import_module(_OWNER[name]), name)
+    elif name in _MODULES:
+        value = import_module(_MODULES[name])
+    else:
+        raise AttributeError(f"module 'zerolib' has no attribute {name!r}")
+    globals()[name] = value  # later look-ups, and `from zerolib import name`, get the same object
+    return value
+
+
+def __dir__():
+    return __all__

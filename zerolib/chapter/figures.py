@@ -3,29 +3,35 @@
 :func:`build` computes every output file in memory (PNG, SVG, CSV, ``data/README.md`` and
 ``figures/VERSIONS``) from zerolib alone; :func:`write` puts them in place atomically and touches
 nothing else; :func:`check` compares them with what is on disk. The notebooks call
-:func:`gpu_count_figure` and :func:`model_size_figure`, which draw through
-:mod:`zerolib.chapter.plotting` exactly as the committed files were drawn.
+:func:`published_figure`, which draws through :mod:`zerolib.chapter.charts` exactly as the
+committed files were drawn.
 """
 from __future__ import annotations
 
-import os
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
+import pandas as pd
+from matplotlib.figure import Figure
+
+from zerolib._io import stale_temporaries, write_files
+from zerolib.chapter.charts import gpu_count, model_size
+from zerolib.chapter.style import render_png, render_svg
 from zerolib.core.accounting import STAGES, Layout, get_layout
 from zerolib.core.devices import Device, capacity_text, get_device
-from zerolib.core.inputs import check_gpus, check_params, check_stage
+from zerolib.core.inputs import MAX_FIGURE_POINTS, check_gpus, check_params, check_stage
+from zerolib.core.tables import memory_table
 from zerolib.core.units import check_unit, format_count
 from zerolib.paths import REPO_ROOT
 
 GPU_COUNT = "memory-vs-gpu-count"
 MODEL_SIZE = "memory-vs-model-size"
-FIGURE_NAMES = (GPU_COUNT, MODEL_SIZE)
 VERSIONS_FILE = "figures/VERSIONS"
 DATA_README = "data/README.md"
 PNG_DPI = 150          # 1200 x 840 pixels for the GPU-count figure: sharp on a page
-MAX_POINTS = 4096      # GPU counts or model sizes in one figure
 
 # Data files that other commands write into data/, each described in its own Markdown file
 # there. data/README.md lists them; extend this tuple when a command adds one.
@@ -51,12 +57,16 @@ class FigureOptions:
     gpus: tuple[int, ...] = tuple(range(1, 65))       # figure 1: the GPU counts
     model_sizes: tuple[int, ...] = (10**9, 7 * 10**9, 13 * 10**9, 30 * 10**9, 70 * 10**9)
     model_gpus: int = 64                              # figure 2: the GPU count of every model
-    device: "str | Device" = "a100-80gb"
-    layout: "str | Layout" = "mixed-adam"
+    device: str | Device = "a100-80gb"
+    layout: str | Layout = "mixed-adam"
     unit: str = "GB"
     stages: tuple[int, ...] = STAGES
 
     def __post_init__(self):
+        for name in ("gpus", "model_sizes"):   # counted before any array is built
+            values = getattr(self, name)
+            if hasattr(values, "__len__") and len(values) > MAX_FIGURE_POINTS:
+                raise ValueError(f"{name} must hold at most {MAX_FIGURE_POINTS} values")
         params = check_params(self.params, "params")
         gpus = check_gpus(self.gpus, "gpus")
         sizes = check_params(self.model_sizes, "model_sizes")
@@ -64,9 +74,6 @@ class FigureOptions:
             raise ValueError("params must be one model size for the GPU-count figure")
         if gpus.ndim != 1 or sizes.ndim != 1:
             raise ValueError("gpus and model_sizes must be lists of numbers")
-        for name, values in (("gpus", gpus), ("model_sizes", sizes)):
-            if len(set(values.tolist())) > MAX_POINTS:
-                raise ValueError(f"{name} must hold at most {MAX_POINTS} values")
         model_gpus = check_gpus(self.model_gpus, "model_gpus")
         if model_gpus.ndim != 0:
             raise ValueError("model_gpus must be one GPU count for the model-size figure")
@@ -88,32 +95,43 @@ DEFAULTS = FigureOptions()
 # Data and figures (the notebooks call these)
 
 
-def gpu_count_data(options: FigureOptions = DEFAULTS):
-    """The tidy table of the GPU-count figure (bytes)."""
-    from zerolib.core.tables import memory_table
-    return memory_table(options.params, options.gpus, options.stages, options.layout)
+@dataclass(frozen=True)
+class PublishedFigure:
+    """One figure of ``figures/``: how its data table is computed and how it is drawn."""
+
+    name: str
+    data: Callable[[FigureOptions], pd.DataFrame]
+    draw: Callable[[pd.DataFrame, FigureOptions, float], Figure]
 
 
-def model_size_data(options: FigureOptions = DEFAULTS):
-    """The tidy table of the model-size figure (bytes)."""
-    from zerolib.core.tables import memory_table
-    return memory_table(options.model_sizes, options.model_gpus, options.stages, options.layout)
+PUBLISHED: Mapping[str, PublishedFigure] = MappingProxyType({figure.name: figure for figure in (
+    PublishedFigure(
+        GPU_COUNT,
+        lambda o: memory_table(o.params, o.gpus, o.stages, o.layout),
+        lambda table, o, dpi: gpu_count.gpu_count_figure(table, o.device, o.unit, dpi)[0]),
+    PublishedFigure(
+        MODEL_SIZE,
+        lambda o: memory_table(o.model_sizes, o.model_gpus, o.stages, o.layout),
+        lambda table, o, dpi: model_size.model_size_figure(table, o.device, o.unit, dpi)[0]),
+)})
 
 
-def gpu_count_figure(options: FigureOptions = DEFAULTS, dpi: float = 100):
-    """The GPU-count figure as a pyplot-free Figure (the published one with the defaults)."""
-    from zerolib.chapter import plotting
-    figure, _ = plotting.gpu_count_figure(gpu_count_data(options), options.device, options.unit,
-                                          options.layout, dpi)
-    return figure
+def _published(name: str) -> PublishedFigure:
+    if name not in PUBLISHED:
+        raise ValueError(f"name must be one of {', '.join(PUBLISHED)}, got {name!r}")
+    return PUBLISHED[name]
 
 
-def model_size_figure(options: FigureOptions = DEFAULTS, dpi: float = 100):
-    """The model-size figure as a pyplot-free Figure (the published one with the defaults)."""
-    from zerolib.chapter import plotting
-    figure, _ = plotting.model_size_figure(model_size_data(options), options.device, options.unit,
-                                           options.layout, dpi)
-    return figure
+def published_data(name: str, options: FigureOptions = DEFAULTS) -> pd.DataFrame:
+    """The tidy table (bytes) of the published figure ``name`` (or of a variant)."""
+    return _published(name).data(options)
+
+
+def published_figure(name: str, options: FigureOptions = DEFAULTS, dpi: float = 100) -> Figure:
+    """The published figure ``name`` as a pyplot-free Figure, drawn exactly as ``figures/``
+    holds it (with the defaults) or as a variant."""
+    figure = _published(name)
+    return figure.draw(figure.data(options), options, dpi)
 
 
 def versions_text() -> str:
@@ -227,15 +245,13 @@ def _csv(table) -> bytes:
 
 def build(options: FigureOptions = DEFAULTS, png: bool = True) -> dict[str, bytes]:
     """Every output file, path relative to the output root -> bytes. Nothing is written."""
-    from zerolib.chapter import plotting
     files: dict[str, bytes] = {}
-    for name, data, draw in ((GPU_COUNT, gpu_count_data, plotting.gpu_count_figure),
-                             (MODEL_SIZE, model_size_data, plotting.model_size_figure)):
-        table = data(options)
-        figure, _ = draw(table, options.device, options.unit, options.layout, dpi=PNG_DPI)
+    for name, published in PUBLISHED.items():
+        table = published.data(options)
+        figure = published.draw(table, options, PNG_DPI)
         if png:
-            files[f"figures/{name}.png"] = plotting.render_png(figure)
-        files[f"figures/{name}.svg"] = plotting.render_svg(figure)
+            files[f"figures/{name}.png"] = render_png(figure)
+        files[f"figures/{name}.svg"] = render_svg(figure)
         files[f"data/{name}.csv"] = _csv(table)
     files[VERSIONS_FILE] = versions_text().encode("utf-8")
     files[DATA_README] = data_readme(options).encode("utf-8")
@@ -251,37 +267,11 @@ def repo_root() -> Path:
     return root
 
 
-def atomic_write(path: Path, content: bytes) -> None:
-    """Write ``content`` to ``path`` via a temporary file in the same folder and os.replace."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(content)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temporary, 0o644)  # mkstemp makes 0600; published files are world-readable
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
-
-
 def write(files: dict[str, bytes], root: Path) -> list[tuple[str, str]]:
-    """Write the files under ``root``; unchanged files are left alone (not even re-touched).
-
-    Returns ``(relative path, "wrote" | "unchanged")`` per file.
-    """
-    report = []
-    for relative, content in files.items():
-        path = Path(root) / relative
-        if path.is_file() and path.read_bytes() == content:
-            report.append((relative, "unchanged"))
-            continue
-        atomic_write(path, content)
-        report.append((relative, "wrote"))
-    return report
+    """Write the files under ``root`` (all prepared, then renamed in a row); unchanged files
+    are left alone. Returns ``(relative path, "wrote" | "unchanged")`` per file."""
+    return [(relative, status) for relative, (_, status)
+            in zip(files, write_files(files, root))]
 
 
 def _recorded_versions(root: Path) -> str | None:
@@ -290,10 +280,11 @@ def _recorded_versions(root: Path) -> str | None:
 
 
 def check(options: FigureOptions = DEFAULTS, root: Path | None = None) -> tuple[list[str], list[str]]:
-    """Regenerate in memory (via a temporary folder) and compare with the files under ``root``.
+    """Regenerate (in a temporary folder) and compare with the files under ``root``.
 
-    Returns ``(problems, notes)``: one line per stale or missing file, and remarks such as PNG
-    files left uncompared because they were written with other software versions.
+    Returns ``(problems, notes)``: one line per stale or missing file and per temporary file an
+    interrupted write left behind, and remarks such as PNG files left uncompared because they
+    were written with other software versions.
     """
     root = repo_root() if root is None else Path(root)
     same_software = _recorded_versions(root) == versions_text()
@@ -308,6 +299,9 @@ def check(options: FigureOptions = DEFAULTS, root: Path | None = None) -> tuple[
                 continue  # the software record, and PNG files under other software
             elif committed.read_bytes() != fresh.read_bytes():
                 problems.append(f"stale: {relative}")
+    for folder in ("figures", "data"):
+        problems += [f"left over from an interrupted write: {path.relative_to(root)}"
+                     for path in stale_temporaries(root / folder, recursive=False)]
     if not same_software and (root / VERSIONS_FILE).is_file():
         recorded = " ".join(line for line in _recorded_versions(root).splitlines()
                             if line and not line.startswith("#"))
@@ -320,7 +314,7 @@ def check(options: FigureOptions = DEFAULTS, root: Path | None = None) -> tuple[
 def expected_files(options: FigureOptions = DEFAULTS) -> list[str]:
     """The relative paths :func:`build` produces."""
     paths = []
-    for name in FIGURE_NAMES:
+    for name in PUBLISHED:
         paths += [f"figures/{name}.png", f"figures/{name}.svg", f"data/{name}.csv"]
     return paths + [VERSIONS_FILE, DATA_README]
 
@@ -328,4 +322,3 @@ def expected_files(options: FigureOptions = DEFAULTS) -> list[str]:
 def variant(options: FigureOptions) -> bool:
     """True when ``options`` differ from the published figures."""
     return options != DEFAULTS
-

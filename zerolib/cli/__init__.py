@@ -1,23 +1,40 @@
 """``zerolib`` / ``python -m zerolib``: argparse subcommands that call the library.
 
-Bad input never produces a traceback: argparse errors and the library's ValueError/TypeError
-become one line on stderr and exit status 2.
+Bad input never produces a traceback: argparse errors, the library's ValueError/TypeError and
+file-system errors (OSError: a folder where a file must go, a read-only or missing path) become
+one line on stderr and exit status 2. Values that start with ``-`` (``--params -inf``) are read
+as values, not as unknown flags, and long inputs are shortened when an error repeats them.
 """
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
-from zerolib.cli import estimate, figures, html, models, notebooks, validate
+from zerolib.cli import (
+    estimate,
+    figures,
+    html,
+    measure_deepspeed,
+    models,
+    notebooks,
+    validate,
+)
 
-SUBCOMMANDS = (estimate, models, figures, notebooks, html, validate)
+SUBCOMMANDS = (estimate, models, figures, notebooks, html, validate, measure_deepspeed)
+_LONG_WORD = re.compile(r"\S{61,}")
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line, each overlong word (an echoed input) cut to 60 characters."""
+    return _LONG_WORD.sub(lambda m: m.group(0)[:57] + "...", " ".join(str(message).split()))
 
 
 class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line and exit status 2."""
 
     def error(self, message):  # noqa: D401 - argparse API
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,17 +48,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _value_options(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option string, in every subcommand, that takes exactly one value."""
+    found = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _value_options(sub)
+        elif action.option_strings and action.nargs is None:
+            found.update(action.option_strings)
+    return found
+
+
+def attach_negative_values(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """``--params -inf`` -> ``--params=-inf``: argparse would take ``-inf`` for an option."""
+    takes_value = _value_options(parser)
+    out, index = [], 0
+    while index < len(argv):
+        token = argv[index]
+        following = argv[index + 1] if index + 1 < len(argv) else None
+        if (token in takes_value and following is not None and following.startswith("-")
+                and following.split("=", 1)[0] not in takes_value and following != "--"
+                and not following.startswith("--")):
+            out.append(f"{token}={following}")
+            index += 2
+        else:
+            out.append(token)
+            index += 1
+    return out
+
+
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(attach_negative_values(argv, parser))
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # `zerolib ... | head` closed the pipe: not an error of ours
         sys.stderr.close()
         return 0
+    except OSError as error:  # the file system refused: name the path, no traceback
+        where = f": {error.filename}" if error.filename else ""
+        reason = error.strerror or type(error).__name__
+        print(f"zerolib {args.command}: error: {one_line(reason + where)}", file=sys.stderr)
+        return 2
     except (ValueError, TypeError) as error:
-        message = " ".join(str(error).split())  # one line, whatever the message held
-        print(f"zerolib {args.command}: error: {message}", file=sys.stderr)
+        print(f"zerolib {args.command}: error: {one_line(error)}", file=sys.stderr)
         return 2
 
 

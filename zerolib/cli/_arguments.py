@@ -1,74 +1,89 @@
-"""Parsing of command-line values shared by several subcommands (one-line ValueErrors)."""
+"""Parsing of command-line values shared by several subcommands (one-line ValueErrors).
+
+Every count-like flag goes through :func:`zerolib.core.parse.parse_whole`, so ``--gpus``,
+``--seq``, ``--micro-batch`` and the rest accept the same spellings (``64``, ``4,096``, ``1e3``,
+``4K``) and fail alike.
+"""
 from __future__ import annotations
 
-from zerolib.chapter.figures import MAX_POINTS
+from pathlib import Path
+
 from zerolib.core.accounting import LAYOUTS, Layout
-from zerolib.core.inputs import MAX_GPUS, check_gpus, check_single, check_stage
-from zerolib.core.units import parse_count
+from zerolib.core.inputs import MAX_FIGURE_POINTS, MAX_GPUS, STAGES, echo
+from zerolib.core.parse import parse_count, parse_whole
 
-
-def whole_number(text: str, name: str) -> int:
-    """``"64"`` -> 64; anything that is not a whole number names the flag."""
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"{name} must be a whole number, got {text!r}") from None
+NEGATIVE_VALUE_HINT = "values that start with '-' are read as numbers"
 
 
 def gpu_count(text: str, name: str) -> int:
     """``--gpus 64``: a positive whole number of GPUs; errors name the flag."""
-    return check_single(whole_number(text, name), check_gpus, name)
+    return parse_whole(text, name, minimum=1, maximum=MAX_GPUS)
 
 
 def stage_number(text: str, name: str = "--stage") -> int:
     """``--stage 2``: 0, 1, 2 or 3; errors name the flag."""
-    return check_single(whole_number(text, name), check_stage, name)
+    try:
+        return parse_whole(text, name, minimum=STAGES[0], maximum=STAGES[-1])
+    except (ValueError, TypeError):
+        raise ValueError(f"{name} must be 0, 1, 2 or 3, got {echo(text)}") from None
+
+
+def worker_counts(texts, name: str = "--workers") -> tuple[int, ...]:
+    """``--workers 2 4``: process counts for the real runs (checked by the runs' own rule)."""
+    from zerolib.crosscheck.validation.setups import MAX_WORKERS, check_workers
+    return check_workers([parse_whole(text, name, minimum=2, maximum=MAX_WORKERS)
+                          for text in texts])
 
 
 def gpu_list(text: str, name: str) -> tuple[int, ...]:
-    """``"1-64"``, ``"1,2,4,8"`` or ``"1-8,16,32"`` -> sorted distinct GPU counts."""
+    """``"1-64"``, ``"1,2,4,8"`` or ``"1-8,16,32"`` -> sorted distinct GPU counts.
+
+    The number of counts is worked out from the ranges before any list is built, so a range of
+    millions is refused at once.
+    """
+    example = "GPU counts like 1-64 or 1,2,4,8"
     if not text.strip():
-        raise ValueError(f"{name} must be GPU counts like 1-64 or 1,2,4,8, got {text!r}")
-    counts: set[int] = set()
+        raise ValueError(f"{name} must be {example}, got {echo(text)}")
+    ranges = []
     for part in text.split(","):
         low, dash, high = part.strip().partition("-")
-        try:
-            low_n = int(low)
-            high_n = int(high) if dash else low_n
-        except ValueError:
-            raise ValueError(f"{name} must be GPU counts like 1-64 or 1,2,4,8, got {text!r}") from None
-        if low_n < 1 or high_n < low_n or high_n > MAX_GPUS:
-            raise ValueError(f"{name} ranges must run upwards from 1 to at most {MAX_GPUS:,}, "
-                             f"got {part.strip()!r}")
-        if high_n - low_n + 1 + len(counts) > MAX_POINTS:
-            raise ValueError(f"{name} must name at most {MAX_POINTS} GPU counts")
-        counts.update(range(low_n, high_n + 1))
-    return tuple(sorted(counts))
+        low_n = parse_whole(low, name, minimum=1, maximum=MAX_GPUS, example=example)
+        high_n = parse_whole(high, name, minimum=1, maximum=MAX_GPUS, example=example) if dash else low_n
+        if high_n < low_n:
+            raise ValueError(f"{name} ranges must run upwards, got {echo(part.strip())}")
+        ranges.append((low_n, high_n))
+    if sum(high - low + 1 for low, high in ranges) > MAX_FIGURE_POINTS:
+        raise ValueError(f"{name} must name at most {MAX_FIGURE_POINTS} GPU counts, got {echo(text)}")
+    return tuple(sorted({n for low, high in ranges for n in range(low, high + 1)}))
 
 
 def size_list(text: str, name: str) -> tuple[int, ...]:
-    """``"1B,7B,13B"`` -> parameter counts."""
-    if not text.strip():
-        raise ValueError(f"{name} must be model sizes like 1B,7B,70B, got {text!r}")
-    return tuple(parse_count(part, name) for part in text.split(","))
+    """``"1B,7B,13B"`` -> parameter counts (sizes are separated by commas, so no digit groups)."""
+    parts = text.split(",")
+    if not text.strip() or len(parts) > MAX_FIGURE_POINTS:
+        raise ValueError(f"{name} must be up to {MAX_FIGURE_POINTS} model sizes like 1B,7B,70B, got {echo(text)}")
+    return tuple(parse_count(part, name) for part in parts)
 
 
 def bytes_triplet(text: str) -> Layout:
     """``--bytes 2,2,12``: a custom layout of parameters, gradients, optimizer widths."""
     parts = text.split(",")
+    example = "three numbers PARAMETERS,GRADIENTS,OPTIMIZER like 2,2,12"
     if len(parts) != 3:
-        raise ValueError(f"--bytes must be three numbers PARAMETERS,GRADIENTS,OPTIMIZER like 2,2,12, got {text!r}")
-    try:
-        widths = [float(p) for p in parts]
+        raise ValueError(f"--bytes must be {example}, got {echo(text)}")
+    try:  # ASCII only: float() would also read other scripts' digits
+        widths = [float(part) for part in parts if part.isascii()]
     except ValueError:
-        raise ValueError(f"--bytes must be three numbers like 2,2,12, got {text!r}") from None
+        widths = []
+    if len(widths) != 3:
+        raise ValueError(f"--bytes must be {example}, got {echo(text)}")
     try:  # the layout checks each width; the message gains the flag's name
         return Layout.custom(*widths)
     except ValueError as error:
         raise ValueError(f"--bytes {error}") from None
 
 
-def add_layout_arguments(parser, default: "str | None") -> None:
+def add_layout_arguments(parser, default: str | None) -> None:
     """``--layout NAME | --bytes P,G,O``, mutually exclusive."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--layout", default=default, choices=list(LAYOUTS),
@@ -77,6 +92,16 @@ def add_layout_arguments(parser, default: "str | None") -> None:
                        help="custom bytes per parameter for parameters,gradients,optimizer")
 
 
-def layout_from(args) -> "str | Layout | None":
+def layout_from(args) -> str | Layout | None:
     """The layout the flags ask for (a preset name, a custom Layout, or None)."""
-    return bytes_triplet(args.bytes) if args.bytes else args.layout
+    return bytes_triplet(args.bytes) if args.bytes is not None else args.layout
+
+
+def output_folder(text: str, name: str = "--out") -> Path:
+    """A folder to write into: not empty text, not an existing file."""
+    if not text.strip():
+        raise ValueError(f"{name} must name a folder, got an empty path")
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{name} must be a folder, got the file {echo(text)}")
+    return path

@@ -1,21 +1,25 @@
 """The working-set options of ``zerolib estimate`` (``--model``, ``--seq``, ``--micro-batch`` ...).
 
 Kept apart from ``estimate.py`` so that file only gains a few calls: these functions add the
-arguments, turn them into :class:`zerolib.core.working_set.WorkingSetSettings`, replace the stage
-rows with rows that carry ``working_set`` and ``peak``, and add table / CSV columns.
+arguments, turn them into :class:`zerolib.core.working_set.WorkingSetSettings`, compute the
+stage rows that carry ``working_set`` and ``peak``, and add table / CSV columns.
 """
 from __future__ import annotations
 
 import argparse
-import re
 from dataclasses import replace
 
 from zerolib.core.activations import RECOMPUTE
-from zerolib.core.models import get_model, parameter_count
+from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
+from zerolib.core.parse import parse_size, parse_whole
 from zerolib.core.units import to_unit
-
-# zerolib.core.working_set imports pandas: it is imported by the functions that need it, so that
-# `zerolib --help` and the other subcommands do not pay for it.
+from zerolib.core.working_set import (
+    MAX_ELEMENTS,
+    MAX_MICRO_BATCH,
+    MAX_SEQ_LEN,
+    TERMS,
+    WorkingSetSettings,
+)
 
 LABELS = {"activations": "activations", "logits_loss": "logits+loss", "ddp_buckets": "DDP buckets",
           "reduce_bucket": "reduce bucket", "allgather_bucket": "all-gather bucket",
@@ -28,9 +32,6 @@ OPTIONS = {"seq": "--seq", "micro_batch": "--micro-batch", "recompute": "--recom
            "prefetch_bucket_size": "--prefetch-bucket-size",
            "max_live_parameters": "--max-live-parameters", "ddp_bucket_view": "--ddp-bucket-view"}
 DEFAULT_SEQ = 4096
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*$")
-_SIZE_UNITS = {None: 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
-               "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 
 
 def add_arguments(parser) -> None:
@@ -63,70 +64,34 @@ def add_arguments(parser) -> None:
                     help="stage 0: PyTorch DDP gradient_as_bucket_view=True (no second gradient copy)")
 
 
-def _whole(text: str, name: str, minimum: int = 1) -> int:
-    try:
-        value = float(text) if any(c in text for c in ".eE") else int(text)
-    except ValueError:
-        raise ValueError(f"{name} must be a whole number, got {text!r}") from None
-    if value != value or value in (float("inf"), float("-inf")) or value != int(value) or value < minimum:
-        what = "a positive whole number" if minimum else "a whole number, 0 or more"
-        raise ValueError(f"{name} must be {what}, got {text!r}")
-    return int(value)
-
-
-def parse_size(text: str, name: str = "--reserve") -> int:
-    """``2GiB`` -> 2147483648; ``1.5GB`` -> 1500000000; ``0`` -> 0 (bytes, rounded up)."""
-    match = _SIZE.match(text)
-    if not match:
-        raise ValueError(f"{name} must be a size like 2GiB, 1.5GB, 512MiB or a byte count, got {text!r}")
-    number, unit = match.groups()
-    value = float(number) * _SIZE_UNITS[unit]
-    if value > 2**62:
-        raise ValueError(f"{name} is too large, got {text!r}")
-    return int(-(-value // 1))
-
-
 def requested(args) -> bool:
     return getattr(args, "model", None) is not None or any(
         getattr(args, dest, None) is not None for dest in OPTIONS)
 
 
-def params_of(args) -> int:
-    """The parameter count of ``--model`` (exact, from its configuration)."""
-    return parameter_count(get_model(args.model))
-
-
-def settings_from(args):
-    """WorkingSetSettings from the command line; raises if working-set flags come without --model."""
-    from zerolib.core.working_set import WorkingSetSettings
-
-    if args.model is None:
-        given = [flag for dest, flag in OPTIONS.items() if getattr(args, dest, None) is not None]
-        verb = "needs" if len(given) == 1 else "need"
-        raise ValueError(f"{', '.join(given)} {verb} --model (a bare --params count has no "
-                         f"architecture); see 'zerolib models' for the presets")
-    config = get_model(args.model)
+def settings_from(args, config):
+    """WorkingSetSettings from the command line for ``config`` (the resolved ``--model``)."""
     settings = WorkingSetSettings(seq_len=min(config.max_positions, DEFAULT_SEQ))
     changes = {}
     if args.seq is not None:
-        changes["seq_len"] = _whole(args.seq, "--seq")
+        changes["seq_len"] = parse_whole(args.seq, "--seq", maximum=MAX_SEQ_LEN)
     if args.micro_batch is not None:
-        changes["micro_batch"] = _whole(args.micro_batch, "--micro-batch")
+        changes["micro_batch"] = parse_whole(args.micro_batch, "--micro-batch", maximum=MAX_MICRO_BATCH)
     if args.recompute is not None:
         changes["recompute"] = args.recompute
     if args.flash is not None:
         changes["flash_attention"] = args.flash
     if args.tensor_parallel is not None:
-        changes["tensor_parallel"] = _whole(args.tensor_parallel, "--tensor-parallel")
+        changes["tensor_parallel"] = parse_whole(args.tensor_parallel, "--tensor-parallel",
+                                                 maximum=MAX_GPUS)
     if args.sequence_parallel:
         changes["sequence_parallel"] = True
     if args.reserve is not None:
-        changes["reserve_bytes"] = parse_size(args.reserve)
-    for dest, field in (("reduce_bucket_size", "reduce_bucket_size"),
-                        ("prefetch_bucket_size", "prefetch_bucket_size"),
-                        ("max_live_parameters", "max_live_parameters")):
+        changes["reserve_bytes"] = parse_size(args.reserve, "--reserve", maximum=MAX_BYTES)
+    for dest in ("reduce_bucket_size", "prefetch_bucket_size", "max_live_parameters"):
         if getattr(args, dest) is not None:
-            changes[field] = _whole(getattr(args, dest), OPTIONS[dest], minimum=0)
+            changes[dest] = parse_whole(getattr(args, dest), OPTIONS[dest], minimum=0,
+                                        maximum=MAX_ELEMENTS)
     if args.overlap_comm:
         changes["overlap_comm"] = True
     if args.ddp_bucket_view:
@@ -134,19 +99,13 @@ def settings_from(args):
     return replace(settings, **changes)
 
 
-def apply(result: dict, args, layout, stages) -> dict:
-    """Add the model, the settings and, per stage, ``working_set`` and ``peak``; ``fits`` is
-    judged on the peak. Persistent columns are unchanged when tensor_parallel is 1."""
-    from zerolib.core.working_set import stage_rows
-
-    settings = settings_from(args)
-    config = get_model(args.model)
-    device = result["device"]["name"] if result["device"] else None
-    result["model"] = config.name
-    result["tensor_parallel"] = settings.tensor_parallel
-    result["working_set_settings"] = settings.as_dict()
-    result["stages"] = stage_rows(config, result["gpus"], stages, settings, layout, device)
-    return result
+def without_model(args) -> None:
+    """Working-set flags need an architecture: a bare --params count has none."""
+    given = [flag for dest, flag in OPTIONS.items() if getattr(args, dest, None) is not None]
+    if given:
+        verb = "needs" if len(given) == 1 else "need"
+        raise ValueError(f"{', '.join(given)} {verb} --model (a bare --params count has no "
+                         f"architecture); see 'zerolib models' for the presets")
 
 
 def has_working_set(result: dict) -> bool:
@@ -155,8 +114,6 @@ def has_working_set(result: dict) -> bool:
 
 def table_columns(result: dict, unit: str) -> tuple[list[str], list[list[str]]]:
     """Extra table headers and cells per stage row: the non-zero terms, then the peak."""
-    from zerolib.core.working_set import TERMS
-
     terms = [t for t in TERMS if any(row["working_set"][t] for row in result["stages"])]
     headers = [f"{LABELS[t]} [{unit}]" for t in terms] + [f"peak [{unit}]"]
     cells = [[f"{to_unit(row['working_set'][t], unit):,.2f}" for t in terms]
@@ -175,7 +132,5 @@ def describe(result: dict) -> str:
 
 
 def csv_columns(result: dict) -> tuple[list[str], list[list]]:
-    from zerolib.core.working_set import TERMS
-
     headers = [*TERMS, "peak"]
     return headers, [[*(row["working_set"][t] for t in TERMS), row["peak"]] for row in result["stages"]]

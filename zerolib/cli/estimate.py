@@ -15,8 +15,10 @@ from zerolib.cli._arguments import (
 from zerolib.cli._output import text_table
 from zerolib.core.accounting import CATEGORIES, STAGES, STRATEGY_NAMES
 from zerolib.core.devices import DEVICES
-from zerolib.core.estimate import estimate
-from zerolib.core.units import UNITS, parse_count, to_unit
+from zerolib.core.estimate import estimate, estimate_model
+from zerolib.core.models import get_model
+from zerolib.core.parse import parse_count
+from zerolib.core.units import UNITS, to_unit
 
 
 def register(commands) -> None:
@@ -42,12 +44,16 @@ def register(commands) -> None:
 
 def run(args) -> int:
     layout = layout_from(args)
-    stages = STAGES if args.stage is None else stage_number(args.stage)
-    params = working_set_cli.params_of(args) if args.model else parse_count(args.params, "--params")
-    result = estimate(params, gpu_count(args.gpus, "--gpus"), layout, args.device, stages).as_dict()
-    if working_set_cli.requested(args):
-        result = working_set_cli.apply(result, args, layout, stages)
-    print(render(result, args.format, args.unit))
+    stages = STAGES if args.stage is None else (stage_number(args.stage),)
+    gpus = gpu_count(args.gpus, "--gpus")
+    if args.model is not None:
+        config = get_model(args.model)      # resolved once, handed down
+        result = estimate_model(config, gpus, working_set_cli.settings_from(args, config), layout,
+                                args.device, stages)
+    else:
+        working_set_cli.without_model(args)
+        result = estimate(parse_count(args.params, "--params"), gpus, layout, args.device, stages)
+    print(render(result.as_dict(), args.format, args.unit))
     return 0
 
 

@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 from zerolib.cli._arguments import (
     add_layout_arguments,
     gpu_count,
     gpu_list,
     layout_from,
+    output_folder,
     size_list,
 )
 from zerolib.core.devices import DEVICES
-from zerolib.core.units import UNITS, parse_count
+from zerolib.core.parse import parse_count
+from zerolib.core.units import UNITS
 
 
 def register(commands) -> None:
@@ -79,9 +80,7 @@ def run(args) -> int:
     if figures.variant(options) and args.out is None:
         raise ValueError("variant figures need --out DIR: the repository's figures/ and data/ "
                          "hold the published defaults")
-    root = figures.repo_root() if args.out is None else Path(args.out)
-    if args.out is not None and root.exists() and not root.is_dir():
-        raise ValueError(f"--out must be a folder, got the file {args.out!r}")
+    root = figures.repo_root() if args.out is None else output_folder(args.out)
 
     if args.check:
         problems, notes = figures.check(options, root)

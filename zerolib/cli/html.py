@@ -1,6 +1,7 @@
 """``zerolib html``: the chapter as static HTML pages in a build folder (not committed)."""
 from __future__ import annotations
 
+from zerolib.cli._arguments import output_folder
 from zerolib.paths import NOTEBOOK_DIR
 
 
@@ -25,7 +26,7 @@ def run(args) -> int:
         export_chapter,  # nbconvert is slow to import: only when asked
     )
 
-    pages = export_chapter(args.out, args.notebooks, args.widget_js)
+    pages = export_chapter(output_folder(args.out), args.notebooks, args.widget_js)
     for page in pages:
         print(page.path)
     print(f"{len(pages)} pages; open {pages[0].path.parent / 'index.html'}")

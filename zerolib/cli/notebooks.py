@@ -59,7 +59,7 @@ def run(args) -> int:
         except (CellExecutionError, CellTimeoutError, DeadKernelError) as error:
             # The cell's traceback is long; its last line names the error.
             lines = [line for line in str(error).splitlines() if line.strip()]
-            reason = next((l for l in reversed(lines) if not l.startswith(("-", " "))), "failed")
+            reason = next((text for text in reversed(lines) if not text.startswith(("-", " "))), "failed")
             print(f"zerolib notebooks: error: {_shown(path)} failed to execute: {reason}",
                   file=sys.stderr)
             return 1

@@ -9,6 +9,7 @@ import importlib
 import json
 import sys
 
+from zerolib.cli._arguments import worker_counts
 from zerolib.cli._output import text_table
 from zerolib.core.accounting import CATEGORIES
 from zerolib.crosscheck.validation import INSTALL_HINT
@@ -17,7 +18,6 @@ from zerolib.crosscheck.validation.setups import (
     LAYOUT,
     MAX_WORKERS,
     STRATEGIES,
-    check_workers,
 )
 
 
@@ -30,7 +30,7 @@ def register(commands) -> None:
                     "optimizer state on every rank, and measure the activations one GPT block "
                     "saves for backward; print them beside zerolib's numbers with each "
                     "difference explained. Needs the validate extra (PyTorch, CPU build).")
-    parser.add_argument("--workers", nargs="+", type=int, default=[2, 4], metavar="N",
+    parser.add_argument("--workers", nargs="+", default=["2", "4"], metavar="N",
                         help=f"process counts to run, each 2-{MAX_WORKERS} (default: 2 4)")
     parser.add_argument("--format", default="table", choices=("table", "json"),
                         help="text tables (bytes) or JSON records of both comparisons "
@@ -57,7 +57,7 @@ def _last_line(error: Exception) -> str:
 
 
 def run(args) -> int:
-    counts = check_workers(args.workers)
+    counts = worker_counts(args.workers)
     if _torch_missing():
         print(f"zerolib validate: error: PyTorch is not installed; {INSTALL_HINT}", file=sys.stderr)
         return 2

@@ -11,10 +11,10 @@ All results are int64 bytes.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import Mapping
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from zerolib.core.inputs import (
     check_stage,
     check_width,
 )
+from zerolib.core.intmath import ceil_div
 
 CATEGORIES = ("parameters", "gradients", "optimizer")
 PARTITIONED: Mapping[int, tuple[str, ...]] = MappingProxyType({
@@ -75,9 +76,12 @@ class Layout:
             frozen[category] = items
         object.__setattr__(self, "parts", MappingProxyType(frozen))
 
+    def __deepcopy__(self, memo) -> Layout:
+        return self  # immutable (pandas deep-copies DataFrame.attrs, which carry layouts)
+
     @classmethod
     def custom(cls, parameters: float, gradients: float, optimizer: float,
-               name: str = "custom") -> "Layout":
+               name: str = "custom") -> Layout:
         """A layout from three widths in bytes per parameter (``--bytes 2,2,12``)."""
         return cls(name, {
             "parameters": (("parameters", parameters),),
@@ -147,7 +151,7 @@ LAYOUTS: Mapping[str, Layout] = MappingProxyType({layout.name: layout for layout
 )})
 
 
-def get_layout(layout: "str | Layout") -> Layout:
+def get_layout(layout: str | Layout) -> Layout:
     """A preset by name, or a Layout passed through."""
     if isinstance(layout, Layout):
         return layout
@@ -173,7 +177,7 @@ class ModelState:
     def _saved(self) -> np.ndarray:
         # A partitioned category keeps ceil(params / gpus) elements on the most-loaded worker:
         # params + saved (saved <= 0).
-        return -(-self.params // self.gpus) - self.params
+        return ceil_div(self.params, self.gpus) - self.params
 
     def _category(self, category: str) -> np.ndarray:
         partitioned = self.stage >= _FIRST_PARTITIONED[category]
@@ -181,7 +185,7 @@ class ModelState:
         bits = self.layout.bits_per_param(category)
         if bits % 8 == 0:
             return elements * (bits // 8)
-        return -((-(elements * bits)) >> 3)  # whole bytes, rounded up
+        return ceil_div(elements * bits, 8)  # whole bytes, rounded up
 
     @cached_property
     def parameters(self) -> np.ndarray:
@@ -208,8 +212,15 @@ class ModelState:
 
     @property
     def cluster_total(self) -> np.ndarray:
-        """Bytes summed over all workers, partition padding included."""
-        return self.total * self.gpus
+        """Bytes summed over all workers, partition padding included.
+
+        int64 where every product fits (checked, not assumed); otherwise an object array of
+        exact Python ints, since 10**15 parameters on 2**24 workers exceed int64.
+        """
+        total, gpus = self.total, self.gpus
+        if np.all(total <= np.iinfo(np.int64).max // gpus):
+            return total * gpus
+        return np.asarray(total, dtype=object) * np.asarray(gpus, dtype=object)
 
     def as_dict(self) -> dict[str, np.ndarray]:
         return {"parameters": self.parameters, "gradients": self.gradients,
@@ -217,7 +228,7 @@ class ModelState:
                 "cluster_total": self.cluster_total}
 
 
-def model_state(params, gpus, stage, layout: "str | Layout" = "mixed-adam") -> ModelState:
+def model_state(params, gpus, stage, layout: str | Layout = "mixed-adam") -> ModelState:
     """Persistent bytes per worker for each category.
 
     ``params``, ``gpus`` and ``stage`` may be scalars or array-likes; they broadcast together

@@ -46,10 +46,11 @@ Conventions and what is left out:
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping
 
 from zerolib.core.inputs import check_count, check_flag, check_positive_int
+from zerolib.core.intmath import ceil_div
 from zerolib.core.models import get_model
 
 RECOMPUTE = ("none", "selective", "full")
@@ -69,7 +70,7 @@ def _check_recompute(recompute) -> str:
 
 def _split(n: int, t: int) -> int:
     """Elements of a tensor split t ways on the most-loaded rank."""
-    return -(-n // t)
+    return ceil_div(n, t)
 
 
 def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=None, gated_mlp=False,

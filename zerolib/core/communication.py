@@ -17,6 +17,7 @@ import numpy as np
 
 from zerolib.core.accounting import Layout, get_layout
 from zerolib.core.inputs import broadcast, check_gpus, check_params, check_stage
+from zerolib.core.intmath import ceil_div
 
 # Per stage: the collectives of one step, each with the category whose width it moves.
 COLLECTIVES = {
@@ -35,12 +36,12 @@ class Volume:
     bytes: np.ndarray     # the same in bytes, at each collective's width
 
 
-def volume(params, gpus, stage, layout: "str | Layout" = "mixed-adam") -> Volume:
+def volume(params, gpus, stage, layout: str | Layout = "mixed-adam") -> Volume:
     """Elements and bytes each worker sends in one step (broadcast over the inputs)."""
     layout = get_layout(layout)
     params, gpus, stage = broadcast(params=check_params(params), gpus=check_gpus(gpus),
                                     stage=check_stage(stage))
-    per_collective = (gpus - 1) * -(-params // gpus)
+    per_collective = (gpus - 1) * ceil_div(params, gpus)
     elements = np.zeros(params.shape, dtype=np.int64)
     n_bytes = np.zeros(params.shape, dtype=np.int64)
     for s, collectives in COLLECTIVES.items():
@@ -48,5 +49,5 @@ def volume(params, gpus, stage, layout: "str | Layout" = "mixed-adam") -> Volume
         for _, category in collectives:
             bits = layout.bits_per_param(category)
             elements = elements + np.where(here, per_collective, 0)
-            n_bytes = n_bytes + np.where(here, -(-(per_collective * bits) // 8), 0)
+            n_bytes = n_bytes + np.where(here, ceil_div(per_collective * bits, 8), 0)
     return Volume(elements, n_bytes)

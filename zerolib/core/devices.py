@@ -7,9 +7,9 @@ working-set layer's reserve accounts for.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
 
 from zerolib.core.units import GB, GiB, check_unit
 
@@ -42,7 +42,7 @@ DEVICES: Mapping[str, Device] = MappingProxyType({d.name: d for d in (
 )})
 
 
-def get_device(device: "str | Device") -> Device:
+def get_device(device: str | Device) -> Device:
     """A catalogue device by name, or a Device passed through."""
     if isinstance(device, Device):
         return device
@@ -51,7 +51,7 @@ def get_device(device: "str | Device") -> Device:
     raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
 
 
-def capacity_text(device: "str | Device", unit: str = "GB") -> str:
+def capacity_text(device: str | Device, unit: str = "GB") -> str:
     """``'80 GiB = 85.9 GB'``: the nominal GiB, and GB too when that is the unit shown."""
     device = get_device(device)
     gib = f"{device.capacity / GiB:g} GiB"

@@ -16,18 +16,22 @@ import numpy as np
 MAX_PARAMS = 10**15
 MAX_GPUS = 2**24
 MAX_WIDTH = 64  # bytes per parameter in one category
+# Largest byte count accepted or produced anywhere (extra bytes, a reserve, a working set, a
+# peak): 2**62, so that a sum of two such values still fits int64 exactly.
+MAX_BYTES = 2**62
+MAX_FIGURE_POINTS = 4096  # GPU counts or model sizes along one axis of a figure
 STAGES = (0, 1, 2, 3)  # 0 = plain data parallelism, 1-3 = ZeRO stages
 
 
 def _as_array(value, name: str) -> np.ndarray:
     if isinstance(value, (str, bytes)):
-        raise TypeError(f"{name} must be a number or an array of numbers, got a string {value!r}")
+        raise TypeError(f"{name} must be a number or an array of numbers, got a string {echo(value)}")
     try:
         array = np.asarray(value)
     except (TypeError, ValueError) as error:  # ragged lists and the like
         raise TypeError(f"{name} must be a number or an array of numbers ({error})") from None
     if array.dtype == object and all(isinstance(v, int) for v in array.ravel()):
-        raise ValueError(f"{name} is too large for exact int64 arithmetic, got {value!r}")
+        raise ValueError(f"{name} is too large for exact int64 arithmetic, got {echo(value)}")
     if array.size == 0:
         raise ValueError(f"{name} must not be empty")
     if array.dtype == bool or any(isinstance(v, (bool, np.bool_)) for v in np.ravel(array)[:1]):
@@ -43,12 +47,12 @@ def _whole_in_range(value, name: str, low: int, high: int, allowed: str) -> np.n
     if np.issubdtype(array.dtype, np.floating) and (
         not np.all(np.isfinite(array)) or np.any(array != np.floor(array))
     ):
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+        raise ValueError(f"{name} must be {allowed}, got {echo(value)}")
     # Compared before the cast, so no value can wrap around in int64.
     if np.any(array < low):
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+        raise ValueError(f"{name} must be {allowed}, got {echo(value)}")
     if np.any(array > high):
-        raise ValueError(f"{name} must be at most {high:,}, got {value!r}")
+        raise ValueError(f"{name} must be at most {high:,}, got {echo(value)}")
     return array.astype(np.int64, copy=False)
 
 
@@ -76,43 +80,53 @@ def check_stage(value, name: str = "stage") -> np.ndarray:
     if np.issubdtype(array.dtype, np.floating):
         valid &= array == np.floor(array)
     if not np.all(valid):
-        raise ValueError(f"{name} must be 0, 1, 2 or 3, got {value!r}")
+        raise ValueError(f"{name} must be 0, 1, 2 or 3, got {echo(value)}")
     return array.astype(np.int64, copy=False)
 
 
 def check_flag(value, name: str) -> bool:
     """True or False (a numpy bool too); anything else is a TypeError naming ``name``."""
     if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
+        raise TypeError(f"{name} must be True or False, got {echo(value)}")
     return bool(value)
 
 
-def check_count(value, name: str) -> int:
-    """A single whole number, 0 or more (a byte count, a bucket size...)."""
+def check_count(value, name: str, maximum: int = MAX_BYTES) -> int:
+    """A single whole number from 0 to ``maximum`` (a byte count, a bucket size...)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 0:
-        raise ValueError(f"{name} must be a whole number, 0 or more, got {value!r}")
+        raise ValueError(f"{name} must be a whole number, 0 or more, got {echo(value)}")
+    if value > maximum:
+        raise ValueError(f"{name} must be at most {maximum:,}, got {echo(value)}")
     return int(value)
 
 
-def check_positive_int(value, name: str) -> int:
-    """A single positive integer (a micro-batch, a sequence length...)."""
+def check_positive_int(value, name: str, maximum: int = MAX_BYTES) -> int:
+    """A single whole number from 1 to ``maximum`` (a micro-batch, a sequence length...)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a positive whole number, got {value!r}")
+        raise TypeError(f"{name} must be a positive whole number, got {echo(value)}")
     if not _finite(value) or value != int(value) or value < 1:
-        raise ValueError(f"{name} must be a positive whole number, got {value!r}")
+        raise ValueError(f"{name} must be a positive whole number, got {echo(value)}")
+    if value > maximum:
+        raise ValueError(f"{name} must be at most {maximum:,}, got {echo(value)}")
     return int(value)
+
+
+def echo(value) -> str:
+    """``repr(value)`` cut to 40 characters, for one-line error messages."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def check_width(value, name: str) -> float:
     """Bytes per parameter of one category: finite, non-negative, a whole number of bits."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of bytes per parameter, got {value!r}")
+        raise TypeError(f"{name} must be a number of bytes per parameter, got {echo(value)}")
     if not _finite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite, non-negative number of bytes, got {value!r}")
+        raise ValueError(f"{name} must be a finite, non-negative number of bytes, got {echo(value)}")
     if value > MAX_WIDTH:
-        raise ValueError(f"{name} must be at most {MAX_WIDTH} bytes per parameter, got {value!r}")
+        raise ValueError(f"{name} must be at most {MAX_WIDTH} bytes per parameter, got {echo(value)}")
     if value * 8 != round(value * 8):
-        raise ValueError(f"{name} must be a whole number of bits (a multiple of 0.125 bytes), got {value!r}")
+        raise ValueError(f"{name} must be a whole number of bits (a multiple of 0.125 bytes), got {echo(value)}")
     return float(value)
 
 

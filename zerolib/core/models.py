@@ -19,9 +19,9 @@ Modules follow the Hugging Face implementations: GPT-2 fuses Q, K and V in one `
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from types import MappingProxyType
-from typing import Mapping
 
 NORMS = ("layernorm", "rmsnorm")            # layernorm: weight + bias; rmsnorm: weight only
 POSITION_EMBEDDINGS = ("learned", "rotary")  # rotary has no parameters
@@ -138,12 +138,12 @@ def modules(config: TransformerConfig) -> tuple[Module, ...]:
     return tuple(out)
 
 
-def parameter_count(config: "TransformerConfig | str") -> int:
+def parameter_count(config: TransformerConfig | str) -> int:
     """Exact trainable parameters (a tied output projection counted once; no buffers)."""
     return sum(m.elements * m.count for m in modules(get_model(config)) if not m.shared)
 
 
-def largest_layer(config: "TransformerConfig | str") -> int:
+def largest_layer(config: TransformerConfig | str) -> int:
     """Elements of the largest single module (DeepSpeed's ``largest_layer_params``)."""
     return max(m.elements for m in modules(get_model(config)))
 
@@ -204,7 +204,7 @@ ALIASES: Mapping[str, str] = MappingProxyType({
 })
 
 
-def get_model(model: "str | TransformerConfig") -> TransformerConfig:
+def get_model(model: str | TransformerConfig) -> TransformerConfig:
     """A preset by name (case-insensitive, a few aliases), or a TransformerConfig passed through."""
     if isinstance(model, TransformerConfig):
         return model

@@ -1,4 +1,11 @@
-"""Tidy DataFrames: where the arithmetic leaves the library for tables and figures."""
+"""Tidy DataFrames: where the arithmetic leaves the library for tables and figures.
+
+Each table carries what a figure's title and labels need in ``DataFrame.attrs``, so a chart
+draws from the table alone and never re-runs the arithmetic: ``attrs["layout"]`` (the
+:class:`~zerolib.core.accounting.Layout` the bytes were computed with) on every table, and on
+:func:`peak_frame` also ``attrs["model"]`` (the TransformerConfig) and ``attrs["settings"]``
+(the WorkingSetSettings).
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -14,35 +21,58 @@ from zerolib.core.accounting import (
 )
 from zerolib.core.devices import Device, get_device
 from zerolib.core.feasibility import fewest_gpus
-from zerolib.core.inputs import check_gpus, check_params, check_stage
+from zerolib.core.inputs import check_gpus, check_params, check_single, check_stage
+from zerolib.core.models import TransformerConfig, get_model
+from zerolib.core.working_set import DEFAULT_SETTINGS, TERMS, WorkingSetSettings, peaks
 
 COLUMNS = ("params", "gpus", "stage", "strategy", *CATEGORIES, "total", "cluster_total")
+PEAK_COLUMNS = ("model", "gpus", "stage", "strategy", "layer", "component", "bytes")
+COMPONENTS = (*CATEGORIES, *TERMS)   # a peak's parts, bottom to top of a stacked bar
+MAX_ROWS = 2**21                     # rows of one table: enough for any figure, bounded in memory
 _STRATEGY_NAMES = np.array([STRATEGY_NAMES[s] for s in STAGES])   # indexed by stage
 
 
-def memory_table(params, gpus, stages=STAGES, layout: "str | Layout" = "mixed-adam") -> pd.DataFrame:
+def _distinct(values: np.ndarray) -> np.ndarray:
+    return np.unique(values.ravel())
+
+
+def _check_rows(*counts: int) -> None:
+    rows = int(np.prod(counts, dtype=object))
+    if rows > MAX_ROWS:
+        raise ValueError(f"a table of {' x '.join(f'{c:,}' for c in counts)} = {rows:,} rows is too "
+                         f"large: at most {MAX_ROWS:,} rows (fewer GPU counts or model sizes)")
+
+
+def memory_table(params, gpus, stages=STAGES, layout: str | Layout = "mixed-adam") -> pd.DataFrame:
     """One row per model size x worker count x stage; bytes per worker per category.
 
     Rows are ordered by params, then gpus, then stage. ``cluster_total`` sums all workers.
+    At most :data:`MAX_ROWS` rows.
     """
-    params = np.unique(check_params(params).ravel())
-    gpus = np.unique(check_gpus(gpus).ravel())
-    stages = np.unique(check_stage(stages, "stages").ravel())
+    params, gpus = check_params(params), check_gpus(gpus)
+    stages = check_stage(stages, "stages")
+    _check_rows(params.size, gpus.size, stages.size)
+    params, gpus, stages = _distinct(params), _distinct(gpus), _distinct(stages)
+    layout = get_layout(layout)
     grid_params, grid_gpus, grid_stage = (a.ravel() for a in np.meshgrid(params, gpus, stages,
                                                                          indexing="ij"))
-    state = model_state(grid_params, grid_gpus, grid_stage, get_layout(layout))
+    state = model_state(grid_params, grid_gpus, grid_stage, layout)
     table = pd.DataFrame({"params": grid_params, "gpus": grid_gpus, "stage": grid_stage,
                           **state.as_dict()})
     table.insert(3, "strategy", _STRATEGY_NAMES[grid_stage])
+    table.attrs["layout"] = layout
     return table
 
 
-def fewest_gpus_table(params, layout: "str | Layout" = "mixed-adam",
-                      device: "str | Device" = "a100-80gb", stages=STAGES,
+def fewest_gpus_table(params, layout: str | Layout = "mixed-adam",
+                      device: str | Device = "a100-80gb", stages=STAGES,
                       max_gpus: int = 1024) -> pd.DataFrame:
-    """Per model and stage: the fewest workers that fit ``device`` (<NA> if none up to max_gpus)."""
-    params = np.unique(check_params(params).ravel())
-    stages = np.unique(check_stage(stages, "stages").ravel())
+    """Per model and stage: the fewest workers whose model state fits ``device`` (<NA> if none
+    up to max_gpus)."""
+    params, stages = check_params(params), check_stage(stages, "stages")
+    _check_rows(params.size, stages.size)
+    params, stages = _distinct(params), _distinct(stages)
+    layout = get_layout(layout)
     grid_params, grid_stage = (a.ravel() for a in np.meshgrid(params, stages, indexing="ij"))
     fewest = fewest_gpus(grid_params, grid_stage, layout, device, max_gpus=max_gpus)
     table = pd.DataFrame({
@@ -51,6 +81,7 @@ def fewest_gpus_table(params, layout: "str | Layout" = "mixed-adam",
         "fewest_gpus": pd.array(fewest, dtype="Int64"),
     })
     table.loc[table["fewest_gpus"] == 0, "fewest_gpus"] = pd.NA  # 0 = never fits
+    table.attrs["layout"] = layout
     return table
 
 
@@ -62,13 +93,37 @@ def stage_savings(params, gpus, layouts=("mixed-adam",)) -> pd.DataFrame:
     """
     if isinstance(layouts, (str, Layout)):
         layouts = (layouts,)
+    params = check_single(params, check_params, "params")
+    gpus = check_single(gpus, check_gpus, "gpus")
     frames = []
     for layout in layouts:
-        name = get_layout(layout).name
         table = memory_table(params, gpus, STAGES, layout)
-        if table["params"].nunique() != 1 or table["gpus"].nunique() != 1:
-            raise ValueError("stage_savings takes a single params and a single gpus value")
-        table = table[["stage", "strategy", "total"]].assign(layout=name)
+        table = table[["stage", "strategy", "total"]].assign(layout=get_layout(layout).name)
         table["saved"] = (-table["total"].diff()).fillna(0).astype(np.int64)
         frames.append(table)
     return pd.concat(frames, ignore_index=True)[["layout", "stage", "strategy", "total", "saved"]]
+
+
+def peak_frame(model: str | TransformerConfig, gpus, stages=STAGES,
+               settings: WorkingSetSettings = DEFAULT_SETTINGS,
+               layout: str | Layout = "mixed-adam") -> pd.DataFrame:
+    """Tidy rows for a stacked bar per stage: one row per (stage, component), in bytes.
+
+    Columns: model, gpus, stage, strategy, layer ("persistent" or "working set"), component
+    (parameters, gradients, optimizer, then the working-set terms), bytes. Summing ``bytes``
+    over a stage gives its peak. ``attrs`` holds the model, settings and layout.
+    """
+    config, layout = get_model(model), get_layout(layout)
+    gpus = check_single(gpus, check_gpus, "gpus")
+    records = []
+    for result in peaks(config, gpus, stages, settings, layout):
+        common = {"model": config.name, "gpus": gpus, "stage": result.stage,
+                  "strategy": STRATEGY_NAMES[result.stage]}
+        records += [{**common, "layer": "persistent", "component": c, "bytes": result.persistent[c]}
+                    for c in CATEGORIES]
+        records += [{**common, "layer": "working set", "component": t, "bytes": result.working_set[t]}
+                    for t in TERMS]
+    frame = pd.DataFrame.from_records(records)
+    frame["bytes"] = frame["bytes"].astype("int64")
+    frame.attrs.update(model=config, settings=settings, layout=layout)
+    return frame

@@ -25,7 +25,7 @@ each names its assumption:
     dtype, allocated whole whatever the model size (stage_1_and_2.py ``setup_buckets``,
     stage3.py ``__init__``, DeepSpeed 0.19.8), doubled under ``overlap_comm`` in stages 1-2
     (DeepSpeed's default there is off; it is on for stage 3, which still keeps one buffer).
-    Default ``reduce_bucket_size`` = 5e8 elements (deepspeed/runtime/zero/config.py).
+    Default ``reduce_bucket_size`` = 5e8 elements (:data:`REDUCE_BUCKET_SIZE`).
 ``allgather_bucket`` (stages 1-2)
     DeepSpeed 0.19.8 all-gathers the updated 16-bit parameters in place, into its flat
     parameter buffer (runtime/utils.py ``all_gather_dp_groups`` -> ``all_gather_into_tensor``),
@@ -51,6 +51,11 @@ overstates a little. The logits' gradient, as large as the logits, is not counte
 zerolib.core.activations), which understates by about as much: the sum is a close estimate, not a
 guaranteed upper bound.
 
+Bounds: every quantity has an upper bound (:data:`MAX_SEQ_LEN`, :data:`MAX_MICRO_BATCH`,
+:data:`MAX_ELEMENTS` for bucket sizes, :data:`zerolib.core.inputs.MAX_BYTES` for the reserve and
+for the working set's total), so every result is an exact int64; beyond them a ``ValueError``
+names the quantity.
+
 Tensor parallelism: with ``tensor_parallel`` = t the ``gpus`` of a setting are t-way tensor
 parallel x (gpus / t)-way data parallel. A tensor-parallel rank holds ceil(params / t)
 parameters (an approximation: norms are in fact replicated) and ZeRO partitions across the data
@@ -58,26 +63,20 @@ parameters (an approximation: norms are in fact replicated) and ZeRO partitions 
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
-from typing import Mapping
 
 import numpy as np
-import pandas as pd
 
-from zerolib.core.accounting import (
-    CATEGORIES,
-    STAGES,
-    STRATEGY_NAMES,
-    Layout,
-    get_layout,
-    model_state,
-)
+from zerolib.core.accounting import CATEGORIES, STAGES, Layout, get_layout, model_state
 from zerolib.core.activations import RECOMPUTE, model_activation_terms
 from zerolib.core.devices import Device, get_device
-from zerolib.core.feasibility import fewest_gpus as _core_fewest_gpus
+from zerolib.core.feasibility import fewest_gpus
 from zerolib.core.inputs import (
+    MAX_BYTES,
     MAX_GPUS,
+    MAX_PARAMS,
     check_count,
     check_flag,
     check_gpus,
@@ -85,6 +84,7 @@ from zerolib.core.inputs import (
     check_single,
     check_stage,
 )
+from zerolib.core.intmath import ceil_div, last_true
 from zerolib.core.models import (
     TransformerConfig,
     get_model,
@@ -92,22 +92,29 @@ from zerolib.core.models import (
     parameter_count,
 )
 from zerolib.core.units import GiB
-from zerolib.crosscheck.deepspeed_estimator import (
-    ALLGATHER_BUCKET_SIZE,
-    REDUCE_BUCKET_SIZE,
-    STAGE3_MAX_LIVE_PARAMETERS,
-    STAGE3_PREFETCH_BUCKET_SIZE,
-)
 
 TERMS = ("activations", "logits_loss", "ddp_buckets", "reduce_bucket", "allgather_bucket",
          "gathered_parameters", "reserve")
 
+# DeepSpeed's zero_optimization defaults, in elements (deepspeed/runtime/zero/config.py,
+# DeepSpeed v0.19.8: reduce_bucket_size = pp_int(5e8), allgather_bucket_size = pp_int(5e8),
+# stage3_prefetch_bucket_size = pp_int(5e7), stage3_max_live_parameters = pp_int(1e9),
+# stage3_param_persistence_threshold = pp_int(1e5)). A buffer's bytes are these times the
+# element size of the dtype it holds.
+REDUCE_BUCKET_SIZE = 500_000_000
+ALLGATHER_BUCKET_SIZE = 500_000_000
+STAGE3_PREFETCH_BUCKET_SIZE = 50_000_000
+STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
+STAGE3_PARAM_PERSISTENCE_THRESHOLD = 100_000
+
 # CUDA context, NCCL, allocator cache and fragmentation: a round assumption, not a measurement.
 DEFAULT_RESERVE = 2 * GiB
 
-
-
-
+# Upper bounds: far beyond any real run, small enough that every term is exact in int64.
+MAX_SEQ_LEN = 2**24           # tokens per sequence (16,777,216)
+MAX_MICRO_BATCH = 2**16       # sequences per GPU per step
+MAX_ELEMENT_BYTES = 16        # bytes of one activation, mask or logit element
+MAX_ELEMENTS = MAX_PARAMS     # bucket sizes and live-parameter limits, in elements
 
 
 @dataclass(frozen=True)
@@ -122,9 +129,8 @@ class WorkingSetSettings:
     sequence_parallel: bool = False
     element_bytes: int = 2              # 16-bit activations
     mask_bytes: int = 1                 # dropout masks, 1 byte per element (PyTorch bool)
-    dropout: "bool | None" = None       # None: the model's own (GPT-2 yes, Llama family no)
-    logits_bytes: "tuple[int, ...] | None" = None  # None: (element_bytes, 4)
-    # DeepSpeed's zero_optimization defaults (zerolib.crosscheck.deepspeed_estimator), in elements.
+    dropout: bool | None = None       # None: the model's own (GPT-2 yes, Llama family no)
+    logits_bytes: tuple[int, ...] | None = None  # None: (element_bytes, 4)
     reduce_bucket_size: int = REDUCE_BUCKET_SIZE
     overlap_comm: bool = False          # stages 1-2 double the reduce bucket when on
     allgather_bucket_size: int = ALLGATHER_BUCKET_SIZE
@@ -135,10 +141,10 @@ class WorkingSetSettings:
     reserve_bytes: int = DEFAULT_RESERVE
 
     def __post_init__(self):
-        check_positive_int(self.seq_len, "seq_len")
-        check_positive_int(self.micro_batch, "micro_batch")
-        check_positive_int(self.tensor_parallel, "tensor_parallel")
-        check_positive_int(self.element_bytes, "element_bytes")
+        check_positive_int(self.seq_len, "seq_len", MAX_SEQ_LEN)
+        check_positive_int(self.micro_batch, "micro_batch", MAX_MICRO_BATCH)
+        check_positive_int(self.tensor_parallel, "tensor_parallel", MAX_GPUS)
+        check_positive_int(self.element_bytes, "element_bytes", MAX_ELEMENT_BYTES)
         if self.recompute not in RECOMPUTE:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         for name in ("flash_attention", "sequence_parallel", "overlap_comm", "allgather_in_place",
@@ -146,19 +152,24 @@ class WorkingSetSettings:
             check_flag(getattr(self, name), name)
         if self.dropout is not None:
             check_flag(self.dropout, "dropout")
-        for name in ("mask_bytes", "reduce_bucket_size", "allgather_bucket_size",
-                     "prefetch_bucket_size", "max_live_parameters", "reserve_bytes"):
-            check_count(getattr(self, name), name)
+        check_count(self.mask_bytes, "mask_bytes", MAX_ELEMENT_BYTES)
+        for name in ("reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size",
+                     "max_live_parameters"):
+            check_count(getattr(self, name), name, MAX_ELEMENTS)
+        check_count(self.reserve_bytes, "reserve_bytes", MAX_BYTES)
         if self.logits_bytes is not None:
             object.__setattr__(self, "logits_bytes", tuple(self.logits_bytes))
             for width in self.logits_bytes:
-                check_positive_int(width, "logits_bytes entry")
+                check_positive_int(width, "logits_bytes entry", MAX_ELEMENT_BYTES)
 
     def as_dict(self) -> dict:
         out = asdict(self)
         if out["logits_bytes"] is not None:
             out["logits_bytes"] = list(out["logits_bytes"])
         return out
+
+
+DEFAULT_SETTINGS = WorkingSetSettings()   # frozen: one shared default is safe
 
 
 def _check_settings(settings) -> WorkingSetSettings:
@@ -168,52 +179,63 @@ def _check_settings(settings) -> WorkingSetSettings:
 
 
 def _rank_params(config: TransformerConfig, tensor_parallel: int) -> int:
-    return -(-parameter_count(config) // tensor_parallel)
+    return ceil_div(parameter_count(config), tensor_parallel)
 
 
-def working_set(model: "str | TransformerConfig", stage, settings: WorkingSetSettings = WorkingSetSettings(),
-                layout: "str | Layout" = "mixed-adam") -> Mapping[str, int]:
+def _activations(config: TransformerConfig, s: WorkingSetSettings) -> tuple[int, int]:
+    """(activations, logits and loss) bytes on one GPU: the same at every stage."""
+    if config.position_embedding == "learned" and s.seq_len > config.max_positions:
+        raise ValueError(f"seq_len must be at most {config.max_positions} for {config.name} "
+                         f"(learned position embeddings), got {s.seq_len}")
+    acts = model_activation_terms(
+        config, s.seq_len, s.micro_batch, recompute=s.recompute, tensor_parallel=s.tensor_parallel,
+        sequence_parallel=s.sequence_parallel, flash_attention=s.flash_attention,
+        element_bytes=s.element_bytes, mask_bytes=s.mask_bytes, dropout=s.dropout,
+        logits_bytes=s.logits_bytes)
+    return sum(v for k, v in acts.items() if k != "logits_loss"), acts["logits_loss"]
+
+
+def _terms(config: TransformerConfig, stage: int, s: WorkingSetSettings, layout: Layout,
+           activations: tuple[int, int]) -> Mapping[str, int]:
+    """Every term of :data:`TERMS` for one stage (see the module doc); 0 where it does not apply."""
+    params = _rank_params(config, s.tensor_parallel)
+    grad_bits, param_bits = layout.bits_per_param("gradients"), layout.bits_per_param("parameters")
+
+    def nbytes(elements, bits):
+        return ceil_div(elements * bits, 8)
+
+    terms = dict.fromkeys(TERMS, 0)
+    terms["activations"], terms["logits_loss"] = activations
+    if stage == 0:
+        if not s.ddp_gradient_as_bucket_view:
+            terms["ddp_buckets"] = nbytes(params, grad_bits)
+    else:
+        buffers = 2 if (s.overlap_comm and stage in (1, 2)) else 1
+        terms["reduce_bucket"] = buffers * nbytes(s.reduce_bucket_size, grad_bits)
+    if stage in (1, 2) and not s.allgather_in_place:
+        terms["allgather_bucket"] = nbytes(min(s.allgather_bucket_size, params), param_bits)
+    if stage == 3:
+        module = ceil_div(largest_layer(config), s.tensor_parallel)
+        gathered = min(params, max(s.max_live_parameters, module + s.prefetch_bucket_size))
+        terms["gathered_parameters"] = nbytes(gathered, param_bits)
+    terms["reserve"] = s.reserve_bytes
+    total = sum(terms.values())
+    if total > MAX_BYTES:
+        raise ValueError(f"the working set of {config.name} comes to {total:,} bytes, beyond "
+                         f"zerolib's limit of {MAX_BYTES:,}: lower seq_len or micro_batch")
+    return MappingProxyType(terms)
+
+
+def working_set(model: str | TransformerConfig, stage, settings: WorkingSetSettings = DEFAULT_SETTINGS,
+                layout: str | Layout = "mixed-adam") -> Mapping[str, int]:
     """Working-set bytes on one worker for one stage, one key per term (see the module doc).
 
     Every term of :data:`TERMS` is present; a term that does not apply to the stage is 0.
     """
     config = get_model(model)
     stage = check_single(stage, check_stage, "stage")
-    s = _check_settings(settings)
-    layout = get_layout(layout)
-    t = s.tensor_parallel
-    if config.position_embedding == "learned" and s.seq_len > config.max_positions:
-        raise ValueError(f"seq_len must be at most {config.max_positions} for {config.name} "
-                         f"(learned position embeddings), got {s.seq_len}")
-    acts = model_activation_terms(
-        config, s.seq_len, s.micro_batch, recompute=s.recompute, tensor_parallel=t,
-        sequence_parallel=s.sequence_parallel, flash_attention=s.flash_attention,
-        element_bytes=s.element_bytes, mask_bytes=s.mask_bytes, dropout=s.dropout,
-        logits_bytes=s.logits_bytes)
-    params = _rank_params(config, t)
-    grad_width_bits = int(round(layout.gradients * 8))
-    param_width_bits = int(round(layout.parameters * 8))
-
-    def nbytes(elements, bits):
-        return -(-(elements * bits) // 8)
-
-    terms = dict.fromkeys(TERMS, 0)
-    terms["activations"] = sum(v for k, v in acts.items() if k != "logits_loss")
-    terms["logits_loss"] = acts["logits_loss"]
-    if stage == 0:
-        if not s.ddp_gradient_as_bucket_view:
-            terms["ddp_buckets"] = nbytes(params, grad_width_bits)
-    else:
-        buffers = 2 if (s.overlap_comm and stage in (1, 2)) else 1
-        terms["reduce_bucket"] = buffers * nbytes(s.reduce_bucket_size, grad_width_bits)
-    if stage in (1, 2) and not s.allgather_in_place:
-        terms["allgather_bucket"] = nbytes(min(s.allgather_bucket_size, params), param_width_bits)
-    if stage == 3:
-        module = -(-largest_layer(config) // t)
-        gathered = min(params, max(s.max_live_parameters, module + s.prefetch_bucket_size))
-        terms["gathered_parameters"] = nbytes(gathered, param_width_bits)
-    terms["reserve"] = s.reserve_bytes
-    return MappingProxyType(terms)
+    settings = _check_settings(settings)
+    return _terms(config, stage, settings, get_layout(layout), _activations(config, settings))
 
 
 @dataclass(frozen=True)
@@ -239,126 +261,102 @@ def _data_parallel(gpus: int, tensor_parallel: int) -> int:
     return gpus // tensor_parallel
 
 
-def peak(model: "str | TransformerConfig", gpus, stage, settings: WorkingSetSettings = WorkingSetSettings(),
-         layout: "str | Layout" = "mixed-adam") -> Peak:
-    """Peak bytes per worker: ``model_state`` of one tensor-parallel rank's share of the
-    parameters over the data-parallel workers, plus :func:`working_set`."""
+def peaks(model: str | TransformerConfig, gpus, stages=STAGES,
+          settings: WorkingSetSettings = DEFAULT_SETTINGS,
+          layout: str | Layout = "mixed-adam") -> tuple[Peak, ...]:
+    """Peak bytes per worker for each stage, in the order given: ``model_state`` of one
+    tensor-parallel rank's share of the parameters over the data-parallel workers, plus the
+    working set. The activations are computed once for all stages."""
     config = get_model(model)
     gpus = check_single(gpus, check_gpus, "gpus")
-    ws = working_set(config, stage, settings, layout)
+    settings, layout = _check_settings(settings), get_layout(layout)
+    stages = [int(s) for s in np.atleast_1d(check_stage(stages, "stages"))]
+    activations = _activations(config, settings)
     state = model_state(_rank_params(config, settings.tensor_parallel),
-                        _data_parallel(gpus, settings.tensor_parallel), int(stage), layout)
-    persistent = {c: int(getattr(state, c)) for c in CATEGORIES}
-    persistent["total"] = int(state.total)
-    return Peak(int(stage), MappingProxyType(persistent), ws)
+                        _data_parallel(gpus, settings.tensor_parallel), stages, layout)
+    result = []
+    for index, stage in enumerate(stages):
+        persistent = {c: int(getattr(state, c)[index]) for c in CATEGORIES}
+        persistent["total"] = int(state.total[index])
+        result.append(Peak(stage, MappingProxyType(persistent),
+                           _terms(config, stage, settings, layout, activations)))
+    return tuple(result)
 
 
-def fits(model, gpus, stage, settings: WorkingSetSettings = WorkingSetSettings(),
-         layout: "str | Layout" = "mixed-adam", device: "str | Device" = "a100-80gb") -> bool:
-    """True when the peak (persistent + working set) is at most the device capacity."""
+def peak(model: str | TransformerConfig, gpus, stage, settings: WorkingSetSettings = DEFAULT_SETTINGS,
+         layout: str | Layout = "mixed-adam") -> Peak:
+    """:func:`peaks` for a single stage."""
+    (result,) = peaks(model, gpus, check_single(stage, check_stage, "stage"), settings, layout)
+    return result
+
+
+def peak_fits(model, gpus, stage, settings: WorkingSetSettings = DEFAULT_SETTINGS,
+              layout: str | Layout = "mixed-adam", device: str | Device = "a100-80gb") -> bool:
+    """True when the peak (persistent model state + working set) is at most the device capacity:
+    the run fits, as far as this estimate can tell (compare :func:`model_state_fits`)."""
     return peak(model, gpus, stage, settings, layout).total <= get_device(device).capacity
 
 
-def fewest_gpus(model, stage, settings: WorkingSetSettings = WorkingSetSettings(),
-                layout: "str | Layout" = "mixed-adam", device: "str | Device" = "a100-80gb",
-                max_gpus: int = MAX_GPUS):
-    """Fewest GPUs (a multiple of ``tensor_parallel``) at which ``stage`` fits with its working set.
+def fewest_gpus_for_peak(model, stage, settings: WorkingSetSettings = DEFAULT_SETTINGS,
+                         layout: str | Layout = "mixed-adam", device: str | Device = "a100-80gb",
+                         max_gpus: int = MAX_GPUS):
+    """Fewest GPUs (a multiple of ``tensor_parallel``) at which ``stage``'s peak fits.
 
     The working set does not depend on the number of data-parallel workers, so this is the
-    core search (:func:`zerolib.core.feasibility.fewest_gpus`) over data-parallel workers with the
-    working set as ``extra_bytes``, times the tensor-parallel degree. A single stage gives an
-    int, or None if nothing up to ``max_gpus`` fits; several stages (one vectorised search)
-    give an int64 array with 0 where nothing fits.
+    model-state search (:func:`zerolib.core.feasibility.fewest_gpus`) over data-parallel workers
+    with the working set as ``extra_bytes``, times the tensor-parallel degree. A single stage
+    gives an int, or None if nothing up to ``max_gpus`` fits; several stages (one vectorised
+    search) give an int64 array with 0 where nothing fits.
     """
     config = get_model(model)
-    t = _check_settings(settings).tensor_parallel
+    settings, layout = _check_settings(settings), get_layout(layout)
+    t = settings.tensor_parallel
     max_gpus = check_single(max_gpus, check_gpus, "max_gpus")
     stages = check_stage(stage)
     if max_gpus < t:
         return None if stages.ndim == 0 else np.zeros(stages.shape, dtype=np.int64)
-    extra = np.vectorize(lambda s: sum(working_set(config, int(s), settings, layout).values()),
+    activations = _activations(config, settings)
+    extra = np.vectorize(lambda s: sum(_terms(config, int(s), settings, layout, activations).values()),
                          otypes=[np.int64])(stages)
-    workers = _core_fewest_gpus(_rank_params(config, t), stages, layout, device,
-                                extra_bytes=extra, max_gpus=max_gpus // t)
+    workers = fewest_gpus(_rank_params(config, t), stages, layout, device, extra_bytes=extra,
+                          max_gpus=max_gpus // t)
     if stages.ndim == 0:
         return None if workers is None else workers * t
     return workers * t
 
 
-def largest_micro_batch(model, gpus, stage, settings: WorkingSetSettings = WorkingSetSettings(),
-                        layout: "str | Layout" = "mixed-adam", device: "str | Device" = "a100-80gb",
+def largest_micro_batch(model, gpus, stage, settings: WorkingSetSettings = DEFAULT_SETTINGS,
+                        layout: str | Layout = "mixed-adam", device: str | Device = "a100-80gb",
                         max_micro_batch: int = 4096) -> int:
     """Largest micro-batch (up to ``max_micro_batch``) whose peak fits; 0 if not even 1 fits.
 
-    Every term is non-decreasing in the micro-batch (activations and logits grow linearly, the
-    rest is constant). The straight line through micro-batches 1 and 2 gives a first guess;
-    a bisection between bounds checked against the real peak makes the answer exact.
+    Every term is non-decreasing in the micro-batch (activations and logits grow with it, the
+    rest is constant), so a bisection finds it.
     """
-    _check_settings(settings)
+    settings = _check_settings(settings)
+    config, layout = get_model(model), get_layout(layout)
     capacity = get_device(device).capacity
-    max_micro_batch = check_positive_int(max_micro_batch, "max_micro_batch")
+    max_micro_batch = check_positive_int(max_micro_batch, "max_micro_batch", MAX_MICRO_BATCH)
 
-    def peak_at(batch):
-        trial = replace(settings, micro_batch=batch)
-        return peak(model, gpus, stage, trial, layout).total
+    def fits_at(batch):
+        trial = replace(settings, micro_batch=int(batch))
+        return peak(config, gpus, stage, trial, layout).total <= capacity
 
-    first = peak_at(1)
-    if first > capacity:
-        return 0
-    per_sample = peak_at(2) - first if max_micro_batch > 1 else 0
-    guess = max_micro_batch if per_sample <= 0 else 1 + (capacity - first) // per_sample
-    low, high = 1, max_micro_batch      # peak_at(low) fits; the answer is at most high
-    guess = min(max(guess, 1), max_micro_batch)
-    if peak_at(guess) <= capacity:
-        low = guess
-        if guess < max_micro_batch and peak_at(guess + 1) > capacity:
-            return guess
-    else:
-        high = guess - 1
-    while low < high:
-        mid = (low + high + 1) // 2
-        if peak_at(mid) <= capacity:
-            low = mid
-        else:
-            high = mid - 1
-    return low
+    return int(last_true(np.vectorize(fits_at, otypes=[bool]), 1, max_micro_batch))
 
 
-def stage_rows(model, gpus, stages=STAGES, settings: WorkingSetSettings = WorkingSetSettings(),
-               layout: "str | Layout" = "mixed-adam", device: "str | Device | None" = None) -> list[dict]:
+def stage_rows(model, gpus, stages=STAGES, settings: WorkingSetSettings = DEFAULT_SETTINGS,
+               layout: str | Layout = "mixed-adam", device: str | Device | None = None) -> list[dict]:
     """Per stage, the rows of ``zerolib estimate``'s JSON with ``working_set``, ``peak`` and
     ``fits`` judged on the peak (None without a device). ``cluster_total`` is the persistent
     state summed over all GPUs."""
-    config = get_model(model)
     gpus = check_single(gpus, check_gpus, "gpus")
     device = get_device(device) if device is not None else None
     rows = []
-    for stage in (int(s) for s in np.atleast_1d(check_stage(stages))):
-        result = peak(config, gpus, stage, settings, layout)
-        row = {"stage": stage, **result.persistent, "cluster_total": result.persistent["total"] * gpus,
+    for result in peaks(model, gpus, stages, settings, layout):
+        row = {"stage": result.stage, **result.persistent,
+               "cluster_total": result.persistent["total"] * gpus,
                "working_set": dict(result.working_set), "peak": result.total}
         row["fits"] = None if device is None else bool(result.total <= device.capacity)
         rows.append(row)
     return rows
-
-
-def peak_frame(model, gpus, stages=STAGES, settings: WorkingSetSettings = WorkingSetSettings(),
-               layout: "str | Layout" = "mixed-adam") -> pd.DataFrame:
-    """Tidy rows for a stacked bar per stage: one row per (stage, component), in bytes.
-
-    Columns: model, gpus, stage, strategy, layer ("persistent" or "working set"), component
-    (parameters, gradients, optimizer, then the working-set terms), bytes. Summing ``bytes``
-    over a stage gives its peak.
-    """
-    config = get_model(model)
-    gpus = check_single(gpus, check_gpus, "gpus")
-    records = []
-    for row in stage_rows(config, gpus, stages, settings, layout):
-        common = {"model": config.name, "gpus": gpus, "stage": row["stage"],
-                  "strategy": STRATEGY_NAMES[row["stage"]]}
-        records += [{**common, "layer": "persistent", "component": c, "bytes": row[c]} for c in CATEGORIES]
-        records += [{**common, "layer": "working set", "component": t, "bytes": row["working_set"][t]}
-                    for t in TERMS]
-    frame = pd.DataFrame.from_records(records)
-    frame["bytes"] = frame["bytes"].astype("int64")
-    return frame

@@ -40,6 +40,13 @@ from zerolib.core.inputs import (
     check_single,
 )
 from zerolib.core.units import GiB
+from zerolib.core.working_set import (
+    ALLGATHER_BUCKET_SIZE,
+    REDUCE_BUCKET_SIZE,
+    STAGE3_MAX_LIVE_PARAMETERS,
+    STAGE3_PARAM_PERSISTENCE_THRESHOLD,
+    STAGE3_PREFETCH_BUCKET_SIZE,
+)
 
 # The DeepSpeed release whose source these functions mirror (and that measure_deepspeed ran).
 DEEPSPEED_VERSION = "0.19.8"
@@ -251,13 +258,8 @@ def zero3_table(total_params, largest_layer_params, num_gpus_per_node=1, num_nod
 
 # --- DeepSpeed's buffers that neither estimator counts ---------------------------------------
 
-# Defaults of DeepSpeed's zero_optimization config (deepspeed/runtime/zero/config.py, v0.19.8),
-# in elements: a buffer's bytes are these times the element size of the training dtype.
-REDUCE_BUCKET_SIZE = 500_000_000                  # reduce_bucket_size: Field(pp_int(5e8))
-ALLGATHER_BUCKET_SIZE = 500_000_000               # allgather_bucket_size: Field(pp_int(5e8))
-STAGE3_PREFETCH_BUCKET_SIZE = 50_000_000          # stage3_prefetch_bucket_size: pp_int(5e7)
-STAGE3_PARAM_PERSISTENCE_THRESHOLD = 100_000      # stage3_param_persistence_threshold: 1e5
-STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000        # stage3_max_live_parameters: pp_int(1e9)
+# DeepSpeed's zero_optimization defaults are the working set's own constants (with their
+# source there): REDUCE_BUCKET_SIZE, ALLGATHER_BUCKET_SIZE, STAGE3_* in elements.
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,9 @@ import pandas as pd
 
 from zerolib.core.accounting import Layout, get_layout, model_state
 from zerolib.core.devices import Device, get_device
-from zerolib.core.feasibility import fits, largest_model
+from zerolib.core.feasibility import largest_model, model_state_fits
 from zerolib.core.units import GB
-from zerolib.crosscheck.validation.records import data_file
+from zerolib.paths import data_file
 
 # Transcriptions in the repository's data/ folder (zerolib.paths.DATA_DIR).
 FIGURE1_CSV = "zero_paper_figure1.csv"
@@ -166,7 +166,7 @@ def _agreement(frame: pd.DataFrame, exact: list[Decimal], rules: list[PrintRule]
     )
 
 
-def figure1_comparison(data_dir=None, layout: "str | Layout" = PAPER_LAYOUT) -> pd.DataFrame:
+def figure1_comparison(data_dir=None, layout: str | Layout = PAPER_LAYOUT) -> pd.DataFrame:
     """Figure 1 (7.5B, N_d = 64, K = 12): published GB beside zerolib's per-worker bytes."""
     frame = load_figure1(data_dir)
     state = model_state(frame["params"].to_numpy(), frame["dp_degree"].to_numpy(),
@@ -175,8 +175,8 @@ def figure1_comparison(data_dir=None, layout: "str | Layout" = PAPER_LAYOUT) -> 
     return _agreement(frame, _exact_gb(state.total), [FIGURE1_RULE] * len(frame))
 
 
-def memory_table_comparison(data_dir=None, layout: "str | Layout" = PAPER_LAYOUT,
-                            device: "str | Device" = PAPER_V100) -> pd.DataFrame:
+def memory_table_comparison(data_dir=None, layout: str | Layout = PAPER_LAYOUT,
+                            device: str | Device = PAPER_V100) -> pd.DataFrame:
     """Table 1: published per-device GB beside zerolib's, for every model, DP degree, stage.
 
     ``fits_device`` says whether zerolib's bytes fit ``device``; ``first_fit`` marks, per model
@@ -193,7 +193,7 @@ def memory_table_comparison(data_dir=None, layout: "str | Layout" = PAPER_LAYOUT
     state = model_state(params, gpus, stage, layout)
     rules = [TABLE1_RULES[key] for key in zip(frame["model"], frame["stage"])]
     frame = _agreement(frame.assign(computed_bytes=state.total), _exact_gb(state.total), rules)
-    frame["fits_device"] = fits(params, gpus, stage, layout, get_device(device))
+    frame["fits_device"] = model_state_fits(params, gpus, stage, layout, get_device(device))
     smallest = (frame[frame["fits_device"]].groupby(["model", "stage"])["dp_degree"].min()
                 .rename("smallest_fitting_dp"))
     frame = frame.join(smallest, on=["model", "stage"])
@@ -210,8 +210,8 @@ def _max_model_text(per_replica_params: int, mp_degree: int) -> str:
     return _plain(value) + "B"
 
 
-def max_model_comparison(data_dir=None, layout: "str | Layout" = PAPER_LAYOUT,
-                         device: "str | Device" = PAPER_V100) -> pd.DataFrame:
+def max_model_comparison(data_dir=None, layout: str | Layout = PAPER_LAYOUT,
+                         device: str | Device = PAPER_V100) -> pd.DataFrame:
     """Table 2: the largest model per MP degree and stage, published beside zerolib's.
 
     zerolib has no model parallelism; with MP degree m each GPU holds 1/m of the model, so
@@ -252,7 +252,7 @@ def _exact_text(n_bytes) -> list[str]:
     return [_plain(value) for value in _exact_gb(n_bytes)]
 
 
-def table1_side_by_side(data_dir=None, layout: "str | Layout" = PAPER_LAYOUT) -> pd.DataFrame:
+def table1_side_by_side(data_dir=None, layout: str | Layout = PAPER_LAYOUT) -> pd.DataFrame:
     """Table 1 laid out as printed: one row per model and DP degree; per stage, the paper's
     digits beside zerolib's exact GB (as text, so 30.3515625 is not shown as 30.351562)."""
     frame = memory_table_comparison(data_dir, layout)
@@ -269,7 +269,7 @@ def table1_side_by_side(data_dir=None, layout: "str | Layout" = PAPER_LAYOUT) ->
     return wide.reindex(order).rename_axis(index=["model", "N_d"], columns=["", ""])
 
 
-def rounding_evidence(data_dir=None, layout: "str | Layout" = PAPER_LAYOUT) -> pd.DataFrame:
+def rounding_evidence(data_dir=None, layout: str | Layout = PAPER_LAYOUT) -> pd.DataFrame:
     """The printed cells that tell how the paper rounded: those whose exact value prints
     differently when rounded half up, rounded half to even, or truncated at the printed place.
 
@@ -298,7 +298,7 @@ def rounding_evidence(data_dir=None, layout: "str | Layout" = PAPER_LAYOUT) -> p
     return pd.DataFrame(rows)
 
 
-def capacity_readings(data_dir=None, layout: "str | Layout" = PAPER_LAYOUT) -> pd.DataFrame:
+def capacity_readings(data_dir=None, layout: str | Layout = PAPER_LAYOUT) -> pd.DataFrame:
     """Table 2's first row (64-way data parallelism, no model parallelism) under both readings
     of "32GB": 32 x 10^9 bytes (:data:`PAPER_V100`) and 32 GiB (the real V100, ``v100-32gb``).
 

@@ -20,15 +20,14 @@ the recorded widget state (the explorers' last image) renders offline too.
 from __future__ import annotations
 
 import html
-import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
+from zerolib._io import write_files
 from zerolib.paths import NOTEBOOK_DIR
 
 WIDGET_JS_FILES = ("require.js", "embed-amd.js")
@@ -52,7 +51,7 @@ class Page:
     headings: tuple[str, ...]  # every markdown heading, as plain text, in order
 
 
-def find_notebooks(directory: "str | Path | None" = None) -> list[Path]:
+def find_notebooks(directory: str | Path | None = None) -> list[Path]:
     """Every ``*.ipynb`` in ``directory`` (default: the chapter's ``notebooks/``), sorted by name."""
     directory = Path(directory) if directory is not None else NOTEBOOK_DIR
     if not directory.is_dir():
@@ -104,19 +103,6 @@ def _link_pages(page: str, stems: set[str]) -> str:
     return re.sub(r'href="(\./)?([^"/#?]+)\.ipynb(#[^"]*)?"', swap, page)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as out:
-            out.write(text)
-        os.chmod(temporary, 0o644)  # mkstemp makes it private; a page is for reading
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def _index_page(pages: list[Page]) -> str:
     items = "\n".join(f'<li><a href="{html.escape(p.path.name)}">{html.escape(p.title)}</a></li>'
                       for p in pages)
@@ -125,8 +111,8 @@ def _index_page(pages: list[Page]) -> str:
             f"<ol>\n{items}\n</ol>\n</body>\n</html>\n")
 
 
-def export_chapter(out_dir: "str | Path", notebook_dir: "str | Path | None" = None,
-                   widget_js: "str | Path | None" = None) -> list[Page]:
+def export_chapter(out_dir: str | Path, notebook_dir: str | Path | None = None,
+                   widget_js: str | Path | None = None) -> list[Page]:
     """Write one HTML page per notebook plus ``index.html`` into ``out_dir``; return the pages."""
     notebooks = find_notebooks(notebook_dir)
     out_dir = Path(out_dir)
@@ -146,14 +132,15 @@ def export_chapter(out_dir: "str | Path", notebook_dir: "str | Path | None" = No
         widget_renderer_url = f"{STATIC_DIR}/embed-amd.js"
     exporter = _exporter(require_js_url, widget_renderer_url)
     stems = {path.stem for path in notebooks}
-    pages = []
+    pages, files = [], {}
     for notebook in notebooks:
         nb = nbformat.read(notebook, as_version=4)
         body, _ = exporter.from_notebook_node(
             nb, resources={"metadata": {"name": notebook.stem, "path": str(notebook.parent)}})
         page = Path(out_dir) / f"{notebook.stem}.html"
-        _write_atomic(page, _link_pages(_stable_div_ids(body), stems))
+        files[page] = _link_pages(_stable_div_ids(body), stems)
         headings = markdown_headings(nb)
         pages.append(Page(notebook, page, headings[0] if headings else notebook.stem, headings))
-    _write_atomic(out_dir / "index.html", _index_page(pages))
+    files[out_dir / "index.html"] = _index_page(pages)
+    write_files(files, only_changed=False)
     return pages

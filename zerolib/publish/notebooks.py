@@ -20,13 +20,13 @@ import copy
 import importlib.metadata
 import os
 import re
-import tempfile
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import nbformat
 
+from zerolib._io import atomic_write
 from zerolib.paths import NOTEBOOK_DIR
 
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -39,7 +39,7 @@ _WIDGET_NAMESPACE = uuid.UUID("6f1d4c1e-3c64-5d1b-9a51-7a65726f6c69")
 _REFERENCE = "IPY_MODEL_"
 
 
-def find_notebooks(names: Iterable[str] = (), directory: "str | Path | None" = None) -> list[Path]:
+def find_notebooks(names: Iterable[str] = (), directory: str | Path | None = None) -> list[Path]:
     """The notebooks to run: all ``*.ipynb`` in ``directory``, or the ones ``names`` pick.
 
     A name is a path to an ``.ipynb`` file, a notebook's file name or stem
@@ -98,7 +98,7 @@ def _current_env_kernel_manager():
     return CurrentEnvKernelManager
 
 
-def execute(nb: nbformat.NotebookNode, cwd: "str | Path", timeout: int = 600) -> nbformat.NotebookNode:
+def execute(nb: nbformat.NotebookNode, cwd: str | Path, timeout: int = 600) -> nbformat.NotebookNode:
     """Execute a copy of ``nb`` top to bottom in a fresh kernel; raises on the first error."""
     from nbclient import NotebookClient
 
@@ -199,41 +199,24 @@ def to_bytes(nb: nbformat.NotebookNode) -> bytes:
     return (text if text.endswith("\n") else text + "\n").encode("utf-8")
 
 
-def rerun(path: "str | Path", timeout: int = 600) -> bytes:
+def rerun(path: str | Path, timeout: int = 600) -> bytes:
     """The bytes ``path`` has after a deterministic re-execution (nothing is written)."""
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     return to_bytes(normalise(execute(nb, path.parent, timeout), path.stem))
 
 
-def write_atomic(path: "str | Path", data: bytes) -> None:
-    """Write to a temporary file in the same folder, then rename over ``path``."""
-    path = Path(path)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        if path.exists():
-            os.chmod(temporary, path.stat().st_mode & 0o777)
-        else:
-            os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def refresh(path: "str | Path", timeout: int = 600) -> bool:
+def refresh(path: str | Path, timeout: int = 600) -> bool:
     """Re-execute ``path`` in place; True when its bytes changed (only then is it written)."""
     path = Path(path)
     data = rerun(path, timeout)
     if path.read_bytes() == data:
         return False
-    write_atomic(path, data)
+    atomic_write(path, data)
     return True
 
 
-def is_current(path: "str | Path", timeout: int = 600) -> bool:
+def is_current(path: str | Path, timeout: int = 600) -> bool:
     """True when re-executing ``path`` would leave its bytes unchanged."""
     path = Path(path)
     return path.read_bytes() == rerun(path, timeout)

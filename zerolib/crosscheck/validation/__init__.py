@@ -12,3 +12,5 @@ from __future__ import annotations
 TORCH_PIN = "2.13.0"
 INSTALL_HINT = (f"install the validate extra: pip install -e '.[validate]' "
                 f"(on this project's machines: pip install torch=={TORCH_PIN}, the CPU build)")
+DEEPSPEED_INSTALL_HINT = (f"pip install torch=={TORCH_PIN} && DS_BUILD_OPS=0 pip install "
+                          "--no-build-isolation -e '.[deepspeed]'")

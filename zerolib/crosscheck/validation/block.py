@@ -94,7 +94,7 @@ class GPTBlock(nn.Module):
         _note(notes, "attention dropout output", dropped)
         return dropped @ v
 
-    def forward(self, x, notes: "dict | None" = None):
+    def forward(self, x, notes: dict | None = None):
         b, s, h = x.shape
         a = self.heads
         _note(notes, "block input", x)

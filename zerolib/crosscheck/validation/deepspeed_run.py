@@ -12,19 +12,14 @@ What the numbers show is explained in data/deepspeed_convention.md.
 
 Needs the optional extra ``deepspeed`` (DeepSpeed built with DS_BUILD_OPS=0 and the CPU build of
 torch); everything else in zerolib works without it. The notebook and the tests read the
-recorded CSV, they never run this.
+recorded CSV; they never run this.
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import gc
-import json
 import os
 import platform
-import socket
-import sys
-import tempfile
 import types
 from pathlib import Path
 
@@ -34,10 +29,6 @@ from zerolib.core.accounting import model_state
 from zerolib.crosscheck.deepspeed_estimator import estimate_zero2, estimate_zero3
 from zerolib.crosscheck.validation.records import write_csv
 from zerolib.crosscheck.validation.setups import ModelSpec
-from zerolib.paths import DATA_DIR
-
-INSTALL_HINT = ("pip install torch==2.13.0 && "
-                "DS_BUILD_OPS=0 pip install --no-build-isolation 'deepspeed>=0.19.8'")
 
 # The file the run writes into data/ (the notebook reads it with zerolib.crosscheck.validation.report).
 RECORD_FILE = "deepspeed_measured.csv"
@@ -214,18 +205,6 @@ def classify(engine) -> dict[str, list[tuple[int, str]]]:
     return result
 
 
-def _build_model(spec: ModelSpec):
-    import torch
-
-    torch.manual_seed(0)
-    layers = []
-    for index, (n_in, n_out) in enumerate(zip(spec.widths, spec.widths[1:])):
-        if index:
-            layers.append(torch.nn.ReLU())
-        layers.append(torch.nn.Linear(n_in, n_out))
-    return torch.nn.Sequential(*layers)
-
-
 def _ds_config(stage: int, precision: str) -> dict:
     # Everything else stays at DeepSpeed's defaults (bucket sizes, persistence thresholds...).
     return {"train_micro_batch_size_per_gpu": MICRO_BATCH, "gradient_accumulation_steps": 1,
@@ -238,7 +217,9 @@ def _measure_one(spec: ModelSpec, stage: int, precision: str, rank: int,
     import deepspeed
     import torch
 
-    model = _build_model(spec)
+    from zerolib.crosscheck.validation.harness import build_linear_stack
+
+    model, _ = build_linear_stack(spec, seed=0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                            config=_ds_config(stage, precision))
@@ -302,17 +283,14 @@ def _measure_one(spec: ModelSpec, stage: int, precision: str, rank: int,
     return rows, buffers
 
 
-def _rank_main(rank: int, workers: int, port: int, jobs: list, out_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(workers), LOCAL_RANK=str(rank), LOCAL_SIZE=str(workers),
-                      DS_ACCELERATOR="cpu")
+def _rank(rank: int, workers: int, jobs: list) -> dict:
+    os.environ["DS_ACCELERATOR"] = "cpu"
     import logging
     import warnings
 
     import torch
 
     warnings.filterwarnings("ignore")
-    torch.set_num_threads(1)
     import deepspeed
     from deepspeed.accelerator import get_accelerator
     from deepspeed.utils import logger
@@ -329,14 +307,7 @@ def _rank_main(rank: int, workers: int, port: int, jobs: list, out_dir: str) -> 
         rows += new_rows
         buffers += new_buffers
         torch.distributed.barrier()
-    Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"rows": rows, "buffers": buffers}))
-    torch.distributed.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return {"rows": rows, "buffers": buffers}
 
 
 def run(workers_list=WORKERS, stages=STAGES, precisions=tuple(PRECISIONS),
@@ -344,7 +315,8 @@ def run(workers_list=WORKERS, stages=STAGES, precisions=tuple(PRECISIONS),
     """Launch each worker count, return (rows, other-buffer rows) sorted deterministically."""
     import deepspeed
     import torch
-    import torch.multiprocessing as mp
+
+    from zerolib.crosscheck.validation.harness import spawn
 
     versions = {"deepspeed_version": deepspeed.__version__,
                 "torch_version": torch.__version__,
@@ -352,13 +324,9 @@ def run(workers_list=WORKERS, stages=STAGES, precisions=tuple(PRECISIONS),
     jobs = [(m.name, s, p) for m in models for p in precisions for s in stages]
     rows, buffers = [], []
     for workers in workers_list:
-        with tempfile.TemporaryDirectory(prefix="zerolib-ds-") as out_dir:
-            mp.start_processes(_rank_main, args=(workers, _free_port(), jobs, out_dir),
-                               nprocs=workers, join=True, start_method="spawn")
-            for rank in range(workers):
-                data = json.loads(Path(out_dir, f"rank{rank}.json").read_text())
-                rows += data["rows"]
-                buffers += data["buffers"]
+        for record in spawn(_rank, workers, jobs):
+            rows += record["rows"]
+            buffers += record["buffers"]
     spec_by_name = {m.name: m for m in models}
     for row in rows:
         spec = spec_by_name[row["model"]]
@@ -381,34 +349,8 @@ def buffers_path(out: Path) -> Path:
     return out.with_name(out.stem + "_buffers" + out.suffix)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m zerolib.crosscheck.validation.deepspeed_run",
-        description="Measure per-rank ZeRO memory under DeepSpeed on the CPU and record it.")
-    parser.add_argument("--out", type=Path, default=DATA_DIR / RECORD_FILE,
-                        help=f"CSV to write (default data/{RECORD_FILE}); the storages "
-                             "counted as 'buckets' and 'other' go beside it as *_buffers.csv")
-    parser.add_argument("--workers", type=int, nargs="+", default=list(WORKERS),
-                        help="process counts to launch (default 2 4)")
-    args = parser.parse_args(argv)
-    if any(w < 1 or w > 16 for w in args.workers):
-        print("measure_deepspeed: error: --workers must be between 1 and 16", file=sys.stderr)
-        return 2
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    try:
-        import deepspeed  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError as error:
-        print(f"measure_deepspeed: error: needs DeepSpeed and torch ({error}); install with: "
-              f"{INSTALL_HINT}", file=sys.stderr)
-        return 2
-    rows, buffers = run(tuple(args.workers))
-    # Atomic and deterministic: fixed column order, "\n" line ends (every value is an int or text).
-    write_csv(pd.DataFrame(rows, columns=list(COLUMNS)), args.out)
-    write_csv(pd.DataFrame(buffers, columns=list(BUFFER_COLUMNS)), buffers_path(args.out))
-    print(f"wrote {len(rows)} rows to {args.out} and {len(buffers)} to {buffers_path(args.out)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def record(rows: list[dict], buffers: list[dict], out: Path) -> tuple[Path, Path]:
+    """Write both CSVs (atomically, deterministic): ``out`` and its ``_buffers`` list."""
+    write_csv(pd.DataFrame(rows, columns=list(COLUMNS)), out)
+    write_csv(pd.DataFrame(buffers, columns=list(BUFFER_COLUMNS)), buffers_path(out))
+    return out, buffers_path(out)

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from zerolib.core.accounting import CATEGORIES, model_state
+from zerolib.core.intmath import ceil_div
 from zerolib.crosscheck.validation.effects import Effect, describe
 from zerolib.crosscheck.validation.effects import keys as effect_keys
 from zerolib.crosscheck.validation.setups import (
@@ -34,7 +35,6 @@ from zerolib.crosscheck.validation.setups import (
     STRATEGIES,
     ModelSpec,
     Strategy,
-    ceil_div,
     fsdp_shard_elements,
     zero1_partition,
 )

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
-from zerolib.paths import DATA_DIR
+from zerolib._io import atomic_write
 
 SHARDED_FILE = "validation_sharded.csv"
 ACTIVATIONS_FILE = "validation_activations.csv"
@@ -35,38 +34,13 @@ def to_csv_text(frame: pd.DataFrame) -> str:
     return buffer.getvalue()
 
 
-def write_csv(frame: pd.DataFrame, path: "str | os.PathLike") -> Path:
-    """Write atomically: a temporary file in the same folder, then rename over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = to_csv_text(frame)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-        os.chmod(temporary, 0o644)  # mkstemp makes it private; a data file is for everyone
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
+def write_csv(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write :func:`to_csv_text` of ``frame`` atomically."""
+    atomic_write(path, to_csv_text(frame))
+    return Path(path)
 
 
-def data_file(data_dir, filename: str, what: str) -> Path:
-    """The path of ``filename`` in ``data_dir`` (None: the repository's ``data/``), which must
-    exist; ``what`` says what the file holds, for the error message."""
-    if data_dir is None:
-        data_dir = DATA_DIR
-    if not isinstance(data_dir, (str, os.PathLike)):
-        raise TypeError(f"data_dir must be a path to the folder holding {filename}, "
-                        f"got {type(data_dir).__name__}")
-    path = Path(data_dir) / filename
-    if not path.is_file():
-        raise ValueError(f"data_dir {str(data_dir)!r} has no {filename} ({what})")
-    return path
-
-
-def read_csv(path: "str | os.PathLike") -> pd.DataFrame:
+def read_csv(path: str | os.PathLike) -> pd.DataFrame:
     """A recorded file as written (empty text stays empty, not NaN)."""
     return pd.read_csv(path, keep_default_na=False)
 

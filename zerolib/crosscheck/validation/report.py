@@ -9,15 +9,15 @@ tables are for reading.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
 
 import pandas as pd
 
-from zerolib.chapter.plotting import format_relative
 from zerolib.core.accounting import CATEGORIES
-from zerolib.crosscheck.deepspeed_estimator import REDUCE_BUCKET_SIZE
+from zerolib.core.units import format_relative
+from zerolib.core.working_set import REDUCE_BUCKET_SIZE
 from zerolib.crosscheck.validation.deepspeed_run import (
     PHASES as DEEPSPEED_PHASES,  # its moments, in order
 )
@@ -31,10 +31,10 @@ from zerolib.crosscheck.validation.explain_sharded import PHASES
 from zerolib.crosscheck.validation.records import (
     ACTIVATIONS_FILE,
     SHARDED_FILE,
-    data_file,
     read_csv,
 )
 from zerolib.crosscheck.validation.setups import MODELS, STRATEGIES
+from zerolib.paths import data_file
 
 DEEPSPEED_BUFFERS_FILE = buffers_path(Path(DEEPSPEED_FILE)).name  # deepspeed_measured_buffers.csv
 

@@ -47,7 +47,7 @@ def validate(workers=(2, 4)) -> Validation:
         activations=with_versions(compare_activations(pd.DataFrame(measure_activations())), stamp))
 
 
-def record(result: Validation, data_dir: "str | Path") -> tuple[Path, Path]:
+def record(result: Validation, data_dir: str | Path) -> tuple[Path, Path]:
     """Write both tables into ``data_dir`` (atomically)."""
     return (write_csv(result.sharded, Path(data_dir, SHARDED_FILE)),
             write_csv(result.activations, Path(data_dir, ACTIVATIONS_FILE)))

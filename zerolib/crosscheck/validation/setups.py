@@ -5,12 +5,14 @@ Plain data, no torch: the expected-value arithmetic in ``explain_sharded`` and t
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from math import prod
 from types import MappingProxyType
-from typing import Mapping
 
 import numpy as np
+
+from zerolib.core.intmath import ceil_div
 
 
 @dataclass(frozen=True)
@@ -114,10 +116,6 @@ def check_workers(workers) -> tuple[int, ...]:
             raise ValueError(f"workers must be whole numbers from 2 to {MAX_WORKERS}, "
                              f"got {count!r}")
     return tuple(sorted(set(counts)))
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def fsdp_rows(rows: int, workers: int, rank: int) -> tuple[int, int]:

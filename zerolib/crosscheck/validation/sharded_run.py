@@ -1,7 +1,7 @@
 """A real sharded training step on the CPU, measured per rank (needs PyTorch).
 
-``measure_sharded(workers)`` starts ``workers`` processes (gloo on 127.0.0.1; the rendezvous
-store listens on a free port the OS picks) and in each trains every model of ``setups.MODELS``
+``measure_sharded(workers)`` starts ``workers`` processes through the shared harness
+(:mod:`zerolib.crosscheck.validation.harness`: gloo on 127.0.0.1) and in each trains every model of ``setups.MODELS``
 under every strategy of ``setups.STRATEGIES``:
 
 1. one step: forward, backward, ``optimizer.step()``; then measure "rest";
@@ -18,17 +18,10 @@ optimizer's state, step counters included).
 """
 from __future__ import annotations
 
-import datetime
-import json
-import os
-import sys
-import tempfile
 import warnings
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
@@ -41,13 +34,12 @@ with warnings.catch_warnings():
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from zerolib.core.accounting import CATEGORIES
+from zerolib.crosscheck.validation.harness import build_linear_stack, join_gloo, spawn
 from zerolib.crosscheck.validation.setups import MODELS, STRATEGIES, ModelSpec, Strategy
 
 SEED = 0
 BATCH = 8
 LEARNING_RATE = 1e-3
-TIMEOUT = datetime.timedelta(seconds=120)
-HOST = "127.0.0.1"
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
@@ -85,14 +77,6 @@ def _snapshot(sharded_params, module, optimizer_state) -> dict:
         return {category: _count(groups[category], seen) for category in CATEGORIES}
 
 
-def _build(spec: ModelSpec) -> tuple[nn.Sequential, list[nn.Linear]]:
-    layers = [nn.Linear(inp, out) for inp, out in zip(spec.widths, spec.widths[1:])]
-    modules: list[nn.Module] = []
-    for index, layer in enumerate(layers):
-        modules += [layer] if index == len(layers) - 1 else [layer, nn.ReLU()]
-    return nn.Sequential(*modules), layers
-
-
 def _wrap(strategy: Strategy, model: nn.Sequential, layers: list[nn.Linear]):
     """(module to call, optimizer, optimizer state dict) for this strategy."""
     if strategy.kind in ("ddp", "zero1"):
@@ -120,8 +104,7 @@ def _rows(strategy, spec, workers, rank, phase, snapshot, where) -> list[dict]:
 
 
 def _measure_one(strategy: Strategy, spec: ModelSpec, rank: int, workers: int) -> list[dict]:
-    torch.manual_seed(SEED)  # the same initial weights on every rank
-    model, layers = _build(spec)
+    model, layers = build_linear_stack(spec, SEED)  # the same initial weights on every rank
     wrapped, optimizer, state = _wrap(strategy, model, layers)
     sharded = list(model.parameters())  # FSDP2: the DTensor shards; otherwise the parameters
     generator = torch.Generator().manual_seed(SEED + rank)  # each rank its own batch
@@ -151,35 +134,12 @@ def _measure_one(strategy: Strategy, spec: ModelSpec, rank: int, workers: int) -
     return rows
 
 
-def _worker(rank: int, workers: int, port: int, out_dir: str) -> None:
-    torch.set_num_threads(1)  # several ranks share two cores
-    if sys.platform.startswith("linux"):
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # stay on loopback
-    store = dist.TCPStore(HOST, port, is_master=False, timeout=TIMEOUT)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=workers, timeout=TIMEOUT)
-    try:
-        rows = [row for spec in MODELS.values() for strategy in STRATEGIES.values()
-                for row in _measure_one(strategy, spec, rank, workers)]
-        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(rows))
-        dist.barrier()  # every rank has written its rows
-    except BaseException:
-        dist.destroy_process_group()
-        raise
-    # Done: leave without the interpreter's teardown. Destroying gloo's and the store's C++
-    # threads at exit sometimes aborts the process ("terminate called without an active
-    # exception", SIGABRT; seen about once in 20 runs here) after all the work is done.
-    os._exit(0)
+def _rank(rank: int, workers: int) -> list[dict]:
+    join_gloo()
+    return [row for spec in MODELS.values() for strategy in STRATEGIES.values()
+            for row in _measure_one(strategy, spec, rank, workers)]
 
 
 def measure_sharded(workers: int) -> list[dict]:
     """Measured rows (one per strategy, model, rank, phase, category) from ``workers`` processes."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 2:
-        raise ValueError(f"workers must be a whole number of processes >= 2, got {workers!r}")
-    # The parent serves the rendezvous store on a port the OS picks and keeps it bound, so no
-    # other program can take the port between choosing it and the workers connecting.
-    store = dist.TCPStore(HOST, 0, is_master=True, wait_for_workers=False, timeout=TIMEOUT)
-    with tempfile.TemporaryDirectory(prefix="zerolib-validate-") as out_dir:
-        mp.start_processes(_worker, args=(workers, store.port, out_dir), nprocs=workers,
-                           join=True, start_method="spawn")
-        return [row for rank in range(workers)
-                for row in json.loads(Path(out_dir, f"rank{rank}.json").read_text())]
+    return [row for rows in spawn(_rank, workers) for row in rows]

@@ -1,0 +1,143 @@
+"""The package's layers hold: every import points down, no two packages import each other, and
+the core needs nothing beyond numpy and pandas. Read from the source (an AST walk), so a lazy
+import inside a function counts as much as one at the top."""
+from __future__ import annotations
+
+import ast
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "zerolib"
+
+# Rank of each part of the package (the longest prefix that matches a module decides): a module
+# may import only parts of a rank at most its own. Within one part modules may import each
+# other; two parts may not import each other.
+RANKS = (
+    ("zerolib._io", 0), ("zerolib.paths", 0),
+    ("zerolib.core", 1),
+    ("zerolib.chapter", 2), ("zerolib.chapter.style", 2), ("zerolib.chapter.fast_png", 2),
+    ("zerolib.chapter.charts", 3),
+    ("zerolib.chapter.figures", 4),
+    ("zerolib.chapter.explorers", 5),
+    ("zerolib.crosscheck", 6),
+    ("zerolib.publish", 7),
+    ("zerolib.cli", 8),
+    ("zerolib.__main__", 9),
+)
+# Third-party packages each layer may use (besides the standard library and zerolib).
+ALLOWED = {
+    "zerolib._io": set(), "zerolib.paths": set(),
+    "zerolib.core": {"numpy", "pandas"},
+    "zerolib.chapter": {"numpy", "pandas", "matplotlib", "ipywidgets", "PIL"},
+    "zerolib.crosscheck": {"numpy", "pandas", "torch", "deepspeed"},
+    "zerolib.publish": {"nbformat", "nbclient", "nbconvert", "ipykernel", "jupyter_client",
+                        "traitlets", "zmq"},
+    "zerolib.cli": {"nbclient", "torch"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every module ``path`` imports (absolute names; relative imports resolved)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module
+            found.add(module)
+            # `from zerolib.chapter import style` imports the module zerolib.chapter.style
+            found.update(f"{module}.{alias.name}" for alias in node.names
+                         if (PACKAGE.parent / f"{module}.{alias.name}".replace(".", "/")).exists()
+                         or (PACKAGE.parent / (f"{module}.{alias.name}".replace(".", "/") + ".py")).exists())
+    return found
+
+
+def part(module: str) -> tuple[str, int] | None:
+    """(prefix, rank) of the part of the package ``module`` belongs to."""
+    best = None
+    for prefix, value in RANKS:
+        if module == prefix or module.startswith(prefix + "."):
+            if best is None or len(prefix) > len(best[0]):
+                best = (prefix, value)
+    return best
+
+
+def rank(module: str) -> int | None:
+    found = part(module)
+    return None if found is None else found[1]
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def own_imports():
+    for name, path in MODULES.items():
+        for target in sorted(imports(path)):
+            yield name, target
+
+
+def test_every_import_points_down_a_layer():
+    upward = [f"{source} imports {target}" for source, target in own_imports()
+              if source != "zerolib" and target.startswith("zerolib")
+              and rank(source) is not None and rank(target) is not None
+              and rank(target) > rank(source)]
+    assert not upward, "imports pointing up a layer:\n" + "\n".join(upward)
+
+
+def test_every_module_has_a_layer():
+    assert [name for name in MODULES if name != "zerolib" and rank(name) is None] == []
+
+
+def test_no_two_parts_import_each_other():
+    edges = defaultdict(set)
+    for source, target in own_imports():
+        if target.startswith("zerolib.") and source != "zerolib" and part(target):
+            a, b = part(source)[0], part(target)[0]
+            if a != b:
+                edges[a].add(b)
+    mutual = sorted({tuple(sorted((a, b))) for a in edges for b in edges[a] if a in edges.get(b, ())})
+    assert mutual == [], f"parts of the package importing each other: {mutual}"
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_each_layer_uses_only_its_own_third_party_packages(layer):
+    foreign = sorted({f"{source}: {target}" for source, target in own_imports()
+                      if (source == layer or source.startswith(layer + "."))
+                      and target.split(".")[0] not in {"zerolib", *sys.stdlib_module_names}
+                      and target.split(".")[0] not in ALLOWED[layer]})
+    assert foreign == [], f"{layer} imports " + ", ".join(foreign)
+
+
+def test_the_check_catches_an_upward_import(tmp_path, monkeypatch):
+    """The walk is not vacuous: a core module importing the chapter is reported."""
+    bad = PACKAGE / "core" / "accounting.py"
+    tree = imports(bad) | {"zerolib.chapter.style"}
+    assert rank("zerolib.chapter.style") > rank(module_name(bad))
+    assert any(rank(t) is not None and rank(t) > rank(module_name(bad)) for t in tree)
+
+
+def test_layer_sizes_and_longest_module(capsys):
+    """Not a rule: prints what the closing note quotes (modules per layer, the longest one)."""
+    per_layer = defaultdict(int)
+    for name in MODULES:
+        per_layer[".".join(name.split(".")[:2])] += 1
+    lengths = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in MODULES.items()}
+    longest = max(lengths, key=lengths.get)
+    with capsys.disabled():
+        print("\nmodules per layer:", dict(sorted(per_layer.items())),
+              f"longest: {longest} ({lengths[longest]} lines)")
+    assert lengths[longest] < 700

@@ -1,0 +1,7 @@
+"""Live explorers for the notebooks: ipywidgets controls that redraw the chapter's figures in
+place (see :mod:`zerolib.chapter.explorers.base`)."""
+from zerolib.chapter.explorers.gpu_count import GpuCountExplorer
+from zerolib.chapter.explorers.model_size import ModelSizeExplorer
+from zerolib.chapter.explorers.will_it_fit import WillItFitExplorer
+
+__all__ = ["GpuCountExplorer", "ModelSizeExplorer", "WillItFitExplorer"]

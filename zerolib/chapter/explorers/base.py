@@ -1,0 +1,202 @@
+"""What every explorer shares: the image and text widgets, the device and unit controls, the
+layout controls, observing controls and redrawing in place.
+
+An explorer exposes ``.widget`` (what a notebook displays), ``.controls`` (name -> ipywidgets
+control), ``.figure`` (one pyplot-free matplotlib Figure, kept for the explorer's lifetime) and
+``.data`` (the tidy DataFrame currently drawn). A control change recomputes ``.data`` with
+zerolib once, changes the existing artists through the chart's update function and writes
+freshly rendered PNG bytes into an ``ipywidgets.Image``. No ``display()``, ``interact`` or
+``Output`` widget is involved, so the widget state a notebook saves holds the image and strict
+nbval passes.
+
+A control value that cannot be drawn (a width typed off the slider's steps, a setting the model
+cannot take) never fails silently: the ``status`` line above the image says what happened and
+that the figure still shows the last setting that could be drawn, and the explorer keeps
+working for the next change.
+"""
+from __future__ import annotations
+
+import html
+from contextlib import contextmanager
+
+from zerolib.chapter.fast_png import IncrementalPng
+from zerolib.chapter.style import add_axes, new_figure
+from zerolib.core.accounting import CATEGORIES, LAYOUTS, Layout, get_layout
+from zerolib.core.devices import DEVICES, get_device
+from zerolib.core.units import UNITS, check_unit, format_value
+
+EXPLORER_DPI = 80   # 640 x 448 pixels for the GPU-count figure: readable, quick to redraw
+CUSTOM = "custom"   # the layout dropdown's entry for bytes set with the sliders
+WIDTH_STEP = 0.5    # bytes per parameter between two positions of a layout slider
+
+
+def widgets():
+    """The ipywidgets module, imported on first use (the charts and tables do not need it)."""
+    import ipywidgets
+    return ipywidgets
+
+
+def in_unit(n_bytes, unit: str) -> str:
+    """Bytes as a value label in ``unit``: ``'17.5 GB'``."""
+    return f"{format_value(float(n_bytes) / check_unit(unit))} {unit}"
+
+
+def device_and_unit(device: str, unit: str) -> dict:
+    """The device dropdown and the unit buttons every explorer has."""
+    w = widgets()
+    check_unit(unit)
+    return {"device": w.Dropdown(options=[(d.label, d.name) for d in DEVICES.values()],
+                                 value=get_device(device).name, description="Device"),
+            "unit": w.ToggleButtons(options=list(UNITS), value=unit, description="Unit",
+                                    style={"button_width": "60px"})}
+
+
+def whole_bits(width: float) -> float:
+    """A width typed into a slider's readout, rounded to the nearest whole bit (1/8 byte)."""
+    return round(float(width) * 8) / 8
+
+
+class LayoutControls:
+    """A layout dropdown and three bytes-per-parameter sliders kept in step with each other.
+
+    Picking a preset sets the sliders to its widths; moving a slider away from the preset's
+    widths switches the dropdown to "custom". A value typed into a slider's readout off the
+    slider's steps (ipywidgets clamps typed values but does not round them) is rounded to the
+    nearest whole bit, which every layout accepts.
+    """
+
+    def __init__(self, layout: str | Layout, on_change):
+        w = widgets()
+        layout = get_layout(layout)
+        options = [(f"{name} ({get_layout(name).total:g} bytes/param)", name) for name in LAYOUTS]
+        options.append(("custom (bytes per category below)", CUSTOM))
+        self.layout = w.Dropdown(options=options,
+                                 value=layout.name if layout.name in LAYOUTS else CUSTOM,
+                                 description="Layout", style={"description_width": "initial"})
+        self.sliders = {
+            category: w.FloatSlider(value=width, min=0, max=32, step=WIDTH_STEP,
+                                    readout_format=".1f",
+                                    description=f"{category} bytes/param",
+                                    style={"description_width": "initial"},
+                                    layout=w.Layout(width="320px"))
+            for category, width in zip(CATEGORIES, layout.widths())}
+        self._on_change = on_change
+        self._syncing = False
+        self.layout.observe(self._preset_changed, names="value")
+        for slider in self.sliders.values():
+            slider.observe(self._slider_changed, names="value")
+
+    @property
+    def controls(self) -> dict:
+        return {"layout": self.layout,
+                **{f"{category}_bytes": slider for category, slider in self.sliders.items()}}
+
+    def current(self) -> Layout:
+        if self.layout.value != CUSTOM:
+            return LAYOUTS[self.layout.value]
+        return Layout.custom(*(whole_bits(slider.value) for slider in self.sliders.values()))
+
+    @contextmanager
+    def _sync(self):
+        self._syncing = True
+        try:
+            yield
+        finally:
+            self._syncing = False
+
+    def _preset_changed(self, change):
+        if self._syncing:
+            return
+        if change["new"] != CUSTOM:
+            with self._sync():
+                for slider, width in zip(self.sliders.values(), LAYOUTS[change["new"]].widths()):
+                    slider.value = width
+        self._on_change()
+
+    def _slider_changed(self, _change):
+        if self._syncing:
+            return
+        widths = tuple(whole_bits(slider.value) for slider in self.sliders.values())
+        if self.layout.value != CUSTOM and LAYOUTS[self.layout.value].widths() != widths:
+            with self._sync():
+                self.layout.value = CUSTOM
+        self._on_change()
+
+
+class Explorer:
+    """Shared machinery: the image, the text widgets, observing the controls, redrawing.
+
+    A subclass sets ``controls`` and ``data``, calls :meth:`_start`, and implements
+    ``_update()`` (recompute ``.data``, update the artists, write the texts; return False when
+    there is nothing to draw) and ``_describe()`` (write the texts for the current ``.data``).
+    """
+
+    LAYOUT_CONTROLS = ("layout", "parameters_bytes", "gradients_bytes", "optimizer_bytes")
+
+    def __init__(self, dpi: float):
+        w = widgets()
+        self.dpi = dpi
+        self.image = w.Image(format="png")
+        self.status = w.HTML()
+        self.summary = w.HTML()
+        self.table = w.HTML()
+        self.redraws = 0
+        self._holding = False
+
+    def _watch(self):
+        for name, control in self.controls.items():
+            if name not in self.LAYOUT_CONTROLS:
+                control.observe(lambda _change: self.redraw(), names="value")
+
+    def _start(self, figsize, margins, blocks, draw):
+        """Draw the first figure from ``.data`` (``draw(ax)`` returns the artists), render it,
+        write the texts, then watch the controls."""
+        self.figure = new_figure(figsize, self.dpi)
+        self.artists = draw(add_axes(self.figure, margins))
+        self._renderer = IncrementalPng(self.figure, blocks(self.artists))
+        self._describe()
+        self.image.value = self._renderer.render()
+        self._watch()
+
+    @contextmanager
+    def hold(self):
+        """Change several controls with one redraw at the end (not one per control)."""
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+        self.redraw()
+
+    def redraw(self):
+        """Recompute ``.data`` from the controls and redraw the same figure in place.
+
+        A setting that cannot be drawn leaves the last figure and says so in ``status``.
+        """
+        if self._holding:
+            return
+        try:
+            drawn = self._update()
+        except (ValueError, TypeError) as error:
+            self.status.value = (f"<p style='color:#b00'><b>Not redrawn:</b> "
+                                 f"{html.escape(' '.join(str(error).split()))}. The figure and "
+                                 "table still show the last setting that could be drawn.</p>")
+            return
+        if drawn:
+            self.status.value = ""
+            self.image.value = self._renderer.render()
+            self.redraws += 1
+
+    def _box(self, rows):
+        w = widgets()
+        return w.VBox([*rows, self.status, self.summary, self.image,
+                       self.table])
+
+    # Current settings every explorer has, read from the controls.
+    @property
+    def device(self):
+        return get_device(self.controls["device"].value)
+
+    @property
+    def unit(self) -> str:
+        return self.controls["unit"].value

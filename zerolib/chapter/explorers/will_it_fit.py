@@ -1,0 +1,268 @@
+"""The will-it-fit explorer: a model's peak per GPU, stage by stage, against the device.
+
+:func:`peak_rows`, :func:`summary_html` and :func:`peak_table_html` are pure (tested without
+widgets): they read the drawn :func:`zerolib.core.tables.peak_frame` and judge the **peak**
+(model state + working set) against the device.
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import replace
+
+import pandas as pd
+
+from zerolib.chapter.charts.will_it_fit import (
+    FIGSIZE,
+    MARGINS,
+    draw_will_it_fit,
+    update_will_it_fit,
+    will_it_fit_blocks,
+    will_it_fit_titles,
+)
+from zerolib.chapter.explorers.base import (
+    EXPLORER_DPI,
+    Explorer,
+    device_and_unit,
+    in_unit,
+    widgets,
+)
+from zerolib.chapter.style import device_label
+from zerolib.core.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
+from zerolib.core.activations import RECOMPUTE
+from zerolib.core.devices import Device, capacity_text
+from zerolib.core.models import MODELS, get_model, parameter_count
+from zerolib.core.tables import peak_frame
+from zerolib.core.units import format_value
+from zerolib.core.working_set import (
+    WorkingSetSettings,
+    fewest_gpus_for_peak,
+    largest_micro_batch,
+)
+
+# The explorer's ranges.
+SEQ_LENGTHS = tuple(2**k for k in range(7, 18))   # 128 to 131,072 tokens
+MAX_MICRO_BATCH = 64   # also the bound of the largest-micro-batch search ("64 or more")
+MAX_EXPLORER_GPUS = 1024
+
+
+def _count_words(count: int) -> str:
+    """Parameters to three significant digits: '6.74B', '124M'."""
+    if count >= 10**9:
+        return f"{format_value(count / 10**9)}B"
+    return f"{format_value(count / 10**6)}M"
+
+
+def _and(names) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def seq_lengths_for(model: str) -> tuple[int, ...]:
+    """The sequence lengths the model can take (learned position embeddings end at its context)."""
+    config = get_model(model)
+    if config.position_embedding != "learned":
+        return SEQ_LENGTHS
+    return tuple(n for n in SEQ_LENGTHS if n <= config.max_positions) or SEQ_LENGTHS[:1]
+
+
+def peak_rows(frame: pd.DataFrame, device: Device) -> list[dict]:
+    """Per stage of a peak frame: ``stage``, ``peak`` (bytes), ``fits`` (peak <= capacity),
+    ``activations`` and ``logits_loss`` (bytes)."""
+    rows = []
+    for stage, group in frame.groupby("stage", sort=True):
+        by_component = group.set_index("component")["bytes"]
+        peak = int(by_component.sum())
+        rows.append({"stage": int(stage), "peak": peak, "fits": peak <= device.capacity,
+                     "activations": int(by_component["activations"]),
+                     "logits_loss": int(by_component["logits_loss"])})
+    return rows
+
+
+def summary_html(frame: pd.DataFrame, device: Device, unit: str) -> str:
+    """The lines above the figure: the model and settings, which strategies' peaks fit, the
+    activations and logits every strategy holds, the reference line."""
+    config, settings = frame.attrs["model"], frame.attrs["settings"]
+    gpus = int(frame["gpus"].iloc[0])
+    rows = peak_rows(frame, device)
+    on = f"{gpus} GPU{'s' if gpus != 1 else ''}"
+    _, conditions = will_it_fit_titles(config.name, gpus, settings, frame.attrs["layout"])
+    fitting = [STRATEGY_NAMES[row["stage"]] for row in rows if row["fits"]]
+    too_big = [STRATEGY_NAMES[row["stage"]] for row in rows if not row["fits"]]
+    if not too_big:
+        verdict = "Fits under every strategy, even plain data parallelism."
+    elif not fitting:
+        smallest = min(rows, key=lambda row: row["peak"])
+        verdict = (f"Fits under no strategy: the smallest peak is "
+                   f"{in_unit(smallest['peak'], unit)} ({STRATEGY_NAMES[smallest['stage']]}). "
+                   "Add GPUs, shorten the sequence, lower the micro-batch or recompute more.")
+    else:
+        verdict = f"Fits under {_and(fitting)}. Too big under {_and(too_big)}."
+    first = rows[0]    # activations and logits are the same at every stage
+    return (
+        f"<p><b>{html.escape(config.name)}</b> ({parameter_count(config):,} parameters) "
+        f"on <b>{on}</b>: {html.escape(conditions)}."
+        f"<br>{html.escape(verdict)}"
+        f"<br>Every strategy also holds the activations ({in_unit(first['activations'], unit)}) "
+        f"and the logits and loss ({in_unit(first['logits_loss'], unit)}) of one micro-batch per "
+        "GPU; both grow with micro-batch × sequence length."
+        f"<br>Reference line: {html.escape(device_label(device, unit))}.</p>")
+
+
+def peak_table_html(frame: pd.DataFrame, device: Device, unit: str, fewest: dict,
+                    largest: dict) -> str:
+    """Per stage: the peak, whether it fits, the fewest GPUs that fit (``fewest``: stage -> int
+    or None) and the largest micro-batch that fits (``largest``: stage -> int)."""
+    config, settings = frame.attrs["model"], frame.attrs["settings"]
+    gpus = int(frame["gpus"].iloc[0])
+    on = f"{gpus} GPU{'s' if gpus != 1 else ''}"
+
+    def right(text):
+        return f"<td style='text-align:right'>{text}</td>"
+    cells = []
+    for row in peak_rows(frame, device):
+        stage = row["stage"]
+        most = largest[stage]
+        if most == 0:
+            most = "none"
+        elif most == MAX_MICRO_BATCH:
+            most = f"{most} or more"       # the search stops at the slider's end
+        cells.append(
+            f"<tr><td>{html.escape(STRATEGY_NAMES[stage])}</td>{right(in_unit(row['peak'], unit))}"
+            f"<td>{'fits' if row['fits'] else 'too big'}</td>"
+            f"{right('never' if fewest[stage] is None else fewest[stage])}"
+            f"{right(most)}</tr>")
+    return (
+        f"<table><caption>Per GPU on {on} against the {html.escape(device.label)} "
+        f"({html.escape(capacity_text(device, unit))}), {html.escape(config.name)}</caption>"
+        "<thead><tr><th>Strategy</th><th>Peak per GPU</th><th>Fits?</th>"
+        f"<th>Fewest GPUs that fit (micro-batch {settings.micro_batch})</th>"
+        f"<th>Largest micro-batch that fits ({on})</th></tr></thead>"
+        f"<tbody>{''.join(cells)}</tbody></table>")
+
+
+class WillItFitExplorer(Explorer):
+    """Will a model train on these GPUs? Its peak per GPU, stage by stage, against the device.
+
+    Controls: ``model`` (a preset of :mod:`zerolib.core.models`), ``gpus`` (1 to 1024),
+    ``micro_batch`` (1 to 64), ``seq_len`` (powers of two, 128 to 131,072 tokens, up to the
+    model's context where its position embeddings are learned), ``recompute`` (none, selective,
+    full), ``flash_attention``, ``device``, ``unit``. ``.data`` is
+    :func:`zerolib.core.tables.peak_frame` (bytes per stage and component). The table gives, per
+    stage, the peak, whether it fits, the fewest GPUs at which it fits (at this micro-batch) and
+    the largest micro-batch that fits (on these GPUs), all from :mod:`zerolib.core.working_set`.
+    """
+
+    def __init__(self, model: str = "llama-2-7b", gpus: int = 8, micro_batch: int = 1,
+                 seq_len: int = 4096, recompute: str = "selective", flash_attention: bool = True,
+                 device: str = "h100-80gb", unit: str = "GB", layout: str | Layout = "mixed-adam",
+                 dpi: float = EXPLORER_DPI):
+        super().__init__(dpi)
+        w = widgets()
+        if not isinstance(model, str) or get_model(model).name not in MODELS:
+            raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
+        for name, value, high in (("gpus", gpus, MAX_EXPLORER_GPUS),
+                                  ("micro_batch", micro_batch, MAX_MICRO_BATCH)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+                raise ValueError(f"{name} must be a whole number from 1 to {high}, got {value!r}")
+        if seq_len not in seq_lengths_for(model):
+            raise ValueError(f"seq_len must be one of {', '.join(map(str, seq_lengths_for(model)))}"
+                             f" for {model}, got {seq_len!r}")
+        if recompute not in RECOMPUTE:
+            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+        if not isinstance(flash_attention, bool):
+            raise TypeError(f"flash_attention must be True or False, got {flash_attention!r}")
+        self._layout_fixed = get_layout(layout)
+        self._fewest = (None, None)     # (settings key, fewest GPUs per stage)
+        self._largest = (None, None)    # (settings key, largest micro-batch per stage)
+        wide = {"description_width": "initial"}
+        self.controls = {
+            "model": w.Dropdown(options=[(f"{name} ({_count_words(parameter_count(config))})", name)
+                                         for name, config in MODELS.items()],
+                                value=get_model(model).name, description="Model"),
+            "gpus": w.IntSlider(value=gpus, min=1, max=MAX_EXPLORER_GPUS, description="GPUs",
+                                continuous_update=True),
+            "micro_batch": w.IntSlider(value=micro_batch, min=1, max=MAX_MICRO_BATCH,
+                                       description="Micro-batch", style=wide,
+                                       continuous_update=True),
+            "seq_len": w.SelectionSlider(options=self._seq_options(model), value=seq_len,
+                                         description="Sequence", style=wide,
+                                         continuous_update=True),
+            "recompute": w.ToggleButtons(options=list(RECOMPUTE), value=recompute,
+                                         description="Recompute", style={"button_width": "80px"}),
+            "flash_attention": w.Checkbox(value=flash_attention, description="Flash attention",
+                                          indent=False),
+            **device_and_unit(device, unit),
+        }
+        self.data = self._frame()
+        self._start(FIGSIZE, MARGINS, will_it_fit_blocks,
+                    lambda ax: draw_will_it_fit(ax, self.data, self.device, self.unit))
+        self.controls["model"].observe(self._model_changed, names="value")
+        c = self.controls
+        self.widget = self._box([
+            w.HBox([c["model"], c["device"], c["unit"]]),
+            w.HBox([c["gpus"], c["micro_batch"], c["seq_len"]]),
+            w.HBox([c["recompute"], c["flash_attention"]]),
+        ])
+
+    @staticmethod
+    def _seq_options(model: str) -> list[tuple[str, int]]:
+        return [(f"{n:,}", n) for n in seq_lengths_for(model)]
+
+    def _model_changed(self, change):
+        """Keep the sequence control within what the new model can take, in one redraw."""
+        control = self.controls["seq_len"]
+        options = self._seq_options(change["new"])
+        if [n for _, n in options] != [n for _, n in control.options]:
+            with self.hold():
+                value = min(control.value, options[-1][1])
+                control.options = options
+                control.value = value
+
+    # Current settings, read from the controls.
+    @property
+    def model(self) -> str:
+        return self.controls["model"].value
+
+    @property
+    def gpus(self) -> int:
+        return int(self.controls["gpus"].value)
+
+    @property
+    def settings(self) -> WorkingSetSettings:
+        c = self.controls
+        return WorkingSetSettings(
+            seq_len=int(c["seq_len"].value), micro_batch=int(c["micro_batch"].value),
+            recompute=c["recompute"].value, flash_attention=bool(c["flash_attention"].value))
+
+    @property
+    def layout(self) -> Layout:
+        return self._layout_fixed
+
+    def _frame(self):
+        return peak_frame(self.model, self.gpus, STAGES, self.settings, self.layout)
+
+    def _update(self) -> bool:
+        self.data = self._frame()
+        update_will_it_fit(self.artists, self.data, self.device, self.unit)
+        self._describe()
+        return True
+
+    def _searches(self, settings, device):
+        """Fewest GPUs and largest micro-batch per stage, each recomputed only when its inputs change."""
+        fewest_key = (self.model, settings, device.name)        # the GPU count does not enter
+        if fewest_key != self._fewest[0]:
+            found = fewest_gpus_for_peak(self.model, STAGES, settings, self.layout, device)
+            self._fewest = (fewest_key, {stage: int(n) or None for stage, n in zip(STAGES, found)})
+        largest_key = (self.model, self.gpus, replace(settings, micro_batch=1), device.name)
+        if largest_key != self._largest[0]:
+            self._largest = (largest_key, {
+                stage: largest_micro_batch(self.model, self.gpus, stage, settings, self.layout,
+                                           device, max_micro_batch=MAX_MICRO_BATCH)
+                for stage in STAGES})
+        return self._fewest[1], self._largest[1]
+
+    def _describe(self):
+        device, unit = self.device, self.unit
+        fewest, largest = self._searches(self.data.attrs["settings"], device)
+        self.summary.value = summary_html(self.data, device, unit)
+        self.table.value = peak_table_html(self.data, device, unit, fewest, largest)
