@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from zerolib.core.activations import (
     layer_activation_bytes,
     layer_activation_terms,
-    model_activation_bytes,
     model_activation_terms,
 )
 from zerolib.core.models import TransformerConfig
@@ -189,7 +188,6 @@ def test_full_recomputation_is_smallest(shape, batch, options):
 
 def test_model_level_adds_up():
     terms = model_activation_terms("gpt2", 1024, 2, recompute="full")
-    assert model_activation_bytes("gpt2", 1024, 2, recompute="full") == sum(terms.values())
     # Full recomputation: each of 12 layers keeps its input, 2 * 1024 * 2 * 768 bytes.
     assert terms["transformer_layers"] == 12 * 2 * 1024 * 2 * 768
     # ... and the layer being recomputed holds a whole no-recompute layer (GPT-2 has dropout):

@@ -19,10 +19,10 @@ from zerolib.crosscheck.deepspeed_estimator import (
 )
 from zerolib.crosscheck.validation.deepspeed_run import (
     BUFFER_COLUMNS,
-    CATEGORIES,
     COLUMNS,
-    MODELS,
-    PHASES,
+    DEEPSPEED_MODELS,
+    DEEPSPEED_PHASES,
+    MEASURED_CATEGORIES,
     PRECISIONS,
     buffers_path,
     formula_columns,
@@ -58,17 +58,17 @@ def model_states(frame: pd.DataFrame) -> pd.Series:
 
 def test_columns_and_complete_grid(table):
     assert tuple(table.columns) == COLUMNS
-    assert set(table.model) == {m.name for m in MODELS}
+    assert set(table.model) == {m.name for m in DEEPSPEED_MODELS}
     assert set(table.precision) == set(PRECISIONS)
     assert set(table.workers) == {2, 4}
     assert set(table.stage) == {0, 1, 2, 3}
-    assert set(table.phase) == set(PHASES)
+    assert set(table.phase) == set(DEEPSPEED_PHASES)
     keys = ["model", "precision", "workers", "stage", "phase"]
     for key, group in table.groupby(keys):
         workers = key[2]
         assert sorted(group["rank"]) == list(range(workers)), key
     # every combination present: 2 models x 2 precisions x (2 + 4 ranks) x 4 stages x 5 phases
-    assert len(table) == 2 * 2 * 6 * 4 * len(PHASES)
+    assert len(table) == 2 * 2 * 6 * 4 * len(DEEPSPEED_PHASES)
 
 
 def test_versions_recorded_and_match_the_convention_followed(table):
@@ -81,7 +81,7 @@ def test_versions_recorded_and_match_the_convention_followed(table):
 
 
 def test_model_sizes(table):
-    for spec in MODELS:
+    for spec in DEEPSPEED_MODELS:
         assert (spec.numel, spec.largest_layer_params) == EXPECTED_SIZES[spec.name]
         rows = table[table.model == spec.name]
         assert set(rows.params) == {spec.numel}
@@ -89,7 +89,7 @@ def test_model_sizes(table):
 
 
 def test_measured_bytes_add_up(table, buffers):
-    measured = [f"measured_{c}" for c in CATEGORIES]
+    measured = [f"measured_{c}" for c in MEASURED_CATEGORIES]
     assert (table[measured] >= 0).all().all()
     assert (table[measured].sum(axis=1) == table.measured_total).all()
     assert tuple(buffers.columns) == BUFFER_COLUMNS
@@ -129,7 +129,7 @@ def test_estimator_columns_match_zerolib_deepspeed(table):
 
 def test_formula_columns_reject_an_unknown_precision():
     with pytest.raises(ValueError, match="precision must be one of fp32, bf16"):
-        formula_columns(MODELS[0], 4, 3, "fp16")
+        formula_columns(DEEPSPEED_MODELS[0], 4, 3, "fp16")
 
 
 def test_hand_checked_estimator_value(table):

@@ -37,8 +37,8 @@ from zerolib.crosscheck.validation.records import (
     write_csv,
 )
 from zerolib.crosscheck.validation.setups import (
-    MODELS,
     STRATEGIES,
+    TINY_MODELS,
     check_workers,
     fsdp_rows,
     zero1_partition,
@@ -85,11 +85,11 @@ def one(frame, **where) -> dict:
 # --- the arithmetic, by hand -------------------------------------------------------------------
 
 def test_model_sizes_by_hand():
-    assert MODELS["even"].numel == 4 * (64 * 64 + 64) == 16_640
+    assert TINY_MODELS["even"].numel == 4 * (64 * 64 + 64) == 16_640
     # Linear(33, 45) + Linear(45, 21) + Linear(21, 5)
-    assert MODELS["uneven"].numel == (45 * 33 + 45) + (21 * 45 + 21) + (5 * 21 + 5) == 2_606
-    assert MODELS["uneven"].tensor_count == 6
-    assert MODELS["uneven"].largest_layer_params == 45 * 33 + 45 == 1_530
+    assert TINY_MODELS["uneven"].numel == (45 * 33 + 45) + (21 * 45 + 21) + (5 * 21 + 5) == 2_606
+    assert TINY_MODELS["uneven"].tensor_count == 6
+    assert TINY_MODELS["uneven"].largest_layer_params == 45 * 33 + 45 == 1_530
 
 
 def test_fsdp_chunks_like_torch_chunk():
@@ -101,17 +101,17 @@ def test_fsdp_chunks_like_torch_chunk():
 
 
 def test_zero1_partition_by_hand():
-    shapes = MODELS["uneven"].shapes  # sizes 1485, 45, 945, 21, 105, 5
+    shapes = TINY_MODELS["uneven"].shapes  # sizes 1485, 45, 945, 21, 105, 5
     # Largest first to the least-loaded rank: 1485->0, 945->1, 105->2, 45->3, 21->3, 5->3.
     assert zero1_partition(shapes, 4) == ((0,), (2,), (4,), (1, 3, 5))
     # Two ranks: 1485->0, then everything else to rank 1 (945+105+45+21+5 = 1121 < 1485).
     assert zero1_partition(shapes, 2) == ((0,), (1, 2, 3, 4, 5))
     # Even model: 4 weights of 4096 and 4 biases of 64 split evenly.
-    assert zero1_partition(MODELS["even"].shapes, 4) == ((0, 1), (2, 3), (4, 5), (6, 7))
+    assert zero1_partition(TINY_MODELS["even"].shapes, 4) == ((0, 1), (2, 3), (4, 5), (6, 7))
 
 
 def test_effects_by_hand_fsdp_uneven_last_rank():
-    spec, strategy = MODELS["uneven"], STRATEGIES["fsdp2-reshard"]
+    spec, strategy = TINY_MODELS["uneven"], STRATEGIES["fsdp2-reshard"]
     # Rank 3 of 4 holds 9 + 3 + 0 rows: 9*33 + 9 + 3*45 + 3 = 444 elements; ceil(2606/4) = 652.
     effects = {e.key: e.bytes for e in expected_effects(strategy, spec, 4, 3, "rest", "optimizer")}
     assert effects == {"uneven-shards": 8 * (444 - 652), "step-counters": 6 * 4}
@@ -122,7 +122,7 @@ def test_effects_by_hand_fsdp_uneven_last_rank():
 
 
 def test_effects_by_hand_stage2_analogue_at_rest():
-    spec = MODELS["even"]
+    spec = TINY_MODELS["even"]
     effects = {e.key: e.bytes for e in
                expected_effects(STRATEGIES["fsdp2-keep"], spec, 4, 0, "rest", "parameters")}
     # ZeRO-2 would keep all 16,640 parameters; FSDP2 keeps a 4,160-element shard.
@@ -131,9 +131,9 @@ def test_effects_by_hand_stage2_analogue_at_rest():
 
 def test_bad_effect_arguments_are_named():
     with pytest.raises(ValueError, match="phase"):
-        expected_effects(STRATEGIES["ddp"], MODELS["even"], 2, 0, "during", "optimizer")
+        expected_effects(STRATEGIES["ddp"], TINY_MODELS["even"], 2, 0, "during", "optimizer")
     with pytest.raises(ValueError, match="category"):
-        expected_effects(STRATEGIES["ddp"], MODELS["even"], 2, 0, "rest", "activations")
+        expected_effects(STRATEGIES["ddp"], TINY_MODELS["even"], 2, 0, "rest", "activations")
 
 
 def test_check_workers():
@@ -161,7 +161,7 @@ def test_table2_case_is_korthikanti_by_hand():
 def test_recorded_files_are_tidy_and_stamped(sharded, activations):
     workers = sorted(sharded["workers"].unique())
     assert workers == [2, 4]
-    per_rank_rows = len(STRATEGIES) * len(MODELS) * 2 * 3  # phases x categories
+    per_rank_rows = len(STRATEGIES) * len(TINY_MODELS) * 2 * 3  # phases x categories
     assert len(sharded) == per_rank_rows * sum(workers)
     keys = ["strategy", "model", "workers", "rank", "phase", "category"]
     assert not sharded.duplicated(keys).any()

@@ -12,8 +12,6 @@ from zerolib.core.accounting import LAYOUTS, Layout
 from zerolib.core.inputs import MAX_FIGURE_POINTS, MAX_GPUS, STAGES, echo
 from zerolib.core.parse import parse_count, parse_whole
 
-NEGATIVE_VALUE_HINT = "values that start with '-' are read as numbers"
-
 
 def gpu_count(text: str, name: str) -> int:
     """``--gpus 64``: a positive whole number of GPUs; errors name the flag."""
@@ -105,3 +103,15 @@ def output_folder(text: str, name: str = "--out") -> Path:
     if path.exists() and not path.is_dir():
         raise ValueError(f"{name} must be a folder, got the file {echo(text)}")
     return path
+
+
+def add_run_arguments(parser, records: str) -> None:
+    """``--workers N ...``, ``--record`` and ``--data-dir`` of the commands that run real
+    training processes; ``records`` names the files ``--record`` writes."""
+    from zerolib.crosscheck.validation.setups import MAX_WORKERS
+    parser.add_argument("--workers", nargs="+", default=["2", "4"], metavar="N",
+                        help=f"process counts to run, each 2-{MAX_WORKERS} (default: 2 4)")
+    parser.add_argument("--record", action="store_true",
+                        help=f"also write {records} into the data folder (atomically)")
+    parser.add_argument("--data-dir", metavar="DIR",
+                        help="folder --record writes to (default: the repository's data/)")

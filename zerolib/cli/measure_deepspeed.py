@@ -10,9 +10,8 @@ import os
 import sys
 from pathlib import Path
 
-from zerolib.cli._arguments import worker_counts
+from zerolib.cli._arguments import add_run_arguments, worker_counts
 from zerolib.crosscheck.validation import DEEPSPEED_INSTALL_HINT
-from zerolib.crosscheck.validation.setups import MAX_WORKERS
 
 
 def register(commands) -> None:
@@ -23,13 +22,7 @@ def register(commands) -> None:
                     "holds (parameters, gradients, optimizer state, fp32 master weights, buckets) "
                     "and print a summary; --record writes data/deepspeed_measured.csv and its "
                     "_buffers list. Needs the deepspeed extra: " + DEEPSPEED_INSTALL_HINT)
-    parser.add_argument("--workers", nargs="+", default=["2", "4"], metavar="N",
-                        help=f"process counts to launch, each 2-{MAX_WORKERS} (default: 2 4)")
-    parser.add_argument("--record", action="store_true",
-                        help="write deepspeed_measured.csv and deepspeed_measured_buffers.csv "
-                             "into the data folder (atomically)")
-    parser.add_argument("--data-dir", metavar="DIR",
-                        help="folder --record writes to (default: the repository's data/)")
+    add_run_arguments(parser, "deepspeed_measured.csv and deepspeed_measured_buffers.csv")
     parser.set_defaults(func=run)
 
 

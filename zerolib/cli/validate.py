@@ -9,14 +9,13 @@ import importlib
 import json
 import sys
 
-from zerolib.cli._arguments import worker_counts
+from zerolib.cli._arguments import add_run_arguments, worker_counts
 from zerolib.cli._output import text_table
 from zerolib.core.accounting import CATEGORIES
 from zerolib.crosscheck.validation import INSTALL_HINT
 from zerolib.crosscheck.validation.effects import MECHANISMS
 from zerolib.crosscheck.validation.setups import (
     LAYOUT,
-    MAX_WORKERS,
     STRATEGIES,
 )
 
@@ -30,16 +29,10 @@ def register(commands) -> None:
                     "optimizer state on every rank, and measure the activations one GPT block "
                     "saves for backward; print them beside zerolib's numbers with each "
                     "difference explained. Needs the validate extra (PyTorch, CPU build).")
-    parser.add_argument("--workers", nargs="+", default=["2", "4"], metavar="N",
-                        help=f"process counts to run, each 2-{MAX_WORKERS} (default: 2 4)")
+    add_run_arguments(parser, "validation_sharded.csv and validation_activations.csv")
     parser.add_argument("--format", default="table", choices=("table", "json"),
                         help="text tables (bytes) or JSON records of both comparisons "
                              "(default: table)")
-    parser.add_argument("--record", action="store_true",
-                        help="also write validation_sharded.csv and validation_activations.csv "
-                             "into the data folder (atomically)")
-    parser.add_argument("--data-dir", metavar="DIR",
-                        help="folder --record writes to (default: the repository's data/)")
     parser.set_defaults(func=run)
 
 

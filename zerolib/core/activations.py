@@ -231,8 +231,3 @@ def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", ten
         "output_projection_input": element_bytes * sbh_rank,
         "logits_loss": sum(widths) * s * b * _split(v, t),   # vocabulary-parallel output
     })
-
-
-def model_activation_bytes(model, seq_len, micro_batch, **settings) -> int:
-    """Sum of :func:`model_activation_terms`."""
-    return sum(model_activation_terms(model, seq_len, micro_batch, **settings).values())

@@ -23,16 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from types import MappingProxyType
 
+from zerolib.core.inputs import check_positive_int
+
 NORMS = ("layernorm", "rmsnorm")            # layernorm: weight + bias; rmsnorm: weight only
 POSITION_EMBEDDINGS = ("learned", "rotary")  # rotary has no parameters
-
-
-def _positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a positive whole number, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive whole number, got {value!r}")
-    return value
+MAX_MODEL_SIZE = 2**24   # largest hidden size, layer count, vocabulary... of a description
 
 
 @dataclass(frozen=True)
@@ -62,7 +57,9 @@ class TransformerConfig:
         if not isinstance(self.name, str) or not self.name:
             raise TypeError("name must be a non-empty string")
         for name in ("hidden", "layers", "heads", "kv_heads", "ffn_hidden", "vocab", "max_positions"):
-            _positive_int(getattr(self, name), name)
+            if not isinstance(getattr(self, name), int):   # whole numbers, not 4096.0
+                raise TypeError(f"{name} must be a positive whole number, got {getattr(self, name)!r}")
+            check_positive_int(getattr(self, name), name, MAX_MODEL_SIZE)
         for name in ("tied_embeddings", "gated_mlp", "qkv_bias", "output_bias", "mlp_bias",
                      "fused_qkv", "dropout"):
             if not isinstance(getattr(self, name), bool):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from zerolib.core.accounting import model_state
+from zerolib.core.accounting import STAGES, model_state
 from zerolib.crosscheck.deepspeed_estimator import estimate_zero2, estimate_zero3
 from zerolib.crosscheck.validation.records import write_csv
 from zerolib.crosscheck.validation.setups import ModelSpec
@@ -35,21 +35,20 @@ RECORD_FILE = "deepspeed_measured.csv"
 
 # "even": 1,837,312 parameters (a multiple of 4); "uneven": 1,838,337 (odd), so neither 2 nor 4
 # ranks get equal shares without padding.
-MODELS = (ModelSpec("even", (512, 1024, 1024, 256), "512-1024-1024-256: a multiple of 4"),
+DEEPSPEED_MODELS = (ModelSpec("even", (512, 1024, 1024, 256), "512-1024-1024-256: a multiple of 4"),
           ModelSpec("uneven", (512, 1024, 1024, 257), "512-1024-1024-257: odd"))
-STAGES = (0, 1, 2, 3)
 WORKERS = (2, 4)
 MICRO_BATCH = 4
 # Measured on the second step, so the optimizer state of the first step exists.
-PHASES = ("after_forward", "before_reduction", "after_backward", "before_optimizer_step",
+DEEPSPEED_PHASES = ("after_forward", "before_reduction", "after_backward", "before_optimizer_step",
           "after_step")
 # Precision -> the chapter's layout for the same training recipe (zerolib.core.accounting.LAYOUTS).
 PRECISIONS = {"fp32": "fp32-adam", "bf16": "mixed-adam"}
 
-CATEGORIES = ("parameters", "gradients", "optimizer", "master_weights", "buckets", "other")
+MEASURED_CATEGORIES = ("parameters", "gradients", "optimizer", "master_weights", "buckets", "other")
 COLUMNS = (
     "model", "precision", "workers", "rank", "stage", "phase", "params", "largest_layer_params",
-    *(f"measured_{c}" for c in CATEGORIES), "measured_total",
+    *(f"measured_{c}" for c in MEASURED_CATEGORIES), "measured_total",
     "formula_layout", "formula_parameters", "formula_gradients", "formula_optimizer",
     "formula_total",
     "deepspeed_estimator", "deepspeed_estimate_per_gpu", "deepspeed_estimate_per_cpu",
@@ -185,7 +184,7 @@ def classify(engine) -> dict[str, list[tuple[int, str]]]:
     master_keys = keys(updated) - parameter_keys
     gradient_keys = keys([p.grad for p in model_params + updated])
 
-    result: dict[str, list[tuple[int, str]]] = {c: [] for c in CATEGORIES}
+    result: dict[str, list[tuple[int, str]]] = {c: [] for c in MEASURED_CATEGORIES}
     for key, (nbytes, paths) in _reachable_storages(engine).items():
         if key in parameter_keys:
             category = "parameters"
@@ -234,13 +233,13 @@ def _measure_one(spec: ModelSpec, stage: int, precision: str, rank: int,
     def record(phase):
         held = classify(engine)
         row = dict(base, phase=phase)
-        for category in CATEGORIES:
+        for category in MEASURED_CATEGORIES:
             row[f"measured_{category}"] = sum(n for n, _ in held[category])
             for nbytes, where in sorted(held[category], key=lambda item: (-item[0], item[1])):
                 if category in ("buckets", "other"):
                     buffers.append(dict(base, phase=phase, category=category, bytes=nbytes,
                                         where=where))
-        row["measured_total"] = sum(row[f"measured_{c}"] for c in CATEGORIES)
+        row["measured_total"] = sum(row[f"measured_{c}"] for c in MEASURED_CATEGORIES)
         rows.append(row)
 
     # Gradients exist in full (stage 0/1) or in reduce buckets (stage 2/3) at the end of
@@ -300,7 +299,7 @@ def _rank(rank: int, workers: int, jobs: list) -> dict:
     deepspeed.init_distributed(dist_backend=backend, verbose=False)
     rows, buffers = [], []
     for name, stage, precision in jobs:
-        spec = next(m for m in MODELS if m.name == name)
+        spec = next(m for m in DEEPSPEED_MODELS if m.name == name)
         new_rows, new_buffers = _measure_one(spec, stage, precision, rank, workers)
         for row in new_rows:
             row["backend"] = backend
@@ -311,7 +310,7 @@ def _rank(rank: int, workers: int, jobs: list) -> dict:
 
 
 def run(workers_list=WORKERS, stages=STAGES, precisions=tuple(PRECISIONS),
-        models=MODELS) -> tuple[list[dict], list[dict]]:
+        models=DEEPSPEED_MODELS) -> tuple[list[dict], list[dict]]:
     """Launch each worker count, return (rows, other-buffer rows) sorted deterministically."""
     import deepspeed
     import torch
@@ -337,7 +336,7 @@ def run(workers_list=WORKERS, stages=STAGES, precisions=tuple(PRECISIONS),
 
     def order(row):
         return (row["model"], row["precision"], row["workers"], row["stage"],
-                PHASES.index(row["phase"]), row["rank"])
+                DEEPSPEED_PHASES.index(row["phase"]), row["rank"])
 
     rows.sort(key=order)
     buffers.sort(key=lambda b: (*order(b), -b["bytes"], b["where"]))

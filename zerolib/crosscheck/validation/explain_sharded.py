@@ -30,16 +30,16 @@ from zerolib.crosscheck.validation.effects import keys as effect_keys
 from zerolib.crosscheck.validation.setups import (
     ADAMW_STATE_TENSORS,
     LAYOUT,
-    MODELS,
     STEP_COUNTER_BYTES,
     STRATEGIES,
+    TINY_MODELS,
     ModelSpec,
     Strategy,
     fsdp_shard_elements,
     zero1_partition,
 )
 
-PHASES = ("rest", "peak")
+SHARDED_PHASES = ("rest", "peak")
 FP32 = 4
 ADAM_BYTES = FP32 * len(ADAMW_STATE_TENSORS)  # 8 bytes per element owned
 
@@ -122,8 +122,8 @@ def _fsdp_parameters(strategy: Strategy, spec: ModelSpec, workers: int, phase: s
 def expected_effects(strategy: Strategy, spec: ModelSpec, workers: int, rank: int,
                      phase: str, category: str) -> tuple[Effect, ...]:
     """The mechanisms that make this rank's measured bytes differ from zerolib's prediction."""
-    if phase not in PHASES:
-        raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+    if phase not in SHARDED_PHASES:
+        raise ValueError(f"phase must be one of {SHARDED_PHASES}, got {phase!r}")
     if category not in CATEGORIES:
         raise ValueError(f"category must be one of {CATEGORIES}, got {category!r}")
     share = ceil_div(spec.numel, workers)
@@ -157,7 +157,7 @@ def compare_sharded(measured: pd.DataFrame) -> pd.DataFrame:
     """
     rows = []
     for record in measured.to_dict("records"):
-        strategy, spec = STRATEGIES[record["strategy"]], MODELS[record["model"]]
+        strategy, spec = STRATEGIES[record["strategy"]], TINY_MODELS[record["model"]]
         workers, rank = int(record["workers"]), int(record["rank"])
         predicted = int(getattr(model_state(spec.numel, workers, strategy.stage, LAYOUT),
                                 record["category"]))
@@ -178,7 +178,7 @@ def compare_sharded(measured: pd.DataFrame) -> pd.DataFrame:
             "effects": effect_keys(effects), "explanation": describe(effects, unexplained),
         })
     frame = pd.DataFrame(rows)
-    order = {"strategy": list(STRATEGIES), "model": list(MODELS), "phase": list(PHASES),
+    order = {"strategy": list(STRATEGIES), "model": list(TINY_MODELS), "phase": list(SHARDED_PHASES),
              "category": list(CATEGORIES)}
     keys = ["strategy", "model", "workers", "rank", "phase", "category"]
     frame = frame.sort_values(keys, key=lambda col: col.map(order[col.name].index)

@@ -19,21 +19,21 @@ from zerolib.core.accounting import CATEGORIES
 from zerolib.core.units import format_relative
 from zerolib.core.working_set import REDUCE_BUCKET_SIZE
 from zerolib.crosscheck.validation.deepspeed_run import (
-    PHASES as DEEPSPEED_PHASES,  # its moments, in order
+    DEEPSPEED_PHASES,  # its moments, in order
+    buffers_path,
 )
 from zerolib.crosscheck.validation.deepspeed_run import RECORD_FILE as DEEPSPEED_FILE
-from zerolib.crosscheck.validation.deepspeed_run import buffers_path
 from zerolib.crosscheck.validation.effects import MECHANISMS
 from zerolib.crosscheck.validation.explain_activations import (
     totals as activation_totals,
 )
-from zerolib.crosscheck.validation.explain_sharded import PHASES
+from zerolib.crosscheck.validation.explain_sharded import SHARDED_PHASES
 from zerolib.crosscheck.validation.records import (
     ACTIVATIONS_FILE,
     SHARDED_FILE,
     read_csv,
 )
-from zerolib.crosscheck.validation.setups import MODELS, STRATEGIES
+from zerolib.crosscheck.validation.setups import STRATEGIES, TINY_MODELS
 from zerolib.paths import data_file
 
 DEEPSPEED_BUFFERS_FILE = buffers_path(Path(DEEPSPEED_FILE)).name  # deepspeed_measured_buffers.csv
@@ -134,7 +134,7 @@ def sharded_overview(sharded: pd.DataFrame, workers: int = 4) -> pd.DataFrame:
         predicted = int(group["predicted_bytes"].max())  # the same on every rank
         row = {"strategy": STRATEGY_LABELS[strategy], "compared with": f"stage {STRATEGIES[strategy].stage}",
                "model": model, "predicted per rank [B]": predicted}
-        for phase in PHASES:
+        for phase in SHARDED_PHASES:
             measured = int(group.loc[group["phase"] == phase, "measured_bytes"].max())
             row[f"{PHASE_LABELS[phase]} [B]"] = measured
             row[f"{PHASE_LABELS[phase]} vs predicted"] = format_relative(measured / predicted - 1)
@@ -156,7 +156,7 @@ def per_rank(sharded: pd.DataFrame, strategy: str, model: str = "uneven",
                                 "predicted_bytes": "predicted [B]"})
     wide = wide.swaplevel(0, 1, axis=1)
     order = [(c, what) for c in CATEGORIES for what in ("measured [B]", "predicted [B]", "difference")]
-    wide = wide[order].reindex([(PHASE_LABELS[p], r) for p in PHASES for r in range(workers)])
+    wide = wide[order].reindex([(PHASE_LABELS[p], r) for p in SHARDED_PHASES for r in range(workers)])
     for column in order:
         if column[1] != "difference":
             wide[column] = wide[column].astype("int64")
@@ -171,12 +171,12 @@ def explanations(sharded: pd.DataFrame, strategy: str, model: str = "uneven",
     found = []  # (category, phase, first rank) orders the lines
     for (category, text), group in chosen.groupby(["category", "explanation"], sort=False):
         ranks = {phase: tuple(sorted(g["rank"])) for phase, g in group.groupby("phase")}
-        if len(ranks) == len(PHASES) and len(set(ranks.values())) == 1:
-            when = {PHASES[0]: " and ".join(PHASE_LABELS[p] for p in PHASES)}
+        if len(ranks) == len(SHARDED_PHASES) and len(set(ranks.values())) == 1:
+            when = {SHARDED_PHASES[0]: " and ".join(PHASE_LABELS[p] for p in SHARDED_PHASES)}
         else:
             when = {phase: PHASE_LABELS[phase] for phase in ranks}
         for phase, label in when.items():
-            key = (CATEGORIES.index(category), PHASES.index(phase), ranks[phase][0])
+            key = (CATEGORIES.index(category), SHARDED_PHASES.index(phase), ranks[phase][0])
             found.append((key, f"{category}, {_ranks(ranks[phase])}, {label}: {text}"))
     return [line for _, line in sorted(found)]
 
@@ -218,7 +218,7 @@ def model_sizes() -> pd.DataFrame:
     """The two tiny models of the sharded run: layers, parameters, tensors."""
     return pd.DataFrame([{"model": spec.name, "layers": spec.description,
                           "parameters": spec.numel, "tensors": spec.tensor_count}
-                         for spec in MODELS.values()])
+                         for spec in TINY_MODELS.values()])
 
 
 # --- DeepSpeed measured ----------------------------------------------------------------------------

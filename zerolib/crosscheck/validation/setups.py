@@ -46,7 +46,7 @@ class ModelSpec:
         return max(sum(prod(shape) for shape in layer) for layer in self.layers)
 
 
-MODELS: Mapping[str, ModelSpec] = MappingProxyType({spec.name: spec for spec in (
+TINY_MODELS: Mapping[str, ModelSpec] = MappingProxyType({spec.name: spec for spec in (
     # 4 x Linear(64, 64): every row count (64) divides by 2 and 4, and the 8 tensors split into
     # equal whole-tensor groups for 2 and 4 workers.
     ModelSpec("even", (64, 64, 64, 64, 64),

@@ -1,8 +1,8 @@
 """A real sharded training step on the CPU, measured per rank (needs PyTorch).
 
 ``measure_sharded(workers)`` starts ``workers`` processes through the shared harness
-(:mod:`zerolib.crosscheck.validation.harness`: gloo on 127.0.0.1) and in each trains every model of ``setups.MODELS``
-under every strategy of ``setups.STRATEGIES``:
+(:mod:`zerolib.crosscheck.validation.harness`: gloo on 127.0.0.1) and in each trains every
+model of ``setups.TINY_MODELS`` under every strategy of ``setups.STRATEGIES``:
 
 1. one step: forward, backward, ``optimizer.step()``; then measure "rest";
 2. ``zero_grad(set_to_none=False)`` (gradient buffers stay allocated, as the ZeRO accounting
@@ -35,7 +35,7 @@ with warnings.catch_warnings():
 
 from zerolib.core.accounting import CATEGORIES
 from zerolib.crosscheck.validation.harness import build_linear_stack, join_gloo, spawn
-from zerolib.crosscheck.validation.setups import MODELS, STRATEGIES, ModelSpec, Strategy
+from zerolib.crosscheck.validation.setups import STRATEGIES, TINY_MODELS, ModelSpec, Strategy
 
 SEED = 0
 BATCH = 8
@@ -136,7 +136,7 @@ def _measure_one(strategy: Strategy, spec: ModelSpec, rank: int, workers: int) -
 
 def _rank(rank: int, workers: int) -> list[dict]:
     join_gloo()
-    return [row for spec in MODELS.values() for strategy in STRATEGIES.values()
+    return [row for spec in TINY_MODELS.values() for strategy in STRATEGIES.values()
             for row in _measure_one(strategy, spec, rank, workers)]
 
 
