@@ -86,6 +86,30 @@ class LabServer:
         return f"{self.url}lab/tree/{name}?reset&token={self.token}"
 
 
+def write_server_token(config_dir: Path, token: str) -> Path:
+    """The server's token in its own config file (owner-only): not on the command line, where
+    any local user could read it with ``ps``."""
+    config_dir.mkdir(parents=True, exist_ok=True)
+    path = config_dir / "jupyter_server_config.json"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as stream:
+        json.dump({"IdentityProvider": {"token": token}}, stream)
+    return path
+
+
+def lab_command(port: int, root_dir: Path) -> list[str]:
+    """The JupyterLab command line (no secret in it: the token comes from the config file)."""
+    command = [
+        sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+        "--port-retries=0", f"--ServerApp.root_dir={root_dir}",
+        # No calls to the closed network: no news feed, no update check.
+        "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        command.append("--allow-root")
+    return command
+
+
 def _write_lab_settings(config_dir: Path) -> None:
     """Turn off the "Jupyter news?" popup (and update checks), which would cover the notebook."""
     settings = config_dir / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
@@ -110,14 +134,8 @@ def jupyter_lab(root_dir: Path, work_dir: Path):
     )
     env.pop("JUPYTER_PATH", None)
     _write_lab_settings(home / "config")
-    command = [
-        sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-        "--port-retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root_dir}",
-        # No calls to the closed network: no news feed, no update check.
-        "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-    ]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        command.append("--allow-root")
+    write_server_token(home / "config", token)
+    command = lab_command(port, root_dir)
     log = work_dir / "jupyterlab.log"
     with open(log, "wb") as log_file:
         process = subprocess.Popen(command, cwd=root_dir, env=env, stdout=log_file,

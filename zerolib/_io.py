@@ -88,7 +88,11 @@ def write_files(files: Mapping[str | os.PathLike, bytes | str], root: str | os.P
     report, pending = [], []
     try:
         for path, content in encoded.items():
+            if path.is_dir():   # found before any file of the set is replaced
+                raise IsADirectoryError(21, "Is a directory", str(path))
             if only_changed and path.is_file() and path.read_bytes() == content:
+                for leftover in _temporaries_of(path):  # an earlier, interrupted write
+                    leftover.unlink(missing_ok=True)
                 report.append((path, "unchanged"))
                 continue
             path.parent.mkdir(parents=True, exist_ok=True)

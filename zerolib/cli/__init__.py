@@ -22,12 +22,12 @@ from zerolib.cli import (
 )
 
 SUBCOMMANDS = (estimate, models, figures, notebooks, html, validate, measure_deepspeed)
-_LONG_WORD = re.compile(r"\S{61,}")
+_LONG_WORD = re.compile(r"\S{201,}")
 
 
 def one_line(message: str) -> str:
-    """``message`` on one line, each overlong word (an echoed input) cut to 60 characters."""
-    return _LONG_WORD.sub(lambda m: m.group(0)[:57] + "...", " ".join(str(message).split()))
+    """``message`` on one line, each overlong word (an echoed input) cut to 200 characters."""
+    return _LONG_WORD.sub(lambda m: m.group(0)[:197] + "...", " ".join(str(message).split()))
 
 
 class OneLineParser(argparse.ArgumentParser):

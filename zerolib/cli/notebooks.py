@@ -41,6 +41,7 @@ def run(args) -> int:
         DeadKernelError,
     )
 
+    from zerolib._io import stale_temporaries
     from zerolib.publish import notebooks
 
     paths = notebooks.find_notebooks(args.names, args.dir)
@@ -63,6 +64,8 @@ def run(args) -> int:
             print(f"zerolib notebooks: error: {_shown(path)} failed to execute: {reason}",
                   file=sys.stderr)
             return 1
+    if args.check:   # an interrupted run's temporary files, which a reader would not notice
+        stale += stale_temporaries(paths[0].parent, recursive=False)
     if stale:
         print(f"zerolib notebooks: {len(stale)} stale: {' '.join(_shown(p) for p in stale)} "
               f"(run `zerolib notebooks` to refresh)", file=sys.stderr)

@@ -220,7 +220,9 @@ class ModelState:
         total, gpus = self.total, self.gpus
         if np.all(total <= np.iinfo(np.int64).max // gpus):
             return total * gpus
-        return np.asarray(total, dtype=object) * np.asarray(gpus, dtype=object)
+        # Python ints, elementwise; a 0-d product comes back as a bare int: keep it an array.
+        return np.asarray(np.asarray(total).astype(object) * np.asarray(gpus).astype(object),
+                          dtype=object)
 
     def as_dict(self) -> dict[str, np.ndarray]:
         return {"parameters": self.parameters, "gradients": self.gradients,
