@@ -7,8 +7,9 @@ working-set layer's reserve accounts for.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from zerolib.core.units import GB, GiB, check_unit
@@ -56,3 +57,41 @@ def capacity_text(device: str | Device, unit: str = "GB") -> str:
     device = get_device(device)
     gib = f"{device.capacity / GiB:g} GiB"
     return gib if check_unit(unit) == GiB else f"{gib} = {device.capacity / GB:.1f} GB"
+
+
+# Which reading of "80GB" a fit is judged against. "nominal": the vendor's figure in GiB (HBM
+# comes in powers of two; the catalogue's capacity). "decimal": the same figure in GB (10^9), as
+# a reader who takes the label literally would. "reported": the total that NVML (nvidia-smi)
+# reports, where it is published.
+CAPACITY_BASES = ("nominal", "decimal", "reported")
+# NVML's total memory, MiB: Modal, "Why does an NVIDIA H100 80GB card offer 85.52 GB?"
+# (thundergolfer.com/blog/nvidia-gpu-memory-capacity), table of nvidia-smi readings per GPU.
+REPORTED_MIB: Mapping[str, int] = MappingProxyType({
+    "a100-40gb": 40_960, "a100-80gb": 81_920, "h100-80gb": 81_559, "h200-141gb": 143_771,
+    "a10-24gb": 23_028, "l40s-48gb": 46_068, "l4-24gb": 23_034, "t4-16gb": 15_360,
+})
+_MARKETED_GB = re.compile(r"-(\d+)gb$")
+
+
+def device_at(device: str | Device, basis: str = "nominal") -> Device:
+    """``device`` with its capacity read on ``basis`` (see :data:`CAPACITY_BASES`); the label
+    says which reading it is, so every figure and table that shows the line names it."""
+    device = get_device(device)
+    if basis not in CAPACITY_BASES:
+        raise ValueError(f"basis must be one of {', '.join(CAPACITY_BASES)}, got {basis!r}")
+    if basis == "nominal":
+        return device
+    if basis == "decimal":
+        marketed = _MARKETED_GB.search(device.name)
+        if marketed is None:
+            raise ValueError(f"device {device.name!r} names no GB figure to read decimally")
+        return replace(device, label=f"{device.label} read as {marketed.group(1)} GB",
+                       capacity=int(marketed.group(1)) * GB,
+                       source=device.source + "; the label's figure read as decimal GB")
+    if device.name not in REPORTED_MIB:
+        raise ValueError(f"no published nvidia-smi total for {device.name}; reported capacities "
+                         f"are known for {', '.join(REPORTED_MIB)}")
+    mib = REPORTED_MIB[device.name]
+    return replace(device, label=f"{device.label} as reported ({mib:,} MiB)", capacity=mib * 2**20,
+                   source="NVML total memory as nvidia-smi reports it (Modal, 'Why does an NVIDIA "
+                          "H100 80GB card offer 85.52 GB?', table of readings)")
