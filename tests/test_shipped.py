@@ -248,3 +248,25 @@ def test_cli_shipped_only_prints_and_records(fresh, capsys, monkeypatch, tmp_pat
     result = json.loads(out)
     assert set(result) == {"shipped", "shipped_totals"}
     assert {row["case"] for row in result["shipped_totals"]} == {case_name(n, b) for n, b in CASES}
+
+
+def test_extras_at_a_real_shape_and_their_limits():
+    from zerolib.crosscheck.validation.explain_shipped import at_shape, extra_bytes
+
+    # GPT-2 small at 1,024 tokens, micro-batch 1, by hand: three 2sbf GELU tensors (f = 3,072),
+    # the fused view's 4sbh, CPU dropout noise (12 heads x s^2 + 2 sbh more bytes) and LayerNorm
+    # statistics (2 norms x 2 x 2sb).
+    s, h, f, a = 1024, 768, 3072, 12
+    found = extra_bytes(at_shape(BLOCKS["gpt2"], "gpt2", s), 1)
+    assert found == {"norm-statistics": 2 * 2 * 2 * s, "dropout-noise": a * s * s + 2 * s * h,
+                     "python-gelu": 3 * 2 * s * f, "fused-qkv-view": 4 * s * h}
+    frame = report.shipped_extras("gpt2", "gpt2", s)
+    assert frame.attrs["model"] == "gpt2" and set(frame["held"]) == {12}
+    with pytest.raises(ValueError, match="model must have the MLP"):
+        at_shape(BLOCKS["llama-sdpa"], "mixtral-8x7b", 128)      # experts
+    with pytest.raises(ValueError, match="model must have the MLP"):
+        at_shape(BLOCKS["gpt2"], "llama-2-7b", 128)              # gated
+    with pytest.raises(ValueError, match="seq_len"):
+        at_shape(BLOCKS["llama-sdpa"], "llama-2-7b", 0)
+    with pytest.raises(ValueError, match="block must be one of"):
+        report.shipped_extras("llama", "llama-2-7b", 128)

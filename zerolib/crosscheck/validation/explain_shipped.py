@@ -33,12 +33,14 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 import pandas as pd
 
 from zerolib.core.activations import layer_activation_terms
+from zerolib.core.inputs import check_positive_int
+from zerolib.core.models import get_model
 from zerolib.crosscheck.validation.effects import MECHANISMS, Effect, describe
 from zerolib.crosscheck.validation.effects import keys as effect_keys
 
@@ -236,6 +238,35 @@ def mechanism_bytes(key: str, block: ShippedBlock, b: int, formula_bytes: int) -
         "softmax-downcast-copy": e * a * s * s * b,
     }
     return sizes[key]
+
+
+# Computed once per forward pass and saved by every layer: counted once for a whole model.
+SHARED_BY_LAYERS = frozenset({"rotary-cos-sin"})
+
+
+def at_shape(block: ShippedBlock, model, seq_len: int) -> ShippedBlock:
+    """``block``'s implementation at the shape of ``model`` (a preset name or TransformerConfig of
+    zerolib.core.models): its hidden size, heads, key/value heads, head width and MLP width."""
+    config = get_model(model)
+    if config.gated_mlp != block.gated_mlp or config.experts:
+        raise ValueError(f"model must have the MLP of the {block.name} block (gated: {block.gated_mlp}, "
+                         f"no experts), got {config.name}")
+    return replace(block, seq_len=check_positive_int(seq_len, "seq_len"), hidden=config.hidden,
+                   heads=config.heads, kv_heads=config.kv_heads, head_dim=config.head_width,
+                   ffn_hidden=config.ffn_hidden)
+
+
+def extra_bytes(block: ShippedBlock, micro_batch: int) -> dict[str, int]:
+    """Bytes each mechanism adds to one block's saved tensors beyond the formula (the sizes
+    ``compare_shipped`` attributes, from the shapes alone), in ``effects.MECHANISMS`` order."""
+    terms = block.formula_terms(micro_batch)
+    found: dict[str, int] = {}
+    for item in expected_items(block, micro_batch):
+        if item.mechanism:
+            formula = sum(terms[t] for t in item.terms)
+            found[item.mechanism] = (found.get(item.mechanism, 0)
+                                     + mechanism_bytes(item.mechanism, block, micro_batch, formula))
+    return {key: found[key] for key in MECHANISMS if key in found}
 
 
 def _effects(item: Expected, block: ShippedBlock, b: int, formula: int) -> tuple[Effect, ...]:

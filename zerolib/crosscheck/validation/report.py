@@ -16,6 +16,7 @@ from types import MappingProxyType
 import pandas as pd
 
 from zerolib.core.accounting import CATEGORIES
+from zerolib.core.models import get_model
 from zerolib.core.units import format_relative
 from zerolib.core.working_set import REDUCE_BUCKET_SIZE
 from zerolib.crosscheck.validation.deepspeed_run import (
@@ -28,6 +29,14 @@ from zerolib.crosscheck.validation.explain_activations import (
     totals as activation_totals,
 )
 from zerolib.crosscheck.validation.explain_sharded import SHARDED_PHASES
+from zerolib.crosscheck.validation.explain_shipped import (
+    BLOCKS as SHIPPED_BLOCKS,
+)
+from zerolib.crosscheck.validation.explain_shipped import (
+    SHARED_BY_LAYERS,
+    at_shape,
+    extra_bytes,
+)
 from zerolib.crosscheck.validation.explain_shipped import (
     mechanism_totals as shipped_mechanism_totals,
 )
@@ -367,3 +376,24 @@ def shipped_case(shipped: pd.DataFrame, case: str) -> pd.DataFrame:
                     "measured_bytes", "formula_bytes", "effects"]]
             .replace({"terms": {"": "-"}, "effects": {"": "-"}})
             .reset_index(drop=True))
+
+
+def shipped_extras(block: str, model, seq_len: int, micro_batch: int = 1) -> pd.DataFrame:
+    """What a shipped block's mechanisms would add beyond the formula at a real model's shape:
+    per mechanism the bytes one layer adds, how many times the model holds them (every layer,
+    or once for what all layers share) and the model's total (bytes).
+
+    It assumes the block saves at that shape what it saved at the measured one: its mechanisms
+    are properties of the code (an fp32 upcast, a saved normalised copy), sized by the shapes.
+    """
+    if block not in SHIPPED_BLOCKS:
+        raise ValueError(f"block must be one of {', '.join(SHIPPED_BLOCKS)}, got {block!r}")
+    config = get_model(model)
+    shaped = at_shape(SHIPPED_BLOCKS[block], config, seq_len)
+    rows = []
+    for key, size in extra_bytes(shaped, micro_batch).items():
+        copies = 1 if key in SHARED_BY_LAYERS else config.layers
+        rows.append({"mechanism": key, "per layer [B]": size, "held": copies, "model [B]": copies * size})
+    frame = pd.DataFrame(rows)
+    frame.attrs.update(block=block, model=config.name, seq_len=seq_len, micro_batch=micro_batch)
+    return frame
