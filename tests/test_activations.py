@@ -15,7 +15,7 @@ from zerolib.core.activations import (
     layer_activation_terms,
     model_activation_terms,
 )
-from zerolib.core.models import TransformerConfig
+from zerolib.core.models import TransformerConfig, get_model
 
 S = 2048   # the paper's sequence length
 T = 8      # the paper's tensor-parallel size for every configuration of Table 3
@@ -243,3 +243,111 @@ def test_fewer_key_value_heads_than_ranks_keep_one_head_per_rank():
     terms8 = layer_activation_terms(s, 1, h, a, kv_heads=8, tensor_parallel=8, gated_mlp=True,
                                     ffn_hidden=14336, dropout=False, flash_attention=True)
     assert terms8["key"] == 2 * s * 128 and terms8["query"] == 2 * s * 4 * 128
+
+
+# --- shapes beyond the dense Llama block -------------------------------------------------------
+
+# Every preset that existed before head widths, extra norms and experts, with its shape written
+# out: (name, hidden, heads, kv_heads, ffn, gated, trains with dropout).
+DENSE_PRESETS = [
+    ("gpt2", 768, 12, 12, 3072, False, True),
+    ("llama-2-7b", 4096, 32, 32, 11008, True, False),
+    ("llama-2-13b", 5120, 40, 40, 13824, True, False),
+    ("llama-2-70b", 8192, 64, 8, 28672, True, False),
+    ("llama-3-8b", 4096, 32, 8, 14336, True, False),
+    ("llama-3-70b", 8192, 64, 8, 28672, True, False),
+    ("mistral-7b-v0.1", 4096, 32, 8, 14336, True, False),
+    ("qwen2.5-7b", 3584, 28, 4, 18944, True, False),
+]
+
+
+@pytest.mark.parametrize("name, h, a, kv, f, gated, drop", DENSE_PRESETS, ids=[p[0] for p in DENSE_PRESETS])
+@pytest.mark.parametrize("s, b", [(1024, 1), (512, 3)])
+@pytest.mark.parametrize("flash", [False, True])
+def test_existing_presets_keep_their_numbers(name, h, a, kv, f, gated, drop, s, b, flash):
+    # Sec. 4.1's list in 2-byte elements: two norm inputs, the QKV input, Q (sbh), K and V
+    # (kv_heads x head_dim each), the output projection's input, the MLP's input; the MLP's
+    # f-wide tensors (GeLU: input and output; gated: four); 1-byte masks after attention and MLP
+    # with dropout; the s x s terms (softmax, and with dropout its mask and output: 2 + 1 + 2 bytes)
+    # or, with flash attention, a 4-byte log-sum-exp per head and token.
+    sbh, d = s * b * h, h // a
+    expected = 2 * (6 * sbh + 2 * s * b * kv * d) + 2 * (4 if gated else 2) * s * b * f
+    expected += 2 * sbh if drop else 0
+    if flash:
+        expected += 4 * a * s * b
+    else:
+        expected += (5 if drop else 2) * a * s * s * b
+    terms = model_activation_terms(name, s, b, flash_attention=flash)
+    assert terms["transformer_layers"] == get_model(name).layers * expected
+
+
+def test_head_dim_equal_to_hidden_over_heads_changes_nothing():
+    plain = layer_activation_terms(512, 2, 4096, 32, kv_heads=8, gated_mlp=True, ffn_hidden=14336)
+    explicit = layer_activation_terms(512, 2, 4096, 32, kv_heads=8, gated_mlp=True, ffn_hidden=14336,
+                                      head_dim=128)
+    assert plain == explicit
+
+
+def test_gemma_2_9b_layer_by_hand():
+    # Gemma-2-9B, 8,192 tokens, flash attention, no dropout. Q and the output projection's input
+    # are 16 heads x 256 = 4,096 wide (not the hidden 3,584); K and V 8 x 256 = 2,048. Four norm
+    # inputs (before and after attention, before and after the MLP), the QKV input, the MLP input,
+    # four gated-MLP tensors of 14,336, and a 4-byte log-sum-exp per head and token.
+    s, h, f = 8192, 3584, 14336
+    expected = (2 * (4 * s * h + s * h + s * 4096 + 2 * s * 2048 + s * 4096 + s * h)
+                + 2 * 4 * s * f + 4 * 16 * s)
+    terms = model_activation_terms("gemma-2-9b", s, 1, flash_attention=True)
+    assert terms["transformer_layers"] == 42 * expected
+    layer = layer_activation_terms(s, 1, h, 16, kv_heads=8, head_dim=256, gated_mlp=True, ffn_hidden=f,
+                                   dropout=False, flash_attention=True, post_norms=True)
+    assert layer["query"] == layer["attention_output_projection_input"] == 2 * s * 4096
+    assert layer["key"] == layer["value"] == 2 * s * 2048
+    assert layer["post_attention_norm_input"] == layer["post_mlp_norm_input"] == 2 * s * h
+
+
+def test_mixtral_layer_by_hand():
+    # Mixtral-8x7B, 4,096 tokens, flash attention, no dropout; top-2 of 8 experts, capacity
+    # factor 1, no token dropped. Attention as Mistral-7B (norm, QKV input, Q, K and V of 8 x 128,
+    # output projection input, log-sum-exp); MLP side: the norm input and the router's input
+    # (sbh each), fp32 router probabilities (8 per token), 2 dispatched copies of the input,
+    # 2 x four f-wide tensors, 2 expert outputs.
+    s, h, f = 4096, 4096, 14336
+    attention = 2 * (s * h + s * h + s * h + 2 * s * 1024 + s * h) + 4 * 32 * s
+    mlp = 2 * (s * h + s * h) + 4 * 8 * s + 2 * 2 * s * h + 2 * 2 * 4 * s * f + 2 * 2 * s * h
+    terms = model_activation_terms("mixtral-8x7b", s, 1, flash_attention=True)
+    assert terms["transformer_layers"] == 32 * (attention + mlp)
+
+
+def test_expert_mlp_terms_scale_with_experts_per_token():
+    s, b, h, a, f = 256, 2, 512, 8, 1024
+    common = dict(gated_mlp=True, ffn_hidden=f, dropout=False, flash_attention=True)
+    dense = layer_activation_terms(s, b, h, a, **common)
+    one = layer_activation_terms(s, b, h, a, experts=8, experts_per_token=1, **common)
+    two = layer_activation_terms(s, b, h, a, experts=8, experts_per_token=2, **common)
+    for name in ("mlp_gate_projection", "mlp_activation_output", "mlp_up_projection",
+                 "mlp_down_projection_input"):
+        assert dense[name] == one[name] == two[name] // 2 == 2 * s * b * f
+    assert dense["expert_input"] == dense["router_probabilities"] == 0
+    assert two["expert_input"] == two["expert_output"] == 2 * 2 * s * b * h
+    assert one["router_probabilities"] == two["router_probabilities"] == 4 * 8 * s * b
+    # Attention and the norms do not care about experts.
+    assert {k: v for k, v in dense.items() if not k.startswith(("mlp_", "expert", "router"))} == \
+           {k: v for k, v in two.items() if not k.startswith(("mlp_", "expert", "router"))}
+    # Full recomputation keeps only the layer's input, experts or not.
+    assert layer_activation_bytes(s, b, h, a, recompute="full", experts=8, experts_per_token=2,
+                                  **common) == 2 * s * b * h
+
+
+@pytest.mark.parametrize("kwargs", [dict(experts=8), dict(experts_per_token=2),
+                                    dict(experts=2, experts_per_token=3), dict(experts=-1)])
+def test_bad_expert_settings_are_rejected(kwargs):
+    with pytest.raises(ValueError, match="experts"):
+        layer_activation_bytes(128, 1, 256, 4, **kwargs)
+
+
+def test_bad_head_dim_is_rejected():
+    with pytest.raises(ValueError, match="head_dim"):
+        layer_activation_bytes(128, 1, 256, 4, head_dim=0)
+    with pytest.raises(ValueError, match="head_dim"):
+        layer_activation_bytes(128, 1, 250, 4)        # 250 is no multiple of 4: say head_dim
+    assert layer_activation_bytes(128, 1, 250, 4, head_dim=64) > 0

@@ -30,6 +30,7 @@ from zerolib.crosscheck.validation.explain_sharded import (
 from zerolib.crosscheck.validation.records import (
     ACTIVATIONS_FILE,
     SHARDED_FILE,
+    SHIPPED_FILE,
     VERSION_COLUMNS,
     differences,
     read_csv,
@@ -299,6 +300,7 @@ def test_bad_options_are_one_line(capsys, argv):
 @pytest.fixture(scope="module")
 def fresh_run(sharded):
     optional_import("torch", TORCH_HINT)
+    optional_import("transformers", "install the validate extra: pip install -e '.[validate]'")
     from zerolib.crosscheck.validation.runner import validate
 
     return validate(tuple(int(w) for w in sorted(sharded["workers"].unique())))
@@ -325,7 +327,8 @@ def test_cli_prints_and_records(fresh_run, capsys, monkeypatch, tmp_path):
     assert "Rows with unexplained bytes: 0 of 360" in out and "norm-statistics:" in out
     assert (tmp_path / SHARDED_FILE).read_text() == to_csv_text(fresh_run.sharded)
     assert (tmp_path / ACTIVATIONS_FILE).read_text() == to_csv_text(fresh_run.activations)
-    assert err.count("recorded ") == 2
+    assert (tmp_path / SHIPPED_FILE).read_text() == to_csv_text(fresh_run.shipped)
+    assert err.count("recorded ") == 3
     status, out, _ = run_cli(capsys, "validate", "--format", "json")
     result = json.loads(out)
     assert len(result["sharded"]) == 360

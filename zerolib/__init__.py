@@ -27,7 +27,7 @@ _EXPORTS = {
                                 "Layout", "get_layout", "model_state"),
     "zerolib.core.devices": ("DEVICES", "get_device", "capacity_text"),
     "zerolib.core.models": ("MODELS", "TransformerConfig", "get_model", "parameter_count",
-                            "largest_layer"),
+                            "active_parameter_count", "largest_layer"),
     "zerolib.core.activations": ("layer_activation_bytes", "layer_activation_terms",
                                  "model_activation_terms"),
     "zerolib.core.feasibility": ("model_state_fits", "fewest_gpus", "largest_model"),

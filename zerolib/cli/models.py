@@ -1,26 +1,35 @@
-"""``zerolib models``: the architecture presets, their exact parameter counts and sources."""
+"""``zerolib models``: the architecture presets, their exact parameter counts and sources.
+
+``active_parameters`` is what one token's forward pass uses (a mixture of experts skips the
+experts a token is not routed to; embedding and output projection are counted), see
+:func:`zerolib.core.models.active_parameter_count`; ``parameters`` is the total, which sets the
+memory of model state.
+"""
 from __future__ import annotations
 
 import json
 
 from zerolib.cli._output import text_table
-from zerolib.core.models import MODELS, largest_layer, parameter_count
+from zerolib.core.models import MODELS, active_parameter_count, largest_layer, parameter_count
 
 
 def register(commands) -> None:
     parser = commands.add_parser(
         "models", help="list the model presets with parameter counts and sources",
         description="Model presets (decoder-only transformers from their published "
-                    "configurations): exact parameter count, largest single module in elements "
-                    "(DeepSpeed's largest_layer_params), shape, and where each number is published.")
+                    "configurations): exact parameter count, active parameters per token "
+                    "(all but the experts a token is not routed to; the total for dense models), "
+                    "largest single module in elements (DeepSpeed's largest_layer_params), shape, "
+                    "and where each number is published.")
     parser.add_argument("--format", default="table", choices=("table", "json"))
     parser.set_defaults(func=run)
 
 
 def rows() -> list[dict]:
     """One dict per preset: its configuration plus the derived counts (elements, not bytes)."""
-    return [{**config.as_dict(), "parameters": parameter_count(config),
-             "largest_layer": largest_layer(config)} for config in MODELS.values()]
+    return [{**config.as_dict(), "head_dim": config.head_width, "parameters": parameter_count(config),
+             "active_parameters": active_parameter_count(config), "largest_layer": largest_layer(config)}
+            for config in MODELS.values()]
 
 
 def run(args) -> int:
@@ -31,11 +40,15 @@ def run(args) -> int:
 def render(presets: list[dict], form: str) -> str:
     if form == "json":
         return json.dumps(presets, indent=2)
-    headers = ["model", "parameters", "largest layer [params]", "layers", "hidden", "heads/kv",
-               "ffn", "vocab", "tied"]
-    table = [[p["name"], f"{p['parameters']:,}", f"{p['largest_layer']:,}", p["layers"], p["hidden"],
-              f"{p['heads']}/{p['kv_heads']}", p["ffn_hidden"], p["vocab"],
+    headers = ["model", "parameters", "active [params]", "largest layer [params]", "layers", "hidden",
+               "heads/kv x dim", "ffn", "experts", "vocab", "tied"]
+    table = [[p["name"], f"{p['parameters']:,}", f"{p['active_parameters']:,}", f"{p['largest_layer']:,}",
+              p["layers"], p["hidden"], f"{p['heads']}/{p['kv_heads']} x {p['head_dim']}", p["ffn_hidden"],
+              f"{p['experts_per_token']} of {p['experts']}" if p["experts"] else "-", p["vocab"],
               "yes" if p["tied_embeddings"] else "no"]
              for p in presets]
     sources = [f"{p['name']}: {p['source']}" for p in presets]
-    return "\n".join([text_table(headers, table), "", "Sources:", *sources])
+    note = ("active: parameters one token's forward pass uses (embedding, attention, norms, the whole "
+            "router, the experts it is routed to, output projection); model-state memory follows the "
+            "total, since every expert has gradients and optimizer state.")
+    return "\n".join([text_table(headers, table), "", note, "", "Sources:", *sources])

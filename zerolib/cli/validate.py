@@ -1,7 +1,8 @@
-"""``zerolib validate``: a real sharded step and one GPT block, measured with PyTorch on the CPU.
+"""``zerolib validate``: a real sharded step, the chapter's GPT block and the GPT-2 and Llama blocks
+``transformers`` ships, measured with PyTorch on the CPU.
 
-PyTorch is the optional ``validate`` extra and is imported only inside :func:`run`; without it
-the command says how to install it and exits 2.
+PyTorch and transformers are the optional ``validate`` extra and are imported only inside
+:func:`run`; without them the command says how to install them and exits 2.
 """
 from __future__ import annotations
 
@@ -27,21 +28,29 @@ def register(commands) -> None:
                     "(stage 1) and FSDP2 fully_shard (stage 2 and 3 analogues, and bf16 compute) "
                     "with gloo on 127.0.0.1, measure the bytes of parameters, gradients and "
                     "optimizer state on every rank, and measure the activations one GPT block "
-                    "saves for backward; print them beside zerolib's numbers with each "
-                    "difference explained. Needs the validate extra (PyTorch, CPU build).")
-    add_run_arguments(parser, "validation_sharded.csv and validation_activations.csv")
+                    "saves for backward, and the same for one GPT-2 and one Llama block as the "
+                    "transformers library ships them (micro-batch 1 and 2); print them beside "
+                    "zerolib's numbers with each difference explained. Needs the validate extra "
+                    "(PyTorch, CPU build, and transformers).")
+    add_run_arguments(parser, "validation_sharded.csv, validation_activations.csv and "
+                              "shipped_activations.csv")
+    parser.add_argument("--shipped-only", action="store_true",
+                        help="measure only the shipped transformers blocks (seconds; --record then "
+                             "writes shipped_activations.csv alone)")
     parser.add_argument("--format", default="table", choices=("table", "json"),
-                        help="text tables (bytes) or JSON records of both comparisons "
+                        help="text tables (bytes) or JSON records of the comparisons "
                              "(default: table)")
     parser.set_defaults(func=run)
 
 
-def _torch_missing() -> bool:
-    try:
-        importlib.import_module("torch")
-    except ImportError:
-        return True
-    return False
+def _missing(modules) -> str | None:
+    """The first of ``modules`` that cannot be imported, if any."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            return name
+    return None
 
 
 def _last_line(error: Exception) -> str:
@@ -51,37 +60,58 @@ def _last_line(error: Exception) -> str:
 
 def run(args) -> int:
     counts = worker_counts(args.workers)
-    if _torch_missing():
-        print(f"zerolib validate: error: PyTorch is not installed; {INSTALL_HINT}", file=sys.stderr)
+    missing = _missing(("torch", "transformers"))
+    if missing:
+        name = {"torch": "PyTorch"}.get(missing, missing)
+        print(f"zerolib validate: error: {name} is not installed; {INSTALL_HINT}", file=sys.stderr)
         return 2
     import torch.multiprocessing as mp
 
-    from zerolib.crosscheck.validation.runner import record, validate
+    from zerolib.crosscheck.validation.runner import Validation, record, validate, validate_shipped
     from zerolib.paths import DATA_DIR
 
     try:
-        result = validate(counts)
+        if args.shipped_only:
+            result = Validation(sharded=None, activations=None, shipped=validate_shipped())
+        else:
+            result = validate(counts)
     except (mp.ProcessRaisedException, mp.ProcessExitedException) as error:
         print(f"zerolib validate: error: a worker process failed: {_last_line(error)}",
               file=sys.stderr)
         return 1
-    print(render(result.sharded, result.activations, args.format))
+    print(render(result, args.format))
     if args.record:
         for path in record(result, args.data_dir or DATA_DIR):
             print(f"recorded {path}", file=sys.stderr)
     return 0
 
 
-def render(sharded, activations, form: str) -> str:
-    """The comparison as text tables (bytes) or JSON (records of both tidy tables)."""
+def render(result, form: str) -> str:
+    """The comparisons a :class:`~zerolib.crosscheck.validation.runner.Validation` holds, as text
+    tables (bytes) or JSON (records of the tidy tables)."""
     from zerolib.crosscheck.validation.explain_activations import totals
+    from zerolib.crosscheck.validation.explain_shipped import totals as shipped_totals
 
+    frames = [frame for frame in (result.sharded, result.activations, result.shipped) if frame is not None]
     if form == "json":
-        return json.dumps({"sharded": sharded.to_dict("records"),
-                           "activations": activations.to_dict("records"),
-                           "activation_totals": totals(activations).to_dict("records")}, indent=2)
-    return "\n\n".join([_sharded_table(sharded), _activation_table(activations),
-                        _legend(sharded, activations)])
+        out = {}
+        if result.sharded is not None:
+            out["sharded"] = result.sharded.to_dict("records")
+        if result.activations is not None:
+            out["activations"] = result.activations.to_dict("records")
+            out["activation_totals"] = totals(result.activations).to_dict("records")
+        if result.shipped is not None:
+            out["shipped"] = result.shipped.to_dict("records")
+            out["shipped_totals"] = shipped_totals(result.shipped).to_dict("records")
+        return json.dumps(out, indent=2)
+    tables = []
+    if result.sharded is not None:
+        tables.append(_sharded_table(result.sharded))
+    if result.activations is not None:
+        tables.append(_activation_table(result.activations))
+    if result.shipped is not None:
+        tables.append(_shipped_table(result.shipped))
+    return "\n\n".join([*tables, _legend(*frames)])
 
 
 def _cell(measured: int, predicted: int) -> str:
@@ -129,8 +159,30 @@ def _activation_table(frame) -> str:
     return title + "\n" + text_table(headers, rows)
 
 
-def _legend(sharded, activations) -> str:
-    used = {key for frame in (sharded, activations)
-            for text in frame["effects"] for key in text.split()}
+def _shipped_table(frame) -> str:
+    from zerolib.crosscheck.validation.explain_shipped import BLOCKS, totals
+
+    rows = []
+    for record in totals(frame).to_dict("records"):
+        group = frame[frame["case"] == record["case"]]
+        effects = [k for k in MECHANISMS if k in {k for text in group["effects"] for k in text.split()}]
+        rows.append([record["case"], record["attention"], "on" if record["use_cache"] else "off",
+                     record["micro_batch"], f"{record['measured_bytes']:,}", f"{record['formula_bytes']:,}",
+                     f"{record['relative_difference']:+.1%}", f"{record['unexplained_bytes']:,}",
+                     " ".join(effects) or "-"])
+    shapes = "; ".join(f"{block.model}: seq_len {block.seq_len}, hidden {block.hidden}, heads "
+                       f"{block.heads}/{block.kv_heads} x {block.head_dim}, ffn {block.ffn_hidden}"
+                       for block in {b.model: b for b in BLOCKS.values()}.values())
+    versions = frame.iloc[0]
+    title = (f"Activations one transformers block saves for backward (transformers "
+             f"{versions['transformers_version']}, torch {versions['torch_version']}, bf16; {shapes}): "
+             f"measured with saved_tensors_hooks against zerolib.core.activations.layer_activation_bytes.")
+    headers = ["case", "attention", "cache", "micro-batch", "measured [B]", "formula [B]", "difference",
+               "unexplained [B]", "explained by"]
+    return title + "\n" + text_table(headers, rows)
+
+
+def _legend(*frames) -> str:
+    used = {key for frame in frames for text in frame["effects"] for key in text.split()}
     return "\n".join(["Mechanisms (the CSV's explanation column gives each row's numbers):",
                       *(f"  {key}: {text}" for key, text in MECHANISMS.items() if key in used)])

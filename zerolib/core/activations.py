@@ -27,6 +27,24 @@ Conventions and what is left out:
 - Grouped-query attention: K and V are kv_heads x head_dim wide; a rank holds its share of
   the key/value heads, but at least one (with fewer heads than ranks they are replicated).
 - Per-token norm statistics (mean / reciprocal std, fp32) are ignored, as in the paper.
+- A head width of its own (``head_dim``, Gemma-2: 256 on a hidden size of 3,584 with 16 heads):
+  Q and the attention output projection's input are heads x head_dim wide, K and V kv_heads x
+  head_dim; the s x s terms do not depend on it. Without ``head_dim``, hidden / heads.
+- Norms after attention and after the MLP (``post_norms``, Gemma-2's four RMSNorms per layer):
+  each saves its input, the attention output projection's output and the MLP's output (s x b x h
+  each, replicated across tensor-parallel ranks unless sequence parallelism splits them).
+- Mixture of experts (``experts`` > 0, ``experts_per_token`` = k): routing with a capacity factor
+  of 1 and no token dropped, so each token passes through exactly k experts and each of them saves
+  for that token what a dense MLP saves. Per token that is the MLP's input (the router's input,
+  saved by the router's matmul, as in a dense layer), the router's probabilities (the softmax over
+  the experts' logits, kept in fp32 as Mixtral computes them: 4 B x experts), the k copies of the
+  input dispatched to the experts (their first projections save them), the expert MLP's f-wide
+  tensors k times, and the k expert outputs (weighting them by the routing probabilities saves
+  them for the probabilities' gradient). So the MLP's f-wide terms scale by k. Left out, like the
+  norm statistics: the k routing weights and expert indices per token. Under tensor parallelism
+  each expert's f-wide tensors are split as a dense MLP's (expert tensor parallelism equal to the
+  tensor-parallel degree); expert parallelism, which gives each rank whole experts, is not
+  modelled.
 - Gated MLP, as eager PyTorch runs ``down(act(gate(x)) * up(x))``: the activation saves its input
   (the gate projection), the product saves both factors (activation output, up projection), the
   down projection saves the product: four f-wide tensors. A fused SwiGLU kernel stores three.
@@ -56,10 +74,7 @@ from zerolib.core.models import get_model
 RECOMPUTE = ("none", "selective", "full")
 LOGSUMEXP_BYTES = 4  # flash attention keeps its softmax statistics in fp32 (one per head, token)
 LOSS_FP32_BYTES = 4  # the loss upcasts the logits to fp32
-
-
-
-
+ROUTER_BYTES = 4     # Mixtral's router softmax runs in fp32 (transformers: softmax(logits.float()))
 
 
 def _check_recompute(recompute) -> str:
@@ -76,11 +91,15 @@ def _split(n: int, t: int) -> int:
 def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=None, gated_mlp=False,
                            recompute="none", tensor_parallel=1, sequence_parallel=False,
                            flash_attention=False, element_bytes=2, mask_bytes=1, dropout=True,
-                           kv_heads=None) -> Mapping[str, int]:
+                           kv_heads=None, head_dim=None, post_norms=False, experts=0,
+                           experts_per_token=0) -> Mapping[str, int]:
     """Bytes each saved tensor of one transformer layer takes on one tensor-parallel rank.
 
     Terms that a setting removes are 0 rather than absent, so the names stay the same.
-    ``kv_heads`` (default: ``heads``) narrows K and V under grouped-query attention.
+    ``kv_heads`` (default: ``heads``) narrows K and V under grouped-query attention; ``head_dim``
+    (default: hidden / heads) sets the width of each head; ``post_norms`` adds Gemma-2's norms
+    after attention and after the MLP; ``experts`` and ``experts_per_token`` make the MLP a
+    mixture of experts (see the module doc for what that saves).
     """
     s = check_positive_int(seq_len, "seq_len")
     b = check_positive_int(micro_batch, "micro_batch")
@@ -91,21 +110,33 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
     t = check_positive_int(tensor_parallel, "tensor_parallel")
     e = check_positive_int(element_bytes, "element_bytes")
     m = check_count(mask_bytes, "mask_bytes")
-    gated, sp, flash, drop = (check_flag(gated_mlp, "gated_mlp"), check_flag(sequence_parallel, "sequence_parallel"),
-                              check_flag(flash_attention, "flash_attention"), check_flag(dropout, "dropout"))
+    n_experts = check_count(experts, "experts")
+    k = check_count(experts_per_token, "experts_per_token")
+    gated, sp, flash, drop, post = (
+        check_flag(gated_mlp, "gated_mlp"), check_flag(sequence_parallel, "sequence_parallel"),
+        check_flag(flash_attention, "flash_attention"), check_flag(dropout, "dropout"),
+        check_flag(post_norms, "post_norms"))
     recompute = _check_recompute(recompute)
-    if h % a:
-        raise ValueError(f"hidden ({h}) must be a multiple of heads ({a})")
+    if head_dim is None:
+        if h % a:
+            raise ValueError(f"hidden ({h}) must be a multiple of heads ({a}) unless head_dim is given")
+        d = h // a
+    else:
+        d = check_positive_int(head_dim, "head_dim")
     if a % kv:
         raise ValueError(f"kv_heads ({kv}) must divide heads ({a})")
     if a % t:
         raise ValueError(f"tensor_parallel ({t}) must divide heads ({a})")
+    if (n_experts == 0) != (k == 0) or k > n_experts:
+        raise ValueError(f"experts_per_token ({k}) must be from 1 to experts ({n_experts}), or both 0 "
+                         f"for a dense MLP")
 
     sbh = s * b * h
-    sbf = s * b * f
+    # A mixture of experts runs k expert MLPs per token; a dense layer one MLP.
+    sbf = s * b * f * (k if n_experts else 1)
     # K (or V) width on one rank: its key/value heads x head_dim. With fewer key/value heads
     # than ranks each rank still holds one (Megatron replicates the groups).
-    kv_width = h // a * _split(kv, t)
+    kv_width = d * _split(kv, t)
     scores = a * s * s * b                     # one s x s matrix per head
     # Replicated across tensor-parallel ranks unless sequence parallelism splits them.
     pointwise_t = t if sp else 1
@@ -113,10 +144,11 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
     names = ["attention_norm_input", "qkv_input", "query", "key", "value",
              "softmax_output", "attention_dropout_mask", "attention_dropout_output",
              "flash_logsumexp", "attention_output_projection_input", "attention_dropout_mask_after_projection",
-             "mlp_norm_input", "mlp_input"]
+             "post_attention_norm_input", "mlp_norm_input", "mlp_input", "router_probabilities",
+             "expert_input"]
     names += (["mlp_gate_projection", "mlp_activation_output", "mlp_up_projection", "mlp_down_projection_input"]
               if gated else ["mlp_activation_input", "mlp_down_projection_input"])
-    names += ["mlp_dropout_mask", "layer_input"]
+    names += ["expert_output", "post_mlp_norm_input", "mlp_dropout_mask", "layer_input"]
     terms = dict.fromkeys(names, 0)
 
     if recompute == "full":
@@ -127,7 +159,7 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
     # Attention block (paper Sec. 4.1: 11sbh + 5as^2b).
     terms["attention_norm_input"] = e * _split(sbh, pointwise_t)
     terms["qkv_input"] = e * _split(sbh, pointwise_t)
-    terms["query"] = e * _split(s * b * h, t)              # Q and K for QK^T (paper: 4sbh)
+    terms["query"] = e * _split(s * b * a * d, t)          # Q and K for QK^T (paper: 4sbh)
     terms["key"] = e * s * b * kv_width
     terms["value"] = e * s * b * kv_width                  # V for the attention over values
     if recompute == "none":                                 # selective recomputes the core
@@ -138,13 +170,19 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
             if drop:
                 terms["attention_dropout_mask"] = m * _split(scores, t)
                 terms["attention_dropout_output"] = e * _split(scores, t)
-    terms["attention_output_projection_input"] = e * _split(sbh, t)
+    terms["attention_output_projection_input"] = e * _split(s * b * a * d, t)
     if drop:
         terms["attention_dropout_mask_after_projection"] = m * _split(sbh, pointwise_t)
+    if post:
+        terms["post_attention_norm_input"] = e * _split(sbh, pointwise_t)
 
     # MLP block (paper: 19sbh with f = 4h) and the two norms (paper: 4sbh).
     terms["mlp_norm_input"] = e * _split(sbh, pointwise_t)
     terms["mlp_input"] = e * _split(sbh, pointwise_t)
+    if n_experts:
+        terms["router_probabilities"] = ROUTER_BYTES * _split(s * b * n_experts, pointwise_t)
+        terms["expert_input"] = e * _split(k * sbh, pointwise_t)
+        terms["expert_output"] = e * _split(k * sbh, pointwise_t)
     if gated:
         for name in ("mlp_gate_projection", "mlp_activation_output", "mlp_up_projection",
                      "mlp_down_projection_input"):
@@ -152,26 +190,21 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
     else:
         terms["mlp_activation_input"] = e * _split(sbf, t)          # GeLU input
         terms["mlp_down_projection_input"] = e * _split(sbf, t)     # GeLU output
+    if post:
+        terms["post_mlp_norm_input"] = e * _split(sbh, pointwise_t)
     if drop:
         terms["mlp_dropout_mask"] = m * _split(sbh, pointwise_t)
     return MappingProxyType(terms)
 
 
-def layer_activation_bytes(seq_len, micro_batch, hidden, heads, *, ffn_hidden=None, gated_mlp=False,
-                           recompute="none", tensor_parallel=1, sequence_parallel=False,
-                           flash_attention=False, element_bytes=2, mask_bytes=1, dropout=True,
-                           kv_heads=None) -> int:
+def layer_activation_bytes(seq_len, micro_batch, hidden, heads, **options) -> int:
     """Bytes of activations one transformer layer saves for backward, per tensor-parallel rank.
 
-    With the paper's GPT block (``ffn_hidden`` = 4 x hidden, 2-byte elements, 1-byte dropout
-    masks) this is Korthikanti et al.'s Table 2 exactly, e.g. ``sbh(34 + 5as/h)`` with no
-    parallelism and no recomputation.
+    Takes the arguments of :func:`layer_activation_terms`. With the paper's GPT block
+    (``ffn_hidden`` = 4 x hidden, 2-byte elements, 1-byte dropout masks) this is Korthikanti et
+    al.'s Table 2 exactly, e.g. ``sbh(34 + 5as/h)`` with no parallelism and no recomputation.
     """
-    return sum(layer_activation_terms(
-        seq_len, micro_batch, hidden, heads, ffn_hidden=ffn_hidden, gated_mlp=gated_mlp,
-        recompute=recompute, tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
-        flash_attention=flash_attention, element_bytes=element_bytes, mask_bytes=mask_bytes,
-        dropout=dropout, kv_heads=kv_heads).values())
+    return sum(layer_activation_terms(seq_len, micro_batch, hidden, heads, **options).values())
 
 
 def _logits_widths(logits_bytes, element_bytes: int) -> tuple[int, ...]:
@@ -203,6 +236,8 @@ def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", ten
     recompute = _check_recompute(recompute)
     widths = _logits_widths(logits_bytes, check_positive_int(element_bytes, "element_bytes"))
     common = dict(ffn_hidden=config.ffn_hidden, gated_mlp=config.gated_mlp, kv_heads=config.kv_heads,
+                  head_dim=config.head_width, post_norms=config.post_norms, experts=config.experts,
+                  experts_per_token=config.experts_per_token,
                   tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
                   flash_attention=flash_attention, element_bytes=element_bytes,
                   mask_bytes=mask_bytes, dropout=drop)

@@ -16,6 +16,36 @@ gated MLP, position embeddings). From it:
 
 Modules follow the Hugging Face implementations: GPT-2 fuses Q, K and V in one ``c_attn``
 (``fused_qkv=True``); Llama, Mistral and Qwen2 keep ``q_proj``/``k_proj``/``v_proj`` apart.
+
+Shapes beyond the dense Llama block:
+
+- **Head width of its own** (``head_dim``): the query projection is heads x head_dim wide, the
+  key and value projections kv_heads x head_dim, the attention output projection maps heads x
+  head_dim back to hidden. Gemma-2-9B has 16 heads of 256 on a hidden size of 3,584 (not 224).
+- **Norms after attention and after the MLP** (``post_norms``): Gemma-2's block has four RMSNorms,
+  ``input_layernorm`` (here ``attention_norm``), ``post_attention_layernorm`` on the attention
+  output (``post_attention_norm``), ``pre_feedforward_layernorm`` (``mlp_norm``) and
+  ``post_feedforward_layernorm`` on the MLP output (``post_mlp_norm``). (Llama's
+  ``post_attention_layernorm`` is the norm *before* its MLP: ``mlp_norm`` here.) Gemma stores each
+  RMSNorm weight as one plain vector of hidden elements, initialised to 0 and applied as
+  x_hat * (1 + w), so it counts as Llama's does.
+- **Mixture of experts** (``experts``, ``experts_per_token``): each layer's MLP is ``experts``
+  copies of the (gated) MLP, each ``ffn_hidden`` wide, and a ``router``, a bias-free hidden x
+  experts matrix (Mixtral: ``gate = nn.Linear(hidden, num_local_experts, bias=False)``). Every
+  expert's projection is a module of its own (``expert_gate_projection``,
+  ``expert_up_projection``, ``expert_down_projection``, each counted layers x experts times), as in
+  Mistral's reference implementation and transformers before version 5 (``w1``, ``w3``, ``w2`` of
+  ``MixtralBlockSparseTop2MLP``). transformers 5 keeps a layer's experts in one module of 3-D
+  tensors (``MixtralExperts``: ``gate_up_proj`` and ``down_proj``); ``largest_layer(...,
+  fused_experts=True)`` gives DeepSpeed's largest module for that layout.
+
+:func:`active_parameter_count` counts the parameters one token's forward pass uses: everything
+except the experts a token is not routed to, i.e. the embedding, attention, norms, the whole
+router, ``experts_per_token`` experts per layer and the output projection (a tied one once). This
+is the count Mixtral's paper (Sec. 2.1) calls active and Megatron-LM's
+``theoretical_memory_usage.py`` computes (``num_active_parameters``, embeddings included); for a
+dense model it equals :func:`parameter_count`. Memory for model state follows the total: every
+expert has parameters, gradients and optimizer state whichever tokens it sees.
 """
 from __future__ import annotations
 
@@ -23,7 +53,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from types import MappingProxyType
 
-from zerolib.core.inputs import check_positive_int
+from zerolib.core.inputs import check_count, check_flag, check_positive_int
 
 NORMS = ("layernorm", "rmsnorm")            # layernorm: weight + bias; rmsnorm: weight only
 POSITION_EMBEDDINGS = ("learned", "rotary")  # rotary has no parameters
@@ -52,6 +82,10 @@ class TransformerConfig:
     fused_qkv: bool = False     # Q, K, V in one module (GPT-2's c_attn): matters for largest_layer
     dropout: bool = False       # the model trains with dropout (GPT-2: 0.1); activations use it
     source: str = ""            # where the configuration and the published count come from
+    head_dim: int | None = None  # attention head width; None: hidden // heads (see head_width)
+    post_norms: bool = False    # a norm after attention and after the MLP too (Gemma-2: 4 per layer)
+    experts: int = 0            # MLP experts per layer (Mixtral: 8); 0: one dense MLP, no router
+    experts_per_token: int = 0  # experts each token is routed to (Mixtral: 2); 0 when dense
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -61,11 +95,28 @@ class TransformerConfig:
                 raise TypeError(f"{name} must be a positive whole number, got {getattr(self, name)!r}")
             check_positive_int(getattr(self, name), name, MAX_MODEL_SIZE)
         for name in ("tied_embeddings", "gated_mlp", "qkv_bias", "output_bias", "mlp_bias",
-                     "fused_qkv", "dropout"):
+                     "fused_qkv", "dropout", "post_norms"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        if self.head_dim is None:
+            if self.hidden % self.heads:
+                raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads}) "
+                                 f"unless head_dim is given")
+        else:
+            if isinstance(self.head_dim, bool) or not isinstance(self.head_dim, int):
+                raise TypeError(f"head_dim must be a positive whole number or None, got {self.head_dim!r}")
+            check_positive_int(self.head_dim, "head_dim", MAX_MODEL_SIZE)
+        for name in ("experts", "experts_per_token"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be a whole number, got {value!r}")
+            check_count(value, name, MAX_MODEL_SIZE)
+        if (self.experts == 0) != (self.experts_per_token == 0):
+            raise ValueError(f"experts ({self.experts}) and experts_per_token ({self.experts_per_token}) "
+                             f"must both be 0 (a dense MLP) or both positive")
+        if self.experts_per_token > self.experts:
+            raise ValueError(f"experts_per_token ({self.experts_per_token}) must be at most experts "
+                             f"({self.experts})")
         if self.heads % self.kv_heads:
             raise ValueError(f"kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
         if self.norm not in NORMS:
@@ -77,13 +128,27 @@ class TransformerConfig:
             raise TypeError("source must be a string")
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
+    def head_width(self) -> int:
+        """Width of one attention head: ``head_dim`` if given, else hidden // heads."""
+        return self.hidden // self.heads if self.head_dim is None else self.head_dim
+
+    @property
+    def query_width(self) -> int:
+        """Width of the query projection (and the attention output projection's input)."""
+        return self.heads * self.head_width
 
     @property
     def kv_hidden(self) -> int:
-        """Width of the key (or value) projection: kv_heads x head_dim."""
-        return self.kv_heads * self.head_dim
+        """Width of the key (or value) projection: kv_heads x head width."""
+        return self.kv_heads * self.head_width
+
+    @property
+    def norms_per_layer(self) -> int:
+        return 4 if self.post_norms else 2
+
+    @property
+    def mixture_of_experts(self) -> bool:
+        return self.experts > 0
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -100,10 +165,23 @@ class Module:
     shared: bool = False
 
 
-def modules(config: TransformerConfig) -> tuple[Module, ...]:
-    """Every parameter-holding module, in model order, with its own element count."""
+# The per-expert modules of a mixture-of-experts layer (each counted layers x experts times).
+EXPERT_MODULES = ("expert_gate_projection", "expert_up_projection", "expert_down_projection")
+
+
+def modules(config: TransformerConfig | str) -> tuple[Module, ...]:
+    """Every parameter-holding module, in model order, with its own element count.
+
+    Names: ``embedding``, ``position_embedding`` (learned only), ``attention_norm``,
+    ``qkv_projection`` (fused) or ``query_projection``/``key_projection``/``value_projection``,
+    ``attention_output_projection``, ``post_attention_norm`` (post_norms only), ``mlp_norm``, then
+    either ``mlp_gate_projection`` (gated only), ``mlp_up_projection``, ``mlp_down_projection`` or,
+    with experts, ``router`` and the :data:`EXPERT_MODULES` (``expert_gate_projection`` gated
+    only), ``post_mlp_norm`` (post_norms only), ``final_norm``, ``output_projection``.
+    """
+    config = get_model(config)
     h, f, v = config.hidden, config.ffn_hidden, config.vocab
-    q, kv = config.hidden, config.kv_hidden  # query width a * head_dim = h
+    q, kv = config.query_width, config.kv_hidden   # heads x head width, kv_heads x head width
     norm = 2 * h if config.norm == "layernorm" else h
     L = config.layers
 
@@ -121,14 +199,24 @@ def modules(config: TransformerConfig) -> tuple[Module, ...]:
                 Module("key_projection", linear(h, kv, config.qkv_bias), L),
                 Module("value_projection", linear(h, kv, config.qkv_bias), L)]
     out.append(Module("attention_output_projection", linear(q, h, config.output_bias), L))
+    if config.post_norms:
+        out.append(Module("post_attention_norm", norm, L))
     out.append(Module("mlp_norm", norm, L))
-    if config.gated_mlp:
-        out += [Module("mlp_gate_projection", linear(h, f, config.mlp_bias), L),
-                Module("mlp_up_projection", linear(h, f, config.mlp_bias), L),
-                Module("mlp_down_projection", linear(f, h, config.mlp_bias), L)]
+    if config.mixture_of_experts:
+        copies = L * config.experts
+        gate_name, up_name, down_name = EXPERT_MODULES
+        out.append(Module("router", linear(h, config.experts, False), L))
+        if config.gated_mlp:
+            out.append(Module(gate_name, linear(h, f, config.mlp_bias), copies))
+        out += [Module(up_name, linear(h, f, config.mlp_bias), copies),
+                Module(down_name, linear(f, h, config.mlp_bias), copies)]
     else:
+        if config.gated_mlp:
+            out.append(Module("mlp_gate_projection", linear(h, f, config.mlp_bias), L))
         out += [Module("mlp_up_projection", linear(h, f, config.mlp_bias), L),
                 Module("mlp_down_projection", linear(f, h, config.mlp_bias), L)]
+    if config.post_norms:
+        out.append(Module("post_mlp_norm", norm, L))
     out.append(Module("final_norm", norm))
     # The output projection (no bias in any preset). Tied: the embedding's own matrix.
     out.append(Module("output_projection", v * h, shared=config.tied_embeddings))
@@ -137,12 +225,35 @@ def modules(config: TransformerConfig) -> tuple[Module, ...]:
 
 def parameter_count(config: TransformerConfig | str) -> int:
     """Exact trainable parameters (a tied output projection counted once; no buffers)."""
-    return sum(m.elements * m.count for m in modules(get_model(config)) if not m.shared)
+    return sum(m.elements * m.count for m in modules(config) if not m.shared)
 
 
-def largest_layer(config: TransformerConfig | str) -> int:
-    """Elements of the largest single module (DeepSpeed's ``largest_layer_params``)."""
-    return max(m.elements for m in modules(get_model(config)))
+def active_parameter_count(config: TransformerConfig | str) -> int:
+    """Parameters one token's forward pass uses: all but the experts it is not routed to.
+
+    Embedding, attention, norms, the whole router, ``experts_per_token`` experts per layer and the
+    output projection (Mixtral of Experts, Sec. 2.1; Megatron-LM's ``num_active_parameters``).
+    Equal to :func:`parameter_count` for a dense model.
+    """
+    config = get_model(config)
+    idle = config.experts - config.experts_per_token     # experts a token skips, per layer
+    unused = sum(m.elements for m in modules(config) if m.name in EXPERT_MODULES)
+    return parameter_count(config) - config.layers * idle * unused
+
+
+def largest_layer(config: TransformerConfig | str, *, fused_experts: bool = False) -> int:
+    """Elements of the largest single module (DeepSpeed's ``largest_layer_params``).
+
+    ``fused_experts=True``: a layer's experts are one module (transformers 5's ``MixtralExperts``
+    holds all of them in 3-D tensors), so that module counts every expert projection of a layer.
+    """
+    config = get_model(config)
+    fused = check_flag(fused_experts, "fused_experts")
+    found = modules(config)
+    largest = max(m.elements for m in found)
+    if fused and config.mixture_of_experts:
+        largest = max(largest, config.experts * sum(m.elements for m in found if m.name in EXPERT_MODULES))
+    return largest
 
 
 def _llama(name, hidden, layers, heads, kv_heads, ffn_hidden, vocab, max_positions, source,
@@ -191,6 +302,29 @@ MODELS: Mapping[str, TransformerConfig] = MappingProxyType({m.name: m for m in (
            "7,615,616,512: Hugging Face Hub safetensors total / GGUF general.parameter_count as "
            "quoted in public code; the model card rounds it to 7.61B (6.53B non-embedding).",
            qkv_bias=True),
+    _llama("llama-3.1-405b", 16384, 126, 128, 8, 53248, 128256, 131072,
+           "Meta-Llama-3.1-405B. Config: huggingface.co/meta-llama/Llama-3.1-405B config.json; "
+           "meta-llama/llama-models models/llama3_1 sku_list.py (dim 16384, n_layers 126, n_heads "
+           "128, n_kv_heads 8, vocab 128256); Llama 3 paper (arXiv 2407.21783) Table 3 (FFN "
+           "53,248). Total 405,853,388,800: Hugging Face Hub API safetensors.total for "
+           "meta-llama/Llama-3.1-405B (revision b906e4dc), as quoted in public code."),
+    TransformerConfig(
+        "gemma-2-9b", hidden=3584, layers=42, heads=16, kv_heads=8, ffn_hidden=14336, vocab=256000,
+        max_positions=8192, tied_embeddings=True, gated_mlp=True, norm="rmsnorm",
+        position_embedding="rotary", head_dim=256, post_norms=True,
+        source="Config: huggingface.co/google/gemma-2-9b config.json; google/gemma_pytorch "
+               "gemma/config.py get_config_for_9b; Gemma 2 paper (arXiv 2408.00118) Table 1 (head "
+               "size 256, not 3584/16; 4 RMSNorms per layer; tied). Total 9,241,705,984: "
+               "keras-team/keras-hub gemma_presets.py, gemma2_9b_en 'params'. The paper's Table 2 "
+               "prints 9,242,164,736 from a padded 256,128-entry vocabulary (its non-embedding "
+               "8,324,201,984 matches)."),
+    _llama("mixtral-8x7b", 4096, 32, 32, 8, 14336, 32000, 32768,
+           "Mixtral-8x7B-v0.1. Config: huggingface.co/mistralai/Mixtral-8x7B-v0.1 config.json "
+           "(num_local_experts 8, num_experts_per_tok 2); Mixtral of Experts paper (arXiv "
+           "2401.04088) Table 1. Total 46,702,792,704: keras-team/keras-hub mixtral_presets.py, "
+           "mixtral_8x7b_en 'params'. Active 12,879,925,248 (embedding and output layer included) "
+           "rounds to the 12.9B Mistral AI quotes; the paper says 13B active.",
+           experts=8, experts_per_token=2),
 )})
 
 # Other spellings people type.
@@ -198,6 +332,8 @@ ALIASES: Mapping[str, str] = MappingProxyType({
     "gpt2-small": "gpt2", "gpt-2": "gpt2",
     "meta-llama-3-8b": "llama-3-8b", "meta-llama-3-70b": "llama-3-70b",
     "mistral-7b": "mistral-7b-v0.1", "qwen2.5-7b-instruct": "qwen2.5-7b",
+    "meta-llama-3.1-405b": "llama-3.1-405b", "gemma2-9b": "gemma-2-9b",
+    "mixtral-8x7b-v0.1": "mixtral-8x7b",
 })
 
 

@@ -1,9 +1,10 @@
 """Check zerolib's arithmetic against what real PyTorch runs hold in memory (on the CPU).
 
-This package needs the optional ``validate`` extra (PyTorch). Importing it does not import
-torch: only the modules that run PyTorch do (``sharded_run``, ``block``, ``activation_run``);
-the expected-value arithmetic (``setups``, ``explain_sharded``, ``explain_activations``) and the
-recorded files (``records``) are plain Python.
+This package needs the optional ``validate`` extra (PyTorch, and transformers for the shipped
+blocks). Importing it does not import torch: only the modules that run PyTorch do
+(``sharded_run``, ``block``, ``activation_run``, ``shipped_run``); the expected-value arithmetic
+(``setups``, ``explain_sharded``, ``explain_activations``, ``explain_shipped``) and the recorded
+files (``records``) are plain Python.
 """
 from __future__ import annotations
 

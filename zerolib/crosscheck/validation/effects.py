@@ -48,4 +48,21 @@ MECHANISMS = {
     "dropout-noise": "F.dropout on the CPU saves noise in the activation dtype, not a 1-byte mask",
     "flash-output-copy": "scaled_dot_product_attention saves its per-head output; merging heads "
                          "for the projection stores a second copy",
+    "python-gelu": "GPT-2's default GELU (gelu_new) is written in Python: tanh(...), 1 + tanh(...) "
+                   "and 0.5 x are saved beside its input, three more f-wide tensors",
+    "fused-qkv-view": "at micro-batch 1 merging batch and heads is a view, so the saved Q keeps "
+                      "c_attn's whole fused Q|K|V output alive, while the K and V saved are the "
+                      "KV cache's copies (use_cache defaults to True, in training too)",
+    "rmsnorm-fp32-input": "Llama's RMSNorm upcasts its input to fp32 and saves that copy in place of "
+                          "the 16-bit input Table 2 counts",
+    "rmsnorm-statistics": "Llama's RMSNorm saves each token's 1/rms in fp32, which Table 2 leaves out",
+    "rmsnorm-weight-input": "Llama's RMSNorm saves the normalised input before the weight multiply "
+                            "(for the weight's gradient): one more s x b x h tensor",
+    "rotary-cos-sin": "the rotary multiplies save the cos and sin tables (s x head_dim each, one row "
+                      "shared by the micro-batch and computed once for all layers)",
+    "repeat-kv": "eager attention repeats the key/value heads to every query head before the "
+                 "matmuls, which save the repeated copies",
+    "softmax-fp32": "Llama's eager attention takes the softmax in fp32 and saves its fp32 output",
+    "softmax-downcast-copy": "the fp32 probabilities cast back to 16 bits for the product with V "
+                             "are saved as well",
 }

@@ -15,16 +15,19 @@ from zerolib._io import atomic_write
 
 SHARDED_FILE = "validation_sharded.csv"
 ACTIVATIONS_FILE = "validation_activations.csv"
+SHIPPED_FILE = "shipped_activations.csv"
 VERSION_COLUMNS = ("torch_version", "python_version", "platform")
+# The shipped blocks also depend on the transformers release that implements them.
+SHIPPED_VERSION_COLUMNS = ("torch_version", "transformers_version", "python_version", "platform")
 FLOAT_FORMAT = "%.6f"  # relative differences; every byte count is an integer
 
 
-def with_versions(frame: pd.DataFrame, versions: dict) -> pd.DataFrame:
-    """``frame`` with the version columns (same value on every row) appended."""
-    missing = [c for c in VERSION_COLUMNS if c not in versions]
+def with_versions(frame: pd.DataFrame, versions: dict, columns=VERSION_COLUMNS) -> pd.DataFrame:
+    """``frame`` with the version ``columns`` (same value on every row) appended."""
+    missing = [c for c in columns if c not in versions]
     if missing:
-        raise ValueError(f"versions must name {', '.join(VERSION_COLUMNS)}; missing {missing}")
-    return frame.assign(**{column: str(versions[column]) for column in VERSION_COLUMNS})
+        raise ValueError(f"versions must name {', '.join(columns)}; missing {missing}")
+    return frame.assign(**{column: str(versions[column]) for column in columns})
 
 
 def to_csv_text(frame: pd.DataFrame) -> str:
@@ -52,7 +55,7 @@ def differences(recorded: pd.DataFrame, fresh: pd.DataFrame, limit: int = 5) -> 
     exactly when re-recording it would rewrite the same measurements.
     """
     def lines(frame):
-        kept = frame.drop(columns=[c for c in VERSION_COLUMNS if c in frame.columns])
+        kept = frame.drop(columns=[c for c in SHIPPED_VERSION_COLUMNS if c in frame.columns])
         return to_csv_text(read_csv(io.StringIO(to_csv_text(kept)))).splitlines()
 
     old, new = lines(recorded), lines(fresh)

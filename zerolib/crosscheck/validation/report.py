@@ -16,6 +16,7 @@ from types import MappingProxyType
 import pandas as pd
 
 from zerolib.core.accounting import CATEGORIES
+from zerolib.core.models import get_model
 from zerolib.core.units import format_relative
 from zerolib.core.working_set import REDUCE_BUCKET_SIZE
 from zerolib.crosscheck.validation.deepspeed_run import (
@@ -28,9 +29,24 @@ from zerolib.crosscheck.validation.explain_activations import (
     totals as activation_totals,
 )
 from zerolib.crosscheck.validation.explain_sharded import SHARDED_PHASES
+from zerolib.crosscheck.validation.explain_shipped import (
+    BLOCKS as SHIPPED_BLOCKS,
+)
+from zerolib.crosscheck.validation.explain_shipped import (
+    SHARED_BY_LAYERS,
+    at_shape,
+    extra_bytes,
+)
+from zerolib.crosscheck.validation.explain_shipped import (
+    mechanism_totals as shipped_mechanism_totals,
+)
+from zerolib.crosscheck.validation.explain_shipped import (
+    totals as shipped_totals,
+)
 from zerolib.crosscheck.validation.records import (
     ACTIVATIONS_FILE,
     SHARDED_FILE,
+    SHIPPED_FILE,
     read_csv,
 )
 from zerolib.crosscheck.validation.setups import STRATEGIES, TINY_MODELS
@@ -68,6 +84,11 @@ def load_sharded(data_dir=None) -> pd.DataFrame:
 def load_activations(data_dir=None) -> pd.DataFrame:
     """``validation_activations.csv``: each tensor one GPT block saved, beside the formula."""
     return read_csv(_path(data_dir, ACTIVATIONS_FILE))
+
+
+def load_shipped(data_dir=None) -> pd.DataFrame:
+    """``shipped_activations.csv``: each tensor a shipped transformers block saved, beside the formula."""
+    return read_csv(_path(data_dir, SHIPPED_FILE))
 
 
 def load_deepspeed(data_dir=None) -> pd.DataFrame:
@@ -319,3 +340,60 @@ def activation_summary(activations: pd.DataFrame) -> pd.DataFrame:
         "unexplained [B]": frame["unexplained_bytes"],
         "explained by": frame["case"].map(mechanisms),
     })
+
+
+# --- shipped transformers blocks -----------------------------------------------------------------
+
+def shipped_summary(shipped: pd.DataFrame) -> pd.DataFrame:
+    """Per case (block and micro-batch): measured and formula totals (bytes), the difference and
+    the mechanisms that explain it."""
+    frame = shipped_totals(shipped)
+    mechanisms = shipped.groupby("case", sort=False)["effects"].agg(_mechanisms)
+    return pd.DataFrame({
+        "case": frame["case"], "attention": frame["attention"],
+        "KV cache": frame["use_cache"].map({True: "on", False: "off"}),
+        "micro-batch": frame["micro_batch"],
+        "measured [B]": frame["measured_bytes"], "formula [B]": frame["formula_bytes"],
+        "difference": frame["relative_difference"].map(format_relative),
+        "unexplained [B]": frame["unexplained_bytes"],
+        "explained by": frame["case"].map(mechanisms),
+    })
+
+
+def shipped_mechanisms(shipped: pd.DataFrame) -> pd.DataFrame:
+    """Bytes each mechanism adds, one row per mechanism, one column per case (0 where absent)."""
+    tidy = shipped_mechanism_totals(shipped)
+    wide = tidy.pivot(index="mechanism", columns="case", values="bytes").fillna(0).astype("int64")
+    order = [key for key in MECHANISMS if key in wide.index]
+    cases = list(pd.unique(shipped["case"]))
+    return wide.loc[order, cases].rename_axis(index="mechanism", columns="bytes added")
+
+
+def shipped_case(shipped: pd.DataFrame, case: str) -> pd.DataFrame:
+    """One case's saved tensors: where each was saved, what it is, measured beside the formula."""
+    chosen = _choose(shipped, case=case)
+    return (chosen[["module", "saved_by", "item", "terms", "saved_dtype", "saved_shape",
+                    "measured_bytes", "formula_bytes", "effects"]]
+            .replace({"terms": {"": "-"}, "effects": {"": "-"}})
+            .reset_index(drop=True))
+
+
+def shipped_extras(block: str, model, seq_len: int, micro_batch: int = 1) -> pd.DataFrame:
+    """What a shipped block's mechanisms would add beyond the formula at a real model's shape:
+    per mechanism the bytes one layer adds, how many times the model holds them (every layer,
+    or once for what all layers share) and the model's total (bytes).
+
+    It assumes the block saves at that shape what it saved at the measured one: its mechanisms
+    are properties of the code (an fp32 upcast, a saved normalised copy), sized by the shapes.
+    """
+    if block not in SHIPPED_BLOCKS:
+        raise ValueError(f"block must be one of {', '.join(SHIPPED_BLOCKS)}, got {block!r}")
+    config = get_model(model)
+    shaped = at_shape(SHIPPED_BLOCKS[block], config, seq_len)
+    rows = []
+    for key, size in extra_bytes(shaped, micro_batch).items():
+        copies = 1 if key in SHARED_BY_LAYERS else config.layers
+        rows.append({"mechanism": key, "per layer [B]": size, "held": copies, "model [B]": copies * size})
+    frame = pd.DataFrame(rows)
+    frame.attrs.update(block=block, model=config.name, seq_len=seq_len, micro_batch=micro_batch)
+    return frame

@@ -1,7 +1,9 @@
-"""Run both validations and return the comparison tables (needs PyTorch).
+"""Run the validations and return the comparison tables (needs PyTorch; the shipped blocks
+also need transformers).
 
-``validate(workers)`` is what ``zerolib validate`` and the tests call; ``record`` writes the
-two files of ``data/`` that the notebook reads.
+``validate(workers)`` is what ``zerolib validate`` and the tests call; ``validate_shipped()``
+measures only the shipped transformer blocks; ``record`` writes the files of ``data/`` that the
+notebooks read.
 """
 from __future__ import annotations
 
@@ -15,9 +17,12 @@ import torch
 from zerolib.crosscheck.validation.activation_run import measure_activations
 from zerolib.crosscheck.validation.explain_activations import compare_activations
 from zerolib.crosscheck.validation.explain_sharded import compare_sharded
+from zerolib.crosscheck.validation.explain_shipped import compare_shipped
 from zerolib.crosscheck.validation.records import (
     ACTIVATIONS_FILE,
     SHARDED_FILE,
+    SHIPPED_FILE,
+    SHIPPED_VERSION_COLUMNS,
     with_versions,
     write_csv,
 )
@@ -33,21 +38,36 @@ def versions() -> dict:
 
 @dataclass(frozen=True)
 class Validation:
-    sharded: pd.DataFrame       # explain_sharded.compare_sharded + version columns
-    activations: pd.DataFrame   # explain_activations.compare_activations + version columns
+    sharded: pd.DataFrame | None       # explain_sharded.compare_sharded + version columns
+    activations: pd.DataFrame | None   # explain_activations.compare_activations + version columns
+    shipped: pd.DataFrame | None       # explain_shipped.compare_shipped + version columns
+
+
+def validate_shipped() -> pd.DataFrame:
+    """Measure the shipped GPT-2 and Llama blocks (seconds; no extra processes)."""
+    import transformers
+
+    from zerolib.crosscheck.validation.shipped_run import measure_shipped
+
+    stamp = {**versions(), "transformers_version": transformers.__version__}
+    return with_versions(compare_shipped(pd.DataFrame(measure_shipped())), stamp,
+                         SHIPPED_VERSION_COLUMNS)
 
 
 def validate(workers=(2, 4)) -> Validation:
-    """Measure the sharded runs for each worker count and the activations of one block."""
+    """Measure the sharded runs for each worker count, the activations of the chapter's own GPT
+    block and those of the shipped blocks."""
     counts = check_workers(workers)
     measured = pd.DataFrame([row for count in counts for row in measure_sharded(count)])
     stamp = versions()
     return Validation(
         sharded=with_versions(compare_sharded(measured), stamp),
-        activations=with_versions(compare_activations(pd.DataFrame(measure_activations())), stamp))
+        activations=with_versions(compare_activations(pd.DataFrame(measure_activations())), stamp),
+        shipped=validate_shipped())
 
 
-def record(result: Validation, data_dir: str | Path) -> tuple[Path, Path]:
-    """Write both tables into ``data_dir`` (atomically)."""
-    return (write_csv(result.sharded, Path(data_dir, SHARDED_FILE)),
-            write_csv(result.activations, Path(data_dir, ACTIVATIONS_FILE)))
+def record(result: Validation, data_dir: str | Path) -> tuple[Path, ...]:
+    """Write the tables the run has into ``data_dir`` (atomically)."""
+    tables = ((result.sharded, SHARDED_FILE), (result.activations, ACTIVATIONS_FILE),
+              (result.shipped, SHIPPED_FILE))
+    return tuple(write_csv(frame, Path(data_dir, name)) for frame, name in tables if frame is not None)
