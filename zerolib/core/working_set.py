@@ -61,7 +61,7 @@ Tensor and pipeline parallelism: with ``tensor_parallel`` = t and ``pipeline_par
 of the parameters (:func:`zerolib.core.model_parallel.parameters_per_gpu`: split matrices,
 replicated norms and row-parallel biases, its pipeline stage's layers, the embedding on the
 first stage and the output layer on the last) and the activations its stage keeps in flight
-(:func:`zerolib.core.model_parallel.stage_activation_terms`, 1F1B or interleaved); ZeRO
+(:func:`zerolib.core.pipeline_schedule.stage_activation_terms`, 1F1B or interleaved); ZeRO
 partitions that GPU's model state across the data-parallel group. The peak is taken over the
 first and the last pipeline stage, whichever is larger (``Peak.pipeline_stage`` says which);
 with t = p = 1 every number is the plain data-parallel one.
@@ -96,9 +96,9 @@ from zerolib.core.model_parallel import (
     SCHEDULES,
     largest_module_per_gpu,
     parameters_per_gpu,
-    stage_activation_terms,
 )
 from zerolib.core.models import TransformerConfig, get_model
+from zerolib.core.pipeline_schedule import stage_activation_terms
 from zerolib.core.units import GiB
 
 TERMS = ("activations", "logits_loss", "ddp_buckets", "reduce_bucket", "allgather_bucket",
