@@ -1,4 +1,5 @@
-"""``zerolib validate``: a real sharded step and one GPT block, measured with PyTorch on the CPU.
+"""``zerolib validate``: a real sharded step, one GPT block and a tensor-parallel Llama-style
+model, measured with PyTorch on the CPU.
 
 PyTorch is the optional ``validate`` extra and is imported only inside :func:`run`; without it
 the command says how to install it and exits 2.
@@ -26,10 +27,13 @@ def register(commands) -> None:
         description="Train tiny models for one step under DDP (stage 0), ZeroRedundancyOptimizer "
                     "(stage 1) and FSDP2 fully_shard (stage 2 and 3 analogues, and bf16 compute) "
                     "with gloo on 127.0.0.1, measure the bytes of parameters, gradients and "
-                    "optimizer state on every rank, and measure the activations one GPT block "
-                    "saves for backward; print them beside zerolib's numbers with each "
-                    "difference explained. Needs the validate extra (PyTorch, CPU build).")
-    add_run_arguments(parser, "validation_sharded.csv and validation_activations.csv")
+                    "optimizer state on every rank, measure the activations one GPT block "
+                    "saves for backward, and split a small Llama-style model with "
+                    "torch.distributed.tensor.parallel (parameters and one block's activations "
+                    "per rank); print them beside zerolib's numbers with each difference "
+                    "explained. Needs the validate extra (PyTorch, CPU build).")
+    add_run_arguments(parser, "validation_sharded.csv, validation_activations.csv and "
+                              "validation_tensor_parallel.csv")
     parser.add_argument("--format", default="table", choices=("table", "json"),
                         help="text tables (bytes) or JSON records of both comparisons "
                              "(default: table)")
@@ -65,23 +69,30 @@ def run(args) -> int:
         print(f"zerolib validate: error: a worker process failed: {_last_line(error)}",
               file=sys.stderr)
         return 1
-    print(render(result.sharded, result.activations, args.format))
+    print(render(result.sharded, result.activations, args.format, result.tensor_parallel))
     if args.record:
         for path in record(result, args.data_dir or DATA_DIR):
             print(f"recorded {path}", file=sys.stderr)
     return 0
 
 
-def render(sharded, activations, form: str) -> str:
-    """The comparison as text tables (bytes) or JSON (records of both tidy tables)."""
+def render(sharded, activations, form: str, tensor_parallel=None) -> str:
+    """The comparison as text tables (bytes) or JSON (records of the tidy tables)."""
     from zerolib.crosscheck.validation.explain_activations import totals
+    from zerolib.crosscheck.validation.explain_tensor_parallel import totals as parallel_totals
 
+    frames = [sharded, activations] + ([] if tensor_parallel is None else [tensor_parallel])
     if form == "json":
-        return json.dumps({"sharded": sharded.to_dict("records"),
-                           "activations": activations.to_dict("records"),
-                           "activation_totals": totals(activations).to_dict("records")}, indent=2)
-    return "\n\n".join([_sharded_table(sharded), _activation_table(activations),
-                        _legend(sharded, activations)])
+        out = {"sharded": sharded.to_dict("records"), "activations": activations.to_dict("records"),
+               "activation_totals": totals(activations).to_dict("records")}
+        if tensor_parallel is not None:
+            out.update(tensor_parallel=tensor_parallel.to_dict("records"),
+                       tensor_parallel_totals=parallel_totals(tensor_parallel).to_dict("records"))
+        return json.dumps(out, indent=2)
+    tables = [_sharded_table(sharded), _activation_table(activations)]
+    if tensor_parallel is not None:
+        tables.append(_tensor_parallel_table(tensor_parallel))
+    return "\n\n".join([*tables, _legend(*frames)])
 
 
 def _cell(measured: int, predicted: int) -> str:
@@ -129,8 +140,31 @@ def _activation_table(frame) -> str:
     return title + "\n" + text_table(headers, rows)
 
 
-def _legend(sharded, activations) -> str:
-    used = {key for frame in (sharded, activations)
-            for text in frame["effects"] for key in text.split()}
+def _tensor_parallel_table(frame) -> str:
+    from zerolib.crosscheck.validation.explain_tensor_parallel import TINY_LLAMA, totals
+
+    rows = []
+    for record in totals(frame).to_dict("records"):
+        group = frame[(frame["workers"] == record["workers"]) & (frame["rank"] == record["rank"])
+                      & (frame["kind"] == record["kind"])]
+        effects = sorted({k for text in group["effects"] for k in text.split()})
+        rows.append([str(record["workers"]), str(record["rank"]), record["kind"],
+                     f"{record['measured_bytes']:,}", f"{record['formula_bytes']:,}",
+                     f"{record['relative_difference']:+.1%}", f"{record['unexplained_bytes']:,}",
+                     " ".join(effects) or "-"])
+    c = TINY_LLAMA
+    title = (f"Tensor parallelism (torch.distributed.tensor.parallel, bf16) on a Llama-style model "
+             f"(hidden {c.hidden}, {c.layers} layers, {c.heads} heads, {c.kv_heads} key/value heads, "
+             f"MLP {c.ffn_hidden}, vocabulary {c.vocab}): per rank, the parameters against "
+             f"zerolib.core.model_parallel and one block's saved activations against "
+             f"zerolib.core.activations. Rows with unexplained bytes: "
+             f"{int((frame['unexplained_bytes'] != 0).sum())} of {len(frame)}.")
+    headers = ["W", "rank", "kind", "measured [B]", "zerolib [B]", "difference",
+               "unexplained [B]", "explained by"]
+    return title + "\n" + text_table(headers, rows)
+
+
+def _legend(*frames) -> str:
+    used = {key for frame in frames for text in frame["effects"] for key in text.split()}
     return "\n".join(["Mechanisms (the CSV's explanation column gives each row's numbers):",
                       *(f"  {key}: {text}" for key, text in MECHANISMS.items() if key in used)])

@@ -1,8 +1,9 @@
 """Check zerolib's arithmetic against what real PyTorch runs hold in memory (on the CPU).
 
 This package needs the optional ``validate`` extra (PyTorch). Importing it does not import
-torch: only the modules that run PyTorch do (``sharded_run``, ``block``, ``activation_run``);
-the expected-value arithmetic (``setups``, ``explain_sharded``, ``explain_activations``) and the
+torch: only the modules that run PyTorch do (``sharded_run``, ``block``, ``activation_run``,
+``llama_block``, ``tensor_parallel_run``); the expected-value arithmetic (``setups``,
+``explain_sharded``, ``explain_activations``, ``explain_tensor_parallel``) and the
 recorded files (``records``) are plain Python.
 """
 from __future__ import annotations

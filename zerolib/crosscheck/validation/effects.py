@@ -48,4 +48,13 @@ MECHANISMS = {
     "dropout-noise": "F.dropout on the CPU saves noise in the activation dtype, not a 1-byte mask",
     "flash-output-copy": "scaled_dot_product_attention saves its per-head output; merging heads "
                          "for the projection stores a second copy",
+    "uneven-vocabulary-shard": "DTensor's Shard(0) cuts vocabulary rows like torch.chunk: the last "
+                               "tensor-parallel ranks hold fewer rows than the most-loaded one",
+    "padded-shard-storage": "distribute_tensor pads a short shard to the chunk size and keeps a "
+                            "narrower view of that storage",
+    "rmsnorm-fp32-input": "PyTorch's CPU rms_norm saves an fp32 copy of its 16-bit input (4 B per "
+                          "element where Table 2 counts 2)",
+    "rmsnorm-normalized-copy": "PyTorch's CPU rms_norm multiplies the weight in fp32 and saves the "
+                               "normalised fp32 values; fused kernels recompute them",
+    "rmsnorm-statistics": "rms_norm saves one fp32 1/rms per token, which Table 2 leaves out",
 }

@@ -15,6 +15,7 @@ from zerolib._io import atomic_write
 
 SHARDED_FILE = "validation_sharded.csv"
 ACTIVATIONS_FILE = "validation_activations.csv"
+TENSOR_PARALLEL_FILE = "validation_tensor_parallel.csv"
 VERSION_COLUMNS = ("torch_version", "python_version", "platform")
 FLOAT_FORMAT = "%.6f"  # relative differences; every byte count is an integer
 
