@@ -317,7 +317,7 @@ class ParallelGrid:
     config: TransformerConfig
     t: np.ndarray
     p: np.ndarray
-    stage: np.ndarray | None      # None: the most-loaded stage
+    pipeline_stage: np.ndarray | None   # None: the most-loaded stage
     schedule: str
     chunks: int
     micro_batches: np.ndarray | None
@@ -325,7 +325,9 @@ class ParallelGrid:
 
 
 def parallel_grid(model, tensor_parallel, pipeline_parallel, pipeline_stage, schedule, chunks,
-          micro_batches=None, vocab_divisible_by=1) -> ParallelGrid:
+                  micro_batches=None, vocab_divisible_by=1) -> ParallelGrid:
+    """Check and broadcast the inputs every per-GPU function takes (the rules of
+    :func:`check_parallel` included); ``pipeline_stage`` below ``pipeline_parallel``."""
     config = get_model(model)
     check_schedule(schedule)
     chunks = check_positive_int(chunks, "chunks", MAX_CHUNKS)
@@ -346,7 +348,7 @@ def parallel_grid(model, tensor_parallel, pipeline_parallel, pipeline_stage, sch
         raise ValueError(f"pipeline_stage must be below pipeline_parallel (stages 0 to p - 1), "
                          f"got {echo(pipeline_stage)} with pipeline_parallel {echo(pipeline_parallel)}")
     return ParallelGrid(config, t, p, stage, schedule, chunks, shaped.get("micro_batches"),
-                 vocab_divisible_by)
+                        vocab_divisible_by)
 
 
 def stage_layers(layers: int, pipeline_parallel, pipeline_stage) -> np.ndarray:
@@ -372,16 +374,11 @@ def _place_sums(grid: ParallelGrid) -> dict[str, np.ndarray]:
     return sums
 
 
-def _per_stage(grid: ParallelGrid, per_layer_load, first_load, last_load, layers_held):
-    """``layers_held(r)`` x per-layer load plus the first/last stage's own, at ``grid.stage``
-    or (None) the larger of the first and last stage."""
-    def at(r):
-        return (layers_held(r) * per_layer_load + np.where(r == 0, first_load, 0)
-                + np.where(r == grid.p - 1, last_load, 0))
-
-    if grid.stage is not None:
-        return at(grid.stage)
-    return np.maximum(at(np.zeros_like(grid.p)), at(grid.p - 1))
+def at_stage(grid: ParallelGrid, load):
+    """``load(r)`` at the grid's pipeline stage, or (None) the larger of the first and the last."""
+    if grid.pipeline_stage is not None:
+        return load(grid.pipeline_stage)
+    return np.maximum(load(np.zeros_like(grid.p)), load(grid.p - 1))
 
 
 def parameters_per_gpu(model, tensor_parallel=1, pipeline_parallel=1, *, pipeline_stage=None,
@@ -393,11 +390,11 @@ def parameters_per_gpu(model, tensor_parallel=1, pipeline_parallel=1, *, pipelin
     :func:`zerolib.core.models.parameter_count` exactly. int64, broadcast over the inputs.
     """
     grid = parallel_grid(model, tensor_parallel, pipeline_parallel, pipeline_stage, schedule, chunks,
-                 vocab_divisible_by=vocab_divisible_by)
+                         vocab_divisible_by=vocab_divisible_by)
     sums = _place_sums(grid)
-    layers = grid.config.layers
-    return _per_stage(grid, sums["layer"], sums["first"], sums["last"],
-                      lambda r: stage_layers(layers, grid.p, r))
+    return at_stage(grid, lambda r: (stage_layers(grid.config.layers, grid.p, r) * sums["layer"]
+                                     + np.where(r == 0, sums["first"], 0)
+                                     + np.where(r == grid.p - 1, sums["last"], 0)))
 
 
 def largest_module_per_gpu(model, tensor_parallel=1, pipeline_parallel=1, *, pipeline_stage=None,
@@ -407,19 +404,13 @@ def largest_module_per_gpu(model, tensor_parallel=1, pipeline_parallel=1, *, pip
     DeepSpeed's ``largest_layer_params`` on that GPU. None: the larger of first and last stage.
     A tied output layer counts as a module, as in :func:`zerolib.core.models.largest_layer`."""
     grid = parallel_grid(model, tensor_parallel, pipeline_parallel, pipeline_stage, schedule, chunks,
-                 vocab_divisible_by=vocab_divisible_by)
+                         vocab_divisible_by=vocab_divisible_by)
     best = {place: np.zeros(grid.t.shape, dtype=np.int64) for place in PLACES}
     for piece in module_splits(grid.config):
         best[piece.place] = np.maximum(best[piece.place],
                                        _rank_elements(piece, grid.t, vocab_divisible_by))
-
-    def at(r):
-        return np.maximum.reduce([best["layer"], np.where(r == 0, best["first"], 0),
-                                  np.where(r == grid.p - 1, best["last"], 0)])
-
-    if grid.stage is not None:
-        return at(grid.stage)
-    return np.maximum(at(np.zeros_like(grid.p)), at(grid.p - 1))
+    return at_stage(grid, lambda r: np.maximum.reduce([best["layer"], np.where(r == 0, best["first"], 0),
+                                                       np.where(r == grid.p - 1, best["last"], 0)]))
 
 
 def model_state_per_gpu(model, tensor_parallel, pipeline_parallel, data_parallel, stage,

@@ -32,7 +32,14 @@ import numpy as np
 from zerolib.core.activations import model_activation_terms
 from zerolib.core.inputs import MAX_BYTES
 from zerolib.core.intmath import ceil_div
-from zerolib.core.model_parallel import ParallelGrid, check_schedule, parallel_grid, stage_layers, vocabulary_rows
+from zerolib.core.model_parallel import (
+    ParallelGrid,
+    at_stage,
+    check_schedule,
+    parallel_grid,
+    stage_layers,
+    vocabulary_rows,
+)
 
 
 def micro_batches_in_flight(pipeline_parallel, pipeline_stage, *, schedule: str = "1f1b",
@@ -108,10 +115,24 @@ def _term_arrays(grid: ParallelGrid, seq_len, micro_batch, options) -> dict[str,
         terms["logits_loss"] = terms["logits_loss"] // ceil_div(grid.config.vocab, int(t)) * rows
         for name in names:
             if terms[name] > MAX_BYTES:
-                raise ValueError(f"activations of {grid.config.name} come to more than "
-                                 f"{MAX_BYTES:,} bytes: lower seq_len or micro_batch")
+                _too_large(grid)
             out[name] = np.where(grid.t == t, terms[name], out[name])
     return out
+
+
+def _too_large(grid: ParallelGrid):
+    raise ValueError(f"activations of {grid.config.name} come to more than {MAX_BYTES:,} bytes: "
+                     f"lower seq_len or micro_batch")
+
+
+def _total(grid: ParallelGrid, terms: dict[str, np.ndarray]) -> np.ndarray:
+    """The terms' sum, refused before it could pass MAX_BYTES (each term is at most that)."""
+    total = np.zeros(np.shape(terms["transformer_layers"]), dtype=np.int64)
+    for value in terms.values():
+        if np.any(value > MAX_BYTES - total):
+            _too_large(grid)
+        total = total + value
+    return total
 
 
 def _stage_terms(grid: ParallelGrid, units: dict[str, np.ndarray], r: np.ndarray) -> dict[str, np.ndarray]:
@@ -121,10 +142,9 @@ def _stage_terms(grid: ParallelGrid, units: dict[str, np.ndarray], r: np.ndarray
                                                      micro_batches=grid.micro_batches), 0)
     last = (r == grid.p - 1).astype(np.int64)
     if np.any(units["transformer_layers"] > MAX_BYTES // np.maximum(held, 1)):
-        raise ValueError(f"activations of {grid.config.name} come to more than {MAX_BYTES:,} "
-                         f"bytes: lower seq_len or micro_batch")
+        _too_large(grid)
     return {"transformer_layers": held * units["transformer_layers"],
-            "recompute_transient": units["recompute_transient"] + 0 * held,
+            "recompute_transient": units["recompute_transient"] * np.ones_like(held),
             "embedding_dropout_mask": first * units["embedding_dropout_mask"],
             "final_norm_input": last * units["final_norm_input"],
             "output_projection_input": last * units["output_projection_input"],
@@ -144,7 +164,7 @@ def stage_activation_terms(model, seq_len, micro_batch, tensor_parallel=1, pipel
     copies), the final norm's and output layer's inputs and the logits on the last (one copy).
     """
     grid = parallel_grid(model, tensor_parallel, pipeline_parallel, pipeline_stage, schedule, chunks,
-                 micro_batches, vocab_divisible_by)
+                         micro_batches, vocab_divisible_by)
     for name, value in (("tensor_parallel", grid.t), ("pipeline_parallel", grid.p)):
         if value.ndim:
             raise TypeError(f"{name} must be a single number here, got an array "
@@ -152,7 +172,8 @@ def stage_activation_terms(model, seq_len, micro_batch, tensor_parallel=1, pipel
     options = _activation_options(sequence_parallel, recompute, flash_attention, element_bytes,
                                   mask_bytes, dropout, logits_bytes)
     units = _term_arrays(grid, seq_len, micro_batch, options)
-    terms = _stage_terms(grid, units, grid.stage)
+    terms = _stage_terms(grid, units, grid.pipeline_stage)
+    _total(grid, terms)
     return MappingProxyType({name: int(value) for name, value in terms.items()})
 
 
@@ -169,19 +190,8 @@ def activation_bytes_per_gpu(model, seq_len, micro_batch, tensor_parallel=1, pip
     ``pipeline_parallel - 1`` and keep the larger sum (the module doc says why two suffice).
     """
     grid = parallel_grid(model, tensor_parallel, pipeline_parallel, pipeline_stage, schedule, chunks,
-                 micro_batches, vocab_divisible_by)
+                         micro_batches, vocab_divisible_by)
     options = _activation_options(sequence_parallel, recompute, flash_attention, element_bytes,
                                   mask_bytes, dropout, logits_bytes)
     units = _term_arrays(grid, seq_len, micro_batch, options)
-
-    def total(r):
-        terms = _stage_terms(grid, units, r)
-        result = sum(terms.values())
-        if np.any(result > MAX_BYTES):
-            raise ValueError(f"activations of {grid.config.name} come to more than "
-                             f"{MAX_BYTES:,} bytes: lower seq_len or micro_batch")
-        return result
-
-    if grid.stage is not None:
-        return total(grid.stage)
-    return np.maximum(total(np.zeros_like(grid.p)), total(grid.p - 1))
+    return at_stage(grid, lambda r: _total(grid, _stage_terms(grid, units, r)))
