@@ -133,3 +133,11 @@ def test_cli_bad_pipeline_flags_are_one_line(capsys, argv, fragment):
 def test_pipeline_flags_need_a_model(capsys):
     status, _, err = run(capsys, "estimate", "--params", "7B", "--gpus", "8", "--pipeline-parallel", "2")
     assert status == 2 and "--pipeline-parallel needs --model" in err
+
+
+def test_the_will_it_fit_subtitle_names_the_pipeline():
+    from zerolib.chapter.charts.will_it_fit import will_it_fit_titles
+    from zerolib.core.accounting import get_layout
+
+    _, subtitle = will_it_fit_titles("llama-2-70b", 64, SETTINGS, get_layout("mixed-adam"))
+    assert "8-way tensor parallel + sequence parallel · 4 pipeline stages (1f1b)" in subtitle
