@@ -141,3 +141,19 @@ def test_the_will_it_fit_subtitle_names_the_pipeline():
 
     _, subtitle = will_it_fit_titles("llama-2-70b", 64, SETTINGS, get_layout("mixed-adam"))
     assert "8-way tensor parallel + sequence parallel · 4 pipeline stages (1f1b)" in subtitle
+
+
+@pytest.mark.parametrize("name, t, p, stage", [("llama-2-70b", 8, 5, 3), ("gpt2", 2, 3, 0),
+                                               ("llama-3-8b", 4, 7, 1), ("qwen2.5-7b", 4, 6, 2)])
+def test_the_peak_over_every_pipeline_stage_is_at_the_first_or_the_last(name, t, p, stage):
+    from zerolib.core.model_parallel import parameters_per_gpu
+
+    settings = WorkingSetSettings(seq_len=1024, tensor_parallel=t, pipeline_parallel=p,
+                                  sequence_parallel=True, micro_batches=3)
+    gpus = 2 * t * p
+    every = []
+    for r in range(p):
+        params = int(parameters_per_gpu(name, t, p, pipeline_stage=r))
+        every.append(int(model_state(params, 2, stage).total)
+                     + sum(working_set(name, stage, settings, pipeline_stage=r).values()))
+    assert peak(name, gpus, stage, settings).total == max(every)
