@@ -134,11 +134,13 @@ def test_figure7_shares_of_the_tensor_parallel_baseline():
     assert share[("175B", "full recompute")] == Fraction(2, 23)
     assert all(share[(m, BASELINE)] == 1 for m in RUNS)
     # "at 10% of the baseline": full recomputation is at most 10% for every model (7.6-9.5%).
-    assert all(share[(m, "full recompute")] <= Fraction(1, 10) for m in RUNS)
+    full = Fraction(PRINTED["full recompute, all models"][1]).limit_denominator()
+    assert all(share[(m, "full recompute")] <= full for m in RUNS)
     # "combined ... bringing the memory requirements to under 20%": holds for 22B (16.1%) and
     # 175B (18.5%) but not per layer for 530B and 1T, whose 5as/h = 64 gives 4.25/21 = 20.24%.
     combined = {m: share[(m, "tensor + sequence parallel + selective recompute")] for m in RUNS}
-    assert combined["22B"] < Fraction(1, 5) and combined["175B"] < Fraction(1, 5)
+    under = Fraction(PRINTED["combined, all models"][1]).limit_denominator()
+    assert combined["22B"] < under and combined["175B"] < under < combined["530B"]
     assert combined["530B"] == combined["1T"] == Fraction(17, 84)
     # "Individually, both techniques cut the memory requirement nearly in half": 58-67% (SP)
     # and 49-62% (selective).

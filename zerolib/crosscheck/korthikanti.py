@@ -97,7 +97,6 @@ PRINTED: Mapping[str, tuple[str, object]] = MappingProxyType({
     "extra terms, 22B": ("Sec. 4.3: embedding/output terms 'account for less than 0.01%'", 0.0001),
     "deallocation, 530B": ("Appendix B: 'sbhp = 2.73 GB' on the first stage (GiB, 2-byte elements)",
                            "2.73"),
-    "interleave factor": ("Sec. 4.2.3: activations scaled by (1 + (p - 1)/(pm))", None),
 })
 
 
