@@ -27,10 +27,20 @@ from zerolib.crosscheck.validation.explain_sharded import (
     compare_sharded,
     expected_effects,
 )
+from zerolib.crosscheck.validation.explain_tensor_parallel import (
+    MEASURED_COLUMNS as PARALLEL_MEASURED_COLUMNS,
+)
+from zerolib.crosscheck.validation.explain_tensor_parallel import (
+    compare_tensor_parallel,
+)
+from zerolib.crosscheck.validation.explain_tensor_parallel import (
+    totals as parallel_totals,
+)
 from zerolib.crosscheck.validation.records import (
     ACTIVATIONS_FILE,
     SHARDED_FILE,
     SHIPPED_FILE,
+    TENSOR_PARALLEL_FILE,
     VERSION_COLUMNS,
     differences,
     read_csv,
@@ -68,6 +78,11 @@ def sharded():
 @pytest.fixture(scope="module")
 def activations():
     return read_csv(DATA / ACTIVATIONS_FILE)
+
+
+@pytest.fixture(scope="module")
+def parallel():
+    return read_csv(DATA / TENSOR_PARALLEL_FILE)
 
 
 def rows(frame, **where):
@@ -159,25 +174,27 @@ def test_table2_case_is_korthikanti_by_hand():
 
 # --- the recorded files (no torch needed) ------------------------------------------------------
 
-def test_recorded_files_are_tidy_and_stamped(sharded, activations):
+def test_recorded_files_are_tidy_and_stamped(sharded, activations, parallel):
     workers = sorted(sharded["workers"].unique())
     assert workers == [2, 4]
     per_rank_rows = len(STRATEGIES) * len(TINY_MODELS) * 2 * 3  # phases x categories
     assert len(sharded) == per_rank_rows * sum(workers)
     keys = ["strategy", "model", "workers", "rank", "phase", "category"]
     assert not sharded.duplicated(keys).any()
-    for frame in (sharded, activations):
+    for frame in (sharded, activations, parallel):
         for column in VERSION_COLUMNS:
             assert frame[column].nunique() == 1 and frame[column].iloc[0] != ""
     assert set(activations["case"]) == {case.name for case in CASES}
+    assert sorted(parallel.groupby("workers")["rank"].nunique().items()) == [(2, 2), (4, 4)]
 
 
-def test_recorded_files_are_written_deterministically(sharded, activations):
-    for frame, name in ((sharded, SHARDED_FILE), (activations, ACTIVATIONS_FILE)):
+def test_recorded_files_are_written_deterministically(sharded, activations, parallel):
+    for frame, name in ((sharded, SHARDED_FILE), (activations, ACTIVATIONS_FILE),
+                        (parallel, TENSOR_PARALLEL_FILE)):
         assert to_csv_text(frame) == (DATA / name).read_text(encoding="utf-8")
 
 
-def test_recorded_comparison_follows_from_recorded_measurements(sharded, activations):
+def test_recorded_comparison_follows_from_recorded_measurements(sharded, activations, parallel):
     """Re-deriving predictions and explanations from the measured columns rewrites the files."""
     fresh = compare_sharded(sharded[MEASURED_COLUMNS])
     assert differences(sharded, fresh) == []
@@ -185,10 +202,12 @@ def test_recorded_comparison_follows_from_recorded_measurements(sharded, activat
     fresh = compare_activations(measured[["case", "item", "saved_dtype", "saved_shape",
                                           "measured_bytes"]])
     assert differences(activations, fresh) == []
+    measured = parallel[parallel["item"] != "(not saved by PyTorch)"]
+    assert differences(parallel, compare_tensor_parallel(measured[PARALLEL_MEASURED_COLUMNS])) == []
 
 
-def test_every_difference_is_explained(sharded, activations):
-    for frame in (sharded, activations):
+def test_every_difference_is_explained(sharded, activations, parallel):
+    for frame in (sharded, activations, parallel):
         assert (frame["unexplained_bytes"] == 0).all(), frame[frame["unexplained_bytes"] != 0]
         assert not frame["explanation"].str.contains("UNEXPLAINED").any()
         differing = frame[frame["difference_bytes"] != 0]
@@ -258,6 +277,36 @@ def test_recorded_activations(activations):
     assert mask["saved_dtype"] == "bool" and mask["measured_bytes"] == SHAPE.heads * s * s * b
 
 
+def test_recorded_tensor_parallel_parameters_by_hand(parallel):
+    # Tiny Llama, hidden 64, 8 heads (head_dim 8), 4 key/value heads, MLP 160, vocabulary 250,
+    # 2 layers, bf16. On 2 ranks a layer holds q and o 64 x 64 / 2 (2,048 each), k and v 64 x 32 / 2
+    # (1,024 each), gate/up/down 3 x 64 x 160 / 2 = 15,360, two norms whole (128): 21,632; x 2
+    # layers, plus embedding and output layer 125 x 64 each and the final norm (64): 59,328
+    # elements, 118,656 bytes. On 4 ranks: 2 x 10,880 + 2 x 63 x 64 + 64 = 29,888 elements.
+    totals = parallel_totals(parallel).set_index(["workers", "rank", "kind"])
+    assert totals.at[(2, 0, "parameters"), "measured_bytes"] == 2 * 59_328 == 118_656
+    for rank in range(4):
+        assert totals.at[(4, rank, "parameters"), "measured_bytes"] == 2 * 29_888
+    # Rank 3 of 4 holds 61 of the 250 vocabulary rows (chunks of 63), in a 63-row storage.
+    row = one(parallel, kind="parameters", workers=4, rank=3, item="embedding")
+    assert row["shape"] == "61x64" and row["measured_bytes"] == 2 * 63 * 64
+    assert row["effects"] == "uneven-vocabulary-shard padded-shard-storage"
+
+
+def test_recorded_tensor_parallel_activations_by_hand(parallel):
+    # One block on 4 ranks, s = 32, b = 2, bf16: norm inputs and projection inputs whole (4 x 2 x
+    # 4,096 = 32,768), Q and the attention output's input split (2 x 2,048), K and V one key/value
+    # head each (2 x 1,024), fp32 log-sum-exp 4 x 2 heads x 64 tokens = 512, four SwiGLU tensors
+    # 2 x 64 x 40 = 5,120 each: 59,904. PyTorch's rms_norm adds per norm an fp32 input copy
+    # (+2 x 4,096), the fp32 normalised values (4 x 4,096) and 64 fp32 1/rms: 2 x 24,832.
+    totals = parallel_totals(parallel).set_index(["workers", "rank", "kind"])
+    for rank in range(4):
+        assert totals.at[(4, rank, "activations"), "formula_bytes"] == 59_904
+        assert totals.at[(4, rank, "activations"), "measured_bytes"] == 59_904 + 2 * 24_832
+    key = one(parallel, kind="activations", workers=4, rank=0, item="key (rotated)")
+    assert key["shape"] == "2x1x32x8" and key["measured_bytes"] == 1_024
+
+
 # --- records -----------------------------------------------------------------------------------
 
 def test_write_csv_is_atomic_and_deterministic(tmp_path):
@@ -308,12 +357,14 @@ def fresh_run(sharded):
 
 @pytest.mark.torch
 @pytest.mark.slow
-def test_rerun_matches_recorded_files(fresh_run, sharded, activations):
+def test_rerun_matches_recorded_files(fresh_run, sharded, activations, parallel):
     hint = "re-record with `zerolib validate --record` and explain the change"
     found = differences(sharded, fresh_run.sharded)
     assert found == [], f"{SHARDED_FILE} no longer matches ({hint}):\n" + "\n".join(found)
     found = differences(activations, fresh_run.activations)
     assert found == [], f"{ACTIVATIONS_FILE} no longer matches ({hint}):\n" + "\n".join(found)
+    found = differences(parallel, fresh_run.tensor_parallel)
+    assert found == [], f"{TENSOR_PARALLEL_FILE} no longer matches ({hint}):\n" + "\n".join(found)
 
 
 @pytest.mark.torch
@@ -325,11 +376,14 @@ def test_cli_prints_and_records(fresh_run, capsys, monkeypatch, tmp_path):
     status, out, err = run_cli(capsys, "validate", "--record", "--data-dir", str(tmp_path))
     assert status == 0
     assert "Rows with unexplained bytes: 0 of 360" in out and "norm-statistics:" in out
+    assert "Rows with unexplained bytes: 0 of 174" in out and "padded-shard-storage:" in out
     assert (tmp_path / SHARDED_FILE).read_text() == to_csv_text(fresh_run.sharded)
     assert (tmp_path / ACTIVATIONS_FILE).read_text() == to_csv_text(fresh_run.activations)
     assert (tmp_path / SHIPPED_FILE).read_text() == to_csv_text(fresh_run.shipped)
-    assert err.count("recorded ") == 3
+    assert (tmp_path / TENSOR_PARALLEL_FILE).read_text() == to_csv_text(fresh_run.tensor_parallel)
+    assert err.count("recorded ") == 4
     status, out, _ = run_cli(capsys, "validate", "--format", "json")
     result = json.loads(out)
     assert len(result["sharded"]) == 360
     assert {row["case"] for row in result["activation_totals"]} == {case.name for case in CASES}
+    assert len(result["tensor_parallel"]) == 174 and len(result["tensor_parallel_totals"]) == 12

@@ -178,9 +178,13 @@ def test_tensor_parallel_counts_gpus_in_multiples_and_shares_state():
     fewest = fewest_gpus_for_peak("llama-2-70b", 3, settings, device="h100-80gb", max_gpus=4096)
     assert fewest is not None and fewest % 8 == 0
     result = peak("llama-2-70b", 16, 3, settings)
-    # 68,976,648,192 / 8 = 8,622,081,024 parameters per tensor-parallel rank over 2 data-
-    # parallel workers: 16 bytes x 4,311,040,512.
-    assert result.persistent["total"] == 16 * 4_311_040_512
+    # One tensor-parallel rank of 8, by hand: a layer's matrices q, o 8192 x 8192, k, v 8192 x
+    # 1024, gate/up/down 3 x 8192 x 28672 = 855,638,016 elements split 8 ways (106,954,752) plus
+    # its two RMSNorms whole (16,384): 106,971,136 x 80 = 8,557,690,880; embedding and output
+    # layer 32000 x 8192 / 8 = 32,768,000 each; the final norm whole, 8,192. Total
+    # 8,623,235,072 (not 68,976,648,192 / 8: the norms are replicated), over 2 data-parallel
+    # workers: 16 bytes x 4,311,617,536.
+    assert result.persistent["total"] == 16 * 4_311_617_536
     with pytest.raises(ValueError, match="multiple of tensor_parallel"):
         peak("llama-2-70b", 12, 3, settings)
 

@@ -30,6 +30,13 @@ _EXPORTS = {
                             "active_parameter_count", "largest_layer"),
     "zerolib.core.activations": ("layer_activation_bytes", "layer_activation_terms",
                                  "model_activation_terms"),
+    "zerolib.core.model_parallel": ("MODULE_SPLITS", "split_table", "parallel_rules", "check_parallel",
+                                    "parameters_per_gpu", "largest_module_per_gpu",
+                                    "model_state_per_gpu", "stage_layers"),
+    "zerolib.core.pipeline_schedule": ("micro_batches_in_flight", "layer_activations_held",
+                                       "stage_activation_terms", "activation_bytes_per_gpu"),
+    "zerolib.core.model_parallel_traffic": ("tensor_parallel_traffic", "pipeline_traffic",
+                                            "traffic_frame"),
     "zerolib.core.feasibility": ("model_state_fits", "fewest_gpus", "largest_model"),
     "zerolib.core.working_set": ("WorkingSetSettings", "TERMS", "working_set", "peak", "peaks",
                                  "peak_fits", "fewest_gpus_for_peak", "largest_micro_batch",
@@ -49,6 +56,8 @@ _EXPORTS = {
 _MODULES = {
     "paper": "zerolib.crosscheck.paper",
     "deepspeed_estimator": "zerolib.crosscheck.deepspeed_estimator",
+    "korthikanti": "zerolib.crosscheck.korthikanti",
+    "megatron": "zerolib.crosscheck.megatron",
     "report": "zerolib.crosscheck.validation.report",
 }
 _OWNER = {name: module for module, names in _EXPORTS.items() for name in names}

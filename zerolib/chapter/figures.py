@@ -44,8 +44,8 @@ OTHER_DATA_FILES: tuple[tuple[str, str, str], ...] = (
      "bytes per rank measured in real DeepSpeed ZeRO runs on the CPU, beside DeepSpeed's own "
      "estimator and the chapter's formula (and the buffers counted)"),
     ("validation_*.csv", "validation.md",
-     "bytes per rank measured in real sharded PyTorch runs (DDP, ZeroRedundancyOptimizer, FSDP2), "
-     "beside zerolib's prediction"),
+     "bytes per rank measured in real sharded PyTorch runs (DDP, ZeroRedundancyOptimizer, FSDP2) "
+     "and a tensor-parallel one (torch.distributed.tensor.parallel), beside zerolib's prediction"),
     ("shipped_activations.csv", "shipped_activations.md",
      "what one GPT-2 and one Llama block, as the transformers library ships them, save for "
      "backward (measured on the CPU), every byte beside the formula or a named mechanism"),

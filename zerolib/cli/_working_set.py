@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from zerolib.core.activations import RECOMPUTE
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
+from zerolib.core.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES, SCHEDULES
 from zerolib.core.parse import parse_size, parse_whole
 from zerolib.core.units import to_unit
 from zerolib.core.working_set import (
@@ -27,7 +28,9 @@ LABELS = {"activations": "activations", "logits_loss": "logits+loss", "ddp_bucke
 # Options that only make sense with an architecture (dest -> flag, for the error message).
 OPTIONS = {"seq": "--seq", "micro_batch": "--micro-batch", "recompute": "--recompute",
            "flash": "--flash/--no-flash", "tensor_parallel": "--tensor-parallel",
-           "sequence_parallel": "--sequence-parallel", "reserve": "--reserve",
+           "sequence_parallel": "--sequence-parallel", "pipeline_parallel": "--pipeline-parallel",
+           "pipeline_schedule": "--pipeline-schedule", "pipeline_chunks": "--pipeline-chunks",
+           "micro_batches": "--micro-batches", "reserve": "--reserve",
            "reduce_bucket_size": "--reduce-bucket-size", "overlap_comm": "--overlap-comm",
            "prefetch_bucket_size": "--prefetch-bucket-size",
            "max_live_parameters": "--max-live-parameters", "ddp_bucket_view": "--ddp-bucket-view"}
@@ -49,6 +52,14 @@ def add_arguments(parser) -> None:
                     help="tensor-parallel degree; --gpus is then T x data-parallel workers (default 1)")
     ws.add_argument("--sequence-parallel", action="store_true", default=None,
                     help="split norms and dropouts along the sequence (Megatron sequence parallelism)")
+    ws.add_argument("--pipeline-parallel", metavar="P",
+                    help="pipeline stages; --gpus is then T x P x data-parallel workers (default 1)")
+    ws.add_argument("--pipeline-schedule", choices=SCHEDULES,
+                    help="1f1b (default) or interleaved (needs --pipeline-chunks of 2 or more)")
+    ws.add_argument("--pipeline-chunks", metavar="V",
+                    help="model chunks per pipeline stage for the interleaved schedule (default 1)")
+    ws.add_argument("--micro-batches", metavar="M",
+                    help="micro-batches per step and pipeline (default: enough to fill the pipeline)")
     ws.add_argument("--reserve", metavar="SIZE",
                     help="fixed reserve for CUDA context, NCCL and fragmentation, e.g. 2GiB, 1.5GB, 0 "
                          "(default 2GiB: an assumption, not a measurement)")
@@ -86,6 +97,17 @@ def settings_from(args, config):
                                                  maximum=MAX_GPUS)
     if args.sequence_parallel:
         changes["sequence_parallel"] = True
+    if args.pipeline_parallel is not None:
+        changes["pipeline_parallel"] = parse_whole(args.pipeline_parallel, "--pipeline-parallel",
+                                                   maximum=MAX_GPUS)
+    if args.pipeline_schedule is not None:
+        changes["pipeline_schedule"] = args.pipeline_schedule
+    if args.pipeline_chunks is not None:
+        changes["pipeline_chunks"] = parse_whole(args.pipeline_chunks, "--pipeline-chunks",
+                                                 maximum=MAX_CHUNKS)
+    if args.micro_batches is not None:
+        changes["micro_batches"] = parse_whole(args.micro_batches, "--micro-batches",
+                                               maximum=MAX_MICRO_BATCHES)
     if args.reserve is not None:
         changes["reserve_bytes"] = parse_size(args.reserve, "--reserve", maximum=MAX_BYTES)
     for dest in ("reduce_bucket_size", "prefetch_bucket_size", "max_live_parameters"):
@@ -128,6 +150,12 @@ def describe(result: dict) -> str:
     if s["tensor_parallel"] > 1:
         sequence = " + sequence parallel" if s["sequence_parallel"] else ""
         parts.append(f"tensor parallel {s['tensor_parallel']}{sequence}")
+    if s["pipeline_parallel"] > 1:
+        chunks = f", {s['pipeline_chunks']} chunks per stage" if s["pipeline_chunks"] > 1 else ""
+        flight = "" if s["micro_batches"] is None else f", {s['micro_batches']} micro-batches per step"
+        stages = sorted({row["pipeline_stage"] for row in result["stages"]})
+        parts.append(f"pipeline parallel {s['pipeline_parallel']} ({s['pipeline_schedule']}{chunks}"
+                     f"{flight}; most loaded: stage {', '.join(map(str, stages))})")
     return "Working set: " + ", ".join(parts) + "; fits is judged on the peak."
 
 

@@ -31,7 +31,8 @@ def register(commands) -> None:
                       help="parameter count: 7B, 350M, 1.5T, 7e9 or 7000000000")
     what.add_argument("--model", metavar="NAME",
                       help="a preset from 'zerolib models' (exact count; adds the working set)")
-    parser.add_argument("--gpus", required=True, metavar="N", help="data-parallel workers")
+    parser.add_argument("--gpus", required=True, metavar="N",
+                        help="GPUs: data-parallel workers (x tensor x pipeline parallel degrees)")
     add_layout_arguments(parser, default="mixed-adam")
     parser.add_argument("--stage", metavar="N", help="only this stage (0-3); default: all four")
     parser.add_argument("--device", choices=list(DEVICES), help="judge fit against this device")

@@ -1,5 +1,5 @@
-"""``zerolib validate``: a real sharded step, the chapter's GPT block and the GPT-2 and Llama blocks
-``transformers`` ships, measured with PyTorch on the CPU.
+"""``zerolib validate``: a real sharded step, the chapter's GPT block, the GPT-2 and Llama blocks
+``transformers`` ships, and a tensor-parallel Llama-style model, measured with PyTorch on the CPU.
 
 PyTorch and transformers are the optional ``validate`` extra and are imported only inside
 :func:`run`; without them the command says how to install them and exits 2.
@@ -29,11 +29,13 @@ def register(commands) -> None:
                     "with gloo on 127.0.0.1, measure the bytes of parameters, gradients and "
                     "optimizer state on every rank, and measure the activations one GPT block "
                     "saves for backward, and the same for one GPT-2 and one Llama block as the "
-                    "transformers library ships them (micro-batch 1 and 2); print them beside "
-                    "zerolib's numbers with each difference explained. Needs the validate extra "
-                    "(PyTorch, CPU build, and transformers).")
-    add_run_arguments(parser, "validation_sharded.csv, validation_activations.csv and "
-                              "shipped_activations.csv")
+                    "transformers library ships them (micro-batch 1 and 2), and split a small "
+                    "Llama-style model with torch.distributed.tensor.parallel (parameters and one "
+                    "block's activations per rank); print them beside zerolib's numbers with each "
+                    "difference explained. Needs the validate extra (PyTorch, CPU build, and "
+                    "transformers).")
+    add_run_arguments(parser, "validation_sharded.csv, validation_activations.csv, "
+                              "shipped_activations.csv and validation_tensor_parallel.csv")
     parser.add_argument("--shipped-only", action="store_true",
                         help="measure only the shipped transformers blocks (seconds; --record then "
                              "writes shipped_activations.csv alone)")
@@ -91,8 +93,9 @@ def render(result, form: str) -> str:
     tables (bytes) or JSON (records of the tidy tables)."""
     from zerolib.crosscheck.validation.explain_activations import totals
     from zerolib.crosscheck.validation.explain_shipped import totals as shipped_totals
+    from zerolib.crosscheck.validation.explain_tensor_parallel import totals as parallel_totals
 
-    frames = [frame for frame in (result.sharded, result.activations, result.shipped) if frame is not None]
+    frames = [frame for frame, _ in result.files()]
     if form == "json":
         out = {}
         if result.sharded is not None:
@@ -103,6 +106,9 @@ def render(result, form: str) -> str:
         if result.shipped is not None:
             out["shipped"] = result.shipped.to_dict("records")
             out["shipped_totals"] = shipped_totals(result.shipped).to_dict("records")
+        if result.tensor_parallel is not None:
+            out["tensor_parallel"] = result.tensor_parallel.to_dict("records")
+            out["tensor_parallel_totals"] = parallel_totals(result.tensor_parallel).to_dict("records")
         return json.dumps(out, indent=2)
     tables = []
     if result.sharded is not None:
@@ -111,6 +117,8 @@ def render(result, form: str) -> str:
         tables.append(_activation_table(result.activations))
     if result.shipped is not None:
         tables.append(_shipped_table(result.shipped))
+    if result.tensor_parallel is not None:
+        tables.append(_tensor_parallel_table(result.tensor_parallel))
     return "\n\n".join([*tables, _legend(*frames)])
 
 
@@ -186,3 +194,26 @@ def _legend(*frames) -> str:
     used = {key for frame in frames for text in frame["effects"] for key in text.split()}
     return "\n".join(["Mechanisms (the CSV's explanation column gives each row's numbers):",
                       *(f"  {key}: {text}" for key, text in MECHANISMS.items() if key in used)])
+
+def _tensor_parallel_table(frame) -> str:
+    from zerolib.crosscheck.validation.explain_tensor_parallel import TINY_LLAMA, totals
+
+    rows = []
+    for record in totals(frame).to_dict("records"):
+        group = frame[(frame["workers"] == record["workers"]) & (frame["rank"] == record["rank"])
+                      & (frame["kind"] == record["kind"])]
+        effects = sorted({k for text in group["effects"] for k in text.split()})
+        rows.append([str(record["workers"]), str(record["rank"]), record["kind"],
+                     f"{record['measured_bytes']:,}", f"{record['formula_bytes']:,}",
+                     f"{record['relative_difference']:+.1%}", f"{record['unexplained_bytes']:,}",
+                     " ".join(effects) or "-"])
+    c = TINY_LLAMA
+    title = (f"Tensor parallelism (torch.distributed.tensor.parallel, bf16) on a Llama-style model "
+             f"(hidden {c.hidden}, {c.layers} layers, {c.heads} heads, {c.kv_heads} key/value heads, "
+             f"MLP {c.ffn_hidden}, vocabulary {c.vocab}): per rank, the parameters against "
+             f"zerolib.core.model_parallel and one block's saved activations against "
+             f"zerolib.core.activations. Rows with unexplained bytes: "
+             f"{int((frame['unexplained_bytes'] != 0).sum())} of {len(frame)}.")
+    headers = ["W", "rank", "kind", "measured [B]", "zerolib [B]", "difference",
+               "unexplained [B]", "explained by"]
+    return title + "\n" + text_table(headers, rows)

@@ -4,8 +4,9 @@ Its ``as_dict()`` is the JSON contract (all values in bytes):
 {"params", "gpus", "layout": {...}, "device": {...} | null,
  "stages": [{"stage", "parameters", "gradients", "optimizer", "total", "cluster_total", "fits"}]}
 With a model (:func:`estimate_model`) each stage row also carries ``working_set`` (bytes per
-term) and ``peak``, ``fits`` is judged on the peak, and the object gains ``model``,
-``tensor_parallel`` and ``working_set_settings``.
+term), ``peak`` and ``pipeline_stage`` (the most-loaded stage's index), ``fits`` is judged
+on the peak, and the object gains ``model``, ``tensor_parallel``, ``pipeline_parallel`` and
+``working_set_settings``.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class Estimate:
                "stages": [dict(row) for row in self.stages]}
         if self.model is not None:
             out.update(model=self.model.name, tensor_parallel=self.settings.tensor_parallel,
+                       pipeline_parallel=self.settings.pipeline_parallel,
                        working_set_settings=self.settings.as_dict())
         return out
 

@@ -56,10 +56,15 @@ Bounds: every quantity has an upper bound (:data:`MAX_SEQ_LEN`, :data:`MAX_MICRO
 for the working set's total), so every result is an exact int64; beyond them a ``ValueError``
 names the quantity.
 
-Tensor parallelism: with ``tensor_parallel`` = t the ``gpus`` of a setting are t-way tensor
-parallel x (gpus / t)-way data parallel. A tensor-parallel rank holds ceil(params / t)
-parameters (an approximation: norms are in fact replicated) and ZeRO partitions across the data
--parallel group.
+Tensor and pipeline parallelism: with ``tensor_parallel`` = t and ``pipeline_parallel`` = p the
+``gpus`` of a setting are t x p x (gpus / (t p))-way data parallel. One GPU holds its exact share
+of the parameters (:func:`zerolib.core.model_parallel.parameters_per_gpu`: split matrices,
+replicated norms and row-parallel biases, its pipeline stage's layers, the embedding on the
+first stage and the output layer on the last) and the activations its stage keeps in flight
+(:func:`zerolib.core.pipeline_schedule.stage_activation_terms`, 1F1B or interleaved); ZeRO
+partitions that GPU's model state across the data-parallel group. The peak is taken over the
+first and the last pipeline stage, whichever is larger (``Peak.pipeline_stage`` says which);
+with t = p = 1 every number is the plain data-parallel one.
 """
 from __future__ import annotations
 
@@ -70,7 +75,7 @@ from types import MappingProxyType
 import numpy as np
 
 from zerolib.core.accounting import CATEGORIES, STAGES, Layout, get_layout, model_state
-from zerolib.core.activations import RECOMPUTE, model_activation_terms
+from zerolib.core.activations import RECOMPUTE
 from zerolib.core.devices import Device, get_device
 from zerolib.core.feasibility import fewest_gpus
 from zerolib.core.inputs import (
@@ -85,12 +90,15 @@ from zerolib.core.inputs import (
     check_stage,
 )
 from zerolib.core.intmath import ceil_div, last_true
-from zerolib.core.models import (
-    TransformerConfig,
-    get_model,
-    largest_layer,
-    parameter_count,
+from zerolib.core.model_parallel import (
+    MAX_CHUNKS,
+    MAX_MICRO_BATCHES,
+    SCHEDULES,
+    largest_module_per_gpu,
+    parameters_per_gpu,
 )
+from zerolib.core.models import TransformerConfig, get_model
+from zerolib.core.pipeline_schedule import stage_activation_terms
 from zerolib.core.units import GiB
 
 TERMS = ("activations", "logits_loss", "ddp_buckets", "reduce_bucket", "allgather_bucket",
@@ -127,6 +135,10 @@ class WorkingSetSettings:
     flash_attention: bool = True        # fused attention: no s x s scores stored
     tensor_parallel: int = 1
     sequence_parallel: bool = False
+    pipeline_parallel: int = 1
+    pipeline_schedule: str = "1f1b"     # "1f1b" | "interleaved"
+    pipeline_chunks: int = 1            # model chunks per pipeline stage (interleaved: 2 or more)
+    micro_batches: int | None = None    # per step and pipeline; None: enough to fill the pipeline
     element_bytes: int = 2              # 16-bit activations
     mask_bytes: int = 1                 # dropout masks, 1 byte per element (PyTorch bool)
     dropout: bool | None = None       # None: the model's own (GPT-2 yes, Llama family no)
@@ -144,6 +156,13 @@ class WorkingSetSettings:
         check_positive_int(self.seq_len, "seq_len", MAX_SEQ_LEN)
         check_positive_int(self.micro_batch, "micro_batch", MAX_MICRO_BATCH)
         check_positive_int(self.tensor_parallel, "tensor_parallel", MAX_GPUS)
+        check_positive_int(self.pipeline_parallel, "pipeline_parallel", MAX_GPUS)
+        if self.pipeline_schedule not in SCHEDULES:
+            raise ValueError(f"pipeline_schedule must be one of {', '.join(SCHEDULES)}, "
+                             f"got {self.pipeline_schedule!r}")
+        check_positive_int(self.pipeline_chunks, "pipeline_chunks", MAX_CHUNKS)
+        if self.micro_batches is not None:
+            check_positive_int(self.micro_batches, "micro_batches", MAX_MICRO_BATCHES)
         check_positive_int(self.element_bytes, "element_bytes", MAX_ELEMENT_BYTES)
         if self.recompute not in RECOMPUTE:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
@@ -178,27 +197,42 @@ def _check_settings(settings) -> WorkingSetSettings:
     return settings
 
 
-def _rank_params(config: TransformerConfig, tensor_parallel: int) -> int:
-    return ceil_div(parameter_count(config), tensor_parallel)
+def _pipeline_stages(s: WorkingSetSettings) -> tuple[int, ...]:
+    """The pipeline stages that can be the most loaded: the first and the last."""
+    return (0,) if s.pipeline_parallel == 1 else (0, s.pipeline_parallel - 1)
 
 
-def _activations(config: TransformerConfig, s: WorkingSetSettings) -> tuple[int, int]:
-    """(activations, logits and loss) bytes on one GPU: the same at every stage."""
+def _on_gpu(config: TransformerConfig, s: WorkingSetSettings, pipeline_stage: int) -> tuple[int, int]:
+    """(parameters, largest module's elements) on one GPU of ``pipeline_stage``."""
+    where = dict(pipeline_stage=pipeline_stage, schedule=s.pipeline_schedule, chunks=s.pipeline_chunks)
+    return (int(parameters_per_gpu(config, s.tensor_parallel, s.pipeline_parallel, **where)),
+            int(largest_module_per_gpu(config, s.tensor_parallel, s.pipeline_parallel, **where)))
+
+
+def _activations(config: TransformerConfig, s: WorkingSetSettings,
+                 pipeline_stages: tuple[int, ...] | None = None) -> dict[int, tuple[int, int]]:
+    """Per pipeline stage (default: the candidates for the most loaded), (activations, logits
+    and loss) bytes on one of its GPUs: the same for every ZeRO stage."""
     if config.position_embedding == "learned" and s.seq_len > config.max_positions:
         raise ValueError(f"seq_len must be at most {config.max_positions} for {config.name} "
                          f"(learned position embeddings), got {s.seq_len}")
-    acts = model_activation_terms(
-        config, s.seq_len, s.micro_batch, recompute=s.recompute, tensor_parallel=s.tensor_parallel,
-        sequence_parallel=s.sequence_parallel, flash_attention=s.flash_attention,
-        element_bytes=s.element_bytes, mask_bytes=s.mask_bytes, dropout=s.dropout,
-        logits_bytes=s.logits_bytes)
-    return sum(v for k, v in acts.items() if k != "logits_loss"), acts["logits_loss"]
+    out = {}
+    for pipeline_stage in pipeline_stages or _pipeline_stages(s):
+        acts = stage_activation_terms(
+            config, s.seq_len, s.micro_batch, s.tensor_parallel, s.pipeline_parallel, pipeline_stage,
+            schedule=s.pipeline_schedule, chunks=s.pipeline_chunks, micro_batches=s.micro_batches,
+            recompute=s.recompute, sequence_parallel=s.sequence_parallel,
+            flash_attention=s.flash_attention, element_bytes=s.element_bytes,
+            mask_bytes=s.mask_bytes, dropout=s.dropout, logits_bytes=s.logits_bytes)
+        out[pipeline_stage] = (sum(v for k, v in acts.items() if k != "logits_loss"), acts["logits_loss"])
+    return out
 
 
 def _terms(config: TransformerConfig, stage: int, s: WorkingSetSettings, layout: Layout,
-           activations: tuple[int, int]) -> Mapping[str, int]:
-    """Every term of :data:`TERMS` for one stage (see the module doc); 0 where it does not apply."""
-    params = _rank_params(config, s.tensor_parallel)
+           activations: tuple[int, int], on_gpu: tuple[int, int]) -> Mapping[str, int]:
+    """Every term of :data:`TERMS` for one ZeRO stage on one GPU holding ``on_gpu`` =
+    (parameters, largest module) (see the module doc); 0 where a term does not apply."""
+    params, module = on_gpu
     grad_bits, param_bits = layout.bits_per_param("gradients"), layout.bits_per_param("parameters")
 
     def nbytes(elements, bits):
@@ -215,7 +249,6 @@ def _terms(config: TransformerConfig, stage: int, s: WorkingSetSettings, layout:
     if stage in (1, 2) and not s.allgather_in_place:
         terms["allgather_bucket"] = nbytes(min(s.allgather_bucket_size, params), param_bits)
     if stage == 3:
-        module = ceil_div(largest_layer(config), s.tensor_parallel)
         gathered = min(params, max(s.max_live_parameters, module + s.prefetch_bucket_size))
         terms["gathered_parameters"] = nbytes(gathered, param_bits)
     terms["reserve"] = s.reserve_bytes
@@ -227,15 +260,22 @@ def _terms(config: TransformerConfig, stage: int, s: WorkingSetSettings, layout:
 
 
 def working_set(model: str | TransformerConfig, stage, settings: WorkingSetSettings = DEFAULT_SETTINGS,
-                layout: str | Layout = "mixed-adam") -> Mapping[str, int]:
+                layout: str | Layout = "mixed-adam", *, pipeline_stage: int | None = None) -> Mapping[str, int]:
     """Working-set bytes on one worker for one stage, one key per term (see the module doc).
 
-    Every term of :data:`TERMS` is present; a term that does not apply to the stage is 0.
+    Every term of :data:`TERMS` is present; a term that does not apply to the stage is 0. With
+    pipeline parallelism: on a GPU of ``pipeline_stage``, or (None) of the first or last stage,
+    whichever working set is larger.
     """
     config = get_model(model)
     stage = check_single(stage, check_stage, "stage")
-    settings = _check_settings(settings)
-    return _terms(config, stage, settings, get_layout(layout), _activations(config, settings))
+    settings, layout = _check_settings(settings), get_layout(layout)
+    candidates = _pipeline_stages(settings) if pipeline_stage is None else (
+        check_count(pipeline_stage, "pipeline_stage", settings.pipeline_parallel - 1),)
+    activations = _activations(config, settings, candidates)
+    results = [_terms(config, stage, settings, layout, activations[r], _on_gpu(config, settings, r))
+               for r in candidates]
+    return max(results, key=lambda terms: sum(terms.values()))   # the first on ties
 
 
 @dataclass(frozen=True)
@@ -245,6 +285,7 @@ class Peak:
     stage: int
     persistent: Mapping[str, int]   # parameters, gradients, optimizer, total
     working_set: Mapping[str, int]
+    pipeline_stage: int = 0         # the pipeline stage whose GPUs this is (the most loaded)
 
     @property
     def working_set_total(self) -> int:
@@ -255,31 +296,43 @@ class Peak:
         return self.persistent["total"] + self.working_set_total
 
 
-def _data_parallel(gpus: int, tensor_parallel: int) -> int:
-    if gpus % tensor_parallel:
-        raise ValueError(f"gpus ({gpus}) must be a multiple of tensor_parallel ({tensor_parallel})")
-    return gpus // tensor_parallel
+def _data_parallel(gpus: int, s: WorkingSetSettings) -> int:
+    t, p = s.tensor_parallel, s.pipeline_parallel
+    if gpus % (t * p):
+        grid = f"tensor_parallel ({t})" if p == 1 else \
+            f"tensor_parallel x pipeline_parallel ({t} x {p} = {t * p})"
+        raise ValueError(f"gpus ({gpus}) must be a multiple of {grid}")
+    return gpus // (t * p)
 
 
 def peaks(model: str | TransformerConfig, gpus, stages=STAGES,
           settings: WorkingSetSettings = DEFAULT_SETTINGS,
           layout: str | Layout = "mixed-adam") -> tuple[Peak, ...]:
-    """Peak bytes per worker for each stage, in the order given: ``model_state`` of one
-    tensor-parallel rank's share of the parameters over the data-parallel workers, plus the
-    working set. The activations are computed once for all stages."""
+    """Peak bytes per worker for each stage, in the order given: ``model_state`` of one GPU's
+    parameters over the data-parallel workers, plus the working set, on the pipeline stage
+    (first or last) where that sum is larger. The activations are computed once for all stages."""
     config = get_model(model)
     gpus = check_single(gpus, check_gpus, "gpus")
     settings, layout = _check_settings(settings), get_layout(layout)
     stages = [int(s) for s in np.atleast_1d(check_stage(stages, "stages"))]
+    data_parallel = _data_parallel(gpus, settings)
     activations = _activations(config, settings)
-    state = model_state(_rank_params(config, settings.tensor_parallel),
-                        _data_parallel(gpus, settings.tensor_parallel), stages, layout)
+    candidates = []
+    for pipeline_stage in _pipeline_stages(settings):
+        on_gpu = _on_gpu(config, settings, pipeline_stage)
+        candidates.append((pipeline_stage, on_gpu, model_state(on_gpu[0], data_parallel, stages, layout)))
     result = []
     for index, stage in enumerate(stages):
-        persistent = {c: int(getattr(state, c)[index]) for c in CATEGORIES}
-        persistent["total"] = int(state.total[index])
-        result.append(Peak(stage, MappingProxyType(persistent),
-                           _terms(config, stage, settings, layout, activations)))
+        best = None
+        for pipeline_stage, on_gpu, state in candidates:
+            persistent = {c: int(getattr(state, c)[index]) for c in CATEGORIES}
+            persistent["total"] = int(state.total[index])
+            found = Peak(stage, MappingProxyType(persistent),
+                         _terms(config, stage, settings, layout, activations[pipeline_stage], on_gpu),
+                         pipeline_stage)
+            if best is None or found.total > best.total:   # the first stage on ties
+                best = found
+        result.append(best)
     return tuple(result)
 
 
@@ -300,29 +353,40 @@ def peak_fits(model, gpus, stage, settings: WorkingSetSettings = DEFAULT_SETTING
 def fewest_gpus_for_peak(model, stage, settings: WorkingSetSettings = DEFAULT_SETTINGS,
                          layout: str | Layout = "mixed-adam", device: str | Device = "a100-80gb",
                          max_gpus: int = MAX_GPUS):
-    """Fewest GPUs (a multiple of ``tensor_parallel``) at which ``stage``'s peak fits.
+    """Fewest GPUs (a multiple of ``tensor_parallel`` x ``pipeline_parallel``) at which
+    ``stage``'s peak fits.
 
     The working set does not depend on the number of data-parallel workers, so this is the
     model-state search (:func:`zerolib.core.feasibility.fewest_gpus`) over data-parallel workers
-    with the working set as ``extra_bytes``, times the tensor-parallel degree. A single stage
-    gives an int, or None if nothing up to ``max_gpus`` fits; several stages (one vectorised
-    search) give an int64 array with 0 where nothing fits.
+    with the working set as ``extra_bytes``, for the first and the last pipeline stage (both
+    must fit: the larger count), times t x p. A single stage gives an int, or None if nothing
+    up to ``max_gpus`` fits; several stages (one vectorised search) give an int64 array with 0
+    where nothing fits.
     """
     config = get_model(model)
     settings, layout = _check_settings(settings), get_layout(layout)
-    t = settings.tensor_parallel
+    grid = settings.tensor_parallel * settings.pipeline_parallel
     max_gpus = check_single(max_gpus, check_gpus, "max_gpus")
     stages = check_stage(stage)
-    if max_gpus < t:
+    if max_gpus < grid:
         return None if stages.ndim == 0 else np.zeros(stages.shape, dtype=np.int64)
     activations = _activations(config, settings)
-    extra = np.vectorize(lambda s: sum(_terms(config, int(s), settings, layout, activations).values()),
-                         otypes=[np.int64])(stages)
-    workers = fewest_gpus(_rank_params(config, t), stages, layout, device, extra_bytes=extra,
-                          max_gpus=max_gpus // t)
+    workers = np.zeros(stages.shape, dtype=np.int64)
+    fits_everywhere = np.ones(stages.shape, dtype=bool)
+    for pipeline_stage in _pipeline_stages(settings):
+        on_gpu = _on_gpu(config, settings, pipeline_stage)
+        extra = np.vectorize(lambda s, r=pipeline_stage, g=on_gpu: sum(
+            _terms(config, int(s), settings, layout, activations[r], g).values()),
+            otypes=[np.int64])(stages)
+        found = fewest_gpus(on_gpu[0], stages, layout, device, extra_bytes=extra,
+                            max_gpus=max_gpus // grid)
+        found = np.asarray(0 if found is None else found, dtype=np.int64)   # None: nothing fits
+        fits_everywhere &= found > 0
+        workers = np.maximum(workers, found)
+    workers = np.where(fits_everywhere, workers, 0) * grid
     if stages.ndim == 0:
-        return None if workers is None else workers * t
-    return workers * t
+        return int(workers) or None
+    return workers
 
 
 def largest_micro_batch(model, gpus, stage, settings: WorkingSetSettings = DEFAULT_SETTINGS,
@@ -354,7 +418,7 @@ def stage_rows(model, gpus, stages=STAGES, settings: WorkingSetSettings = DEFAUL
     device = get_device(device) if device is not None else None
     rows = []
     for result in peaks(model, gpus, stages, settings, layout):
-        row = {"stage": result.stage, **result.persistent,
+        row = {"stage": result.stage, "pipeline_stage": result.pipeline_stage, **result.persistent,
                "cluster_total": result.persistent["total"] * gpus,
                "working_set": dict(result.working_set), "peak": result.total}
         row["fits"] = None if device is None else bool(result.total <= device.capacity)

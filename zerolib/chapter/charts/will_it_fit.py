@@ -113,6 +113,8 @@ def will_it_fit_titles(model: str, gpus: int, settings: WorkingSetSettings,
     if settings.tensor_parallel != 1:
         parts.append(f"{settings.tensor_parallel}-way tensor parallel"
                      + (" + sequence parallel" if settings.sequence_parallel else ""))
+    if settings.pipeline_parallel != 1:
+        parts.append(f"{settings.pipeline_parallel} pipeline stages ({settings.pipeline_schedule})")
     parts += [f"{layout.name} ({layout.total:g} bytes/param)",
               f"reserve {_size_words(settings.reserve_bytes)}"]
     return title, " · ".join(parts)

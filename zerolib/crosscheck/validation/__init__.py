@@ -2,9 +2,10 @@
 
 This package needs the optional ``validate`` extra (PyTorch, and transformers for the shipped
 blocks). Importing it does not import torch: only the modules that run PyTorch do
-(``sharded_run``, ``block``, ``activation_run``, ``shipped_run``); the expected-value arithmetic
-(``setups``, ``explain_sharded``, ``explain_activations``, ``explain_shipped``) and the recorded
-files (``records``) are plain Python.
+(``sharded_run``, ``block``, ``activation_run``, ``shipped_run``, ``llama_block``,
+``tensor_parallel_run``); the expected-value arithmetic (``setups``, ``explain_sharded``,
+``explain_activations``, ``explain_shipped``, ``explain_tensor_parallel``) and the recorded files
+(``records``) are plain Python.
 """
 from __future__ import annotations
 

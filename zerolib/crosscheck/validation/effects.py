@@ -53,9 +53,10 @@ MECHANISMS = {
     "fused-qkv-view": "at micro-batch 1 merging batch and heads is a view, so the saved Q keeps "
                       "c_attn's whole fused Q|K|V output alive, while the K and V saved are the "
                       "KV cache's copies (use_cache defaults to True, in training too)",
-    "rmsnorm-fp32-input": "Llama's RMSNorm upcasts its input to fp32 and saves that copy in place of "
-                          "the 16-bit input Table 2 counts",
-    "rmsnorm-statistics": "Llama's RMSNorm saves each token's 1/rms in fp32, which Table 2 leaves out",
+    "rmsnorm-fp32-input": "an RMSNorm computed in fp32 (Llama's Python RMSNorm, PyTorch's CPU "
+                          "rms_norm) saves an fp32 copy of its 16-bit input, 4 B per element where "
+                          "Table 2 counts 2",
+    "rmsnorm-statistics": "an RMSNorm saves each token's 1/rms in fp32, which Table 2 leaves out",
     "rmsnorm-weight-input": "Llama's RMSNorm saves the normalised input before the weight multiply "
                             "(for the weight's gradient): one more s x b x h tensor",
     "rotary-cos-sin": "the rotary multiplies save the cos and sin tables (s x head_dim each, one row "
@@ -65,4 +66,10 @@ MECHANISMS = {
     "softmax-fp32": "Llama's eager attention takes the softmax in fp32 and saves its fp32 output",
     "softmax-downcast-copy": "the fp32 probabilities cast back to 16 bits for the product with V "
                              "are saved as well",
+    "uneven-vocabulary-shard": "DTensor's Shard(0) cuts vocabulary rows like torch.chunk: the last "
+                               "tensor-parallel ranks hold fewer rows than the most-loaded one",
+    "padded-shard-storage": "distribute_tensor pads a short shard to the chunk size and keeps a "
+                            "narrower view of that storage",
+    "rmsnorm-normalized-copy": "PyTorch's CPU rms_norm multiplies the weight in fp32 and saves the "
+                               "normalised fp32 values; fused kernels recompute them",
 }

@@ -16,6 +16,7 @@ from zerolib._io import atomic_write
 SHARDED_FILE = "validation_sharded.csv"
 ACTIVATIONS_FILE = "validation_activations.csv"
 SHIPPED_FILE = "shipped_activations.csv"
+TENSOR_PARALLEL_FILE = "validation_tensor_parallel.csv"
 VERSION_COLUMNS = ("torch_version", "python_version", "platform")
 # The shipped blocks also depend on the transformers release that implements them.
 SHIPPED_VERSION_COLUMNS = ("torch_version", "transformers_version", "python_version", "platform")

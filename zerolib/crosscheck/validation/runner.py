@@ -18,16 +18,19 @@ from zerolib.crosscheck.validation.activation_run import measure_activations
 from zerolib.crosscheck.validation.explain_activations import compare_activations
 from zerolib.crosscheck.validation.explain_sharded import compare_sharded
 from zerolib.crosscheck.validation.explain_shipped import compare_shipped
+from zerolib.crosscheck.validation.explain_tensor_parallel import compare_tensor_parallel
 from zerolib.crosscheck.validation.records import (
     ACTIVATIONS_FILE,
     SHARDED_FILE,
     SHIPPED_FILE,
     SHIPPED_VERSION_COLUMNS,
+    TENSOR_PARALLEL_FILE,
     with_versions,
     write_csv,
 )
 from zerolib.crosscheck.validation.setups import check_workers
 from zerolib.crosscheck.validation.sharded_run import measure_sharded
+from zerolib.crosscheck.validation.tensor_parallel_run import measure_tensor_parallel
 
 
 def versions() -> dict:
@@ -38,9 +41,18 @@ def versions() -> dict:
 
 @dataclass(frozen=True)
 class Validation:
-    sharded: pd.DataFrame | None       # explain_sharded.compare_sharded + version columns
-    activations: pd.DataFrame | None   # explain_activations.compare_activations + version columns
-    shipped: pd.DataFrame | None       # explain_shipped.compare_shipped + version columns
+    """Each comparison table (with version columns), or None where it was not measured."""
+
+    sharded: pd.DataFrame | None = None          # explain_sharded.compare_sharded
+    activations: pd.DataFrame | None = None      # explain_activations.compare_activations
+    shipped: pd.DataFrame | None = None          # explain_shipped.compare_shipped
+    tensor_parallel: pd.DataFrame | None = None  # explain_tensor_parallel.compare_tensor_parallel
+
+    def files(self) -> tuple[tuple[pd.DataFrame, str], ...]:
+        """(table, file name in data/) of every table measured."""
+        named = ((self.sharded, SHARDED_FILE), (self.activations, ACTIVATIONS_FILE),
+                 (self.shipped, SHIPPED_FILE), (self.tensor_parallel, TENSOR_PARALLEL_FILE))
+        return tuple((frame, name) for frame, name in named if frame is not None)
 
 
 def validate_shipped() -> pd.DataFrame:
@@ -55,19 +67,19 @@ def validate_shipped() -> pd.DataFrame:
 
 
 def validate(workers=(2, 4)) -> Validation:
-    """Measure the sharded runs for each worker count, the activations of the chapter's own GPT
-    block and those of the shipped blocks."""
+    """Measure the sharded and tensor-parallel runs for each worker count, the activations of
+    the chapter's own GPT block and those of the shipped blocks."""
     counts = check_workers(workers)
     measured = pd.DataFrame([row for count in counts for row in measure_sharded(count)])
+    parallel = pd.DataFrame([row for count in counts for row in measure_tensor_parallel(count)])
     stamp = versions()
     return Validation(
         sharded=with_versions(compare_sharded(measured), stamp),
         activations=with_versions(compare_activations(pd.DataFrame(measure_activations())), stamp),
-        shipped=validate_shipped())
+        shipped=validate_shipped(),
+        tensor_parallel=with_versions(compare_tensor_parallel(parallel), stamp))
 
 
 def record(result: Validation, data_dir: str | Path) -> tuple[Path, ...]:
     """Write the tables the run has into ``data_dir`` (atomically)."""
-    tables = ((result.sharded, SHARDED_FILE), (result.activations, ACTIVATIONS_FILE),
-              (result.shipped, SHIPPED_FILE))
-    return tuple(write_csv(frame, Path(data_dir, name)) for frame, name in tables if frame is not None)
+    return tuple(write_csv(frame, Path(data_dir, name)) for frame, name in result.files())

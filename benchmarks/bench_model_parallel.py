@@ -1,0 +1,64 @@
+"""Model-parallel arithmetic over a planner's sweep: Llama-2-70B on 1,024 GPUs, every tensor-
+parallel degree within a node (1-8) x every pipeline degree that divides the rest x 1-64
+micro-batches per step, through the vectorised functions versus one call per setting (the same
+functions, scalar), measured in the same run (medians)."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+from zerolib.core.model_parallel import parameters_per_gpu
+from zerolib.core.pipeline_schedule import activation_bytes_per_gpu, stage_activation_terms
+
+MODEL, GPUS, SEQ = "llama-2-70b", 1024, 4096
+OPTIONS = dict(sequence_parallel=True, recompute="selective", flash_attention=True)
+
+
+def grid():
+    t = np.array([1, 2, 4, 8])
+    p = np.array([n for n in range(1, 81) if GPUS % n == 0])
+    m = np.arange(1, 65)
+    return np.meshgrid(t, p, m, indexing="ij")
+
+
+def vectorised(t, p, m):
+    params = parameters_per_gpu(MODEL, t, p)
+    acts = activation_bytes_per_gpu(MODEL, SEQ, 1, t, p, micro_batches=m, **OPTIONS)
+    return params, acts
+
+
+def one_at_a_time(t, p, m):
+    params, acts = [], []
+    for ti, pi, mi in zip(t.ravel().tolist(), p.ravel().tolist(), m.ravel().tolist()):
+        params.append(int(parameters_per_gpu(MODEL, ti, pi)))
+        stages = {0, pi - 1}
+        acts.append(max(sum(stage_activation_terms(MODEL, SEQ, 1, ti, pi, r, micro_batches=mi,
+                                                   **OPTIONS).values()) for r in stages))
+    return params, acts
+
+
+def median_seconds(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main():
+    t, p, m = grid()
+    params, acts = vectorised(t, p, m)
+    slow_params, slow_acts = one_at_a_time(t, p, m)
+    assert params.ravel().tolist() == slow_params and acts.ravel().tolist() == slow_acts
+    fast = median_seconds(lambda: vectorised(t, p, m), 15)
+    slow = median_seconds(lambda: one_at_a_time(t, p, m), 3)
+    print(f"model-parallel-sweep: {slow / fast:.0f}x ({t.size:,} settings: vectorised "
+          f"{fast * 1e3:.1f} ms vs one call per setting {slow * 1e3:.0f} ms, medians; "
+          f"target >= 20x and < 50 ms)")
+
+
+if __name__ == "__main__":
+    main()

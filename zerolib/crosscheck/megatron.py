@@ -1,0 +1,181 @@
+"""Megatron-LM's own memory estimate, reproduced as a named convention.
+
+Source: NVIDIA Megatron-LM, ``megatron/training/theoretical_memory_usage.py`` at commit
+d98e8a64ddf34856e74b24714e3bedb2f5a39553 (last changed in 1bcb3b9e0b02), the numbers
+``--log-theoretical-memory`` prints: ``compute_weight_and_optimizer_memory``,
+``compute_activation_memory`` (used with sequence parallelism and selective recomputation) and
+``compute_activation_memory_without_sp`` (every other setting). Transcribed here for dense
+models (no mixture of experts, no multi-token prediction, no latent attention), in exact
+fractions where the original uses floats; the results are bytes.
+
+Where Megatron-LM's estimate counts differently from zerolib (each is named, and
+``tests/test_megatron_convention.py`` shows the two agree once these are accounted for):
+
+``final-norm-per-stage``
+    the final norm is part of the "transformer block", which is divided by p: every stage is
+    charged norm_size x h / p of it; zerolib puts it on the last stage.
+``no-linear-biases``
+    the attention and MLP terms have no biases (``add_bias_linear`` is ignored) and there is
+    no learned position embedding; zerolib counts both (GPT-2 and the paper's GPTs have them).
+``first-stage-only``
+    the most-loaded shard is taken to be the first stage; zerolib takes the larger of the first
+    and last (an untied output layer plus the final norm outweigh the embedding).
+``padded-vocabulary``
+    the vocabulary is padded to a multiple of ``make_vocab_size_divisible_by`` x t (128 x t by
+    default); zerolib pads only when asked (``vocab_divisible_by``).
+``token-ids``
+    the activations include 8 bytes per token for the embedding's input (int64 ids, p
+    micro-batches in flight), divided by t like everything else; zerolib leaves them out.
+``per-layer-formula``
+    with sequence parallelism a layer is sbh(18 + 4 ffn/h) (34 sbh for an MLP of 4h: Table 2 of
+    Korthikanti et al. with dropout, no gate, no grouped-query attention); zerolib counts each
+    saved tensor of the actual block. Without sequence parallelism it is sbh(10 + 24/t) per
+    layer whatever the recomputation (no attention scores), and the total is *not* divided by t.
+``embedding-dropout``
+    the embedding's dropout mask (sbh per micro-batch) is counted whether or not the model uses
+    dropout; zerolib counts it only with dropout.
+``interleave-penalty``
+    under the interleaved schedule every term, the embedding's included, is scaled by
+    1 + (p - 1)/(p v); zerolib scales the layers by the same factor (an exact count of chunk
+    passes) and holds the embedding's activations for min(2p, m) micro-batches.
+``output-terms``
+    with p = 1, sequence parallelism: 4sbh(1 + V/h) / t (final norm and output layer inputs in
+    2 bytes, fp32 logits); without it 2(sbV/t + sbh): the logits in 2 bytes and one sbh tensor.
+``overhead-5-percent``
+    without sequence parallelism the total is multiplied by 1.05, "buffer for optimizer and
+    miscellaneous temporaries".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from zerolib.core.inputs import check_flag, check_positive_int
+from zerolib.core.intmath import ceil_div
+from zerolib.core.models import TransformerConfig, get_model
+
+COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
+MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128   # megatron/training/arguments.py default
+OVERHEAD = Fraction(105, 100)        # compute_activation_memory_without_sp, step 9
+
+
+@dataclass(frozen=True)
+class MegatronArgs:
+    """The ``args`` fields the estimate reads (names as in Megatron-LM)."""
+
+    hidden_size: int
+    ffn_hidden_size: int
+    num_layers: int
+    num_attention_heads: int
+    num_query_groups: int
+    kv_channels: int
+    padded_vocab_size: int
+    seq_length: int
+    micro_batch_size: int
+    tensor_model_parallel_size: int = 1
+    pipeline_model_parallel_size: int = 1
+    virtual_pipeline_model_parallel_size: int | None = None
+    data_parallel_size: int = 1
+    swiglu: bool = False
+    normalization: str = "LayerNorm"
+    untie_embeddings_and_output_weights: bool = False
+    sequence_parallel: bool = False
+    recompute_granularity: str | None = None
+    use_distributed_optimizer: bool = False
+
+
+def padded_vocab_size(vocab: int, tensor_parallel: int,
+                      divisible_by: int = MAKE_VOCAB_SIZE_DIVISIBLE_BY) -> int:
+    """Megatron-LM's ``vocab_size_with_padding``: up to a multiple of divisible_by x t."""
+    multiple = check_positive_int(divisible_by, "divisible_by") * check_positive_int(
+        tensor_parallel, "tensor_parallel")
+    return ceil_div(check_positive_int(vocab, "vocab"), multiple) * multiple
+
+
+def args_for(model, seq_len, micro_batch, tensor_parallel=1, pipeline_parallel=1, *, chunks=None,
+             data_parallel=1, sequence_parallel=False, recompute=None, distributed_optimizer=False,
+             vocab_divisible_by=MAKE_VOCAB_SIZE_DIVISIBLE_BY) -> MegatronArgs:
+    """The arguments a Megatron-LM run of ``model`` would have (``recompute``: None, "selective"
+    or "full"; ``chunks``: the virtual pipeline size, None without interleaving)."""
+    config: TransformerConfig = get_model(model)
+    if recompute not in (None, "selective", "full"):
+        raise ValueError(f"recompute must be None, 'selective' or 'full', got {recompute!r}")
+    return MegatronArgs(
+        hidden_size=config.hidden, ffn_hidden_size=config.ffn_hidden, num_layers=config.layers,
+        num_attention_heads=config.heads, num_query_groups=config.kv_heads,
+        kv_channels=config.head_width,
+        padded_vocab_size=padded_vocab_size(config.vocab, tensor_parallel, vocab_divisible_by),
+        seq_length=check_positive_int(seq_len, "seq_len"),
+        micro_batch_size=check_positive_int(micro_batch, "micro_batch"),
+        tensor_model_parallel_size=check_positive_int(tensor_parallel, "tensor_parallel"),
+        pipeline_model_parallel_size=check_positive_int(pipeline_parallel, "pipeline_parallel"),
+        virtual_pipeline_model_parallel_size=chunks,
+        data_parallel_size=check_positive_int(data_parallel, "data_parallel"),
+        swiglu=config.gated_mlp,
+        normalization="RMSNorm" if config.norm == "rmsnorm" else "LayerNorm",
+        untie_embeddings_and_output_weights=not config.tied_embeddings,
+        sequence_parallel=check_flag(sequence_parallel, "sequence_parallel"),
+        recompute_granularity=recompute,
+        use_distributed_optimizer=check_flag(distributed_optimizer, "distributed_optimizer"))
+
+
+def _parameter_pieces(a: MegatronArgs) -> dict[str, Fraction]:
+    h = a.hidden_size
+    query_ratio = Fraction(a.kv_channels * a.num_attention_heads, h)
+    norm_size = 1 if a.normalization == "RMSNorm" else 2
+    gated = Fraction(3, 2) if a.swiglu else 1
+    attention = 2 * h * h * (1 + Fraction(a.num_query_groups, a.num_attention_heads)) * query_ratio
+    mlp = 2 * h * a.ffn_hidden_size * gated
+    layernorm = 2 * h * norm_size
+    return {"tp_sharded_in_block": (attention + mlp) * a.num_layers,
+            "replicated_in_block": Fraction(layernorm * a.num_layers + norm_size * h),
+            "embedding_size": Fraction(h * a.padded_vocab_size)}
+
+
+def parameters_on_most_loaded_shard(a: MegatronArgs) -> Fraction:
+    """``num_parameters_on_most_loaded_model_shard`` (dense): the first stage's share."""
+    pieces = _parameter_pieces(a)
+    t, p = a.tensor_model_parallel_size, a.pipeline_model_parallel_size
+    sharded = (pieces["tp_sharded_in_block"] / p + pieces["embedding_size"]) / t
+    if a.untie_embeddings_and_output_weights and p == 1:
+        sharded += pieces["embedding_size"] / t
+    return sharded + pieces["replicated_in_block"] / p
+
+
+def bytes_per_parameter(a: MegatronArgs) -> Fraction:
+    """18 (bf16 weights, fp32 main gradients, fp32 main weights and Adam states), or
+    6 + 12 / d with the distributed optimizer."""
+    return Fraction(18) if not a.use_distributed_optimizer else 6 + Fraction(12, a.data_parallel_size)
+
+
+def weight_and_optimizer_bytes(a: MegatronArgs) -> Fraction:
+    """``compute_weight_and_optimizer_memory`` (dense models), in bytes."""
+    return parameters_on_most_loaded_shard(a) * bytes_per_parameter(a)
+
+
+def _pipeline_factor(a: MegatronArgs, num_microbatches: int | None) -> Fraction:
+    p, v = a.pipeline_model_parallel_size, a.virtual_pipeline_model_parallel_size
+    if v is not None:
+        return 1 + Fraction(p - 1, p * v)
+    if p > 1 and num_microbatches is not None:
+        return min(Fraction(1), Fraction(num_microbatches, p))
+    return Fraction(1)
+
+
+def activation_bytes(a: MegatronArgs, num_microbatches: int | None = None) -> Fraction:
+    """What ``report_theoretical_memory`` uses: ``compute_activation_memory`` under sequence
+    parallelism with selective recomputation, else ``compute_activation_memory_without_sp``."""
+    s, b, h = a.seq_length, a.micro_batch_size, a.hidden_size
+    t, p = a.tensor_model_parallel_size, a.pipeline_model_parallel_size
+    embedding = 8 * s * b * p + s * b * h * p            # token ids, embedding dropout
+    if a.sequence_parallel and a.recompute_granularity == "selective":
+        memory = s * b * h * (18 + 4 * Fraction(a.ffn_hidden_size, h)) * a.num_layers + embedding
+        memory *= _pipeline_factor(a, num_microbatches)
+        if p == 1:
+            memory += s * b * h * 4 * (1 + Fraction(a.padded_vocab_size, h))
+        return memory / t
+    memory = s * b * h * (10 + Fraction(24, t)) * a.num_layers + embedding
+    memory *= _pipeline_factor(a, num_microbatches)
+    if p == 1:
+        memory += (Fraction(s * b * a.padded_vocab_size, t) + s * b * h) * 2
+    return memory * OVERHEAD
