@@ -56,6 +56,12 @@ Bounds: every quantity has an upper bound (:data:`MAX_SEQ_LEN`, :data:`MAX_MICRO
 for the working set's total), so every result is an exact int64; beyond them a ``ValueError``
 names the quantity.
 
+Where the state lives: :func:`peaks`, :func:`peak` and :func:`stage_rows` take a
+``placement`` (:class:`zerolib.core.placement.Placement`: a shard group, ZeRO++'s hpZ copy,
+offload to CPU memory or NVMe). The persistent part of the peak is then the GPU tier only, each
+:class:`Peak` carries every tier's bytes, and :func:`stage_rows` judges the host tier too: the
+CPU memory a node's GPUs offload into against ``host_memory`` bytes per node.
+
 Tensor parallelism: with ``tensor_parallel`` = t the ``gpus`` of a setting are t-way tensor
 parallel x (gpus / t)-way data parallel. A tensor-parallel rank holds ceil(params / t)
 parameters (an approximation: norms are in fact replicated) and ZeRO partitions across the data
@@ -91,6 +97,7 @@ from zerolib.core.models import (
     largest_layer,
     parameter_count,
 )
+from zerolib.core.placement import Placement, check_placement, place
 from zerolib.core.units import GiB
 
 TERMS = ("activations", "logits_loss", "ddp_buckets", "reduce_bucket", "allgather_bucket",
@@ -243,8 +250,11 @@ class Peak:
     """Persistent model state + working set for one worker at one stage (bytes)."""
 
     stage: int
-    persistent: Mapping[str, int]   # parameters, gradients, optimizer, total
+    persistent: Mapping[str, int]   # parameters, gradients, optimizer, total (on the GPU)
     working_set: Mapping[str, int]
+    # With a placement: per tier (gpu, cpu, nvme) the bytes per item, per GPU and per node
+    # (zerolib.core.placement.TierState.as_dict); None without one.
+    tiers: Mapping[str, Mapping[str, int]] | None = None
 
     @property
     def working_set_total(self) -> int:
@@ -263,30 +273,39 @@ def _data_parallel(gpus: int, tensor_parallel: int) -> int:
 
 def peaks(model: str | TransformerConfig, gpus, stages=STAGES,
           settings: WorkingSetSettings = DEFAULT_SETTINGS,
-          layout: str | Layout = "mixed-adam") -> tuple[Peak, ...]:
+          layout: str | Layout = "mixed-adam", placement: Placement | None = None) -> tuple[Peak, ...]:
     """Peak bytes per worker for each stage, in the order given: ``model_state`` of one
     tensor-parallel rank's share of the parameters over the data-parallel workers, plus the
-    working set. The activations are computed once for all stages."""
+    working set. The activations are computed once for all stages. With a ``placement`` the
+    persistent part is what stays on the GPU, and each Peak carries every tier's bytes."""
     config = get_model(model)
     gpus = check_single(gpus, check_gpus, "gpus")
     settings, layout = _check_settings(settings), get_layout(layout)
     stages = [int(s) for s in np.atleast_1d(check_stage(stages, "stages"))]
     activations = _activations(config, settings)
-    state = model_state(_rank_params(config, settings.tensor_parallel),
-                        _data_parallel(gpus, settings.tensor_parallel), stages, layout)
+    params = _rank_params(config, settings.tensor_parallel)
+    workers = _data_parallel(gpus, settings.tensor_parallel)
+    if placement is None:
+        state = model_state(params, workers, stages, layout)
+        categories, totals, tiers = {c: getattr(state, c) for c in CATEGORIES}, state.total, None
+    else:
+        tiers = place(params, workers, stages, layout, check_placement(placement), world=gpus)
+        categories, totals = tiers.gpu_categories(), tiers.gpu
     result = []
     for index, stage in enumerate(stages):
-        persistent = {c: int(getattr(state, c)[index]) for c in CATEGORIES}
-        persistent["total"] = int(state.total[index])
+        persistent = {c: int(categories[c][index]) for c in CATEGORIES}
+        persistent["total"] = int(totals[index])
         result.append(Peak(stage, MappingProxyType(persistent),
-                           _terms(config, stage, settings, layout, activations)))
+                           _terms(config, stage, settings, layout, activations),
+                           None if tiers is None else MappingProxyType(tiers.as_dict(index))))
     return tuple(result)
 
 
 def peak(model: str | TransformerConfig, gpus, stage, settings: WorkingSetSettings = DEFAULT_SETTINGS,
-         layout: str | Layout = "mixed-adam") -> Peak:
+         layout: str | Layout = "mixed-adam", placement: Placement | None = None) -> Peak:
     """:func:`peaks` for a single stage."""
-    (result,) = peaks(model, gpus, check_single(stage, check_stage, "stage"), settings, layout)
+    (result,) = peaks(model, gpus, check_single(stage, check_stage, "stage"), settings, layout,
+                      placement)
     return result
 
 
@@ -346,17 +365,32 @@ def largest_micro_batch(model, gpus, stage, settings: WorkingSetSettings = DEFAU
 
 
 def stage_rows(model, gpus, stages=STAGES, settings: WorkingSetSettings = DEFAULT_SETTINGS,
-               layout: str | Layout = "mixed-adam", device: str | Device | None = None) -> list[dict]:
+               layout: str | Layout = "mixed-adam", device: str | Device | None = None,
+               placement: Placement | None = None, host_memory: int | None = None) -> list[dict]:
     """Per stage, the rows of ``zerolib estimate``'s JSON with ``working_set``, ``peak`` and
     ``fits`` judged on the peak (None without a device). ``cluster_total`` is the persistent
-    state summed over all GPUs."""
+    state summed over all GPUs.
+
+    With a ``placement`` each row also carries ``tiers`` (see :class:`Peak`); with
+    ``host_memory`` (CPU memory per node, bytes) ``host_fits`` judges the CPU tier per node
+    against it, and ``fits`` needs both the GPU peak and the host to fit (NVMe is not judged).
+    """
     gpus = check_single(gpus, check_gpus, "gpus")
     device = get_device(device) if device is not None else None
+    if host_memory is not None:
+        host_memory = check_count(host_memory, "host_memory", MAX_BYTES)
     rows = []
-    for result in peaks(model, gpus, stages, settings, layout):
+    for result in peaks(model, gpus, stages, settings, layout, placement):
         row = {"stage": result.stage, **result.persistent,
                "cluster_total": result.persistent["total"] * gpus,
                "working_set": dict(result.working_set), "peak": result.total}
         row["fits"] = None if device is None else bool(result.total <= device.capacity)
+        if result.tiers is not None:
+            row["tiers"] = {tier: dict(items) for tier, items in result.tiers.items()}
+        if host_memory is not None:
+            cpu_per_node = result.tiers["cpu"]["per_node"] if result.tiers is not None else 0
+            row["host_fits"] = bool(cpu_per_node <= host_memory)
+            if row["fits"] is not None:
+                row["fits"] = row["fits"] and row["host_fits"]
         rows.append(row)
     return rows
