@@ -59,7 +59,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from zerolib.core.accounting import Layout, ModelState, get_layout, model_state
+from zerolib.core.accounting import STAGES, Layout, ModelState, get_layout, model_state
 from zerolib.core.inputs import (
     MAX_GPUS,
     MAX_PARAMS,
@@ -159,9 +159,9 @@ class Placement:
         if self.hpz_partition > 1:
             parts.append(f"hpZ secondary copy over {self.hpz_partition}")
         if self.offload_optimizer != "none":
-            parts.append(f"optimizer state and fp32 gradients on {self.offload_optimizer.upper()}"
-                         if self.offload_optimizer == "nvme" else
-                         "optimizer state and fp32 gradients in CPU memory")
+            gradients = f"{'fp32' if self.host_gradient_bytes == 4 else 'host'} gradients"
+            parts.append(f"optimizer state and {gradients} on NVMe" if self.offload_optimizer == "nvme"
+                         else f"optimizer state and {gradients} in CPU memory")
         if self.offload_params != "none":
             parts.append("parameters on NVMe" if self.offload_params == "nvme"
                          else "parameters in CPU memory")
@@ -179,25 +179,39 @@ def check_placement(placement) -> Placement:
     return placement
 
 
-def _only_at(stage: np.ndarray, allowed, what: str, where: str) -> None:
-    bad = ~np.isin(stage, allowed)
-    if np.any(bad):
-        raise ValueError(f"{what} needs {where}, got stage {int(stage.ravel()[np.flatnonzero(bad.ravel())[0]])}")
+def _stage_rules(p: Placement) -> list[tuple[str, tuple[int, ...], str]]:
+    """(setting, stages that offer it, the requirement in words) for each setting ``p`` uses."""
+    rules = []
+    if p.offload_optimizer == "cpu":
+        rules.append(("offload_optimizer='cpu'", (1, 2, 3), "ZeRO stage 1, 2 or 3"))
+    elif p.offload_optimizer == "nvme":
+        rules.append(("offload_optimizer='nvme'", (3,),
+                      "ZeRO stage 3 (DeepSpeed's stages 1-2 have no NVMe path)"))
+    if p.offload_params != "none":
+        rules.append((f"offload_params={p.offload_params!r}", (3,),
+                      "ZeRO stage 3 (only stage 3 partitions parameters)"))
+    if p.hpz_partition > 1:
+        rules.append(("hpz_partition > 1 (ZeRO++ hpZ)", (3,), "ZeRO stage 3"))
+    return rules
+
+
+def offered_stages(placement: Placement | None) -> tuple[int, ...]:
+    """The stages at which ``placement`` is offered (all four for the default)."""
+    stages = set(STAGES)
+    for _, allowed, _ in _stage_rules(check_placement(placement)):
+        stages &= set(allowed)
+    return tuple(sorted(stages))
 
 
 def check_combination(stage: np.ndarray, gpus: np.ndarray, placement: Placement) -> None:
     """Refuse what DeepSpeed does not offer (see the module doc), naming the setting."""
     p = placement
-    if p.offload_optimizer == "cpu":
-        _only_at(stage, (1, 2, 3), "offload_optimizer='cpu'", "ZeRO stage 1, 2 or 3")
-    elif p.offload_optimizer == "nvme":
-        _only_at(stage, (3,), "offload_optimizer='nvme'",
-                 "ZeRO stage 3 (DeepSpeed's stages 1-2 have no NVMe path)")
-    if p.offload_params != "none":
-        _only_at(stage, (3,), f"offload_params={p.offload_params!r}",
-                 "ZeRO stage 3 (only stage 3 partitions parameters)")
+    for what, allowed, where in _stage_rules(p):
+        bad = ~np.isin(stage, allowed)
+        if np.any(bad):
+            raise ValueError(f"{what} needs {where}, got stage "
+                             f"{int(stage.ravel()[np.flatnonzero(bad.ravel())[0]])}")
     if p.hpz_partition > 1:
-        _only_at(stage, (3,), "hpz_partition > 1 (ZeRO++ hpZ)", "ZeRO stage 3")
         if np.any(gpus % p.hpz_partition):
             raise ValueError(f"hpz_partition ({p.hpz_partition}) must divide gpus, got gpus "
                              f"{int(gpus.ravel()[np.flatnonzero((gpus % p.hpz_partition).ravel())[0]])}")
@@ -216,7 +230,7 @@ def gpus_on_node(gpus: np.ndarray, gpus_per_node: int | None) -> np.ndarray:
     if np.any(bad):
         first = int(gpus.ravel()[np.flatnonzero(bad.ravel())[0]])
         raise ValueError(f"gpus ({first}) must fill whole nodes of gpus_per_node ({per_node}); "
-                         "give gpus_per_node")
+                         "set gpus_per_node (--gpus-per-node)")
     return np.minimum(gpus, per_node)
 
 
