@@ -7,8 +7,6 @@ given, and add the per-tier columns to the table and the CSV.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
 from zerolib.core.parse import parse_size, parse_whole
 from zerolib.core.placement import (
@@ -67,7 +65,7 @@ def placement_from(args, gpus: int, tensor_parallel: int = 1) -> Placement | Non
     hpz = 1
     if args.hpz:
         # The data-parallel ranks of one node (a node holds tensor_parallel x that many GPUs).
-        on_node = int(gpus_on_node(np.asarray(gpus), per_node))
+        on_node = int(gpus_on_node(gpus, per_node))
         if on_node % tensor_parallel:
             raise ValueError(f"--hpz needs the GPUs of a node ({on_node}) to be a multiple of "
                              f"--tensor-parallel ({tensor_parallel})")

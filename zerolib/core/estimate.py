@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from zerolib.core.accounting import STAGES, Layout, get_layout, model_state
 from zerolib.core.devices import Device, get_device
 from zerolib.core.inputs import MAX_BYTES, check_count, check_gpus, check_params, check_single, check_stage
@@ -48,7 +46,7 @@ class Estimate:
             out.update(model=self.model.name, tensor_parallel=self.settings.tensor_parallel,
                        working_set_settings=self.settings.as_dict())
         if self.placement is not None:
-            on_node = int(gpus_on_node(np.asarray(self.gpus), self.placement.gpus_per_node))
+            on_node = int(gpus_on_node(self.gpus, self.placement.gpus_per_node))
             out.update(placement={**self.placement.as_dict(), "gpus_per_node": on_node},
                        host_memory=self.host_memory)
         return out

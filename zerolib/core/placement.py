@@ -220,11 +220,12 @@ def check_combination(stage: np.ndarray, gpus: np.ndarray, placement: Placement)
                              "shards over all of them; MiCS and HSDP are the shard-group variant)")
 
 
-def gpus_on_node(gpus: np.ndarray, gpus_per_node: int | None) -> np.ndarray:
+def gpus_on_node(gpus, gpus_per_node: int | None) -> np.ndarray:
     """GPUs on one (the fullest) node: ``gpus_per_node`` (default 8), or ``gpus`` when fewer.
 
     ``gpus`` must fill whole nodes when it is more than one node's worth.
     """
+    gpus = np.asarray(gpus)
     per_node = DEFAULT_GPUS_PER_NODE if gpus_per_node is None else gpus_per_node
     bad = (gpus > per_node) & (gpus % per_node != 0)
     if np.any(bad):
