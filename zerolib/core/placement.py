@@ -338,3 +338,40 @@ def place(params, gpus, stage, layout: str | Layout = "mixed-adam",
                                        layout.bits_per_param("parameters"))
     frozen = MappingProxyType({tier: MappingProxyType(items) for tier, items in tiers.items()})
     return TierState(params, gpus, stage, layout, placement, on_node, frozen, state)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way of placing the state, as the chapter compares them: a stage, what is offloaded
+    where, and whether hpZ keeps its in-node copy (over the GPUs of one node)."""
+
+    name: str
+    stage: int
+    offload_optimizer: str = "none"
+    offload_params: str = "none"
+    hpz: bool = False
+
+    def placement(self, gpus: int, shard_group: int | None = None,
+                  gpus_per_node: int | None = None) -> Placement:
+        """The Placement of this option on ``gpus`` data-parallel GPUs."""
+        hpz = int(gpus_on_node(gpus, gpus_per_node)) if self.hpz else 1
+        if self.hpz and hpz < 2:
+            raise ValueError("hpZ needs at least 2 GPUs per node to shard its copy over")
+        return Placement(shard_group=shard_group, hpz_partition=hpz,
+                         offload_optimizer=self.offload_optimizer,
+                         offload_params=self.offload_params, gpus_per_node=gpus_per_node)
+
+
+# The chapter's options, from everything on the GPU to everything on NVMe (ZeRO-Offload is
+# stage 2 with the optimizer on the CPU; ZeRO-Infinity stage 3 with both offloaded).
+OPTIONS = (
+    Option("ZeRO-2", 2),
+    Option("ZeRO-2 + optimizer on CPU (ZeRO-Offload)", 2, offload_optimizer="cpu"),
+    Option("ZeRO-3", 3),
+    Option("ZeRO-3 + hpZ copy (ZeRO++)", 3, hpz=True),
+    Option("ZeRO-3 + optimizer on CPU", 3, offload_optimizer="cpu"),
+    Option("ZeRO-3 + optimizer, parameters on CPU", 3, offload_optimizer="cpu",
+           offload_params="cpu"),
+    Option("ZeRO-3 + optimizer, parameters on NVMe (ZeRO-Infinity)", 3, offload_optimizer="nvme",
+           offload_params="nvme"),
+)
