@@ -19,6 +19,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLoca
 from matplotlib.transforms import offset_copy
 
 from zerolib.chapter.charts.gpu_count import _spread as spread_labels
+from zerolib.chapter.charts.offload_tiers import params_words
 from zerolib.chapter.charts.tidy import check_tidy, single_value, stages_of, totals_by_stage
 from zerolib.chapter.style import (
     DEVICE_COLOR,
@@ -38,7 +39,7 @@ from zerolib.chapter.style import (
 from zerolib.core.accounting import STRATEGY_NAMES
 from zerolib.core.devices import Device, get_device
 from zerolib.core.tables import GROUP_COLUMNS
-from zerolib.core.units import check_unit, format_count, format_value
+from zerolib.core.units import check_unit, format_value
 
 FIGSIZE = (8.0, 5.6)
 MARGINS = (0.95, 0.95, 1.4, 0.8)
@@ -68,7 +69,7 @@ class GroupSizeArtists:
 
 
 def group_size_titles(params: int, gpus: int, layout) -> tuple[str, str]:
-    return (f"{format_count(params)} parameters on {gpus:,} GPUs: model state per GPU by shard group",
+    return (f"{params_words(params)} parameters on {gpus:,} GPUs: model state per GPU by shard group",
             layout_summary(layout))
 
 

@@ -72,10 +72,20 @@ def _grid(table) -> tuple[list[str], np.ndarray, np.ndarray]:
     return options, grid, offered
 
 
+def params_words(params: int) -> str:
+    """A parameter count for a title: '70B', '1.5T'; '69.0B' rather than '68.9766B'."""
+    text = format_count(params)
+    if len(text) <= 5:
+        return text
+    scale, suffix = next((s, x) for s, x in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (1, ""))
+                         if params >= s)
+    return f"{format_value(params / scale)}{suffix}"
+
+
 def offload_titles(table: pd.DataFrame) -> tuple[str, str]:
     a = table.attrs
     group = "" if a.get("shard_group") in (None, a["gpus"]) else f", shard group {a['shard_group']}"
-    return (f"Where the state of {format_count(a['params'])} parameters on {a['gpus']:,} GPUs "
+    return (f"Where the state of {params_words(a['params'])} parameters on {a['gpus']:,} GPUs "
             f"lives{group}",
             f"{layout_summary(a['layout'])}; per GPU, {a['gpus_on_node']} GPUs per node")
 
