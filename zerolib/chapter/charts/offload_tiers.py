@@ -139,6 +139,12 @@ def _apply(artists: OffloadArtists, table, device, unit):
         fits = bool(grid[i, TIERS.index("gpu")] <= device.capacity)
         artists.gpu_labels[i].set_y(tops[i, -1])
         artists.verdict_labels[i].set_y(tops[i, -1])
+        # Where the capacity line runs through the two labels, they get a white backing (only
+        # there: each backing costs a patch on every redraw).
+        crossing = tops[i, -1] <= capacity <= tops[i, -1] + _ABOVE_BAR_PT / points_per_unit
+        for text in (artists.gpu_labels[i], artists.verdict_labels[i]):
+            if crossing != (text.get_bbox_patch() is not None):
+                text.set_bbox(dict(LABEL_BACKING) if crossing else None)
         if offered[i]:
             artists.gpu_labels[i].set_text(f"GPU {format_value(gpu)} {unit}")
             artists.verdict_labels[i].set_text("fits" if fits else "too big")
@@ -173,12 +179,10 @@ def draw_offload_tiers(ax, table: pd.DataFrame, device: str | Device = "a100-80g
                                     for xi in x]
         value_at = offset_copy(ax.transData, figure, y=3, units="points")
         verdict_at = offset_copy(ax.transData, figure, y=16, units="points")
-        # White backings: the capacity line may run through the labels.
         gpu_labels = [ax.text(xi, 0, "", transform=value_at, ha="center", va="bottom", fontsize=9,
-                              fontweight="bold", color="#222222", zorder=6,
-                              bbox=dict(LABEL_BACKING)) for xi in x]
+                              fontweight="bold", color="#222222", zorder=6) for xi in x]
         verdict_labels = [ax.text(xi, 0, "", transform=verdict_at, ha="center", va="bottom",
-                                  fontsize=9, zorder=6, bbox=dict(LABEL_BACKING)) for xi in x]
+                                  fontsize=9, zorder=6) for xi in x]
         device_line = ax.axhline(0, color=DEVICE_COLOR, ls=(0, (5, 3)), lw=1.8, zorder=5,
                                  label=device_label(device, unit))
         handles = [*(bars[t] for t in reversed(TIERS)), device_line]

@@ -46,15 +46,17 @@ def _size(n_bytes: int) -> str:
 def option_rows(table: pd.DataFrame, device: Device, host_memory: int) -> list[dict]:
     """Per option: offered, bytes on the GPU (per GPU), CPU and NVMe per node, and whether the
     GPU tier fits the device and the node's CPU tier fits ``host_memory``."""
+    records = table.to_dict("records")
+    by_option: dict[str, dict] = {}
+    for record in records:    # every option has one record per tier (tier_table)
+        by_option.setdefault(record["option"], {})[record["tier"]] = record
     rows = []
-    for option, group in table.groupby("option", sort=False):
-        by_tier = group.set_index("tier")
-        offered = bool(by_tier["offered"].iloc[0])
-        gpu, cpu_node, nvme_node = (int(by_tier.at["gpu", "bytes"]),
-                                    int(by_tier.at["cpu", "per_node"]),
-                                    int(by_tier.at["nvme", "per_node"]))
-        rows.append({"option": option, "offered": offered, "note": by_tier["note"].iloc[0],
-                     "gpu": gpu, "cpu_per_node": cpu_node, "nvme_per_node": nvme_node,
+    for option, tiers in by_option.items():
+        offered = bool(tiers["gpu"]["offered"])
+        gpu, cpu_node = int(tiers["gpu"]["bytes"]), int(tiers["cpu"]["per_node"])
+        rows.append({"option": option, "offered": offered, "note": tiers["gpu"]["note"],
+                     "gpu": gpu, "cpu_per_node": cpu_node,
+                     "nvme_per_node": int(tiers["nvme"]["per_node"]),
                      "gpu_fits": offered and gpu <= device.capacity,
                      "host_fits": offered and cpu_node <= host_memory})
     return rows
