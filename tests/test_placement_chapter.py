@@ -198,3 +198,15 @@ def test_explorer_texts_are_pure_functions_of_the_table():
     html = options_table_html(table, A100, "GB", TiB)
     assert html.count("<tr>") == len(OPTIONS) + 1 and "1,120 GB" in html
     assert set(TIERS) == {"gpu", "cpu", "nvme"}
+
+
+def test_explorer_first_image_is_stable_and_device_and_unit_are_checked():
+    # Re-executed notebooks save the same widget state only if the first image is stable.
+    first, second = PlacementExplorer(gpus=8), PlacementExplorer(gpus=8)
+    assert bytes(first.image.value) == bytes(second.image.value)
+    first.controls["unit"].value = "GiB"
+    assert bytes(first.image.value) == fast_png.IncrementalPng(first.figure).render()
+    with pytest.raises(ValueError, match="device must be one of"):
+        PlacementExplorer(device="tpu")
+    with pytest.raises(ValueError, match="unit must be one of GB, GiB"):
+        PlacementExplorer(unit="MB")
