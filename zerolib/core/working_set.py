@@ -60,7 +60,8 @@ Where the state lives: :func:`peaks`, :func:`peak` and :func:`stage_rows` take a
 ``placement`` (:class:`zerolib.core.placement.Placement`: a shard group, ZeRO++'s hpZ copy,
 offload to CPU memory or NVMe). The persistent part of the peak is then the GPU tier only, each
 :class:`Peak` carries every tier's bytes, and :func:`stage_rows` judges the host tier too: the
-CPU memory a node's GPUs offload into against ``host_memory`` bytes per node.
+CPU memory a node's GPUs offload into against ``host_memory`` bytes per node. The searches
+(:func:`fewest_gpus_for_peak`, :func:`largest_micro_batch`) do not take a placement.
 
 Tensor parallelism: with ``tensor_parallel`` = t the ``gpus`` of a setting are t-way tensor
 parallel x (gpus / t)-way data parallel. A tensor-parallel rank holds ceil(params / t)
