@@ -15,14 +15,16 @@ import time
 from zerolib.chapter import fast_png
 from zerolib.chapter.charts import gpu_count as gpu_count_chart
 from zerolib.chapter.charts import model_size as model_size_chart
+from zerolib.chapter.charts import offload_tiers as offload_tiers_chart
 from zerolib.chapter.charts import will_it_fit as will_it_fit_chart
 from zerolib.chapter.explorers import (
     GpuCountExplorer,
     ModelSizeExplorer,
+    PlacementExplorer,
     WillItFitExplorer,
 )
 from zerolib.core.accounting import STAGES
-from zerolib.core.tables import memory_table, peak_frame
+from zerolib.core.tables import memory_table, peak_frame, tier_table
 
 ROUNDS = 6  # passes over each explorer's list of changes
 
@@ -53,12 +55,25 @@ def will_it_fit_changes():
             ("model", "llama-3-8b"), ("model", "llama-2-7b"), ("gpus", 8)]
 
 
+def placement_changes():
+    """Every control of the placement explorer."""
+    return [("gpus", 64), ("shard_group", 16), ("shard_group", 64), ("gpus", 8),
+            ("params", 405 * 10**9), ("params", 70 * 10**9), ("gpus_per_node", 4),
+            ("gpus_per_node", 8), ("device", "h100-80gb"), ("device", "a100-80gb"),
+            ("unit", "GiB"), ("unit", "GB")]
+
+
 def rebuild(explorer, kind):
     """What interact would do: a new figure from scratch for the explorer's current settings."""
     if kind == "gpu_count":
         table = memory_table(explorer.params, explorer.gpus, STAGES, explorer.layout)
         figure, _ = gpu_count_chart.gpu_count_figure(table, explorer.device, explorer.unit,
                                                      dpi=explorer.dpi)
+    elif kind == "placement":
+        table = tier_table(explorer.params, explorer.gpus, shard_group=explorer.shard_group,
+                           gpus_per_node=int(explorer.controls["gpus_per_node"].value))
+        figure, _ = offload_tiers_chart.offload_tiers_figure(table, explorer.device, explorer.unit,
+                                                             dpi=explorer.dpi)
     elif kind == "will_it_fit":
         frame = peak_frame(explorer.model, explorer.gpus, STAGES, explorer.settings,
                            explorer.layout)
@@ -105,7 +120,8 @@ REPEATED = {"layout"}
 def main():
     for explorer, kind, changes in ((GpuCountExplorer(), "gpu_count", gpu_count_changes()),
                                     (ModelSizeExplorer(), "model_size", model_size_changes()),
-                                    (WillItFitExplorer(), "will_it_fit", will_it_fit_changes())):
+                                    (WillItFitExplorer(), "will_it_fit", will_it_fit_changes()),
+                                    (PlacementExplorer(gpus=8), "placement", placement_changes())):
         update, rebuilt, update_cpu, rebuilt_cpu, count = measure(explorer, kind, changes)
         print(f"explorer_{kind}: {update / rebuilt:.2f}x (one control change to a new PNG in "
               f"{type(explorer).__name__}, median {update * 1000:.1f} ms wall "

@@ -112,6 +112,17 @@ EXPLORERS = {check.notebook: check for check in (
             "ZeRO stage 3 (+ parameters) 60.6 GB fits 3 3",
             "Fewest GPUs that fit (micro-batch 2)",
         )),
+    # Notebook 6 leaves the explorer at 70B on 8 A100 80GB GPUs (one node of 8, 1 TiB of CPU
+    # memory, the shard group all 8); one step right is 16 GPUs, and the shard group follows
+    # ("all" stays all: 16). ZeRO-3: 16 B x 70e9 / 16 = 70.0 GB per GPU, fits (140 GB on 8).
+    # Optimizer on the CPU: 2 B x 70e9 / 16 = 8.75 GB on each GPU; each node's 8 GPUs keep
+    # 16 B x 70e9 / 16 x 8 = 560 GB of CPU memory, under 1 TiB (1,120 GB on one node of 8).
+    ExplorerCheck(
+        "06-sharding-groups-and-offload.ipynb", "GPUs", "8", "16", (
+            "70B parameters on 16 GPUs, sharded over groups of 16 (1 replica)",
+            "ZeRO-3 70.0 GB fits 0 GB fits 0 GB",
+            "ZeRO-3 + optimizer on CPU 8.75 GB fits 560 GB fits 0 GB",
+        )),
 )}
 
 

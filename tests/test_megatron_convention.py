@@ -1,6 +1,6 @@
 """Megatron-LM's theoretical_memory_usage.py, reproduced, and reconciled with zerolib term by
-term: each difference is one of the named conventions of zerolib.crosscheck.megatron, worked out
-here by hand."""
+term: each difference is one of the named conventions of
+zerolib.crosscheck.conventions.megatron_theoretical_memory, worked out here by hand."""
 from __future__ import annotations
 
 from fractions import Fraction
@@ -11,7 +11,7 @@ from zerolib.core.accounting import model_state
 from zerolib.core.model_parallel import parameters_per_gpu
 from zerolib.core.models import get_model
 from zerolib.core.pipeline_schedule import stage_activation_terms
-from zerolib.crosscheck import megatron
+from zerolib.crosscheck.conventions import megatron_theoretical_memory as megatron
 from zerolib.crosscheck.korthikanti import LOGITS_BYTES, RUNS, SEQ_LEN
 
 

@@ -19,7 +19,7 @@ from zerolib.publish import notebooks
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = REPO / "notebooks"
 CHAPTER = ["00-index", "01-bytes-per-parameter", "02-memory-vs-gpu-count", "03-memory-vs-model-size",
-           "04-will-it-fit", "09-appendix-checking-the-arithmetic"]
+           "04-will-it-fit", "06-sharding-groups-and-offload", "09-appendix-checking-the-arithmetic"]
 ALL_NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 # Tags that hide or skip outputs; a cell carrying one must say why ("# nbval-skip: because ...").
 HIDING_TAGS = {"nbval-ignore-output", "nbval-skip", "nbval-raise", "raises-exception",

@@ -145,6 +145,41 @@ def test_effects_by_hand_stage2_analogue_at_rest():
     assert effects == {"resharded-after-backward": 4 * (4_160 - 16_640)}
 
 
+def test_hsdp_effects_by_hand():
+    spec, hsdp = TINY_MODELS["uneven"], STRATEGIES["hsdp"]
+    # Shard group of 2 inside 4 ranks: rank 3 is place 1 of its pair. Rows 45, 21, 5 in chunks of
+    # 23, 11, 3: place 1 holds 22, 10, 2 rows = 22*34 + 10*46 + 2*22 = 1,252 elements, padded to
+    # 23*34 + 11*46 + 3*22 = 1,354; ceil(2,606 / 2) = 1,303.
+    assert (hsdp.shards(4), hsdp.shard_rank(3)) == (2, 1)
+    effects = {e.key: e.bytes for e in expected_effects(hsdp, spec, 4, 3, "rest", "optimizer")}
+    assert effects == {"uneven-shards": 8 * (1_252 - 1_303), "step-counters": 6 * 4}
+    effects = {e.key: e.bytes for e in expected_effects(hsdp, spec, 4, 3, "rest", "parameters")}
+    assert effects == {"shard-padding": 4 * (1_354 - 1_303)}
+    # Peak: layer 0 gathered within the pair, 2 x (23*33 + 23) = 1,564 fp32 elements.
+    effects = {e.key: e.bytes for e in expected_effects(hsdp, spec, 4, 3, "peak", "parameters")}
+    assert effects == {"shard-padding": 4 * (1_354 - 1_303), "gathered-layer": 4 * 1_564}
+    assert [s.runs_on(w) for s in [hsdp] for w in (2, 3, 4, 6, 8)] == [False, False, True, True, True]
+
+
+def test_recorded_hsdp_is_fsdp2_on_half_the_ranks_replicated(sharded):
+    """Each HSDP rank holds, byte for byte, what the same place holds under FSDP2 on 2 ranks;
+    the two replicas of a shard (ranks r and r + 2) hold the same."""
+    for model in TINY_MODELS:
+        for rank in range(4):
+            for phase in ("rest", "peak"):
+                for category in ("parameters", "gradients", "optimizer"):
+                    hsdp = one(sharded, strategy="hsdp", model=model, workers=4, rank=rank,
+                               phase=phase, category=category)
+                    fsdp = one(sharded, strategy="fsdp2-reshard", model=model, workers=2,
+                               rank=rank % 2, phase=phase, category=category)
+                    assert hsdp["measured_bytes"] == fsdp["measured_bytes"], (model, rank, phase)
+                    assert hsdp["predicted_bytes"] == fsdp["predicted_bytes"]
+    # even model: 16,640 / 2 = 8,320 elements per rank at rest, 4 B each.
+    row = one(sharded, strategy="hsdp", model="even", workers=4, rank=2, phase="rest",
+              category="parameters")
+    assert row["measured_bytes"] == row["predicted_bytes"] == 4 * 8_320
+
+
 def test_bad_effect_arguments_are_named():
     with pytest.raises(ValueError, match="phase"):
         expected_effects(STRATEGIES["ddp"], TINY_MODELS["even"], 2, 0, "during", "optimizer")
@@ -177,8 +212,12 @@ def test_table2_case_is_korthikanti_by_hand():
 def test_recorded_files_are_tidy_and_stamped(sharded, activations, parallel):
     workers = sorted(sharded["workers"].unique())
     assert workers == [2, 4]
-    per_rank_rows = len(STRATEGIES) * len(TINY_MODELS) * 2 * 3  # phases x categories
-    assert len(sharded) == per_rank_rows * sum(workers)
+    # Per rank: models x phases x categories for each strategy that runs on that many ranks
+    # (HSDP's shard group of 2 needs at least two groups: 4 ranks, not 2).
+    assert [s.name for s in STRATEGIES.values() if not s.runs_on(2)] == ["hsdp"]
+    per_rank_rows = {w: sum(s.runs_on(w) for s in STRATEGIES.values()) * len(TINY_MODELS) * 2 * 3
+                     for w in workers}
+    assert len(sharded) == sum(per_rank_rows[w] * w for w in workers) == 408
     keys = ["strategy", "model", "workers", "rank", "phase", "category"]
     assert not sharded.duplicated(keys).any()
     for frame in (sharded, activations, parallel):
@@ -375,7 +414,7 @@ def test_cli_prints_and_records(fresh_run, capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(runner, "validate", lambda workers: fresh_run)  # measured once above
     status, out, err = run_cli(capsys, "validate", "--record", "--data-dir", str(tmp_path))
     assert status == 0
-    assert "Rows with unexplained bytes: 0 of 360" in out and "norm-statistics:" in out
+    assert "Rows with unexplained bytes: 0 of 408" in out and "norm-statistics:" in out
     assert "Rows with unexplained bytes: 0 of 174" in out and "padded-shard-storage:" in out
     assert (tmp_path / SHARDED_FILE).read_text() == to_csv_text(fresh_run.sharded)
     assert (tmp_path / ACTIVATIONS_FILE).read_text() == to_csv_text(fresh_run.activations)
@@ -384,6 +423,6 @@ def test_cli_prints_and_records(fresh_run, capsys, monkeypatch, tmp_path):
     assert err.count("recorded ") == 4
     status, out, _ = run_cli(capsys, "validate", "--format", "json")
     result = json.loads(out)
-    assert len(result["sharded"]) == 360
+    assert len(result["sharded"]) == 408
     assert {row["case"] for row in result["activation_totals"]} == {case.name for case in CASES}
     assert len(result["tensor_parallel"]) == 174 and len(result["tensor_parallel_totals"]) == 12

@@ -61,7 +61,7 @@ def test_other_data_folders_and_bad_ones(tmp_path):
 
 def test_overview_of_the_whole_tensor_partition(sharded):
     overview = report.sharded_overview(sharded, workers=4)
-    assert len(overview) == 5 * 2  # strategies x models
+    assert len(overview) == 6 * 2  # strategies x models (HSDP runs on 4 workers)
     row = overview[(overview["strategy"] == "ZeroRedundancyOptimizer")
                    & (overview["model"] == "uneven")].iloc[0]
     # Predicted on every rank: 4 B + 4 B x 2,606 replicated + 8 B x 652 = 26,064 B.

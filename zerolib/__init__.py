@@ -41,8 +41,10 @@ _EXPORTS = {
     "zerolib.core.working_set": ("WorkingSetSettings", "TERMS", "working_set", "peak", "peaks",
                                  "peak_fits", "fewest_gpus_for_peak", "largest_micro_batch",
                                  "stage_rows"),
+    "zerolib.core.placement": ("Placement", "TIERS", "OPTIONS", "place", "offered_stages"),
     "zerolib.core.communication": ("volume",),
-    "zerolib.core.tables": ("memory_table", "fewest_gpus_table", "stage_savings", "peak_frame"),
+    "zerolib.core.tables": ("memory_table", "fewest_gpus_table", "stage_savings", "peak_frame",
+                            "divisors", "group_size_table", "tier_table"),
     "zerolib.core.estimate": ("estimate", "estimate_model"),
     "zerolib.chapter.style": ("render_png", "render_svg"),
     "zerolib.chapter.figures": ("FigureOptions", "published_figure", "published_data"),
@@ -50,15 +52,23 @@ _EXPORTS = {
     "zerolib.chapter.charts.model_size": ("model_size_figure",),
     "zerolib.chapter.charts.will_it_fit": ("will_it_fit_figure",),
     "zerolib.chapter.charts.measured": ("measured_vs_predicted_figure",),
-    "zerolib.chapter.explorers": ("GpuCountExplorer", "ModelSizeExplorer", "WillItFitExplorer"),
+    "zerolib.chapter.charts.group_size": ("group_size_figure",),
+    "zerolib.chapter.charts.offload_tiers": ("offload_tiers_figure",),
+    "zerolib.chapter.charts.conventions": ("conventions_figure",),
+    "zerolib.chapter.explorers": ("GpuCountExplorer", "ModelSizeExplorer", "WillItFitExplorer",
+                                  "PlacementExplorer"),
 }
 # Whole modules of the cross-checks, used as namespaces (``zl.paper.figure1_comparison()``).
 _MODULES = {
     "paper": "zerolib.crosscheck.paper",
     "deepspeed_estimator": "zerolib.crosscheck.deepspeed_estimator",
     "korthikanti": "zerolib.crosscheck.korthikanti",
-    "megatron": "zerolib.crosscheck.megatron",
+    "megatron_theoretical_memory": "zerolib.crosscheck.conventions.megatron_theoretical_memory",
     "report": "zerolib.crosscheck.validation.report",
+    "megatron_distributed_optimizer": "zerolib.crosscheck.conventions.megatron_distributed_optimizer",
+    "playbook": "zerolib.crosscheck.conventions.playbook",
+    "zero_infinity": "zerolib.crosscheck.conventions.zero_infinity",
+    "side_by_side": "zerolib.crosscheck.conventions.side_by_side",
 }
 _OWNER = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted([*_OWNER, *_MODULES])

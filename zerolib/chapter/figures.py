@@ -44,11 +44,20 @@ OTHER_DATA_FILES: tuple[tuple[str, str, str], ...] = (
      "bytes per rank measured in real DeepSpeed ZeRO runs on the CPU, beside DeepSpeed's own "
      "estimator and the chapter's formula (and the buffers counted)"),
     ("validation_*.csv", "validation.md",
-     "bytes per rank measured in real sharded PyTorch runs (DDP, ZeroRedundancyOptimizer, FSDP2) "
-     "and a tensor-parallel one (torch.distributed.tensor.parallel), beside zerolib's prediction"),
+     "bytes per rank measured in real sharded PyTorch runs (DDP, ZeroRedundancyOptimizer, FSDP2, "
+     "HSDP) and a tensor-parallel one (torch.distributed.tensor.parallel), beside zerolib's prediction"),
     ("shipped_activations.csv", "shipped_activations.md",
      "what one GPT-2 and one Llama block, as the transformers library ships them, save for "
      "backward (measured on the CPU), every byte beside the formula or a named mechanism"),
+    ("megatron_distributed_optimizer.csv", "megatron_distributed_optimizer.md",
+     "Megatron-LM's table of bytes per parameter with and without its distributed optimizer, "
+     "transcribed with its citation"),
+    ("ultrascale_playbook_*.csv", "ultrascale_playbook.md",
+     "the Ultra-Scale Playbook's memory table and the plotted data of its memory figures (model "
+     "sizes, ZeRO stages), transcribed with their citation and convention"),
+    ("zero_infinity_figure2a.csv", "zero_infinity.md",
+     "the ZeRO-Infinity paper's memory requirements for 0.1 to 100 trillion parameters (Figure "
+     "2a), transcribed with its citation"),
 )
 
 

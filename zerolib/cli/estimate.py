@@ -5,6 +5,7 @@ import csv
 import io
 import json
 
+from zerolib.cli import _placement as placement_cli
 from zerolib.cli import _working_set as working_set_cli
 from zerolib.cli._arguments import (
     add_layout_arguments,
@@ -40,20 +41,28 @@ def register(commands) -> None:
                         help="unit of the table (GB = 10^9 bytes, GiB = 2^30); JSON and CSV are in bytes")
     parser.add_argument("--format", default="table", choices=("table", "json", "csv"))
     working_set_cli.add_arguments(parser)
+    placement_cli.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
     layout = layout_from(args)
-    stages = STAGES if args.stage is None else (stage_number(args.stage),)
+    stages = None if args.stage is None else (stage_number(args.stage),)
     gpus = gpu_count(args.gpus, "--gpus")
+    host_memory = placement_cli.host_memory_from(args)
     if args.model is not None:
         config = get_model(args.model)      # resolved once, handed down
-        result = estimate_model(config, gpus, working_set_cli.settings_from(args, config), layout,
-                                args.device, stages)
+        settings = working_set_cli.settings_from(args, config)
+        placement = placement_cli.placement_from(args, gpus, settings.tensor_parallel)
+        stages = placement_cli.default_stages(placement, stages) or STAGES
+        result = estimate_model(config, gpus, settings, layout, args.device, stages, placement,
+                                host_memory)
     else:
         working_set_cli.without_model(args)
-        result = estimate(parse_count(args.params, "--params"), gpus, layout, args.device, stages)
+        placement = placement_cli.placement_from(args, gpus)
+        stages = placement_cli.default_stages(placement, stages) or STAGES
+        result = estimate(parse_count(args.params, "--params"), gpus, layout, args.device, stages,
+                          placement, host_memory)
     print(render(result.as_dict(), args.format, args.unit))
     return 0
 
@@ -67,10 +76,14 @@ def render(result: dict, form: str, unit: str) -> str:
         writer = csv.writer(out, lineterminator="\n")
         extra_headers, extra_cells = (working_set_cli.csv_columns(result)
                                       if working_set_cli.has_working_set(result) else ([], None))
-        writer.writerow(["params", "gpus", "layout", "stage", *columns, *extra_headers, "fits"])
+        tier_headers, tier_cells = (placement_cli.csv_columns(result)
+                                    if placement_cli.has_tiers(result) else ([], None))
+        writer.writerow(["params", "gpus", "layout", "stage", *columns, *extra_headers,
+                         *tier_headers, "fits"])
         for index, row in enumerate(result["stages"]):
             writer.writerow([result["params"], result["gpus"], result["layout"]["name"], row["stage"],
                              *(row[c] for c in columns), *(extra_cells[index] if extra_cells else ()),
+                             *(tier_cells[index] if tier_cells else ()),
                              "" if row["fits"] is None else row["fits"]])
         return out.getvalue().rstrip("\n")
     layout = result["layout"]
@@ -83,6 +96,11 @@ def render(result: dict, form: str, unit: str) -> str:
     if working_set_cli.has_working_set(result):
         extra_headers, extra_cells = working_set_cli.table_columns(result, unit)
         lines.append(working_set_cli.describe(result))
+    if placement_cli.has_tiers(result):
+        tier_headers, tier_cells = placement_cli.table_columns(result, unit)
+        extra_headers = extra_headers + tier_headers
+        extra_cells = [a + b for a, b in zip(extra_cells, tier_cells)]
+        lines.append(placement_cli.describe(result, unit))
     headers = ["strategy", *(f"{c} [{unit}]" for c in CATEGORIES), f"per GPU [{unit}]",
                f"all GPUs [{unit}]", *extra_headers] + (["fits"] if device else [])
     rows = [[STRATEGY_NAMES[row["stage"]], *(f"{to_unit(row[c], unit):,.2f}" for c in columns), *extra]

@@ -25,7 +25,8 @@ def register(commands) -> None:
     parser = commands.add_parser(
         "validate", help="measure real PyTorch runs on the CPU against zerolib (needs torch)",
         description="Train tiny models for one step under DDP (stage 0), ZeroRedundancyOptimizer "
-                    "(stage 1) and FSDP2 fully_shard (stage 2 and 3 analogues, and bf16 compute) "
+                    "(stage 1), FSDP2 fully_shard (stage 2 and 3 analogues, and bf16 compute) "
+                    "and HSDP (fully_shard on a 2-D mesh: stage 3 over shard groups of 2) "
                     "with gloo on 127.0.0.1, measure the bytes of parameters, gradients and "
                     "optimizer state on every rank, and measure the activations one GPT block "
                     "saves for backward, and the same for one GPT-2 and one Llama block as the "

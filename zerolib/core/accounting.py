@@ -8,6 +8,14 @@ N workers, stage 2 the gradients as well, stage 3 the parameters as well.
 A partitioned category holds ceil(params / N) elements on a worker: the most-loaded worker,
 the one that decides whether a setting fits. When N divides params this is exactly params / N.
 All results are int64 bytes.
+
+Sharding groups: with ``shard_group`` G (G divides N) the partitioned categories are sharded over
+G workers only and the N / G groups hold replicas: PyTorch FSDP's hybrid sharding (HSDP, a 2-D
+device mesh of (N / G) x G; Zhao et al., "PyTorch FSDP", VLDB 2023, arXiv 2304.11277) and MiCS
+in DeepSpeed (``mics_shard_size``; Zhang et al., VLDB 2023, arXiv 2205.00119). A worker then
+holds ceil(params / G)
+elements of each partitioned category. G = N is the ZeRO of the paper, G = 1 plain data
+parallelism whatever the stage.
 """
 from __future__ import annotations
 
@@ -26,7 +34,7 @@ from zerolib.core.inputs import (
     check_stage,
     check_width,
 )
-from zerolib.core.intmath import ceil_div
+from zerolib.core.intmath import ceil_div, exact_product
 
 CATEGORIES = ("parameters", "gradients", "optimizer")
 PARTITIONED: Mapping[int, tuple[str, ...]] = MappingProxyType({
@@ -172,12 +180,19 @@ class ModelState:
     gpus: np.ndarray = field(repr=False)
     stage: np.ndarray = field(repr=False)
     layout: Layout
+    # Workers a partitioned category is sharded over (the same array as ``gpus`` unless a
+    # shard group was asked for); ``gpus`` / ``shard_group`` groups hold replicas.
+    shard_group: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def shards(self) -> np.ndarray:
+        return self.gpus if self.shard_group is None else self.shard_group
 
     @cached_property
     def _saved(self) -> np.ndarray:
-        # A partitioned category keeps ceil(params / gpus) elements on the most-loaded worker:
+        # A partitioned category keeps ceil(params / shards) elements on the most-loaded worker:
         # params + saved (saved <= 0).
-        return ceil_div(self.params, self.gpus) - self.params
+        return ceil_div(self.params, self.shards) - self.params
 
     def _category(self, category: str) -> np.ndarray:
         partitioned = self.stage >= _FIRST_PARTITIONED[category]
@@ -217,12 +232,7 @@ class ModelState:
         int64 where every product fits (checked, not assumed); otherwise an object array of
         exact Python ints, since 10**15 parameters on 2**24 workers exceed int64.
         """
-        total, gpus = self.total, self.gpus
-        if np.all(total <= np.iinfo(np.int64).max // gpus):
-            return total * gpus
-        # Python ints, elementwise; a 0-d product comes back as a bare int: keep it an array.
-        return np.asarray(np.asarray(total).astype(object) * np.asarray(gpus).astype(object),
-                          dtype=object)
+        return exact_product(self.total, self.gpus)
 
     def as_dict(self) -> dict[str, np.ndarray]:
         return {"parameters": self.parameters, "gradients": self.gradients,
@@ -230,13 +240,33 @@ class ModelState:
                 "cluster_total": self.cluster_total}
 
 
-def model_state(params, gpus, stage, layout: str | Layout = "mixed-adam") -> ModelState:
+def check_shard_group(shard_group, gpus: np.ndarray) -> np.ndarray:
+    """Shard-group sizes as int64, broadcast with ``gpus``: whole, 1 to ``gpus``, dividing it."""
+    group = check_gpus(shard_group, "shard_group")
+    group, gpus = broadcast(shard_group=group, gpus=gpus)
+    if np.any(group > gpus) or np.any(gpus % group):
+        bad = np.flatnonzero(((group > gpus) | (gpus % group != 0)).ravel())[0]
+        raise ValueError(f"shard_group must divide gpus (a shard group of G GPUs inside N "
+                         f"data-parallel GPUs, N / G replicas), got shard_group "
+                         f"{int(group.ravel()[bad])} with gpus {int(gpus.ravel()[bad])}")
+    return group
+
+
+def model_state(params, gpus, stage, layout: str | Layout = "mixed-adam",
+                shard_group=None) -> ModelState:
     """Persistent bytes per worker for each category.
 
     ``params``, ``gpus`` and ``stage`` may be scalars or array-likes; they broadcast together
-    (numpy rules), so a whole curve is one call.
+    (numpy rules), so a whole curve is one call. ``shard_group`` (None: all ``gpus``) shards the
+    partitioned categories over that many workers only, the rest being replicas (HSDP, MiCS);
+    it must divide ``gpus`` and broadcasts with the other three.
     """
     layout = get_layout(layout)
     params, gpus, stage = broadcast(params=check_params(params), gpus=check_gpus(gpus),
                                     stage=check_stage(stage))
-    return ModelState(params, gpus, stage, layout)
+    if shard_group is None:
+        return ModelState(params, gpus, stage, layout)
+    group = check_shard_group(shard_group, gpus)
+    params, gpus, stage, group = broadcast(params=params, gpus=gpus, stage=stage,
+                                           shard_group=group)
+    return ModelState(params, gpus, stage, layout, group)

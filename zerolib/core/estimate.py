@@ -7,6 +7,13 @@ With a model (:func:`estimate_model`) each stage row also carries ``working_set`
 term), ``peak`` and ``pipeline_stage`` (the most-loaded stage's index), ``fits`` is judged
 on the peak, and the object gains ``model``, ``tensor_parallel``, ``pipeline_parallel`` and
 ``working_set_settings``.
+
+With a ``placement`` (:mod:`zerolib.core.placement`: shard group, hpZ, offload) the object gains
+``placement`` and ``host_memory`` (CPU memory per node in bytes, or null), each row's category
+bytes and ``total`` are what stays on the GPU, and each row gains ``tiers``: per tier ("gpu",
+"cpu", "nvme") the bytes per GPU of each item ("parameters", "hpz_secondary", "gradients",
+"optimizer"), their ``total`` and ``per_node``. With ``host_memory`` a row gains ``host_fits``
+(the node's CPU tier against it) and ``fits`` needs both.
 """
 from __future__ import annotations
 
@@ -14,8 +21,9 @@ from dataclasses import dataclass
 
 from zerolib.core.accounting import STAGES, Layout, get_layout, model_state
 from zerolib.core.devices import Device, get_device
-from zerolib.core.inputs import check_gpus, check_params, check_single, check_stage
+from zerolib.core.inputs import MAX_BYTES, check_count, check_gpus, check_params, check_single, check_stage
 from zerolib.core.models import TransformerConfig, get_model, parameter_count
+from zerolib.core.placement import Placement, check_placement, gpus_on_node, place
 from zerolib.core.working_set import DEFAULT_SETTINGS, WorkingSetSettings, stage_rows
 
 
@@ -28,6 +36,8 @@ class Estimate:
     stages: tuple[dict, ...]
     model: TransformerConfig | None = None
     settings: WorkingSetSettings | None = None
+    placement: Placement | None = None
+    host_memory: int | None = None
 
     def as_dict(self) -> dict:
         out = {"params": self.params, "gpus": self.gpus, "layout": self.layout.as_dict(),
@@ -37,6 +47,10 @@ class Estimate:
             out.update(model=self.model.name, tensor_parallel=self.settings.tensor_parallel,
                        pipeline_parallel=self.settings.pipeline_parallel,
                        working_set_settings=self.settings.as_dict())
+        if self.placement is not None:
+            on_node = int(gpus_on_node(self.gpus, self.placement.gpus_per_node))
+            out.update(placement={**self.placement.as_dict(), "gpus_per_node": on_node},
+                       host_memory=self.host_memory)
         return out
 
 
@@ -44,33 +58,61 @@ def _stages(stages) -> tuple[int, ...]:
     return tuple(check_stage(stages, "stages").ravel().tolist())
 
 
+def _host_memory(host_memory, placement) -> int | None:
+    if host_memory is None:
+        return None
+    if placement is None:
+        raise ValueError("host_memory needs a placement (it judges the CPU memory offload uses)")
+    return check_count(host_memory, "host_memory", MAX_BYTES)
+
+
 def estimate(params, gpus, layout: str | Layout = "mixed-adam",
-             device: str | Device | None = None, stages=STAGES) -> Estimate:
+             device: str | Device | None = None, stages=STAGES,
+             placement: Placement | None = None, host_memory: int | None = None) -> Estimate:
     """Bytes per worker for each requested stage of one (params, gpus) setting; ``fits`` judges
-    the model state against ``device`` (None without one)."""
+    the model state against ``device`` (None without one), and with ``host_memory`` the CPU
+    tier of a node against it (see the module doc)."""
     params = check_single(params, check_params, "params")
     gpus = check_single(gpus, check_gpus, "gpus")
     layout = get_layout(layout)
     device = get_device(device) if device is not None else None
     stages = _stages(stages)
-    # parameters, gradients, optimizer, total, cluster_total: one value per stage
-    columns = model_state(params, gpus, stages, layout).as_dict()
+    host_memory = _host_memory(host_memory, placement)
+    if placement is None:
+        # parameters, gradients, optimizer, total, cluster_total: one value per stage
+        columns, tiers = model_state(params, gpus, stages, layout).as_dict(), None
+    else:
+        tiers = place(params, gpus, stages, layout, check_placement(placement))
+        columns = {**tiers.gpu_categories(), "total": tiers.gpu}
     rows = []
     for index, stage in enumerate(stages):
         row = {"stage": stage, **{name: int(values[index]) for name, values in columns.items()}}
+        if tiers is not None:
+            row["cluster_total"] = row["total"] * gpus   # Python ints: exact
         row["fits"] = None if device is None else row["total"] <= device.capacity
+        if tiers is not None:
+            row["tiers"] = tiers.as_dict(index)
+        if host_memory is not None:
+            row["host_fits"] = row["tiers"]["cpu"]["per_node"] <= host_memory
+            if row["fits"] is not None:
+                row["fits"] = row["fits"] and row["host_fits"]
         rows.append(row)
-    return Estimate(params, gpus, layout, device, tuple(rows))
+    return Estimate(params, gpus, layout, device, tuple(rows), placement=placement,
+                    host_memory=host_memory)
 
 
 def estimate_model(model: str | TransformerConfig, gpus,
                    settings: WorkingSetSettings = DEFAULT_SETTINGS,
                    layout: str | Layout = "mixed-adam", device: str | Device | None = None,
-                   stages=STAGES) -> Estimate:
+                   stages=STAGES, placement: Placement | None = None,
+                   host_memory: int | None = None) -> Estimate:
     """The breakdown of a model preset: persistent state and working set per stage, ``fits``
     judged on the peak (see :func:`zerolib.core.working_set.stage_rows`)."""
     config, layout = get_model(model), get_layout(layout)
     gpus = check_single(gpus, check_gpus, "gpus")
     device = get_device(device) if device is not None else None
-    rows = stage_rows(config, gpus, _stages(stages), settings, layout, device)
-    return Estimate(parameter_count(config), gpus, layout, device, tuple(rows), config, settings)
+    host_memory = _host_memory(host_memory, placement)
+    rows = stage_rows(config, gpus, _stages(stages), settings, layout, device, placement,
+                      host_memory)
+    return Estimate(parameter_count(config), gpus, layout, device, tuple(rows), config, settings,
+                    placement, host_memory)

@@ -14,6 +14,17 @@ def ceil_div(numerator, denominator):
     return -(-numerator // denominator)
 
 
+def exact_product(values, counts):
+    """``values * counts`` elementwise, exactly: int64 where every product fits (checked, not
+    assumed), otherwise an object array of Python ints (10**15 bytes on 2**24 workers exceed
+    int64)."""
+    values, counts = np.asarray(values), np.asarray(counts)
+    if np.all(np.abs(values) <= np.iinfo(np.int64).max // np.maximum(np.abs(counts), 1)):
+        return values * counts
+    # Python ints elementwise; a 0-d product comes back as a bare int: keep it an array.
+    return np.asarray(values.astype(object) * counts.astype(object), dtype=object)
+
+
 def first_true(ok, low, high) -> np.ndarray:
     """Smallest x in [low, high] with ``ok(x)``, where ``ok`` is False below some point and True
     from it on; ``high + 1`` where ``ok(high)`` is False. Elementwise over broadcast arrays."""

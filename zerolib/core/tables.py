@@ -16,6 +16,7 @@ from zerolib.core.accounting import (
     STAGES,
     STRATEGY_NAMES,
     Layout,
+    check_shard_group,
     get_layout,
     model_state,
 )
@@ -23,9 +24,13 @@ from zerolib.core.devices import Device, get_device
 from zerolib.core.feasibility import fewest_gpus
 from zerolib.core.inputs import check_gpus, check_params, check_single, check_stage
 from zerolib.core.models import TransformerConfig, get_model
+from zerolib.core.placement import OPTIONS, TIERS, Option, gpus_on_node, place
 from zerolib.core.working_set import DEFAULT_SETTINGS, TERMS, WorkingSetSettings, peaks
 
 COLUMNS = ("params", "gpus", "stage", "strategy", *CATEGORIES, "total", "cluster_total")
+GROUP_COLUMNS = ("params", "gpus", "shard_group", "replicas", "stage", "strategy", *CATEGORIES,
+                 "total", "cluster_total")
+TIER_COLUMNS = ("option", "stage", "offered", "tier", "bytes", "per_node", "note")
 PEAK_COLUMNS = ("model", "gpus", "stage", "strategy", "layer", "component", "bytes")
 COMPONENTS = (*CATEGORIES, *TERMS)   # a peak's parts, bottom to top of a stacked bar
 MAX_ROWS = 2**21                     # rows of one table: enough for any figure, bounded in memory
@@ -127,3 +132,64 @@ def peak_frame(model: str | TransformerConfig, gpus, stages=STAGES,
     frame["bytes"] = frame["bytes"].astype("int64")
     frame.attrs.update(model=config, settings=settings, layout=layout)
     return frame
+
+
+def divisors(n: int) -> list[int]:
+    """Every G that divides ``n``, ascending: the shard-group sizes of ``n`` GPUs."""
+    n = check_single(n, check_gpus, "gpus")
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
+def group_size_table(params, gpus, stages=STAGES, layout: str | Layout = "mixed-adam",
+                     shard_groups=None) -> pd.DataFrame:
+    """Per shard-group size G (every divisor of ``gpus`` unless given) and stage: bytes per GPU
+    with the state sharded over G and replicated over gpus / G (HSDP, MiCS). G = gpus is the
+    ZeRO of :func:`memory_table`, G = 1 plain data parallelism. ``attrs``: layout."""
+    params = check_single(params, check_params, "params")
+    gpus = check_single(gpus, check_gpus, "gpus")
+    groups = np.asarray(divisors(gpus) if shard_groups is None
+                        else _distinct(check_gpus(shard_groups, "shard_groups")))
+    stages = _distinct(check_stage(stages, "stages"))
+    _check_rows(groups.size, stages.size)
+    layout = get_layout(layout)
+    grid_group, grid_stage = (a.ravel() for a in np.meshgrid(groups, stages, indexing="ij"))
+    state = model_state(params, gpus, grid_stage, layout, shard_group=grid_group)
+    table = pd.DataFrame({"params": params, "gpus": gpus, "shard_group": grid_group,
+                          "replicas": gpus // grid_group, "stage": grid_stage,
+                          "strategy": _STRATEGY_NAMES[grid_stage], **state.as_dict()})
+    table.attrs["layout"] = layout
+    return table
+
+
+def tier_table(params, gpus, layout: str | Layout = "mixed-adam", shard_group=None,
+               gpus_per_node=None, options: tuple[Option, ...] = OPTIONS) -> pd.DataFrame:
+    """Per option (:data:`zerolib.core.placement.OPTIONS`) and tier (gpu, cpu, nvme): bytes per
+    GPU on that tier and per node. An option the setting does not allow (hpZ inside a smaller
+    shard group) has ``offered`` False, 0 bytes and the reason in ``note``. ``attrs``: params,
+    gpus, gpus_on_node, shard_group, layout."""
+    params = check_single(params, check_params, "params")
+    gpus = check_single(gpus, check_gpus, "gpus")
+    layout = get_layout(layout)
+    on_node = int(gpus_on_node(gpus, gpus_per_node))   # checks gpus fill whole nodes
+    if shard_group is not None:
+        shard_group = check_single(check_shard_group(shard_group, np.asarray(gpus)), check_gpus,
+                                   "shard_group")
+    records = []
+    for option in options:
+        try:
+            tiers = place(params, gpus, option.stage, layout,
+                          option.placement(gpus, shard_group, gpus_per_node))
+            offered, note = True, ""
+        except ValueError as error:
+            tiers, offered, note = None, False, str(error)
+        for tier in TIERS:
+            per_gpu = int(tiers.total(tier)) if offered else 0
+            per_node = int(tiers.per_node(tier)) if offered else 0
+            records.append({"option": option.name, "stage": option.stage, "offered": offered,
+                            "tier": tier, "bytes": per_gpu, "per_node": per_node, "note": note})
+    table = pd.DataFrame.from_records(records, columns=list(TIER_COLUMNS))
+    table[["bytes", "per_node"]] = table[["bytes", "per_node"]].astype("int64")
+    table.attrs.update(params=params, gpus=gpus, gpus_on_node=on_node, shard_group=shard_group,
+                       layout=layout)
+    return table

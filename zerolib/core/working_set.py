@@ -56,6 +56,13 @@ Bounds: every quantity has an upper bound (:data:`MAX_SEQ_LEN`, :data:`MAX_MICRO
 for the working set's total), so every result is an exact int64; beyond them a ``ValueError``
 names the quantity.
 
+Where the state lives: :func:`peaks`, :func:`peak` and :func:`stage_rows` take a
+``placement`` (:class:`zerolib.core.placement.Placement`: a shard group, ZeRO++'s hpZ copy,
+offload to CPU memory or NVMe). The persistent part of the peak is then the GPU tier only, each
+:class:`Peak` carries every tier's bytes, and :func:`stage_rows` judges the host tier too: the
+CPU memory a node's GPUs offload into against ``host_memory`` bytes per node. The searches
+(:func:`fewest_gpus_for_peak`, :func:`largest_micro_batch`) do not take a placement.
+
 Tensor and pipeline parallelism: with ``tensor_parallel`` = t and ``pipeline_parallel`` = p the
 ``gpus`` of a setting are t x p x (gpus / (t p))-way data parallel. One GPU holds its exact share
 of the parameters (:func:`zerolib.core.model_parallel.parameters_per_gpu`: split matrices,
@@ -99,6 +106,7 @@ from zerolib.core.model_parallel import (
 )
 from zerolib.core.models import TransformerConfig, get_model
 from zerolib.core.pipeline_schedule import stage_activation_terms
+from zerolib.core.placement import Placement, check_placement, place
 from zerolib.core.units import GiB
 
 TERMS = ("activations", "logits_loss", "ddp_buckets", "reduce_bucket", "allgather_bucket",
@@ -283,9 +291,12 @@ class Peak:
     """Persistent model state + working set for one worker at one stage (bytes)."""
 
     stage: int
-    persistent: Mapping[str, int]   # parameters, gradients, optimizer, total
+    persistent: Mapping[str, int]   # parameters, gradients, optimizer, total (on the GPU)
     working_set: Mapping[str, int]
     pipeline_stage: int = 0         # the pipeline stage whose GPUs this is (the most loaded)
+    # With a placement: per tier (gpu, cpu, nvme) the bytes per item, per GPU and per node
+    # (zerolib.core.placement.TierState.as_dict); None without one.
+    tiers: Mapping[str, Mapping[str, int]] | None = None
 
     @property
     def working_set_total(self) -> int:
@@ -307,29 +318,40 @@ def _data_parallel(gpus: int, s: WorkingSetSettings) -> int:
 
 def peaks(model: str | TransformerConfig, gpus, stages=STAGES,
           settings: WorkingSetSettings = DEFAULT_SETTINGS,
-          layout: str | Layout = "mixed-adam") -> tuple[Peak, ...]:
+          layout: str | Layout = "mixed-adam", placement: Placement | None = None) -> tuple[Peak, ...]:
     """Peak bytes per worker for each stage, in the order given: ``model_state`` of one GPU's
     parameters over the data-parallel workers, plus the working set, on the pipeline stage
-    (first or last) where that sum is larger. The activations are computed once for all stages."""
+    (first or last) where that sum is larger. The activations are computed once for all stages.
+    With a ``placement`` the persistent part is what stays on the GPU, and each Peak carries
+    every tier's bytes."""
     config = get_model(model)
     gpus = check_single(gpus, check_gpus, "gpus")
     settings, layout = _check_settings(settings), get_layout(layout)
     stages = [int(s) for s in np.atleast_1d(check_stage(stages, "stages"))]
     data_parallel = _data_parallel(gpus, settings)
+    if placement is not None:
+        placement = check_placement(placement)
     activations = _activations(config, settings)
     candidates = []
     for pipeline_stage in _pipeline_stages(settings):
         on_gpu = _on_gpu(config, settings, pipeline_stage)
-        candidates.append((pipeline_stage, on_gpu, model_state(on_gpu[0], data_parallel, stages, layout)))
+        if placement is None:
+            state = model_state(on_gpu[0], data_parallel, stages, layout)
+            on_device = ({c: getattr(state, c) for c in CATEGORIES}, state.total, None)
+        else:
+            tiers = place(on_gpu[0], data_parallel, stages, layout, placement, world=gpus)
+            on_device = (tiers.gpu_categories(), tiers.gpu, tiers)
+        candidates.append((pipeline_stage, on_gpu, on_device))
     result = []
     for index, stage in enumerate(stages):
         best = None
-        for pipeline_stage, on_gpu, state in candidates:
-            persistent = {c: int(getattr(state, c)[index]) for c in CATEGORIES}
-            persistent["total"] = int(state.total[index])
+        for pipeline_stage, on_gpu, (categories, totals, tiers) in candidates:
+            persistent = {c: int(categories[c][index]) for c in CATEGORIES}
+            persistent["total"] = int(totals[index])
             found = Peak(stage, MappingProxyType(persistent),
                          _terms(config, stage, settings, layout, activations[pipeline_stage], on_gpu),
-                         pipeline_stage)
+                         pipeline_stage,
+                         None if tiers is None else MappingProxyType(tiers.as_dict(index)))
             if best is None or found.total > best.total:   # the first stage on ties
                 best = found
         result.append(best)
@@ -337,9 +359,10 @@ def peaks(model: str | TransformerConfig, gpus, stages=STAGES,
 
 
 def peak(model: str | TransformerConfig, gpus, stage, settings: WorkingSetSettings = DEFAULT_SETTINGS,
-         layout: str | Layout = "mixed-adam") -> Peak:
+         layout: str | Layout = "mixed-adam", placement: Placement | None = None) -> Peak:
     """:func:`peaks` for a single stage."""
-    (result,) = peaks(model, gpus, check_single(stage, check_stage, "stage"), settings, layout)
+    (result,) = peaks(model, gpus, check_single(stage, check_stage, "stage"), settings, layout,
+                      placement)
     return result
 
 
@@ -410,17 +433,32 @@ def largest_micro_batch(model, gpus, stage, settings: WorkingSetSettings = DEFAU
 
 
 def stage_rows(model, gpus, stages=STAGES, settings: WorkingSetSettings = DEFAULT_SETTINGS,
-               layout: str | Layout = "mixed-adam", device: str | Device | None = None) -> list[dict]:
+               layout: str | Layout = "mixed-adam", device: str | Device | None = None,
+               placement: Placement | None = None, host_memory: int | None = None) -> list[dict]:
     """Per stage, the rows of ``zerolib estimate``'s JSON with ``working_set``, ``peak`` and
     ``fits`` judged on the peak (None without a device). ``cluster_total`` is the persistent
-    state summed over all GPUs."""
+    state summed over all GPUs.
+
+    With a ``placement`` each row also carries ``tiers`` (see :class:`Peak`); with
+    ``host_memory`` (CPU memory per node, bytes) ``host_fits`` judges the CPU tier per node
+    against it, and ``fits`` needs both the GPU peak and the host to fit (NVMe is not judged).
+    """
     gpus = check_single(gpus, check_gpus, "gpus")
     device = get_device(device) if device is not None else None
+    if host_memory is not None:
+        host_memory = check_count(host_memory, "host_memory", MAX_BYTES)
     rows = []
-    for result in peaks(model, gpus, stages, settings, layout):
+    for result in peaks(model, gpus, stages, settings, layout, placement):
         row = {"stage": result.stage, "pipeline_stage": result.pipeline_stage, **result.persistent,
                "cluster_total": result.persistent["total"] * gpus,
                "working_set": dict(result.working_set), "peak": result.total}
         row["fits"] = None if device is None else bool(result.total <= device.capacity)
+        if result.tiers is not None:
+            row["tiers"] = {tier: dict(items) for tier, items in result.tiers.items()}
+        if host_memory is not None:
+            cpu_per_node = result.tiers["cpu"]["per_node"] if result.tiers is not None else 0
+            row["host_fits"] = bool(cpu_per_node <= host_memory)
+            if row["fits"] is not None:
+                row["fits"] = row["fits"] and row["host_fits"]
         rows.append(row)
     return rows

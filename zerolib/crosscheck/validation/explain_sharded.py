@@ -12,6 +12,9 @@ and the rank, without looking at the run:
 - FSDP2 reshards after backward, so its "stage 2" analogue holds only shards at rest.
 - FSDP2 gathers full parameters for compute (all of them with reshard_after_forward=False, one
   layer at a time with True), in bf16 under the bf16 policy, while still holding its shards.
+- HSDP (FSDP2 on a 2-D mesh) does all of this within its shard group of G ranks: zerolib's
+  prediction is ``model_state(..., shard_group=G)``, and each mechanism is FSDP2's with G ranks
+  and the rank's place in its group.
 
 ``compare_sharded`` sets measured, predicted and these effects side by side; whatever the
 effects do not account for is reported as ``unexplained_bytes`` (a test requires it to be 0).
@@ -63,11 +66,11 @@ def _step_counters(count: int) -> Effect:
                   f"tensor: {count} x {STEP_COUNTER_BYTES} B", count * STEP_COUNTER_BYTES)
 
 
-def _fsdp_padding(what: str, padded: int, share: int, workers: int) -> Effect:
+def _fsdp_padding(what: str, padded: int, share: int, workers: int, divisor: str = "W") -> Effect:
     return Effect("shard-padding",
                   f"FSDP2 cuts each tensor's rows into {workers} chunks of ceil(rows/{workers}) "
                   f"and pads every {what} shard to that size: {padded:,} elements on this rank "
-                  f"instead of ceil(N/W) = {share:,}", FP32 * (padded - share))
+                  f"instead of ceil(N/{divisor}) = {share:,}", FP32 * (padded - share))
 
 
 def _zero1(spec: ModelSpec, workers: int, rank: int, share: int) -> tuple[Effect, ...]:
@@ -91,7 +94,7 @@ def _gathered(strategy: Strategy, elements: int, what: str) -> tuple[Effect, ...
 
 
 def _fsdp_parameters(strategy: Strategy, spec: ModelSpec, workers: int, phase: str,
-                     padded: int, share: int) -> list[Effect]:
+                     padded: int, share: int, divisor: str = "W") -> list[Effect]:
     total = spec.numel
     if phase == "peak" and not strategy.reshard_after_forward:
         gathered = workers * padded
@@ -108,7 +111,7 @@ def _fsdp_parameters(strategy: Strategy, spec: ModelSpec, workers: int, phase: s
                               "FSDP2 reshards parameters after backward, so at rest a rank holds "
                               "only its shard, where ZeRO-2 keeps a full replica",
                               FP32 * (share - total)))
-    effects.append(_fsdp_padding("parameter", padded, share, workers))
+    effects.append(_fsdp_padding("parameter", padded, share, workers, divisor))
     if phase == "peak":
         index, gathered = _largest_gathered_layer(spec, workers)
         effects.append(Effect("gathered-layer",
@@ -126,23 +129,28 @@ def expected_effects(strategy: Strategy, spec: ModelSpec, workers: int, rank: in
         raise ValueError(f"phase must be one of {SHARDED_PHASES}, got {phase!r}")
     if category not in CATEGORIES:
         raise ValueError(f"category must be one of {CATEGORIES}, got {category!r}")
-    share = ceil_div(spec.numel, workers)
     if strategy.kind == "ddp":
         effects = [_step_counters(spec.tensor_count)] if category == "optimizer" else []
     elif strategy.kind == "zero1":
+        share = ceil_div(spec.numel, workers)
         effects = list(_zero1(spec, workers, rank, share)) if category == "optimizer" else []
     else:
-        held, padded = _fsdp_elements(spec, workers, rank)
+        # FSDP2 and HSDP: sharded over the shard group (every rank for FSDP2), at the rank's
+        # place in it; HSDP's replicas hold what the same place in the other groups holds.
+        shards, place = strategy.shards(workers), strategy.shard_rank(rank)
+        divisor = "W" if strategy.shard_group is None else "G"
+        share = ceil_div(spec.numel, shards)
+        held, padded = _fsdp_elements(spec, shards, place)
         if category == "optimizer":
             effects = [Effect("uneven-shards",
                               f"AdamW state follows FSDP2's unpadded local shards (torch.chunk "
-                              f"rows): {held:,} elements on this rank instead of ceil(N/W) = "
-                              f"{share:,}", ADAM_BYTES * (held - share)),
+                              f"rows): {held:,} elements on this rank instead of ceil(N/{divisor}) "
+                              f"= {share:,}", ADAM_BYTES * (held - share)),
                        _step_counters(spec.tensor_count)]
         elif category == "gradients":
-            effects = [_fsdp_padding("gradient", padded, share, workers)]
+            effects = [_fsdp_padding("gradient", padded, share, shards, divisor)]
         else:
-            effects = _fsdp_parameters(strategy, spec, workers, phase, padded, share)
+            effects = _fsdp_parameters(strategy, spec, shards, phase, padded, share, divisor)
     return tuple(e for e in effects if e.bytes != 0)
 
 
@@ -159,7 +167,8 @@ def compare_sharded(measured: pd.DataFrame) -> pd.DataFrame:
     for record in measured.to_dict("records"):
         strategy, spec = STRATEGIES[record["strategy"]], TINY_MODELS[record["model"]]
         workers, rank = int(record["workers"]), int(record["rank"])
-        predicted = int(getattr(model_state(spec.numel, workers, strategy.stage, LAYOUT),
+        predicted = int(getattr(model_state(spec.numel, workers, strategy.stage, LAYOUT,
+                                            shard_group=strategy.shard_group),
                                 record["category"]))
         effects = expected_effects(strategy, spec, workers, rank, record["phase"],
                                    record["category"])

@@ -51,7 +51,7 @@ class Block(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        h, d = config.hidden, config.head_dim
+        h, d = config.hidden, config.head_width
         self.head_dim = d
         self.attention_norm = nn.RMSNorm(h, eps=1e-5)
         self.query_projection = nn.Linear(h, config.heads * d, bias=False)

@@ -61,6 +61,7 @@ STRATEGY_LABELS: Mapping[str, str] = MappingProxyType({
     "fsdp2-keep": "FSDP2, reshard_after_forward=False",
     "fsdp2-reshard": "FSDP2, reshard_after_forward=True",
     "fsdp2-bf16": "FSDP2, bf16 compute",
+    "hsdp": "HSDP (FSDP2, 2-D mesh)",
 })
 PHASE_LABELS: Mapping[str, str] = MappingProxyType({
     "rest": "at rest", "peak": "peak during forward"})
@@ -153,7 +154,10 @@ def sharded_overview(sharded: pd.DataFrame, workers: int = 4) -> pd.DataFrame:
     rows = []
     for (strategy, model), group in totals.groupby(["strategy", "model"], sort=False):
         predicted = int(group["predicted_bytes"].max())  # the same on every rank
-        row = {"strategy": STRATEGY_LABELS[strategy], "compared with": f"stage {STRATEGIES[strategy].stage}",
+        compared = f"stage {STRATEGIES[strategy].stage}"
+        if STRATEGIES[strategy].shard_group is not None:
+            compared += f", shard group {STRATEGIES[strategy].shard_group}"
+        row = {"strategy": STRATEGY_LABELS[strategy], "compared with": compared,
                "model": model, "predicted per rank [B]": predicted}
         for phase in SHARDED_PHASES:
             measured = int(group.loc[group["phase"] == phase, "measured_bytes"].max())

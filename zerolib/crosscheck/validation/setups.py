@@ -1,4 +1,4 @@
-"""What the sharded validation run trains: tiny models and the five data-parallel strategies.
+"""What the sharded validation run trains: tiny models and the six data-parallel strategies.
 
 Plain data, no torch: the expected-value arithmetic in ``explain_sharded`` and the run in
 ``sharded_run`` read the same definitions.
@@ -64,15 +64,32 @@ class Strategy:
 
     name: str
     stage: int
-    kind: str  # "ddp", "zero1" or "fsdp2"
+    kind: str  # "ddp", "zero1", "fsdp2" or "hsdp"
     description: str
     reshard_after_forward: bool = False
     bf16_compute: bool = False
+    # HSDP: shard over groups of this many ranks, replicate across the groups (None: all ranks)
+    shard_group: int | None = None
 
     @property
     def gathered_bytes_per_element(self) -> int:
         """Width of the full parameters FSDP gathers for compute (bf16 under the bf16 policy)."""
         return 2 if self.bf16_compute else 4
+
+    def runs_on(self, workers: int) -> bool:
+        """Whether this strategy runs with ``workers`` ranks: a shard group needs at least two
+        groups of it (so every count does without one)."""
+        return self.shard_group is None or (workers > self.shard_group
+                                            and workers % self.shard_group == 0)
+
+    def shards(self, workers: int) -> int:
+        """Ranks a partitioned tensor is sharded over."""
+        return workers if self.shard_group is None else self.shard_group
+
+    def shard_rank(self, rank: int) -> int:
+        """This rank's place in its shard group: ranks are laid out as a (replicate, shard)
+        mesh, row by row (torch's ``init_device_mesh``), so the shard index is rank % G."""
+        return rank if self.shard_group is None else rank % self.shard_group
 
 
 STRATEGIES: Mapping[str, Strategy] = MappingProxyType({s.name: s for s in (
@@ -91,6 +108,11 @@ STRATEGIES: Mapping[str, Strategy] = MappingProxyType({s.name: s for s in (
              "fully_shard(reshard_after_forward=True, MixedPrecisionPolicy(param_dtype=bf16, "
              "reduce_dtype=fp32)) + AdamW",
              reshard_after_forward=True, bf16_compute=True),
+    # Runs where the ranks make at least two groups of 2: with 4 workers a 2 x 2 mesh.
+    Strategy("hsdp", 3, "hsdp",
+             "fully_shard(mesh=init_device_mesh((W/2, 2), ('replicate', 'shard')), "
+             "reshard_after_forward=True) per layer and root + AdamW",
+             reshard_after_forward=True, shard_group=2),
 )})
 
 # Every run is compared with zerolib's all-fp32 AdamW layout: 4 + 4 + 8 bytes per parameter. Under

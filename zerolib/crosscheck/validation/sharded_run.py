@@ -2,7 +2,8 @@
 
 ``measure_sharded(workers)`` starts ``workers`` processes through the shared harness
 (:mod:`zerolib.crosscheck.validation.harness`: gloo on 127.0.0.1) and in each trains every
-model of ``setups.TINY_MODELS`` under every strategy of ``setups.STRATEGIES``:
+model of ``setups.TINY_MODELS`` under every strategy of ``setups.STRATEGIES`` that runs on that
+many ranks (HSDP needs at least two shard groups):
 
 1. one step: forward, backward, ``optimizer.step()``; then measure "rest";
 2. ``zero_grad(set_to_none=False)`` (gradient buffers stay allocated, as the ZeRO accounting
@@ -23,6 +24,7 @@ import warnings
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
@@ -77,7 +79,16 @@ def _snapshot(sharded_params, module, optimizer_state) -> dict:
         return {category: _count(groups[category], seen) for category in CATEGORIES}
 
 
-def _wrap(strategy: Strategy, model: nn.Sequential, layers: list[nn.Linear]):
+def _mesh(strategy: Strategy, workers: int):
+    """HSDP's 2-D mesh (replicate, shard): dim 0 replicates, dim 1 shards (FSDP2's
+    ``fully_shard`` docs: a 2-D mesh gives ``(Replicate(), Shard(0))`` placements)."""
+    if strategy.shard_group is None:
+        return None
+    return init_device_mesh("cpu", (workers // strategy.shard_group, strategy.shard_group),
+                            mesh_dim_names=("replicate", "shard"))
+
+
+def _wrap(strategy: Strategy, model: nn.Sequential, layers: list[nn.Linear], workers: int):
     """(module to call, optimizer, optimizer state dict) for this strategy."""
     if strategy.kind in ("ddp", "zero1"):
         wrapped = DistributedDataParallel(model, gradient_as_bucket_view=True)
@@ -89,9 +100,12 @@ def _wrap(strategy: Strategy, model: nn.Sequential, layers: list[nn.Linear]):
         return wrapped, optimizer, optimizer.optim.state  # the rank's own (partitioned) AdamW
     policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
               if strategy.bf16_compute else MixedPrecisionPolicy())
+    mesh = _mesh(strategy, workers)   # None: FSDP2's default, all ranks
     for layer in layers:
-        fully_shard(layer, reshard_after_forward=strategy.reshard_after_forward, mp_policy=policy)
-    fully_shard(model, reshard_after_forward=strategy.reshard_after_forward, mp_policy=policy)
+        fully_shard(layer, mesh=mesh, reshard_after_forward=strategy.reshard_after_forward,
+                    mp_policy=policy)
+    fully_shard(model, mesh=mesh, reshard_after_forward=strategy.reshard_after_forward,
+                mp_policy=policy)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
     return model, optimizer, optimizer.state
 
@@ -105,7 +119,7 @@ def _rows(strategy, spec, workers, rank, phase, snapshot, where) -> list[dict]:
 
 def _measure_one(strategy: Strategy, spec: ModelSpec, rank: int, workers: int) -> list[dict]:
     model, layers = build_linear_stack(spec, SEED)  # the same initial weights on every rank
-    wrapped, optimizer, state = _wrap(strategy, model, layers)
+    wrapped, optimizer, state = _wrap(strategy, model, layers, workers)
     sharded = list(model.parameters())  # FSDP2: the DTensor shards; otherwise the parameters
     generator = torch.Generator().manual_seed(SEED + rank)  # each rank its own batch
     inputs = torch.randn(BATCH, spec.widths[0], generator=generator)
@@ -137,7 +151,7 @@ def _measure_one(strategy: Strategy, spec: ModelSpec, rank: int, workers: int) -
 def _rank(rank: int, workers: int) -> list[dict]:
     join_gloo()
     return [row for spec in TINY_MODELS.values() for strategy in STRATEGIES.values()
-            for row in _measure_one(strategy, spec, rank, workers)]
+            if strategy.runs_on(workers) for row in _measure_one(strategy, spec, rank, workers)]
 
 
 def measure_sharded(workers: int) -> list[dict]:

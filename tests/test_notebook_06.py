@@ -1,0 +1,241 @@
+"""Notebook 06's prose: every number and judgement a markdown cell states, recomputed with zerolib.
+
+Each test reads one markdown cell (by id), normalises its whitespace and checks the phrases that
+carry numbers against values computed here, so a change in the library that moves a number makes
+the sentence fail until the text (and the executed notebook) follow.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import zerolib as zl
+from zerolib.core.placement import Placement, place
+from zerolib.crosscheck.conventions import megatron_distributed_optimizer as megatron
+from zerolib.crosscheck.conventions import playbook, side_by_side, zero_infinity
+from zerolib.crosscheck.deepspeed_estimator import estimate_zero3
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "06-sharding-groups-and-offload.ipynb"
+GB = 10**9
+TiB = 2**40
+P = zl.parameter_count("llama-2-70b")                         # 68,976,648,192
+FULL = zl.WorkingSetSettings(seq_len=4096, micro_batch=1, recompute="full")
+
+
+@pytest.fixture(scope="module")
+def cells():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    return {c.id: " ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown"}
+
+
+def gb(n_bytes, places=2) -> str:
+    return f"{n_bytes / GB:,.{places}f}"
+
+
+def says(text: str, *phrases: str):
+    for phrase in phrases:
+        assert phrase in text, f"expected {phrase!r} in: {text[:300]}..."
+
+
+def stage3_at(group: int) -> int:
+    return int(zl.model_state(P, 64, 3, shard_group=group).total)
+
+
+def peak(gpus, placement, host_memory=None):
+    (row,) = zl.stage_rows("llama-2-70b", gpus, [3], FULL, device="a100-80gb",
+                           placement=placement, host_memory=host_memory)
+    return row
+
+
+def test_groups_read(cells):
+    text = cells["groups-read"]
+    capacity = zl.get_device("a100-80gb").capacity
+    assert stage3_at(16) <= capacity < stage3_at(8)              # "only stage 3 ... with 16"
+    says(text, f"{gb(capacity, 1)} GB", f"{gb(stage3_at(16))} GB per GPU with a shard group of 16",
+         f"{gb(stage3_at(8))} GB with 8")
+    # Stages 1 and 2 keep the parameters (and gradients) whole: 4 P and 2 P bytes.
+    says(text, f"{gb(4 * P, 1)} and {gb(2 * P)} GB")
+    assert int(zl.model_state(P, 64, 2).total) > capacity and int(zl.model_state(P, 64, 1).total) > capacity
+    says(text, "four replicas")
+    assert 64 // 16 == 4
+
+
+def test_group_figure_read(cells):
+    text = cells["group-figure-read"]
+    says(text, f"{gb(stage3_at(64))} GB per GPU at stage 3",
+         f"({gb(stage3_at(32))}, {gb(stage3_at(16))}, {gb(stage3_at(8))} GB)")
+    fits16, too_big8 = peak(64, Placement(shard_group=16)), peak(64, Placement(shard_group=8))
+    assert fits16["fits"] and not too_big8["fits"]
+    says(text, f"the peak is {gb(fits16['peak'])} GB with a group of 16, which fits",
+         f"{gb(too_big8['peak'])} GB with a group of 8, which does not")
+
+
+def test_hpz_read(cells):
+    text = cells["hpz-read"]
+    state = place(P, 64, 3, placement=Placement(hpz_partition=8))
+    secondary = int(state.bytes["gpu"]["hpz_secondary"])
+    assert secondary == stage3_at(64)          # "as much as the whole stage-3 state"
+    says(text, f"costs {gb(secondary)} GB per GPU", f"{gb(state.gpu)} GB per GPU in all")
+    assert int(state.gpu) == stage3_at(32)     # "the same as a shard group of 32"
+
+
+def test_tier_read(cells):
+    text = cells["tier-read"]
+    opt = place(P, 8, 3, placement=Placement(offload_optimizer="cpu"))
+    both = place(P, 8, 3, placement=Placement(offload_optimizer="cpu", offload_params="cpu"))
+    nvme = place(P, 8, 3, placement=Placement(offload_optimizer="nvme", offload_params="nvme"))
+    says(text, f"leaves {gb(opt.gpu)} GB on the GPU", f"puts {gb(opt.cpu)} GB per GPU in CPU memory",
+         f"{gb(opt.per_node('cpu'), 1)} GB for the node",
+         f"{gb(both.per_node('cpu'), 1)} GB in the node's CPU memory",
+         f"{gb(nvme.per_node('cpu'), 1)} GB per node", f"drives hold {gb(nvme.per_node('nvme'), 1)} GB")
+    assert int(both.gpu) == 0
+    assert int(nvme.per_node("cpu")) == 8 * 2 * 10**9      # the first 1e9 parameters, 2 B each
+    hpz = place(P, 8, 3, placement=Placement(hpz_partition=8))
+    says(text, f"hpZ costs {gb(hpz.bytes['gpu']['hpz_secondary'])} GB more per GPU")
+    zero_offload = place(P, 8, 2, placement=Placement(offload_optimizer="cpu"))
+    says(text, f"still keeps all {gb(zero_offload.gpu)} GB of 16-bit parameters")
+
+
+def test_fit_read(cells):
+    text = cells["fit-read"]
+    plain, opt = peak(8, Placement()), peak(8, Placement(offload_optimizer="cpu"), TiB)
+    nvme = peak(8, Placement(offload_optimizer="nvme", offload_params="nvme"), TiB)
+    opt_2tib = peak(8, Placement(offload_optimizer="cpu"), 2 * TiB)
+    node = opt["tiers"]["cpu"]["per_node"]
+    assert not plain["fits"] and opt["host_fits"] is False and opt_2tib["fits"] is True
+    assert nvme["fits"] is True
+    says(text, f"the peak is {gb(plain['peak'])} GB: too big", f"falls to {gb(opt['peak'])} GB",
+         f"must hold {gb(node, 1)} GB, {gb(node - TiB, 1)} GB more than 1 TiB ({gb(TiB, 1)} GB)",
+         f"the GPU needs {gb(nvme['peak'], 1)} GB and the CPU memory "
+         f"{gb(nvme['tiers']['cpu']['per_node'], 1)} GB")
+
+
+def test_deepspeed_read(cells):
+    text = cells["deepspeed-read"]
+    largest = zl.largest_layer("llama-2-70b")
+    assert largest == 32_000 * 8_192
+    opt = estimate_zero3(P, largest, 8, 1, cpu_offload=True, cpu_offload_params=False)
+    both = estimate_zero3(P, largest, 8, 1, cpu_offload=True, cpu_offload_params=True)
+    ours_opt = place(P, 8, 3, placement=Placement(offload_optimizer="cpu"))
+    ours_both = place(P, 8, 3, placement=Placement(offload_optimizer="cpu", offload_params="cpu"))
+    assert opt.per_gpu - int(ours_opt.gpu) == both.per_gpu - int(ours_both.gpu) == 4 * largest
+    says(text, f"32,000 × 8,192 embedding, {gb(4 * largest)} GB",
+         f"{gb(opt.per_cpu, 1)} GB against {gb(ours_opt.per_node('cpu'), 1)} GB",
+         f"{gb(both.per_cpu, 1)} GB against {gb(ours_both.per_node('cpu'), 1)} GB")
+    assert opt.per_cpu == int(int(ours_opt.per_node("cpu")) * 1.5)
+    says(text, "(32 bytes on 8 GPUs")
+    assert max(4 * 8, 16) == 32
+
+
+def test_conventions_read(cells):
+    text = cells["conventions-read"]
+    table = side_by_side.model_state_by_convention("llama-3-8b", 8)
+    stage0, stage3 = table[table["stage"] == 0], table[table["stage"] == 3]
+    says(text, f"span {gb(stage0['bytes'].min(), 1)} GB (the Playbook's plots) to "
+               f"{gb(stage0['bytes'].max(), 1)} GB (the ZeRO-Infinity paper)",
+         f"span {gb(stage3['bytes'].min(), 1)} to {gb(stage3['bytes'].max(), 1)} GB")
+    assert stage0.loc[stage0["bytes"].idxmin(), "convention"] == "Ultra-Scale Playbook plots"
+    assert stage0.loc[stage0["bytes"].idxmax(), "convention"] == "ZeRO-Infinity paper"
+
+
+def test_megatron_read(cells):
+    text = cells["megatron-read"]
+    says(text, "20 bytes", "16 plus a separate fp32 copy", "(6 + 12/*d*)", "(8 + 8/*d*)")
+    assert megatron.comparison()["agrees"].all()
+    assert [megatron.parse_cell(c) for c in megatron.load()["printed"]] == [
+        (20, 0), (4, 16), (18, 0), (6, 12), (16, 0), (8, 8)]
+
+
+def test_playbook_read(cells):
+    text = cells["playbook-read"]
+    table = playbook.comparison()
+    says(text, f"All {len(table)} plotted and printed values")
+    assert table["agrees"].all()
+    panels = playbook.zero_figure_panels().set_index(["panel", "component"])
+    zero3 = panels.loc[("DP=8 Zero-3", "parameters")]
+    exact = zero3["plots' convention, exact [GiB]"]
+    says(text, f"{zero3['plotted [GiB]']}, is 15 / 8", f"is {exact:.4f} GiB",
+         f"{zero3['chapter [GiB]']:.3f} GiB")
+    opt = panels.loc[("DP=8 Zero-1", "optimizer")]
+    says(text, f"{opt['plotted [GiB]']} GiB plotted against {opt['chapter [GiB]']:.3f} GiB")
+
+
+def test_infinity_read(cells):
+    text = cells["infinity-read"]
+    table = zero_infinity.comparison()
+    says(text, f"{table['agrees'].sum()} of the {len(table)} values")
+    (bad,) = table[~table["agrees"]].to_dict("records")
+    says(text, f"printed {bad['printed']} GB where 4 bytes × 10,240 × 40,960 is "
+               f"{bad['reproduced']} GiB ({bad['reproduced_as_printed']})")
+    assert 4 * 10_240 * 40_960 / 2**30 == bad["reproduced"] == 1.5625
+
+
+def test_hsdp_read(cells):
+    text = cells["hsdp-read"]
+    sharded = zl.report.load_sharded()
+    hsdp = sharded[sharded["strategy"] == "hsdp"]
+    says(text, f"All {len(hsdp)} HSDP rows are explained")
+    assert (hsdp["unexplained_bytes"] == 0).all()
+    says(text, "ceil(2,606 / 2) = 1,303", "(1,354 elements)", "(1,354 or 1,252 elements)")
+    measured = {r: set(hsdp[hsdp["rank"] == r]["measured_bytes"]) for r in range(4)}
+    assert measured[0] == measured[2] and measured[1] == measured[3]
+
+
+def test_explorer_things_to_try(cells):
+    """Each 'thing to try', done on the explorer the notebook starts, shows what it predicts."""
+    text = cells["explorer-read"]
+    e = zl.PlacementExplorer(params=70 * 10**9, gpus=8, gpus_per_node=8, host_memory=TiB,
+                             device="a100-80gb")
+
+    def row(option):
+        from zerolib.chapter.explorers.placement import option_rows
+        rows = {r["option"]: r for r in option_rows(e.data, e.device, e.host_memory)}
+        return rows[option]
+
+    assert row("ZeRO-3 + optimizer on CPU")["host_fits"] is False      # 1,120 GB > 1 TiB
+    e.controls["host_memory"].value = 2 * TiB
+    r = row("ZeRO-3 + optimizer on CPU")
+    assert r["gpu_fits"] and r["host_fits"]
+    says(text, f"{gb(r['gpu'], 1)} GB on each GPU and {gb(r['cpu_per_node'], 0)} GB of the node's "
+               f"{gb(2 * TiB, 0)} GB")
+
+    e.controls["host_memory"].value = TiB
+    e.controls["gpus"].value = 64
+    options = [o for o in zl.OPTIONS if o.stage == 3]
+    assert all(row(o.name)["gpu_fits"] for o in options)
+    says(text, f"ZeRO-3 alone needs {gb(row('ZeRO-3')['gpu'], 1)} GB per GPU",
+         f"optimizer offload needs only {gb(row('ZeRO-3 + optimizer on CPU')['cpu_per_node'], 0)} GB")
+
+    e.controls["shard_group"].value = 16
+    says(text, f"ZeRO-3 needs {gb(row('ZeRO-3')['gpu'], 1)} GB per GPU and still fits")
+    assert row("ZeRO-3")["gpu_fits"] and not row("ZeRO-3 + hpZ copy (ZeRO++)")["offered"]
+
+    e.controls["shard_group"].value = 64
+    e.controls["params"].value = 405 * 10**9
+    big, off = row("ZeRO-3"), row("ZeRO-3 + optimizer on CPU")
+    assert not big["gpu_fits"] and off["gpu_fits"] and off["host_fits"]
+    says(text, f"ZeRO-3 alone is too big ({gb(big['gpu'], 0)} GB)",
+         f"the GPU holds {gb(off['gpu'], 1)} GB and each node {gb(off['cpu_per_node'], 0)} GB")
+
+    e.controls["params"].value = 70 * 10**9
+    before = row("ZeRO-3 + optimizer on CPU")
+    e.controls["gpus_per_node"].value = 16
+    after = row("ZeRO-3 + optimizer on CPU")
+    assert after["gpu"] == before["gpu"] and after["cpu_per_node"] == 2 * before["cpu_per_node"]
+    says(text, f"{gb(after['cpu_per_node'], 0)} GB for 70B with the optimizer offloaded")
+    assert e.status.value == ""
+
+
+def test_summary(cells):
+    text = cells["summary"]
+    says(text, f"stage 3 needs {gb(stage3_at(16))} GB per GPU with a group of 16",
+         f"({gb(peak(64, Placement(shard_group=16))['peak'])} GB)",
+         f"({gb(peak(64, Placement(shard_group=8))['peak'])} GB)",
+         f"({gb(2 * P // 8)} GB for a node of 8 here)",
+         f"leaves {gb(place(P, 8, 3, placement=Placement(offload_optimizer='cpu')).gpu)} GB",
+         "6 of 6 cells at every *d*, 116 of 116, 29 of 30")
+    assert re.search(r"\[5 · The price of ZeRO\]\(05-the-price-of-zero\.ipynb\)", text)
+    assert re.search(r"\[7 · When ZeRO is not enough\]\(07-when-zero-is-not-enough\.ipynb\)", text)

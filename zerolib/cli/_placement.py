@@ -1,0 +1,129 @@
+"""The placement options of ``zerolib estimate`` (``--shard-group``, ``--hpz``, offload ...).
+
+Kept apart from ``estimate.py`` so that file only gains a few calls: these functions add the
+arguments, turn them into a :class:`zerolib.core.placement.Placement` (numbers parsed with
+:mod:`zerolib.core.parse`), pick the stages a placement is offered at when ``--stage`` is not
+given, and add the per-tier columns to the table and the CSV.
+"""
+from __future__ import annotations
+
+from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
+from zerolib.core.parse import parse_size, parse_whole
+from zerolib.core.placement import (
+    DEFAULT_GPUS_PER_NODE,
+    Placement,
+    gpus_on_node,
+    offered_stages,
+)
+from zerolib.core.units import to_unit
+
+DEVICES = ("cpu", "nvme")
+# dest -> flag, for the messages
+OPTIONS = {"shard_group": "--shard-group", "hpz": "--hpz", "offload_optimizer": "--offload-optimizer",
+           "offload_params": "--offload-params", "gpus_per_node": "--gpus-per-node",
+           "host_memory": "--host-memory"}
+
+
+def add_arguments(parser) -> None:
+    group = parser.add_argument_group(
+        "where the state lives",
+        "Shard over a group of GPUs (HSDP, MiCS), keep ZeRO++'s hpZ copy, or offload to the "
+        "host (ZeRO-Offload, ZeRO-Infinity; DeepSpeed's combinations). With any of these the "
+        "category columns and 'per GPU' are what stays on the GPU; CPU and NVMe bytes are "
+        "shown per GPU and per node. Without --stage only the stages that offer the setting "
+        "are shown.")
+    group.add_argument("--shard-group", metavar="G",
+                       help="shard over groups of G GPUs (G divides --gpus), replicated across groups")
+    group.add_argument("--hpz", action="store_true", default=None,
+                       help="ZeRO++ hpZ (stage 3): a 16-bit parameter copy sharded within each node")
+    group.add_argument("--offload-optimizer", choices=DEVICES,
+                       help="optimizer state and fp32 gradients to CPU memory (stages 1-3) or "
+                            "NVMe (stage 3)")
+    group.add_argument("--offload-params", choices=DEVICES,
+                       help="16-bit parameters to CPU memory or NVMe (stage 3 only)")
+    group.add_argument("--gpus-per-node", metavar="N",
+                       help=f"GPUs sharing a node's CPU memory and NVMe (default "
+                            f"{DEFAULT_GPUS_PER_NODE}, or --gpus when fewer); --gpus must fill "
+                            "whole nodes")
+    group.add_argument("--host-memory", metavar="SIZE",
+                       help="CPU memory per node, e.g. 1TiB, 2TB: judge the offloaded host "
+                            "state against it (fits then needs both)")
+
+
+def requested(args) -> bool:
+    return any(getattr(args, dest, None) is not None for dest in OPTIONS)
+
+
+def placement_from(args, gpus: int, tensor_parallel: int = 1) -> Placement | None:
+    """The Placement the flags ask for (None without any of them)."""
+    if not requested(args):
+        return None
+    per_node = (None if args.gpus_per_node is None else
+                parse_whole(args.gpus_per_node, "--gpus-per-node", maximum=MAX_GPUS))
+    shard_group = (None if args.shard_group is None else
+                   parse_whole(args.shard_group, "--shard-group", maximum=MAX_GPUS))
+    hpz = 1
+    if args.hpz:
+        # The data-parallel ranks of one node (a node holds tensor_parallel x that many GPUs).
+        on_node = int(gpus_on_node(gpus, per_node))
+        if on_node % tensor_parallel:
+            raise ValueError(f"--hpz needs the GPUs of a node ({on_node}) to be a multiple of "
+                             f"--tensor-parallel ({tensor_parallel})")
+        hpz = on_node // tensor_parallel
+        if hpz == 1:
+            raise ValueError("--hpz needs more than one data-parallel GPU per node (see "
+                             "--gpus-per-node)")
+    return Placement(shard_group=shard_group, hpz_partition=hpz,
+                     offload_optimizer=args.offload_optimizer or "none",
+                     offload_params=args.offload_params or "none", gpus_per_node=per_node)
+
+
+def host_memory_from(args) -> int | None:
+    if args.host_memory is None:
+        return None
+    return parse_size(args.host_memory, "--host-memory", maximum=MAX_BYTES)
+
+
+def default_stages(placement: Placement | None, stages):
+    """``--stage`` when given, otherwise the stages ``placement`` is offered at."""
+    return stages if placement is None or stages is not None else offered_stages(placement)
+
+
+def has_tiers(result: dict) -> bool:
+    return bool(result["stages"]) and "tiers" in result["stages"][0]
+
+
+def describe(result: dict, unit: str) -> str:
+    fields = result["placement"]
+    text = Placement(**fields).describe()
+    memory = result.get("host_memory")
+    host = "" if memory is None else f"; host memory {to_unit(memory, unit):,.2f} {unit} per node"
+    return (f"Placement: {text}; {fields['gpus_per_node']} GPUs per node{host}. Category columns "
+            "and 'per GPU' are what stays on the GPU.")
+
+
+def _offloads(result: dict) -> list[str]:
+    return [tier for tier in ("cpu", "nvme")
+            if any(row["tiers"][tier]["total"] for row in result["stages"])]
+
+
+def table_columns(result: dict, unit: str) -> tuple[list[str], list[list[str]]]:
+    """Per tier that holds anything: bytes per GPU and per node; then host_fits if judged."""
+    tiers = _offloads(result)
+    names = {"cpu": "CPU", "nvme": "NVMe"}
+    headers = [h for tier in tiers for h in (f"{names[tier]}/GPU [{unit}]", f"{names[tier]}/node [{unit}]")]
+    cells = [[f"{to_unit(row['tiers'][tier][key], unit):,.2f}" for tier in tiers
+              for key in ("total", "per_node")] for row in result["stages"]]
+    if result.get("host_memory") is not None:
+        headers.append("host fits")
+        for row, line in zip(result["stages"], cells):
+            line.append("yes" if row["host_fits"] else "no")
+    return headers, cells
+
+
+def csv_columns(result: dict) -> tuple[list[str], list[list]]:
+    headers = ["gpu", "cpu", "nvme", "gpu_per_node", "cpu_per_node", "nvme_per_node", "host_fits"]
+    rows = [[*(row["tiers"][t]["total"] for t in ("gpu", "cpu", "nvme")),
+             *(row["tiers"][t]["per_node"] for t in ("gpu", "cpu", "nvme")),
+             "" if row.get("host_fits") is None else row["host_fits"]] for row in result["stages"]]
+    return headers, rows
