@@ -88,3 +88,14 @@ def test_compute_settings_are_checked():
         compute_seconds(10**9, PAPER_V100)
     with pytest.raises(TypeError, match="traffic"):
         step_time("llama-2-7b", "dgx-h100", "h100-80gb")
+
+
+def test_parse_fraction():
+    from zerolib.core.parse import parse_fraction
+    assert [parse_fraction(text, "--mfu") for text in ("0.4", "40%", "4e-1", "1", "100%")] == [
+        0.4, 0.4, 0.4, 1.0, 1.0]
+    for bad in ("0", "0%", "1.01", "-0.5", "nan", "40 percent", "", "٠.4"):
+        with pytest.raises(ValueError, match="--mfu"):
+            parse_fraction(bad, "--mfu")
+    with pytest.raises(TypeError, match="--mfu"):
+        parse_fraction(True, "--mfu")

@@ -5,6 +5,7 @@ import csv
 import io
 import json
 
+from zerolib.cli import _communication as communication_cli
 from zerolib.cli import _working_set as working_set_cli
 from zerolib.cli._arguments import (
     add_layout_arguments,
@@ -39,6 +40,7 @@ def register(commands) -> None:
                         help="unit of the table (GB = 10^9 bytes, GiB = 2^30); JSON and CSV are in bytes")
     parser.add_argument("--format", default="table", choices=("table", "json", "csv"))
     working_set_cli.add_arguments(parser)
+    communication_cli.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -46,13 +48,15 @@ def run(args) -> int:
     layout = layout_from(args)
     stages = STAGES if args.stage is None else (stage_number(args.stage),)
     gpus = gpu_count(args.gpus, "--gpus")
+    communication = communication_cli.options_from(args)
     if args.model is not None:
         config = get_model(args.model)      # resolved once, handed down
         result = estimate_model(config, gpus, working_set_cli.settings_from(args, config), layout,
-                                args.device, stages)
+                                args.device, stages, **communication)
     else:
         working_set_cli.without_model(args)
-        result = estimate(parse_count(args.params, "--params"), gpus, layout, args.device, stages)
+        result = estimate(parse_count(args.params, "--params"), gpus, layout, args.device, stages,
+                          **communication)
     print(render(result.as_dict(), args.format, args.unit))
     return 0
 
@@ -66,11 +70,15 @@ def render(result: dict, form: str, unit: str) -> str:
         writer = csv.writer(out, lineterminator="\n")
         extra_headers, extra_cells = (working_set_cli.csv_columns(result)
                                       if working_set_cli.has_working_set(result) else ([], None))
-        writer.writerow(["params", "gpus", "layout", "stage", *columns, *extra_headers, "fits"])
+        comm_headers, comm_cells = (communication_cli.csv_columns(result)
+                                    if communication_cli.has_communication(result) else ([], None))
+        writer.writerow(["params", "gpus", "layout", "stage", *columns, *extra_headers, "fits",
+                         *comm_headers])
         for index, row in enumerate(result["stages"]):
             writer.writerow([result["params"], result["gpus"], result["layout"]["name"], row["stage"],
                              *(row[c] for c in columns), *(extra_cells[index] if extra_cells else ()),
-                             "" if row["fits"] is None else row["fits"]])
+                             "" if row["fits"] is None else row["fits"],
+                             *(comm_cells[index] if comm_cells else ())])
         return out.getvalue().rstrip("\n")
     layout = result["layout"]
     device = result["device"]
@@ -82,9 +90,13 @@ def render(result: dict, form: str, unit: str) -> str:
     if working_set_cli.has_working_set(result):
         extra_headers, extra_cells = working_set_cli.table_columns(result, unit)
         lines.append(working_set_cli.describe(result))
+    comm_headers, comm_cells = [], [[] for _ in result["stages"]]
+    if communication_cli.has_communication(result):
+        comm_headers, comm_cells = communication_cli.table_columns(result, unit)
+        lines.append(communication_cli.describe(result))
     headers = ["strategy", *(f"{c} [{unit}]" for c in CATEGORIES), f"per GPU [{unit}]",
-               f"all GPUs [{unit}]", *extra_headers] + (["fits"] if device else [])
+               f"all GPUs [{unit}]", *extra_headers] + (["fits"] if device else []) + comm_headers
     rows = [[STRATEGY_NAMES[row["stage"]], *(f"{to_unit(row[c], unit):,.2f}" for c in columns), *extra]
-            + (["yes" if row["fits"] else "no"] if device else [])
-            for row, extra in zip(result["stages"], extra_cells)]
+            + (["yes" if row["fits"] else "no"] if device else []) + comm
+            for row, extra, comm in zip(result["stages"], extra_cells, comm_cells)]
     return "\n".join(lines + ["", text_table(headers, rows)])
