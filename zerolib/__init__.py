@@ -26,6 +26,9 @@ _EXPORTS = {
     "zerolib.core.accounting": ("CATEGORIES", "STAGES", "PARTITIONED", "STRATEGY_NAMES", "LAYOUTS",
                                 "Layout", "get_layout", "model_state"),
     "zerolib.core.devices": ("DEVICES", "get_device", "capacity_text"),
+    "zerolib.core.links": ("LINKS", "get_link"),
+    "zerolib.core.nodes": ("NODES", "interconnect", "bus_bandwidth", "ring_latency"),
+    "zerolib.core.collectives": ("ring_volume", "collective_seconds"),
     "zerolib.core.models": ("MODELS", "TransformerConfig", "get_model", "parameter_count",
                             "largest_layer"),
     "zerolib.core.activations": ("layer_activation_bytes", "layer_activation_terms",
@@ -34,7 +37,9 @@ _EXPORTS = {
     "zerolib.core.working_set": ("WorkingSetSettings", "TERMS", "working_set", "peak", "peaks",
                                  "peak_fits", "fewest_gpus_for_peak", "largest_micro_batch",
                                  "stage_rows"),
-    "zerolib.core.communication": ("volume",),
+    "zerolib.core.communication": ("volume", "traffic", "flat_traffic", "layer_units", "SLOTS"),
+    "zerolib.core.step": ("ComputeSettings", "compute_seconds", "step_time"),
+    "zerolib.core.step_tables": ("traffic_frame", "timeline_frame", "tradeoff_frame"),
     "zerolib.core.tables": ("memory_table", "fewest_gpus_table", "stage_savings", "peak_frame"),
     "zerolib.core.estimate": ("estimate", "estimate_model"),
     "zerolib.chapter.style": ("render_png", "render_svg"),
@@ -43,7 +48,10 @@ _EXPORTS = {
     "zerolib.chapter.charts.model_size": ("model_size_figure",),
     "zerolib.chapter.charts.will_it_fit": ("will_it_fit_figure",),
     "zerolib.chapter.charts.measured": ("measured_vs_predicted_figure",),
-    "zerolib.chapter.explorers": ("GpuCountExplorer", "ModelSizeExplorer", "WillItFitExplorer"),
+    "zerolib.chapter.charts.step_timeline": ("step_timeline_figure",),
+    "zerolib.chapter.charts.tradeoff": ("memory_vs_step_time_figure",),
+    "zerolib.chapter.explorers": ("GpuCountExplorer", "ModelSizeExplorer", "WillItFitExplorer",
+                                  "StepTimeExplorer"),
 }
 # Whole modules of the cross-checks, used as namespaces (``zl.paper.figure1_comparison()``).
 _MODULES = {

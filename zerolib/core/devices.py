@@ -31,6 +31,9 @@ class Device:
     peak_dtype: str = ""            # "bf16", or "fp16" on parts without bf16
     peak_source: str = ""
 
+    def __deepcopy__(self, memo) -> Device:
+        return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
+
     def as_dict(self) -> dict:
         return {"name": self.name, "capacity": self.capacity}
 

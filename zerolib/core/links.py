@@ -55,6 +55,9 @@ class Link:
             raise ValueError(f"bandwidth must be a positive whole number of bytes per second, "
                              f"got {self.bandwidth!r}")
 
+    def __deepcopy__(self, memo) -> Link:
+        return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
+
     def as_dict(self) -> dict:
         return {"name": self.name, "kind": self.kind, "bandwidth": self.bandwidth,
                 "hop_latency": self.hop_latency}

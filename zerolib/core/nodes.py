@@ -110,6 +110,9 @@ class Interconnect:
             if not 1 <= self.gpus_per_node <= MAX_GPUS or self.nics < 1:
                 raise ValueError("gpus_per_node and nics must be positive whole numbers")
 
+    def __deepcopy__(self, memo) -> Interconnect:
+        return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
+
     @property
     def network_bandwidth(self) -> int | None:
         """Bytes per second a node's rings leave it at (all its ports together)."""

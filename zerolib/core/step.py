@@ -81,6 +81,9 @@ class ComputeSettings:
         object.__setattr__(self, "mfu", check_mfu(self.mfu))
         check_flag(self.full_recompute, "full_recompute")
 
+    def __deepcopy__(self, memo) -> ComputeSettings:
+        return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
+
     @property
     def flops_per_param_token(self) -> int:
         return FORWARD_FLOPS + BACKWARD_FLOPS + (RECOMPUTE_FLOPS if self.full_recompute else 0)

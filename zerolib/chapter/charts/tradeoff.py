@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
-from matplotlib.transforms import offset_copy
+from matplotlib.transforms import blended_transform_factory, offset_copy
 
 from zerolib.chapter.charts.gpu_count import _spread
 from zerolib.chapter.charts.tidy import check_tidy
@@ -69,6 +69,7 @@ class TradeoffArtists:
     waits: dict            # stage -> Line2D from compute time to step time
     labels: dict           # stage -> Text
     compute_line: object   # Line2D: the compute time, the same for every stage
+    compute_label: object  # Text at the top of that line
     device_line: object
     legend: object
     title: object
@@ -105,8 +106,8 @@ def _apply(artists: TradeoffArtists, frame, device, unit):
         label.set_text(f"{format_value(memory[i])} {unit} · {format_value(step[i])} s · "
                        f"{wait[i]:.0%} waiting")
     artists.compute_line.set_data([compute[0], compute[0]], [0, 1])
-    artists.compute_line.set_label(f"compute alone: {format_value(compute[0])} s")
-    artists.legend.get_texts()[len(stages) + 1].set_text(artists.compute_line.get_label())
+    artists.compute_label.set_x(compute[0])
+    artists.compute_label.set_text(f"compute {format_value(compute[0])} s")
     ax.set_xlabel("Step time [s]")
     ax.set_ylabel(f"Peak memory per GPU [{unit}]")
     show_device_and_titles(artists, device, unit, capacity, tradeoff_titles(frame.attrs))
@@ -136,7 +137,10 @@ def draw_memory_vs_step_time(ax, frame: pd.DataFrame, device: str | Device | Non
                                     ha="left", va="center", fontsize=9, color=color,
                                     fontweight="bold", clip_on=False, linespacing=1.2)
         compute_line = ax.axvline(0, color=COMPUTE_COLOR, ls=(0, (1, 2)), lw=1.4, zorder=2,
-                                  label="compute alone")
+                                  label="compute alone: the step without any wait")
+        compute_label = ax.text(0, 1, "", transform=offset_copy(
+            blended_transform_factory(ax.transData, ax.transAxes), figure, x=-4, y=-2,
+            units="points"), ha="right", va="top", fontsize=9, color=COMPUTE_COLOR)
         device_line = ax.axhline(0, color=DEVICE_COLOR, ls=(0, (5, 3)), lw=1.8, zorder=2,
                                  label=device_label(device, unit))
         handles = [*points.values(), device_line, compute_line]
@@ -149,8 +153,8 @@ def draw_memory_vs_step_time(ax, frame: pd.DataFrame, device: str | Device | Non
             axis.set_major_locator(MaxNLocator(nbins=7, steps=[1, 2, 2.5, 5, 10]))
             axis.set_major_formatter(FuncFormatter(plain_number))
         fix_axis_labels(ax)
-        artists = TradeoffArtists(ax, stages, points, waits, labels, compute_line, device_line,
-                                  legend, title, subtitle)
+        artists = TradeoffArtists(ax, stages, points, waits, labels, compute_line, compute_label,
+                                  device_line, legend, title, subtitle)
         _apply(artists, frame, device, unit)
     return artists
 
