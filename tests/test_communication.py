@@ -130,3 +130,21 @@ def test_bad_input_is_named():
         traffic("llama-9", 2, 3)
     with pytest.raises(ValueError, match="gpus"):
         traffic("gpt2", 0, 3)
+
+
+def test_the_sweep_path_equals_the_slot_sums():
+    # by_kind("sent") of a flat count in whole bytes takes a shortcut; it must give what summing
+    # the slots gives, over random settings (and sub-byte widths take the slot sums).
+    rng = np.random.default_rng(1)
+    params, gpus = rng.integers(1, 10**12, 5000), rng.integers(1, 5000, 5000)
+    stage = rng.integers(0, 4, 5000)
+    for layout in ("mixed-adam", "fp32-adam", "bf16-fp32-grads"):
+        t = flat_traffic(params, gpus, stage, layout)
+        fast = t.by_kind("sent")
+        for kind in fast:
+            slow = sum(t.sent[s.name] for s in SLOTS if s.kind == kind)
+            assert np.array_equal(fast[kind], slow), (layout, kind)
+    from zerolib.core.accounting import Layout
+    half = flat_traffic(3, 2, 0, Layout.custom(0.5, 0.5, 1))
+    # 2 chunks of 2 elements sent in 4 bits: 8 bits = 1 byte.
+    assert int(half.by_kind("sent")["all_reduce"]) == 1

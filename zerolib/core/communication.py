@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 
 import numpy as np
@@ -81,24 +82,68 @@ PHASES = ("forward", "backward", "after_step")
 @dataclass(frozen=True)
 class Traffic:
     """One step's collectives per GPU, per slot of :data:`SLOTS` (int64 arrays, broadcast over
-    the inputs; 0 where a stage does not use a slot).
+    the inputs; 0 where a stage does not use a slot). Computed when first asked for.
 
-    ``handed`` is what the GPU passes to the collective calls (the buffer of an all-reduce or a
-    reduce-scatter, its own chunk of an all-gather); ``sent`` what it sends over the ring, which
-    equals what it receives.
+    ``calls`` counts the collective calls; ``handed`` is what the GPU passes to them (the buffer
+    of an all-reduce or a reduce-scatter, its own chunk of an all-gather); ``sent`` what it sends
+    over the ring, which equals what it receives.
     """
 
-    params: np.ndarray
-    gpus: np.ndarray
-    stage: np.ndarray
+    params: np.ndarray = field(repr=False)
+    gpus: np.ndarray = field(repr=False)
+    stage: np.ndarray = field(repr=False)
     layout: Layout
-    layers: int                     # the buffers stage 3 gathers one by one (1: a flat count)
-    calls: Mapping[str, np.ndarray] = field(repr=False)
-    handed: Mapping[str, np.ndarray] = field(repr=False)
-    sent: Mapping[str, np.ndarray] = field(repr=False)
+    layers: int                         # buffers stage 3 gathers one by one (1: a flat count)
+    layer_chunks: np.ndarray | None = field(default=None, repr=False)
+    # ^ chunks of one stage-3 pass summed over the layers; None: one flat buffer
+
+    @cached_property
+    def _chunk(self) -> np.ndarray:
+        return ceil_div(self.params, self.gpus)     # one flat buffer (stages 0-2)
+
+    @cached_property
+    def _layered(self) -> np.ndarray:
+        return self._chunk if self.layer_chunks is None else self.layer_chunks
+
+    def _bits(self, slot: Slot) -> int:
+        return self.layout.bits_per_param(slot.category)
+
+    def _mask(self, slot: Slot) -> np.ndarray:
+        low, high = slot.stages[0], slot.stages[-1]     # each slot's stages are a range
+        return (self.stage >= low) & (self.stage <= high) & (self.gpus > 1)
+
+    def _per_slot(self, elements) -> Mapping[str, np.ndarray]:
+        return MappingProxyType({slot.name: to_bytes(elements(slot), self._bits(slot))
+                                 * self._mask(slot) for slot in SLOTS})
+
+    @cached_property
+    def calls(self) -> Mapping[str, np.ndarray]:
+        def count(slot):
+            if slot.stages == (3,) or (slot.name == "gradient_reduce_scatter"):
+                return np.where(self.stage == 3, self.layers, 1)
+            return np.ones(self.gpus.shape, dtype=np.int64)
+        return MappingProxyType({slot.name: count(slot) * self._mask(slot) for slot in SLOTS})
+
+    @cached_property
+    def handed(self) -> Mapping[str, np.ndarray]:
+        chunks = np.where(self.stage == 3, self._layered, self._chunk)
+
+        def elements(slot):
+            if slot.kind == "all_reduce":
+                return self.params
+            return self.gpus * chunks if slot.kind == "reduce_scatter" else chunks
+        return self._per_slot(elements)
+
+    @cached_property
+    def sent(self) -> Mapping[str, np.ndarray]:
+        chunks = np.where(self.stage == 3, self._layered, self._chunk)
+        one_pass = (self.gpus - 1) * chunks
+        return self._per_slot(lambda slot: CHUNKS_SENT[slot.kind] * one_pass)
 
     def by_kind(self, what: str = "sent") -> dict[str, np.ndarray]:
         """``calls``, ``handed`` or ``sent`` summed per collective kind."""
+        if what == "sent" and self.layer_chunks is None and self._whole_bytes:
+            return self._flat_sent_by_kind()
         values = {"calls": self.calls, "handed": self.handed, "sent": self.sent}[what]
         out = {kind: np.zeros(self.gpus.shape, dtype=np.int64) for kind in KINDS}
         for slot in SLOTS:
@@ -106,9 +151,24 @@ class Traffic:
         return out
 
     @property
+    def _whole_bytes(self) -> bool:
+        return all(self.layout.bits_per_param(c) % 8 == 0 for c in ("parameters", "gradients"))
+
+    def _flat_sent_by_kind(self) -> dict[str, np.ndarray]:
+        """The same sums for one flat buffer in whole bytes, in a few array operations (the
+        sweeps): one ring pass of elements times a per-stage factor of bytes."""
+        grad = self.layout.bits_per_param("gradients") // 8
+        param = self.layout.bits_per_param("parameters") // 8
+        one_pass = (self.gpus - 1) * self._chunk
+        factors = {"all_reduce": (2 * grad, 0, 0, 0), "reduce_scatter": (0, grad, grad, grad),
+                   "all_gather": (0, param, param, 2 * param)}
+        return {kind: one_pass * np.asarray(factor, dtype=np.int64)[self.stage]
+                for kind, factor in factors.items()}
+
+    @property
     def total_sent(self) -> np.ndarray:
         """Bytes one GPU sends in the step (and receives: a ring is symmetric)."""
-        return sum(self.sent.values())
+        return sum(self.by_kind("sent").values())
 
 
 _OUTSIDE_BLOCKS = ("embedding", "position_embedding", "final_norm", "output_projection")
@@ -135,38 +195,6 @@ def _check_units(units) -> np.ndarray:
     return array
 
 
-def _schedule(params, gpus, stage, layout: Layout, layer_chunks, layers: int) -> Traffic:
-    """Every slot of :data:`SLOTS` per setting. ``layer_chunks``: the chunks of one stage-3 pass
-    summed over its ``layers`` (ceil(P / n) for one flat buffer)."""
-    bits = {"gradients": layout.bits_per_param("gradients"),
-            "parameters": layout.bits_per_param("parameters")}
-    chunk = ceil_div(params, gpus)                 # one flat buffer (stages 0-2)
-    # Per slot: (stages mask, calls, elements handed over, elements sent).
-    s3 = stage == 3
-    layered = (layers, layer_chunks, (gpus - 1) * layer_chunks)
-    plan = {
-        "forward_all_gather": (s3, *layered),
-        "backward_all_gather": (s3, *layered),
-        "gradient_all_reduce": (stage == 0, 1, params,
-                                CHUNKS_SENT["all_reduce"] * (gpus - 1) * chunk),
-        "gradient_reduce_scatter": (stage >= 1, np.where(s3, layers, 1),
-                                    gpus * np.where(s3, layer_chunks, chunk),
-                                    (gpus - 1) * np.where(s3, layer_chunks, chunk)),
-        "parameter_all_gather": ((stage == 1) | (stage == 2), 1, chunk, (gpus - 1) * chunk),
-    }
-    calls, handed, sent = {}, {}, {}
-    talking = gpus > 1                              # one GPU alone communicates nothing
-    for slot in SLOTS:
-        mask, n_calls, handed_elements, sent_elements = plan[slot.name]
-        width = bits[slot.category]
-        active = mask & talking
-        calls[slot.name] = np.where(active, n_calls, 0).astype(np.int64, copy=False)
-        handed[slot.name] = np.where(active, to_bytes(handed_elements, width), 0)
-        sent[slot.name] = np.where(active, to_bytes(sent_elements, width), 0)
-    return Traffic(params, gpus, stage, layout, layers, MappingProxyType(calls),
-                   MappingProxyType(handed), MappingProxyType(sent))
-
-
 def flat_traffic(params, gpus, stage, layout: str | Layout = "mixed-adam") -> Traffic:
     """One step's traffic for a bare parameter count (no layers: stage 3 gathers one flat
     buffer per pass). ``params``, ``gpus`` and ``stage`` broadcast together, so a sweep of a
@@ -174,7 +202,7 @@ def flat_traffic(params, gpus, stage, layout: str | Layout = "mixed-adam") -> Tr
     layout = get_layout(layout)
     params, gpus, stage = broadcast(params=check_params(params), gpus=check_gpus(gpus),
                                     stage=check_stage(stage))
-    return _schedule(params, gpus, stage, layout, ceil_div(params, gpus), 1)
+    return Traffic(params, gpus, stage, layout, 1)
 
 
 def traffic(model, gpus, stage, layout: str | Layout = "mixed-adam") -> Traffic:
@@ -195,8 +223,7 @@ def traffic(model, gpus, stage, layout: str | Layout = "mixed-adam") -> Traffic:
     layer_chunks = np.zeros(flat_gpus.shape, dtype=np.int64)
     for size in units:
         layer_chunks += ceil_div(int(size), flat_gpus)
-    return _schedule(params, gpus, stage, layout, layer_chunks.reshape(gpus.shape),
-                     int(units.size))
+    return Traffic(params, gpus, stage, layout, int(units.size), layer_chunks.reshape(gpus.shape))
 
 
 @dataclass(frozen=True)
