@@ -145,6 +145,6 @@ def test_the_sweep_path_equals_the_slot_sums():
             slow = sum(t.sent[s.name] for s in SLOTS if s.kind == kind)
             assert np.array_equal(fast[kind], slow), (layout, kind)
     from zerolib.core.accounting import Layout
-    half = flat_traffic(3, 2, 0, Layout.custom(0.5, 0.5, 1))
-    # 2 chunks of 2 elements sent in 4 bits: 8 bits = 1 byte.
-    assert int(half.by_kind("sent")["all_reduce"]) == 1
+    half = flat_traffic(6, 6, 1, Layout.custom(0.5, 0.5, 1))
+    # 6 elements on 6 GPUs: a pass sends 5 chunks of 1 element, 20 bits, rounded up to 3 bytes.
+    assert int(half.by_kind("sent")["reduce_scatter"]) == 3
