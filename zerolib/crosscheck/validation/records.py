@@ -15,6 +15,8 @@ from zerolib._io import atomic_write
 
 SHARDED_FILE = "validation_sharded.csv"
 ACTIVATIONS_FILE = "validation_activations.csv"
+COMMUNICATION_PYTORCH_FILE = "communication_pytorch.csv"
+COMMUNICATION_DEEPSPEED_FILE = "communication_deepspeed.csv"
 VERSION_COLUMNS = ("torch_version", "python_version", "platform")
 FLOAT_FORMAT = "%.6f"  # relative differences; every byte count is an integer
 
