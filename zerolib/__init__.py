@@ -58,6 +58,7 @@ _MODULES = {
     "paper": "zerolib.crosscheck.paper",
     "deepspeed_estimator": "zerolib.crosscheck.deepspeed_estimator",
     "report": "zerolib.crosscheck.validation.report",
+    "communication_report": "zerolib.crosscheck.validation.comm_report",
 }
 _OWNER = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted([*_OWNER, *_MODULES])
