@@ -16,8 +16,8 @@ from zerolib.cli import main
 from zerolib.crosscheck.validation.deepspeed_run import DEEPSPEED_MODELS
 from zerolib.crosscheck.validation.effects import MECHANISMS
 from zerolib.crosscheck.validation.explain_communication import (
+    COMPARED_KINDS,
     DEEPSPEED_CONFIGS,
-    KINDS,
     compare_communication,
     deepspeed_effects,
     predicted,
@@ -132,12 +132,12 @@ def test_deepspeed_stage_3_by_hand():
 def test_records_are_tidy_stamped_and_complete(name, pytorch_record, deepspeed_record):
     frame = pytorch_record if name == "pytorch" else deepspeed_record
     assert sorted(frame["workers"].unique()) == [2, 4]
-    assert list(frame["kind"].unique()) == list(KINDS)
+    assert list(frame["kind"].unique()) == list(COMPARED_KINDS)
     keys = ["strategy", "precision", "model", "workers", "rank", "kind"]
     assert not frame.duplicated(keys).any()
     runs = (len(STRATEGIES) * len(TINY_MODELS) if name == "pytorch"
             else len(DEEPSPEED_CONFIGS) * 2 * len(DEEPSPEED_MODELS))
-    assert len(frame) == runs * (2 + 4) * len(KINDS)
+    assert len(frame) == runs * (2 + 4) * len(COMPARED_KINDS)
     versions = ["torch_version", "python_version", "platform"]
     if name == "deepspeed":
         versions += ["deepspeed_version", "backend"]

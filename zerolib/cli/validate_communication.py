@@ -15,9 +15,11 @@ from zerolib.cli._arguments import add_run_arguments, worker_counts
 from zerolib.cli._output import text_table
 from zerolib.crosscheck.validation import DEEPSPEED_INSTALL_HINT, INSTALL_HINT
 from zerolib.crosscheck.validation.effects import MECHANISMS
-from zerolib.crosscheck.validation.explain_communication import KINDS
-
-FILES = {"pytorch": "communication_pytorch.csv", "deepspeed": "communication_deepspeed.csv"}
+from zerolib.crosscheck.validation.explain_communication import COMPARED_KINDS, ENGINES
+from zerolib.crosscheck.validation.records import (
+    COMMUNICATION_DEEPSPEED_FILE,
+    COMMUNICATION_PYTORCH_FILE,
+)
 
 
 def register(commands) -> None:
@@ -29,9 +31,9 @@ def register(commands) -> None:
                     "gloo on 127.0.0.1, count with the PyTorch profiler what every rank hands to "
                     "each kind of collective in one step after warm-up, and print it beside "
                     "zerolib's prediction with every difference attributed to a mechanism.")
-    parser.add_argument("--engine", default="pytorch", choices=tuple(FILES),
+    parser.add_argument("--engine", default="pytorch", choices=ENGINES,
                         help="which runs to make (default: pytorch)")
-    add_run_arguments(parser, "communication_pytorch.csv or communication_deepspeed.csv")
+    add_run_arguments(parser, f"{COMMUNICATION_PYTORCH_FILE} or {COMMUNICATION_DEEPSPEED_FILE}")
     parser.add_argument("--format", default="table", choices=("table", "json"),
                         help="a text table (bytes) or JSON records (default: table)")
     parser.set_defaults(func=run)
@@ -87,7 +89,7 @@ def render(frame, form: str) -> str:
     for key, group in frame.groupby(keys, sort=False):
         by_kind = group.set_index("kind")
         cells = []
-        for kind in KINDS:
+        for kind in COMPARED_KINDS:
             measured, predicted = by_kind.at[kind, "measured_bytes"], by_kind.at[kind, "predicted_bytes"]
             calls = (by_kind.at[kind, "measured_calls"], by_kind.at[kind, "predicted_calls"])
             cells.append("-" if not (measured or predicted) else
@@ -100,7 +102,7 @@ def render(frame, form: str) -> str:
              "prediction (calls measured / predicted). Rows with unexplained bytes or calls: "
              f"{bad} of {len(frame)}.")
     headers = ["strategy", "precision", "model", "W", "rank",
-               *(f"{kind} [B]" for kind in KINDS), "explained by"]
+               *(f"{kind} [B]" for kind in COMPARED_KINDS), "explained by"]
     used = {key for text in frame["effects"] for key in text.split()}
     legend = ["Mechanisms (the CSV's explanation column gives each row's numbers):",
               *(f"  {key}: {text}" for key, text in MECHANISMS.items() if key in used)]

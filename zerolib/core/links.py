@@ -32,7 +32,7 @@ NVLINK_HOP = 3.4e-6        # hwLat[NVLINK]: per ring step
 PCI_HOP = 5.7e-6           # hwLat[PCI]
 NET_HOP = 14.0e-6          # hwLat[NET]
 
-KINDS = ("nvlink", "pcie", "network")
+LINK_KINDS = ("nvlink", "pcie", "network")
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,8 @@ class Link:
     source: str
 
     def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.kind not in LINK_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(LINK_KINDS)}, got {self.kind!r}")
         if not isinstance(self.bandwidth, int) or self.bandwidth <= 0:
             raise ValueError(f"bandwidth must be a positive whole number of bytes per second, "
                              f"got {self.bandwidth!r}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from zerolib.crosscheck.validation.explain_communication import KINDS
+from zerolib.crosscheck.validation.explain_communication import COMPARED_KINDS
 from zerolib.crosscheck.validation.records import (
     COMMUNICATION_DEEPSPEED_FILE,
     COMMUNICATION_PYTORCH_FILE,
@@ -14,15 +14,15 @@ from zerolib.crosscheck.validation.records import (
 )
 from zerolib.paths import data_file
 
-FILES = {"pytorch": COMMUNICATION_PYTORCH_FILE, "deepspeed": COMMUNICATION_DEEPSPEED_FILE}
+RECORDS = {"pytorch": COMMUNICATION_PYTORCH_FILE, "deepspeed": COMMUNICATION_DEEPSPEED_FILE}
 
 
 def recorded(engine: str, data_dir=None) -> pd.DataFrame:
     """The recorded comparison of ``engine`` ("pytorch" or "deepspeed") in ``data_dir``
     (None: the repository's data/)."""
-    if engine not in FILES:
-        raise ValueError(f"engine must be one of {', '.join(FILES)}, got {engine!r}")
-    return read_csv(data_file(data_dir, FILES[engine],
+    if engine not in RECORDS:
+        raise ValueError(f"engine must be one of {', '.join(RECORDS)}, got {engine!r}")
+    return read_csv(data_file(data_dir, RECORDS[engine],
                               f"the recorded {engine} communication runs"))
 
 
@@ -42,7 +42,7 @@ def by_strategy(engine: str, model: str, workers: int, precision: str | None = N
     for strategy, group in frame.groupby("strategy", sort=False):
         by_kind = group.set_index("kind")
         row = {"strategy": strategy, "stage": int(group["stage"].iloc[0])}
-        for kind in KINDS:
+        for kind in COMPARED_KINDS:
             measured, predicted = (int(by_kind.at[kind, "measured_bytes"]),
                                    int(by_kind.at[kind, "predicted_bytes"]))
             calls = (int(by_kind.at[kind, "measured_calls"]), int(by_kind.at[kind, "predicted_calls"]))

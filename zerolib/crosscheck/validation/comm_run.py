@@ -16,14 +16,17 @@ import pandas as pd
 import torch
 
 from zerolib.crosscheck.validation.collective_count import count_collectives
-from zerolib.crosscheck.validation.explain_communication import KINDS, compare_communication
+from zerolib.crosscheck.validation.explain_communication import (
+    COMPARED_KINDS,
+    WARMUP_STEPS,
+    compare_communication,
+)
 from zerolib.crosscheck.validation.harness import build_linear_stack, join_gloo, spawn
 from zerolib.crosscheck.validation.records import COMMUNICATION_PYTORCH_FILE, with_versions, write_csv
 from zerolib.crosscheck.validation.runner import versions
 from zerolib.crosscheck.validation.setups import STRATEGIES, TINY_MODELS, check_workers
 from zerolib.crosscheck.validation.sharded_run import BATCH, SEED, _wrap
 
-WARMUP_STEPS = 2
 MEASURED_COLUMNS = ("engine", "strategy", "precision", "model", "workers", "rank", "kind",
                     "measured_calls", "measured_bytes")
 
@@ -46,7 +49,7 @@ def _measure_one(strategy, spec, rank: int, workers: int) -> list[dict]:
     return [{"engine": "pytorch", "strategy": strategy.name, "precision": precision,
              "model": spec.name, "workers": workers, "rank": rank, "kind": kind,
              "measured_calls": counts[kind][0], "measured_bytes": counts[kind][1]}
-            for kind in KINDS]
+            for kind in COMPARED_KINDS]
 
 
 def _rank(rank: int, workers: int) -> list[dict]:

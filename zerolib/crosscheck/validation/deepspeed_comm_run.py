@@ -19,16 +19,14 @@ import pandas as pd
 
 from zerolib.crosscheck.validation.deepspeed_run import DEEPSPEED_MODELS, MICRO_BATCH
 from zerolib.crosscheck.validation.explain_communication import (
+    COMPARED_KINDS,
     DEEPSPEED_CONFIGS,
     DEEPSPEED_LAYOUTS,
-    KINDS,
+    WARMUP_STEPS,
     compare_communication,
 )
 from zerolib.crosscheck.validation.records import COMMUNICATION_DEEPSPEED_FILE, write_csv
 from zerolib.crosscheck.validation.setups import check_workers
-
-WARMUP_STEPS = 2
-VERSION_COLUMNS = ("deepspeed_version", "torch_version", "python_version", "platform", "backend")
 
 
 def _config(config_name: str, precision: str) -> dict:
@@ -67,7 +65,7 @@ def _measure_one(spec, config_name: str, precision: str, rank: int, workers: int
     return [{"engine": "deepspeed", "strategy": config_name, "precision": precision,
              "model": spec.name, "workers": workers, "rank": rank, "kind": kind,
              "measured_calls": counts[kind][0], "measured_bytes": counts[kind][1]}
-            for kind in KINDS]
+            for kind in COMPARED_KINDS]
 
 
 def _rank(rank: int, workers: int, jobs: list) -> dict:

@@ -23,8 +23,14 @@ from math import prod
 
 import pandas as pd
 
+from zerolib.core.collectives import KINDS
 from zerolib.core.communication import traffic
 from zerolib.core.intmath import ceil_div
+from zerolib.core.working_set import (
+    STAGE3_MAX_LIVE_PARAMETERS,
+    STAGE3_PARAM_PERSISTENCE_THRESHOLD,
+    STAGE3_PREFETCH_BUCKET_SIZE,
+)
 from zerolib.crosscheck.validation.deepspeed_run import DEEPSPEED_MODELS
 from zerolib.crosscheck.validation.setups import (
     STRATEGIES,
@@ -33,8 +39,11 @@ from zerolib.crosscheck.validation.setups import (
     fsdp_shard_elements,
 )
 
-KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+COMPARED_KINDS = (*KINDS, "broadcast")   # the ZeRO schedules' three, and the broadcasts
 ENGINES = ("pytorch", "deepspeed")
+# Steps run before the counted one: DDP broadcasts its rebuilt bucket order in the second,
+# DeepSpeed traces the module order for its stage-3 prefetcher in the first ones.
+WARMUP_STEPS = 2
 
 # The layout whose widths each run communicates.
 PYTORCH_LAYOUTS = {"ddp": "fp32-adam", "zero1": "fp32-adam", "fsdp2-keep": "fp32-adam",
@@ -56,12 +65,9 @@ class DeepSpeedConfig:
         return {"stage": self.stage, **dict(self.zero_optimization)}
 
 
-# DeepSpeed 0.19.8 defaults (deepspeed/runtime/zero/config.py), in elements.
-STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
+# DeepSpeed 0.19.8 defaults (deepspeed/runtime/zero/config.py), in elements; the others are
+# zerolib.core.working_set's (REDUCE_BUCKET_SIZE, STAGE3_*).
 STAGE3_MAX_REUSE_DISTANCE = 1_000_000_000
-STAGE3_PREFETCH_BUCKET_SIZE = 50_000_000
-STAGE3_PARAM_PERSISTENCE_THRESHOLD = 100_000
-REDUCE_BUCKET_SIZE = 500_000_000
 ALIGNMENT_FACTOR = 2   # stage_1_and_2.py: nccl_start_alignment_factor (4-byte alignment / fp16)
 
 RELEASE = (("stage3_max_live_parameters", 0), ("stage3_max_reuse_distance", 0),
@@ -320,7 +326,7 @@ def compare_communication(measured: pd.DataFrame) -> pd.DataFrame:
         })
     frame = pd.DataFrame(rows)
     order = {"engine": list(ENGINES), "strategy": [*STRATEGIES, *DEEPSPEED_CONFIGS],
-             "precision": ["fp32", "bf16"], "kind": list(KINDS)}
+             "precision": ["fp32", "bf16"], "kind": list(COMPARED_KINDS)}
     keys = ["engine", "strategy", "precision", "model", "workers", "rank", "kind"]
     frame = frame.sort_values(keys, key=lambda col: col.map(order[col.name].index)
                               if col.name in order else col, kind="stable")
