@@ -16,14 +16,17 @@ from zerolib.chapter import fast_png
 from zerolib.chapter.charts import gpu_count as gpu_count_chart
 from zerolib.chapter.charts import model_size as model_size_chart
 from zerolib.chapter.charts import offload_tiers as offload_tiers_chart
+from zerolib.chapter.charts import tradeoff as tradeoff_chart
 from zerolib.chapter.charts import will_it_fit as will_it_fit_chart
 from zerolib.chapter.explorers import (
     GpuCountExplorer,
     ModelSizeExplorer,
     PlacementExplorer,
+    StepTimeExplorer,
     WillItFitExplorer,
 )
 from zerolib.core.accounting import STAGES
+from zerolib.core.step_tables import tradeoff_frame
 from zerolib.core.tables import memory_table, peak_frame, tier_table
 
 ROUNDS = 6  # passes over each explorer's list of changes
@@ -63,6 +66,15 @@ def placement_changes():
             ("unit", "GiB"), ("unit", "GB")]
 
 
+def step_time_changes():
+    """Every control of the step-time explorer; each change moves a point, a label or the line."""
+    return [("gpus", 8), ("gpus", 256), ("gpus", 64), ("link", "ib-ndr"), ("link", "dgx-a100"),
+            ("gpus_per_node", 4), ("gpus_per_node", 0), ("link", "dgx-h100"),
+            ("tokens_per_gpu", 16384), ("tokens_per_gpu", 4096), ("mfu", 0.6), ("mfu", 0.4),
+            ("device", "b200-180gb"), ("device", "h100-80gb"), ("unit", "GiB"), ("unit", "GB"),
+            ("model", "llama-3-8b"), ("model", "llama-2-7b")]
+
+
 def rebuild(explorer, kind):
     """What interact would do: a new figure from scratch for the explorer's current settings."""
     if kind == "gpu_count":
@@ -74,6 +86,12 @@ def rebuild(explorer, kind):
                            gpus_per_node=int(explorer.controls["gpus_per_node"].value))
         figure, _ = offload_tiers_chart.offload_tiers_figure(table, explorer.device, explorer.unit,
                                                              dpi=explorer.dpi)
+    elif kind == "step_time":
+        frame = tradeoff_frame(explorer.model, explorer.gpus, explorer.link, explorer.device,
+                               explorer.settings, explorer.mfu, STAGES, explorer.layout,
+                               explorer.gpus_per_node)
+        figure, _ = tradeoff_chart.memory_vs_step_time_figure(frame, explorer.device,
+                                                              explorer.unit, dpi=explorer.dpi)
     elif kind == "will_it_fit":
         frame = peak_frame(explorer.model, explorer.gpus, STAGES, explorer.settings,
                            explorer.layout)
@@ -117,11 +135,14 @@ def measure(explorer, kind, changes):
 REPEATED = {"layout"}
 
 
-def main():
+def main(selected=()):
     for explorer, kind, changes in ((GpuCountExplorer(), "gpu_count", gpu_count_changes()),
                                     (ModelSizeExplorer(), "model_size", model_size_changes()),
                                     (WillItFitExplorer(), "will_it_fit", will_it_fit_changes()),
-                                    (PlacementExplorer(gpus=8), "placement", placement_changes())):
+                                    (PlacementExplorer(gpus=8), "placement", placement_changes()),
+                                    (StepTimeExplorer(), "step_time", step_time_changes())):
+        if selected and kind not in selected:
+            continue
         update, rebuilt, update_cpu, rebuilt_cpu, count = measure(explorer, kind, changes)
         print(f"explorer_{kind}: {update / rebuilt:.2f}x (one control change to a new PNG in "
               f"{type(explorer).__name__}, median {update * 1000:.1f} ms wall "
@@ -131,4 +152,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+    main(sys.argv[1:])

@@ -24,7 +24,10 @@ COLUMNS = ["params", "gpus", "stage", "strategy", "parameters", "gradients", "op
 FILES = sorted([
     "figures/memory-vs-gpu-count.png", "figures/memory-vs-gpu-count.svg",
     "figures/memory-vs-model-size.png", "figures/memory-vs-model-size.svg", "figures/VERSIONS",
+    "figures/step-timeline.png", "figures/step-timeline.svg",
+    "figures/memory-vs-step-time.png", "figures/memory-vs-step-time.svg",
     "data/memory-vs-gpu-count.csv", "data/memory-vs-model-size.csv", "data/README.md",
+    "data/step-timeline.csv", "data/memory-vs-step-time.csv",
 ])
 
 
@@ -240,7 +243,7 @@ def test_writes_go_through_a_temporary_file_in_the_same_folder(built, tmp_path, 
     assert destination == target and source.parent == target.parent and source != target
     assert target.read_bytes() == b"old\n"                  # the old file is intact
     assert sorted(p.name for p in target.parent.iterdir()) == sorted(
-        ["README.md", "memory-vs-gpu-count.csv", "memory-vs-model-size.csv"])   # no temp left
+        f.removeprefix("data/") for f in FILES if f.startswith("data/"))        # no temp left
 
 
 def test_written_files_are_world_readable(built):

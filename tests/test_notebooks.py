@@ -19,7 +19,11 @@ from zerolib.publish import notebooks
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = REPO / "notebooks"
 CHAPTER = ["00-index", "01-bytes-per-parameter", "02-memory-vs-gpu-count", "03-memory-vs-model-size",
-           "04-will-it-fit", "06-sharding-groups-and-offload", "09-appendix-checking-the-arithmetic"]
+           "04-will-it-fit", "05-the-price-of-zero", "06-sharding-groups-and-offload",
+           "09-appendix-checking-the-arithmetic"]
+# Sections of the chapter's final order not yet written: a link to one of them is allowed
+# before it exists (the planner's section, 07).
+PLANNED = {"07-when-zero-is-not-enough.ipynb"}
 ALL_NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 # Tags that hide or skip outputs; a cell carrying one must say why ("# nbval-skip: because ...").
 HIDING_TAGS = {"nbval-ignore-output", "nbval-skip", "nbval-raise", "raises-exception",
@@ -138,7 +142,8 @@ def test_links_between_notebooks_resolve(committed):
     path, nb = committed
     text = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "markdown")
     for target in re.findall(r"\]\(([^)#\s]+\.ipynb)", text):
-        assert (path.parent / target).is_file(), f"{path.name} links to missing {target}"
+        assert (path.parent / target).is_file() or target in PLANNED, (
+            f"{path.name} links to missing {target}")
 
 
 def test_index_links_every_notebook():

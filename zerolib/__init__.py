@@ -26,6 +26,9 @@ _EXPORTS = {
     "zerolib.core.accounting": ("CATEGORIES", "STAGES", "PARTITIONED", "STRATEGY_NAMES", "LAYOUTS",
                                 "Layout", "get_layout", "model_state"),
     "zerolib.core.devices": ("DEVICES", "get_device", "capacity_text"),
+    "zerolib.core.links": ("LINKS", "get_link"),
+    "zerolib.core.nodes": ("NODES", "interconnect", "bus_bandwidth", "ring_latency"),
+    "zerolib.core.collectives": ("ring_volume", "collective_seconds"),
     "zerolib.core.models": ("MODELS", "TransformerConfig", "get_model", "parameter_count",
                             "active_parameter_count", "largest_layer"),
     "zerolib.core.activations": ("layer_activation_bytes", "layer_activation_terms",
@@ -42,7 +45,9 @@ _EXPORTS = {
                                  "peak_fits", "fewest_gpus_for_peak", "largest_micro_batch",
                                  "stage_rows"),
     "zerolib.core.placement": ("Placement", "TIERS", "OPTIONS", "place", "offered_stages"),
-    "zerolib.core.communication": ("volume",),
+    "zerolib.core.communication": ("volume", "traffic", "flat_traffic", "layer_units", "SLOTS"),
+    "zerolib.core.step": ("ComputeSettings", "compute_seconds", "step_time"),
+    "zerolib.core.step_tables": ("traffic_frame", "timeline_frame", "tradeoff_frame"),
     "zerolib.core.tables": ("memory_table", "fewest_gpus_table", "stage_savings", "peak_frame",
                             "divisors", "group_size_table", "tier_table"),
     "zerolib.core.estimate": ("estimate", "estimate_model"),
@@ -55,8 +60,10 @@ _EXPORTS = {
     "zerolib.chapter.charts.group_size": ("group_size_figure",),
     "zerolib.chapter.charts.offload_tiers": ("offload_tiers_figure",),
     "zerolib.chapter.charts.conventions": ("conventions_figure",),
+    "zerolib.chapter.charts.step_timeline": ("step_timeline_figure",),
+    "zerolib.chapter.charts.tradeoff": ("memory_vs_step_time_figure",),
     "zerolib.chapter.explorers": ("GpuCountExplorer", "ModelSizeExplorer", "WillItFitExplorer",
-                                  "PlacementExplorer"),
+                                  "PlacementExplorer", "StepTimeExplorer"),
 }
 # Whole modules of the cross-checks, used as namespaces (``zl.paper.figure1_comparison()``).
 _MODULES = {
@@ -69,6 +76,7 @@ _MODULES = {
     "playbook": "zerolib.crosscheck.conventions.playbook",
     "zero_infinity": "zerolib.crosscheck.conventions.zero_infinity",
     "side_by_side": "zerolib.crosscheck.conventions.side_by_side",
+    "communication_report": "zerolib.crosscheck.validation.comm_report",
 }
 _OWNER = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted([*_OWNER, *_MODULES])

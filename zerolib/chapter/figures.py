@@ -18,17 +18,24 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from zerolib._io import stale_temporaries, write_files
-from zerolib.chapter.charts import gpu_count, model_size
+from zerolib.chapter.charts import gpu_count, model_size, step_timeline, tradeoff
 from zerolib.chapter.style import render_png, render_svg
 from zerolib.core.accounting import STAGES, Layout, get_layout
 from zerolib.core.devices import Device, capacity_text, get_device
 from zerolib.core.inputs import MAX_FIGURE_POINTS, check_gpus, check_params, check_stage
+from zerolib.core.models import TransformerConfig, get_model, parameter_count
+from zerolib.core.nodes import Interconnect, bus_bandwidth, interconnect
+from zerolib.core.step import DEFAULT_MFU, ComputeSettings, check_mfu
+from zerolib.core.step_tables import timeline_frame, tradeoff_frame
 from zerolib.core.tables import memory_table
-from zerolib.core.units import check_unit, format_count
+from zerolib.core.units import GB, check_unit, format_count
+from zerolib.core.working_set import DEFAULT_SETTINGS
 from zerolib.paths import REPO_ROOT
 
 GPU_COUNT = "memory-vs-gpu-count"
 MODEL_SIZE = "memory-vs-model-size"
+STEP_TIMELINE = "step-timeline"
+MEMORY_VS_STEP_TIME = "memory-vs-step-time"
 VERSIONS_FILE = "figures/VERSIONS"
 DATA_README = "data/README.md"
 PNG_DPI = 150          # 1200 x 840 pixels for the GPU-count figure: sharp on a page
@@ -58,6 +65,10 @@ OTHER_DATA_FILES: tuple[tuple[str, str, str], ...] = (
     ("zero_infinity_figure2a.csv", "zero_infinity.md",
      "the ZeRO-Infinity paper's memory requirements for 0.1 to 100 trillion parameters (Figure "
      "2a), transcribed with its citation"),
+    ("communication_*.csv", "communication.md",
+     "bytes each rank hands to each collective in real PyTorch (DDP, ZeroRedundancyOptimizer, "
+     "FSDP2) and DeepSpeed (ZeRO stages 0-3) runs, beside zerolib's prediction, every difference "
+     "attributed to a named mechanism"),
 )
 
 
@@ -73,6 +84,12 @@ class FigureOptions:
     layout: str | Layout = "mixed-adam"
     unit: str = "GB"
     stages: tuple[int, ...] = STAGES
+    # The step figures (timeline, memory against step time): one model on one cluster.
+    step_model: str | TransformerConfig = "llama-2-7b"
+    step_gpus: int = 64
+    link: str | Interconnect = "dgx-h100"
+    step_device: str | Device = "h100-80gb"
+    mfu: float = DEFAULT_MFU
 
     def __post_init__(self):
         for name in ("gpus", "model_sizes"):   # counted before any array is built
@@ -98,6 +115,25 @@ class FigureOptions:
         object.__setattr__(self, "model_gpus", int(model_gpus))
         object.__setattr__(self, "device", get_device(self.device))
         object.__setattr__(self, "layout", get_layout(self.layout))
+        step_gpus = check_gpus(self.step_gpus, "step_gpus")
+        if step_gpus.ndim != 0:
+            raise ValueError("step_gpus must be one GPU count for the step figures")
+        object.__setattr__(self, "step_gpus", int(step_gpus))
+        object.__setattr__(self, "step_model", get_model(self.step_model))
+        object.__setattr__(self, "link", interconnect(self.link))
+        object.__setattr__(self, "step_device", get_device(self.step_device))
+        object.__setattr__(self, "mfu", check_mfu(self.mfu))
+
+    @property
+    def step_settings(self):
+        """How the step figures' model runs: the working set's defaults (one 4,096-token
+        sequence per GPU, flash attention, no recomputation)."""
+        return DEFAULT_SETTINGS
+
+    @property
+    def compute(self) -> ComputeSettings:
+        s = self.step_settings
+        return ComputeSettings(s.seq_len * s.micro_batch, self.mfu, s.recompute == "full")
 
 
 DEFAULTS = FigureOptions()
@@ -125,6 +161,17 @@ PUBLISHED: Mapping[str, PublishedFigure] = MappingProxyType({figure.name: figure
         MODEL_SIZE,
         lambda o: memory_table(o.model_sizes, o.model_gpus, o.stages, o.layout),
         lambda table, o, dpi: model_size.model_size_figure(table, o.device, o.unit, dpi)[0]),
+    PublishedFigure(
+        STEP_TIMELINE,
+        lambda o: timeline_frame(o.step_model, o.step_gpus, o.link, o.step_device, o.compute,
+                                 o.stages, o.layout),
+        lambda frame, o, dpi: step_timeline.step_timeline_figure(frame, dpi)[0]),
+    PublishedFigure(
+        MEMORY_VS_STEP_TIME,
+        lambda o: tradeoff_frame(o.step_model, o.step_gpus, o.link, o.step_device,
+                                 o.step_settings, o.mfu, o.stages, o.layout),
+        lambda frame, o, dpi: tradeoff.memory_vs_step_time_figure(frame, o.step_device, o.unit,
+                                                                  dpi)[0]),
 )})
 
 
@@ -187,6 +234,53 @@ def _layout_sentence(layout: Layout) -> str:
             "parameter for parameters, gradients and optimizer state.")
 
 
+_TIMELINE_COLUMNS = (
+    ("stage", "0 = plain data parallelism; 1, 2, 3 = ZeRO stage", "-"),
+    ("strategy", "the stage's name in the figure", "-"),
+    ("lane", "`compute` (what the GPU computes, or `waiting` for the network) or `network`", "-"),
+    ("block", "forward, backward, waiting_<phase>, or the collective's slot (e.g. "
+              "`gradient_reduce_scatter`)", "-"),
+    ("label", "what the block is, in words", "-"),
+    ("start_seconds", "when the block starts within the step", "seconds"),
+    ("end_seconds", "when it ends", "seconds"),
+    ("sent_bytes", "bytes one GPU sends in the block's collectives (and receives: a ring is "
+                   "symmetric); 0 for compute", "bytes"),
+    ("calls", "collective calls in the block (one per layer and pass under stage 3)", "count"),
+)
+_TRADEOFF_COLUMNS = (
+    ("stage", "0 = plain data parallelism; 1, 2, 3 = ZeRO stage", "-"),
+    ("strategy", "the stage's name in the legend", "-"),
+    ("memory_bytes", "peak memory per GPU: persistent model state plus working set (as in "
+                     "`zerolib estimate --model`)", "bytes"),
+    ("compute_seconds", "forward and backward compute of one step", "seconds"),
+    ("communication_seconds", "every collective of the step back to back", "seconds"),
+    ("exposed_seconds", "communication that does not hide behind compute", "seconds"),
+    ("step_seconds", "compute + exposed: the figure's x axis", "seconds"),
+    ("network_wait_fraction", "exposed / step time", "fraction"),
+    ("sent_bytes", "bytes one GPU sends in the whole step", "bytes"),
+)
+
+
+def _column_table(columns) -> list[str]:
+    return ["| column | meaning | unit |", "|---|---|---|",
+            *(f"| `{name}` | {meaning} | {unit} |" for name, meaning, unit in columns)]
+
+
+def _step_sentence(options: FigureOptions) -> str:
+    model, ic, compute = options.step_model, options.link, options.compute
+    where = (ic.label if ic.gpus_per_node is None else
+             f"{ic.label}: nodes of {ic.gpus_per_node} GPUs joined inside by {ic.intra.label} and "
+             f"leaving the node through {ic.nics} x {ic.network.label}")
+    return (f"{model.name} ({parameter_count(model):,} parameters) on {options.step_gpus} "
+            f"{options.step_device.label}, {where}: bus bandwidth "
+            f"{float(bus_bandwidth(ic, options.step_gpus)) / GB:g} GB/s per GPU and direction. "
+            f"{compute.tokens_per_gpu:,} tokens per GPU per step, "
+            f"{compute.flops_per_param_token} FLOPs per parameter and token at {compute.mfu:.0%} "
+            f"of the device's peak ({options.step_device.peak_flops / 10**12:g} TFLOP/s dense "
+            f"{options.step_device.peak_dtype}). The overlap model and every constant are in "
+            "`zerolib/core/step.py`, `zerolib/core/nodes.py` and `zerolib/core/links.py`.")
+
+
 def _span(values) -> str:
     values = list(values)
     if values == list(range(values[0], values[-1] + 1)) and len(values) > 2:
@@ -206,8 +300,9 @@ def data_readme(options: FigureOptions = DEFAULTS) -> str:
         "",
         "## Figure data (written by `zerolib figures`)",
         "",
-        "Each figure in `figures/` (PNG for pages, SVG for print) has its data here, one row per",
-        "point and strategy, sorted by `params`, `gpus`, `stage`. Values are whole bytes; the",
+        "Each figure in `figures/` (PNG for pages, SVG for print) has its data here. The two",
+        "memory figures have one row per point and strategy, sorted by `params`, `gpus`, `stage`,",
+        "with these columns (the step figures' columns are listed under each). Values are whole bytes; the",
         "figures show them in GB (10^9 bytes, the chapter's unit): divide by 1,000,000,000 (or by",
         "1,073,741,824 for GiB). Where a stage partitions a category over N GPUs, one GPU holds",
         "ceil(params / N) elements of it (the most-loaded GPU, the one that decides whether a",
@@ -234,6 +329,24 @@ def data_readme(options: FigureOptions = DEFAULTS) -> str:
         f"{len(options.model_sizes) * n_stages} rows.",
         _layout_sentence(options.layout),
         _device_sentence(options.device),
+        "",
+        f"### `{STEP_TIMELINE}.csv`",
+        "",
+        f"Figure `figures/{STEP_TIMELINE}.png` / `.svg`: one training step per strategy as a "
+        "timeline, one row per block (a compute phase, a wait, or a collective), times in "
+        "seconds from the start of the step (floating point, not bytes).",
+        _step_sentence(options),
+        _layout_sentence(options.layout),
+        "",
+        *_column_table(_TIMELINE_COLUMNS),
+        "",
+        f"### `{MEMORY_VS_STEP_TIME}.csv`",
+        "",
+        f"Figure `figures/{MEMORY_VS_STEP_TIME}.png` / `.svg`: per-GPU peak memory against step "
+        f"time, one row per strategy, for the same run as `{STEP_TIMELINE}`.",
+        _device_sentence(options.step_device),
+        "",
+        *_column_table(_TRADEOFF_COLUMNS),
         "",
         "## Other data files",
         "",

@@ -19,9 +19,11 @@ from zerolib.cli import (
     models,
     notebooks,
     validate,
+    validate_communication,
 )
 
-SUBCOMMANDS = (estimate, models, figures, notebooks, html, validate, measure_deepspeed)
+SUBCOMMANDS = (estimate, models, figures, notebooks, html, validate, validate_communication,
+               measure_deepspeed)
 _LONG_WORD = re.compile(r"\S{201,}")
 
 

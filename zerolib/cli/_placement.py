@@ -10,7 +10,6 @@ from __future__ import annotations
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
 from zerolib.core.parse import parse_size, parse_whole
 from zerolib.core.placement import (
-    DEFAULT_GPUS_PER_NODE,
     Placement,
     gpus_on_node,
     offered_stages,
@@ -20,7 +19,7 @@ from zerolib.core.units import to_unit
 DEVICES = ("cpu", "nvme")
 # dest -> flag, for the messages
 OPTIONS = {"shard_group": "--shard-group", "hpz": "--hpz", "offload_optimizer": "--offload-optimizer",
-           "offload_params": "--offload-params", "gpus_per_node": "--gpus-per-node",
+           "offload_params": "--offload-params",
            "host_memory": "--host-memory"}
 
 
@@ -41,10 +40,6 @@ def add_arguments(parser) -> None:
                             "NVMe (stage 3)")
     group.add_argument("--offload-params", choices=DEVICES,
                        help="16-bit parameters to CPU memory or NVMe (stage 3 only)")
-    group.add_argument("--gpus-per-node", metavar="N",
-                       help=f"GPUs sharing a node's CPU memory and NVMe (default "
-                            f"{DEFAULT_GPUS_PER_NODE}, or --gpus when fewer); --gpus must fill "
-                            "whole nodes")
     group.add_argument("--host-memory", metavar="SIZE",
                        help="CPU memory per node, e.g. 1TiB, 2TB: judge the offloaded host "
                             "state against it (fits then needs both)")

@@ -5,6 +5,7 @@ import csv
 import io
 import json
 
+from zerolib.cli import _communication as communication_cli
 from zerolib.cli import _placement as placement_cli
 from zerolib.cli import _working_set as working_set_cli
 from zerolib.cli._arguments import (
@@ -19,6 +20,7 @@ from zerolib.core.devices import DEVICES
 from zerolib.core.estimate import estimate, estimate_model
 from zerolib.core.models import get_model
 from zerolib.core.parse import parse_count
+from zerolib.core.placement import DEFAULT_GPUS_PER_NODE
 from zerolib.core.units import UNITS, to_unit
 
 
@@ -42,6 +44,12 @@ def register(commands) -> None:
     parser.add_argument("--format", default="table", choices=("table", "json", "csv"))
     working_set_cli.add_arguments(parser)
     placement_cli.add_arguments(parser)
+    communication_cli.add_arguments(parser)
+    parser.add_argument("--gpus-per-node", metavar="N",
+                        help="GPUs per node: with a --link node, its GPU count (default: the "
+                             "node's own); with a placement flag, the GPUs sharing a node's CPU "
+                             f"memory and NVMe (default {DEFAULT_GPUS_PER_NODE}, or --gpus when "
+                             "fewer; --gpus must fill whole nodes)")
     parser.set_defaults(func=run)
 
 
@@ -50,19 +58,24 @@ def run(args) -> int:
     stages = None if args.stage is None else (stage_number(args.stage),)
     gpus = gpu_count(args.gpus, "--gpus")
     host_memory = placement_cli.host_memory_from(args)
+    communication = communication_cli.options_from(args)
+    if args.gpus_per_node is not None and not (placement_cli.requested(args)
+                                               or "gpus_per_node" in communication):
+        raise ValueError("--gpus-per-node needs a --link node or a placement flag (--shard-group, "
+                         "--hpz, --offload-optimizer, --offload-params, --host-memory)")
     if args.model is not None:
         config = get_model(args.model)      # resolved once, handed down
         settings = working_set_cli.settings_from(args, config)
         placement = placement_cli.placement_from(args, gpus, settings.tensor_parallel)
         stages = placement_cli.default_stages(placement, stages) or STAGES
         result = estimate_model(config, gpus, settings, layout, args.device, stages, placement,
-                                host_memory)
+                                host_memory, **communication)
     else:
         working_set_cli.without_model(args)
         placement = placement_cli.placement_from(args, gpus)
         stages = placement_cli.default_stages(placement, stages) or STAGES
         result = estimate(parse_count(args.params, "--params"), gpus, layout, args.device, stages,
-                          placement, host_memory)
+                          placement, host_memory, **communication)
     print(render(result.as_dict(), args.format, args.unit))
     return 0
 
@@ -78,13 +91,16 @@ def render(result: dict, form: str, unit: str) -> str:
                                       if working_set_cli.has_working_set(result) else ([], None))
         tier_headers, tier_cells = (placement_cli.csv_columns(result)
                                     if placement_cli.has_tiers(result) else ([], None))
+        comm_headers, comm_cells = (communication_cli.csv_columns(result)
+                                    if communication_cli.has_communication(result) else ([], None))
         writer.writerow(["params", "gpus", "layout", "stage", *columns, *extra_headers,
-                         *tier_headers, "fits"])
+                         *tier_headers, "fits", *comm_headers])
         for index, row in enumerate(result["stages"]):
             writer.writerow([result["params"], result["gpus"], result["layout"]["name"], row["stage"],
                              *(row[c] for c in columns), *(extra_cells[index] if extra_cells else ()),
                              *(tier_cells[index] if tier_cells else ()),
-                             "" if row["fits"] is None else row["fits"]])
+                             "" if row["fits"] is None else row["fits"],
+                             *(comm_cells[index] if comm_cells else ())])
         return out.getvalue().rstrip("\n")
     layout = result["layout"]
     device = result["device"]
@@ -101,9 +117,13 @@ def render(result: dict, form: str, unit: str) -> str:
         extra_headers = extra_headers + tier_headers
         extra_cells = [a + b for a, b in zip(extra_cells, tier_cells)]
         lines.append(placement_cli.describe(result, unit))
+    comm_headers, comm_cells = [], [[] for _ in result["stages"]]
+    if communication_cli.has_communication(result):
+        comm_headers, comm_cells = communication_cli.table_columns(result, unit)
+        lines.append(communication_cli.describe(result))
     headers = ["strategy", *(f"{c} [{unit}]" for c in CATEGORIES), f"per GPU [{unit}]",
-               f"all GPUs [{unit}]", *extra_headers] + (["fits"] if device else [])
+               f"all GPUs [{unit}]", *extra_headers] + (["fits"] if device else []) + comm_headers
     rows = [[STRATEGY_NAMES[row["stage"]], *(f"{to_unit(row[c], unit):,.2f}" for c in columns), *extra]
-            + (["yes" if row["fits"] else "no"] if device else [])
-            for row, extra in zip(result["stages"], extra_cells)]
+            + (["yes" if row["fits"] else "no"] if device else []) + comm
+            for row, extra, comm in zip(result["stages"], extra_cells, comm_cells)]
     return "\n".join(lines + ["", text_table(headers, rows)])

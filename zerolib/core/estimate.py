@@ -14,6 +14,13 @@ bytes and ``total`` are what stays on the GPU, and each row gains ``tiers``: per
 "cpu", "nvme") the bytes per GPU of each item ("parameters", "hpz_secondary", "gradients",
 "optimizer"), their ``total`` and ``per_node``. With ``host_memory`` a row gains ``host_fits``
 (the node's CPU tier against it) and ``fits`` needs both.
+
+With a ``link`` (a node or a link of :mod:`zerolib.core.nodes` / :mod:`zerolib.core.links`)
+each stage row also carries ``communication`` (:func:`zerolib.core.step_tables.communication_rows`:
+per collective kind the calls, bytes handed, sent and received per GPU and seconds; totals;
+compute, exposed and step seconds and the network-wait fraction when a device is given), and
+the object gains ``interconnect`` (with the ``bus_bandwidth`` at this GPU count, bytes per
+second) and ``compute_settings`` (tokens per GPU, mfu, FLOPs per parameter and token).
 """
 from __future__ import annotations
 
@@ -23,7 +30,10 @@ from zerolib.core.accounting import STAGES, Layout, get_layout, model_state
 from zerolib.core.devices import Device, get_device
 from zerolib.core.inputs import MAX_BYTES, check_count, check_gpus, check_params, check_single, check_stage
 from zerolib.core.models import TransformerConfig, get_model, parameter_count
+from zerolib.core.nodes import Interconnect, bus_bandwidth, interconnect
 from zerolib.core.placement import Placement, check_placement, gpus_on_node, place
+from zerolib.core.step import DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU, ComputeSettings
+from zerolib.core.step_tables import communication_rows
 from zerolib.core.working_set import DEFAULT_SETTINGS, WorkingSetSettings, stage_rows
 
 
@@ -38,6 +48,8 @@ class Estimate:
     settings: WorkingSetSettings | None = None
     placement: Placement | None = None
     host_memory: int | None = None
+    interconnect: Interconnect | None = None
+    compute: ComputeSettings | None = None
 
     def as_dict(self) -> dict:
         out = {"params": self.params, "gpus": self.gpus, "layout": self.layout.as_dict(),
@@ -51,7 +63,31 @@ class Estimate:
             on_node = int(gpus_on_node(self.gpus, self.placement.gpus_per_node))
             out.update(placement={**self.placement.as_dict(), "gpus_per_node": on_node},
                        host_memory=self.host_memory)
+        if self.interconnect is not None:
+            out.update(interconnect={**self.interconnect.as_dict(), "bus_bandwidth": int(
+                           bus_bandwidth(self.interconnect, self.gpus))},
+                       compute_settings=self.compute.as_dict())
         return out
+
+
+def _with_communication(result: Estimate, what, link, gpus_per_node, compute) -> Estimate:
+    """``result`` with a ``communication`` object in every stage row (see the module doc)."""
+    if link is None:
+        if gpus_per_node is not None:
+            raise ValueError("gpus_per_node needs a link")
+        return result
+    if result.placement is not None and (result.placement.shard_group not in (None, result.gpus)
+                                         or result.placement.hpz_partition > 1):
+        raise ValueError("a link with a shard group smaller than the GPUs, or with hpZ, is not "
+                         "modelled: the step model times full-group collectives only")
+    ic = interconnect(link, gpus_per_node)
+    stages = [row["stage"] for row in result.stages]
+    rows = communication_rows(what, result.gpus, stages, result.layout, ic, result.device,
+                              compute)
+    by_stage = dict(zip(sorted(stages), rows))
+    with_rows = tuple({**row, "communication": by_stage[row["stage"]]} for row in result.stages)
+    return Estimate(result.params, result.gpus, result.layout, result.device, with_rows,
+                    result.model, result.settings, result.placement, result.host_memory, ic, compute)
 
 
 def _stages(stages) -> tuple[int, ...]:
@@ -68,10 +104,13 @@ def _host_memory(host_memory, placement) -> int | None:
 
 def estimate(params, gpus, layout: str | Layout = "mixed-adam",
              device: str | Device | None = None, stages=STAGES,
-             placement: Placement | None = None, host_memory: int | None = None) -> Estimate:
+             placement: Placement | None = None, host_memory: int | None = None,
+             link: str | Interconnect | None = None, gpus_per_node: int | None = None,
+             tokens_per_gpu: int = DEFAULT_TOKENS_PER_GPU, mfu: float = DEFAULT_MFU) -> Estimate:
     """Bytes per worker for each requested stage of one (params, gpus) setting; ``fits`` judges
     the model state against ``device`` (None without one), and with ``host_memory`` the CPU
-    tier of a node against it (see the module doc)."""
+    tier of a node against it. With ``link``, each stage's communication (a bare count: stage
+    3 gathers one flat buffer per pass). See the module doc."""
     params = check_single(params, check_params, "params")
     gpus = check_single(gpus, check_gpus, "gpus")
     layout = get_layout(layout)
@@ -97,22 +136,35 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
             if row["fits"] is not None:
                 row["fits"] = row["fits"] and row["host_fits"]
         rows.append(row)
-    return Estimate(params, gpus, layout, device, tuple(rows), placement=placement,
-                    host_memory=host_memory)
+    result = Estimate(params, gpus, layout, device, tuple(rows), placement=placement,
+                      host_memory=host_memory)
+    return _with_communication(result, params, link, gpus_per_node,
+                               ComputeSettings(tokens_per_gpu, mfu))
 
 
 def estimate_model(model: str | TransformerConfig, gpus,
                    settings: WorkingSetSettings = DEFAULT_SETTINGS,
                    layout: str | Layout = "mixed-adam", device: str | Device | None = None,
                    stages=STAGES, placement: Placement | None = None,
-                   host_memory: int | None = None) -> Estimate:
+                   host_memory: int | None = None, link: str | Interconnect | None = None,
+                   gpus_per_node: int | None = None, tokens_per_gpu: int | None = None,
+                   mfu: float = DEFAULT_MFU) -> Estimate:
     """The breakdown of a model preset: persistent state and working set per stage, ``fits``
-    judged on the peak (see :func:`zerolib.core.working_set.stage_rows`)."""
+    judged on the peak (see :func:`zerolib.core.working_set.stage_rows`). With ``link``, each
+    stage's communication, per layer for stage 3; ``tokens_per_gpu`` defaults to the working
+    set's sequence length x micro-batch, and full recomputation there costs 8 FLOPs per
+    parameter and token instead of 6."""
     config, layout = get_model(model), get_layout(layout)
     gpus = check_single(gpus, check_gpus, "gpus")
     device = get_device(device) if device is not None else None
     host_memory = _host_memory(host_memory, placement)
     rows = stage_rows(config, gpus, _stages(stages), settings, layout, device, placement,
                       host_memory)
-    return Estimate(parameter_count(config), gpus, layout, device, tuple(rows), config, settings,
-                    placement, host_memory)
+    result = Estimate(parameter_count(config), gpus, layout, device, tuple(rows), config, settings,
+                      placement, host_memory)
+    if link is not None and (settings.tensor_parallel != 1 or settings.pipeline_parallel != 1):
+        raise ValueError("a link with tensor or pipeline parallelism is not modelled here: the "
+                         "step model times data-parallel collectives only (see zerolib plan)")
+    tokens = settings.seq_len * settings.micro_batch if tokens_per_gpu is None else tokens_per_gpu
+    return _with_communication(result, config, link, gpus_per_node,
+                               ComputeSettings(tokens, mfu, settings.recompute == "full"))

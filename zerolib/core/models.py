@@ -127,6 +127,9 @@ class TransformerConfig:
         if not isinstance(self.source, str):
             raise TypeError("source must be a string")
 
+    def __deepcopy__(self, memo) -> TransformerConfig:
+        return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
+
     @property
     def head_width(self) -> int:
         """Width of one attention head: ``head_dim`` if given, else hidden // heads."""

@@ -104,3 +104,24 @@ def parse_count(value, name: str = "params") -> int:
     """A parameter count: ``7B``, ``350M``, ``1.5T``, ``7e9``, ``7,000,000,000``; 1 to 10**15."""
     return parse_whole(value, name, minimum=1, maximum=MAX_PARAMS,
                        example="a count like 7B, 350M, 1.5T, 7e9 or 7,000,000,000")
+
+
+_FRACTION = re.compile(rf"^\s*{_NUMBER}\s*(?P<percent>%?)\s*$", re.ASCII)
+
+
+def parse_fraction(value, name: str, *, example: str = "a fraction like 0.4 or 40%") -> float:
+    """A number above 0 and at most 1, from ``0.4``, ``40%``, ``4e-1`` or a number (a
+    utilisation). Parsed exactly, then returned as a float."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be {example}, not a boolean")
+    if isinstance(value, str):
+        exact, match = _decimal(value, _FRACTION, name, example)
+        if match["percent"]:
+            exact /= 100
+    elif isinstance(value, (numbers.Real, np.floating)) and math.isfinite(value):
+        exact = Fraction(value)
+    else:
+        raise ValueError(f"{name} must be {example}, got {echo(value)}")
+    if not 0 < exact <= 1:
+        raise ValueError(f"{name} must be above 0 and at most 1 (or 100%), got {echo(value)}")
+    return float(exact)

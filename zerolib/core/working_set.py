@@ -189,6 +189,9 @@ class WorkingSetSettings:
             for width in self.logits_bytes:
                 check_positive_int(width, "logits_bytes entry", MAX_ELEMENT_BYTES)
 
+    def __deepcopy__(self, memo) -> WorkingSetSettings:
+        return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
+
     def as_dict(self) -> dict:
         out = asdict(self)
         if out["logits_bytes"] is not None:

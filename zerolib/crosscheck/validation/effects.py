@@ -72,4 +72,29 @@ MECHANISMS = {
                             "narrower view of that storage",
     "rmsnorm-normalized-copy": "PyTorch's CPU rms_norm multiplies the weight in fp32 and saves the "
                                "normalised fp32 values; fused kernels recompute them",
+    # What a rank hands to its collectives (communication_*.csv).
+    "gloo-reduce-scatter": "gloo has no reduce-scatter: torch's reduce_scatter_tensor runs an "
+                           "all-reduce of the whole input there (NCCL runs a ring reduce-scatter)",
+    "ddp-all-reduce": "ZeroRedundancyOptimizer leaves the gradients to DDP's all-reduce of every "
+                      "gradient, where ZeRO stage 1 reduce-scatters them",
+    "owner-broadcasts": "ZeroRedundancyOptimizer broadcasts each updated tensor from the rank "
+                        "that owns it, one call per tensor, instead of one all-gather",
+    "per-layer-calls": "FSDP2 gathers and reduces layer by layer where zerolib's stage 2 counts "
+                       "one flat buffer: more calls, the same bytes",
+    "bucket-all-reduce": "DeepSpeed's ZeRO-1/2 all-reduce each gradient bucket and keep their own "
+                         "partition (use_multi_rank_bucket_allreduce=True), not a reduce-scatter",
+    "alignment-padding": "DeepSpeed's ZeRO-1/2 pad the flat buffer to a multiple of 2 x N "
+                         "elements (nccl_start_alignment_factor), zerolib to a multiple of N",
+    "partition-padding": "DeepSpeed's ZeRO-3 pads every tensor's partition on its own, zerolib "
+                         "each layer's flat buffer once",
+    "kept-gathered": "DeepSpeed's ZeRO-3 keeps parameters gathered from forward to backward "
+                     "while under stage3_max_live_parameters and stage3_max_reuse_distance: no "
+                     "all-gather before the backward pass",
+    "coalesced-fetch": "DeepSpeed's ZeRO-3 fetches prefetched tensors in one coalesced "
+                       "all-gather and each persistent small tensor in its own: other calls, "
+                       "the same bytes",
+    "reduce-bucket": "DeepSpeed reduces many layers' gradients in one reduce_bucket_size bucket: "
+                     "fewer calls than one per layer, the same bytes",
+    "gradient-norm": "DeepSpeed all-reduces the global gradient norm, one scalar per step",
+    "overflow-flag": "with bf16, DeepSpeed's ZeRO-1/2 all-reduce a one-byte overflow flag",
 }

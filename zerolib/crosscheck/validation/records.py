@@ -17,6 +17,8 @@ SHARDED_FILE = "validation_sharded.csv"
 ACTIVATIONS_FILE = "validation_activations.csv"
 SHIPPED_FILE = "shipped_activations.csv"
 TENSOR_PARALLEL_FILE = "validation_tensor_parallel.csv"
+COMMUNICATION_PYTORCH_FILE = "communication_pytorch.csv"
+COMMUNICATION_DEEPSPEED_FILE = "communication_deepspeed.csv"
 VERSION_COLUMNS = ("torch_version", "python_version", "platform")
 # The shipped blocks also depend on the transformers release that implements them.
 SHIPPED_VERSION_COLUMNS = ("torch_version", "transformers_version", "python_version", "platform")
