@@ -37,7 +37,7 @@ def test_without_link_the_json_is_as_before(capsys):
 def test_link_adds_communication_and_keeps_every_key(capsys):
     result = as_json(capsys, "--params", "7B", "--gpus", "64", "--device", "h100-80gb",
                      "--link", "dgx-h100")
-    assert set(result) == EXISTING_KEYS | {"interconnect", "compute_settings"}
+    assert set(result) == EXISTING_KEYS | {"interconnect", "compute_settings", "fits_judges"}
     assert all(set(row) == STAGE_KEYS | {"communication"} for row in result["stages"])
     # ceil(7e9 / 64) = 109,375,000 elements per chunk, 2 bytes: one ring pass sends
     # 63 x 109,375,000 x 2 = 13,781,250,000 bytes per GPU.

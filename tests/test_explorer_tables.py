@@ -53,9 +53,10 @@ def test_first_fitting_stage_and_verdicts_for_the_chapter_sizes():
     assert model_size.first_fitting_stage(table, A100) == {
         10**9: 0, 7 * 10**9: 1, 13 * 10**9: 1, 30 * 10**9: 2, 70 * 10**9: 3}
     html = model_size.summary_html(table, A100, "GB")
-    assert ("1B fits even without ZeRO; 7B needs ZeRO stage 1 or higher; 13B needs ZeRO stage 1 "
-            "or higher; 30B needs ZeRO stage 2 or higher; 70B needs ZeRO stage 3 or higher") in html
-    assert "70B under ZeRO stage 3: 17.5 GB per GPU" in html
+    assert ("1B: model state fits even without ZeRO; 7B: model state needs ZeRO stage 1 or "
+            "higher; 13B: model state needs ZeRO stage 1 or higher; 30B: model state needs ZeRO stage 2 or higher; "
+            "70B: model state needs ZeRO stage 3 or higher") in html
+    assert "70B under ZeRO stage 3: 17.5 GB of model state per GPU" in html
     assert "<td>ZeRO stage 3 (+ parameters)</td></tr>" in model_size.fits_table_html(table, A100, "GB")
 
 

@@ -59,7 +59,7 @@ def gpu_explorer():
 def test_gpu_count_explorer_starts_at_the_chapter_figure(gpu_explorer):
     e = gpu_explorer
     assert set(e.controls) == {"params", "gpus", "layout", "parameters_bytes", "gradients_bytes",
-                               "optimizer_bytes", "device", "unit"}
+                               "optimizer_bytes", "device", "capacity", "unit"}
     assert len(e.data) == 64 * 4 and set(e.data["params"]) == {7 * 10**9}
     assert np.all(e.artists.lines[0].get_ydata() == 112.0)
     assert e.artists.device_line.get_ydata()[0] == pytest.approx(A100_GB)
@@ -169,14 +169,14 @@ def size_explorer():
 def test_model_size_explorer_starts_at_the_chapter_figure(size_explorer):
     e = size_explorer
     assert set(e.controls) == {"gpus", "models", "layout", "parameters_bytes", "gradients_bytes",
-                               "optimizer_bytes", "device", "unit"}
+                               "optimizer_bytes", "device", "capacity", "unit"}
     assert total(e.data, params=70 * 10**9, stage=3) == 17_500_000_000
     assert e.artists.bars[3].patches[-1].get_height() == pytest.approx(17.5)
     assert e.artists.value_labels[3][-1].get_text() == "17.5"
-    assert "70B under ZeRO stage 3: 17.5 GB per GPU" in e.summary.value
-    assert "70B needs ZeRO stage 3 or higher" in e.summary.value
-    assert "1B fits even without ZeRO" in e.summary.value
-    assert "30B needs ZeRO stage 2 or higher" in e.summary.value        # 66.6 GB < 85.9 GB
+    assert "70B under ZeRO stage 3: 17.5 GB of model state per GPU" in e.summary.value
+    assert "70B: model state needs ZeRO stage 3 or higher" in e.summary.value
+    assert "1B: model state fits even without ZeRO" in e.summary.value
+    assert "30B: model state needs ZeRO stage 2 or higher" in e.summary.value        # 66.6 GB < 85.9 GB
 
 
 def test_model_size_explorer_gpu_count(size_explorer):
@@ -191,7 +191,7 @@ def test_model_size_explorer_gpu_count(size_explorer):
     assert "1,024 GPUs" in e.artists.title.get_text() and "<b>1024 GPUs</b>" in e.summary.value
     assert watch.changed()
     e.controls["gpus"].value = 1
-    assert "70B does not fit, even with ZeRO stage 3" in e.summary.value   # 1,120 GB on one GPU
+    assert "70B: model state too big even with ZeRO stage 3" in e.summary.value   # 1,120 GB on one GPU
     assert watch.changed()
 
 
@@ -205,7 +205,7 @@ def test_model_size_explorer_models_shown(size_explorer):
     assert [t.get_text() for t in ax.get_xticklabels()] == ["7B", "175B", "405B"]
     # 405B at 64 GPUs, stage 3: 405e9 x 16 / 64 = 101.25 GB: over the A100 even fully sharded.
     assert e.artists.bars[3].patches[-1].get_height() == pytest.approx(101.25)
-    assert "405B does not fit, even with ZeRO stage 3" in e.summary.value
+    assert "405B: model state too big even with ZeRO stage 3" in e.summary.value
     assert watch.changed()
 
 
@@ -223,7 +223,7 @@ def test_model_size_explorer_device_moves_the_reference_line(size_explorer):
     assert e.artists.device_line.get_ydata()[0] == pytest.approx(H200_GB)
     assert e.artists.device_legend_text.get_text() == "H200 141GB capacity: 141 GiB = 151.4 GB"
     # 70B at 64 GPUs, stage 2: (2 + 14/64) x 70 = 155.3 GB: still over 151.4 GB.
-    assert "70B needs ZeRO stage 3 or higher" in e.summary.value
+    assert "70B: model state needs ZeRO stage 3 or higher" in e.summary.value
     assert watch.changed()
 
 
@@ -341,7 +341,7 @@ def test_hand_numbers_of_the_will_it_fit_start():
 def test_will_it_fit_explorer_starts_at_the_worksheet(fit_explorer):
     e = fit_explorer
     assert set(e.controls) == {"model", "gpus", "micro_batch", "seq_len", "recompute",
-                               "flash_attention", "device", "unit"}
+                               "flash_attention", "device", "capacity", "unit"}
     assert set(e.data["model"]) == {"llama-2-7b"} and set(e.data["gpus"]) == {8}
     for stage in range(4):
         assert peak_bytes(e.data, stage) == FIXED[stage] + PER_SEQUENCE

@@ -16,7 +16,7 @@ from zerolib.cli._arguments import (
 )
 from zerolib.cli._output import text_table
 from zerolib.core.accounting import CATEGORIES, STAGES, STRATEGY_NAMES
-from zerolib.core.devices import DEVICES
+from zerolib.core.devices import CAPACITY_BASES, DEVICES, device_at
 from zerolib.core.estimate import estimate, estimate_model
 from zerolib.core.models import get_model
 from zerolib.core.parse import parse_count
@@ -39,6 +39,9 @@ def register(commands) -> None:
     add_layout_arguments(parser, default="mixed-adam")
     parser.add_argument("--stage", metavar="N", help="only this stage (0-3); default: all four")
     parser.add_argument("--device", choices=list(DEVICES), help="judge fit against this device")
+    parser.add_argument("--capacity", choices=CAPACITY_BASES,
+                        help="read the device's capacity as its nominal GiB (default), the same "
+                             "figure in decimal GB, or what nvidia-smi reports (needs --device)")
     parser.add_argument("--unit", default="GB", choices=list(UNITS),
                         help="unit of the table (GB = 10^9 bytes, GiB = 2^30); JSON and CSV are in bytes")
     parser.add_argument("--format", default="table", choices=("table", "json", "csv"))
@@ -55,6 +58,9 @@ def register(commands) -> None:
 
 def run(args) -> int:
     layout = layout_from(args)
+    if args.capacity is not None and args.device is None:
+        raise ValueError("--capacity needs --device")
+    device = None if args.device is None else device_at(args.device, args.capacity or "nominal")
     stages = None if args.stage is None else (stage_number(args.stage),)
     gpus = gpu_count(args.gpus, "--gpus")
     host_memory = placement_cli.host_memory_from(args)
@@ -68,13 +74,13 @@ def run(args) -> int:
         settings = working_set_cli.settings_from(args, config)
         placement = placement_cli.placement_from(args, gpus, settings.tensor_parallel)
         stages = placement_cli.default_stages(placement, stages) or STAGES
-        result = estimate_model(config, gpus, settings, layout, args.device, stages, placement,
+        result = estimate_model(config, gpus, settings, layout, device, stages, placement,
                                 host_memory, **communication)
     else:
         working_set_cli.without_model(args)
         placement = placement_cli.placement_from(args, gpus)
         stages = placement_cli.default_stages(placement, stages) or STAGES
-        result = estimate(parse_count(args.params, "--params"), gpus, layout, args.device, stages,
+        result = estimate(parse_count(args.params, "--params"), gpus, layout, device, stages,
                           placement, host_memory, **communication)
     print(render(result.as_dict(), args.format, args.unit))
     return 0
@@ -121,8 +127,9 @@ def render(result: dict, form: str, unit: str) -> str:
     if communication_cli.has_communication(result):
         comm_headers, comm_cells = communication_cli.table_columns(result, unit)
         lines.append(communication_cli.describe(result))
+    judged = [f"{result['fits_judges']} fits"] if device else []
     headers = ["strategy", *(f"{c} [{unit}]" for c in CATEGORIES), f"per GPU [{unit}]",
-               f"all GPUs [{unit}]", *extra_headers] + (["fits"] if device else []) + comm_headers
+               f"all GPUs [{unit}]", *extra_headers, *judged, *comm_headers]
     rows = [[STRATEGY_NAMES[row["stage"]], *(f"{to_unit(row[c], unit):,.2f}" for c in columns), *extra]
             + (["yes" if row["fits"] else "no"] if device else []) + comm
             for row, extra, comm in zip(result["stages"], extra_cells, comm_cells)]

@@ -3,6 +3,9 @@
 Its ``as_dict()`` is the JSON contract (all values in bytes):
 {"params", "gpus", "layout": {...}, "device": {...} | null,
  "stages": [{"stage", "parameters", "gradients", "optimizer", "total", "cluster_total", "fits"}]}
+With a device, ``fits_judges`` says what ``fits`` judges: "model state" (a bare parameter
+count), "peak" (a model: model state + working set), either followed by " and host memory"
+when the CPU memory of a node is judged too.
 With a model (:func:`estimate_model`) each stage row also carries ``working_set`` (bytes per
 term), ``peak`` and ``pipeline_stage`` (the most-loaded stage's index), ``fits`` is judged
 on the peak, and the object gains ``model``, ``tensor_parallel``, ``pipeline_parallel`` and
@@ -55,6 +58,9 @@ class Estimate:
         out = {"params": self.params, "gpus": self.gpus, "layout": self.layout.as_dict(),
                "device": self.device.as_dict() if self.device else None,
                "stages": [dict(row) for row in self.stages]}
+        if self.device is not None:   # what "fits" judges: never one judgement for another
+            judged = "peak" if self.model is not None else "model state"
+            out["fits_judges"] = judged + (" and host memory" if self.host_memory is not None else "")
         if self.model is not None:
             out.update(model=self.model.name, tensor_parallel=self.settings.tensor_parallel,
                        pipeline_parallel=self.settings.pipeline_parallel,

@@ -22,12 +22,18 @@ from contextlib import contextmanager
 from zerolib.chapter.fast_png import IncrementalPng
 from zerolib.chapter.style import add_axes, new_figure
 from zerolib.core.accounting import CATEGORIES, LAYOUTS, Layout, get_layout
-from zerolib.core.devices import DEVICES, get_device
+from zerolib.core.devices import CAPACITY_BASES, DEVICES, device_at, get_device
 from zerolib.core.units import UNITS, check_unit, format_value
 
 EXPLORER_DPI = 80   # 640 x 448 pixels for the GPU-count figure: readable, quick to redraw
 CUSTOM = "custom"   # the layout dropdown's entry for bytes set with the sliders
 WIDTH_STEP = 0.5    # bytes per parameter between two positions of a layout slider
+CAPACITY_WORDS = {"nominal": "nominal GiB", "decimal": "decimal GB", "reported": "nvidia-smi"}
+# In a static copy (nbviewer, an HTML export) the saved widgets show but nothing answers them.
+STATIC_NOTE = ("<p style='font-size:smaller;color:#555'>The controls redraw the figure only while a "
+               "Python kernel runs this notebook. In a static copy (nbviewer, an HTML export) they "
+               "show the state the notebook was saved in and move nothing: run the notebook to use "
+               "them.</p>")
 
 
 def widgets():
@@ -41,12 +47,22 @@ def in_unit(n_bytes, unit: str) -> str:
     return f"{format_value(float(n_bytes) / check_unit(unit))} {unit}"
 
 
-def device_and_unit(device: str, unit: str) -> dict:
-    """The device dropdown and the unit buttons every explorer has."""
+def device_and_unit(device: str, unit: str, capacity: str = "nominal") -> dict:
+    """The device dropdown, the reading of its capacity and the unit buttons every explorer has.
+
+    ``capacity`` says which reading of the device's "80GB" a fit is judged against
+    (:data:`zerolib.core.devices.CAPACITY_BASES`): the vendor's GiB, the same figure in decimal
+    GB, or what nvidia-smi reports.
+    """
     w = widgets()
     check_unit(unit)
+    if capacity not in CAPACITY_BASES:
+        raise ValueError(f"capacity must be one of {', '.join(CAPACITY_BASES)}, got {capacity!r}")
     return {"device": w.Dropdown(options=[(d.label, d.name) for d in DEVICES.values()],
                                  value=get_device(device).name, description="Device"),
+            "capacity": w.ToggleButtons(options=[(CAPACITY_WORDS[b], b) for b in CAPACITY_BASES],
+                                        value=capacity, description="Capacity",
+                                        style={"button_width": "110px"}),
             "unit": w.ToggleButtons(options=list(UNITS), value=unit, description="Unit",
                                     style={"button_width": "60px"})}
 
@@ -189,13 +205,14 @@ class Explorer:
 
     def _box(self, rows):
         w = widgets()
-        return w.VBox([*rows, self.status, self.summary, self.image,
-                       self.table])
+        return w.VBox([w.HTML(STATIC_NOTE), *rows, w.HBox([self.controls["capacity"]]),
+                       self.status, self.summary, self.image, self.table])
 
     # Current settings every explorer has, read from the controls.
     @property
     def device(self):
-        return get_device(self.controls["device"].value)
+        """The chosen device, its capacity read as the capacity control says."""
+        return device_at(self.controls["device"].value, self.controls["capacity"].value)
 
     @property
     def unit(self) -> str:

@@ -72,10 +72,11 @@ def fewest_gpus_html(params: int, layout: Layout, device: Device, unit: str) -> 
                     f"<td style='text-align:right'>{cell}</td><td style='text-align:right'>"
                     f"{html.escape(per_gpu)}</td></tr>")
     return (
-        f"<table><caption>Fewest GPUs at which each strategy fits the {html.escape(device.label)} "
+        f"<table><caption>Fewest GPUs at which each strategy's model state fits the "
+        f"{html.escape(device.label)} "
         f"({html.escape(capacity_text(device, unit))}), "
         f"{format_count(params)} parameters</caption>"
-        "<thead><tr><th>Strategy</th><th>Fewest GPUs</th><th>Per GPU there</th></tr></thead>"
+        "<thead><tr><th>Strategy</th><th>Fewest GPUs</th><th>Model state per GPU there</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>")
 
 
@@ -145,7 +146,7 @@ class GpuCountExplorer(Explorer):
     def _describe(self):
         device, unit, layout = self.device, self.unit, self.data.attrs["layout"]
         self.summary.value = summary_html(self.data, device, unit)
-        key = (self.params, layout.widths(), device.name, unit)
+        key = (self.params, layout.widths(), device.name, device.capacity, unit)
         if key != self._fewest_key:   # the GPU range does not change this table
             self._fewest_key, self.table.value = key, fewest_gpus_html(self.params, layout,
                                                                        device, unit)

@@ -52,7 +52,7 @@ def fits_table_html(table: pd.DataFrame, device: Device, unit: str) -> str:
     rows = []
     for params, group in table.groupby("params", sort=True):
         cells = [f"<td style='text-align:right'>{in_unit(total, unit)} "
-                 f"({'fits' if total <= device.capacity else 'too big'})</td>"
+                 f"({'state fits' if total <= device.capacity else 'too big'})</td>"
                  for total in group.sort_values("stage")["total"]]
         stage = first[int(params)]
         verdict = (STRATEGY_NAMES[stage] if stage is not None
@@ -63,7 +63,8 @@ def fits_table_html(table: pd.DataFrame, device: Device, unit: str) -> str:
     headers = "".join(f"<th>{html.escape(STRATEGY_NAMES[s])}</th>" for s in STAGES)
     return (f"<table><caption>Per GPU on {gpus} GPU{'s' if gpus != 1 else ''} against the "
             f"{html.escape(device.label)} ({html.escape(capacity)})</caption>"
-            f"<thead><tr><th>Model</th>{headers}<th>Least partitioning that fits</th></tr></thead>"
+            f"<thead><tr><th>Model</th>{headers}<th>Least partitioning whose model state fits</th>"
+            "</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
@@ -76,10 +77,10 @@ def summary_html(table: pd.DataFrame, device: Device, unit: str) -> str:
     def verdict(params):
         stage = first[params]
         if stage is None:
-            return f"{format_count(params)} does not fit, even with ZeRO stage 3"
+            return f"{format_count(params)}: model state too big even with ZeRO stage 3"
         if stage == 0:
-            return f"{format_count(params)} fits even without ZeRO"
-        return f"{format_count(params)} needs ZeRO stage {stage} or higher"
+            return f"{format_count(params)}: model state fits even without ZeRO"
+        return f"{format_count(params)}: model state needs ZeRO stage {stage} or higher"
 
     largest = max(first)
     stage3 = table[(table["params"] == largest) & (table["stage"] == 3)]["total"].iloc[0]
@@ -87,7 +88,8 @@ def summary_html(table: pd.DataFrame, device: Device, unit: str) -> str:
             f"{html.escape(layout_summary(table.attrs['layout']))}; "
             f"{html.escape(device_label(device, unit))}. "
             f"<br>{html.escape('; '.join(verdict(p) for p in first))}. "
-            f"<br>{format_count(largest)} under ZeRO stage 3: {in_unit(stage3, unit)} per GPU.</p>")
+            f"<br>{format_count(largest)} under ZeRO stage 3: {in_unit(stage3, unit)} of model state "
+            "per GPU. Model state only: the peak adds activations and buffers (notebook 4).</p>")
 
 
 class ModelSizeExplorer(Explorer):
