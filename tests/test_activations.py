@@ -1,4 +1,4 @@
-"""Activations saved for backward: Korthikanti et al. 2022 (arXiv 2205.05198) reproduced.
+"""Activations saved for backward: Korthikanti et al. (MLSys 2023) (arXiv 2205.05198) reproduced.
 
 Expected values are the paper's Table 2 expressions evaluated by hand for the paper's own model
 configurations (its Table 3: sequence length 2048, tensor-parallel size 8), and the savings it

@@ -1,4 +1,4 @@
-"""Korthikanti et al. 2022 (arXiv 2205.05198) on their own models: what the paper prints or
+"""Korthikanti et al. (MLSys 2023) (arXiv 2205.05198) on their own models: what the paper prints or
 derives, against zerolib's model-parallel arithmetic.
 
 Each expected value is the paper's formula evaluated here by hand (Table 2, Eq. 5, Eq. 6,

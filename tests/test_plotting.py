@@ -357,7 +357,7 @@ def test_measured_figure_rejects_bad_tables():
 # Persistent state (ZeRO paper, Sec. V): 2P = 13,476,831,232 bytes of 16-bit parameters (or
 # gradients), 12P = 80,860,987,392 bytes of optimizer state; partitioned over 8: P / 8 =
 # 842,301,952 elements. Working set:
-# - activations (Korthikanti et al. 2022, term by term): per layer 8 tensors of s x h in 2 bytes
+# - activations (Korthikanti et al., MLSys 2023, term by term): per layer 8 tensors of s x h in 2 bytes
 #   (two norm inputs, QKV and MLP inputs, Q, K, V, attention output projection input) = 16sbh
 #   plus 4 f-wide tensors of the gated MLP in 2 bytes = 8sbf; 32 layers; plus the final norm's and
 #   output projection's inputs (2 x 2sbh) and the one layer whose attention core is recomputed

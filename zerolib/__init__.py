@@ -25,7 +25,7 @@ _EXPORTS = {
     "zerolib.core.parse": ("parse_count", "parse_whole", "parse_size"),
     "zerolib.core.accounting": ("CATEGORIES", "STAGES", "PARTITIONED", "STRATEGY_NAMES", "LAYOUTS",
                                 "Layout", "get_layout", "model_state"),
-    "zerolib.core.devices": ("DEVICES", "get_device", "capacity_text"),
+    "zerolib.core.devices": ("DEVICES", "get_device", "capacity_text", "device_at", "CAPACITY_BASES"),
     "zerolib.core.links": ("LINKS", "get_link"),
     "zerolib.core.nodes": ("NODES", "interconnect", "bus_bandwidth", "ring_latency"),
     "zerolib.core.collectives": ("ring_volume", "collective_seconds"),

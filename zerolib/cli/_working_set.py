@@ -40,7 +40,7 @@ DEFAULT_SEQ = 4096
 def add_arguments(parser) -> None:
     ws = parser.add_argument_group(
         "working set (needs --model)",
-        "Peak = persistent state + working set: activations (Korthikanti et al. 2022), logits and "
+        "Peak = persistent state + working set: activations (Korthikanti et al., MLSys 2023), logits and "
         "loss, DeepSpeed/DDP buffers, a fixed reserve. With these, 'fits' is judged on the peak.")
     ws.add_argument("--seq", metavar="TOKENS",
                     help=f"sequence length (default: the model's context length, at most {DEFAULT_SEQ})")

@@ -162,7 +162,7 @@ def _activation_table(frame) -> str:
     title = (f"Activations one GPT block saves for backward (seq_len {first['seq_len']}, "
              f"micro_batch {first['micro_batch']}, hidden {first['hidden']}, heads "
              f"{first['heads']}): measured with saved_tensors_hooks against "
-             f"zerolib.core.activations.layer_activation_bytes (Korthikanti et al. 2022, Table 2).")
+             f"zerolib.core.activations.layer_activation_bytes (Korthikanti et al., MLSys 2023, Table 2).")
     headers = ["case", "dtype", "dropout", "attention", "recompute", "measured [B]",
                "formula [B]", "difference", "unexplained [B]", "explained by"]
     return title + "\n" + text_table(headers, rows)

@@ -1,4 +1,4 @@
-"""Activations saved for the backward pass, term by term (Korthikanti et al. 2022).
+"""Activations saved for the backward pass, term by term (Korthikanti et al., MLSys 2023).
 
 Source: V. Korthikanti, J. Casper, S. Lym, L. McAfee, M. Andersch, M. Shoeybi, B. Catanzaro,
 "Reducing Activation Recomputation in Large Transformer Models", MLSys 2023, arXiv 2205.05198.

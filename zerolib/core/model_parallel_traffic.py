@@ -13,7 +13,7 @@ attention output and MLP down projections, the "g" operators) and two in the bac
 forward path and two in the backward path". Full recomputation re-runs each layer's forward
 pass during the backward pass, and with it the two forward all-reduces.
 
-Sequence parallelism (Korthikanti et al. 2022, arXiv 2205.05198, Sec. 4.2.2, Fig. 5): each
+Sequence parallelism (Korthikanti et al., MLSys 2023, arXiv 2205.05198, Sec. 4.2.2, Fig. 5): each
 all-reduce becomes an all-gather before the column-parallel projection and a reduce-scatter
 after the row-parallel one ("four all-gathers and four reduce-scatters in a single forward and
 backward pass"), the same ring bandwidth. Megatron-LM keeps only the sequence shard of the

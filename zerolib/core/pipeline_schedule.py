@@ -1,7 +1,7 @@
 """Pipeline schedules: how many micro-batches a stage keeps in flight, and the activation bytes
 on one GPU of each stage (with tensor and sequence parallelism and recomputation).
 
-Activations at a stage's peak (Korthikanti et al. 2022, arXiv 2205.05198, Sec. 4.2.3; the
+Activations at a stage's peak (Korthikanti et al., MLSys 2023, arXiv 2205.05198, Sec. 4.2.3; the
 schedules of Megatron-LM ``megatron/core/pipeline_parallel/schedules.py``): under 1F1B, stage
 r runs p - r - 1 warm-up forward passes before its first backward pass, so it holds the
 activations of min(p - r, m) micro-batches (m micro-batches per step): the first stage holds

@@ -8,7 +8,7 @@ inside the backward: 8 per parameter and token (Narayanan et al. 2021, arXiv:210
 appendix: 96Bslh^2 = 4 x 24Bslh^2 with recomputation). A GPU reaches a fraction ``mfu`` of its
 peak (:mod:`zerolib.core.devices`) on the FLOPs it executes: without recomputation this is the
 model FLOPs utilisation of Chowdhery et al. 2022 (PaLM, Sec. 4.1); with full recomputation the
-GPU executes 8/6 as many FLOPs at that rate (Korthikanti et al. 2022, Sec. 6.3, call the rate
+GPU executes 8/6 as many FLOPs at that rate (Korthikanti et al., MLSys 2023, Sec. 6.3, call the rate
 on executed FLOPs the hardware FLOPs utilisation). The default, 0.4, sits in the range large
 runs publish: 38-43 % for Llama 3 405B on H100 (arXiv:2407.21783, Table 4), 46.2 % for PaLM
 540B. The optimizer step's own compute is left out (it reads each parameter once, against the

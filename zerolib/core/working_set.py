@@ -6,7 +6,7 @@ Every working-set term is bytes on one worker (the most-loaded one) for one ZeRO
 each names its assumption:
 
 ``activations``
-    What the forward pass saves for backward, Korthikanti et al. 2022 term by term
+    What the forward pass saves for backward, Korthikanti et al. (MLSys 2023) term by term
     (:mod:`zerolib.core.activations`): all layers, the layer being recomputed (if any), the
     embedding's dropout mask, the final norm's and output projection's inputs.
 ``logits_loss``

@@ -1,4 +1,4 @@
-"""Korthikanti et al. 2022's own models, run through zerolib's model-parallel arithmetic.
+"""Korthikanti et al.'s (MLSys 2023) own models, run through zerolib's model-parallel arithmetic.
 
 Source: V. Korthikanti, J. Casper, S. Lym, L. McAfee, M. Andersch, M. Shoeybi, B. Catanzaro,
 "Reducing Activation Recomputation in Large Transformer Models", MLSys 2023, arXiv 2205.05198.
@@ -33,7 +33,7 @@ VOCAB = 51_200            # Sec. 6 (GPT-2's 50,257 padded to a multiple of 1024)
 ELEMENT_BYTES = 2         # 16-bit activations (Sec. 4.1)
 MASK_BYTES = 1            # dropout masks (Sec. 4.1)
 LOGITS_BYTES = (4,)       # "the logits which are calculated in 32-bit floating point" (Sec. 4.3)
-SOURCE = "Korthikanti et al. 2022, arXiv 2205.05198"
+SOURCE = "Korthikanti et al., MLSys 2023, arXiv 2205.05198"
 
 
 def gpt(name: str, heads: int, hidden: int, layers: int) -> TransformerConfig:

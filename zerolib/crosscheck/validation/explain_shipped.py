@@ -6,7 +6,7 @@ one-layer model on the CPU, and lists each distinct storage autograd saves while
 with the module that was running and the op that saved it. Here, in plain Python, each case's
 expected list is written out from the implementation: per saved tensor, what it is, the terms of
 ``zerolib.core.activations.layer_activation_terms`` it stands for and, where the implementation
-saves more than a careful one (Korthikanti et al. 2022, Sec. 4.1), the mechanism and its size,
+saves more than a careful one (Korthikanti et al., MLSys 2023, Sec. 4.1), the mechanism and its size,
 worked out from the shapes alone. The comparison pairs each measured storage with the next
 expected item of the same module and op; whatever is left over on either side is unexplained.
 

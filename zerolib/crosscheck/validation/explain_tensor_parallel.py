@@ -11,7 +11,7 @@ ways, norms whole, vocabulary rows ceil(V / t) on the most-loaded rank). One mec
   a narrower view of that storage, so the memory it holds is the most-loaded rank's after all.
 
 Activations: each tensor autograd saves in one decoder block, against
-:func:`zerolib.core.activations.layer_activation_terms` (Korthikanti et al. 2022's terms for a
+:func:`zerolib.core.activations.layer_activation_terms` (Korthikanti et al.'s (MLSys 2023) terms for a
 Llama block: norms and projection inputs whole on every rank, the rest split t ways, K and V
 at kv_heads / t heads, flash attention, no dropout). Mechanisms, all sized from the shapes:
 

@@ -401,3 +401,44 @@ def shipped_extras(block: str, model, seq_len: int, micro_batch: int = 1) -> pd.
     frame = pd.DataFrame(rows)
     frame.attrs.update(block=block, model=config.name, seq_len=seq_len, micro_batch=micro_batch)
     return frame
+
+
+def sizing_lessons(sharded: pd.DataFrame, buffers: pd.DataFrame, workers: int = 4) -> pd.DataFrame:
+    """The three findings of the real runs a reader sizing a job needs, from the records: one row
+    each with what was measured, what the chapter's formula says, and the lesson.
+
+    - DeepSpeed's reduce bucket: its bytes per rank in bf16 (``reduce_bucket_size`` elements x 2,
+      whatever the model's size);
+    - whole-tensor optimizer partitioning (ZeroRedundancyOptimizer): the most-loaded rank's
+      optimizer state against an even 1/N share, on the uneven model;
+    - FSDP2 with ``reshard_after_forward=False`` (the stage-2 analogue): the most-loaded rank at
+      rest and at the forward peak against stage 2's prediction, on the even model.
+    """
+    bucket = buffers[(buffers["category"] == "buckets") & (buffers["precision"] == "bf16")
+                     & (buffers["workers"] == workers)]
+    bucket_bytes = int(bucket["bytes"].max())
+    zero1 = _choose(sharded, strategy="zero1", model="uneven", workers=workers, phase="rest")
+    optimizer = zero1[zero1["category"] == "optimizer"]
+    busiest, share = int(optimizer["measured_bytes"].max()), int(optimizer["predicted_bytes"].max())
+    keep = rank_totals(_choose(sharded, strategy="fsdp2-keep", model="even", workers=workers))
+    predicted = int(keep["predicted_bytes"].max())
+    rest = int(keep.loc[keep["phase"] == "rest", "measured_bytes"].max())
+    peak = int(keep.loc[keep["phase"] == "peak", "measured_bytes"].max())
+    rows = [
+        {"finding": "DeepSpeed's reduce bucket (stages 1-3, default settings)",
+         "measured": f"{bucket_bytes:,} B on every rank",
+         "the formula": "not model state: 0 B",
+         "lesson": f"budget {bucket_bytes / 10**9:g} GB per GPU (twice with overlap_comm in stages 1-2), "
+                   "or lower reduce_bucket_size"},
+        {"finding": f"whole-tensor optimizer partitioning (ZeroRedundancyOptimizer, {workers} ranks)",
+         "measured": f"{busiest:,} B of optimizer state on the busiest rank",
+         "the formula": f"{share:,} B, an even 1/{workers}",
+         "lesson": f"the busiest rank holds {busiest / share:.1f}x its share: with one dominant tensor "
+                   "stage 1 saves less than 1/N on the GPU that decides"},
+        {"finding": f"FSDP2 reshard_after_forward=False, the stage-2 analogue ({workers} ranks)",
+         "measured": f"{rest:,} B at rest, {peak:,} B at the forward peak",
+         "the formula": f"{predicted:,} B (stage 2)",
+         "lesson": f"at rest only shards ({format_relative(rest / predicted - 1)}), at the forward peak "
+                   f"every layer gathered ({format_relative(peak / predicted - 1)}): size it by its peak"},
+    ]
+    return pd.DataFrame(rows)
