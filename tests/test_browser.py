@@ -86,42 +86,43 @@ EXPLORERS = {check.notebook: check for check in (
     ExplorerCheck(
         "03-memory-vs-model-size.ipynb", "GPUs", "8", "9", (
             "Per GPU on 9 GPUs against the A100 80GB",
-            "30B 480 GB (too big) 160 GB (too big) 107 GB (too big) 53.3 GB (fits) "
+            "30B 480 GB (too big) 160 GB (too big) 107 GB (too big) 53.3 GB (state fits) "
             "ZeRO stage 3 (+ parameters)",
             "70B 1,120 GB (too big) 373 GB (too big) 249 GB (too big) 124 GB (too big) "
             "none: add GPUs or pick a smaller layout",
-            "70B under ZeRO stage 3: 124 GB per GPU",
+            "70B under ZeRO stage 3: 124 GB of model state per GPU",
         )),
     # Notebook 4 leaves the explorer at Llama-2-7B (P = 6,738,415,616) on 8 H100 80GB, sequence
-    # 4096, micro-batch 1, selective recomputation, flash attention; one step right is micro-batch
-    # 2. Per sequence: activations 32 x (16sbh + 8sbf) + 4asb + 4sbh = 20,200,292,352 bytes and
+    # 4096, micro-batch 2, selective recomputation, flash attention; one step right is micro-batch
+    # 3. Per sequence: activations 32 x (16sbh + 8sbf) + 4asb + 4sbh = 20,200,292,352 bytes and
     # logits + loss 6 x 4096 x 32,000 = 786,432,000 (s = 4096, h = 4096, f = 11008, a = 32), so
-    # micro-batch 2 holds 40.4 GB and 1.57 GB, and every peak grows by 20.99 GB: plain DP
-    # 144.43 -> 165 GB; stage 1 61.20 -> 82.2 GB (under 85.9: fits); stage 3 39.61 -> 60.6 GB.
-    # Fewest GPUs at micro-batch 2 (working set 45.12 GB, 47.12 GB with stage 3's 2 GB of
-    # gathered parameters): stage 1 needs 4P + 12 ceil(P/N) <= 85.90 - 45.12 GB, i.e.
-    # ceil(P/N) <= 1.152e9, N = 6; stage 3 needs 16 ceil(P/N) <= 38.78 GB, N = 3. The largest
-    # micro-batch on 8 GPUs does not depend on the micro-batch: stage 1 (85.90 - 40.21) / 20.99
-    # = 2.18 -> 2; stage 3 (85.90 - 18.62) / 20.99 = 3.2 -> 3; plain DP none.
+    # micro-batch 3 holds 60.6 GB and 2.36 GB, and every peak grows by 20.99 GB per micro-batch
+    # from micro-batch 1: plain DP 144.43 -> 186 GB; stage 1 61.20 -> 103 GB; stage 2 49.4 ->
+    # 91.4 GB; stage 3 39.61 -> 81.6 GB (under 85.9: fits).
+    # Fewest GPUs at micro-batch 3 (working set 66.11 GB, 68.11 GB with stage 3's 2 GB of
+    # gathered parameters; 19.79 GB left of 85.90): stage 1's replicated 4P = 26.95 GB alone is
+    # over it: never; stage 2 needs 2P + 14 ceil(P/N) <= 19.79 GB, ceil(P/N) <= 0.451e9, N = 15;
+    # stage 3 needs 16 ceil(P/N) <= 17.79 GB, ceil(P/N) <= 1.112e9, N = 7. The largest micro-batch
+    # on 8 GPUs does not depend on the micro-batch: stage 1 (85.90 - 40.21) / 20.99 = 2.18 -> 2;
+    # stage 3 (85.90 - 18.62) / 20.99 = 3.2 -> 3; plain DP none.
     ExplorerCheck(
-        "04-will-it-fit.ipynb", "Micro-batch", "1", "2", (
-            "sequence 4,096 · micro-batch 2 · selective recomputation",
-            "activations (40.4 GB) and the logits and loss (1.57 GB)",
-            "Plain data parallelism 165 GB too big never none",
-            "ZeRO stage 1 (optimizer) 82.2 GB fits 6 2",
-            "ZeRO stage 3 (+ parameters) 60.6 GB fits 3 3",
-            "Fewest GPUs that fit (micro-batch 2)",
+        "04-will-it-fit.ipynb", "Micro-batch", "2", "3", (
+            "sequence 4,096 · micro-batch 3 · selective recomputation",
+            "activations (60.6 GB) and the logits and loss (2.36 GB)",
+            "Plain data parallelism 186 GB too big never none",
+            "ZeRO stage 1 (optimizer) 103 GB too big never 2",
+            "ZeRO stage 2 (+ gradients) 91.4 GB too big 15 2",
+            "ZeRO stage 3 (+ parameters) 81.6 GB fits 7 3",
+            "Fewest GPUs that fit (micro-batch 3)",
         )),
-    # Notebook 6 leaves the explorer at 70B on 8 A100 80GB GPUs (one node of 8, 1 TiB of CPU
-    # memory, the shard group all 8); one step right is 16 GPUs, and the shard group follows
-    # ("all" stays all: 16). ZeRO-3: 16 B x 70e9 / 16 = 70.0 GB per GPU, fits (140 GB on 8).
-    # Optimizer on the CPU: 2 B x 70e9 / 16 = 8.75 GB on each GPU; each node's 8 GPUs keep
-    # 16 B x 70e9 / 16 x 8 = 560 GB of CPU memory, under 1 TiB (1,120 GB on one node of 8).
+    # Notebook 6 starts the explorer at 16 GPUs; one step right is 32 (four nodes of 8). ZeRO-3:
+    # 16 B x 70e9 / 32 = 35.0 GB. Optimizer on the CPU: 2 B x 70e9 / 32 = 4.375 GB on each GPU;
+    # each node's 8 GPUs keep 16 B x 70e9 / 32 x 8 = 280 GB of CPU memory, under 1 TiB.
     ExplorerCheck(
-        "06-sharding-groups-and-offload.ipynb", "GPUs", "8", "16", (
-            "70B parameters on 16 GPUs, sharded over groups of 16 (1 replica)",
-            "ZeRO-3 70.0 GB fits 0 GB fits 0 GB",
-            "ZeRO-3 + optimizer on CPU 8.75 GB fits 560 GB fits 0 GB",
+        "06-sharding-groups-and-offload.ipynb", "GPUs", "16", "32", (
+            "70B parameters on 32 GPUs, sharded over groups of 32 (1 replica)",
+            "ZeRO-3 35.0 GB fits 0 GB fits 0 GB",
+            "ZeRO-3 + optimizer on CPU 4.38 GB fits 280 GB fits 0 GB",
         )),
     # Notebook 5 leaves the explorer at Llama-2-7B on 64 H100 80GB in DGX H100 nodes; one step
     # right is 128 GPUs (16 nodes, still 400 GB/s across them). ceil(P / 128) = 52,643,872

@@ -187,45 +187,63 @@ def test_hsdp_read(cells):
 def test_explorer_things_to_try(cells):
     """Each 'thing to try', done on the explorer the notebook starts, shows what it predicts."""
     text = cells["explorer-read"]
-    e = zl.PlacementExplorer(params=70 * 10**9, gpus=8, gpus_per_node=8, host_memory=TiB,
+    e = zl.PlacementExplorer(params=70 * 10**9, gpus=16, gpus_per_node=8, host_memory=TiB,
                              device="a100-80gb")
+    assert "<b>70B parameters</b> on <b>16 GPUs</b>" in e.summary.value
 
     def row(option):
         from zerolib.chapter.explorers.placement import option_rows
         rows = {r["option"]: r for r in option_rows(e.data, e.device, e.host_memory)}
         return rows[option]
 
-    assert row("ZeRO-3 + optimizer on CPU")["host_fits"] is False      # 1,120 GB > 1 TiB
-    e.controls["host_memory"].value = 2 * TiB
-    r = row("ZeRO-3 + optimizer on CPU")
-    assert r["gpu_fits"] and r["host_fits"]
-    says(text, f"{gb(r['gpu'], 1)} GB on each GPU and {gb(r['cpu_per_node'], 0)} GB of the node's "
-               f"{gb(2 * TiB, 0)} GB")
-
-    e.controls["host_memory"].value = TiB
+    # 64 GPUs: 16 B x 70e9 / 64 = 17.5 GB; hpZ adds 2 B x 70e9 / 8 = 17.5 GB; the optimizer on the
+    # CPU puts 16 B x 70e9 / 64 x 8 = 140 GB in each node.
     e.controls["gpus"].value = 64
-    options = [o for o in zl.OPTIONS if o.stage == 3]
-    assert all(row(o.name)["gpu_fits"] for o in options)
-    says(text, f"ZeRO-3 alone needs {gb(row('ZeRO-3')['gpu'], 1)} GB per GPU",
-         f"optimizer offload needs only {gb(row('ZeRO-3 + optimizer on CPU')['cpu_per_node'], 0)} GB")
+    assert e.shard_group == 64
+    assert all(row(o.name)["gpu_fits"] for o in zl.OPTIONS if o.stage == 3)
+    assert row("ZeRO-3")["gpu"] == 17_500_000_000
+    assert row("ZeRO-3 + hpZ copy (ZeRO++)")["gpu"] == 35_000_000_000
+    assert row("ZeRO-3 + optimizer on CPU")["cpu_per_node"] == 140 * GB
+    says(text, "ZeRO-3 alone needs 17.5 GB per GPU, its hpZ copy 35.0 GB",
+         "optimizer offload needs only 140 GB of each node's CPU memory")
 
-    e.controls["shard_group"].value = 16
-    says(text, f"ZeRO-3 needs {gb(row('ZeRO-3')['gpu'], 1)} GB per GPU and still fits")
-    assert row("ZeRO-3")["gpu_fits"] and not row("ZeRO-3 + hpZ copy (ZeRO++)")["offered"]
-
-    e.controls["shard_group"].value = 64
+    # 405B on 64: 16 B x 405e9 / 64 = 101.25 GB; offloaded, 2 B x 405e9 / 64 = 12.66 GB on the
+    # GPU and 16 B x 405e9 / 64 x 8 = 810 GB per node, under 1 TiB = 1,099.5 GB.
     e.controls["params"].value = 405 * 10**9
     big, off = row("ZeRO-3"), row("ZeRO-3 + optimizer on CPU")
-    assert not big["gpu_fits"] and off["gpu_fits"] and off["host_fits"]
-    says(text, f"ZeRO-3 alone is too big ({gb(big['gpu'], 0)} GB)",
-         f"the GPU holds {gb(off['gpu'], 1)} GB and each node {gb(off['cpu_per_node'], 0)} GB")
+    assert big["gpu"] == 101_250_000_000 and not big["gpu_fits"]
+    assert off["gpu"] == 12_656_250_000 and off["cpu_per_node"] == 810 * GB and off["host_fits"]
+    says(text, "ZeRO-3 alone is too big (101 GB)", "the GPU holds 12.7 GB and each node 810 GB")
 
+    # Back at 70B on 16, group 8: 16 B x 70e9 / 8 = 140 GB; offloaded, 2 B x 70e9 / 8 = 17.5 GB
+    # per GPU and 16 B x 70e9 / 8 x 8 = 1,120 GB per node, over 1,099.5 GB.
     e.controls["params"].value = 70 * 10**9
+    e.controls["gpus"].value = 16
+    e.controls["shard_group"].value = 8
+    three, off = row("ZeRO-3"), row("ZeRO-3 + optimizer on CPU")
+    assert three["gpu"] == 140 * GB and not three["gpu_fits"]
+    assert off["gpu"] == 17_500_000_000 and off["cpu_per_node"] == 1_120 * GB and not off["host_fits"]
+    assert not row("ZeRO-3 + hpZ copy (ZeRO++)")["offered"]
+    says(text, "ZeRO-3 needs 140.0 GB per GPU and no longer fits",
+         "each GPU holds 17.5 GB but each node 1,120 GB, more than its 1 TiB (1,099.5 GB)",
+         "hpZ is not offered")
+
+    e.controls["host_memory"].value = 2 * TiB
+    off = row("ZeRO-3 + optimizer on CPU")
+    assert off["gpu_fits"] and off["host_fits"]
+    says(text, "fits both, 17.5 GB on each GPU and 1,120 GB of the node's 2,199 GB")
+
+    # One node of 16: the hpZ copy is 2 B x 70e9 / 16 = 8.75 GB on top of 70 GB = 78.75 GB; the
+    # node's CPU memory holds 16 x 16 B x 70e9 / 16 = 1,120 GB.
+    e.controls["host_memory"].value = TiB
+    e.controls["shard_group"].value = 16
     before = row("ZeRO-3 + optimizer on CPU")
     e.controls["gpus_per_node"].value = 16
-    after = row("ZeRO-3 + optimizer on CPU")
+    after, hpz = row("ZeRO-3 + optimizer on CPU"), row("ZeRO-3 + hpZ copy (ZeRO++)")
     assert after["gpu"] == before["gpu"] and after["cpu_per_node"] == 2 * before["cpu_per_node"]
-    says(text, f"{gb(after['cpu_per_node'], 0)} GB for 70B with the optimizer offloaded")
+    assert hpz["gpu"] == 78_750_000_000 and hpz["gpu_fits"] and not after["host_fits"]
+    says(text, "now sharded over 16 (78.8 GB, which fits)",
+         "1,120 GB with the optimizer offloaded: over 1 TiB again")
     assert e.status.value == ""
 
 
