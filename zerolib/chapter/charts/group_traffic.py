@@ -33,6 +33,7 @@ from zerolib.chapter.style import (
 )
 from zerolib.core.devices import Device
 from zerolib.core.group_step import GROUP_TRAFFIC_COLUMNS
+from zerolib.core.models import parameter_count
 from zerolib.core.units import check_unit, format_value
 
 # Three panels stacked over one axis of G (inches): left, right margins; each panel's height,
@@ -193,6 +194,9 @@ def group_tradeoff_figure(memory_table: pd.DataFrame, traffic_table: pd.DataFram
     gpus = single_value(traffic_table, "gpus", "group-traffic")
     if single_value(memory_table, "gpus", "group-size") != gpus:
         raise ValueError("memory_table and traffic_table must be for the same GPU count")
+    if single_value(memory_table, "params", "group-size") != parameter_count(
+            traffic_table.attrs["model"]):
+        raise ValueError("memory_table and traffic_table must be for the same model size")
     figure = new_figure(FIGSIZE, dpi)
     memory_ax, traffic_ax, time_ax = _panel_axes(figure)
     memory = draw_group_size(memory_ax, memory_table, device, unit)
