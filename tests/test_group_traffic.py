@@ -11,7 +11,7 @@ import pytest
 from zerolib.core.communication import traffic
 from zerolib.core.estimate import estimate
 from zerolib.core.group_step import group_communication_rows, group_step_time, group_traffic_table
-from zerolib.core.group_traffic import group_traffic
+from zerolib.core.group_traffic import GROUP_KINDS, GROUP_SLOTS, flat_group_traffic, group_traffic
 from zerolib.core.nodes import interconnect, spanning_bandwidth, spanning_latency
 from zerolib.core.offload_traffic import host_traffic
 from zerolib.core.placement import Placement
@@ -252,3 +252,22 @@ def test_group_traffic_table_keeps_groups_that_fit_nodes():
     assert row["inside_node_bytes"] + row["across_nodes_bytes"] == row["sent_bytes"]
     with pytest.raises(ValueError, match="shard_groups"):
         group_traffic_table("llama-2-7b", 24, "dgx-h100", "h100-80gb", shard_groups=[3])
+
+
+def test_the_sweep_path_equals_the_slot_sums():
+    # Flat whole-byte sweeps take a few-operation path; it must agree with the slots.
+    rng = np.random.default_rng(1)
+    gpus = 8 * 2 ** rng.integers(0, 8, 2000)
+    groups = np.minimum(2 ** rng.integers(0, 11, 2000), gpus)
+    stages = rng.integers(0, 4, 2000)
+    params = rng.integers(1, 10**13, 2000)
+    for layout in ("mixed-adam", "fp32-adam"):
+        result = group_traffic(int(params[0]), gpus, stages, layout, groups, gpus_per_node=8)
+        swept = flat_group_traffic(params, gpus, stages, layout, groups, gpus_per_node=8)
+        assert swept._plain_flat and result._plain_flat
+        for one in (result, swept):
+            fast = one.by_kind("sent")
+            for kind in GROUP_KINDS:
+                slots = sum(one.sent[s.name] for s in GROUP_SLOTS if s.kind == kind)
+                assert np.array_equal(fast[kind], slots), kind
+            assert np.array_equal(one.total_cross_node, sum(one.cross_node.values()))

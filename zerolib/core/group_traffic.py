@@ -304,6 +304,8 @@ class GroupTraffic:
     def by_kind(self, what: str = "sent") -> dict[str, np.ndarray]:
         """``calls``, ``handed``, ``sent`` or ``cross_node`` summed per kind of
         :data:`GROUP_KINDS` (in slot order)."""
+        if what == "sent" and self._plain_flat:
+            return dict(self._flat_sent)
         values = {"calls": self.calls, "handed": self.handed, "sent": self.sent,
                   "cross_node": self.cross_node}[what]
         out = {kind: np.zeros(self.gpus.shape, dtype=np.int64) for kind in GROUP_KINDS}
@@ -324,7 +326,48 @@ class GroupTraffic:
     @property
     def total_cross_node(self) -> np.ndarray:
         """Bytes that leave one node in the step."""
+        if self._plain_flat:
+            return self._flat_cross_node
         return sum(self.cross_node.values())
+
+    # --- the sweeps' path: one flat buffer in whole bytes, no ZeRO++ ----------------------------
+
+    @property
+    def _plain_flat(self) -> bool:
+        whole = all(self.layout.bits_per_param(c) % 8 == 0 for c in ("parameters", "gradients"))
+        return (self.units is None and whole and not (self.qwz or self.qgz)
+                and self.hpz_partition == 1)
+
+    @cached_property
+    def _flat_sent(self) -> Mapping[str, np.ndarray]:
+        """``by_kind("sent")`` in a few array operations: the all-reduce's chunks are
+        ceil(ceil(P / G) / R) = ceil(P / N) elements whichever ring it is (all N GPUs under
+        stage 0, the R replicas above), the group's collectives (G - 1) chunks of ceil(P / G)."""
+        grad = self.layout.bits_per_param("gradients") // 8
+        param = self.layout.bits_per_param("parameters") // 8
+        n, g, stage = self.gpus, self.shard_group, self.stage
+        in_group = (g - 1) * ceil_div(self.params, g)
+        ring = np.where(stage == 0, n, self.replicas)
+        gathers = np.array([0, param, param, 2 * param], dtype=np.int64)[stage]
+        return MappingProxyType({
+            "all_reduce": (2 * grad) * (ring - 1) * ceil_div(self.params, n),
+            "reduce_scatter": (stage > 0) * (grad * in_group),
+            "all_gather": gathers * in_group,
+            "all_to_all": np.zeros(n.shape, dtype=np.int64)})
+
+    @cached_property
+    def _flat_cross_node(self) -> np.ndarray:
+        # Stage 0's ring over all N leaves each node once when N spans nodes; above it the
+        # replicas' min(G, K) rings leave each node when they span nodes, N > max(G, K), and a
+        # group's own rings when G > K.
+        k = self.gpus_per_node
+        sent = self._flat_sent
+        g = self.shard_group
+        plain = self.stage == 0
+        share = np.where(plain, 1, np.minimum(g, k))
+        limit = np.where(plain, k, np.maximum(g, k))
+        group = (g > k) * (sent["reduce_scatter"] + sent["all_gather"])
+        return group + (self.gpus > limit) * share * sent["all_reduce"]
 
 
 def _check_zeropp(stage, gpus, group, hpz: int, qwz: bool, qgz: bool) -> None:
@@ -352,33 +395,51 @@ def group_traffic(model, gpus, stage, layout: str | Layout = "mixed-adam", shard
     :mod:`zerolib.core.placement` counts nodes).
 
     ``model`` is a preset name or TransformerConfig (stage 3 per layer, :func:`layer_units`), a
-    list of layer sizes, or a bare parameter count (one flat buffer). ``gpus``, ``stage`` and
-    ``shard_group`` (and a bare ``model``) broadcast together. ``shard_group`` = ``gpus`` gives
-    exactly :func:`zerolib.core.communication.traffic`'s bytes and calls.
+    list of layer sizes, or a bare parameter count (:func:`flat_group_traffic`). ``gpus``,
+    ``stage`` and ``shard_group`` broadcast together. ``shard_group`` = ``gpus`` gives exactly
+    :func:`zerolib.core.communication.traffic`'s bytes and calls.
     """
-    layout = get_layout(layout)
-    units = None
     if isinstance(model, (str, TransformerConfig)):
         units = _check_units(layer_units(model))
     elif isinstance(model, (list, tuple)) or (isinstance(model, np.ndarray) and model.ndim == 1):
         units = _check_units(model)
-    params = (check_params(model) if units is None
-              else np.asarray(int(units.sum()), dtype=np.int64))
+    else:
+        return flat_group_traffic(model, gpus, stage, layout, shard_group, hpz_partition, qwz,
+                                  qgz, gpus_per_node)
+    return _group_traffic(np.asarray(int(units.sum()), dtype=np.int64), units, gpus, stage,
+                          layout, shard_group, hpz_partition, qwz, qgz, gpus_per_node)
+
+
+def flat_group_traffic(params, gpus, stage, layout: str | Layout = "mixed-adam",
+                       shard_group=None, hpz_partition: int = 1, qwz: bool = False,
+                       qgz: bool = False, gpus_per_node: int | None = None) -> GroupTraffic:
+    """:func:`group_traffic` for a bare parameter count (one flat buffer per pass); ``params``
+    broadcasts with ``gpus``, ``stage`` and ``shard_group``, so a sweep is one call."""
+    return _group_traffic(check_params(params), None, gpus, stage, layout, shard_group,
+                          hpz_partition, qwz, qgz, gpus_per_node)
+
+
+def _group_traffic(params, units, gpus, stage, layout, shard_group, hpz_partition, qwz, qgz,
+                   gpus_per_node) -> GroupTraffic:
+    layout = get_layout(layout)
     gpus, stage = check_gpus(gpus), check_stage(stage)
-    group = gpus if shard_group is None else check_shard_group(shard_group, gpus)
+    group = gpus if shard_group is None else check_gpus(shard_group, "shard_group")
     params, gpus, stage, group = broadcast(params=params, gpus=gpus, stage=stage,
                                            shard_group=group)
-    group = check_shard_group(group, gpus)
+    if shard_group is not None:
+        group = check_shard_group(group, gpus)
     hpz = check_positive_int(hpz_partition, "hpz_partition", MAX_GPUS)
     qwz, qgz = check_flag(qwz, "qwz"), check_flag(qgz, "qgz")
     _check_zeropp(stage, gpus, group, hpz, qwz, qgz)
     per_node = (DEFAULT_GPUS_PER_NODE if gpus_per_node is None
                 else check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS))
-    if np.any((gpus > per_node) & (gpus % per_node != 0)) and (hpz > 1 or qgz or np.any(group != gpus)):
+    grouped = hpz > 1 or qgz or bool(np.any(group != gpus))
+    if grouped and np.any((gpus > per_node) & (gpus % per_node != 0)):
         raise ValueError(f"gpus must fill whole nodes of gpus_per_node ({per_node}) for a shard "
                          "group or ZeRO++ to be placed on them")
     check_aligned(group, gpus, per_node, "shard_group")
-    check_aligned(np.asarray(hpz), gpus, per_node, "hpz_partition")
+    if hpz > 1:
+        check_aligned(np.asarray(hpz), gpus, per_node, "hpz_partition")
     unit_sizes = None if units is None else tuple(int(u) for u in units)
     return GroupTraffic(params, gpus, stage, group, layout, per_node, hpz, qwz, qgz, unit_sizes)
 
