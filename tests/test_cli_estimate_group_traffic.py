@@ -108,3 +108,14 @@ def test_bad_input_is_one_line(capsys, argv, flag):
     status, out, err = run(capsys, "estimate", "--params", "7B", "--gpus", "48", *argv)
     assert status == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and flag in err and "Traceback" not in err
+
+
+def test_a_single_link_runs_every_ring_alike(capsys):
+    # ib-ndr joins every GPU alike (no nodes): any group that divides the GPUs, every ring at
+    # one port's 50 GB/s, nothing counted as leaving a node.
+    result = as_json(capsys, "--params", "7B", "--gpus", "48", "--link", "ib-ndr",
+                     "--shard-group", "12", "--stage", "3")
+    c = result["stages"][0]["communication"]
+    assert c["cross_node_bytes"] is None and (c["shard_group"], c["replicas"]) == (12, 4)
+    assert {e["link"] for e in c["schedule"]} == {"ib-ndr"}
+    assert {e["bus_bandwidth"] for e in c["schedule"]} == {50e9}

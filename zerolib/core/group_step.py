@@ -53,7 +53,6 @@ from zerolib.core.offload_traffic import (
     host_traffic,
 )
 from zerolib.core.placement import (
-    DEFAULT_GPUS_PER_NODE,
     DEFAULT_PLACEMENT,
     Placement,
     check_placement,
@@ -157,15 +156,15 @@ def group_step_time(traffic: GroupTraffic, link: str | Interconnect,
 
 # --- the estimate's communication object -------------------------------------------------------
 
-def _node_size(ic: Interconnect | None, placement: Placement) -> int:
-    """The node size the rings are placed on: the interconnect's, else the placement's, else
-    :data:`~zerolib.core.placement.DEFAULT_GPUS_PER_NODE`."""
+def _node_size(ic: Interconnect | None, placement: Placement, gpus: int) -> int:
+    """The node size the rings are placed on: the interconnect's; without nodes (a single link
+    joins every GPU alike, or no link) the placement's, else all GPUs as one node."""
     if ic is not None and ic.gpus_per_node is not None:
         if placement.gpus_per_node not in (None, ic.gpus_per_node):
             raise ValueError(f"placement.gpus_per_node ({placement.gpus_per_node}) differs from "
                              f"the GPUs per node of {ic.name} ({ic.gpus_per_node})")
         return ic.gpus_per_node
-    return DEFAULT_GPUS_PER_NODE if placement.gpus_per_node is None else placement.gpus_per_node
+    return gpus if placement.gpus_per_node is None else placement.gpus_per_node
 
 
 def _link_name(ic: Interconnect, spans_nodes: bool) -> str:
@@ -196,7 +195,7 @@ def group_communication_rows(model, gpus, stages=STAGES, layout: str | Layout = 
     layout = get_layout(layout)
     placement = check_placement(placement)
     ic = None if link is None else interconnect(link, gpus_per_node)
-    per_node = _node_size(ic, placement)
+    per_node = _node_size(ic, placement, gpus)
     traffic = group_traffic(model, gpus, list(stages), layout, placement.shard_group,
                             placement.hpz_partition, check_flag(qwz, "qwz"),
                             check_flag(qgz, "qgz"), per_node)
@@ -283,7 +282,7 @@ def group_traffic_table(model: str | TransformerConfig, gpus, link: str | Interc
     gpus = check_single(gpus, check_gpus, "gpus")
     ic = interconnect(link, gpus_per_node)
     device = get_device(device)
-    per_node = _node_size(ic, DEFAULT_PLACEMENT)
+    per_node = _node_size(ic, DEFAULT_PLACEMENT, gpus)
     if shard_groups is None:
         groups = np.array([g for g in divisors(gpus)
                            if g in (1, gpus) or per_node % g == 0 or g % per_node == 0])
