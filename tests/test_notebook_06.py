@@ -10,12 +10,13 @@ import re
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 
 import zerolib as zl
 from zerolib.core.placement import Placement, place
 from zerolib.crosscheck.conventions import megatron_distributed_optimizer as megatron
-from zerolib.crosscheck.conventions import playbook, side_by_side, zero_infinity
+from zerolib.crosscheck.conventions import playbook, side_by_side, zero_infinity, zeropp
 from zerolib.crosscheck.deepspeed_estimator import estimate_zero3
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "06-sharding-groups-and-offload.ipynb"
@@ -257,3 +258,175 @@ def test_summary(cells):
          "6 of 6 cells at every *d*, 116 of 116, 29 of 30")
     assert re.search(r"\[5 · The price of ZeRO\]\(05-the-price-of-zero\.ipynb\)", text)
     assert re.search(r"\[7 · When ZeRO is not enough\]\(07-when-zero-is-not-enough\.ipynb\)", text)
+
+
+# --- traffic: the group size, ZeRO++, offload, the HSDP run's collectives -----------------------
+
+@pytest.fixture(scope="module")
+def traffic():
+    return zl.group_traffic_table("llama-2-70b", 64, "dgx-a100", "a100-80gb")
+
+
+def at(table, stage, group, column):
+    (value,) = table[(table["stage"] == stage) & (table["shard_group"] == group)][column]
+    return value
+
+
+def test_traffic_intro(cells):
+    text = cells["traffic-intro"]
+    ic = zl.interconnect("dgx-a100")
+    assert (ic.gpus_per_node, ic.nics, ic.network.bandwidth) == (8, 8, 200 * 10**9 // 8)
+    says(text, "eight 200 Gb/s InfiniBand ports out", "4,096 tokens per GPU and 40 %",
+         "shared by eight rings at once")
+    compute = zl.ComputeSettings()
+    assert (compute.tokens_per_gpu, compute.mfu) == (4096, 0.4)
+
+
+def test_traffic_read(cells, traffic):
+    text = cells["traffic-read"]
+    sent = {g: at(traffic, 3, g, "sent_bytes") for g in (8, 64)}
+    says(text, f"{gb(sent[64])} GB per step sharded over all 64",
+         f"({gb(sent[8])} GB in groups of 8)")
+    assert sent[8] < sent[64]
+    says(text, f"{gb(at(traffic, 3, 8, 'inside_node_bytes'))} GB of it stays on NVLink",
+         f"{gb(at(traffic, 3, 8, 'cross_node_bytes'))} GB leave each node, against "
+         f"{gb(at(traffic, 3, 64, 'cross_node_bytes'))} GB over all 64")
+    crossing16 = at(traffic, 3, 16, "cross_node_bytes")
+    says(text, f"{gb(crossing16)} GB leave each node, more than with no groups at all")
+    assert crossing16 > at(traffic, 3, 1, "cross_node_bytes")
+    stage3 = traffic[traffic["stage"] == 3]
+    says(text, f"at most {stage3['communication_seconds'].max():.2f} s back to back",
+         f"computes for {stage3['compute_seconds'].iloc[0]:.2f} s a step")
+    assert np.allclose(stage3["step_seconds"], stage3["compute_seconds"])   # hides at every G
+
+
+def test_traffic_figure_read(cells, traffic):
+    text = cells["traffic-figure-read"]
+    fits = [g for g in (1, 2, 4, 8, 16, 32, 64) if stage3_at(g) <= zl.get_device("a100-80gb").capacity]
+    assert fits == [16, 32, 64]
+    crossing = {g: at(traffic, 3, g, "cross_node_bytes") for g in fits}
+    assert min(crossing, key=crossing.get) == 64 and crossing[16] > crossing[64]
+    says(text, f"{at(traffic, 1, 8, 'exposed_seconds'):.2f} s in groups of 8 and "
+               f"{at(traffic, 1, 64, 'exposed_seconds'):.2f} s over all 64")
+    assert at(traffic, 2, 8, "exposed_seconds") == at(traffic, 1, 8, "exposed_seconds")
+
+
+def pct(fraction) -> str:
+    """A share as the prose writes it: '31 %'."""
+    return f"{100 * fraction:.0f} %"
+
+
+def seven_table(gpus=1024, link="dgx-h100", gpu="h100-80gb", **options):
+    table = zl.group_traffic_table("llama-2-7b", gpus, link, gpu, **options)
+    return table[table["stage"] == 3].set_index("shard_group")
+
+
+def test_worth_it_read_and_things_to_try(cells):
+    text = cells["worth-it-read"]
+    seven = seven_table()
+    full, group = seven.loc[1024], seven.loc[64]
+    says(text, f"take {full['communication_seconds']:.2f} s back to back against "
+               f"{full['compute_seconds']:.2f} s of compute",
+         f"the step takes {full['step_seconds']:.2f} s, {pct(full['network_wait_fraction'])} of it "
+         "waiting",
+         f"they take {group['communication_seconds']:.2f} s and hide: "
+         f"{group['step_seconds']:.2f} s a step")
+    assert group["exposed_seconds"] == 0
+    p7 = zl.parameter_count("llama-2-7b")
+    state = zl.model_state(p7, 1024, 3, shard_group=[64, 1024]).total
+    says(text, f"{gb(state[0])} GB of model state per GPU instead of {gb(state[1])} GB")
+    hiding = [int(g) for g in seven.index if seven.loc[g, "exposed_seconds"] == 0]
+    assert hiding == [4, 8, 16, 32, 64, 128, 256, 512]
+    says(text, "Every group from 4 to 512 hides them")
+    # Things to try.
+    longer = seven_table(compute=zl.ComputeSettings(16384))
+    assert (longer["exposed_seconds"] == 0).all()
+    says(text, f"{longer['compute_seconds'].iloc[0]:.2f} s of compute hides every group's")
+    fewer = seven_table(128)
+    assert (fewer["exposed_seconds"] == 0).all()
+    says(text, f"take {fewer['communication_seconds'].min():.2f} to "
+               f"{fewer['communication_seconds'].max():.2f} s at every G and all hide")
+    b200 = seven_table(link="dgx-b200", gpu="b200-180gb")
+    hide = [int(g) for g in b200.index if b200.loc[g, "exposed_seconds"] == 0]
+    assert hide == [32, 64, 128]
+    says(text, f"the compute shrinks to {b200['compute_seconds'].iloc[0]:.2f} s",
+         "only groups of 32, 64 and 128 hide everything",
+         f"({b200.loc[64, 'step_seconds']:.2f} s a step)",
+         f"all 1,024 takes {b200.loc[1024, 'step_seconds']:.2f} s, "
+         f"{pct(b200.loc[1024, 'network_wait_fraction'])} of it waiting")
+
+
+def test_zeropp_traffic_read(cells):
+    text = cells["zeropp-traffic-read"]
+    table = zeropp.comparison()
+    says(text, f"All {int(table['agrees'].sum())} cells agree")
+    assert table["agrees"].all()
+    chapter = dict(zip(table["item"], table["chapter"]))
+    zero, plus = chapter["ZeRO: total"], chapter["ZeRO++: total"]
+    says(text, f"{zero:.3f}M leave each node per step under ZeRO and {plus:.3f}M under ZeRO++",
+         f"{zero / plus:.1f}x less")
+
+
+@pytest.fixture(scope="module")
+def moved():
+    options = {"stage 3": Placement(), "optimizer on CPU": Placement(offload_optimizer="cpu"),
+               "parameters": Placement(offload_optimizer="cpu", offload_params="cpu"),
+               "nvme": Placement(offload_optimizer="nvme", offload_params="nvme")}
+    out = {}
+    for name, placement in options.items():
+        (row,) = zl.estimate_model("llama-2-70b", 8, FULL, device="a100-80gb", stages=[3],
+                                   placement=placement, link="dgx-a100").stages
+        out[name] = row["communication"]
+    return out
+
+
+def test_offload_traffic(cells, moved):
+    says(cells["offload-traffic-intro"], "PCIe 4.0 x16 link (31.5 GB/s each way)")
+    assert zl.get_link("pcie4-x16").bandwidth == 31_500_000_000
+    text = cells["offload-traffic-read"]
+    cpu = moved["optimizer on CPU"]
+    assert cpu["host"]["to_gpu_bytes"] == cpu["host"]["to_host_bytes"]
+    says(text, f"{gb(cpu['host']['to_gpu_bytes'])} GB each way per step",
+         f"{cpu['exposed_seconds']:.2f} s of waiting, a step of {cpu['step_seconds']:.2f} s instead "
+         f"of {moved['stage 3']['step_seconds']:.2f} s")
+    params = moved["parameters"]
+    assert params["exposed_seconds"] == 0
+    says(text, f"({gb(params['host']['to_gpu_bytes'])} GB a step)")
+    nvme = moved["nvme"]["host"]
+    says(text, f"NVMe reads {gb(nvme['nvme_read_bytes'])} GB and writes "
+               f"{gb(nvme['nvme_write_bytes'])} GB per GPU per step",
+         f"{moved['nvme']['exposed_seconds']:.2f} s of waiting even at PCIe 4.0 speed, a step of "
+         f"{moved['nvme']['step_seconds']:.2f} s",
+         f"the same bytes take {(nvme['nvme_read_bytes'] + nvme['nvme_write_bytes']) / 1.6e9:.0f} s")
+
+
+def test_hsdp_traffic_read(cells):
+    text = cells["hsdp-traffic-read"]
+    runs = zl.communication_report.recorded("pytorch")
+    rank0 = runs[(runs["model"] == "uneven") & (runs["workers"] == 4) & (runs["rank"] == 0)]
+
+    def cell(strategy, kind, column):
+        (value,) = rank0[(rank0["strategy"] == strategy) & (rank0["kind"] == kind)][column]
+        return int(value)
+
+    says(text, f"each rank gathers {cell('hsdp', 'all_gather', 'measured_bytes'):,} bytes per step "
+               f"against {cell('fsdp2-reshard', 'all_gather', 'measured_bytes'):,}",
+         f"{cell('hsdp', 'all_reduce', 'measured_calls')} calls and "
+         f"{cell('hsdp', 'all_reduce', 'measured_bytes'):,} bytes",
+         f"against zerolib's {cell('hsdp', 'all_reduce', 'predicted_calls')} calls and "
+         f"{cell('hsdp', 'all_reduce', 'predicted_bytes'):,} bytes")
+    hsdp = runs[runs["strategy"] == "hsdp"]
+    assert (hsdp["unexplained_bytes"] == 0).all() and (hsdp["unexplained_calls"] == 0).all()
+
+
+def test_summary_traffic(cells, traffic, moved):
+    text = cells["summary"]
+    says(text, f"{gb(at(traffic, 3, 8, 'cross_node_bytes'))} GB a step in groups of one node",
+         f"{gb(at(traffic, 3, 16, 'cross_node_bytes'))} GB in groups of 16",
+         f"{gb(at(traffic, 3, 64, 'cross_node_bytes'))} GB over all 64",
+         f"waits {pct(seven_table().loc[1024, 'network_wait_fraction'])} of a step",
+         "from 3M to 0.75M per step",
+         f"moves {gb(moved['optimizer on CPU']['host']['to_gpu_bytes'])} GB each way per GPU and "
+         f"waits {moved['optimizer on CPU']['exposed_seconds']:.2f} s",
+         f"NVMe reads {gb(moved['nvme']['host']['nvme_read_bytes'])} GB and writes "
+         f"{gb(moved['nvme']['host']['nvme_write_bytes'])} GB per GPU")

@@ -99,6 +99,25 @@ def test_fsdp2_padding_by_hand():
     assert effects[("gloo-reduce-scatter", "all_reduce")] == (4 * 4 * 728, 3)
 
 
+def test_hsdp_by_hand():
+    spec = TINY_MODELS["uneven"]
+    # A shard group of 2 of 4 ranks: chunks ceil(u / 2) of the 1,530, 966 and 110-element
+    # layers, 765 + 483 + 55 = 1,303 per pass; fp32. Each rank all-reduces its 1,303-element
+    # shard with the other pair.
+    assert predicted(spec, 4, 3, "fp32-adam", 2) == {
+        "all_reduce": (3, 4 * 1303), "reduce_scatter": (3, 4 * 2 * 1303),
+        "all_gather": (6, 4 * 2 * 1303), "broadcast": (0, 0)}
+    effects = effects_by(pytorch_effects("hsdp", spec, 4))
+    # FSDP2 pads over the pair: ceil(45/2) = 23 rows of 34, 11 of 46, 3 of 22: 782 + 506 + 66 =
+    # 1,354 elements, 51 more than 1,303 in each gather, reduce-scatter half and all-reduce.
+    assert effects[("shard-padding", "all_gather")] == (4 * 2 * 51, 0)
+    assert effects[("shard-padding", "reduce_scatter")] == (4 * 2 * 51, 0)
+    assert effects[("shard-padding", "all_reduce")] == (4 * 51, 0)
+    # gloo runs each reduce-scatter as an all-reduce of the pair's 2 x 1,354 fp32 elements.
+    assert effects[("gloo-reduce-scatter", "all_reduce")] == (4 * 2 * 1354, 3)
+    assert effects[("gloo-reduce-scatter", "reduce_scatter")] == (-4 * 2 * 1354, -3)
+
+
 def test_deepspeed_stage_1_by_hand():
     effects = effects_by(deepspeed_effects("stage1", "fp32", UNEVEN_DS, 4))
     # 1,838,337 elements padded to a multiple of 8: 1,838,344 = 4 x 459,586, one element per
@@ -135,9 +154,14 @@ def test_records_are_tidy_stamped_and_complete(name, pytorch_record, deepspeed_r
     assert list(frame["kind"].unique()) == list(COMPARED_KINDS)
     keys = ["strategy", "precision", "model", "workers", "rank", "kind"]
     assert not frame.duplicated(keys).any()
-    runs = (len(COMMUNICATION_STRATEGIES) * len(TINY_MODELS) if name == "pytorch"
-            else len(DEEPSPEED_CONFIGS) * 2 * len(DEEPSPEED_MODELS))
-    assert len(frame) == runs * (2 + 4) * len(COMPARED_KINDS)
+    if name == "pytorch":
+        # Every strategy on 2 and 4 ranks but HSDP, which needs two shard groups of 2: 4 only.
+        ranks = sum(w for s in COMMUNICATION_STRATEGIES.values() for w in (2, 4) if s.runs_on(w))
+        assert ranks == 5 * (2 + 4) + 4
+        assert len(frame) == len(TINY_MODELS) * ranks * len(COMPARED_KINDS)
+    else:
+        runs = len(DEEPSPEED_CONFIGS) * 2 * len(DEEPSPEED_MODELS)
+        assert len(frame) == runs * (2 + 4) * len(COMPARED_KINDS)
     versions = ["torch_version", "python_version", "platform"]
     if name == "deepspeed":
         versions += ["deepspeed_version", "backend"]
@@ -176,6 +200,16 @@ def test_what_the_pytorch_runs_show(pytorch_record):
     bf16 = one(pytorch_record, strategy="fsdp2-bf16", model="uneven", workers=4, rank=0,
                kind="all_gather")
     assert (bf16["measured_bytes"], bf16["measured_calls"]) == (2 * 2 * 728, 6)
+    # HSDP on a 2 x 2 mesh, 4 x Linear(64, 64): every rank all-reduces each layer's 4,160
+    # gradients in its pair (gloo's reduce-scatter) and then its 2,080-element shard across the
+    # pairs: 4 x (4,160 + 2,080) fp32 elements in 8 calls; it gathers 2 x 4 shards of 2,080.
+    hsdp = {kind: one(pytorch_record, strategy="hsdp", model="even", workers=4, rank=1, kind=kind)
+            for kind in ("all_reduce", "all_gather")}
+    assert (hsdp["all_reduce"]["measured_bytes"], hsdp["all_reduce"]["measured_calls"]) == (
+        4 * 4 * (4160 + 2080), 8)
+    assert (hsdp["all_gather"]["measured_bytes"], hsdp["all_gather"]["measured_calls"]) == (
+        4 * 8 * 2080, 8)
+    assert set(pytorch_record[pytorch_record["strategy"] == "hsdp"]["workers"]) == {4}
 
 
 def test_what_the_deepspeed_runs_show(deepspeed_record):
@@ -236,5 +270,5 @@ def test_pytorch_rerun_matches_the_record(pytorch_record, capsys, tmp_path, monk
     monkeypatch.setattr(comm_run, "validate_communication", lambda workers: fresh)
     status, out, err = run_cli(capsys, "validate-communication", "--record", "--data-dir",
                                str(tmp_path))
-    assert status == 0 and "Rows with unexplained bytes or calls: 0 of 240" in out
+    assert status == 0 and "Rows with unexplained bytes or calls: 0 of 272" in out
     assert (tmp_path / COMMUNICATION_PYTORCH_FILE).read_text() == to_csv_text(fresh)

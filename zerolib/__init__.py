@@ -47,6 +47,9 @@ _EXPORTS = {
     "zerolib.core.placement": ("Placement", "TIERS", "OPTIONS", "place", "offered_stages"),
     "zerolib.core.communication": ("volume", "traffic", "flat_traffic", "layer_units", "SLOTS"),
     "zerolib.core.step": ("ComputeSettings", "compute_seconds", "step_time"),
+    "zerolib.core.group_traffic": ("group_traffic", "GROUP_SLOTS"),
+    "zerolib.core.offload_traffic": ("host_traffic", "HOST_SLOTS"),
+    "zerolib.core.group_step": ("group_step_time", "group_traffic_table"),
     "zerolib.core.step_tables": ("traffic_frame", "timeline_frame", "tradeoff_frame"),
     "zerolib.core.tables": ("memory_table", "fewest_gpus_table", "stage_savings", "peak_frame",
                             "divisors", "group_size_table", "tier_table"),
@@ -62,6 +65,7 @@ _EXPORTS = {
     "zerolib.chapter.charts.conventions": ("conventions_figure",),
     "zerolib.chapter.charts.step_timeline": ("step_timeline_figure",),
     "zerolib.chapter.charts.tradeoff": ("memory_vs_step_time_figure",),
+    "zerolib.chapter.charts.group_traffic": ("group_tradeoff_figure",),
     "zerolib.chapter.explorers": ("GpuCountExplorer", "ModelSizeExplorer", "WillItFitExplorer",
                                   "PlacementExplorer", "StepTimeExplorer"),
 }
@@ -77,6 +81,7 @@ _MODULES = {
     "zero_infinity": "zerolib.crosscheck.conventions.zero_infinity",
     "side_by_side": "zerolib.crosscheck.conventions.side_by_side",
     "communication_report": "zerolib.crosscheck.validation.comm_report",
+    "zeropp": "zerolib.crosscheck.conventions.zeropp",
 }
 _OWNER = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted([*_OWNER, *_MODULES])

@@ -67,8 +67,11 @@ OTHER_DATA_FILES: tuple[tuple[str, str, str], ...] = (
      "2a), transcribed with its citation"),
     ("communication_*.csv", "communication.md",
      "bytes each rank hands to each collective in real PyTorch (DDP, ZeroRedundancyOptimizer, "
-     "FSDP2) and DeepSpeed (ZeRO stages 0-3) runs, beside zerolib's prediction, every difference "
-     "attributed to a named mechanism"),
+     "FSDP2, HSDP) and DeepSpeed (ZeRO stages 0-3) runs, beside zerolib's prediction, every "
+     "difference attributed to a named mechanism"),
+    ("zeropp_cross_node.csv", "zeropp.md",
+     "the ZeRO++ blog's cross-node communication volume, ZeRO against ZeRO++ (3M to 0.75M), "
+     "transcribed with its citation"),
 )
 
 

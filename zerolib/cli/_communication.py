@@ -1,5 +1,6 @@
 """The communication options of ``zerolib estimate`` (``--link``, ``--gpus-per-node``,
-``--tokens-per-gpu``, ``--mfu``): parsing them, and the table and CSV columns they add.
+``--tokens-per-gpu``, ``--mfu``, ``--qwz``, ``--qgz``, ``--host-link``): parsing them, and the
+table and CSV columns they add.
 
 Kept apart from ``estimate.py`` so that file only gains a few calls.
 """
@@ -7,15 +8,21 @@ from __future__ import annotations
 
 from zerolib.core.collectives import KINDS
 from zerolib.core.inputs import MAX_GPUS
-from zerolib.core.links import LINKS
+from zerolib.core.links import LINKS, get_link
 from zerolib.core.nodes import NODES, interconnect
+from zerolib.core.offload_traffic import DEFAULT_HOST_LINK
 from zerolib.core.parse import parse_fraction, parse_whole
 from zerolib.core.step import DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU, MAX_TOKENS_PER_GPU
 from zerolib.core.units import to_unit
 
 OPTIONS = {"tokens_per_gpu": "--tokens-per-gpu",
-           "mfu": "--mfu"}
+           "mfu": "--mfu", "qwz": "--qwz", "qgz": "--qgz", "host_link": "--host-link"}
+PCIE_LINKS = tuple(name for name, link in LINKS.items() if link.kind == "pcie")
 SECONDS = ("communication_seconds", "compute_seconds", "exposed_seconds", "step_seconds")
+# Appended after the columns above (which keep their places): qgZ's all-to-alls, the group,
+# the bytes leaving a node and the offload transfers' seconds.
+LATER_COLUMNS = ("all_to_all_calls", "all_to_all_handed_bytes", "all_to_all_sent_bytes",
+                 "shard_group", "replicas", "cross_node_bytes", "host_seconds")
 
 
 def add_arguments(parser) -> None:
@@ -34,6 +41,14 @@ def add_arguments(parser) -> None:
     group.add_argument("--mfu", metavar="U",
                        help=f"fraction of the device's peak reached, e.g. 0.4 or 40%% (default "
                             f"{DEFAULT_MFU:g})")
+    group.add_argument("--qwz", action="store_true", default=None,
+                       help="ZeRO++ qwZ (stage 3): all-gather the weights in 8 bits")
+    group.add_argument("--qgz", action="store_true", default=None,
+                       help="ZeRO++ qgZ (stage 3): reduce the gradients in 4 bits through two "
+                            "all-to-alls (inside the node, then across nodes)")
+    group.add_argument("--host-link", metavar="NAME",
+                       help=f"the PCIe link offload copies and NVMe reads and writes run on "
+                            f"({', '.join(PCIE_LINKS)}; default {DEFAULT_HOST_LINK})")
 
 
 def options_from(args) -> dict:
@@ -57,7 +72,22 @@ def options_from(args) -> dict:
                                             maximum=MAX_TOKENS_PER_GPU)
     if args.mfu is not None:
         out["mfu"] = parse_fraction(args.mfu, "--mfu")
+    out.update(qwz=bool(args.qwz), qgz=bool(args.qgz))
+    if args.host_link is not None:
+        if args.offload_optimizer is None and args.offload_params is None:
+            raise ValueError("--host-link needs --offload-optimizer or --offload-params (it "
+                             "times the offload's copies)")
+        if args.host_link.strip().lower() not in PCIE_LINKS:
+            raise ValueError(f"--host-link must be one of {', '.join(PCIE_LINKS)}, got "
+                             f"{args.host_link!r}")
+        out["host_link"] = get_link(args.host_link).name
     return out
+
+
+def default_stages(args, stages):
+    """``--stage`` when given; stage 3 alone with ``--qwz`` or ``--qgz`` (ZeRO++ is stage 3);
+    else None."""
+    return (3,) if stages is None and (args.qwz or args.qgz) else stages
 
 
 def has_communication(result: dict) -> bool:
@@ -79,14 +109,31 @@ def _seconds(value) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _beyond_zero(result: dict) -> tuple[bool, bool]:
+    """(a shard group, hpZ, qwZ or qgZ is in use; offload is)."""
+    rows = [row["communication"] for row in result["stages"]]
+    placement = result.get("placement") or {}
+    grouped = any(c["replicas"] > 1 or c["qwz"] or c["qgz"] for c in rows) or (
+        placement.get("hpz_partition", 1) > 1)
+    return grouped, any(c["host"] is not None for c in rows)
+
+
 def table_columns(result: dict, unit: str) -> tuple[list[str], list[list[str]]]:
-    """Bytes sent per GPU (each GPU receives as much), then the times and the waiting share."""
-    headers = [f"sent/GPU [{unit}]", "comm [s]", "compute [s]", "step [s]", "network wait"]
+    """Bytes sent per GPU (each GPU receives as much), then the times and the waiting share;
+    with a shard group or ZeRO++ the bytes leaving each node, with offload the host's seconds."""
+    grouped, offloaded = _beyond_zero(result)
+    headers = [f"sent/GPU [{unit}]", *([f"leaves node [{unit}]"] if grouped else []),
+               "comm [s]", *(["host [s]"] if offloaded else []), "compute [s]", "step [s]",
+               "network wait"]
     cells = []
     for row in result["stages"]:
         c = row["communication"]
         wait = c["network_wait_fraction"]
-        cells.append([f"{to_unit(c['sent_bytes'], unit):,.2f}", _seconds(c["communication_seconds"]),
+        crossing = ("-" if c["cross_node_bytes"] is None
+                    else f"{to_unit(c['cross_node_bytes'], unit):,.2f}")
+        cells.append([f"{to_unit(c['sent_bytes'], unit):,.2f}", *([crossing] if grouped else []),
+                      _seconds(c["communication_seconds"]),
+                      *([_seconds(c["host_seconds"])] if offloaded else []),
                       _seconds(c["compute_seconds"]), _seconds(c["step_seconds"]),
                       "-" if wait is None else f"{wait:.1%}"])
     return headers, cells
@@ -96,7 +143,8 @@ def csv_columns(result: dict) -> tuple[list[str], list[list]]:
     """Per kind the calls, bytes handed and sent; the totals; the seconds (empty when unknown)."""
     headers = [f"{kind}_{what}" for kind in KINDS for what in ("calls", "handed_bytes",
                                                                "sent_bytes")]
-    headers += ["sent_bytes", "received_bytes", *SECONDS, "network_wait_fraction"]
+    headers += ["sent_bytes", "received_bytes", *SECONDS, "network_wait_fraction",
+                *LATER_COLUMNS]
     cells = []
     for row in result["stages"]:
         c = row["communication"]
@@ -104,5 +152,8 @@ def csv_columns(result: dict) -> tuple[list[str], list[list]]:
                   for what in ("calls", "handed_bytes", "sent_bytes")]
         values += [c["sent_bytes"], c["received_bytes"]]
         values += ["" if c[key] is None else c[key] for key in (*SECONDS, "network_wait_fraction")]
+        values += [c["collectives"]["all_to_all"][what]
+                   for what in ("calls", "handed_bytes", "sent_bytes")]
+        values += ["" if c[key] is None else c[key] for key in LATER_COLUMNS[3:]]
         cells.append(values)
     return headers, cells

@@ -65,6 +65,7 @@ def run(args) -> int:
     gpus = gpu_count(args.gpus, "--gpus")
     host_memory = placement_cli.host_memory_from(args)
     communication = communication_cli.options_from(args)
+    stages = communication_cli.default_stages(args, stages)
     if args.gpus_per_node is not None and not (placement_cli.requested(args)
                                                or "gpus_per_node" in communication):
         raise ValueError("--gpus-per-node needs a --link node or a placement flag (--shard-group, "

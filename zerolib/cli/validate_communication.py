@@ -26,8 +26,9 @@ def register(commands) -> None:
     parser = commands.add_parser(
         "validate-communication",
         help="count the bytes real runs hand to each collective, against zerolib (needs torch)",
-        description="Train tiny models under DDP, ZeroRedundancyOptimizer and FSDP2 (--engine "
-                    "pytorch) or under DeepSpeed's ZeRO stages 0-3 (--engine deepspeed) with "
+        description="Train tiny models under DDP, ZeroRedundancyOptimizer, FSDP2 and HSDP "
+                    "(FSDP2 on a 2 x 2 mesh, with 4 workers) (--engine pytorch) or under "
+                    "DeepSpeed's ZeRO stages 0-3 (--engine deepspeed) with "
                     "gloo on 127.0.0.1, count with the PyTorch profiler what every rank hands to "
                     "each kind of collective in one step after warm-up, and print it beside "
                     "zerolib's prediction with every difference attributed to a mechanism.")

@@ -19,11 +19,35 @@ bytes and ``total`` are what stays on the GPU, and each row gains ``tiers``: per
 (the node's CPU tier against it) and ``fits`` needs both.
 
 With a ``link`` (a node or a link of :mod:`zerolib.core.nodes` / :mod:`zerolib.core.links`)
-each stage row also carries ``communication`` (:func:`zerolib.core.step_tables.communication_rows`:
+each stage row also carries ``communication`` (:func:`zerolib.core.group_step.group_communication_rows`:
 per collective kind the calls, bytes handed, sent and received per GPU and seconds; totals;
 compute, exposed and step seconds and the network-wait fraction when a device is given), and
-the object gains ``interconnect`` (with the ``bus_bandwidth`` at this GPU count, bytes per
-second) and ``compute_settings`` (tokens per GPU, mfu, FLOPs per parameter and token).
+the object gains ``interconnect`` (with the ``bus_bandwidth`` of a ring over all its GPUs,
+bytes per second) and ``compute_settings`` (tokens per GPU, mfu, FLOPs per parameter and token).
+
+The ``communication`` object follows the placement: a shard group's all-gathers and
+reduce-scatter run inside the group and each gradient shard is all-reduced across the replicas
+(:mod:`zerolib.core.group_traffic`), hpZ gathers the backward pass from its in-node copy, and
+``qwz`` / ``qgz`` (ZeRO++'s quantised weights and gradients) change the widths and turn the
+reduce-scatter into two all-to-alls; each collective is timed on the link its ring uses.
+Besides the keys above it holds:
+
+- ``collectives["all_to_all"]``: qgZ's all-to-alls (zeros without qgZ);
+- ``shard_group``, ``replicas``: G and N / G;
+- ``qwz``, ``qgz``: whether ZeRO++'s quantised weights and gradients were asked for;
+- ``cross_node_bytes``: the bytes that leave one node in the step (null for a single link);
+- ``host_seconds``: the offload transfers' seconds (0 without offload; null without a link);
+- ``schedule``: one entry per collective in use, in step order, with ``name``, ``label``,
+  ``phase``, ``kind``, ``ring`` (all, group, replicas, hpz, node, nodes), ``ring_gpus``,
+  ``link`` (the catalogue link it runs on), ``bus_bandwidth``, ``calls``, ``handed_bytes``,
+  ``sent_bytes``, ``received_bytes``, ``cross_node_bytes`` and ``seconds``;
+- ``host``: null without offload; else the PCIe link and NVMe link with their ``bandwidth``,
+  ``to_gpu_bytes``, ``to_host_bytes``, ``nvme_read_bytes``, ``nvme_write_bytes``, ``seconds``
+  and ``transfers`` (each transfer's ``name``, ``label``, ``phase``, ``direction``, ``bytes``;
+  :mod:`zerolib.core.offload_traffic`).
+
+``communication_seconds`` is the collectives alone; ``exposed_seconds`` and ``step_seconds``
+include the host transfers that do not hide behind compute.
 """
 from __future__ import annotations
 
@@ -31,13 +55,17 @@ from dataclasses import dataclass
 
 from zerolib.core.accounting import STAGES, Layout, get_layout, model_state
 from zerolib.core.devices import Device, get_device
+from zerolib.core.group_step import group_communication_rows
 from zerolib.core.inputs import MAX_BYTES, check_count, check_gpus, check_params, check_single, check_stage
 from zerolib.core.models import TransformerConfig, get_model, parameter_count
 from zerolib.core.nodes import Interconnect, bus_bandwidth, interconnect
+from zerolib.core.offload_traffic import DEFAULT_HOST_LINK
 from zerolib.core.placement import Placement, check_placement, gpus_on_node, place
 from zerolib.core.step import DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU, ComputeSettings
-from zerolib.core.step_tables import communication_rows
 from zerolib.core.working_set import DEFAULT_SETTINGS, WorkingSetSettings, stage_rows
+
+# The traffic options of estimate / estimate_model and their defaults (each needs a link).
+TRAFFIC_DEFAULTS = {"qwz": False, "qgz": False, "host_link": DEFAULT_HOST_LINK}
 
 
 @dataclass(frozen=True)
@@ -76,22 +104,25 @@ class Estimate:
         return out
 
 
-def _with_communication(result: Estimate, what, link, gpus_per_node, compute) -> Estimate:
+def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
+                        traffic_options: dict) -> Estimate:
     """``result`` with a ``communication`` object in every stage row (see the module doc)."""
     if link is None:
         if gpus_per_node is not None:
             raise ValueError("gpus_per_node needs a link")
+        used = [name for name, value in traffic_options.items()
+                if value != TRAFFIC_DEFAULTS[name]]
+        if used:
+            raise ValueError(f"{used[0]} needs a link")
         return result
-    if result.placement is not None and (result.placement.shard_group not in (None, result.gpus)
-                                         or result.placement.hpz_partition > 1):
-        raise ValueError("a link with a shard group smaller than the GPUs, or with hpZ, is not "
-                         "modelled: the step model times full-group collectives only")
     ic = interconnect(link, gpus_per_node)
     stages = [row["stage"] for row in result.stages]
-    rows = communication_rows(what, result.gpus, stages, result.layout, ic, result.device,
-                              compute)
+    rows = group_communication_rows(what, result.gpus, stages, result.layout, ic, result.device,
+                                    compute, result.placement, **traffic_options)
     by_stage = dict(zip(sorted(stages), rows))
-    with_rows = tuple({**row, "communication": by_stage[row["stage"]]} for row in result.stages)
+    with_rows = tuple({**row, "communication": {
+        **by_stage[row["stage"]], "qwz": traffic_options["qwz"], "qgz": traffic_options["qgz"]}}
+        for row in result.stages)
     return Estimate(result.params, result.gpus, result.layout, result.device, with_rows,
                     result.model, result.settings, result.placement, result.host_memory, ic, compute)
 
@@ -112,7 +143,9 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
              device: str | Device | None = None, stages=STAGES,
              placement: Placement | None = None, host_memory: int | None = None,
              link: str | Interconnect | None = None, gpus_per_node: int | None = None,
-             tokens_per_gpu: int = DEFAULT_TOKENS_PER_GPU, mfu: float = DEFAULT_MFU) -> Estimate:
+             tokens_per_gpu: int = DEFAULT_TOKENS_PER_GPU, mfu: float = DEFAULT_MFU,
+             qwz: bool = False, qgz: bool = False,
+             host_link: str = DEFAULT_HOST_LINK) -> Estimate:
     """Bytes per worker for each requested stage of one (params, gpus) setting; ``fits`` judges
     the model state against ``device`` (None without one), and with ``host_memory`` the CPU
     tier of a node against it. With ``link``, each stage's communication (a bare count: stage
@@ -145,7 +178,8 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
     result = Estimate(params, gpus, layout, device, tuple(rows), placement=placement,
                       host_memory=host_memory)
     return _with_communication(result, params, link, gpus_per_node,
-                               ComputeSettings(tokens_per_gpu, mfu))
+                               ComputeSettings(tokens_per_gpu, mfu),
+                               {"qwz": qwz, "qgz": qgz, "host_link": host_link})
 
 
 def estimate_model(model: str | TransformerConfig, gpus,
@@ -154,7 +188,8 @@ def estimate_model(model: str | TransformerConfig, gpus,
                    stages=STAGES, placement: Placement | None = None,
                    host_memory: int | None = None, link: str | Interconnect | None = None,
                    gpus_per_node: int | None = None, tokens_per_gpu: int | None = None,
-                   mfu: float = DEFAULT_MFU) -> Estimate:
+                   mfu: float = DEFAULT_MFU, qwz: bool = False, qgz: bool = False,
+                   host_link: str = DEFAULT_HOST_LINK) -> Estimate:
     """The breakdown of a model preset: persistent state and working set per stage, ``fits``
     judged on the peak (see :func:`zerolib.core.working_set.stage_rows`). With ``link``, each
     stage's communication, per layer for stage 3; ``tokens_per_gpu`` defaults to the working
@@ -173,4 +208,5 @@ def estimate_model(model: str | TransformerConfig, gpus,
                          "step model times data-parallel collectives only (see zerolib plan)")
     tokens = settings.seq_len * settings.micro_batch if tokens_per_gpu is None else tokens_per_gpu
     return _with_communication(result, config, link, gpus_per_node,
-                               ComputeSettings(tokens, mfu, settings.recompute == "full"))
+                               ComputeSettings(tokens, mfu, settings.recompute == "full"),
+                               {"qwz": qwz, "qgz": qgz, "host_link": host_link})

@@ -162,28 +162,54 @@ def _nodes(ic: Interconnect, gpus: np.ndarray) -> np.ndarray:
     return ceil_div(gpus, ic.gpus_per_node)
 
 
+def spanning_bandwidth(ic: Interconnect, nodes, sharing=1) -> np.ndarray:
+    """Bytes per second per GPU and direction of a ring that spans ``nodes`` nodes while
+    ``sharing`` rings leave each node at once (float64): the intra-node rate inside one node;
+    across nodes ``min(intra-node rate, nics x port rate / sharing)``, the node's ports shared
+    by its rings. One ring per node (``sharing`` 1) is :func:`bus_bandwidth`'s ring over all
+    GPUs; the rings of concurrent groups (the all-reduces across shard groups, one per shard
+    index) share the ports."""
+    nodes = np.asarray(nodes)
+    inside = float(ic.intra.bandwidth)
+    if ic.network is None:
+        return np.full(nodes.shape, inside)
+    across = np.minimum(inside, float(ic.network_bandwidth) / np.asarray(sharing, dtype=np.float64))
+    return np.where(nodes <= 1, inside, across)
+
+
 def bus_bandwidth(ic: Interconnect, gpus) -> np.ndarray:
     """Bytes per second per GPU and direction that a ring over ``gpus`` GPUs runs at (float64)."""
     gpus = check_gpus(gpus)
-    inside = float(ic.intra.bandwidth)
-    if ic.network is None:
-        return np.full(gpus.shape, inside)
-    across = min(inside, float(ic.network_bandwidth))
-    return np.where(gpus <= ic.gpus_per_node, inside, across)
+    return spanning_bandwidth(ic, _nodes(ic, gpus))
 
 
-# Ring steps of one collective over n ranks and over n nodes (NCCL src/graph/tuning.cc).
-RING_STEPS = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}
+# Ring steps of one collective over n ranks and over n nodes (NCCL src/graph/tuning.cc). NCCL
+# runs an all-to-all as n - 1 point-to-point exchanges, which tuning.cc does not model: counted
+# here as n - 1 steps, like a reduce-scatter (an assumption).
+RING_STEPS = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1, "all_to_all": 1}
+
+
+def _check_steps(kind: str) -> None:
+    if kind not in RING_STEPS:
+        raise ValueError(f"kind must be one of {', '.join(RING_STEPS)}, got {kind!r}")
+
+
+def spanning_latency(ic: Interconnect, kind: str, gpus, nodes) -> np.ndarray:
+    """Seconds of latency of one collective of ``kind`` over ``gpus`` GPUs spread over ``nodes``
+    nodes (0 for one GPU): the base latency plus a hop latency per step, the network's for the
+    ``nodes`` - 1 steps (per pass) that cross nodes."""
+    _check_steps(kind)
+    gpus = check_gpus(gpus)
+    steps = RING_STEPS[kind] * (gpus - 1)
+    across = RING_STEPS[kind] * (np.asarray(nodes) - 1)
+    inter_hop = ic.network.hop_latency if ic.network is not None else ic.intra.hop_latency
+    latency = BASE_LATENCY + (steps - across) * ic.intra.hop_latency + across * inter_hop
+    return np.where(gpus > 1, latency, 0.0)
 
 
 def ring_latency(ic: Interconnect, kind: str, gpus) -> np.ndarray:
     """Seconds of latency of one ring collective of ``kind`` over ``gpus`` GPUs (0 for one GPU):
     the base latency plus a hop latency per step, the network's for the steps across nodes."""
-    if kind not in RING_STEPS:
-        raise ValueError(f"kind must be one of {', '.join(RING_STEPS)}, got {kind!r}")
+    _check_steps(kind)
     gpus = check_gpus(gpus)
-    steps = RING_STEPS[kind] * (gpus - 1)
-    across = RING_STEPS[kind] * (_nodes(ic, gpus) - 1)
-    inter_hop = ic.network.hop_latency if ic.network is not None else ic.intra.hop_latency
-    latency = BASE_LATENCY + (steps - across) * ic.intra.hop_latency + across * inter_hop
-    return np.where(gpus > 1, latency, 0.0)
+    return spanning_latency(ic, kind, gpus, _nodes(ic, gpus))

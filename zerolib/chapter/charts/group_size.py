@@ -6,8 +6,9 @@ count N, every divisor G of N) into an Axes, one line per stage, and returns the
 plain data parallelism whatever the stage, G = N the ZeRO of the earlier figures; in between,
 the state is sharded over G GPUs and replicated over N / G groups (HSDP, MiCS).
 
-The traffic side of this trade (intra-group collectives on the fast link, the cross-group
-gradient all-reduce on the slow one) belongs to the communication section and is not drawn here.
+The traffic side of this trade (the collectives inside a group on the node's fast link, the
+gradient all-reduce across the groups on the network) is drawn beside it by
+:mod:`zerolib.chapter.charts.group_traffic`, whose figure puts this panel on top.
 """
 from __future__ import annotations
 
@@ -73,17 +74,9 @@ def group_size_titles(params: int, gpus: int, layout) -> tuple[str, str]:
             layout_summary(layout))
 
 
-def _apply(artists: GroupSizeArtists, table, device, unit):
-    ax = artists.ax
-    params = single_value(table, "params", "group-size")
-    gpus = single_value(table, "gpus", "group-size")
-    if stages_of(table) != artists.stages:
-        raise ValueError(f"table must hold the stages {artists.stages} drawn first")
-    groups, values = totals_by_stage(table, "shard_group", unit)
-    device = get_device(device)
-    capacity = device.capacity / check_unit(unit)
-    for stage, line in artists.lines.items():
-        line.set_data(groups, values[stage])
+def set_group_axis(ax, groups, gpus: int) -> int:
+    """The x axis of every group-size panel: G on a log-2 scale, each G (or each power of two)
+    labelled; returns the largest G."""
     low, high = int(groups[0]), int(groups[-1])
     if high > low:
         ax.set_xscale("log", base=2)
@@ -98,6 +91,21 @@ def _apply(artists: GroupSizeArtists, table, device, unit):
         ax.set_xlim(low - 1, high + 1)
     ax.xaxis.set_major_formatter(FuncFormatter(plain_number))
     ax.set_xlabel(f"Shard group size G (log scale): sharded over G, {gpus:,} / G replicas")
+    return high
+
+
+def _apply(artists: GroupSizeArtists, table, device, unit):
+    ax = artists.ax
+    params = single_value(table, "params", "group-size")
+    gpus = single_value(table, "gpus", "group-size")
+    if stages_of(table) != artists.stages:
+        raise ValueError(f"table must hold the stages {artists.stages} drawn first")
+    groups, values = totals_by_stage(table, "shard_group", unit)
+    device = get_device(device)
+    capacity = device.capacity / check_unit(unit)
+    for stage, line in artists.lines.items():
+        line.set_data(groups, values[stage])
+    high = set_group_axis(ax, groups, gpus)
     top = max(max(float(v.max()) for v in values.values()), capacity) * 1.1
     ax.set_ylim(0, top)
     ax.set_ylabel(f"Model state per GPU [{unit}]")

@@ -2,8 +2,9 @@
 
 ``measure_communication(workers)`` starts ``workers`` processes through the shared harness
 (gloo on 127.0.0.1) and in each trains every model of ``setups.TINY_MODELS`` under every
-strategy of ``setups.COMMUNICATION_STRATEGIES``: :data:`WARMUP_STEPS` steps first (DDP broadcasts its rebuilt
-bucket order during the second; see ``data/communication.md``), then one step (forward,
+strategy of ``setups.COMMUNICATION_STRATEGIES`` that runs on that many ranks (HSDP needs two
+shard groups or more): :data:`WARMUP_STEPS` steps first (DDP broadcasts its rebuilt bucket
+order during the second; see ``data/communication.md``), then one step (forward,
 backward, ``optimizer.step()``, ``zero_grad()``) counted with the profiler
 (:mod:`zerolib.crosscheck.validation.collective_count`). ``validate_communication`` sets the
 counts beside zerolib's prediction (:mod:`zerolib.crosscheck.validation.explain_communication`).
@@ -55,7 +56,7 @@ def _measure_one(strategy, spec, rank: int, workers: int) -> list[dict]:
 def _rank(rank: int, workers: int) -> list[dict]:
     join_gloo()
     return [row for spec in TINY_MODELS.values() for strategy in COMMUNICATION_STRATEGIES.values()
-            for row in _measure_one(strategy, spec, rank, workers)]
+            if strategy.runs_on(workers) for row in _measure_one(strategy, spec, rank, workers)]
 
 
 def measure_communication(workers: int) -> list[dict]:

@@ -7,10 +7,13 @@ or a broadcast, the rank's own chunk of an all-gather (:mod:`zerolib.core.collec
 ring's wire bytes follow from it by nccl-tests' factors; a gloo run cannot show them (gloo's
 algorithms are not NCCL's), so they are not compared.
 
-zerolib's prediction is :func:`zerolib.core.communication.traffic` for the run's layers
-(one unit per Linear layer, weight and bias) and layout: the layout gives the communicated
-widths (fp32 runs: ``fp32-adam``, 4 + 4 bytes; FSDP2's bf16 policy: ``bf16-fp32-grads``, bf16
-parameters and fp32 gradients; DeepSpeed bf16: ``mixed-adam``, 16-bit both).
+zerolib's prediction is :func:`zerolib.core.group_traffic.group_traffic` for the run's layers
+(one unit per Linear layer, weight and bias), layout and shard group (all ranks but for HSDP,
+whose gathers and reduce-scatters run in its shard group and whose shards are all-reduced
+across the replicas; with the group of all ranks it is exactly
+:func:`zerolib.core.communication.traffic`): the layout gives the communicated widths (fp32
+runs: ``fp32-adam``, 4 + 4 bytes; FSDP2's bf16 policy: ``bf16-fp32-grads``, bf16 parameters
+and fp32 gradients; DeepSpeed bf16: ``mixed-adam``, 16-bit both).
 
 Each difference has a mechanism (:data:`zerolib.crosscheck.validation.effects.MECHANISMS`) whose
 size, in bytes and in calls, follows from the shapes; ``compare_communication`` reports whatever
@@ -24,7 +27,7 @@ from math import prod
 import pandas as pd
 
 from zerolib.core.collectives import KINDS
-from zerolib.core.communication import traffic
+from zerolib.core.group_traffic import group_traffic
 from zerolib.core.intmath import ceil_div
 from zerolib.core.working_set import (
     STAGE3_MAX_LIVE_PARAMETERS,
@@ -47,7 +50,8 @@ WARMUP_STEPS = 2
 
 # The layout whose widths each run communicates.
 PYTORCH_LAYOUTS = {"ddp": "fp32-adam", "zero1": "fp32-adam", "fsdp2-keep": "fp32-adam",
-                   "fsdp2-reshard": "fp32-adam", "fsdp2-bf16": "bf16-fp32-grads"}
+                   "fsdp2-reshard": "fp32-adam", "fsdp2-bf16": "bf16-fp32-grads",
+                   "hsdp": "fp32-adam"}
 DEEPSPEED_LAYOUTS = {"fp32": "fp32-adam", "bf16": "mixed-adam"}
 ELEMENT_BYTES = {"fp32-adam": (4, 4), "bf16-fp32-grads": (2, 4), "mixed-adam": (2, 2)}
 
@@ -102,12 +106,15 @@ def units(spec: ModelSpec) -> tuple[int, ...]:
     return tuple(sum(prod(shape) for shape in layer) for layer in spec.layers)
 
 
-def predicted(spec: ModelSpec, workers: int, stage: int, layout: str) -> dict[str, tuple[int, int]]:
-    """zerolib's (calls, bytes handed) per kind for one rank of the run; broadcast is never part
-    of a ZeRO schedule."""
-    result = traffic(list(units(spec)), workers, stage, layout)
+def predicted(spec: ModelSpec, workers: int, stage: int, layout: str,
+              shard_group: int | None = None) -> dict[str, tuple[int, int]]:
+    """zerolib's (calls, bytes handed) per kind for one rank of the run, sharded over
+    ``shard_group`` of the ``workers`` (None: all); broadcast is never part of a ZeRO
+    schedule."""
+    result = group_traffic(list(units(spec)), workers, stage, layout, shard_group,
+                           gpus_per_node=workers)
     calls, handed = result.by_kind("calls"), result.by_kind("handed")
-    out = {kind: (int(calls[kind]), int(handed[kind])) for kind in calls}
+    out = {kind: (int(calls[kind]), int(handed[kind])) for kind in KINDS}
     out["broadcast"] = (0, 0)
     return out
 
@@ -119,11 +126,12 @@ def _moved(key, reason, source, target, n_bytes, n_calls) -> list[TrafficEffect]
             TrafficEffect(key, target, reason, n_bytes, n_calls)]
 
 
-def _gloo_reduce_scatter(calls: int, n_bytes: int) -> list[TrafficEffect]:
+def _gloo_reduce_scatter(calls: int, n_bytes: int, where: str = "") -> list[TrafficEffect]:
     return _moved("gloo-reduce-scatter",
                   f"gloo has no reduce-scatter: torch's reduce_scatter_tensor runs an all-reduce "
-                  f"of the whole input there ({calls} call{'s' if calls != 1 else ''}, "
-                  f"{n_bytes:,} B)", "reduce_scatter", "all_reduce", n_bytes, calls)
+                  f"of the whole input there{' ' + where if where else ''} ({calls} "
+                  f"call{'s' if calls != 1 else ''}, {n_bytes:,} B)", "reduce_scatter",
+                  "all_reduce", n_bytes, calls)
 
 
 # --- PyTorch ------------------------------------------------------------------------------------
@@ -159,6 +167,9 @@ def pytorch_effects(strategy: str, spec: ModelSpec, workers: int) -> list[Traffi
                     TrafficEffect("owner-broadcasts", "broadcast", reason, total * param_bytes,
                                   spec.tensor_count)]
         return effects
+    if kind == "hsdp":
+        return _hsdp_effects(spec, COMMUNICATION_STRATEGIES[strategy].shards(workers), workers,
+                             param_bytes, grad_bytes)
     # FSDP2: one flat-parameter group per Linear, shards padded per tensor (dim 0).
     layers = len(spec.layers)
     padded = _fsdp_padded(spec, workers)
@@ -183,6 +194,25 @@ def pytorch_effects(strategy: str, spec: ModelSpec, workers: int) -> list[Traffi
                               (workers * gather - flat_reduce) * grad_bytes)]
     effects += _gloo_reduce_scatter(layers, workers * gather * grad_bytes)
     return effects
+
+
+def _hsdp_effects(spec: ModelSpec, group: int, workers: int, param_bytes: int,
+                  grad_bytes: int) -> list[TrafficEffect]:
+    """HSDP (FSDP2 on a (replicas, group) mesh): FSDP2's per-tensor shard padding, now over the
+    shard group, in the gathers, the reduce-scatters and the replicas' all-reduce of the padded
+    shard; gloo's reduce-scatter run as an all-reduce inside the group."""
+    layers = len(spec.layers)
+    gather = sum(_fsdp_padded(spec, group))
+    flat = sum(ceil_div(u, group) for u in units(spec))
+    reason = (f"FSDP2 cuts each tensor's rows into the shard group's {group} chunks of "
+              f"ceil(rows/{group}) and pads every shard to that size: {gather:,} elements per "
+              f"rank and pass instead of {flat:,}; the replicas all-reduce the padded shard")
+    return [TrafficEffect("shard-padding", "all_gather", reason, 2 * (gather - flat) * param_bytes),
+            TrafficEffect("shard-padding", "reduce_scatter", reason,
+                          group * (gather - flat) * grad_bytes),
+            TrafficEffect("shard-padding", "all_reduce", reason, (gather - flat) * grad_bytes),
+            *_gloo_reduce_scatter(layers, group * gather * grad_bytes, f"in the shard group of "
+                                  f"{group} (of {workers} ranks)")]
 
 
 # --- DeepSpeed ----------------------------------------------------------------------------------
@@ -299,16 +329,18 @@ def compare_communication(measured: pd.DataFrame) -> pd.DataFrame:
     for record in measured.to_dict("records"):
         engine, strategy, precision = record["engine"], record["strategy"], record["precision"]
         workers, kind = int(record["workers"]), record["kind"]
+        group = None
         if engine == "pytorch":
             spec, stage = TINY_MODELS[record["model"]], COMMUNICATION_STRATEGIES[strategy].stage
             layout = PYTORCH_LAYOUTS[strategy]
+            group = COMMUNICATION_STRATEGIES[strategy].shard_group
             effects = pytorch_effects(strategy, spec, workers)
         else:
             spec = next(m for m in DEEPSPEED_MODELS if m.name == record["model"])
             stage, layout = DEEPSPEED_CONFIGS[strategy].stage, DEEPSPEED_LAYOUTS[precision]
             effects = deepspeed_effects(strategy, precision, spec, workers)
         effects = [e for e in effects if e.kind == kind]
-        calls, handed = predicted(spec, workers, stage, layout)[kind]
+        calls, handed = predicted(spec, workers, stage, layout, group)[kind]
         measured_calls, measured_bytes = int(record["measured_calls"]), int(record["measured_bytes"])
         explained_bytes, explained_calls = sum(e.bytes for e in effects), sum(e.calls for e in effects)
         bytes_left = measured_bytes - handed - explained_bytes
