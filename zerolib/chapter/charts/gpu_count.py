@@ -7,39 +7,23 @@ or unit. The published figure, the notebooks and the explorer all draw through t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator
-from matplotlib.transforms import offset_copy
 
-from zerolib.chapter.charts.tidy import (
-    check_tidy,
-    single_value,
-    stages_of,
-    totals_by_stage,
-)
+from zerolib.chapter.charts.stage_lines import StageLineArtists, draw_stage_lines, show_stage_lines
+from zerolib.chapter.charts.tidy import check_tidy, single_value, stages_of, totals_by_stage
 from zerolib.chapter.style import (
-    DEVICE_COLOR,
-    STRATEGY_COLORS,
-    STRATEGY_MARKERS,
     add_axes,
-    device_label,
-    fix_axis_labels,
     layout_summary,
-    legend_below,
-    make_titles,
     new_figure,
     plain_number,
     show_device_and_titles,
     style,
 )
-from zerolib.core.accounting import STRATEGY_NAMES
 from zerolib.core.devices import Device, get_device
 from zerolib.core.tables import COLUMNS
-from zerolib.core.units import check_unit, format_count, format_value
+from zerolib.core.units import check_unit, format_count
 
 FIGSIZE = (8.0, 5.6)  # inches: every rendering has the same pixels and text size
 # Margins (inches; left, right, bottom, top): the two-line title, the axis labels, the legend
@@ -51,22 +35,8 @@ def _check(table) -> pd.DataFrame:
     return check_tidy(table, COLUMNS, ("layout",), "zerolib.core.tables.memory_table")
 
 
-@dataclass(eq=False)
-class GpuCountArtists:
-    """What :func:`draw_memory_vs_gpu_count` drew; :func:`update_memory_vs_gpu_count` changes it."""
-
-    ax: object
-    stages: tuple[int, ...]
-    lines: dict                 # stage -> Line2D
-    end_labels: dict            # stage -> Text: the value at the largest GPU count
-    device_line: object         # Line2D at the capacity
-    legend: object
-    title: object
-    subtitle: object
-
-    @property
-    def device_legend_text(self):
-        return self.legend.get_texts()[len(self.stages)]
+# What :func:`draw_memory_vs_gpu_count` drew; :func:`update_memory_vs_gpu_count` changes it.
+GpuCountArtists = StageLineArtists
 
 
 def _gpu_count_titles(params: int, gpus, layout) -> tuple[str, str]:
@@ -86,17 +56,6 @@ def _marker_positions(gpus) -> list[int]:
     return [i for i, n in enumerate(gpus) if n & (n - 1) == 0] or [0, len(gpus) - 1]
 
 
-def _spread(values, gap: float) -> list[float]:
-    """Label heights: each value, pushed apart so neighbours are at least ``gap`` apart."""
-    order = np.argsort(values, kind="stable")
-    placed = np.array(values, dtype=float)
-    previous = -np.inf
-    for i in order:
-        placed[i] = max(placed[i], previous + gap)
-        previous = placed[i]
-    return list(placed)
-
-
 def _apply_gpu_count(artists: GpuCountArtists, table, device, unit):
     ax = artists.ax
     params = single_value(table, "params", "GPU-count")
@@ -106,9 +65,9 @@ def _apply_gpu_count(artists: GpuCountArtists, table, device, unit):
     device = get_device(device)
     capacity = device.capacity / check_unit(unit)
 
+    show_stage_lines(artists, gpus, values, unit, capacity)
     markers = _marker_positions(gpus)
-    for stage, line in artists.lines.items():
-        line.set_data(gpus, values[stage])
+    for line in artists.lines.values():
         line.set_markevery(markers)
 
     # x axis: powers of two on a log scale when the range is wide (the first doublings matter
@@ -134,17 +93,6 @@ def _apply_gpu_count(artists: GpuCountArtists, table, device, unit):
     ax.xaxis.set_major_formatter(FuncFormatter(plain_number))
     ax.set_xlabel("Data-parallel GPUs" + (" (log scale)" if log_x else ""))
 
-    top = max(max(float(v.max()) for v in values.values()), capacity) * 1.1
-    ax.set_ylim(0, top)
-    ax.set_ylabel(f"Model state per GPU [{unit}]")
-
-    last = {stage: float(values[stage][-1]) for stage in artists.stages}
-    heights = _spread([last[s] for s in artists.stages], gap=0.045 * top)
-    for stage, height in zip(artists.stages, heights):
-        label = artists.end_labels[stage]
-        label.set_position((high, height))
-        label.set_text(f"{format_value(last[stage])} {unit}")
-
     show_device_and_titles(artists, device, unit, capacity,
                             _gpu_count_titles(params, gpus, table.attrs['layout']))
 
@@ -160,27 +108,7 @@ def draw_memory_vs_gpu_count(ax, table: pd.DataFrame, device: str | Device = "a1
     check_unit(unit)
     stages = stages_of(table)
     with style():
-        lines = {}
-        for stage in stages:
-            (lines[stage],) = ax.plot([], [], color=STRATEGY_COLORS[stage], lw=2.2,
-                                      marker=STRATEGY_MARKERS[stage], ms=5.5,
-                                      label=STRATEGY_NAMES[stage], clip_on=False, zorder=3)
-        device_line = ax.axhline(0, color=DEVICE_COLOR, ls=(0, (5, 3)), lw=1.8, zorder=2,
-                                 label=device_label(device, unit))
-        label_offset = offset_copy(ax.transData, ax.figure, x=8, units="points")
-        end_labels = {stage: ax.text(0, 0, "", transform=label_offset, ha="left", va="center",
-                                     fontsize=10, color=STRATEGY_COLORS[stage], fontweight="bold",
-                                     clip_on=False)
-                      for stage in stages}
-        legend = legend_below(ax, [*lines.values(), device_line], ncol=2)
-        title, subtitle = make_titles(ax, "", "")
-        ax.tick_params(labelsize=10)
-        ax.tick_params(axis="y", length=0)       # the grid lines mark the values
-        ax.yaxis.set_major_locator(MaxNLocator(nbins=7, steps=[1, 2, 2.5, 5, 10]))
-        ax.yaxis.set_major_formatter(FuncFormatter(plain_number))
-        fix_axis_labels(ax)
-        artists = GpuCountArtists(ax, stages, lines, end_labels, device_line, legend, title,
-                                  subtitle)
+        artists = draw_stage_lines(ax, stages, device, unit)
         _apply_gpu_count(artists, table, device, unit)
     return artists
 

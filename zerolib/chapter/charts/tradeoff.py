@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 from matplotlib.transforms import blended_transform_factory, offset_copy
 
-from zerolib.chapter.charts.gpu_count import _spread
+from zerolib.chapter.charts.stage_lines import spread
 from zerolib.chapter.charts.tidy import check_tidy
 from zerolib.chapter.style import (
     DEVICE_COLOR,
@@ -97,7 +97,7 @@ def _apply(artists: TradeoffArtists, frame, device, unit):
     ax.set_xlim(0, right)
     top = max(float(memory.max()), capacity) * 1.12
     ax.set_ylim(0, top)
-    heights = _spread(memory, gap=0.06 * top)
+    heights = spread(memory, gap=0.06 * top)
     for i, stage in enumerate(stages):
         artists.points[stage].set_data([step[i]], [memory[i]])
         artists.waits[stage].set_data([compute[i], step[i]], [memory[i], memory[i]])
