@@ -87,6 +87,8 @@ OFFLOADS: Mapping[str, Mapping[str, str]] = MappingProxyType({
     "optimizer+parameters": MappingProxyType({"offload_optimizer": "cpu", "offload_params": "cpu"}),
 })
 SCHEDULE_NAMES = {1: "1F1B"}      # v > 1: "interleaved, v chunks"
+# Shard groups a plan tries under stages 1-3: every divisor G of d, or only G = d (the paper's ZeRO).
+SHARD_GROUPS = ("all", "whole")
 
 # Why a configuration cannot be run or does not fit, in the order they are checked (the first
 # broken rule is the one reported).
@@ -188,6 +190,7 @@ class PlanSettings:
     chunks: tuple[int, ...]
     offload: tuple[str, ...]
     sequence_parallel: tuple[bool, ...]
+    shard_groups: str
     working_set: WorkingSetSettings
 
     def __deepcopy__(self, memo) -> PlanSettings:
@@ -201,6 +204,7 @@ class PlanSettings:
                 "max_micro_batch": self.max_micro_batch, "stages": list(self.stages),
                 "recompute": list(self.recompute), "chunks": list(self.chunks),
                 "offload": list(self.offload), "sequence_parallel": list(self.sequence_parallel),
+                "shard_groups": self.shard_groups,
                 "flash_attention": self.working_set.flash_attention,
                 "reserve_bytes": self.working_set.reserve_bytes}
 
@@ -209,7 +213,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
                   layout: str | Layout = "mixed-adam", mfu: float = DEFAULT_MFU,
                   host_memory: int | None = None, max_micro_batch: int = 8, stages=STAGES,
                   recompute=RECOMPUTE, chunks=(1, 2), offload=tuple(OFFLOADS),
-                  sequence_parallel=(False, True),
+                  sequence_parallel=(False, True), shard_groups: str = "all",
                   working_set: WorkingSetSettings = DEFAULT_SETTINGS) -> PlanSettings:
     """Check every input of :func:`plan` (ValueError/TypeError naming the argument)."""
     config = get_model(model)
@@ -238,7 +242,8 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         host_memory, max_micro_batch, _choices(stages, STAGES, "stages"),
         _choices(recompute, RECOMPUTE, "recompute"), tuple(dict.fromkeys(chunks)),
         _choices(offload, tuple(OFFLOADS), "offload"),
-        _choices(sequence_parallel, (False, True), "sequence_parallel"), working_set)
+        _choices(sequence_parallel, (False, True), "sequence_parallel"),
+        _choices((shard_groups,), SHARD_GROUPS, "shard_groups")[0], working_set)
 
 
 # --- the space, level by level ------------------------------------------------------------------
@@ -252,14 +257,15 @@ def _expand(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _zero_variants(d: int, s: PlanSettings) -> list[tuple[int, int, str]]:
     """(stage, shard group, offload) for d data-parallel GPUs: stage 0 unsharded (G = d), stages
-    1-3 every divisor G of d, each offload where DeepSpeed offers it."""
+    1-3 every divisor G of d (or G = d only), each offload where DeepSpeed offers it."""
     out = []
     for offload in s.offload:
         offered = offered_stages(Placement(**OFFLOADS[offload]))
         for stage in s.stages:
             if stage not in offered:
                 continue
-            for group in ([d] if stage == 0 else divisors(d)[::-1]):
+            every = stage > 0 and s.shard_groups == "all"
+            for group in (divisors(d)[::-1] if every else [d]):
                 out.append((stage, group, offload))
     return out
 
@@ -586,8 +592,9 @@ def describe(c) -> str:
     zero = "no ZeRO" if stage == 0 else f"ZeRO-{stage}" + (f" over {group}" if group != d else "")
     offload = {"none": "no offload", "optimizer": "optimizer on CPU",
                "optimizer+parameters": "optimizer and parameters on CPU"}[str(c["offload"])]
+    recompute = "no" if str(c["recompute"]) == "none" else str(c["recompute"])
     return (f"t {t}{sp} x p {p} ({schedule_name(int(c['chunks']))}) x d {d}, {zero}, "
-            f"{c['recompute']} recomputation, micro-batch {int(c['micro_batch'])} x "
+            f"{recompute} recomputation, micro-batch {int(c['micro_batch'])} x "
             f"{int(c['micro_batches'])}, {offload}")
 
 
@@ -597,7 +604,8 @@ def plan(model, gpus, gpus_per_node, device, seq_len, global_batch, **options) -
     their peaks and step times, which fit, ranked (see the module doc). ``options`` are
     :func:`plan_settings`'s: ``links``, ``layout``, ``mfu``, ``host_memory``,
     ``max_micro_batch``, ``stages``, ``recompute``, ``chunks``, ``offload``,
-    ``sequence_parallel``, ``working_set`` (flash attention, reserve, DeepSpeed's buffers)."""
+    ``sequence_parallel``, ``shard_groups`` ("all" or "whole"), ``working_set`` (flash
+    attention, reserve, DeepSpeed's buffers)."""
     s = plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, **options)
     return plan_from(s)
 
