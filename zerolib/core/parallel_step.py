@@ -69,6 +69,7 @@ leaves out.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -224,25 +225,34 @@ def bubble_fraction(pipeline_parallel, micro_batches, chunks=1) -> np.ndarray:
 
 # --- the per-micro-batch traffic, from model_parallel_traffic's rows -----------------------------
 
+def _smallest_tensor_parallel(config: TransformerConfig) -> int:
+    """The smallest t > 1 that divides the heads, key/value heads and MLP width (0: none)."""
+    common = math.gcd(config.heads, config.kv_heads, config.ffn_hidden)
+    return next((t for t in range(2, common + 1) if common % t == 0), 0)
+
+
 @lru_cache(maxsize=4096)
-def _tensor_rows(config: TransformerConfig, seq_len: int, t: int, p: int, r: int,
+def _tensor_rows(config: TransformerConfig, seq_len: int, p: int, r: int,
                  sequence_parallel: bool, recompute: str, element_bytes: int):
     """(kind, calls per micro-batch, bytes per call at micro-batch 1) of the tensor-parallel
-    collectives on stage r. The rows' bytes are b x s x h elements (or 3 fp32 values per
-    token for the loss): exactly proportional to the micro-batch."""
-    rows = tensor_parallel_traffic(config, seq_len, 1, t, p, r, micro_batches=1,
-                                   sequence_parallel=sequence_parallel, recompute=recompute,
-                                   element_bytes=element_bytes)
+    collectives on stage r, for any t > 1: the rows' calls and sizes do not depend on t (only
+    the group does), and their bytes, b x s x h elements (or 3 fp32 values per token for the
+    loss), are exactly proportional to the micro-batch."""
+    rows = tensor_parallel_traffic(config, seq_len, 1, _smallest_tensor_parallel(config), p, r,
+                                   micro_batches=1, sequence_parallel=sequence_parallel,
+                                   recompute=recompute, element_bytes=element_bytes)
     return tuple((KIND_OF[row.collective], row.calls, row.tensor_bytes) for row in rows)
 
 
 @lru_cache(maxsize=4096)
-def _pipeline_sends(config: TransformerConfig, seq_len: int, b: int, t: int, p: int, r: int,
+def _pipeline_sends(config: TransformerConfig, seq_len: int, t: int, p: int, r: int,
                     sequence_parallel: bool, chunks: int, element_bytes: int):
-    """(messages per micro-batch, bytes per message) stage r sends."""
+    """(messages per micro-batch, bytes per message at micro-batch 1) stage r sends. A message
+    is b s h elements, or b s h / t under sequence parallelism, where t divides s (the rules):
+    exactly proportional to the micro-batch either way."""
     schedule = "interleaved" if chunks > 1 else "1f1b"
     m = p if chunks > 1 else 1     # the interleaved schedule takes micro-batches in groups of p
-    rows = pipeline_traffic(config, seq_len, b, t, p, r, micro_batches=m,
+    rows = pipeline_traffic(config, seq_len, 1, t, p, r, micro_batches=m,
                             sequence_parallel=sequence_parallel, schedule=schedule, chunks=chunks,
                             element_bytes=element_bytes)
     sends = [row for row in rows if row.collective == "send"]
@@ -429,7 +439,7 @@ def _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec):
         if tt == 1:
             return 0.0
         return sum(_ring_seconds(ic, tt, 1, kind, size * bb, calls) for kind, calls, size in
-                   _tensor_rows(config, s, tt, pp, rr, bool(flag), RECOMPUTE[code], e))
+                   _tensor_rows(config, s, pp, rr, bool(flag), RECOMPUTE[code], e))
     return _by_key((t, p, r, sp.astype(np.int64), rec, b), per_key)
 
 
@@ -440,8 +450,8 @@ def _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v):
     def per_key(bb, tt, pp, dd, rr, flag, vv):
         if pp == 1:
             return 0.0
-        count, size = _pipeline_sends(config, s, bb, tt, pp, rr, bool(flag), vv, e)
-        return count * float(send_seconds(ic, size, k is not None and tt * dd * pp > k))
+        count, size = _pipeline_sends(config, s, tt, pp, rr, bool(flag), vv, e)
+        return count * float(send_seconds(ic, size * bb, k is not None and tt * dd * pp > k))
     return _by_key((b, t, p, d, r, sp.astype(np.int64), v), per_key)
 
 

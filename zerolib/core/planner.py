@@ -328,24 +328,24 @@ def enumerate_space(s: PlanSettings) -> Space:
     rec_d = np.array([RECOMPUTE.index(r) for r in s.recompute], dtype=np.int64)[
         np.arange(len(b_c) * nr) % nr]
 
-    # ZeRO stage, shard group and offload: the variants of each row's data-parallel degree.
-    d_d = d_c[c_of_d]
-    variants = {int(d): _zero_variants(int(d), s) for d in np.unique(d_a)}
+    # ZeRO stage, shard group and offload: the variants of each row's data-parallel degree,
+    # one table of them all, each degree's rows starting at its offset.
     offload_codes = {name: i for i, name in enumerate(OFFLOADS)}
-    tables = {d: np.array([(st, g, offload_codes[o]) for st, g, o in v], dtype=np.int64).reshape(-1, 3)
-              for d, v in variants.items()}
-    counts = np.array([len(variants[int(d)]) for d in d_a], dtype=np.int64)[a_of_b[b_of_c[c_of_d]]]
+    degrees = np.unique(d_a)
+    tables = [np.array([(st, g, offload_codes[o]) for st, g, o in _zero_variants(int(d), s)],
+                       dtype=np.int64).reshape(-1, 3) for d in degrees]
+    lengths = np.array([len(table) for table in tables], dtype=np.int64)
+    offsets = np.cumsum(lengths) - lengths
+    degree_of_a = np.searchsorted(degrees, d_a)
+    a_of_d = a_of_b[b_of_c[c_of_d]]
+    counts = lengths[degree_of_a][a_of_d]
     size = int(counts.sum())
     if size > MAX_SPACE:
         raise ValueError(f"the plan would enumerate {size:,} configurations, more than "
                          f"{MAX_SPACE:,}: name fewer stages, recomputations, chunks or a smaller "
                          f"max_micro_batch")
     d_of_e, position = _expand(counts)
-    zero = np.zeros((size, 3), dtype=np.int64)
-    d_e = d_d[d_of_e]
-    for d, table in tables.items():
-        sel = d_e == d
-        zero[sel] = table[position[sel]]
+    zero = np.concatenate(tables)[offsets[degree_of_a][a_of_d][d_of_e] + position]
     c_of_e = c_of_d[d_of_e]
     b_of_e = b_of_c[c_of_e]
     a_of_e = a_of_b[b_of_e]
