@@ -184,7 +184,7 @@ def as_json(result, top=None) -> dict:
 def as_csv(result, top=None) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    columns = ["rank", *FIT_COLUMNS]
+    columns = ["rank", *FIT_COLUMNS]     # the ranked frame's columns, in order
     writer.writerow(columns)
     for row in _rows(result.fits, top):
         writer.writerow(["" if row[c] is None else row[c] for c in columns])

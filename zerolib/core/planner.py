@@ -137,12 +137,15 @@ DEFAULT_LINKS: Mapping[str, str] = MappingProxyType({
 MAX_SPACE = 20_000_000      # configurations in one plan
 MAX_PLAN_MICRO_BATCH = 1024  # largest micro-batch a plan enumerates up to
 
+# Which kinds of parallelism a configuration combines (the chapter's figure colours them).
+FAMILIES = ("data parallel only", "tensor parallel", "pipeline parallel",
+            "tensor + pipeline parallel")
 FIT_COLUMNS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_parallel",
                "chunks", "schedule", "stage", "shard_group", "recompute", "micro_batch",
                "micro_batches", "offload", "peak_bytes", "headroom_bytes", "pipeline_stage",
                "host_bytes_per_node", "step_seconds", "compute_seconds", "tensor_seconds",
                "pipeline_seconds", "data_parallel_seconds", "bubble_seconds",
-               "network_wait_fraction", "bubble_fraction", "fits")
+               "network_wait_fraction", "bubble_fraction", "fits", "family")
 
 
 def links_for(device: str | Device, links=None) -> str | Interconnect:
@@ -469,7 +472,8 @@ def evaluate(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
 @dataclass(frozen=True)
 class Plan:
     """The planner's answer. ``valid`` holds every configuration that can run (peak, host bytes,
-    times, ``fits``); ``fits`` the fitting ones, ranked; ``rejected`` the count per reason."""
+    times, ``fits``, ``rank``: 1 for the fastest that fits, 0 for those that do not); ``fits``
+    the fitting ones, ranked; ``rejected`` the count per reason."""
 
     settings: PlanSettings
     space: Space = field(repr=False)
@@ -506,7 +510,16 @@ class Plan:
                 "data_parallel_seconds", "bubble_seconds", "network_wait_fraction",
                 "bubble_fraction")},
             "fits": self.reason[self.runnable] == PASSES,
+            "family": pd.Categorical.from_codes(
+                (c["tensor_parallel"] > 1) + 2 * (c["pipeline_parallel"] > 1), list(FAMILIES)),
         }, columns=list(FIT_COLUMNS))
+        rank = np.zeros(len(frame), dtype=np.int64)
+        fitting = np.flatnonzero(frame["fits"].to_numpy())
+        step = frame["step_seconds"].to_numpy()[fitting]
+        order = np.lexsort((fitting, -frame["headroom_bytes"].to_numpy()[fitting],
+                            np.where(np.isnan(step), np.inf, step)))
+        rank[fitting[order]] = np.arange(1, len(fitting) + 1)
+        frame.insert(0, "rank", rank)
         frame.attrs.update(plan=s)
         return frame
 
@@ -515,12 +528,8 @@ class Plan:
         """The fitting configurations, fastest first (ties: more headroom first, then enumeration
         order); unknown step times last. ``rank`` counts from 1."""
         valid = self.valid
-        fitting = valid[valid["fits"].to_numpy()]
-        step = fitting["step_seconds"].to_numpy()
-        order = np.lexsort((np.arange(len(fitting)), -fitting["headroom_bytes"].to_numpy(),
-                            np.where(np.isnan(step), np.inf, step)))
-        ranked = fitting.iloc[order].reset_index(drop=True)
-        ranked.insert(0, "rank", np.arange(1, len(ranked) + 1))
+        ranked = valid[valid["rank"].to_numpy() > 0].sort_values("rank", kind="stable")
+        ranked = ranked.reset_index(drop=True)
         ranked.attrs.update(plan=self.settings)
         return ranked
 
