@@ -31,7 +31,15 @@ from zerolib.core.parallel_step import (
 )
 from zerolib.core.pipeline_schedule import _unit_terms_cached, stage_activation_terms
 from zerolib.core.placement import Placement, offered_stages, place
-from zerolib.core.planner import OFFLOADS, PASSES, REASONS, plan_from, plan_settings
+from zerolib.core.planner import (
+    _MEMORY,
+    OFFLOADS,
+    PASSES,
+    REASONS,
+    _variants,
+    plan_from,
+    plan_settings,
+)
 from zerolib.core.tables import divisors
 
 SETTING = dict(model="llama-2-70b", gpus=1024, gpus_per_node=8, device="h100-80gb", seq_len=4096,
@@ -170,9 +178,11 @@ def vectorised(s):
 
 
 def clear_memos():
-    """Every memo both sides share, emptied: each timed run starts cold, as a fresh process."""
-    for memo in (_unit_terms_cached, _tensor_rows, _pipeline_sends, _ring_constants):
+    """Every memo both sides share, and the planner's own, emptied: each timed run starts cold,
+    as a fresh process."""
+    for memo in (_unit_terms_cached, _tensor_rows, _pipeline_sends, _ring_constants, _variants):
         memo.cache_clear()
+    _MEMORY.clear()
 
 
 def median_seconds(fn, repeats):

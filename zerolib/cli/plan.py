@@ -25,7 +25,6 @@ from zerolib.core.planner import (
     MAX_PLAN_MICRO_BATCH,
     OFFLOADS,
     SHARD_GROUPS,
-    describe,
     plan,
 )
 from zerolib.core.step import DEFAULT_MFU
@@ -252,4 +251,3 @@ def as_table(result, top: int, unit: str) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["register", "run", "as_json", "as_csv", "as_table", "describe"]

@@ -300,25 +300,24 @@ class ParallelStepTime:
         return self.parts["bubble"] / self.step_seconds
 
 
-def _by_key(columns, value):
-    """``value(*key)`` for each distinct row of ``columns`` (whole-number arrays of one shape),
-    spread back over the rows: the per-key work runs once per distinct key."""
-    shape = np.shape(columns[0])
-    code = np.zeros(int(np.prod(shape)), dtype=np.int64)
+def _groups(columns):
+    """(key, row indices) for each distinct row of ``columns`` (whole-number arrays of one
+    shape, flattened): the per-key work runs once per distinct key, over its rows at once."""
+    code = np.zeros(np.size(columns[0]), dtype=np.int64)
     levels = []
     for column in columns:    # one int64 code per row (mixed radix), then one 1-D unique
         values, inverse = np.unique(np.ravel(column), return_inverse=True)
         code = code * len(values) + np.ravel(inverse)
         levels.append(values)
     keys, inverse = np.unique(code, return_inverse=True)
-    out = np.empty(len(keys))
-    for index, key in enumerate(keys.tolist()):
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.cumsum(np.bincount(inverse, minlength=len(keys)))[:-1]
+    for key, rows in zip(keys.tolist(), np.split(order, bounds)):
         point = []
         for values in reversed(levels):
             key, digit = divmod(key, len(values))
             point.append(int(values[digit]))
-        out[index] = value(*reversed(point))
-    return out[np.ravel(inverse)].reshape(shape)
+        yield tuple(reversed(point)), rows
 
 
 @lru_cache(maxsize=256)
@@ -326,16 +325,6 @@ def _ring_constants(ic: Interconnect, size: int, stride: int) -> tuple[dict, flo
     """({kind: latency}, bus bandwidth) of one :class:`GroupRing`, as Python floats."""
     ring = GroupRing(ic, np.int64(size), np.int64(stride))
     return ({kind: float(ring.latency(kind)) for kind in CHUNKS_SENT}, float(ring.bandwidth()))
-
-
-def _ring_seconds(ic: Interconnect, size: int, stride: int, kind: str, tensor_bytes: int,
-                  calls: int) -> float:
-    """:meth:`GroupRing.seconds` for one setting, in Python arithmetic (exact bytes)."""
-    if size == 1:
-        return 0.0
-    latency, bandwidth = _ring_constants(ic, size, stride)
-    sent = CHUNKS_SENT[kind] * (size - 1) * ceil_div(tensor_bytes, size)
-    return calls * (latency[kind] + sent / bandwidth)
 
 
 def parallel_step_time(model, link: str | Interconnect, device: str | Device, *, seq_len,
@@ -435,36 +424,54 @@ def _check_rules(config, t, p, v, m, s, sp, ic):
 def _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec):
     """Seconds of the tensor-parallel collectives per micro-batch on stage r: each row's calls
     x (ring latency + its bytes, proportional to the micro-batch, at the bus bandwidth)."""
-    def per_key(tt, pp, rr, flag, code, bb):
-        if tt == 1:
-            return 0.0
-        return sum(_ring_seconds(ic, tt, 1, kind, size * bb, calls) for kind, calls, size in
-                   _tensor_rows(config, s, pp, rr, bool(flag), RECOMPUTE[code], e))
-    return _by_key((t, p, r, sp.astype(np.int64), rec, b), per_key)
+    shape, flat_t, flat_b = np.shape(b), np.ravel(t), np.ravel(b)
+    calls = {}    # (kind, bytes at micro-batch 1) -> calls per micro-batch of every setting
+    for (pp, rr, flag, code), rows in _groups((p, r, sp.astype(np.int64), rec)):
+        for kind, count, size in _tensor_rows(config, s, pp, rr, bool(flag), RECOMPUTE[code], e):
+            calls.setdefault((kind, size), np.zeros(flat_t.shape, dtype=np.int64))[rows] += count
+    latency = {kind: np.zeros(flat_t.shape) for kind in CHUNKS_SENT}
+    bandwidth = np.ones(flat_t.shape)
+    for tt in np.unique(flat_t).tolist():
+        here = flat_t == tt
+        kinds, bandwidth[here] = _ring_constants(ic, tt, 1)
+        for kind, value in kinds.items():
+            latency[kind][here] = value
+    out = np.zeros(flat_t.shape)
+    for (kind, size), count in calls.items():
+        sent = CHUNKS_SENT[kind] * (flat_t - 1) * ceil_div(size * flat_b, flat_t)
+        out += count * (latency[kind] + sent / bandwidth)
+    return np.where(flat_t > 1, out, 0.0).reshape(shape)
 
 
 def _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v):
     """Seconds of the point-to-point messages stage r sends per micro-batch."""
     k = ic.gpus_per_node
-
-    def per_key(bb, tt, pp, dd, rr, flag, vv):
-        if pp == 1:
-            return 0.0
-        count, size = _pipeline_sends(config, s, tt, pp, rr, bool(flag), vv, e)
-        return count * float(send_seconds(ic, size * bb, k is not None and tt * dd * pp > k))
-    return _by_key((b, t, p, d, r, sp.astype(np.int64), v), per_key)
+    count = np.zeros(np.size(b), dtype=np.int64)
+    size = np.zeros(np.size(b), dtype=np.int64)
+    for (tt, pp, rr, flag, vv), rows in _groups((t, p, r, sp.astype(np.int64), v)):
+        if pp > 1:
+            count[rows], size[rows] = _pipeline_sends(config, s, tt, pp, rr, bool(flag), vv, e)
+    crosses = (k is not None) & (np.ravel(t * d * p) > (k or 0))
+    out = count * send_seconds(ic, size * np.ravel(b), crosses)
+    return out.reshape(np.shape(b))
 
 
 def _zero_slots(ic, params, d, t, zero, layout, shard_group, units):
     """Seconds per slot of :data:`zerolib.core.communication.SLOTS`, one pass of each: bytes
-    from :func:`shard_group_traffic`, one call per slot (stage 3: one per layer unit)."""
+    from :func:`shard_group_traffic`, one call per slot (stage 3: one per layer unit), on the
+    ring of the d data-parallel GPUs t apart (:class:`GroupRing`, once per distinct ring)."""
     traffic = shard_group_traffic(params, d, zero, layout, shard_group)
-    ring = GroupRing(ic, d, t)
-    bandwidth = ring.bandwidth()
+    flat_d, flat_t = np.ravel(d), np.ravel(t)
+    latency = {kind: np.zeros(flat_d.shape) for kind in CHUNKS_SENT}
+    bandwidth = np.ones(flat_d.shape)
+    for (dd, tt), rows in _groups((flat_d, flat_t)):
+        kinds, bandwidth[rows] = _ring_constants(ic, dd, tt)
+        for kind, value in kinds.items():
+            latency[kind][rows] = value
     out = {}
     for slot in SLOTS:
-        calls = np.where((zero == 3) & (traffic.calls[slot.name] > 0), units, traffic.calls[slot.name])
-        out[slot.name] = np.where(traffic.sent[slot.name] > 0,
-                                  calls * ring.latency(slot.kind) + traffic.sent[slot.name] / bandwidth,
-                                  0.0)
+        sent, calls = np.ravel(traffic.sent[slot.name]), np.ravel(traffic.calls[slot.name])
+        calls = np.where((np.ravel(zero) == 3) & (calls > 0), units, calls)
+        seconds = np.where(sent > 0, calls * latency[slot.kind] + sent / bandwidth, 0.0)
+        out[slot.name] = seconds.reshape(np.shape(d))
     return out

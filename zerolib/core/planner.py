@@ -34,15 +34,16 @@ operations: Llama-2-70B on 1,024 GPUs, some 300,000 configurations, in well unde
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
 
-from zerolib.core.accounting import STAGES, Layout, get_layout
+from zerolib.core.accounting import CATEGORIES, STAGES, Layout, get_layout
 from zerolib.core.activations import RECOMPUTE
 from zerolib.core.devices import Device, get_device
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, check_count, check_positive_int, echo
@@ -59,6 +60,7 @@ from zerolib.core.model_parallel import (
 from zerolib.core.models import TransformerConfig, get_model
 from zerolib.core.nodes import Interconnect
 from zerolib.core.parallel_step import (
+    PARTS,
     PIPELINE_STAGES,
     cluster_interconnect,
     parallel_step_time,
@@ -258,19 +260,24 @@ def _expand(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return parent, np.arange(len(parent)) - starts[parent]
 
 
-def _zero_variants(d: int, s: PlanSettings) -> list[tuple[int, int, str]]:
+def _zero_variants(d: int, s: PlanSettings) -> tuple[tuple[int, int, str], ...]:
     """(stage, shard group, offload) for d data-parallel GPUs: stage 0 unsharded (G = d), stages
     1-3 every divisor G of d (or G = d only), each offload where DeepSpeed offers it."""
+    return _variants(d, s.stages, s.offload, s.shard_groups)
+
+
+@lru_cache(maxsize=1024)
+def _variants(d: int, stages, offloads, shard_groups) -> tuple[tuple[int, int, str], ...]:
     out = []
-    for offload in s.offload:
+    for offload in offloads:
         offered = offered_stages(Placement(**OFFLOADS[offload]))
-        for stage in s.stages:
+        for stage in stages:
             if stage not in offered:
                 continue
-            every = stage > 0 and s.shard_groups == "all"
+            every = stage > 0 and shard_groups == "all"
             for group in (divisors(d)[::-1] if every else [d]):
                 out.append((stage, group, offload))
-    return out
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -431,9 +438,9 @@ def _persistent(s: PlanSettings, c, params: np.ndarray):
     return gpu, cpu_node
 
 
-def evaluate(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Peak per GPU (and which pipeline stage decides it), CPU bytes per node, and the step time
-    of the configurations ``c`` (columns as :class:`Space` holds them; all must be runnable)."""
+def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Peak per GPU (and which pipeline stage decides it) and CPU bytes per node of the
+    configurations ``c`` (columns as :class:`Space` holds them; all must be runnable)."""
     t, p = c["tensor_parallel"], c["pipeline_parallel"]
     pair = t * (MAX_GPUS + 1) + p
     keys, first_row, inverse = np.unique(pair, return_index=True, return_inverse=True)
@@ -448,23 +455,61 @@ def evaluate(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
         peaks[key] = gpu + sum(terms.values())
         hosts[key] = cpu_node
     decided_last = peaks["last"] > peaks["first"]    # the first stage on ties, as peaks() does
-    out = {"peak_bytes": np.where(decided_last, peaks["last"], peaks["first"]),
-           "pipeline_stage": np.where(decided_last, p - 1, 0),
-           "host_bytes_per_node": np.maximum(hosts["first"], hosts["last"])}
+    return {"peak_bytes": np.where(decided_last, peaks["last"], peaks["first"]),
+            "pipeline_stage": np.where(decided_last, p - 1, 0),
+            "host_bytes_per_node": np.maximum(hosts["first"], hosts["last"])}
+
+
+def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Step time and its parts of the configurations ``c``
+    (:func:`zerolib.core.parallel_step.parallel_step_time`)."""
     times = parallel_step_time(
         s.model, s.interconnect, s.device, seq_len=s.seq_len, micro_batch=c["micro_batch"],
-        tensor_parallel=t, pipeline_parallel=p, data_parallel=c["data_parallel"],
-        stage=c["stage"], micro_batches=c["micro_batches"], chunks=c["chunks"],
-        sequence_parallel=c["sequence_parallel"],
+        tensor_parallel=c["tensor_parallel"], pipeline_parallel=c["pipeline_parallel"],
+        data_parallel=c["data_parallel"], stage=c["stage"], micro_batches=c["micro_batches"],
+        chunks=c["chunks"], sequence_parallel=c["sequence_parallel"],
         recompute=np.asarray(RECOMPUTE, dtype=object)[c["recompute"]],
         shard_group=c["shard_group"], offload=c["offload"] > 0, layout=s.layout, mfu=s.mfu,
         element_bytes=s.working_set.element_bytes)
-    for part, seconds in times.parts.items():
-        out[f"{part}_seconds"] = seconds
+    out = {f"{part}_seconds": seconds for part, seconds in times.parts.items()}
     out["step_seconds"] = times.step_seconds
     out["network_wait_fraction"] = times.network_wait_fraction
     out["bubble_fraction"] = times.bubble_fraction
     return out
+
+
+# The space and its peaks do not depend on the device, the links or the utilisation: remembered
+# for the last few settings, so a reader who changes only those (an explorer) re-times, not
+# re-counts. Read-only arrays: nothing downstream can change a remembered value.
+_MEMORY: OrderedDict = OrderedDict()
+_MEMORY_SIZE = 16
+
+
+def _memory_key(s: PlanSettings) -> tuple:
+    return (s.model, s.gpus, s.gpus_per_node, s.seq_len, s.global_batch,
+            tuple(s.layout.bits_per_param(c) for c in CATEGORIES), s.max_micro_batch, s.stages,
+            s.recompute, s.chunks, s.offload, s.sequence_parallel, s.shard_groups,
+            s.working_set, s.host_memory is None)
+
+
+def _space_and_peaks(s: PlanSettings):
+    """(space, runnable indices, their columns, their peaks), remembered per :func:`_memory_key`."""
+    key = _memory_key(s)
+    if key in _MEMORY:
+        _MEMORY.move_to_end(key)
+        return _MEMORY[key]
+    space = enumerate_space(s)
+    runnable = np.flatnonzero(space.reason == PASSES)
+    c = {name: values[runnable] for name, values in space.columns.items()}
+    peaks = peaks_of(s, c) if len(runnable) else {
+        name: np.zeros(0, dtype=np.int64) for name in ("peak_bytes", "pipeline_stage",
+                                                       "host_bytes_per_node")}
+    for array in (*space.columns.values(), space.reason, runnable, *c.values(), *peaks.values()):
+        array.setflags(write=False)
+    _MEMORY[key] = found = (space, runnable, MappingProxyType(c), MappingProxyType(peaks))
+    while len(_MEMORY) > _MEMORY_SIZE:
+        _MEMORY.popitem(last=False)
+    return found
 
 
 # --- the plan -----------------------------------------------------------------------------------
@@ -555,7 +600,7 @@ class Plan:
             else:
                 example = int(members[0])
             rows.append({"rule": name, "reason": RULES[name], "configurations": int(codes[code]),
-                         "example": describe(self.configuration(example)),
+                         "example": describe_configuration(self.configuration(example)),
                          "example_bytes": bytes_})
         frame = pd.DataFrame(rows, columns=["rule", "reason", "configurations", "example",
                                             "example_bytes"])
@@ -592,7 +637,7 @@ class Plan:
         return ws, placement
 
 
-def describe(c) -> str:
+def describe_configuration(c) -> str:
     """One configuration in words: ``'t 8 + SP x p 4 (1F1B) x d 2, ZeRO-1 over 2, selective
     recomputation, micro-batch 1 x 512, no offload'``."""
     t, p, d = int(c["tensor_parallel"]), int(c["pipeline_parallel"]), int(c["data_parallel"])
@@ -621,19 +666,15 @@ def plan(model, gpus, gpus_per_node, device, seq_len, global_batch, **options) -
 
 def plan_from(s: PlanSettings) -> Plan:
     """:func:`plan` for validated :class:`PlanSettings`."""
-    space = enumerate_space(s)
-    reason = space.reason.copy()
-    runnable = np.flatnonzero(reason == PASSES)
-    c = {name: values[runnable] for name, values in space.columns.items()}
-    results = evaluate(s, c) if len(runnable) else {
-        name: np.zeros(0) for name in ("peak_bytes", "pipeline_stage", "host_bytes_per_node",
-                                       "step_seconds", "network_wait_fraction", "bubble_fraction",
-                                       *(f"{part}_seconds" for part in
-                                         ("compute", "tensor", "pipeline", "data_parallel",
-                                          "bubble")))}
+    space, runnable, c, peaks = _space_and_peaks(s)
+    times = times_of(s, c) if len(runnable) else {
+        name: np.zeros(0) for name in ("step_seconds", "network_wait_fraction", "bubble_fraction",
+                                       *(f"{part}_seconds" for part in PARTS))}
+    results = {**peaks, **times}
     too_big = results["peak_bytes"] > s.device.capacity
     host_over = (np.zeros(len(runnable), dtype=bool) if s.host_memory is None
                  else results["host_bytes_per_node"] > s.host_memory)
+    reason = space.reason.copy()
     reason[runnable] = np.where(too_big, REASONS.index("capacity"),
                                 np.where(host_over, REASONS.index("host_memory"), PASSES))
     return Plan(s, space, MappingProxyType(results), runnable, reason)

@@ -5,7 +5,9 @@ configuration, with ``attrs["plan"]`` its settings) into an Axes and returns the
 :func:`update_plan_peaks` changes the same artists for another plan or unit. One point per
 configuration at (estimated step time, peak per GPU), coloured by the parallelism it combines;
 below the dashed capacity line it fits. The peak axis is logarithmic: peaks run from a few
-tens of GB to terabytes. The fastest configuration that fits is ringed and named. Offloaded
+tens of GB to terabytes. The fastest configuration that fits (the planner's first) is ringed;
+the text beside the figure names it (text drawn in the axes would be redrawn on every change
+of an explorer, the dearest part of a redraw). Offloaded
 configurations, whose time is not modelled, have no place on the time axis and are counted in
 the subtitle.
 """
@@ -32,8 +34,8 @@ from zerolib.chapter.style import (
     show_device_and_titles,
     style,
 )
-from zerolib.core.planner import FAMILIES, FIT_COLUMNS, describe
-from zerolib.core.units import check_unit, format_value
+from zerolib.core.planner import FAMILIES, FIT_COLUMNS
+from zerolib.core.units import check_unit
 
 FIGSIZE = (9.6, 6.4)                  # inches
 MARGINS = (0.95, 0.35, 1.45, 0.8)     # left, right, bottom (legend), top
@@ -68,7 +70,6 @@ class PlanPeaksArtists:
     ax: object
     points: dict            # family -> PathCollection
     best: object            # the ring around the fastest configuration that fits
-    best_label: object      # its description
     device_line: object
     legend: object
     title: object
@@ -101,7 +102,7 @@ def _apply(artists: PlanPeaksArtists, frame: pd.DataFrame, unit: str):
         low, high = float(step[timed].min()), float(step[timed].max())
         pad = max(high - low, 0.05 * high) * 0.06
         ax.set_xlim(low - pad, high + pad)
-        bottom = min(float(peak[timed].min()), capacity) / 2.6   # room for the label below
+        bottom = min(float(peak[timed].min()), capacity) / 1.25
         top = max(float(peak[timed].max()), capacity) * 1.25
     else:
         ax.set_xlim(0, 1)
@@ -111,14 +112,9 @@ def _apply(artists: PlanPeaksArtists, frame: pd.DataFrame, unit: str):
     best = frame[frame["rank"].to_numpy() == 1]
     if len(best) and not np.isnan(best["step_seconds"].iloc[0]):
         row = best.iloc[0]
-        x, y = float(row["step_seconds"]), float(row["peak_bytes"]) / scale
-        artists.best.set_offsets([[x, y]])
-        artists.best_label.set_text(f"Ringed, the fastest that fits: {describe(row)}\n"
-                                    f"{format_value(x)} s per step, {format_value(y)} {unit} per GPU")
-        artists.best_label.set_visible(True)
+        artists.best.set_offsets([[float(row["step_seconds"]), float(row["peak_bytes"]) / scale]])
     else:
         artists.best.set_offsets(np.empty((0, 2)))
-        artists.best_label.set_visible(False)
     ax.set_xlabel("Estimated step time [s] (a model, not a measurement)")
     ax.set_ylabel(f"Peak per GPU [{unit}], log scale")
     show_device_and_titles(artists, s.device, unit, capacity, plan_titles(frame))
@@ -136,10 +132,6 @@ def draw_plan_peaks(ax, frame: pd.DataFrame, unit: str = "GB") -> PlanPeaksArtis
                                    label=name, zorder=3) for name in FAMILIES}
         best = ax.scatter([], [], s=190, facecolors="none", edgecolors="#111111", linewidths=1.6,
                           zorder=5, label="the fastest that fits (the planner's first)")
-        best_label = ax.text(
-            0.985, 0.025, "", transform=ax.transAxes, ha="right", va="bottom", fontsize=9,
-            color="#111111", zorder=6, linespacing=1.3,
-            bbox={"facecolor": "white", "edgecolor": "#bbbbbb", "alpha": 0.92, "pad": 3})
         device_line = ax.axhline(1, color=DEVICE_COLOR, ls=(0, (5, 3)), lw=1.8, zorder=4,
                                  label=device_label(s.device, unit))
         legend = legend_below(ax, [*points.values(), best, device_line], ncol=3)
@@ -154,8 +146,7 @@ def draw_plan_peaks(ax, frame: pd.DataFrame, unit: str = "GB") -> PlanPeaksArtis
         ax.yaxis.set_major_formatter(FuncFormatter(plain_number))
         ax.yaxis.set_minor_locator(NullLocator())
         fix_axis_labels(ax)
-        artists = PlanPeaksArtists(ax, points, best, best_label, device_line, legend, title,
-                                   subtitle)
+        artists = PlanPeaksArtists(ax, points, best, device_line, legend, title, subtitle)
         _apply(artists, frame, unit)
     return artists
 
