@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from zerolib.cli import main
-from zerolib.core.planner import HEADER, LEFT_OUT, plan
+from zerolib.core.planner import PLAN_HEADER, PLAN_LEFT_OUT, plan
 
 BASE = ("plan", "--model", "llama-2-70b", "--gpus", "64", "--gpus-per-node", "8",
         "--device", "a100-80gb", "--seq", "4096", "--global-batch", "1024")
@@ -28,8 +28,8 @@ def core():
 def test_table_says_it_ranks_by_a_model(capsys, core):
     status, out, _ = run(capsys, *BASE, "--top", "5")
     assert status == 0
-    assert HEADER in out
-    for omitted in LEFT_OUT:
+    assert PLAN_HEADER in out
+    for omitted in PLAN_LEFT_OUT:
         assert omitted in out
     counts = core.counts()
     assert (f"{counts['configurations']:,} configurations: {counts['fit']:,} fit, "
@@ -48,7 +48,7 @@ def test_json_is_the_core_plan(capsys, core):
     status, out, _ = run(capsys, *BASE, "--format", "json")
     assert status == 0
     result = json.loads(out)
-    assert result["header"] == HEADER and result["left_out"] == list(LEFT_OUT)
+    assert result["header"] == PLAN_HEADER and result["left_out"] == list(PLAN_LEFT_OUT)
     assert result["counts"] == core.counts()
     assert len(result["fits"]) == len(core.fits)
     top = result["fits"][0]

@@ -8,7 +8,7 @@ import zerolib as zl
 from zerolib.core.devices import Device
 from zerolib.core.models import TransformerConfig
 from zerolib.core.parallel_step import parallel_step_time
-from zerolib.core.planner import HEADER, LEFT_OUT, RULES, describe, plan
+from zerolib.core.planner import PLAN_HEADER, PLAN_LEFT_OUT, RULES, describe_configuration, plan
 
 # A model small enough to enumerate by hand: 2 layers of hidden 8, 2 heads, MLP 16, vocabulary
 # 10, no biases, untied. Per layer 4 x 8 x 8 (attention) + 2 x 8 x 16 (MLP) + 2 x 8 (norms)
@@ -95,7 +95,7 @@ def _same_as_working_set(result, rows):
         (peak,) = zl.peaks(result.settings.model, result.settings.gpus, [int(row["stage"])], ws,
                            result.settings.layout, placement)
         assert (peak.total, peak.pipeline_stage) == (row["peak_bytes"], row["pipeline_stage"]), \
-            describe(row)
+            describe_configuration(row)
 
 
 def test_every_tiny_peak_is_working_set_peaks(tiny):
@@ -183,8 +183,8 @@ def test_the_host_is_judged_on_the_heavier_pipeline_stage():
 
 
 def test_honesty_is_stated():
-    assert "not by measurement" in HEADER
-    text = " ".join(LEFT_OUT)
+    assert "not by measurement" in PLAN_HEADER
+    text = " ".join(PLAN_LEFT_OUT)
     for omitted in ("kernel efficiency per shape", "pipeline bubbles beyond the schedule formula",
                     "fragmentation"):
         assert omitted in text
@@ -209,5 +209,5 @@ def test_describe_reads():
     row = {"tensor_parallel": 8, "pipeline_parallel": 4, "data_parallel": 2,
            "sequence_parallel": True, "chunks": 1, "stage": 1, "shard_group": 2,
            "recompute": "selective", "micro_batch": 1, "micro_batches": 512, "offload": "none"}
-    assert describe(row) == ("t 8 + SP x p 4 (1F1B) x d 2, ZeRO-1, selective recomputation, "
+    assert describe_configuration(row) == ("t 8 + SP x p 4 (1F1B) x d 2, ZeRO-1, selective recomputation, "
                              "micro-batch 1 x 512, no offload")

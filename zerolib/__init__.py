@@ -53,7 +53,7 @@ _EXPORTS = {
     "zerolib.core.estimate": ("estimate", "estimate_model"),
     "zerolib.core.parallel_step": ("parallel_step_time", "cluster_interconnect", "bubble_fraction",
                                    "shard_group_traffic"),
-    "zerolib.core.planner": ("plan", "describe_configuration"),
+    "zerolib.core.planner": ("plan", "describe_configuration", "PLAN_HEADER", "PLAN_LEFT_OUT"),
     "zerolib.chapter.style": ("render_png", "render_svg"),
     "zerolib.chapter.figures": ("FigureOptions", "published_figure", "published_data"),
     "zerolib.chapter.charts.gpu_count": ("gpu_count_figure",),

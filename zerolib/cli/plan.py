@@ -20,10 +20,10 @@ from zerolib.core.parse import parse_fraction, parse_size, parse_whole
 from zerolib.core.planner import (
     DEFAULT_LINKS,
     FIT_COLUMNS,
-    HEADER,
-    LEFT_OUT,
     MAX_PLAN_MICRO_BATCH,
     OFFLOADS,
+    PLAN_HEADER,
+    PLAN_LEFT_OUT,
     SHARD_GROUPS,
     plan,
 )
@@ -42,8 +42,8 @@ def register(commands) -> None:
                     "ZeRO stage, shard group, recomputation, micro-batch and offload for a model "
                     "on a cluster; reject what cannot run (by rule, with counts); report those "
                     "whose peak per GPU fits, with headroom, step time and network share, fastest "
-                    "first. " + HEADER,
-        epilog="Left out: " + "; ".join(LEFT_OUT) + ".")
+                    "first. " + PLAN_HEADER,
+        epilog="Left out: " + "; ".join(PLAN_LEFT_OUT) + ".")
     parser.add_argument("--model", required=True, metavar="NAME", help="a preset from 'zerolib models'")
     parser.add_argument("--gpus", required=True, metavar="N", help="GPUs in all")
     parser.add_argument("--gpus-per-node", required=True, metavar="K",
@@ -176,7 +176,7 @@ def _rows(frame, top):
 def as_json(result, top=None) -> dict:
     rejected = [{key: _plain(value) for key, value in record.items()}
                 for record in result.rejected.to_dict("records")]
-    return {"header": HEADER, "left_out": list(LEFT_OUT), "settings": result.settings.as_dict(),
+    return {"header": PLAN_HEADER, "left_out": list(PLAN_LEFT_OUT), "settings": result.settings.as_dict(),
             "counts": result.counts(), "fits": _rows(result.fits, top), "rejected": rejected}
 
 
@@ -211,7 +211,7 @@ def as_table(result, top: int, unit: str) -> str:
         f"{s.layout.name}, mfu {s.mfu:g}"
         + ("" if s.host_memory is None else f", {to_unit(s.host_memory, unit):,.0f} {unit} of CPU "
                                             f"memory per node") + ".",
-        HEADER, "Left out: " + "; ".join(LEFT_OUT) + ".",
+        PLAN_HEADER, "Left out: " + "; ".join(PLAN_LEFT_OUT) + ".",
         f"{counts['configurations']:,} configurations: {counts['fit']:,} fit, "
         f"{counts['rejected']:,} rejected; fits means the peak per GPU is at most "
         f"{to_unit(s.device.capacity, unit):,.1f} {unit}.", ""]

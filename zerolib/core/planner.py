@@ -112,11 +112,11 @@ REASONS = tuple(RULES)
 PASSES = len(REASONS)     # the reason code of a configuration that fits
 
 # What the ranking leaves out, said wherever it is shown (the CLI's header, the notebook).
-HEADER = ("Ranked by a model, not by measurement: peaks are zerolib's exact byte counts; step "
+PLAN_HEADER = ("Ranked by a model, not by measurement: peaks are zerolib's exact byte counts; step "
           "times come from 6 (8 with full recomputation) FLOPs per parameter and token at the "
           "device's peak x mfu, the ring model of the links, and the pipeline schedule's "
           "bubble.")
-LEFT_OUT = (
+PLAN_LEFT_OUT = (
     "kernel efficiency per shape (one mfu for every matrix, every t and micro-batch)",
     "pipeline bubbles beyond the schedule formula (p - 1)/(v m): uneven stages, warm-up "
     "effects, the middle stages' messages",

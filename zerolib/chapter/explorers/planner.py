@@ -27,8 +27,8 @@ from zerolib.core.devices import DEVICES
 from zerolib.core.nodes import NODES
 from zerolib.core.planner import (
     DEFAULT_LINKS,
-    HEADER,
-    LEFT_OUT,
+    PLAN_HEADER,
+    PLAN_LEFT_OUT,
     SHARD_GROUPS,
     Plan,
     describe_configuration,
@@ -81,7 +81,7 @@ def summary_html(result: Plan, unit: str) -> str:
             f"{s.global_batch:,} sequences, {s.mfu:.0%} of peak. {counts['configurations']:,} "
             f"configurations, {counts['runnable']:,} can run, <b>{counts['fit']:,} fit</b>."
             f"<br>{html.escape(verdict)}"
-            f"<br><i>{html.escape(HEADER)} Left out: {html.escape('; '.join(LEFT_OUT))}.</i></p>")
+            f"<br><i>{html.escape(PLAN_HEADER)} Left out: {html.escape('; '.join(PLAN_LEFT_OUT))}.</i></p>")
 
 
 def ranking_html(result: Plan, unit: str, top: int = TOP) -> str:
