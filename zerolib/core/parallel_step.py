@@ -185,7 +185,7 @@ def send_seconds(ic: Interconnect, message_bytes, crosses_nodes) -> np.ndarray:
     crosses = np.asarray(crosses_nodes, dtype=bool) & (ic.network is not None)
     inside = BASE_LATENCY + ic.intra.hop_latency + message / ic.intra.bandwidth
     if ic.network is None:
-        return inside + 0 * crosses
+        return np.broadcast_to(inside, np.broadcast(inside, crosses).shape).copy()
     across = (BASE_LATENCY + ic.network.hop_latency
               + message / _bandwidth_across(ic, np.ones_like(message)))
     return np.where(crosses, across, inside)
@@ -321,10 +321,12 @@ def _groups(columns):
 
 
 @lru_cache(maxsize=256)
-def _ring_constants(ic: Interconnect, size: int, stride: int) -> tuple[dict, float]:
-    """({kind: latency}, bus bandwidth) of one :class:`GroupRing`, as Python floats."""
+def _ring_constants(ic: Interconnect, size: int, stride: int) -> tuple[Mapping[str, float], float]:
+    """({kind: latency}, bus bandwidth) of one :class:`GroupRing`, as Python floats (remembered:
+    a plan asks for the same few rings many times)."""
     ring = GroupRing(ic, np.int64(size), np.int64(stride))
-    return ({kind: float(ring.latency(kind)) for kind in CHUNKS_SENT}, float(ring.bandwidth()))
+    return (MappingProxyType({kind: float(ring.latency(kind)) for kind in CHUNKS_SENT}),
+            float(ring.bandwidth()))
 
 
 def parallel_step_time(model, link: str | Interconnect, device: str | Device, *, seq_len,
