@@ -29,8 +29,9 @@ larger first), then by the order of enumeration; a configuration whose time is u
 Every array is computed once per level of the space (the (t, p) grid, then schedules and
 sequence parallelism, micro-batches, recomputation, and the ZeRO variants of each data-parallel
 degree) and spread over the levels below by index, so the whole space is a few dozen numpy
-operations: Llama-2-70B on 1,024 GPUs, some 300,000 configurations, in well under a second
-(``benchmarks/bench_planner.py``).
+operations: Llama-2-70B on 1,024 GPUs, some 176,000 configurations, in well under a second
+(``benchmarks/bench_planner.py``). The space and the peaks do not depend on the device, the links
+or the utilisation; the last few are remembered, so changing only those re-times, not re-counts.
 """
 from __future__ import annotations
 
@@ -112,10 +113,10 @@ REASONS = tuple(RULES)
 PASSES = len(REASONS)     # the reason code of a configuration that fits
 
 # What the ranking leaves out, said wherever it is shown (the CLI's header, the notebook).
-PLAN_HEADER = ("Ranked by a model, not by measurement: peaks are zerolib's exact byte counts; step "
-          "times come from 6 (8 with full recomputation) FLOPs per parameter and token at the "
-          "device's peak x mfu, the ring model of the links, and the pipeline schedule's "
-          "bubble.")
+PLAN_HEADER = ("Ranked by a model, not by measurement: peaks are zerolib's exact byte counts; "
+               "step times come from 6 (8 with full recomputation) FLOPs per parameter and token "
+               "at the device's peak x mfu, the ring model of the links, and the pipeline "
+               "schedule's bubble.")
 PLAN_LEFT_OUT = (
     "kernel efficiency per shape (one mfu for every matrix, every t and micro-batch)",
     "the FLOPs selective recomputation repeats (counted as none; Korthikanti et al. measure "
