@@ -10,7 +10,11 @@ import time
 import numpy as np
 
 from zerolib.core.model_parallel import parameters_per_gpu
-from zerolib.core.pipeline_schedule import activation_bytes_per_gpu, stage_activation_terms
+from zerolib.core.pipeline_schedule import (
+    _unit_terms_cached,
+    activation_bytes_per_gpu,
+    stage_activation_terms,
+)
 
 MODEL, GPUS, SEQ = "llama-2-70b", 1024, 4096
 OPTIONS = dict(sequence_parallel=True, recompute="selective", flash_attention=True)
@@ -42,6 +46,7 @@ def one_at_a_time(t, p, m):
 def median_seconds(fn, repeats):
     times = []
     for _ in range(repeats):
+        _unit_terms_cached.cache_clear()   # each run starts cold: the memo would serve repeats
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)

@@ -171,3 +171,40 @@ def test_vectorised_activations_match_one_at_a_time():
 def test_bad_input_is_named(call, fragment):
     with pytest.raises((ValueError, TypeError), match=fragment):
         call()
+
+
+def test_the_array_path_equals_activation_bytes_per_gpu():
+    """stage_activation_totals over activation_unit_terms (the planner's path) is
+    activation_bytes_per_gpu, setting by setting, under both schedules."""
+    from zerolib.core.pipeline_schedule import (
+        UNIT_TERMS,
+        activation_unit_terms,
+        stage_activation_totals,
+    )
+    t = np.array([1, 2, 4, 8, 8, 2])
+    p = np.array([1, 2, 4, 2, 8, 4])
+    m = np.array([1, 8, 4, 4, 16, 8])
+    for schedule, chunks, sel in (("1f1b", 1, slice(None)), ("interleaved", 2, slice(1, None))):
+        for sp, rec, b in ((True, "selective", 1), (False, "none", 2), (True, "full", 3)):
+            units = {name: np.array([activation_unit_terms(
+                "llama-2-70b", 4096, b, int(x), sequence_parallel=sp, recompute=rec,
+                flash_attention=True)[name] for x in t[sel]]) for name in UNIT_TERMS}
+            for r in (np.zeros_like(p[sel]), p[sel] - 1):
+                got = stage_activation_totals("llama-2-70b", units, p[sel], r, schedule=schedule,
+                                              chunks=chunks, micro_batches=m[sel])
+                want = activation_bytes_per_gpu(
+                    "llama-2-70b", 4096, b, t[sel], p[sel], pipeline_stage=r, schedule=schedule,
+                    chunks=chunks, micro_batches=m[sel], sequence_parallel=sp, recompute=rec,
+                    flash_attention=True)
+                assert np.array_equal(got, want)
+
+
+def test_the_remembered_unit_terms_still_check_their_arguments():
+    from zerolib.core.pipeline_schedule import activation_unit_terms
+    activation_unit_terms("llama-2-7b", 4096, 1, 2)                  # remembered
+    with pytest.raises(TypeError, match="seq_len"):
+        activation_unit_terms("llama-2-7b", True, 1, 2)
+    with pytest.raises(TypeError, match="sequence_parallel"):
+        activation_unit_terms("llama-2-7b", 4096, 1, 2, sequence_parallel=1)
+    with pytest.raises(ValueError, match="recompute"):
+        activation_unit_terms("llama-2-7b", 4096, 1, 2, recompute="half")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from zerolib.core.estimate import estimate
-from zerolib.core.models import MODELS, parameter_count
+from zerolib.core.models import MODELS, largest_layer, parameter_count
 from zerolib.core.units import GiB
 from zerolib.core.working_set import (
     TERMS,
@@ -263,3 +263,19 @@ def test_largest_micro_batch_respects_its_cap():
     settings = WorkingSetSettings(seq_len=128)
     assert largest_micro_batch("gpt2", 1024, 3, settings, device="h200-141gb", max_micro_batch=7) == 7
     assert largest_micro_batch("gpt2", 1024, 3, settings, device="h200-141gb", max_micro_batch=1) == 1
+
+
+def test_term_arrays_are_the_scalar_terms_everywhere():
+    """The vectorised buffer terms (the planner's) equal working_set() setting by setting."""
+    from dataclasses import replace
+
+    from zerolib.core.working_set import term_arrays, working_set
+    base = WorkingSetSettings(seq_len=2048, micro_batch=2, recompute="selective")
+    for settings in (base, replace(base, overlap_comm=True), replace(base, allgather_in_place=False),
+                     replace(base, ddp_gradient_as_bucket_view=True, max_live_parameters=10**6)):
+        for stage in range(4):
+            want = working_set("llama-2-13b", stage, settings)
+            params = parameter_count("llama-2-13b")
+            got = term_arrays(np.array([stage, stage]), params, largest_layer("llama-2-13b"),
+                              want["activations"], want["logits_loss"], settings, "mixed-adam")
+            assert {k: int(v[0]) for k, v in got.items()} == dict(want)

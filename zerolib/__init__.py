@@ -54,6 +54,9 @@ _EXPORTS = {
     "zerolib.core.tables": ("memory_table", "fewest_gpus_table", "stage_savings", "peak_frame",
                             "divisors", "group_size_table", "tier_table"),
     "zerolib.core.estimate": ("estimate", "estimate_model"),
+    "zerolib.core.parallel_step": ("parallel_step_time", "cluster_interconnect", "bubble_fraction",
+                                   "shard_group_traffic"),
+    "zerolib.core.planner": ("plan", "describe_configuration", "PLAN_HEADER", "PLAN_LEFT_OUT"),
     "zerolib.chapter.style": ("render_png", "render_svg"),
     "zerolib.chapter.figures": ("FigureOptions", "published_figure", "published_data"),
     "zerolib.chapter.charts.gpu_count": ("gpu_count_figure",),
@@ -66,8 +69,9 @@ _EXPORTS = {
     "zerolib.chapter.charts.step_timeline": ("step_timeline_figure",),
     "zerolib.chapter.charts.tradeoff": ("memory_vs_step_time_figure",),
     "zerolib.chapter.charts.group_traffic": ("group_tradeoff_figure",),
+    "zerolib.chapter.charts.plan_peaks": ("plan_peaks_figure",),
     "zerolib.chapter.explorers": ("GpuCountExplorer", "ModelSizeExplorer", "WillItFitExplorer",
-                                  "PlacementExplorer", "StepTimeExplorer"),
+                                  "PlacementExplorer", "StepTimeExplorer", "PlannerExplorer"),
 }
 # Whole modules of the cross-checks, used as namespaces (``zl.paper.figure1_comparison()``).
 _MODULES = {

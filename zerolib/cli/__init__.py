@@ -18,11 +18,12 @@ from zerolib.cli import (
     measure_deepspeed,
     models,
     notebooks,
+    plan,
     validate,
     validate_communication,
 )
 
-SUBCOMMANDS = (estimate, models, figures, notebooks, html, validate, validate_communication,
+SUBCOMMANDS = (estimate, plan, models, figures, notebooks, html, validate, validate_communication,
                measure_deepspeed)
 _LONG_WORD = re.compile(r"\S{201,}")
 

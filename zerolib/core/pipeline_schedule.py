@@ -25,12 +25,13 @@ stage). Vectorised over ``tensor_parallel``, ``pipeline_parallel``, ``pipeline_s
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from types import MappingProxyType
 
 import numpy as np
 
 from zerolib.core.activations import model_activation_terms
-from zerolib.core.inputs import MAX_BYTES
+from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, check_count, check_flag, check_positive_int
 from zerolib.core.intmath import ceil_div
 from zerolib.core.model_parallel import (
     ParallelGrid,
@@ -40,6 +41,7 @@ from zerolib.core.model_parallel import (
     stage_layers,
     vocabulary_rows,
 )
+from zerolib.core.models import get_model
 
 
 def micro_batches_in_flight(pipeline_parallel, pipeline_stage, *, schedule: str = "1f1b",
@@ -89,11 +91,49 @@ _ACTIVATION_OPTIONS = ("sequence_parallel", "recompute", "flash_attention", "ele
                        "mask_bytes", "dropout", "logits_bytes")
 
 
-def _unit_terms(config, seq_len, micro_batch, t: int, options: dict) -> dict[str, int]:
-    """model_activation_terms at one t, reduced to one layer's and each model-level term."""
-    terms = dict(model_activation_terms(config, seq_len, micro_batch, tensor_parallel=t, **options))
+UNIT_TERMS = ("transformer_layers", "recompute_transient", "embedding_dropout_mask",
+              "final_norm_input", "output_projection_input", "logits_loss")
+
+
+@lru_cache(maxsize=8192)
+def _unit_terms_cached(config, seq_len, micro_batch, t: int, options: tuple,
+                       vocab_divisible_by: int) -> Mapping[str, int]:
+    terms = dict(model_activation_terms(config, seq_len, micro_batch, tensor_parallel=t,
+                                        **dict(options)))
     terms["transformer_layers"] //= config.layers   # L x one layer
-    return terms
+    # The loss's logits follow the vocabulary rows, padded when asked.
+    rows = int(vocabulary_rows(config.vocab, t, vocab_divisible_by))
+    terms["logits_loss"] = terms["logits_loss"] // ceil_div(config.vocab, t) * rows
+    if any(terms[name] > MAX_BYTES for name in UNIT_TERMS):
+        raise ValueError(f"activations of {config.name} come to more than {MAX_BYTES:,} bytes: "
+                         f"lower seq_len or micro_batch")
+    return MappingProxyType({name: terms[name] for name in UNIT_TERMS})
+
+
+def activation_unit_terms(model, seq_len, micro_batch, tensor_parallel: int, *,
+                          sequence_parallel=False, recompute="none", flash_attention=False,
+                          element_bytes=2, mask_bytes=1, dropout=None, logits_bytes=None,
+                          vocab_divisible_by: int = 1) -> Mapping[str, int]:
+    """The bytes :func:`stage_activation_terms` multiplies by the schedule, at one
+    tensor-parallel degree: ``transformer_layers`` is one layer's activations (the others are
+    the model-level terms of :func:`zerolib.core.activations.model_activation_terms`, the
+    logits over the rank's vocabulary rows). Pure, and remembered per setting."""
+    # Checked before the memo, whose keys would take True for 1 and 2.0 for 2.
+    options = _activation_options(
+        check_flag(sequence_parallel, "sequence_parallel"), recompute,
+        check_flag(flash_attention, "flash_attention"),
+        check_positive_int(element_bytes, "element_bytes"), check_count(mask_bytes, "mask_bytes"),
+        None if dropout is None else check_flag(dropout, "dropout"),
+        tuple(logits_bytes) if isinstance(logits_bytes, list) else logits_bytes)
+    key = (get_model(model), check_positive_int(seq_len, "seq_len"),
+           check_positive_int(micro_batch, "micro_batch"),
+           check_positive_int(tensor_parallel, "tensor_parallel", MAX_GPUS), tuple(options.items()),
+           vocab_divisible_by)
+    try:
+        hash(key)
+    except TypeError:   # an odd argument: computed (and checked) without the memo
+        return _unit_terms_cached.__wrapped__(*key)
+    return _unit_terms_cached(*key)
 
 
 def _activation_options(sequence_parallel, recompute, flash_attention, element_bytes, mask_bytes,
@@ -105,50 +145,63 @@ def _activation_options(sequence_parallel, recompute, flash_attention, element_b
 
 def _term_arrays(grid: ParallelGrid, seq_len, micro_batch, options) -> dict[str, np.ndarray]:
     """Each unit term as an array over the grid's t (one activation count per distinct t)."""
-    names = ("transformer_layers", "recompute_transient", "embedding_dropout_mask",
-             "final_norm_input", "output_projection_input", "logits_loss")
-    out = {name: np.zeros(grid.t.shape, dtype=np.int64) for name in names}
+    out = {name: np.zeros(grid.t.shape, dtype=np.int64) for name in UNIT_TERMS}
     for t in np.unique(grid.t):
-        terms = _unit_terms(grid.config, seq_len, micro_batch, int(t), options)
-        # The loss's logits follow the vocabulary rows, padded when asked.
-        rows = int(vocabulary_rows(grid.config.vocab, int(t), grid.vocab_divisible_by))
-        terms["logits_loss"] = terms["logits_loss"] // ceil_div(grid.config.vocab, int(t)) * rows
-        for name in names:
-            if terms[name] > MAX_BYTES:
-                _too_large(grid)
+        terms = activation_unit_terms(grid.config, seq_len, micro_batch, int(t),
+                                      vocab_divisible_by=grid.vocab_divisible_by, **options)
+        for name in UNIT_TERMS:
             out[name] = np.where(grid.t == t, terms[name], out[name])
     return out
 
 
-def _too_large(grid: ParallelGrid):
-    raise ValueError(f"activations of {grid.config.name} come to more than {MAX_BYTES:,} bytes: "
+def _too_large(config):
+    raise ValueError(f"activations of {config.name} come to more than {MAX_BYTES:,} bytes: "
                      f"lower seq_len or micro_batch")
 
 
-def _total(grid: ParallelGrid, terms: dict[str, np.ndarray]) -> np.ndarray:
+def _total(config, terms: dict[str, np.ndarray]) -> np.ndarray:
     """The terms' sum, refused before it could pass MAX_BYTES (each term is at most that)."""
     total = np.zeros(np.shape(terms["transformer_layers"]), dtype=np.int64)
     for value in terms.values():
         if np.any(value > MAX_BYTES - total):
-            _too_large(grid)
+            _too_large(config)
         total = total + value
     return total
 
 
-def _stage_terms(grid: ParallelGrid, units: dict[str, np.ndarray], r: np.ndarray) -> dict[str, np.ndarray]:
-    held = layer_activations_held(grid.config.layers, grid.p, r, schedule=grid.schedule,
-                                  chunks=grid.chunks, micro_batches=grid.micro_batches)
-    first = np.where(r == 0, embedding_micro_batches(grid.p, schedule=grid.schedule,
-                                                     micro_batches=grid.micro_batches), 0)
-    last = (r == grid.p - 1).astype(np.int64)
+def _stage_terms(config, pipeline_parallel, schedule, chunks, micro_batches,
+                 units: Mapping[str, np.ndarray], r: np.ndarray) -> dict[str, np.ndarray]:
+    p = pipeline_parallel
+    held = layer_activations_held(config.layers, p, r, schedule=schedule, chunks=chunks,
+                                  micro_batches=micro_batches)
+    first = np.where(r == 0, embedding_micro_batches(p, schedule=schedule,
+                                                     micro_batches=micro_batches), 0)
+    last = (r == p - 1).astype(np.int64)
     if np.any(units["transformer_layers"] > MAX_BYTES // np.maximum(held, 1)):
-        _too_large(grid)
+        _too_large(config)
     return {"transformer_layers": held * units["transformer_layers"],
             "recompute_transient": units["recompute_transient"] * np.ones_like(held),
             "embedding_dropout_mask": first * units["embedding_dropout_mask"],
             "final_norm_input": last * units["final_norm_input"],
             "output_projection_input": last * units["output_projection_input"],
             "logits_loss": last * units["logits_loss"]}
+
+
+def stage_activation_totals(model, units: Mapping[str, np.ndarray], pipeline_parallel,
+                            pipeline_stage, *, schedule: str = "1f1b", chunks: int = 1,
+                            micro_batches=None) -> np.ndarray:
+    """Activation bytes on one GPU of stage r from :func:`activation_unit_terms` given as arrays
+    (one entry per setting, broadcast with ``pipeline_parallel``, ``pipeline_stage`` and
+    ``micro_batches``): the schedule's multiples of each term, summed. The vectorised path of
+    :func:`activation_bytes_per_gpu` for settings that differ in more than t and p (a planner's
+    space); the settings must obey the rules of :func:`zerolib.core.model_parallel.parallel_rules`."""
+    config = get_model(model)
+    check_schedule(schedule)
+    units = {name: np.asarray(units[name], dtype=np.int64) for name in UNIT_TERMS}
+    p = np.asarray(pipeline_parallel, dtype=np.int64)
+    r = np.asarray(pipeline_stage, dtype=np.int64)
+    m = None if micro_batches is None else np.asarray(micro_batches, dtype=np.int64)
+    return _total(config, _stage_terms(config, p, schedule, chunks, m, units, r))
 
 
 def stage_activation_terms(model, seq_len, micro_batch, tensor_parallel=1, pipeline_parallel=1,
@@ -172,8 +225,9 @@ def stage_activation_terms(model, seq_len, micro_batch, tensor_parallel=1, pipel
     options = _activation_options(sequence_parallel, recompute, flash_attention, element_bytes,
                                   mask_bytes, dropout, logits_bytes)
     units = _term_arrays(grid, seq_len, micro_batch, options)
-    terms = _stage_terms(grid, units, grid.pipeline_stage)
-    _total(grid, terms)
+    terms = _stage_terms(grid.config, grid.p, grid.schedule, grid.chunks, grid.micro_batches, units,
+                         grid.pipeline_stage)
+    _total(grid.config, terms)
     return MappingProxyType({name: int(value) for name, value in terms.items()})
 
 
@@ -194,4 +248,5 @@ def activation_bytes_per_gpu(model, seq_len, micro_batch, tensor_parallel=1, pip
     options = _activation_options(sequence_parallel, recompute, flash_attention, element_bytes,
                                   mask_bytes, dropout, logits_bytes)
     units = _term_arrays(grid, seq_len, micro_batch, options)
-    return at_stage(grid, lambda r: _total(grid, _stage_terms(grid, units, r)))
+    return at_stage(grid, lambda r: _total(grid.config, _stage_terms(
+        grid.config, grid.p, grid.schedule, grid.chunks, grid.micro_batches, units, r)))

@@ -239,30 +239,45 @@ def _activations(config: TransformerConfig, s: WorkingSetSettings,
     return out
 
 
-def _terms(config: TransformerConfig, stage: int, s: WorkingSetSettings, layout: Layout,
-           activations: tuple[int, int], on_gpu: tuple[int, int]) -> Mapping[str, int]:
-    """Every term of :data:`TERMS` for one ZeRO stage on one GPU holding ``on_gpu`` =
-    (parameters, largest module) (see the module doc); 0 where a term does not apply."""
-    params, module = on_gpu
+def term_arrays(stage, params, module, activations, logits_loss,
+                s: WorkingSetSettings = DEFAULT_SETTINGS,
+                layout: str | Layout = "mixed-adam") -> dict[str, np.ndarray]:
+    """Every term of :data:`TERMS` as int64 arrays, broadcast over the ZeRO ``stage``, the
+    ``params`` one GPU holds, its largest ``module`` (elements) and its ``activations`` and
+    ``logits_loss`` bytes (see the module doc); 0 where a term does not apply. The one place
+    the buffer terms are computed: :func:`peaks` and the planner (vectorised) both use it."""
+    s, layout = _check_settings(s), get_layout(layout)
+    stage, params, module, activations, logits_loss = np.broadcast_arrays(
+        *(np.asarray(v, dtype=np.int64) for v in (stage, params, module, activations, logits_loss)))
     grad_bits, param_bits = layout.bits_per_param("gradients"), layout.bits_per_param("parameters")
 
     def nbytes(elements, bits):
         return ceil_div(elements * bits, 8)
 
-    terms = dict.fromkeys(TERMS, 0)
-    terms["activations"], terms["logits_loss"] = activations
-    if stage == 0:
-        if not s.ddp_gradient_as_bucket_view:
-            terms["ddp_buckets"] = nbytes(params, grad_bits)
-    else:
-        buffers = 2 if (s.overlap_comm and stage in (1, 2)) else 1
-        terms["reduce_bucket"] = buffers * nbytes(s.reduce_bucket_size, grad_bits)
-    if stage in (1, 2) and not s.allgather_in_place:
-        terms["allgather_bucket"] = nbytes(min(s.allgather_bucket_size, params), param_bits)
-    if stage == 3:
-        gathered = min(params, max(s.max_live_parameters, module + s.prefetch_bucket_size))
-        terms["gathered_parameters"] = nbytes(gathered, param_bits)
-    terms["reserve"] = s.reserve_bytes
+    zero = np.zeros(stage.shape, dtype=np.int64)
+    terms = dict.fromkeys(TERMS, zero)
+    terms["activations"], terms["logits_loss"] = activations, logits_loss
+    if not s.ddp_gradient_as_bucket_view:
+        terms["ddp_buckets"] = np.where(stage == 0, nbytes(params, grad_bits), 0)
+    buffers = np.where((stage == 1) | (stage == 2), 2 if s.overlap_comm else 1, 1)
+    terms["reduce_bucket"] = np.where(stage >= 1, buffers * nbytes(s.reduce_bucket_size, grad_bits), 0)
+    if not s.allgather_in_place:
+        terms["allgather_bucket"] = np.where(
+            (stage == 1) | (stage == 2),
+            nbytes(np.minimum(s.allgather_bucket_size, params), param_bits), 0)
+    gathered = np.minimum(params, np.maximum(s.max_live_parameters, module + s.prefetch_bucket_size))
+    terms["gathered_parameters"] = np.where(stage == 3, nbytes(gathered, param_bits), 0)
+    terms["reserve"] = zero + s.reserve_bytes
+    return terms
+
+
+def _terms(config: TransformerConfig, stage: int, s: WorkingSetSettings, layout: Layout,
+           activations: tuple[int, int], on_gpu: tuple[int, int]) -> Mapping[str, int]:
+    """Every term of :data:`TERMS` for one ZeRO stage on one GPU holding ``on_gpu`` =
+    (parameters, largest module) (:func:`term_arrays` at one point)."""
+    params, module = on_gpu
+    terms = {name: int(value) for name, value in
+             term_arrays(stage, params, module, *activations, s, layout).items()}
     total = sum(terms.values())
     if total > MAX_BYTES:
         raise ValueError(f"the working set of {config.name} comes to {total:,} bytes, beyond "

@@ -1,0 +1,129 @@
+"""``zerolib plan``: the honest header, the ranking, JSON and CSV, and one-line errors."""
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from zerolib.cli import main
+from zerolib.core.planner import PLAN_HEADER, PLAN_LEFT_OUT, plan
+
+BASE = ("plan", "--model", "llama-2-70b", "--gpus", "64", "--gpus-per-node", "8",
+        "--device", "a100-80gb", "--seq", "4096", "--global-batch", "1024")
+
+
+def run(capsys, *argv):
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.fixture(scope="module")
+def core():
+    return plan("llama-2-70b", 64, 8, "a100-80gb", 4096, 1024)
+
+
+def test_table_says_it_ranks_by_a_model(capsys, core):
+    status, out, _ = run(capsys, *BASE, "--top", "5")
+    assert status == 0
+    assert PLAN_HEADER in out
+    for omitted in PLAN_LEFT_OUT:
+        assert omitted in out
+    counts = core.counts()
+    assert (f"{counts['configurations']:,} configurations: {counts['fit']:,} fit, "
+            f"{counts['rejected']:,} rejected") in out
+    assert f"... {counts['fit'] - 5:,} more fit" in out
+    # Every rejection reason with its count.
+    for record in core.rejected.to_dict("records"):
+        assert f"{record['configurations']:,}  {record['reason']}" in out
+    # The first row is the core's fastest configuration, peak in GB.
+    first = core.fits.iloc[0]
+    line = next(text for text in out.splitlines() if text.startswith("1 "))
+    assert f"{first['peak_bytes'] / 1e9:,.2f}" in line and f"{first['step_seconds']:,.2f}" in line
+
+
+def test_json_is_the_core_plan(capsys, core):
+    status, out, _ = run(capsys, *BASE, "--format", "json")
+    assert status == 0
+    result = json.loads(out)
+    assert result["header"] == PLAN_HEADER and result["left_out"] == list(PLAN_LEFT_OUT)
+    assert result["counts"] == core.counts()
+    assert len(result["fits"]) == len(core.fits)
+    top = result["fits"][0]
+    assert top["peak_bytes"] == int(core.fits.iloc[0]["peak_bytes"])
+    assert top["rank"] == 1 and isinstance(top["sequence_parallel"], bool)
+    assert result["settings"]["device"] == {"name": "a100-80gb", "capacity": 85_899_345_920}
+    assert result["settings"]["links"]["name"] == "dgx-a100"
+    assert [r["rule"] for r in result["rejected"]] == list(core.rejected["rule"])
+
+
+def test_unknown_times_are_null_in_json_and_empty_in_csv(capsys):
+    argv = ("plan", "--model", "llama-2-70b", "--gpus", "8", "--gpus-per-node", "8", "--device",
+            "a100-80gb", "--seq", "4096", "--global-batch", "64", "--max-micro-batch", "1",
+            "--host-memory", "4TiB")
+    _, out, _ = run(capsys, *argv, "--format", "json")
+    offloaded = [r for r in json.loads(out)["fits"] if r["offload"] != "none"]
+    assert offloaded and all(r["step_seconds"] is None for r in offloaded)
+    _, out, _ = run(capsys, *argv, "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert any(r["offload"] != "none" and r["step_seconds"] == "" for r in rows)
+    _, out, _ = run(capsys, *argv)
+    assert "not modelled" in out
+
+
+def test_csv_has_every_fit_with_its_rank(capsys, core):
+    status, out, _ = run(capsys, *BASE, "--format", "csv", "--top", "7")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert status == 0 and len(rows) == 7
+    assert [int(r["rank"]) for r in rows] == list(range(1, 8))
+    assert int(rows[0]["peak_bytes"]) == int(core.fits.iloc[0]["peak_bytes"])
+
+
+def test_options_narrow_the_space(capsys):
+    _, out, _ = run(capsys, *BASE, "--format", "json", "--stages", "3", "--recompute", "full",
+                    "--chunks", "1", "--offload", "none", "--shard-groups", "whole",
+                    "--sequence-parallel", "off", "--max-micro-batch", "1", "--mfu", "50%",
+                    "--links", "nvlink3,ib-hdr", "--reserve", "1GiB", "--no-flash")
+    result = json.loads(out)
+    assert {r["stage"] for r in result["fits"]} == {3}
+    assert {r["recompute"] for r in result["fits"]} == {"full"}
+    assert {r["shard_group"] == r["data_parallel"] for r in result["fits"]} == {True}
+    assert result["settings"]["mfu"] == 0.5 and result["settings"]["reserve_bytes"] == 2**30
+    assert result["settings"]["flash_attention"] is False
+    # The (t, p) pairs of 64 GPUs: t from the 7 divisors, p from the divisors of 64 / t, 7 + 6 +
+    # ... + 1 = 28; one configuration each (one schedule, micro-batch, recomputation, stage, G).
+    assert result["counts"]["configurations"] == sum(7 - i for i in range(7))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--gpus", "12"), "gpus (12) must fill whole nodes"),
+    (("--stages", "0,5"), "--stages must be at most 3"),
+    (("--recompute", "some"), "--recompute entries must be from none,selective,full"),
+    (("--chunks", "1,,2"), "--chunks must be a comma-separated list"),
+    (("--links", "warp-drive"), "link must be a node"),
+    (("--mfu", "2"), "--mfu must be above 0 and at most 1"),
+    (("--host-memory", "lots"), "--host-memory must be a size"),
+    (("--max-micro-batch", "0"), "--max-micro-batch must be a positive whole number"),
+    (("--top", "-1"), "--top must be a positive whole number"),
+    (("--model", "llama-9"), "model must be one of"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, flags, message):
+    argv = list(BASE)
+    for flag, value in zip(flags[::2], flags[1::2]):
+        if flag in argv:
+            argv[argv.index(flag) + 1] = value
+        else:
+            argv += [flag, value]
+    status, out, err = run(capsys, *argv)
+    assert status == 2 and not out
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_help_works():
+    result = subprocess.run([sys.executable, "-m", "zerolib", "plan", "--help"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0
+    assert "not by measurement" in " ".join(result.stdout.split())
+    assert "--global-batch" in result.stdout

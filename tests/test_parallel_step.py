@@ -1,0 +1,210 @@
+"""Step time with tensor, pipeline and data parallelism (zerolib.core.parallel_step). Expected
+values are worked out by hand in the comments: A100 peak 312e12 FLOP/s, NVLink 3 300 GB/s per
+direction, one 200 Gb/s HDR port (25 GB/s) per GPU; NCCL's latencies 8.4 us per collective,
+3.4 us per NVLink step, 14.0 us per network step."""
+import math
+
+import numpy as np
+import pytest
+
+from zerolib.core.communication import flat_traffic
+from zerolib.core.model_parallel_traffic import pipeline_traffic, tensor_parallel_traffic
+from zerolib.core.nodes import bus_bandwidth, interconnect, ring_latency
+from zerolib.core.parallel_step import (
+    GroupRing,
+    bubble_fraction,
+    cluster_interconnect,
+    offload_seconds,
+    parallel_step_time,
+    send_seconds,
+    shard_group_traffic,
+)
+
+P7 = 6_738_415_616        # Llama-2-7B parameters
+S = 2 * 4096 * 4096       # b s h bytes of one 16-bit activation tensor at s = 4096, b = 1
+
+
+def step(**kwargs):
+    base = dict(seq_len=4096, micro_batch=1, tensor_parallel=1, pipeline_parallel=1,
+                data_parallel=1, stage=0, micro_batches=1, mfu=0.5)
+    base.update(kwargs)
+    link = base.pop("link", "dgx-a100")
+    per_node = base.pop("gpus_per_node", 8)
+    return parallel_step_time("llama-2-7b", cluster_interconnect(link, per_node), "a100-80gb", **base)
+
+
+def close(a, b, rel=1e-9):
+    assert math.isclose(float(a), float(b), rel_tol=rel), (float(a), float(b))
+
+
+# --- where the groups sit -----------------------------------------------------------------------
+
+def test_a_data_parallel_ring_of_whole_nodes_is_the_node_model():
+    ic = interconnect("dgx-h100")
+    for d in (2, 8, 16, 64, 1024):
+        ring = GroupRing(ic, np.int64(d), np.int64(1))
+        assert float(ring.bandwidth()) == float(bus_bandwidth(ic, d))
+        for kind in ("all_reduce", "all_gather", "reduce_scatter"):
+            assert float(ring.latency(kind)) == float(ring_latency(ic, kind, d))
+
+
+def test_strided_groups_share_the_node_ports():
+    ic = interconnect("dgx-h100")      # 8 GPUs, 8 ports of 400 Gb/s = 50 GB/s each, NVLink 450
+    def bw(size, stride):
+        return float(GroupRing(ic, np.int64(size), np.int64(stride)).bandwidth())
+    assert bw(4, 2) == 450e9           # t 2 x d 4 = 8 GPUs: one node, NVLink
+    assert bw(8, 2) == 200e9           # 2 nodes, 4 of the group per node: 4 ports of 8
+    assert bw(8, 8) == 50e9            # t = 8: one GPU of the group per node, its own port
+    assert bw(64, 1) == 400e9          # t = 1: min(450, 8 x 50)
+    # A PCIe server with one 400 Gb/s port for 8 GPUs: with t = 8 each data-parallel group gets
+    # an eighth of the port, 50 / 8 = 6.25 GB/s; with t = 1 the ring runs at PCIe's 31.5.
+    pcie = interconnect("pcie-8x-l40s")
+    assert float(GroupRing(pcie, np.int64(2), np.int64(8)).bandwidth()) == 6.25e9
+    assert float(GroupRing(pcie, np.int64(16), np.int64(1)).bandwidth()) == 31.5e9
+
+
+def test_strided_ring_latency_counts_the_nodes_it_spans():
+    # d = 8 with t = 8 on DGX H100: 8 nodes, every one of the 2 x 7 all-reduce steps crosses the
+    # network: 8.4 + 14 x 14.0 = 204.4 us. With t = 2 (4 per node, 2 nodes): 2 x 1 steps across,
+    # 12 on NVLink: 8.4 + 2 x 14.0 + 12 x 3.4 = 77.2 us.
+    ic = interconnect("dgx-h100")
+    close(GroupRing(ic, np.int64(8), np.int64(8)).latency("all_reduce"), 204.4e-6)
+    close(GroupRing(ic, np.int64(8), np.int64(2)).latency("all_reduce"), 77.2e-6)
+
+
+def test_a_message_between_nodes():
+    # 1e9 bytes from a DGX A100 GPU to the next stage on another node: its own 25 GB/s port,
+    # 0.04 s, plus 8.4 + 14.0 us; inside the node on NVLink: 1e9 / 300e9 + 8.4 + 3.4 us.
+    ic = interconnect("dgx-a100")
+    close(send_seconds(ic, 10**9, True), 0.04 + 22.4e-6)
+    close(send_seconds(ic, 10**9, False), 1 / 300 + 11.8e-6)
+
+
+def test_links_are_a_node_two_links_or_one():
+    pair = cluster_interconnect("nvlink4,ib-ndr", 4)
+    assert (pair.intra.name, pair.network.name, pair.gpus_per_node, pair.nics) == ("nvlink4", "ib-ndr", 4, 4)
+    assert cluster_interconnect("nvlink5").gpus_per_node is None     # one NVLink domain
+    assert cluster_interconnect("dgx-2", 8).gpus_per_node == 8
+    with pytest.raises(ValueError, match="network link"):
+        cluster_interconnect("nvlink4,pcie5-x16", 8)
+    with pytest.raises(ValueError, match="links must be"):
+        cluster_interconnect("nvlink4,", 8)
+
+
+# --- the step, by hand ----------------------------------------------------------------------------
+
+def test_one_gpu_is_its_compute():
+    # 4 micro-batches of 4,096 tokens: 4 x 6 x 6,738,415,616 x 4096 / (0.5 x 312e12) = 4.24583 s.
+    result = step(micro_batches=4)
+    close(result.step_seconds, 4 * 6 * P7 * 4096 / 156e12)
+    assert float(result.network_wait_fraction) == 0 and float(result.bubble_fraction) == 0
+
+
+def test_tensor_parallel_all_reduces_by_hand():
+    # t = 2: one GPU holds 32 layers x (4 x 4096^2 / 2 + 3 x 4096 x 11008 / 2 + 2 x 4096) =
+    # 32 x 101,195,776, plus half of the embedding and of the output layer (65,536,000 each)
+    # and the final norm: 3,369,340,928 parameters; compute 6 x that x 4096 / 156e12 = 0.530801 s.
+    # Per micro-batch: 2 + 2 all-reduces of b s h = 33,554,432 bytes per layer (128), the
+    # embedding's forward and the output layer's backward one (2 more), and 3 of 4 x 4096 bytes
+    # for the loss. An all-reduce over 2 GPUs sends 2 x 1 x S/2 = S bytes at 300 GB/s after
+    # 8.4 + 2 x 3.4 = 15.2 us: 130 x 127.048 us + 3 x 15.255 us = 16.562 ms.
+    result = step(tensor_parallel=2)
+    close(result.parts["compute"], 0.5308007862, 1e-9)
+    close(result.parts["tensor"], 130 * (15.2e-6 + S / 300e9) + 3 * (15.2e-6 + 16384 / 300e9))
+    close(result.step_seconds, 0.5473628039, 1e-9)
+
+
+def test_tensor_parallel_rows_are_model_parallel_traffics():
+    # The rows timed are those of model_parallel_traffic, whatever t, scaled by the micro-batch.
+    for t in (2, 4, 8):
+        rows = tensor_parallel_traffic("llama-2-7b", 4096, 1, t, 1, 0, micro_batches=1)
+        assert [(r.collective, r.calls, r.tensor_bytes) for r in rows] == [
+            (r.collective, r.calls, r.tensor_bytes)
+            for r in tensor_parallel_traffic("llama-2-7b", 4096, 1, 2, 1, 0, micro_batches=1)]
+    b3 = tensor_parallel_traffic("llama-2-7b", 4096, 3, 2, 1, 0, micro_batches=1)
+    assert [r.tensor_bytes for r in b3] == [3 * r.tensor_bytes for r in
+                                            tensor_parallel_traffic("llama-2-7b", 4096, 1, 2)]
+
+
+def test_the_pipeline_bubble_by_hand():
+    # p = 2 inside one node, 1F1B, m = 4. The last stage holds 16 layers of 202,383,360, the
+    # output layer (131,072,000) and the final norm: 3,369,209,856 parameters (the first, with
+    # the embedding instead, 4,096 fewer). Each micro-batch it sends one message of S bytes on
+    # NVLink (8.4 + 3.4 us + S / 300e9 = 123.648 us): T_mb = 6 x 3,369,209,856 x 4096 / 156e12
+    # + 123.648 us = 0.530904 s. Step = (4 + 1) T_mb; the bubble is 1 T_mb, a fifth.
+    result = step(pipeline_parallel=2, micro_batches=4)
+    t_mb = 6 * 3_369_209_856 * 4096 / 156e12 + 11.8e-6 + S / 300e9
+    close(result.micro_batch_seconds, t_mb)
+    close(result.step_seconds, 5 * t_mb)
+    close(result.bubble_fraction, 1 / 5)
+    # Interleaved, 2 chunks per stage: 3 messages per micro-batch (2 chunk boundaries forward,
+    # 1 backward on the first stage), bubble (p - 1)/v = half a micro-batch: step 4.5 T_mb.
+    result = step(pipeline_parallel=2, micro_batches=4, chunks=2)
+    t_mb = 6 * 3_369_209_856 * 4096 / 156e12 + 3 * (11.8e-6 + S / 300e9)
+    close(result.step_seconds, 4.5 * t_mb)
+    close(result.bubble_fraction, 0.5 / 4.5)
+    close(bubble_fraction(2, 4, 2), 1 / 8)       # of the ideal time: (p - 1) / (v m)
+
+
+def test_pipeline_messages_are_model_parallel_traffics():
+    rows = pipeline_traffic("llama-2-7b", 4096, 1, 1, 2, 0, micro_batches=2, schedule="interleaved",
+                            chunks=2)
+    assert sum(r.calls for r in rows if r.collective == "send") == 2 * 3
+
+
+def test_stage_0_gradient_all_reduce_exposed_by_hand():
+    # d = 8 with one GPU per node (gpus_per_node 1): each GPU's 25 GB/s port. ceil(P / 8) =
+    # 842,301,952; the all-reduce sends 2 x 7 x that x 2 bytes = 23,584,454,656 B: 0.943378 s
+    # + 8.4 + 14 x 14.0 us = 0.943583 s, against one micro-batch's backward, 4 x P x 4096 /
+    # (0.4 x 312e12) = 0.884633 s: 0.058950 s exposed.
+    result = step(data_parallel=8, gpus_per_node=1, mfu=0.4)
+    close(result.parts["data_parallel"], 0.94358258624 - 0.88463302446, 1e-8)
+    close(result.step_seconds, 1.38589909847, 1e-9)
+
+
+def test_stage_1_waits_for_the_gather_after_the_step():
+    # The reduce-scatter (0.471795 s) hides behind the backward; the all-gather of the updated
+    # parameters, 7 x 842,301,952 x 2 B / 25e9 + 8.4 + 7 x 14.0 us = 0.471795 s, does not.
+    result = step(data_parallel=8, gpus_per_node=1, mfu=0.4, stage=1)
+    close(result.parts["data_parallel"], 7 * 842_301_952 * 2 / 25e9 + 106.4e-6)
+
+
+def test_stage_3_gathers_every_micro_batch():
+    # Stage 3 gathers and reduces per micro-batch (DeepSpeed communicates gradients on every
+    # micro-step from stage 2 on): m micro-batches expose m times what one exposes.
+    one = step(data_parallel=8, gpus_per_node=1, mfu=0.9, stage=3)
+    four = step(data_parallel=8, gpus_per_node=1, mfu=0.9, stage=3, micro_batches=4)
+    assert float(one.parts["data_parallel"]) > 0
+    close(four.parts["data_parallel"], 4 * float(one.parts["data_parallel"]))
+
+
+def test_parts_add_up_and_broadcast():
+    result = step(tensor_parallel=np.array([1, 2, 4]), pipeline_parallel=np.array([[1], [2]]),
+                  micro_batches=4, sequence_parallel=True)
+    assert result.step_seconds.shape == (2, 3)
+    total = sum(result.parts.values())
+    assert np.allclose(total, result.step_seconds)
+    shares = result.network_wait_fraction + result.bubble_fraction + result.parts["compute"] / total
+    assert np.allclose(shares, 1)
+
+
+def test_what_is_not_modelled_is_refused_or_unknown():
+    with pytest.raises(ValueError, match="ZeRO stages 2 and 3 do not run with pipeline"):
+        step(pipeline_parallel=2, stage=2, micro_batches=2)
+    with pytest.raises(ValueError, match="tensor_parallel must divide gpus_per_node"):
+        step(tensor_parallel=16)
+    with pytest.raises(ValueError, match="recompute must be one of"):
+        step(recompute="some")
+    with pytest.raises(TypeError, match="sequence_parallel"):
+        step(sequence_parallel=1)
+    assert np.isnan(float(step(data_parallel=8, stage=1, offload=True).step_seconds))
+    assert list(offload_seconds([False, True]) == 0) == [True, False]
+
+
+def test_shard_group_traffic_treats_the_group_as_every_data_parallel_gpu():
+    # Today's stand-in: the collectives run over all d GPUs whatever the shard group.
+    a = shard_group_traffic(P7, 64, 3, shard_group=8).sent
+    b = flat_traffic(P7, 64, 3).sent
+    assert all(np.array_equal(a[k], b[k]) for k in b)
+    with pytest.raises(ValueError, match="shard_group must divide"):
+        shard_group_traffic(P7, 64, 3, shard_group=6)

@@ -1,0 +1,253 @@
+"""``zerolib plan``: every configuration of a model on a cluster, which fit, ranked by step time."""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+
+from zerolib.cli._arguments import add_layout_arguments, layout_from
+from zerolib.cli._output import text_table
+from zerolib.core.accounting import STAGES
+from zerolib.core.activations import RECOMPUTE
+from zerolib.core.devices import DEVICES
+from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, echo
+from zerolib.core.links import LINKS
+from zerolib.core.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES
+from zerolib.core.nodes import NODES
+from zerolib.core.parse import parse_fraction, parse_size, parse_whole
+from zerolib.core.planner import (
+    DEFAULT_LINKS,
+    FIT_COLUMNS,
+    MAX_PLAN_MICRO_BATCH,
+    OFFLOADS,
+    PLAN_HEADER,
+    PLAN_LEFT_OUT,
+    SHARD_GROUPS,
+    plan,
+)
+from zerolib.core.step import DEFAULT_MFU
+from zerolib.core.units import UNITS, to_unit
+from zerolib.core.working_set import MAX_SEQ_LEN, WorkingSetSettings
+
+DEFAULT_TOP = 20
+SEQUENCE_PARALLEL = {"both": (False, True), "on": (True,), "off": (False,)}
+
+
+def register(commands) -> None:
+    parser = commands.add_parser(
+        "plan", help="every (t, p, d, ZeRO, ...) configuration that fits, ranked by step time",
+        description="Enumerate every configuration of tensor, pipeline and data parallelism, "
+                    "ZeRO stage, shard group, recomputation, micro-batch and offload for a model "
+                    "on a cluster; reject what cannot run (by rule, with counts); report those "
+                    "whose peak per GPU fits, with headroom, step time and network share, fastest "
+                    "first. " + PLAN_HEADER,
+        epilog="Left out: " + "; ".join(PLAN_LEFT_OUT) + ".")
+    parser.add_argument("--model", required=True, metavar="NAME", help="a preset from 'zerolib models'")
+    parser.add_argument("--gpus", required=True, metavar="N", help="GPUs in all")
+    parser.add_argument("--gpus-per-node", required=True, metavar="K",
+                        help="GPUs per node (tensor parallelism stays within a node)")
+    parser.add_argument("--device", required=True, choices=list(DEVICES))
+    parser.add_argument("--seq", required=True, metavar="TOKENS", help="sequence length")
+    parser.add_argument("--global-batch", required=True, metavar="B",
+                        help="sequences per step, over all data-parallel replicas")
+    parser.add_argument("--links", metavar="NAME",
+                        help="a node (" + ", ".join(NODES) + "), two links INTRA,NETWORK (e.g. "
+                             "nvlink4,ib-ndr: one network port per GPU), or one link joining every "
+                             "GPU alike (" + ", ".join(LINKS) + "); default: the node the device "
+                             "comes in (" + ", ".join(f"{d}: {n}" for d, n in DEFAULT_LINKS.items()) + ")")
+    add_layout_arguments(parser, default="mixed-adam")
+    parser.add_argument("--mfu", metavar="U",
+                        help=f"fraction of the device's peak the compute reaches, e.g. 0.4 or 40%% "
+                             f"(default {DEFAULT_MFU:g})")
+    parser.add_argument("--host-memory", metavar="SIZE",
+                        help="CPU memory per node, e.g. 1TiB: without it, offloaded configurations "
+                             "are never reported as fitting")
+    parser.add_argument("--max-micro-batch", metavar="N",
+                        help="micro-batches tried: 1 to N (default 8)")
+    parser.add_argument("--stages", metavar="LIST", help="ZeRO stages tried (default 0,1,2,3)")
+    parser.add_argument("--recompute", metavar="LIST",
+                        help="recomputations tried, from none,selective,full (default all three)")
+    parser.add_argument("--chunks", metavar="LIST",
+                        help="pipeline schedules tried: 1 is 1F1B, V >= 2 interleaved with V model "
+                             "chunks per stage (default 1,2)")
+    parser.add_argument("--offload", metavar="LIST",
+                        help="offloads tried, from " + ",".join(OFFLOADS) + " (to CPU memory; "
+                             "default all three)")
+    parser.add_argument("--sequence-parallel", choices=list(SEQUENCE_PARALLEL), default="both",
+                        help="with tensor parallelism: try both (default), on or off")
+    parser.add_argument("--shard-groups", choices=list(SHARD_GROUPS), default="all",
+                        help="stages 1-3: every shard group G dividing d (default), or G = d only")
+    parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True,
+                        help="flash-style attention, no s x s scores stored (default: on)")
+    parser.add_argument("--reserve", metavar="SIZE",
+                        help="fixed reserve per GPU for CUDA context, NCCL and fragmentation "
+                             "(default 2GiB: an assumption, not a measurement)")
+    parser.add_argument("--top", metavar="N",
+                        help=f"fitting configurations shown (default: {DEFAULT_TOP} in the table, "
+                             "all in JSON and CSV)")
+    parser.add_argument("--unit", default="GB", choices=list(UNITS),
+                        help="unit of the table (JSON and CSV are in bytes)")
+    parser.add_argument("--format", default="table", choices=("table", "json", "csv"),
+                        help="table (header, ranking, rejections), json (all of it) or csv (the "
+                             "fitting configurations only)")
+    parser.set_defaults(func=run)
+
+
+def _list(text: str | None, name: str, parse):
+    if text is None:
+        return None
+    parts = [part.strip() for part in text.split(",")]
+    if not text.strip() or not all(parts):
+        raise ValueError(f"{name} must be a comma-separated list, got {echo(text)}")
+    return tuple(parse(part) for part in parts)
+
+
+def _named(allowed, name):
+    def parse(part):
+        if part not in allowed:
+            raise ValueError(f"{name} entries must be from {','.join(allowed)}, got {echo(part)}")
+        return part
+    return parse
+
+
+def options_from(args) -> dict:
+    """Keyword arguments for :func:`zerolib.core.planner.plan` from the flags."""
+    options = {"layout": layout_from(args), "links": args.links,
+               "sequence_parallel": SEQUENCE_PARALLEL[args.sequence_parallel],
+               "shard_groups": args.shard_groups}
+    if args.mfu is not None:
+        options["mfu"] = parse_fraction(args.mfu, "--mfu")
+    if args.host_memory is not None:
+        options["host_memory"] = parse_size(args.host_memory, "--host-memory", maximum=MAX_BYTES)
+    if args.max_micro_batch is not None:
+        options["max_micro_batch"] = parse_whole(args.max_micro_batch, "--max-micro-batch",
+                                                 maximum=MAX_PLAN_MICRO_BATCH)
+    lists = {"stages": (args.stages, "--stages", lambda x: parse_whole(
+                 x, "--stages", minimum=0, maximum=STAGES[-1])),
+             "recompute": (args.recompute, "--recompute", _named(RECOMPUTE, "--recompute")),
+             "chunks": (args.chunks, "--chunks", lambda x: parse_whole(x, "--chunks",
+                                                                       maximum=MAX_CHUNKS)),
+             "offload": (args.offload, "--offload", _named(tuple(OFFLOADS), "--offload"))}
+    for key, (text, name, parse) in lists.items():
+        value = _list(text, name, parse)
+        if value is not None:
+            options[key] = value
+    working_set = WorkingSetSettings(flash_attention=args.flash)
+    if args.reserve is not None:
+        working_set = WorkingSetSettings(flash_attention=args.flash, reserve_bytes=parse_size(
+            args.reserve, "--reserve", maximum=MAX_BYTES))
+    options["working_set"] = working_set
+    return options
+
+
+def run(args) -> int:
+    top = None if args.top is None else parse_whole(args.top, "--top", maximum=MAX_GPUS)
+    result = plan(args.model, parse_whole(args.gpus, "--gpus", maximum=MAX_GPUS),
+                  parse_whole(args.gpus_per_node, "--gpus-per-node", maximum=MAX_GPUS),
+                  args.device, parse_whole(args.seq, "--seq", maximum=MAX_SEQ_LEN),
+                  parse_whole(args.global_batch, "--global-batch", maximum=MAX_MICRO_BATCHES),
+                  **options_from(args))
+    if args.format == "json":
+        print(json.dumps(as_json(result, top), indent=2))
+    elif args.format == "csv":
+        print(as_csv(result, top))
+    else:
+        print(as_table(result, DEFAULT_TOP if top is None else top, args.unit))
+    return 0
+
+
+def _plain(value):
+    """A JSON value: numpy scalars as Python numbers, NaN (unknown) as null."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _rows(frame, top):
+    shown = frame if top is None else frame.head(top)
+    return [{key: _plain(value) if not hasattr(value, "categories") else str(value)
+             for key, value in record.items()} for record in shown.to_dict("records")]
+
+
+def as_json(result, top=None) -> dict:
+    rejected = [{key: _plain(value) for key, value in record.items()}
+                for record in result.rejected.to_dict("records")]
+    return {"header": PLAN_HEADER, "left_out": list(PLAN_LEFT_OUT), "settings": result.settings.as_dict(),
+            "counts": result.counts(), "fits": _rows(result.fits, top), "rejected": rejected}
+
+
+def as_csv(result, top=None) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    columns = ["rank", *FIT_COLUMNS]     # the ranked frame's columns, in order
+    writer.writerow(columns)
+    for row in _rows(result.fits, top):
+        writer.writerow(["" if row[c] is None else row[c] for c in columns])
+    return out.getvalue().rstrip("\n")
+
+
+def _seconds(value) -> str:
+    return "not modelled" if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else f"{value:,.2f}"
+
+
+def _share(value) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.1%}"
+
+
+def as_table(result, top: int, unit: str) -> str:
+    s = result.settings
+    counts = result.counts()
+    ic = s.interconnect
+    links = ic.label if ic.network is None else (f"{ic.name}: {ic.intra.label} inside, "
+                                                 f"{ic.network.label} across")
+    lines = [
+        f"Plan for {s.model.name} on {s.gpus:,} x {s.device.label} ({s.gpus_per_node} per node; "
+        f"{links}), sequence {s.seq_len:,}, global batch {s.global_batch:,} sequences, layout "
+        f"{s.layout.name}, mfu {s.mfu:g}"
+        + ("" if s.host_memory is None else f", {to_unit(s.host_memory, unit):,.0f} {unit} of CPU "
+                                            f"memory per node") + ".",
+        PLAN_HEADER, "Left out: " + "; ".join(PLAN_LEFT_OUT) + ".",
+        f"{counts['configurations']:,} configurations: {counts['fit']:,} fit, "
+        f"{counts['rejected']:,} rejected; fits means the peak per GPU is at most "
+        f"{to_unit(s.device.capacity, unit):,.1f} {unit}.", ""]
+    fits = result.fits
+    if len(fits):
+        headers = ["rank", "t", "SP", "p", "schedule", "d", "ZeRO", "group", "recompute",
+                   "micro-batch", "offload", f"peak [{unit}]", f"headroom [{unit}]", "step [s]",
+                   "network", "bubble"]
+        rows = []
+        for r in _rows(fits, top):
+            rows.append([r["rank"], r["tensor_parallel"], "yes" if r["sequence_parallel"] else "no",
+                         r["pipeline_parallel"], r["schedule"], r["data_parallel"], r["stage"],
+                         r["shard_group"], r["recompute"],
+                         f"{r['micro_batch']} x {r['micro_batches']}", r["offload"],
+                         f"{to_unit(r['peak_bytes'], unit):,.2f}",
+                         f"{to_unit(r['headroom_bytes'], unit):,.2f}", _seconds(r["step_seconds"]),
+                         _share(r["network_wait_fraction"]), _share(r["bubble_fraction"])])
+        lines.append(text_table(headers, rows))
+        if len(fits) > top:
+            lines.append(f"... {len(fits) - top:,} more fit (--top N shows more)")
+        lines.append("micro-batch b x m: b sequences per micro-batch, m micro-batches per step "
+                     "and pipeline; network and bubble: shares of the step.")
+    else:
+        lines.append("Nothing fits.")
+    if len(result.rejected):
+        lines += ["", "Rejected, by the first rule each configuration breaks (count, rule, an "
+                      "example):"]
+        width = max(len(f"{n:,}") for n in result.rejected["configurations"])
+        for r in result.rejected.to_dict("records"):
+            example = f"e.g. {r['example']}"
+            if r["example_bytes"] is not None and not (isinstance(r["example_bytes"], float)
+                                                       and math.isnan(r["example_bytes"])):
+                example = (f"closest: {r['example']}, "
+                           f"{to_unit(r['example_bytes'], unit):,.2f} {unit}")
+            lines += [f"{r['configurations']:>{width},}  {r['reason']}",
+                      f"{'':>{width}}  {example}"]
+    return "\n".join(lines)
+
+

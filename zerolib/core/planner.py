@@ -1,0 +1,683 @@
+"""The planner: every way to run a model on a cluster, which of them fit, and which is fastest.
+
+For a model, N GPUs in nodes of K, a device, a sequence length and a global batch of B
+sequences, :func:`plan` enumerates every configuration
+
+    tensor-parallel t x pipeline-parallel p x data-parallel d = N (t, p from the divisors),
+    sequence parallelism (t > 1), pipeline schedule (1F1B, or v model chunks interleaved),
+    micro-batch b (1 to ``max_micro_batch``), recomputation (none, selective, full),
+    ZeRO stage, shard group G (a divisor of d; stages 1-3), offload (DeepSpeed's menu),
+
+rejects what cannot run, by the first rule of :data:`RULES` it breaks (t must divide the heads,
+the key/value heads and the MLP width, stay within a node and divide the sequence under sequence
+parallelism; p at most the layers; the interleaved schedule's divisibility; d x b must divide B,
+so each pipeline runs m = B / (d b) micro-batches per step; ZeRO stages 2-3 without pipeline
+parallelism; offload only with the node's CPU memory known), computes the peak per GPU of every
+configuration that can run exactly as :func:`zerolib.core.working_set.peaks` does (tests check
+it configuration by configuration), and the step time of each with
+:func:`zerolib.core.parallel_step.parallel_step_time`.
+
+A configuration **fits** when its peak is at most the device's capacity and, if it offloads, the
+CPU memory its node's GPUs offload into is at most ``host_memory`` (the larger of the first and
+last pipeline stage's, per node). It is never reported as fitting when a term of its peak is
+unknown: offloaded state with no ``host_memory`` given is a rejection of its own
+(``host_unknown``); NVMe, whose capacity zerolib does not judge, is not planned. Fitting
+configurations are ranked by estimated step time, ties broken by headroom (capacity - peak,
+larger first), then by the order of enumeration; a configuration whose time is unknown (offload:
+:func:`zerolib.core.parallel_step.offload_seconds`) comes after every timed one.
+
+Every array is computed once per level of the space (the (t, p) grid, then schedules and
+sequence parallelism, micro-batches, recomputation, and the ZeRO variants of each data-parallel
+degree) and spread over the levels below by index, so the whole space is a few dozen numpy
+operations: Llama-2-70B on 1,024 GPUs, some 176,000 configurations, in well under a second
+(``benchmarks/bench_planner.py``). The space and the peaks do not depend on the device, the links
+or the utilisation; the last few are remembered, so changing only those re-times, not re-counts.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property, lru_cache
+from types import MappingProxyType
+
+import numpy as np
+import pandas as pd
+
+from zerolib.core.accounting import CATEGORIES, STAGES, Layout, get_layout
+from zerolib.core.activations import RECOMPUTE
+from zerolib.core.devices import Device, get_device
+from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, check_count, check_positive_int, echo
+from zerolib.core.model_parallel import (
+    MAX_CHUNKS,
+    MAX_MICRO_BATCHES,
+    largest_module_per_gpu,
+    parallel_rules,
+    parameters_per_gpu,
+)
+from zerolib.core.model_parallel import (
+    RULES as PARALLEL_RULES,
+)
+from zerolib.core.models import TransformerConfig, get_model
+from zerolib.core.nodes import Interconnect
+from zerolib.core.parallel_step import (
+    PARTS,
+    PIPELINE_STAGES,
+    cluster_interconnect,
+    parallel_step_time,
+)
+from zerolib.core.pipeline_schedule import (
+    UNIT_TERMS,
+    activation_unit_terms,
+    stage_activation_totals,
+)
+from zerolib.core.placement import Placement, offered_stages, place
+from zerolib.core.step import DEFAULT_MFU, check_mfu
+from zerolib.core.tables import divisors
+from zerolib.core.working_set import (
+    DEFAULT_SETTINGS,
+    MAX_MICRO_BATCH,
+    MAX_SEQ_LEN,
+    WorkingSetSettings,
+    term_arrays,
+)
+
+# Offload as DeepSpeed offers it, to the node's CPU memory (NVMe is not planned: its capacity
+# is not judged). Each entry: the Placement fields.
+OFFLOADS: Mapping[str, Mapping[str, str]] = MappingProxyType({
+    "none": MappingProxyType({}),
+    "optimizer": MappingProxyType({"offload_optimizer": "cpu"}),
+    "optimizer+parameters": MappingProxyType({"offload_optimizer": "cpu", "offload_params": "cpu"}),
+})
+SCHEDULE_NAMES = {1: "1F1B"}      # v > 1: "interleaved, v chunks"
+# Shard groups a plan tries under stages 1-3: every divisor G of d, or only G = d (the paper's ZeRO).
+SHARD_GROUPS = ("all", "whole")
+
+# Why a configuration cannot be run or does not fit, in the order they are checked (the first
+# broken rule is the one reported).
+RULES: Mapping[str, str] = MappingProxyType({
+    **{name: PARALLEL_RULES[name] for name in ("heads", "kv_heads", "ffn_hidden", "node",
+                                               "sequence", "layers", "interleaved_layers",
+                                               "schedule")},
+    "global_batch": "data_parallel x micro_batch must divide the global batch (each pipeline "
+                    "runs a whole number of micro-batches per step)",
+    "micro_batches": PARALLEL_RULES["micro_batches"],
+    "pipeline_zero": "ZeRO stages 2 and 3 do not run with pipeline parallelism (DeepSpeed's "
+                     "PipelineEngine refuses them; Megatron-LM's distributed optimizer is stage 1)",
+    "host_unknown": "offloaded state needs the node's CPU memory (host_memory): unknown, so "
+                    "never reported as fitting",
+    "capacity": "the peak per GPU is above the device's capacity",
+    "host_memory": "the CPU memory a node's GPUs offload into is above host_memory",
+})
+REASONS = tuple(RULES)
+PASSES = len(REASONS)     # the reason code of a configuration that fits
+
+# What the ranking leaves out, said wherever it is shown (the CLI's header, the notebook).
+PLAN_HEADER = ("Ranked by a model, not by measurement: peaks are zerolib's exact byte counts; "
+               "step times come from 6 (8 with full recomputation) FLOPs per parameter and token "
+               "at the device's peak x mfu, the ring model of the links, and the pipeline "
+               "schedule's bubble.")
+PLAN_LEFT_OUT = (
+    "kernel efficiency per shape (one mfu for every matrix, every t and micro-batch)",
+    "the FLOPs selective recomputation repeats (counted as none; Korthikanti et al. measure "
+    "2.7% and 1.6% for GPT-3 and MT-NLG)",
+    "pipeline bubbles beyond the schedule formula (p - 1)/(v m): uneven stages, warm-up "
+    "effects, the middle stages' messages",
+    "memory fragmentation and allocator caching beyond the fixed reserve",
+    "communication overlaps beyond the stated ones (tensor-parallel and pipeline traffic are "
+    "fully exposed) and contention between them on one node's links",
+    "offload's PCIe traffic and CPU optimizer step (offloaded configurations are unranked), "
+    "and NVMe offload (not planned)",
+    "shard groups' own traffic (a shard group is timed as the whole data-parallel group)",
+)
+
+# The node a device usually comes in, for plans that name no links.
+DEFAULT_LINKS: Mapping[str, str] = MappingProxyType({
+    "v100-32gb": "dgx-2", "a100-40gb": "dgx-a100", "a100-80gb": "dgx-a100",
+    "h100-80gb": "dgx-h100",
+    "h200-141gb": "dgx-h100",   # HGX/DGX H200: the same NVLink 4 and 8 x 400 Gb/s ports
+    "b200-180gb": "dgx-b200", "mi300x-192gb": "mi300x-8", "l40s-48gb": "pcie-8x-l40s",
+    "a10-24gb": "pcie-4x-a10",
+})
+MAX_SPACE = 20_000_000      # configurations in one plan
+MAX_PLAN_MICRO_BATCH = 1024  # largest micro-batch a plan enumerates up to
+
+# Which kinds of parallelism a configuration combines (the chapter's figure colours them).
+FAMILIES = ("data parallel only", "tensor parallel", "pipeline parallel",
+            "tensor + pipeline parallel")
+FIT_COLUMNS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_parallel",
+               "chunks", "schedule", "stage", "shard_group", "recompute", "micro_batch",
+               "micro_batches", "offload", "peak_bytes", "headroom_bytes", "pipeline_stage",
+               "host_bytes_per_node", "step_seconds", "compute_seconds", "tensor_seconds",
+               "pipeline_seconds", "data_parallel_seconds", "bubble_seconds",
+               "network_wait_fraction", "bubble_fraction", "fits", "family")
+
+
+def links_for(device: str | Device, links=None) -> str | Interconnect:
+    """``links`` as given, or the node ``device`` usually comes in (:data:`DEFAULT_LINKS`)."""
+    if links is not None:
+        return links
+    device = get_device(device)
+    if device.name not in DEFAULT_LINKS:
+        raise ValueError(f"links must be given for {device.name} (no usual node for it): a node "
+                         f"such as dgx-h100, or two links like pcie4-x16,roce-100g")
+    return DEFAULT_LINKS[device.name]
+
+
+def schedule_name(chunks: int) -> str:
+    return SCHEDULE_NAMES.get(int(chunks), f"interleaved, {int(chunks)} chunks")
+
+
+def _choices(values, allowed, name) -> tuple:
+    values = tuple(values)
+    if not values:
+        raise ValueError(f"{name} must name at least one of {', '.join(map(str, allowed))}")
+    for value in values:
+        if value not in allowed:
+            raise ValueError(f"{name} must be from {', '.join(map(str, allowed))}, got {echo(value)}")
+    return tuple(dict.fromkeys(values))
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """What :func:`plan` was asked (validated)."""
+
+    model: TransformerConfig
+    gpus: int
+    gpus_per_node: int
+    device: Device
+    seq_len: int
+    global_batch: int
+    interconnect: Interconnect
+    layout: Layout
+    mfu: float
+    host_memory: int | None
+    max_micro_batch: int
+    stages: tuple[int, ...]
+    recompute: tuple[str, ...]
+    chunks: tuple[int, ...]
+    offload: tuple[str, ...]
+    sequence_parallel: tuple[bool, ...]
+    shard_groups: str
+    working_set: WorkingSetSettings
+
+    def __deepcopy__(self, memo) -> PlanSettings:
+        return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
+
+    def as_dict(self) -> dict:
+        return {"model": self.model.name, "gpus": self.gpus, "gpus_per_node": self.gpus_per_node,
+                "device": self.device.as_dict(), "seq_len": self.seq_len,
+                "global_batch": self.global_batch, "links": self.interconnect.as_dict(),
+                "layout": self.layout.as_dict(), "mfu": self.mfu, "host_memory": self.host_memory,
+                "max_micro_batch": self.max_micro_batch, "stages": list(self.stages),
+                "recompute": list(self.recompute), "chunks": list(self.chunks),
+                "offload": list(self.offload), "sequence_parallel": list(self.sequence_parallel),
+                "shard_groups": self.shard_groups,
+                "flash_attention": self.working_set.flash_attention,
+                "reserve_bytes": self.working_set.reserve_bytes}
+
+
+def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, links=None,
+                  layout: str | Layout = "mixed-adam", mfu: float = DEFAULT_MFU,
+                  host_memory: int | None = None, max_micro_batch: int = 8, stages=STAGES,
+                  recompute=RECOMPUTE, chunks=(1, 2), offload=tuple(OFFLOADS),
+                  sequence_parallel=(False, True), shard_groups: str = "all",
+                  working_set: WorkingSetSettings = DEFAULT_SETTINGS) -> PlanSettings:
+    """Check every input of :func:`plan` (ValueError/TypeError naming the argument)."""
+    config = get_model(model)
+    gpus = check_positive_int(gpus, "gpus", MAX_GPUS)
+    k = check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS)
+    if gpus > k and gpus % k:
+        raise ValueError(f"gpus ({gpus}) must fill whole nodes of gpus_per_node ({k})")
+    device = get_device(device)
+    seq_len = check_positive_int(seq_len, "seq_len", MAX_SEQ_LEN)
+    if config.position_embedding == "learned" and seq_len > config.max_positions:
+        raise ValueError(f"seq_len must be at most {config.max_positions} for {config.name} "
+                         f"(learned position embeddings), got {seq_len}")
+    global_batch = check_positive_int(global_batch, "global_batch", MAX_MICRO_BATCHES)
+    if not isinstance(working_set, WorkingSetSettings):
+        raise TypeError(f"working_set must be a WorkingSetSettings, got {type(working_set).__name__}")
+    if host_memory is not None:
+        host_memory = check_count(host_memory, "host_memory", MAX_BYTES)
+    max_micro_batch = check_positive_int(max_micro_batch, "max_micro_batch",
+                                         min(MAX_PLAN_MICRO_BATCH, MAX_MICRO_BATCH))
+    chunks = tuple(check_positive_int(v, "chunks", MAX_CHUNKS) for v in chunks)
+    if not chunks:
+        raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: interleaved)")
+    return PlanSettings(
+        config, gpus, k, device, seq_len, global_batch,
+        cluster_interconnect(links_for(device, links), k), get_layout(layout), check_mfu(mfu),
+        host_memory, max_micro_batch, _choices(stages, STAGES, "stages"),
+        _choices(recompute, RECOMPUTE, "recompute"), tuple(dict.fromkeys(chunks)),
+        _choices(offload, tuple(OFFLOADS), "offload"),
+        _choices(sequence_parallel, (False, True), "sequence_parallel"),
+        _choices((shard_groups,), SHARD_GROUPS, "shard_groups")[0], working_set)
+
+
+# --- the space, level by level ------------------------------------------------------------------
+
+def _expand(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(parent index, position within the parent) of the rows below parents with ``counts``."""
+    parent = np.repeat(np.arange(len(counts)), counts)
+    starts = np.cumsum(counts) - counts
+    return parent, np.arange(len(parent)) - starts[parent]
+
+
+def _zero_variants(d: int, s: PlanSettings) -> tuple[tuple[int, int, str], ...]:
+    """(stage, shard group, offload) for d data-parallel GPUs: stage 0 unsharded (G = d), stages
+    1-3 every divisor G of d (or G = d only), each offload where DeepSpeed offers it."""
+    return _variants(d, s.stages, s.offload, s.shard_groups)
+
+
+@lru_cache(maxsize=1024)
+def _variants(d: int, stages, offloads, shard_groups) -> tuple[tuple[int, int, str], ...]:
+    out = []
+    for offload in offloads:
+        offered = offered_stages(Placement(**OFFLOADS[offload]))
+        for stage in stages:
+            if stage not in offered:
+                continue
+            every = stage > 0 and shard_groups == "all"
+            for group in (divisors(d)[::-1] if every else [d]):
+                out.append((stage, group, offload))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Space:
+    """Every configuration as int64 / bool columns (one row each) and its reason code."""
+
+    columns: Mapping[str, np.ndarray] = field(repr=False)
+    reason: np.ndarray = field(repr=False)
+    size: int
+
+
+def enumerate_space(s: PlanSettings) -> Space:
+    """Every configuration of the plan and the first rule of :data:`RULES` it breaks (only the
+    rules that need no peak: ``capacity`` and ``host_memory`` come from :func:`plan`)."""
+    config, n = s.model, s.gpus
+    pairs = [(t, p) for t in divisors(n) for p in divisors(n // t)]
+    t_a = np.array([t for t, _ in pairs], dtype=np.int64)
+    p_a = np.array([p for _, p in pairs], dtype=np.int64)
+    d_a = n // (t_a * p_a)
+
+    # Schedules and sequence parallelism (the latter only with t > 1).
+    rows_b = [(i, v, sp) for i, t in enumerate(t_a.tolist()) for v in s.chunks
+              for sp in s.sequence_parallel if (t > 1 or not sp)]
+    a_of_b = np.array([r[0] for r in rows_b], dtype=np.int64)
+    v_b = np.array([r[1] for r in rows_b], dtype=np.int64)
+    sp_b = np.array([r[2] for r in rows_b], dtype=bool)
+    t_b, p_b, d_b = t_a[a_of_b], p_a[a_of_b], d_a[a_of_b]
+    reason_b = np.full(len(rows_b), PASSES, dtype=np.int64)
+    for v in s.chunks:
+        for sp in (False, True):
+            sel = (v_b == v) & (sp_b == sp)
+            if not np.any(sel):
+                continue
+            rules = parallel_rules(config, t_b[sel], p_b[sel],
+                                   schedule="interleaved" if v > 1 else "1f1b", chunks=v,
+                                   gpus_per_node=s.gpus_per_node, seq_len=s.seq_len,
+                                   sequence_parallel=sp)
+            reason_b[sel] = _first_broken(rules, ("heads", "kv_heads", "ffn_hidden", "node",
+                                                  "sequence", "layers", "interleaved_layers",
+                                                  "schedule"), reason_b[sel])
+
+    # Micro-batches: b = 1 .. max, m = B / (d b) when d b divides B.
+    nb = s.max_micro_batch
+    b_of_c = np.arange(len(rows_b) * nb) // nb
+    b_c = np.arange(len(rows_b) * nb) % nb + 1
+    d_c, p_c, v_c = d_b[b_of_c], p_b[b_of_c], v_b[b_of_c]
+    whole = s.global_batch % (d_c * b_c) == 0
+    m_c = np.where(whole, s.global_batch // (d_c * b_c), 1)
+    reason_c = reason_b[b_of_c].copy()
+    reason_c = np.where((reason_c == PASSES) & ~whole, REASONS.index("global_batch"), reason_c)
+    interleaved_m = (v_c > 1) & (m_c % p_c != 0)
+    reason_c = np.where((reason_c == PASSES) & interleaved_m, REASONS.index("micro_batches"),
+                        reason_c)
+
+    # Recomputation.
+    nr = len(s.recompute)
+    c_of_d = np.arange(len(b_c) * nr) // nr
+    rec_d = np.array([RECOMPUTE.index(r) for r in s.recompute], dtype=np.int64)[
+        np.arange(len(b_c) * nr) % nr]
+
+    # ZeRO stage, shard group and offload: the variants of each row's data-parallel degree,
+    # one table of them all, each degree's rows starting at its offset.
+    offload_codes = {name: i for i, name in enumerate(OFFLOADS)}
+    degrees = np.unique(d_a)
+    tables = [np.array([(st, g, offload_codes[o]) for st, g, o in _zero_variants(int(d), s)],
+                       dtype=np.int64).reshape(-1, 3) for d in degrees]
+    lengths = np.array([len(table) for table in tables], dtype=np.int64)
+    offsets = np.cumsum(lengths) - lengths
+    degree_of_a = np.searchsorted(degrees, d_a)
+    a_of_d = a_of_b[b_of_c[c_of_d]]
+    counts = lengths[degree_of_a][a_of_d]
+    size = int(counts.sum())
+    if size > MAX_SPACE:
+        raise ValueError(f"the plan would enumerate {size:,} configurations, more than "
+                         f"{MAX_SPACE:,}: name fewer stages, recomputations, chunks or a smaller "
+                         f"max_micro_batch")
+    d_of_e, position = _expand(counts)
+    zero = np.concatenate(tables)[offsets[degree_of_a][a_of_d][d_of_e] + position]
+    c_of_e = c_of_d[d_of_e]
+    b_of_e = b_of_c[c_of_e]
+    a_of_e = a_of_b[b_of_e]
+    stage_e = zero[:, 0]
+    offload_e = zero[:, 2]
+    reason = reason_c[c_of_e]
+    p_e = p_a[a_of_e]
+    reason = np.where((reason == PASSES) & (p_e > 1) & (stage_e > PIPELINE_STAGES[-1]),
+                      REASONS.index("pipeline_zero"), reason)
+    if s.host_memory is None:
+        reason = np.where((reason == PASSES) & (offload_e > 0), REASONS.index("host_unknown"),
+                          reason)
+    columns = {"tensor_parallel": t_a[a_of_e], "pipeline_parallel": p_e,
+               "data_parallel": d_a[a_of_e], "sequence_parallel": sp_b[b_of_e],
+               "chunks": v_b[b_of_e], "micro_batch": b_c[c_of_e], "micro_batches": m_c[c_of_e],
+               "recompute": rec_d[d_of_e], "stage": stage_e, "shard_group": zero[:, 1],
+               "offload": offload_e}
+    return Space(MappingProxyType(columns), reason, size)
+
+
+def _first_broken(rules: dict, names, reason: np.ndarray) -> np.ndarray:
+    for name in names:
+        reason = np.where((reason == PASSES) & ~rules[name], REASONS.index(name), reason)
+    return reason
+
+
+# --- peaks and times of the configurations that can run -----------------------------------------
+
+def _per_stage_arrays(s: PlanSettings, t, p):
+    """Parameters and largest module on one GPU of the first and of the last stage."""
+    out = {}
+    for key, r in (("first", np.zeros_like(p)), ("last", p - 1)):
+        out[key] = (parameters_per_gpu(s.model, t, p, pipeline_stage=r),
+                    largest_module_per_gpu(s.model, t, p, pipeline_stage=r))
+    return out
+
+
+def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Activation bytes (logits and loss included) on one GPU of the first and last stage."""
+    ws = s.working_set
+    t, b, sp, rec = c["tensor_parallel"], c["micro_batch"], c["sequence_parallel"], c["recompute"]
+    code = ((t * (MAX_PLAN_MICRO_BATCH + 1) + b) * 2 + sp) * len(RECOMPUTE) + rec
+    keys, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    units = {name: np.zeros(len(keys), dtype=np.int64) for name in UNIT_TERMS}
+    for index, row in enumerate(first.tolist()):
+        terms = activation_unit_terms(
+            s.model, s.seq_len, int(b[row]), int(t[row]), sequence_parallel=bool(sp[row]),
+            recompute=RECOMPUTE[int(rec[row])], flash_attention=ws.flash_attention,
+            element_bytes=ws.element_bytes, mask_bytes=ws.mask_bytes, dropout=ws.dropout,
+            logits_bytes=ws.logits_bytes)
+        for name in UNIT_TERMS:
+            units[name][index] = terms[name]
+    per_row = {name: values[inverse] for name, values in units.items()}
+    p, m, v = c["pipeline_parallel"], c["micro_batches"], c["chunks"]
+    out = {"first": np.zeros(len(code), dtype=np.int64), "last": np.zeros(len(code), dtype=np.int64)}
+    for chunk in np.unique(v):
+        sel = v == chunk
+        schedule = "interleaved" if chunk > 1 else "1f1b"
+        sub = {name: values[sel] for name, values in per_row.items()}
+        for key, r in (("first", np.zeros_like(p[sel])), ("last", p[sel] - 1)):
+            out[key][sel] = stage_activation_totals(s.model, sub, p[sel], r, schedule=schedule,
+                                                    chunks=int(chunk), micro_batches=m[sel])
+    return out
+
+
+def _persistent(s: PlanSettings, c, params: np.ndarray):
+    """(bytes on the GPU, CPU bytes per node) of the model state of GPUs holding ``params``."""
+    gpu = np.zeros(len(params), dtype=np.int64)
+    cpu_node = np.zeros(len(params), dtype=np.int64)
+    d, stage, group, offload = c["data_parallel"], c["stage"], c["shard_group"], c["offload"]
+    names = list(OFFLOADS)
+    pair = group * len(names) + offload
+    for key in np.unique(pair):
+        sel = pair == key
+        g, o = divmod(int(key), len(names))
+        placement = Placement(shard_group=g, gpus_per_node=s.gpus_per_node, **OFFLOADS[names[o]])
+        tiers = place(params[sel], d[sel], stage[sel], s.layout, placement, world=s.gpus)
+        gpu[sel] = tiers.gpu
+        cpu_node[sel] = tiers.per_node("cpu")
+    return gpu, cpu_node
+
+
+def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Peak per GPU (and which pipeline stage decides it) and CPU bytes per node of the
+    configurations ``c`` (columns as :class:`Space` holds them; all must be runnable)."""
+    t, p = c["tensor_parallel"], c["pipeline_parallel"]
+    pair = t * (MAX_GPUS + 1) + p
+    keys, first_row, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    per_stage = _per_stage_arrays(s, t[first_row], p[first_row])
+    activations = _activation_totals(s, c)
+    peaks, hosts = {}, {}
+    for key in ("first", "last"):
+        params, module = (values[inverse] for values in per_stage[key])
+        gpu, cpu_node = _persistent(s, c, params)
+        terms = term_arrays(c["stage"], params, module, activations[key], 0, s.working_set,
+                            s.layout)
+        peaks[key] = gpu + sum(terms.values())
+        hosts[key] = cpu_node
+    decided_last = peaks["last"] > peaks["first"]    # the first stage on ties, as peaks() does
+    return {"peak_bytes": np.where(decided_last, peaks["last"], peaks["first"]),
+            "pipeline_stage": np.where(decided_last, p - 1, 0),
+            "host_bytes_per_node": np.maximum(hosts["first"], hosts["last"])}
+
+
+def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Step time and its parts of the configurations ``c``
+    (:func:`zerolib.core.parallel_step.parallel_step_time`)."""
+    times = parallel_step_time(
+        s.model, s.interconnect, s.device, seq_len=s.seq_len, micro_batch=c["micro_batch"],
+        tensor_parallel=c["tensor_parallel"], pipeline_parallel=c["pipeline_parallel"],
+        data_parallel=c["data_parallel"], stage=c["stage"], micro_batches=c["micro_batches"],
+        chunks=c["chunks"], sequence_parallel=c["sequence_parallel"],
+        recompute=np.asarray(RECOMPUTE, dtype=object)[c["recompute"]],
+        shard_group=c["shard_group"], offload=c["offload"] > 0, layout=s.layout, mfu=s.mfu,
+        element_bytes=s.working_set.element_bytes)
+    out = {f"{part}_seconds": seconds for part, seconds in times.parts.items()}
+    out["step_seconds"] = times.step_seconds
+    out["network_wait_fraction"] = times.network_wait_fraction
+    out["bubble_fraction"] = times.bubble_fraction
+    return out
+
+
+# The space and its peaks do not depend on the device, the links or the utilisation: remembered
+# for the last few settings, so a reader who changes only those (an explorer) re-times, not
+# re-counts. Read-only arrays: nothing downstream can change a remembered value.
+_MEMORY: OrderedDict = OrderedDict()
+_MEMORY_SIZE = 16
+
+
+def _memory_key(s: PlanSettings) -> tuple:
+    return (s.model, s.gpus, s.gpus_per_node, s.seq_len, s.global_batch,
+            tuple(s.layout.bits_per_param(c) for c in CATEGORIES), s.max_micro_batch, s.stages,
+            s.recompute, s.chunks, s.offload, s.sequence_parallel, s.shard_groups,
+            s.working_set, s.host_memory is None)
+
+
+def _space_and_peaks(s: PlanSettings):
+    """(space, runnable indices, their columns, their peaks), remembered per :func:`_memory_key`."""
+    key = _memory_key(s)
+    if key in _MEMORY:
+        _MEMORY.move_to_end(key)
+        return _MEMORY[key]
+    space = enumerate_space(s)
+    runnable = np.flatnonzero(space.reason == PASSES)
+    c = {name: values[runnable] for name, values in space.columns.items()}
+    peaks = peaks_of(s, c) if len(runnable) else {
+        name: np.zeros(0, dtype=np.int64) for name in ("peak_bytes", "pipeline_stage",
+                                                       "host_bytes_per_node")}
+    for array in (*space.columns.values(), space.reason, runnable, *c.values(), *peaks.values()):
+        array.setflags(write=False)
+    _MEMORY[key] = found = (space, runnable, MappingProxyType(c), MappingProxyType(peaks))
+    while len(_MEMORY) > _MEMORY_SIZE:
+        _MEMORY.popitem(last=False)
+    return found
+
+
+# --- the plan -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's answer. ``valid`` holds every configuration that can run (peak, host bytes,
+    times, ``fits``, ``rank``: 1 for the fastest that fits, 0 for those that do not); ``fits``
+    the fitting ones, ranked; ``rejected`` the count per reason."""
+
+    settings: PlanSettings
+    space: Space = field(repr=False)
+    results: Mapping[str, np.ndarray] = field(repr=False)   # over the runnable rows
+    runnable: np.ndarray = field(repr=False)                 # their indices in the space
+    reason: np.ndarray = field(repr=False)                   # final reason per configuration
+
+    @property
+    def size(self) -> int:
+        return self.space.size
+
+    @cached_property
+    def valid(self) -> pd.DataFrame:
+        """Every runnable configuration, in enumeration order, with ``fits`` and its numbers."""
+        s = self.settings
+        c = {name: values[self.runnable] for name, values in self.space.columns.items()}
+        frame = pd.DataFrame({
+            "tensor_parallel": c["tensor_parallel"], "pipeline_parallel": c["pipeline_parallel"],
+            "data_parallel": c["data_parallel"], "sequence_parallel": c["sequence_parallel"],
+            "chunks": c["chunks"],
+            "schedule": pd.Categorical.from_codes(
+                np.searchsorted(sorted(s.chunks), c["chunks"]),
+                [schedule_name(v) for v in sorted(s.chunks)]),
+            "stage": c["stage"], "shard_group": c["shard_group"],
+            "recompute": pd.Categorical.from_codes(c["recompute"], list(RECOMPUTE)),
+            "micro_batch": c["micro_batch"], "micro_batches": c["micro_batches"],
+            "offload": pd.Categorical.from_codes(c["offload"], list(OFFLOADS)),
+            "peak_bytes": self.results["peak_bytes"],
+            "headroom_bytes": s.device.capacity - self.results["peak_bytes"],
+            "pipeline_stage": self.results["pipeline_stage"],
+            "host_bytes_per_node": self.results["host_bytes_per_node"],
+            **{name: self.results[name] for name in (
+                "step_seconds", "compute_seconds", "tensor_seconds", "pipeline_seconds",
+                "data_parallel_seconds", "bubble_seconds", "network_wait_fraction",
+                "bubble_fraction")},
+            "fits": self.reason[self.runnable] == PASSES,
+            "family": pd.Categorical.from_codes(
+                (c["tensor_parallel"] > 1) + 2 * (c["pipeline_parallel"] > 1), list(FAMILIES)),
+        }, columns=list(FIT_COLUMNS))
+        rank = np.zeros(len(frame), dtype=np.int64)
+        fitting = np.flatnonzero(frame["fits"].to_numpy())
+        step = frame["step_seconds"].to_numpy()[fitting]
+        order = np.lexsort((fitting, -frame["headroom_bytes"].to_numpy()[fitting],
+                            np.where(np.isnan(step), np.inf, step)))
+        rank[fitting[order]] = np.arange(1, len(fitting) + 1)
+        frame.insert(0, "rank", rank)
+        frame.attrs.update(plan=s)
+        return frame
+
+    @cached_property
+    def fits(self) -> pd.DataFrame:
+        """The fitting configurations, fastest first (ties: more headroom first, then enumeration
+        order); unknown step times last. ``rank`` counts from 1."""
+        valid = self.valid
+        ranked = valid[valid["rank"].to_numpy() > 0].sort_values("rank", kind="stable")
+        ranked = ranked.reset_index(drop=True)
+        ranked.attrs.update(plan=self.settings)
+        return ranked
+
+    @cached_property
+    def rejected(self) -> pd.DataFrame:
+        """Per reason of :data:`RULES` that rejected anything: how many configurations, one of
+        them (the first enumerated; for the memory rules, the one closest to fitting) and, for
+        those, its peak or host bytes."""
+        rows = []
+        codes = np.bincount(self.reason, minlength=PASSES + 1)
+        position = np.full(self.size, -1, dtype=np.int64)
+        position[self.runnable] = np.arange(len(self.runnable))
+        for code, name in enumerate(REASONS):
+            if not codes[code]:
+                continue
+            members = np.flatnonzero(self.reason == code)
+            bytes_ = None
+            if name in ("capacity", "host_memory"):
+                key = "peak_bytes" if name == "capacity" else "host_bytes_per_node"
+                values = self.results[key][position[members]]
+                pick = int(np.argmin(values))
+                example, bytes_ = int(members[pick]), int(values[pick])
+            else:
+                example = int(members[0])
+            rows.append({"rule": name, "reason": RULES[name], "configurations": int(codes[code]),
+                         "example": describe_configuration(self.configuration(example)),
+                         "example_bytes": bytes_})
+        frame = pd.DataFrame(rows, columns=["rule", "reason", "configurations", "example",
+                                            "example_bytes"])
+        frame.attrs.update(plan=self.settings)
+        return frame
+
+    def configuration(self, index: int) -> dict:
+        """The settings of configuration ``index`` of the space, as plain values."""
+        c = {name: values[index].item() for name, values in self.space.columns.items()}
+        c["recompute"] = RECOMPUTE[c["recompute"]]
+        c["offload"] = list(OFFLOADS)[c["offload"]]
+        c["schedule"] = schedule_name(c["chunks"])
+        return c
+
+    def counts(self) -> dict[str, int]:
+        runnable = len(self.runnable)
+        return {"configurations": self.size, "runnable": runnable,
+                "fit": int(np.sum(self.reason == PASSES)),
+                "rejected": self.size - int(np.sum(self.reason == PASSES))}
+
+    def settings_for(self, row) -> tuple[WorkingSetSettings, Placement]:
+        """The :class:`WorkingSetSettings` and :class:`Placement` of one configuration (a row of
+        :attr:`valid` or :attr:`fits`, or a :meth:`configuration` dict): what
+        :func:`zerolib.core.working_set.peaks` takes for the same setting."""
+        s = self.settings
+        ws = replace(s.working_set, seq_len=s.seq_len, micro_batch=int(row["micro_batch"]),
+                     recompute=str(row["recompute"]), tensor_parallel=int(row["tensor_parallel"]),
+                     sequence_parallel=bool(row["sequence_parallel"]),
+                     pipeline_parallel=int(row["pipeline_parallel"]),
+                     pipeline_schedule="interleaved" if int(row["chunks"]) > 1 else "1f1b",
+                     pipeline_chunks=int(row["chunks"]), micro_batches=int(row["micro_batches"]))
+        placement = Placement(shard_group=int(row["shard_group"]), gpus_per_node=s.gpus_per_node,
+                              **OFFLOADS[str(row["offload"])])
+        return ws, placement
+
+
+def describe_configuration(c) -> str:
+    """One configuration in words: ``'t 8 + SP x p 4 (1F1B) x d 2, ZeRO-1 over 2, selective
+    recomputation, micro-batch 1 x 512, no offload'``."""
+    t, p, d = int(c["tensor_parallel"]), int(c["pipeline_parallel"]), int(c["data_parallel"])
+    sp = " + SP" if bool(c["sequence_parallel"]) else ""
+    stage, group = int(c["stage"]), int(c["shard_group"])
+    zero = "no ZeRO" if stage == 0 else f"ZeRO-{stage}" + (f" over {group}" if group != d else "")
+    offload = {"none": "no offload", "optimizer": "optimizer on CPU",
+               "optimizer+parameters": "optimizer and parameters on CPU"}[str(c["offload"])]
+    recompute = "no" if str(c["recompute"]) == "none" else str(c["recompute"])
+    return (f"t {t}{sp} x p {p} ({schedule_name(int(c['chunks']))}) x d {d}, {zero}, "
+            f"{recompute} recomputation, micro-batch {int(c['micro_batch'])} x "
+            f"{int(c['micro_batches'])}, {offload}")
+
+
+def plan(model, gpus, gpus_per_node, device, seq_len, global_batch, **options) -> Plan:
+    """Every configuration of ``model`` on ``gpus`` GPUs (``gpus_per_node`` per node) of
+    ``device`` at ``seq_len`` tokens and ``global_batch`` sequences per step: which can run,
+    their peaks and step times, which fit, ranked (see the module doc). ``options`` are
+    :func:`plan_settings`'s: ``links``, ``layout``, ``mfu``, ``host_memory``,
+    ``max_micro_batch``, ``stages``, ``recompute``, ``chunks``, ``offload``,
+    ``sequence_parallel``, ``shard_groups`` ("all" or "whole"), ``working_set`` (flash
+    attention, reserve, DeepSpeed's buffers)."""
+    s = plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, **options)
+    return plan_from(s)
+
+
+def plan_from(s: PlanSettings) -> Plan:
+    """:func:`plan` for validated :class:`PlanSettings`."""
+    space, runnable, c, peaks = _space_and_peaks(s)
+    times = times_of(s, c) if len(runnable) else {
+        name: np.zeros(0) for name in ("step_seconds", "network_wait_fraction", "bubble_fraction",
+                                       *(f"{part}_seconds" for part in PARTS))}
+    results = {**peaks, **times}
+    too_big = results["peak_bytes"] > s.device.capacity
+    host_over = (np.zeros(len(runnable), dtype=bool) if s.host_memory is None
+                 else results["host_bytes_per_node"] > s.host_memory)
+    reason = space.reason.copy()
+    reason[runnable] = np.where(too_big, REASONS.index("capacity"),
+                                np.where(host_over, REASONS.index("host_memory"), PASSES))
+    return Plan(s, space, MappingProxyType(results), runnable, reason)
