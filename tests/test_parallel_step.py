@@ -1,13 +1,16 @@
 """Step time with tensor, pipeline and data parallelism (zerolib.core.parallel_step). Expected
 values are worked out by hand in the comments: A100 peak 312e12 FLOP/s, NVLink 3 300 GB/s per
 direction, one 200 Gb/s HDR port (25 GB/s) per GPU; NCCL's latencies 8.4 us per collective,
-3.4 us per NVLink step, 14.0 us per network step."""
+3.4 us per NVLink step, 14.0 us per network step; PCIe 4.0 x16 31.5 GB/s, 5.0 x16 63 GB/s per
+direction; a 100 Gb/s RoCE port 12.5 GB/s."""
 import math
 
 import numpy as np
 import pytest
 
-from zerolib.core.communication import flat_traffic
+from zerolib.core.communication import SLOTS, flat_traffic, layer_units
+from zerolib.core.devices import get_device
+from zerolib.core.model_parallel import parameters_per_gpu
 from zerolib.core.model_parallel_traffic import pipeline_traffic, tensor_parallel_traffic
 from zerolib.core.nodes import bus_bandwidth, interconnect, ring_latency
 from zerolib.core.parallel_step import (
@@ -19,6 +22,7 @@ from zerolib.core.parallel_step import (
     send_seconds,
     shard_group_traffic,
 )
+from zerolib.core.step import ComputeSettings, compute_seconds
 
 P7 = 6_738_415_616        # Llama-2-7B parameters
 S = 2 * 4096 * 4096       # b s h bytes of one 16-bit activation tensor at s = 4096, b = 1
@@ -188,7 +192,7 @@ def test_parts_add_up_and_broadcast():
     assert np.allclose(shares, 1)
 
 
-def test_what_is_not_modelled_is_refused_or_unknown():
+def test_what_is_not_modelled_is_refused():
     with pytest.raises(ValueError, match="ZeRO stages 2 and 3 do not run with pipeline"):
         step(pipeline_parallel=2, stage=2, micro_batches=2)
     with pytest.raises(ValueError, match="tensor_parallel must divide gpus_per_node"):
@@ -197,14 +201,158 @@ def test_what_is_not_modelled_is_refused_or_unknown():
         step(recompute="some")
     with pytest.raises(TypeError, match="sequence_parallel"):
         step(sequence_parallel=1)
-    assert np.isnan(float(step(data_parallel=8, stage=1, offload=True).step_seconds))
-    assert list(offload_seconds([False, True]) == 0) == [True, False]
+    with pytest.raises(ValueError, match="offload must be one of none, optimizer, optimizer"):
+        step(data_parallel=8, stage=1, offload=True)
+    with pytest.raises(ValueError, match="offload_params='cpu' needs ZeRO stage 3"):
+        step(data_parallel=8, stage=2, offload="optimizer+parameters")
+    with pytest.raises(ValueError, match="offload_optimizer='cpu' needs ZeRO stage 1, 2 or 3"):
+        step(data_parallel=8, stage=0, offload="optimizer")
+    with pytest.raises(ValueError, match="host_link must be a PCIe link .pcie4-x16, pcie5-x16.,"):
+        step(data_parallel=8, stage=1, offload="optimizer", host_link="nvlink4")
+    with pytest.raises(ValueError, match="shard_group must divide gpus"):
+        step(data_parallel=8, stage=1, shard_group=3)
 
 
-def test_shard_group_traffic_treats_the_group_as_every_data_parallel_gpu():
-    # Today's stand-in: the collectives run over all d GPUs whatever the shard group.
-    a = shard_group_traffic(P7, 64, 3, shard_group=8).sent
-    b = flat_traffic(P7, 64, 3).sent
-    assert all(np.array_equal(a[k], b[k]) for k in b)
+# --- shard groups: in the group on its ring, the replicas' all-reduce once per step --------------
+
+def test_shard_group_traffic_is_group_traffics():
+    # Llama-2-7B's 6,738,415,616 parameters over d = 64 in groups of 8, stage 3: inside the group
+    # each pass sends 7 chunks of P / 8 = 842,301,952 elements, 2 bytes each; across the 8
+    # replicas each GPU all-reduces its shard: 2 x 7 chunks of 842,301,952 / 8 = 105,287,744.
+    traffic = shard_group_traffic(P7, 64, 3, shard_group=8)
+    assert int(traffic.sent["forward_all_gather"]) == 7 * 842_301_952 * 2
+    assert int(traffic.sent["gradient_reduce_scatter"]) == 7 * 842_301_952 * 2
+    assert int(traffic.sent["replica_all_reduce"]) == 2 * 7 * 105_287_744 * 2
+    assert int(traffic.sent["gradient_all_reduce"]) == 0
+    # G = d: every byte is the whole group's, as communication.flat_traffic counts it.
+    whole, flat = shard_group_traffic(P7, 64, [0, 1, 2, 3]), flat_traffic(P7, 64, [0, 1, 2, 3])
+    for slot in SLOTS:
+        assert np.array_equal(whole.sent[slot.name], flat.sent[slot.name])
+        assert np.array_equal(whole.calls[slot.name], flat.calls[slot.name])
+    assert not whole.sent["replica_all_reduce"].any()
     with pytest.raises(ValueError, match="shard_group must divide"):
         shard_group_traffic(P7, 64, 3, shard_group=6)
+    with pytest.raises(ValueError, match="must divide one cluster"):
+        shard_group_traffic(P7, [2**24, 3], 1)
+
+
+def group_step(**kwargs):
+    # Llama-2-7B at 512 tokens on d = 8 in nodes of 4 GPUs: NVLink 3 inside (300 GB/s), one
+    # 100 Gb/s port per GPU (12.5 GB/s). Per micro-batch 2 x P x 512 / (0.4 x 312e12) =
+    # 0.0552896 s forward, 0.1105791 s backward.
+    base = dict(seq_len=512, data_parallel=8, stage=2, micro_batches=2, mfu=0.4)
+    base.update(kwargs)
+    return step(link="nvlink3,roce-100g", gpus_per_node=4, **base)
+
+
+def test_a_group_inside_a_node_and_its_replicas_across_by_hand():
+    # G = 4: each group is one node. Its reduce-scatter sends 3 x 1,684,603,904 x 2 =
+    # 10,107,623,424 B on NVLink: 0.0336921 s + 8.4 + 3 x 3.4 us = 0.0337107 s, hidden behind
+    # each micro-batch's backward. The replicas' all-reduce (2 GPUs 4 apart, one per node, each on
+    # its own port): 2 x 1 x 842,301,952 x 2 = 3,369,207,808 B / 12.5e9 = 0.2695366 s + 8.4 +
+    # 2 x 14.0 us = 0.2695730 s, once, after the last micro-batch's reduce-scatter: 0.0337107 +
+    # 0.2695730 - 0.1105791 = 0.1927046 s exposed; the all-gather after the step (as the
+    # reduce-scatter) 0.0337107 s. Data parallelism: 0.2264153 s.
+    grouped = group_step(shard_group=4)
+    close(grouped.parts["data_parallel"], 0.0337107 + 0.2695730 - 0.1105791 + 0.0337107, 1e-6)
+    close(grouped.parts["data_parallel"], 0.22641525274, 1e-9)
+    # Once per step: four micro-batches expose exactly as much as two.
+    assert float(group_step(shard_group=4, micro_batches=4).parts["data_parallel"]) == \
+        float(grouped.parts["data_parallel"])
+    # Stage 1 reduce-scatters once, at the last micro-batch, and the replicas' all-reduce joins
+    # it there: the same 0.2264153 s.
+    close(group_step(shard_group=4, stage=1).parts["data_parallel"], 0.22641525274, 1e-9)
+    # The whole group over both nodes: a ring of 8 leaving each node through 4 ports (50 GB/s):
+    # 7 x 842,301,952 x 2 = 11,792,227,328 B / 50e9 + 8.4 + 6 x 3.4 + 14.0 us = 0.2358873 s per
+    # reduce-scatter, 0.1253082 s exposed per micro-batch, and the all-gather after the step:
+    # 2 x 0.1253082 + 0.2358873 = 0.4865038 s, more than twice the grouped one.
+    close(group_step().parts["data_parallel"], 0.48650378357, 1e-9)
+
+
+def test_a_strided_replica_ring_shares_the_ports():
+    # t = 2, d = 8, G = 2 on DGX H100 nodes (8 GPUs, 8 ports of 50 GB/s, NVLink 4 450 GB/s): the
+    # group (2 GPUs 2 apart) sits in a node; the replicas (4 GPUs 4 apart) span 2 nodes with 2 on
+    # each, so the node's 4 such rings share its ports: 8 x 50 x 2 / 8 = 100 GB/s.
+    ring = GroupRing(interconnect("dgx-h100"), np.int64(4), np.int64(4))
+    assert float(ring.bandwidth()) == 100e9 and not bool(ring.inside)
+    assert bool(GroupRing(interconnect("dgx-h100"), np.int64(2), np.int64(2)).inside)
+
+
+def _whole_group_reference(ic, params, d, t, zero, m, backward, forward):
+    """The data-parallel seconds with every collective over all d GPUs t apart, as before shard
+    groups had their own traffic: communication.flat_traffic's bytes on one ring."""
+    traffic = flat_traffic(params, d, zero)
+    units = len(layer_units("llama-2-7b"))
+    ring = GroupRing(ic, np.asarray(d, dtype=np.int64), np.asarray(t, dtype=np.int64))
+    slots = {}
+    for slot in SLOTS:
+        sent, calls = traffic.sent[slot.name], traffic.calls[slot.name]
+        calls = np.where((zero == 3) & (calls > 0), units, calls)
+        slots[slot.name] = np.where(sent > 0, calls * ring.latency(slot.kind) + sent / ring.bandwidth(), 0.0)
+    in_backward = slots["backward_all_gather"] + np.where(zero >= 2, slots["gradient_reduce_scatter"], 0.0)
+    per_mb = np.maximum(slots["forward_all_gather"] - forward, 0.0) + np.maximum(in_backward - backward, 0.0)
+    once = np.where(zero <= 1, slots["gradient_all_reduce"]
+                    + np.where(zero == 1, slots["gradient_reduce_scatter"], 0.0), 0.0)
+    return m * per_mb + np.maximum(once - backward, 0.0) + slots["parameter_all_gather"]
+
+
+def test_a_group_of_every_data_parallel_gpu_times_exactly_as_the_whole_group():
+    ic = cluster_interconnect("dgx-h100", 8)
+    d, t, zero = np.meshgrid([1, 2, 4, 8, 16, 64], [1, 2, 8], [0, 1, 2, 3], indexing="ij")
+    d, t, zero = d.ravel(), t.ravel(), zero.ravel()
+    for m, seq in ((1, 4096), (3, 256)):
+        result = parallel_step_time("llama-2-7b", ic, "a100-80gb", seq_len=seq, micro_batch=1,
+                                    tensor_parallel=t, pipeline_parallel=1, data_parallel=d,
+                                    stage=zero, micro_batches=m, shard_group=d, mfu=0.5)
+        params = parameters_per_gpu("llama-2-7b", t, 1)
+        forward, backward = compute_seconds(params, get_device("a100-80gb"), ComputeSettings(seq, 0.5))
+        want = _whole_group_reference(ic, params, d, t, zero, m, backward, forward)
+        assert np.array_equal(result.parts["data_parallel"], want)       # exactly, not close
+
+
+# --- offload: host copies on PCIe -----------------------------------------------------------------
+
+def test_offload_seconds_by_hand():
+    # Llama-2-7B on 8 GPUs, stage 3: the GPU's shard is 842,301,952 elements, 1,684,603,904 bytes
+    # in 16 bits: 0.0534795 s on PCIe 4.0 x16. The optimizer alone: gradients down during the
+    # backward, the updated parameters up after the step. With the parameters: up before the
+    # forward, up before the backward while the gradients go down (full duplex: one transfer's
+    # time), nothing after the step (the CPU updates them in place).
+    one = 1_684_603_904 / 31.5e9
+    optimizer = offload_seconds(P7, 8, 3, "optimizer")
+    assert [float(optimizer[p]) for p in ("forward", "backward", "after_step")] == [0.0, one, one]
+    both = offload_seconds(P7, 8, 3, "optimizer+parameters", host_link="pcie5-x16")
+    assert [float(both[p]) for p in ("forward", "backward", "after_step")] == [
+        1_684_603_904 / 63e9, 1_684_603_904 / 63e9, 0.0]
+    # A group of 4: the shard doubles.
+    assert float(offload_seconds(P7, 8, 2, "optimizer", shard_group=4)["backward"]) == 2 * one
+    assert float(offload_seconds(P7, 8, 2, "none")["backward"]) == 0.0
+
+
+def test_optimizer_offload_copies_each_micro_batch_under_stage_2_by_hand():
+    # Llama-2-7B at 256 tokens, d = 8 on one NVLink 3 domain (no nodes), stage 2, 2 micro-batches.
+    # Per micro-batch 0.0276448 s forward, 0.0552896 s backward. Its reduce-scatter:
+    # 11,792,227,328 B / 300e9 + 8.4 + 7 x 3.4 us = 0.0393396 s; then the gradient partition
+    # down, 0.0534795 s: 0.0375295 s exposed per micro-batch. After the step the updated
+    # parameters come up (0.0534795 s) and are all-gathered (0.0393396 s): 0.0928191 s.
+    # 2 x 0.0375295 + 0.0928191 = 0.1678782 s.
+    result = step(link="nvlink3", seq_len=256, data_parallel=8, stage=2, micro_batches=2, mfu=0.4,
+                  offload="optimizer")
+    close(result.parts["data_parallel"], 0.16787821227, 1e-9)
+    assert not np.isnan(float(result.step_seconds))
+
+
+def test_parameter_offload_fetches_before_each_pass_by_hand():
+    # The same under stage 3 with the parameters on the host too: 35 layer units (embedding, 32
+    # blocks, final norm, output layer) gathered one call each, 35 x 32.2 us + 0.0393074 s =
+    # 0.0404344 s per pass. Forward: gather + fetch (0.0534795 s) - 0.0276448 s = 0.0662691 s;
+    # backward: gather + reduce-scatter + one transfer's time (fetch up, gradients down) -
+    # 0.0552896 s = 0.0790588 s; nothing after the step. 2 x 0.1453279 = 0.2906558 s.
+    result = step(link="nvlink3", seq_len=256, data_parallel=8, stage=3, micro_batches=2, mfu=0.4,
+                  offload="optimizer+parameters")
+    close(result.parts["data_parallel"], 0.29065581054, 1e-9)
+    # PCIe 5.0 halves the fetches: forward 0.0404344 + 0.0267397 - 0.0276448, backward
+    # 2 x 0.0404344 + 0.0267397 - 0.0552896: 2 x 0.0918484 = 0.1836968 s.
+    faster = step(link="nvlink3", seq_len=256, data_parallel=8, stage=3, micro_batches=2, mfu=0.4,
+                  offload="optimizer+parameters", host_link="pcie5-x16")
+    close(faster.parts["data_parallel"], 0.18369683251, 1e-9)

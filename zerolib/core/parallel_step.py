@@ -54,18 +54,59 @@ with T_mb the micro-batch time above. It splits into compute (m micro-batches' F
 exposed per-step collectives) and the bubble ((p - 1)/v x T_mb, idle waiting for other stages):
 ``network_wait_fraction`` and ``bubble_fraction`` are those parts over the step.
 
-**Shard groups.** ZeRO's collectives come from :func:`shard_group_traffic`, which today treats
-a shard group as the whole data-parallel group (every collective over all d GPUs, as
-:func:`zerolib.core.communication.flat_traffic` counts them); traffic that follows the group
-(within it on the fast link, the all-reduce across groups on the slow one) replaces it there.
+**Shard groups** (:mod:`zerolib.core.group_traffic`, whose bytes and calls are used as they
+are): with the state sharded over G of the d data-parallel GPUs, the all-gathers and the
+gradient reduce-scatter run inside the group, a ring of G GPUs t apart (G consecutive
+data-parallel ranks); each GPU then all-reduces its gradient shard with the GPUs at the same
+place in the other d / G groups, a ring of d / G GPUs G x t apart, each node's ports shared by
+the rings that leave it at once (every GPU of a node is in one); stage 0's all-reduce runs over
+all d GPUs t apart. Stage 3 gathers and reduces one call per layer unit. The replicas'
+all-reduce runs **once per step**, in the last micro-batch's backward, after that micro-batch's
+reduce-scatter (stage 1: after the one reduce-scatter of the step): DeepSpeed's MiCS skips it
+"if not self.is_gradient_accumulation_boundary" (``runtime/zero/mics.py``
+``allreduce_mics_shard_grads``, called from ``partition_grads`` layer by layer during the
+backward; MiCS was removed after DeepSpeed 0.19, issue deepspeedai/DeepSpeed#8489, and 0.19.8
+refuses ``mics_shard_size``), and PyTorch FSDP2 does the same for HSDP under
+``set_requires_all_reduce(False)`` on the other micro-batches ("gradient accumulation with only
+reduce-scatter but not all-reduce for HSDP"; FSDP2's default would all-reduce every
+micro-batch). :mod:`zerolib.core.group_step` times a step of one micro-batch, where that is the
+same place: in the backward, overlapping its compute. With G = d every time is exactly the
+one the whole group gives.
+
+**Offload** (the planner's options, DeepSpeed's ``offload_optimizer`` and ``offload_param`` to
+the CPU): each GPU's host copies are :mod:`zerolib.core.offload_traffic`'s (ZeRO-Offload's
+bytes: the reduced gradient partition down at the gradient width, the updated 16-bit
+partition up, the parameter shard up before each pass), for the parameters this GPU holds
+(:func:`zerolib.core.model_parallel.parameters_per_gpu` of its pipeline stage), on a PCIe
+``host_link`` at full duplex, added to the collectives of the phase they run in, as
+:mod:`zerolib.core.group_step` adds them. When, in DeepSpeed 0.19.8:
+
+- the gradient partition goes down **every micro-batch** under stages 2 and 3, during the
+  backward (``stage3.py`` ``partition_grads`` copies each reduced partition into the
+  CPU-resident ``grad_partitions_flat_buffer`` on every micro-step; ``stage_1_and_2.py``
+  ``copy_grads_in_partition`` through ``async_accumulate_grad_in_cpu_via_gpu`` while gradients
+  accumulate), and **once per step** under stage 1, which reduces only at the accumulation
+  boundary (``engine.py`` ``allreduce_gradients``), joining that reduction;
+- the parameter shard comes up **every micro-batch**, before each layer's forward and again
+  before its backward (``partition_parameters.py`` ``all_gather_coalesced`` copies
+  ``ds_tensor`` to the GPU on every gather), overlapping the pass that needs it;
+- the updated 16-bit partition comes up **once per step**, after the CPU's optimizer step
+  (``stage_1_and_2.py`` ``step``: ``bit16_partitions[partition_id].data.copy_(...)``;
+  ``stage3.py`` ``_reassign_or_swap_out_partitioned_parameters``), hidden behind nothing; with
+  the parameters on the host too the CPU updates them in place and nothing comes up.
+
+Left out of offload's time: the CPU's optimizer step itself; DeepSpeed's read-back of the
+accumulated gradient partition from the second micro-batch on (it adds on the GPU: up as many
+bytes as go down, which costs time only where parameters come up in the same pass); its fp32
+conversion before the last micro-batch's copy (4 bytes per gradient where ZeRO-Offload counts
+the gradient's own width).
 
 Left out: Megatron-LM's and DeepSpeed's communication overlaps beyond the ones stated; the middle
 pipeline stages (fewer parameters than the first or last, and at most one more message per
 micro-batch); contention between the tensor-parallel, pipeline and data-parallel traffic of one
 node (each is timed as if it had its links to itself); kernel efficiency per shape (one ``mfu``
-for every matrix); the optimizer step's own time; offload's PCIe traffic
-(:func:`offload_seconds`, unknown today); and the network effects :mod:`zerolib.core.nodes`
-leaves out.
+for every matrix); the optimizer step's own time (GPU or CPU); ZeRO++ (not planned); and the
+network effects :mod:`zerolib.core.nodes` leaves out.
 """
 from __future__ import annotations
 
@@ -80,11 +121,12 @@ import numpy as np
 from zerolib.core.accounting import Layout, get_layout
 from zerolib.core.activations import RECOMPUTE
 from zerolib.core.collectives import CHUNKS_SENT
-from zerolib.core.communication import SLOTS, flat_traffic, layer_units
+from zerolib.core.communication import PHASES, layer_units
 from zerolib.core.devices import Device, get_device
+from zerolib.core.group_traffic import GROUP_SLOTS, GroupTraffic, flat_group_traffic
 from zerolib.core.inputs import MAX_GPUS, check_gpus, check_positive_int, check_stage, echo
 from zerolib.core.intmath import ceil_div
-from zerolib.core.links import BASE_LATENCY, LINKS, get_link
+from zerolib.core.links import BASE_LATENCY, LINKS, Link, get_link
 from zerolib.core.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
@@ -95,6 +137,8 @@ from zerolib.core.model_parallel import (
 from zerolib.core.model_parallel_traffic import pipeline_traffic, tensor_parallel_traffic
 from zerolib.core.models import TransformerConfig, get_model
 from zerolib.core.nodes import NODES, Interconnect, interconnect, ring_latency
+from zerolib.core.offload_traffic import DEFAULT_HOST_LINK, host_traffic
+from zerolib.core.placement import Placement
 from zerolib.core.step import DEFAULT_MFU, ComputeSettings, check_mfu, compute_seconds
 from zerolib.core.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
 
@@ -103,6 +147,14 @@ PARTS = ("compute", "tensor", "pipeline", "data_parallel", "bubble")
 # DeepSpeed 0.19.8 runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
 # parallelism"; Megatron-LM's distributed optimizer is stage 1.
 PIPELINE_STAGES = (0, 1)
+# Offload as DeepSpeed offers it, to the node's CPU memory (each entry: the Placement fields).
+OFFLOADS: Mapping[str, Mapping[str, str]] = MappingProxyType({
+    "none": MappingProxyType({}),
+    "optimizer": MappingProxyType({"offload_optimizer": "cpu"}),
+    "optimizer+parameters": MappingProxyType({"offload_optimizer": "cpu", "offload_params": "cpu"}),
+})
+# The rings a plan's ZeRO slots run on (ZeRO++'s hpZ and qgZ rings are not planned).
+PLANNED_RINGS = ("all", "group", "replicas")
 
 
 def cluster_interconnect(links: str | Interconnect, gpus_per_node: int | None = None) -> Interconnect:
@@ -191,27 +243,74 @@ def send_seconds(ic: Interconnect, message_bytes, crosses_nodes) -> np.ndarray:
     return np.where(crosses, across, inside)
 
 
+def check_host_link(host_link: str | Link) -> Link:
+    """The PCIe link offload copies run on (a name of :data:`zerolib.core.links.LINKS`)."""
+    link = get_link(host_link)
+    if link.kind != "pcie":
+        pcie = ", ".join(name for name, other in LINKS.items() if other.kind == "pcie")
+        raise ValueError(f"host_link must be a PCIe link ({pcie}), got {link.name}")
+    return link
+
+
+def _checked_node(data_parallel) -> int:
+    """A node size under which :mod:`zerolib.core.group_traffic`'s and
+    :mod:`zerolib.core.placement`'s node checks hold for every data-parallel group of
+    ``data_parallel``: their least common multiple (each d divides it, so every ring "sits inside
+    one node" there). The rings are placed by :class:`GroupRing` instead; only the bytes and
+    calls, which do not depend on the node, are read."""
+    node = math.lcm(*np.unique(data_parallel).tolist())
+    if node > MAX_GPUS:
+        raise ValueError(f"data_parallel degrees of one call must divide one cluster of at most "
+                         f"{MAX_GPUS:,} GPUs (their least common multiple is {node:,})")
+    return node
+
+
 def shard_group_traffic(params, data_parallel, stage, layout: str | Layout = "mixed-adam",
-                        shard_group=None):
+                        shard_group=None) -> GroupTraffic:
     """ZeRO's collectives per GPU and step for ``params`` on each GPU, sharded over a group of
-    ``shard_group`` of the ``data_parallel`` GPUs (None: all of them).
-
-    Today the shard group is treated as the whole data-parallel group: every collective runs
-    over all d GPUs as :func:`zerolib.core.communication.flat_traffic` counts it (one flat
-    buffer), whatever ``shard_group`` says. Traffic that follows the group (reduce-scatter and
-    all-gather within it, the gradient all-reduce across the d / G groups) belongs here."""
-    if shard_group is not None:
-        group, gpus = np.broadcast_arrays(check_gpus(shard_group, "shard_group"),
-                                          check_gpus(data_parallel, "data_parallel"))
-        if np.any(gpus % group):
-            raise ValueError("shard_group must divide data_parallel")
-    return flat_traffic(params, data_parallel, stage, layout)
+    ``shard_group`` of the ``data_parallel`` GPUs (None: all of them): exactly
+    :func:`zerolib.core.group_traffic.flat_group_traffic`'s (one flat buffer per pass). Read
+    its ``sent``, ``calls`` and ``ring_gpus``: it is placed on a node of every GPU of the call
+    (:func:`_checked_node`), so its ``cross_node``, ``ring_nodes`` and ``sharing`` say nothing
+    about the cluster; :func:`parallel_step_time` places each ring itself."""
+    d = check_gpus(data_parallel, "data_parallel")
+    return flat_group_traffic(params, d, stage, layout, shard_group,
+                              gpus_per_node=_checked_node(d))
 
 
-def offload_seconds(offload) -> np.ndarray:
-    """Seconds per step that offload adds (PCIe copies, the optimizer step on the CPU): not
-    modelled yet, so NaN (unknown) wherever ``offload`` is True, 0 elsewhere."""
-    return np.where(np.asarray(offload, dtype=bool), np.nan, 0.0)
+def offload_seconds(params, data_parallel, stage, offload="none", shard_group=None,
+                    layout: str | Layout = "mixed-adam",
+                    host_link: str | Link = DEFAULT_HOST_LINK) -> Mapping[str, np.ndarray]:
+    """Seconds of one pass of each phase's host copies per GPU (forward, backward, after_step;
+    float64, broadcast): :func:`zerolib.core.offload_traffic.host_traffic`'s bytes for
+    ``offload`` (names of :data:`OFFLOADS`) of ``params`` on each GPU, sharded over
+    ``shard_group`` of the ``data_parallel`` GPUs, at ``host_link``'s rate both ways at once. 0
+    where nothing is offloaded. When each runs in a step is :func:`parallel_step_time`'s."""
+    d = check_gpus(data_parallel, "data_parallel")
+    params, d, stage, codes = np.broadcast_arrays(params, d, check_stage(stage),
+                                                  _codes(offload, tuple(OFFLOADS), "offload"))
+    group = None if shard_group is None else check_gpus(shard_group, "shard_group")
+    return _host_seconds(params, d, stage, codes, group, layout, check_host_link(host_link))
+
+
+def _host_seconds(params, d, stage, codes, group, layout, host_link) -> Mapping[str, np.ndarray]:
+    """:func:`offload_seconds` for offload codes (indices into :data:`OFFLOADS`)."""
+    params, d, stage, codes = np.broadcast_arrays(params, d, stage, codes)
+    group = d if group is None else np.broadcast_to(group, d.shape)
+    out = {phase: np.zeros(d.shape) for phase in PHASES}
+    moved = np.flatnonzero(codes.ravel() > 0)
+    if not len(moved):
+        return MappingProxyType(out)
+    node = _checked_node(d.ravel()[moved])
+    names = tuple(OFFLOADS)
+    for (g, code), rows in _groups((group.ravel()[moved], codes.ravel()[moved])):
+        at = moved[rows]
+        placement = Placement(shard_group=g, gpus_per_node=node, **OFFLOADS[names[code]])
+        seconds = host_traffic(params.ravel()[at], d.ravel()[at], stage.ravel()[at], layout,
+                               placement).seconds(host_link)
+        for phase in PHASES:
+            out[phase].ravel()[at] = seconds[phase]
+    return MappingProxyType(out)
 
 
 def bubble_fraction(pipeline_parallel, micro_batches, chunks=1) -> np.ndarray:
@@ -277,8 +376,8 @@ def _codes(value, allowed, name) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ParallelStepTime:
-    """Seconds of one step per setting (float64 arrays, broadcast like the inputs); NaN where a
-    part is unknown (offload). ``parts`` holds :data:`PARTS`, which add up to the step."""
+    """Seconds of one step per setting (float64 arrays, broadcast like the inputs). ``parts``
+    holds :data:`PARTS`, which add up to the step."""
 
     parts: Mapping[str, np.ndarray] = field(repr=False)
     micro_batch_seconds: np.ndarray = field(repr=False)   # T_mb, on the slowest stage
@@ -332,14 +431,17 @@ def _ring_constants(ic: Interconnect, size: int, stride: int) -> tuple[Mapping[s
 def parallel_step_time(model, link: str | Interconnect, device: str | Device, *, seq_len,
                        micro_batch, tensor_parallel, pipeline_parallel, data_parallel, stage,
                        micro_batches, chunks=1, sequence_parallel=False, recompute="none",
-                       shard_group=None, offload=False, layout: str | Layout = "mixed-adam",
+                       shard_group=None, offload="none", layout: str | Layout = "mixed-adam",
                        mfu: float = DEFAULT_MFU, gpus_per_node: int | None = None,
-                       element_bytes: int = 2) -> ParallelStepTime:
+                       element_bytes: int = 2,
+                       host_link: str | Link = DEFAULT_HOST_LINK) -> ParallelStepTime:
     """The step time of every setting (see the module doc), broadcast over ``micro_batch``,
     ``tensor_parallel``, ``pipeline_parallel``, ``data_parallel``, ``stage``, ``micro_batches``
     (per step and pipeline), ``chunks`` (1: 1F1B; 2 or more: interleaved), ``sequence_parallel``,
-    ``recompute`` (names of :data:`zerolib.core.activations.RECOMPUTE`), ``shard_group`` and
-    ``offload`` (True: state offloaded, whose time is unknown: NaN).
+    ``recompute`` (names of :data:`zerolib.core.activations.RECOMPUTE`), ``shard_group`` (a
+    divisor of ``data_parallel``; None: all of them) and ``offload`` (names of
+    :data:`OFFLOADS`, its copies on ``host_link``, a PCIe link of
+    :data:`zerolib.core.links.LINKS`).
 
     ``link`` is :func:`cluster_interconnect`'s (``gpus_per_node`` for a node). Settings must
     obey :func:`zerolib.core.model_parallel.parallel_rules` and keep stages 2-3 without a
@@ -348,6 +450,7 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device, *,
     config = get_model(model)
     ic = link if isinstance(link, Interconnect) else cluster_interconnect(link, gpus_per_node)
     device, layout, mfu = get_device(device), get_layout(layout), check_mfu(mfu)
+    host_link = check_host_link(host_link)
     s = check_positive_int(seq_len, "seq_len", MAX_SEQ_LEN)
     e = check_positive_int(element_bytes, "element_bytes", 16)
     arrays = np.broadcast_arrays(
@@ -355,7 +458,7 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device, *,
         check_gpus(pipeline_parallel, "pipeline_parallel"), check_gpus(data_parallel, "data_parallel"),
         check_stage(stage), check_gpus(micro_batches, "micro_batches"), check_gpus(chunks, "chunks"),
         _flags(sequence_parallel, "sequence_parallel"), _codes(recompute, RECOMPUTE, "recompute"),
-        _flags(offload, "offload"))
+        _codes(offload, tuple(OFFLOADS), "offload"))
     b, t, p, d, zero, m, v, sp, rec, off = (np.array(a) for a in arrays)
     if shard_group is not None:
         shard_group = np.broadcast_to(check_gpus(shard_group, "shard_group"), b.shape)
@@ -382,12 +485,22 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device, *,
         tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
         slots = _zero_slots(ic, params, d, t, zero, layout, shard_group, units)
-        gather_f = slots["forward_all_gather"]
-        in_backward = slots["backward_all_gather"] + np.where(zero >= 2, slots["gradient_reduce_scatter"], 0.0)
+        host = _host_seconds(params, d, zero, off, shard_group, layout, host_link)
+        # Every micro-batch: the forward's gathers and parameter fetches overlap its forward;
+        # the backward's gathers, stages 2-3's reduce-scatter and gradient copy its backward.
+        gather_f = slots["forward_all_gather"] + host["forward"]
+        in_backward = slots["backward_all_gather"] + np.where(
+            zero >= 2, slots["gradient_reduce_scatter"] + host["backward"], 0.0)
         per_mb = np.maximum(gather_f - forward, 0.0) + np.maximum(in_backward - backward, 0.0)
-        reduce_once = np.where(zero <= 1, slots["gradient_all_reduce"]
-                               + np.where(zero == 1, slots["gradient_reduce_scatter"], 0.0), 0.0)
-        per_step = np.maximum(reduce_once - backward, 0.0) + slots["parameter_all_gather"]
+        # Once per step, in the last micro-batch's backward, after what it does every time:
+        # stage 0's all-reduce, stage 1's reduce-scatter and gradient copy, the replicas'
+        # all-reduce; then, hidden behind nothing, the after-step copy and all-gather.
+        once = (slots["gradient_all_reduce"]
+                + np.where(zero == 1, slots["gradient_reduce_scatter"] + host["backward"], 0.0)
+                + slots["replica_all_reduce"])
+        last = (np.maximum(in_backward + once - backward, 0.0)
+                - np.maximum(in_backward - backward, 0.0))
+        per_step = last + slots["parameter_all_gather"] + host["after_step"]
         return forward + backward, tensor, pipe, per_mb, per_step
 
     first, last = stage_part(np.zeros(b.shape, dtype=np.int64)), stage_part(p - 1)
@@ -395,7 +508,7 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device, *,
     compute, tensor, pipe, per_mb, per_step = (np.where(pick_last, y, x) for x, y in zip(first, last))
     micro = compute + tensor + pipe + per_mb
     parts = {"compute": m * compute, "tensor": m * tensor, "pipeline": m * pipe,
-             "data_parallel": m * per_mb + per_step + offload_seconds(off),
+             "data_parallel": m * per_mb + per_step,
              "bubble": (p - 1) / v * micro}
     return ParallelStepTime(MappingProxyType(parts), micro)
 
@@ -458,22 +571,37 @@ def _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v):
     return out.reshape(np.shape(b))
 
 
-def _zero_slots(ic, params, d, t, zero, layout, shard_group, units):
-    """Seconds per slot of :data:`zerolib.core.communication.SLOTS`, one pass of each: bytes
-    from :func:`shard_group_traffic`, one call per slot (stage 3: one per layer unit), on the
-    ring of the d data-parallel GPUs t apart (:class:`GroupRing`, once per distinct ring)."""
-    traffic = shard_group_traffic(params, d, zero, layout, shard_group)
-    flat_d, flat_t = np.ravel(d), np.ravel(t)
-    latency = {kind: np.zeros(flat_d.shape) for kind in CHUNKS_SENT}
-    bandwidth = np.ones(flat_d.shape)
-    for (dd, tt), rows in _groups((flat_d, flat_t)):
-        kinds, bandwidth[rows] = _ring_constants(ic, dd, tt)
+def _ring_arrays(ic, size, stride):
+    """({kind: latency}, bus bandwidth) per row of rings over ``size`` GPUs ``stride`` apart
+    (flat arrays; :func:`_ring_constants` once per distinct ring)."""
+    latency = {kind: np.zeros(size.shape) for kind in CHUNKS_SENT}
+    bandwidth = np.ones(size.shape)
+    for (n, apart), rows in _groups((size, stride)):
+        kinds, bandwidth[rows] = _ring_constants(ic, n, apart)
         for kind, value in kinds.items():
             latency[kind][rows] = value
+    return latency, bandwidth
+
+
+def _zero_slots(ic, params, d, t, zero, layout, shard_group, units):
+    """Seconds per slot of :data:`zerolib.core.group_traffic.GROUP_SLOTS`, one pass of each:
+    bytes and calls from :func:`shard_group_traffic` (stage 3: one call per layer unit), each
+    on the ring it uses, data-parallel ranks t apart: every GPU (d, stride t), the group (G,
+    stride t) or the replicas (d / G, stride G x t); :class:`GroupRing`."""
+    traffic = shard_group_traffic(params, d, zero, layout, shard_group)
+    flat_d, flat_t, flat_g = np.ravel(d), np.ravel(t), np.ravel(traffic.shard_group)
+    rings = {"all": (flat_d, flat_t), "group": (flat_g, flat_t),
+             "replicas": (flat_d // flat_g, flat_g * flat_t)}
+    constants = {ring: _ring_arrays(ic, *rings[ring]) for ring in PLANNED_RINGS}
+    three = np.ravel(zero) == 3
     out = {}
-    for slot in SLOTS:
-        sent, calls = np.ravel(traffic.sent[slot.name]), np.ravel(traffic.calls[slot.name])
-        calls = np.where((np.ravel(zero) == 3) & (calls > 0), units, calls)
+    for slot in GROUP_SLOTS:
+        if slot.ring not in PLANNED_RINGS:
+            continue
+        latency, bandwidth = constants[slot.ring]
+        sent = np.ravel(traffic.sent[slot.name])
+        calls = np.ravel(traffic.calls[slot.name])
+        calls = np.where(three & (calls > 0), units, calls)
         seconds = np.where(sent > 0, calls * latency[slot.kind] + sent / bandwidth, 0.0)
         out[slot.name] = seconds.reshape(np.shape(d))
     return out
