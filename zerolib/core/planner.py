@@ -15,7 +15,9 @@ so each pipeline runs m = B / (d b) micro-batches per step; ZeRO stages 2-3 with
 parallelism; offload only with the node's CPU memory known), computes the peak per GPU of every
 configuration that can run exactly as :func:`zerolib.core.working_set.peaks` does (tests check
 it configuration by configuration), and the step time of each with
-:func:`zerolib.core.parallel_step.parallel_step_time`.
+:func:`zerolib.core.parallel_step.parallel_step_time`: each collective on the ring it uses (a
+shard group's gathers and reduce-scatters inside the group, its replicas' all-reduce across
+them), offload's PCIe copies on ``host_link``.
 
 A configuration **fits** when its peak is at most the device's capacity and, if it offloads, the
 CPU memory its node's GPUs offload into is at most ``host_memory`` (the larger of the first and
@@ -23,8 +25,9 @@ last pipeline stage's, per node). It is never reported as fitting when a term of
 unknown: offloaded state with no ``host_memory`` given is a rejection of its own
 (``host_unknown``); NVMe, whose capacity zerolib does not judge, is not planned. Fitting
 configurations are ranked by estimated step time, ties broken by headroom (capacity - peak,
-larger first), then by the order of enumeration; a configuration whose time is unknown (offload:
-:func:`zerolib.core.parallel_step.offload_seconds`) comes after every timed one.
+larger first), then by the order of enumeration. Offloaded configurations are ranked with the
+rest on their GPU compute, collectives and PCIe copies; the CPU's optimizer step, which they add
+and the others do not, is left out (:data:`PLAN_LEFT_OUT`), so the ranking flatters them.
 
 Every array is computed once per level of the space (the (t, p) grid, then schedules and
 sequence parallelism, micro-batches, recomputation, and the ZeRO variants of each data-parallel
@@ -48,6 +51,7 @@ from zerolib.core.accounting import CATEGORIES, STAGES, Layout, get_layout
 from zerolib.core.activations import RECOMPUTE
 from zerolib.core.devices import Device, get_device
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, check_count, check_positive_int, echo
+from zerolib.core.links import Link
 from zerolib.core.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
@@ -60,9 +64,12 @@ from zerolib.core.model_parallel import (
 )
 from zerolib.core.models import TransformerConfig, get_model
 from zerolib.core.nodes import Interconnect
+from zerolib.core.offload_traffic import DEFAULT_HOST_LINK
 from zerolib.core.parallel_step import (
+    OFFLOADS,
     PARTS,
     PIPELINE_STAGES,
+    check_host_link,
     cluster_interconnect,
     parallel_step_time,
 )
@@ -82,13 +89,6 @@ from zerolib.core.working_set import (
     term_arrays,
 )
 
-# Offload as DeepSpeed offers it, to the node's CPU memory (NVMe is not planned: its capacity
-# is not judged). Each entry: the Placement fields.
-OFFLOADS: Mapping[str, Mapping[str, str]] = MappingProxyType({
-    "none": MappingProxyType({}),
-    "optimizer": MappingProxyType({"offload_optimizer": "cpu"}),
-    "optimizer+parameters": MappingProxyType({"offload_optimizer": "cpu", "offload_params": "cpu"}),
-})
 SCHEDULE_NAMES = {1: "1F1B"}      # v > 1: "interleaved, v chunks"
 # Shard groups a plan tries under stages 1-3: every divisor G of d, or only G = d (the paper's ZeRO).
 SHARD_GROUPS = ("all", "whole")
@@ -115,7 +115,8 @@ PASSES = len(REASONS)     # the reason code of a configuration that fits
 # What the ranking leaves out, said wherever it is shown (the CLI's header, the notebook).
 PLAN_HEADER = ("Ranked by a model, not by measurement: peaks are zerolib's exact byte counts; "
                "step times come from 6 (8 with full recomputation) FLOPs per parameter and token "
-               "at the device's peak x mfu, the ring model of the links, and the pipeline "
+               "at the device's peak x mfu, the ring model of the links (each collective on the "
+               "GPUs it joins), offload's copies at the host link's rate, and the pipeline "
                "schedule's bubble.")
 PLAN_LEFT_OUT = (
     "kernel efficiency per shape (one mfu for every matrix, every t and micro-batch)",
@@ -126,9 +127,9 @@ PLAN_LEFT_OUT = (
     "memory fragmentation and allocator caching beyond the fixed reserve",
     "communication overlaps beyond the stated ones (tensor-parallel and pipeline traffic are "
     "fully exposed) and contention between them on one node's links",
-    "offload's PCIe traffic and CPU optimizer step (offloaded configurations are unranked), "
-    "and NVMe offload (not planned)",
-    "shard groups' own traffic (a shard group is timed as the whole data-parallel group)",
+    "the optimizer step's own time, on the GPU or, offloaded, on the CPU (offloaded "
+    "configurations are ranked on their PCIe copies without the CPU's step, which flatters "
+    "them), and NVMe offload (not planned)",
 )
 
 # The node a device usually comes in, for plans that name no links.
@@ -189,6 +190,7 @@ class PlanSettings:
     seq_len: int
     global_batch: int
     interconnect: Interconnect
+    host_link: Link
     layout: Layout
     mfu: float
     host_memory: int | None
@@ -208,6 +210,7 @@ class PlanSettings:
         return {"model": self.model.name, "gpus": self.gpus, "gpus_per_node": self.gpus_per_node,
                 "device": self.device.as_dict(), "seq_len": self.seq_len,
                 "global_batch": self.global_batch, "links": self.interconnect.as_dict(),
+                "host_link": self.host_link.as_dict(),
                 "layout": self.layout.as_dict(), "mfu": self.mfu, "host_memory": self.host_memory,
                 "max_micro_batch": self.max_micro_batch, "stages": list(self.stages),
                 "recompute": list(self.recompute), "chunks": list(self.chunks),
@@ -218,7 +221,8 @@ class PlanSettings:
 
 
 def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, links=None,
-                  layout: str | Layout = "mixed-adam", mfu: float = DEFAULT_MFU,
+                  host_link: str | Link = DEFAULT_HOST_LINK, layout: str | Layout = "mixed-adam",
+                  mfu: float = DEFAULT_MFU,
                   host_memory: int | None = None, max_micro_batch: int = 8, stages=STAGES,
                   recompute=RECOMPUTE, chunks=(1, 2), offload=tuple(OFFLOADS),
                   sequence_parallel=(False, True), shard_groups: str = "all",
@@ -246,7 +250,8 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: interleaved)")
     return PlanSettings(
         config, gpus, k, device, seq_len, global_batch,
-        cluster_interconnect(links_for(device, links), k), get_layout(layout), check_mfu(mfu),
+        cluster_interconnect(links_for(device, links), k), check_host_link(host_link),
+        get_layout(layout), check_mfu(mfu),
         host_memory, max_micro_batch, _choices(stages, STAGES, "stages"),
         _choices(recompute, RECOMPUTE, "recompute"), tuple(dict.fromkeys(chunks)),
         _choices(offload, tuple(OFFLOADS), "offload"),
@@ -472,8 +477,9 @@ def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
         data_parallel=c["data_parallel"], stage=c["stage"], micro_batches=c["micro_batches"],
         chunks=c["chunks"], sequence_parallel=c["sequence_parallel"],
         recompute=np.asarray(RECOMPUTE, dtype=object)[c["recompute"]],
-        shard_group=c["shard_group"], offload=c["offload"] > 0, layout=s.layout, mfu=s.mfu,
-        element_bytes=s.working_set.element_bytes)
+        shard_group=c["shard_group"], offload=np.asarray(tuple(OFFLOADS), dtype=object)[c["offload"]],
+        layout=s.layout, mfu=s.mfu, element_bytes=s.working_set.element_bytes,
+        host_link=s.host_link)
     out = {f"{part}_seconds": seconds for part, seconds in times.parts.items()}
     out["step_seconds"] = times.step_seconds
     out["network_wait_fraction"] = times.network_wait_fraction
@@ -565,7 +571,7 @@ class Plan:
         fitting = np.flatnonzero(frame["fits"].to_numpy())
         step = frame["step_seconds"].to_numpy()[fitting]
         order = np.lexsort((fitting, -frame["headroom_bytes"].to_numpy()[fitting],
-                            np.where(np.isnan(step), np.inf, step)))
+                            step))
         rank[fitting[order]] = np.arange(1, len(fitting) + 1)
         frame.insert(0, "rank", rank)
         frame.attrs.update(plan=s)
@@ -574,7 +580,7 @@ class Plan:
     @cached_property
     def fits(self) -> pd.DataFrame:
         """The fitting configurations, fastest first (ties: more headroom first, then enumeration
-        order); unknown step times last. ``rank`` counts from 1."""
+        order). ``rank`` counts from 1."""
         valid = self.valid
         ranked = valid[valid["rank"].to_numpy() > 0].sort_values("rank", kind="stable")
         ranked = ranked.reset_index(drop=True)
@@ -659,7 +665,8 @@ def plan(model, gpus, gpus_per_node, device, seq_len, global_batch, **options) -
     """Every configuration of ``model`` on ``gpus`` GPUs (``gpus_per_node`` per node) of
     ``device`` at ``seq_len`` tokens and ``global_batch`` sequences per step: which can run,
     their peaks and step times, which fit, ranked (see the module doc). ``options`` are
-    :func:`plan_settings`'s: ``links``, ``layout``, ``mfu``, ``host_memory``,
+    :func:`plan_settings`'s: ``links``, ``host_link`` (the PCIe link offload copies over,
+    default ``pcie4-x16``), ``layout``, ``mfu``, ``host_memory``,
     ``max_micro_batch``, ``stages``, ``recompute``, ``chunks``, ``offload``,
     ``sequence_parallel``, ``shard_groups`` ("all" or "whole"), ``working_set`` (flash
     attention, reserve, DeepSpeed's buffers)."""
