@@ -59,18 +59,37 @@ def test_json_is_the_core_plan(capsys, core):
     assert [r["rule"] for r in result["rejected"]] == list(core.rejected["rule"])
 
 
-def test_unknown_times_are_null_in_json_and_empty_in_csv(capsys):
+def key(row):
+    return tuple(row[c] for c in ("tensor_parallel", "sequence_parallel", "pipeline_parallel",
+                                  "chunks", "stage", "shard_group", "recompute", "offload"))
+
+
+def test_offloaded_configurations_are_timed_on_the_host_link(capsys):
     argv = ("plan", "--model", "llama-2-70b", "--gpus", "8", "--gpus-per-node", "8", "--device",
             "a100-80gb", "--seq", "4096", "--global-batch", "64", "--max-micro-batch", "1",
             "--host-memory", "4TiB")
     _, out, _ = run(capsys, *argv, "--format", "json")
-    offloaded = [r for r in json.loads(out)["fits"] if r["offload"] != "none"]
-    assert offloaded and all(r["step_seconds"] is None for r in offloaded)
+    result = json.loads(out)
+    assert result["settings"]["host_link"]["name"] == "pcie4-x16"
+    offloaded = {key(r): r["step_seconds"] for r in result["fits"] if r["offload"] != "none"}
+    assert len(offloaded) == sum(r["offload"] != "none" for r in result["fits"])
+    assert offloaded and all(isinstance(v, float) for v in offloaded.values())
+    # PCIe 5.0 moves the same bytes at twice the rate: no offloaded step is slower, some faster,
+    # and those without offload do not change.
+    _, out, _ = run(capsys, *argv, "--format", "json", "--host-link", "pcie5-x16")
+    faster = json.loads(out)
+    assert faster["settings"]["host_link"]["name"] == "pcie5-x16"
+    quicker = {key(r): r["step_seconds"] for r in faster["fits"] if r["offload"] != "none"}
+    assert quicker.keys() == offloaded.keys()
+    assert all(quicker[k] <= offloaded[k] for k in quicker)
+    assert any(quicker[k] < offloaded[k] for k in quicker)
+    plain = [r["step_seconds"] for r in result["fits"] if r["offload"] == "none"]
+    assert sorted(plain) == sorted(r["step_seconds"] for r in faster["fits"] if r["offload"] == "none")
     _, out, _ = run(capsys, *argv, "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert any(r["offload"] != "none" and r["step_seconds"] == "" for r in rows)
+    assert all(r["step_seconds"] != "" for r in rows) and any(r["offload"] != "none" for r in rows)
     _, out, _ = run(capsys, *argv)
-    assert "not modelled" in out
+    assert "offload over PCIe 4.0 x16" in out and "not modelled" not in out
 
 
 def test_csv_has_every_fit_with_its_rank(capsys, core):
@@ -106,6 +125,7 @@ def test_options_narrow_the_space(capsys):
     (("--mfu", "2"), "--mfu must be above 0 and at most 1"),
     (("--host-memory", "lots"), "--host-memory must be a size"),
     (("--max-micro-batch", "0"), "--max-micro-batch must be a positive whole number"),
+    (("--host-link", "nvlink4"), "--host-link must be one of pcie4-x16, pcie5-x16, got 'nvlink4'"),
     (("--top", "-1"), "--top must be a positive whole number"),
     (("--model", "llama-9"), "model must be one of"),
 ])

@@ -77,11 +77,15 @@ def options_from(args) -> dict:
         if args.offload_optimizer is None and args.offload_params is None:
             raise ValueError("--host-link needs --offload-optimizer or --offload-params (it "
                              "times the offload's copies)")
-        if args.host_link.strip().lower() not in PCIE_LINKS:
-            raise ValueError(f"--host-link must be one of {', '.join(PCIE_LINKS)}, got "
-                             f"{args.host_link!r}")
-        out["host_link"] = get_link(args.host_link).name
+        out["host_link"] = host_link_from(args.host_link)
     return out
+
+
+def host_link_from(text: str) -> str:
+    """``--host-link``: the name of a PCIe link of the catalogue."""
+    if text.strip().lower() not in PCIE_LINKS:
+        raise ValueError(f"--host-link must be one of {', '.join(PCIE_LINKS)}, got {text!r}")
+    return get_link(text).name
 
 
 def default_stages(args, stages):

@@ -8,6 +8,7 @@ import json
 import math
 
 from zerolib.cli._arguments import add_layout_arguments, layout_from
+from zerolib.cli._communication import PCIE_LINKS, host_link_from
 from zerolib.cli._output import text_table
 from zerolib.core.accounting import STAGES
 from zerolib.core.activations import RECOMPUTE
@@ -16,6 +17,7 @@ from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, echo
 from zerolib.core.links import LINKS
 from zerolib.core.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES
 from zerolib.core.nodes import NODES
+from zerolib.core.offload_traffic import DEFAULT_HOST_LINK
 from zerolib.core.parse import parse_fraction, parse_size, parse_whole
 from zerolib.core.planner import (
     DEFAULT_LINKS,
@@ -61,6 +63,9 @@ def register(commands) -> None:
     parser.add_argument("--mfu", metavar="U",
                         help=f"fraction of the device's peak the compute reaches, e.g. 0.4 or 40%% "
                              f"(default {DEFAULT_MFU:g})")
+    parser.add_argument("--host-link", metavar="NAME",
+                        help=f"the PCIe link offload's copies run on ({', '.join(PCIE_LINKS)}; "
+                             f"default {DEFAULT_HOST_LINK})")
     parser.add_argument("--host-memory", metavar="SIZE",
                         help="CPU memory per node, e.g. 1TiB: without it, offloaded configurations "
                              "are never reported as fitting")
@@ -119,6 +124,8 @@ def options_from(args) -> dict:
                "shard_groups": args.shard_groups}
     if args.mfu is not None:
         options["mfu"] = parse_fraction(args.mfu, "--mfu")
+    if args.host_link is not None:
+        options["host_link"] = host_link_from(args.host_link)
     if args.host_memory is not None:
         options["host_memory"] = parse_size(args.host_memory, "--host-memory", maximum=MAX_BYTES)
     if args.max_micro_batch is not None:
@@ -190,13 +197,6 @@ def as_csv(result, top=None) -> str:
     return out.getvalue().rstrip("\n")
 
 
-def _seconds(value) -> str:
-    return "not modelled" if value is None or (isinstance(value, float) and math.isnan(value)) \
-        else f"{value:,.2f}"
-
-
-def _share(value) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.1%}"
 
 
 def as_table(result, top: int, unit: str) -> str:
@@ -210,7 +210,8 @@ def as_table(result, top: int, unit: str) -> str:
         f"{links}), sequence {s.seq_len:,}, global batch {s.global_batch:,} sequences, layout "
         f"{s.layout.name}, mfu {s.mfu:g}"
         + ("" if s.host_memory is None else f", {to_unit(s.host_memory, unit):,.0f} {unit} of CPU "
-                                            f"memory per node") + ".",
+                                            f"memory per node")
+        + (f", offload over {s.host_link.label}" if set(s.offload) - {"none"} else "") + ".",
         PLAN_HEADER, "Left out: " + "; ".join(PLAN_LEFT_OUT) + ".",
         f"{counts['configurations']:,} configurations: {counts['fit']:,} fit, "
         f"{counts['rejected']:,} rejected; fits means the peak per GPU is at most "
@@ -227,8 +228,8 @@ def as_table(result, top: int, unit: str) -> str:
                          r["shard_group"], r["recompute"],
                          f"{r['micro_batch']} x {r['micro_batches']}", r["offload"],
                          f"{to_unit(r['peak_bytes'], unit):,.2f}",
-                         f"{to_unit(r['headroom_bytes'], unit):,.2f}", _seconds(r["step_seconds"]),
-                         _share(r["network_wait_fraction"]), _share(r["bubble_fraction"])])
+                         f"{to_unit(r['headroom_bytes'], unit):,.2f}", f"{r['step_seconds']:,.2f}",
+                         f"{r['network_wait_fraction']:.1%}", f"{r['bubble_fraction']:.1%}"])
         lines.append(text_table(headers, rows))
         if len(fits) > top:
             lines.append(f"... {len(fits) - top:,} more fit (--top N shows more)")
