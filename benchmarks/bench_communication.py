@@ -6,10 +6,8 @@ reduce-scatter, all-gather) for mixed-precision Adam; the check below compares t
 """
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
+from timing import median_seconds
 
 from zerolib.core.communication import flat_traffic
 
@@ -34,15 +32,6 @@ def python_loop(params, gpus, stages):
 def array_api(params, gpus, stages):
     kinds = flat_traffic(params, gpus, stages, "mixed-adam").by_kind("sent")
     return kinds["all_reduce"], kinds["reduce_scatter"], kinds["all_gather"]
-
-
-def median_seconds(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main():

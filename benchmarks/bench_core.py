@@ -2,11 +2,9 @@
 seed's dict-and-loop form in pure Python, measured in the same run (medians)."""
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
 import pandas as pd
+from timing import median_seconds
 
 from zerolib.core.accounting import model_state
 
@@ -26,15 +24,6 @@ def seed_loop(params, gpus, stages):
             parts[name] = parameters * width / divisor / 1_000_000_000
         totals.append(sum(parts.values()))
     return totals
-
-
-def median_seconds(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main():

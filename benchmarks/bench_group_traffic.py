@@ -9,10 +9,8 @@ nodes (three integer divisions the loop, given valid settings, skips).
 """
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
+from timing import median_seconds
 
 from zerolib.core.group_traffic import flat_group_traffic
 
@@ -52,15 +50,6 @@ def array_api(params, gpus, groups, stages):
                                 gpus_per_node=PER_NODE)
     kinds = result.by_kind("sent")
     return kinds["all_reduce"], kinds["reduce_scatter"], kinds["all_gather"], result.total_cross_node
-
-
-def median_seconds(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main():

@@ -4,10 +4,8 @@ micro-batches per step, through the vectorised functions versus one call per set
 functions, scalar), measured in the same run (medians)."""
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
+from timing import median_seconds
 
 from zerolib.core.model_parallel import parameters_per_gpu
 from zerolib.core.pipeline_schedule import (
@@ -43,23 +41,13 @@ def one_at_a_time(t, p, m):
     return params, acts
 
 
-def median_seconds(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        _unit_terms_cached.cache_clear()   # each run starts cold: the memo would serve repeats
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main():
     t, p, m = grid()
     params, acts = vectorised(t, p, m)
     slow_params, slow_acts = one_at_a_time(t, p, m)
     assert params.ravel().tolist() == slow_params and acts.ravel().tolist() == slow_acts
-    fast = median_seconds(lambda: vectorised(t, p, m), 15)
-    slow = median_seconds(lambda: one_at_a_time(t, p, m), 3)
+    fast = median_seconds(lambda: vectorised(t, p, m), 15, before=_unit_terms_cached.cache_clear)
+    slow = median_seconds(lambda: one_at_a_time(t, p, m), 3, before=_unit_terms_cached.cache_clear)
     print(f"model-parallel-sweep: {slow / fast:.0f}x ({t.size:,} settings: vectorised "
           f"{fast * 1e3:.1f} ms vs one call per setting {slow * 1e3:.0f} ms, medians; "
           f"target >= 20x and < 50 ms)")

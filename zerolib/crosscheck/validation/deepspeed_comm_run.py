@@ -11,13 +11,16 @@ the recorded CSV and never run this.
 """
 from __future__ import annotations
 
-import os
 import platform
 from pathlib import Path
 
 import pandas as pd
 
-from zerolib.crosscheck.validation.deepspeed_run import DEEPSPEED_MODELS, MICRO_BATCH
+from zerolib.crosscheck.validation.deepspeed_run import (
+    DEEPSPEED_MODELS,
+    MICRO_BATCH,
+    start_deepspeed,
+)
 from zerolib.crosscheck.validation.explain_communication import (
     COMPARED_KINDS,
     DEEPSPEED_CONFIGS,
@@ -69,20 +72,9 @@ def _measure_one(spec, config_name: str, precision: str, rank: int, workers: int
 
 
 def _rank(rank: int, workers: int, jobs: list) -> dict:
-    os.environ["DS_ACCELERATOR"] = "cpu"
-    import logging
-    import warnings
-
+    backend = start_deepspeed()
     import torch
 
-    warnings.filterwarnings("ignore")
-    import deepspeed
-    from deepspeed.accelerator import get_accelerator
-    from deepspeed.utils import logger
-
-    logger.setLevel(logging.ERROR)
-    backend = get_accelerator().communication_backend_name()
-    deepspeed.init_distributed(dist_backend=backend, verbose=False)
     rows = []
     for name, config_name, precision in jobs:
         spec = next(m for m in DEEPSPEED_MODELS if m.name == name)

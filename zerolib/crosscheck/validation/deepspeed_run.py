@@ -282,12 +282,12 @@ def _measure_one(spec: ModelSpec, stage: int, precision: str, rank: int,
     return rows, buffers
 
 
-def _rank(rank: int, workers: int, jobs: list) -> dict:
+def start_deepspeed() -> str:
+    """In a rank's process: DeepSpeed on its CPU accelerator, its warnings and logs quiet, its
+    process group started (the DeepSpeed runs' one start-up); returns the backend's name."""
     os.environ["DS_ACCELERATOR"] = "cpu"
     import logging
     import warnings
-
-    import torch
 
     warnings.filterwarnings("ignore")
     import deepspeed
@@ -297,6 +297,13 @@ def _rank(rank: int, workers: int, jobs: list) -> dict:
     logger.setLevel(logging.ERROR)
     backend = get_accelerator().communication_backend_name()
     deepspeed.init_distributed(dist_backend=backend, verbose=False)
+    return backend
+
+
+def _rank(rank: int, workers: int, jobs: list) -> dict:
+    backend = start_deepspeed()
+    import torch
+
     rows, buffers = [], []
     for name, stage, precision in jobs:
         spec = next(m for m in DEEPSPEED_MODELS if m.name == name)
