@@ -13,16 +13,15 @@ to the byte, its step time to 1e-9.
 """
 from __future__ import annotations
 
-import math
-import statistics
-import time
 from functools import cache
 
 import numpy as np
+from timing import median_seconds
 
 from zerolib.core.collectives import CHUNKS_SENT
 from zerolib.core.communication import layer_units
 from zerolib.core.model_parallel import largest_module_per_gpu, parameters_per_gpu
+from zerolib.core.offload_traffic import host_traffic
 from zerolib.core.parallel_step import (
     _pipeline_sends,
     _ring_constants,
@@ -43,7 +42,7 @@ from zerolib.core.planner import (
 from zerolib.core.tables import divisors
 
 SETTING = dict(model="llama-2-70b", gpus=1024, gpus_per_node=8, device="h100-80gb", seq_len=4096,
-               global_batch=1024)
+               global_batch=1024, host_memory=2 * 2**40)
 
 
 def python_plan(s):
@@ -73,13 +72,19 @@ def python_plan(s):
         tiers = place(params, d, stage, layout, placement, world=n)
         return int(tiers.gpu), int(tiers.per_node("cpu"))
 
+    @cache
+    def host_seconds(params, d, stage, group, offload):
+        placement = Placement(shard_group=group, gpus_per_node=d, **OFFLOADS[offload])
+        seconds = host_traffic(params, d, stage, layout, placement).seconds(s.host_link)
+        return {phase: float(value) for phase, value in seconds.items()}
+
     def ring(size, stride, kind, sent, calls):
         if size == 1 or sent == 0:
             return 0.0
         latency, bandwidth = _ring_constants(ic, size, stride)
         return calls * latency[kind] + sent / bandwidth
 
-    def stage_time(t, p, d, r, v, b, sp, rec, stage, m):
+    def stage_time(t, p, d, r, v, b, sp, rec, stage, m, group, offload):
         params = on_gpu(t, p, r)[0]
         full = rec == "full"
         forward = 2 * params * seq / rate * b
@@ -94,16 +99,28 @@ def python_plan(s):
         if p > 1:
             count, size = _pipeline_sends(config, seq, t, p, r, sp, v, ws.element_bytes)
             pipe = count * float(send_seconds(ic, size * b, t * d * p > k))
-        one_pass = (d - 1) * -(-params // d)
+        # ZeRO's collectives: the group's ring (G GPUs t apart), the replicas' (d / G GPUs
+        # G t apart), stage 0's all-reduce over all d; one call per layer unit under stage 3.
         calls = units if stage == 3 else 1
-        gather_f = ring(d, t, "all_gather", one_pass * param, calls) if stage == 3 else 0.0
+        shard = -(-params // group)
+        group_pass = (group - 1) * shard
+        gather_f = ring(group, t, "all_gather", group_pass * param, calls) if stage == 3 else 0.0
         gather_b = gather_f
-        scatter = ring(d, t, "reduce_scatter", one_pass * grad, calls) if stage >= 2 else 0.0
-        per_mb = max(gather_f - forward, 0.0) + max(gather_b + scatter - backward, 0.0)
-        once = {0: ring(d, t, "all_reduce", 2 * one_pass * grad, 1),
-                1: ring(d, t, "reduce_scatter", one_pass * grad, 1)}.get(stage, 0.0)
-        after = ring(d, t, "all_gather", one_pass * param, 1) if stage in (1, 2) else 0.0
-        per_step = max(once - backward, 0.0) + after
+        scatter = ring(group, t, "reduce_scatter", group_pass * grad, calls) if stage >= 1 else 0.0
+        replicas = d // group
+        replica = (ring(replicas, group * t, "all_reduce",
+                        2 * (replicas - 1) * -(-shard // replicas) * grad, calls)
+                   if stage >= 1 else 0.0)
+        reduce0 = ring(d, t, "all_reduce", 2 * (d - 1) * -(-params // d) * grad, 1) if stage == 0 else 0.0
+        host = host_seconds(params, d, stage, group, offload)
+        gather_f += host["forward"]
+        in_backward = gather_b + (scatter + host["backward"] if stage >= 2 else 0.0)
+        per_mb = max(gather_f - forward, 0.0) + max(in_backward - backward, 0.0)
+        # Once per step, in the last micro-batch's backward; then the after-step traffic.
+        once = reduce0 + replica + (scatter + host["backward"] if stage == 1 else 0.0)
+        last = max(in_backward + once - backward, 0.0) - max(in_backward - backward, 0.0)
+        after = ring(group, t, "all_gather", group_pass * param, 1) if stage in (1, 2) else 0.0
+        per_step = last + after + host["after_step"]
         return forward + backward, tensor, pipe, per_mb, per_step
 
     out = []
@@ -154,13 +171,12 @@ def python_plan(s):
                                                                         module + ws.prefetch_bucket_size))
                                     peaks.append(gpu + work)
                                     hosts.append(cpu)
-                                    times.append(stage_time(t, p, d, r, v, b, sp, rec, stage, m))
+                                    times.append(stage_time(t, p, d, r, v, b, sp, rec, stage, m, group,
+                                                           offload))
                                 peak = max(peaks)
                                 slow = max(times, key=lambda x: sum(x[:4]))
                                 micro = sum(slow[:4])
                                 step = m * micro + slow[4] + (p - 1) / v * micro
-                                if offload != "none":
-                                    step = math.nan
                                 if peak > s.device.capacity:
                                     reason = REASONS.index("capacity")
                                 elif s.host_memory is not None and max(hosts) > s.host_memory:
@@ -185,16 +201,6 @@ def clear_memos():
     _MEMORY.clear()
 
 
-def median_seconds(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        clear_memos()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main():
     s = plan_settings(**SETTING)
     result, _ = vectorised(s)
@@ -205,8 +211,8 @@ def main():
     steps = np.array([looped[i][2] for i in result.runnable.tolist()], dtype=np.float64)
     assert np.array_equal(peaks, result.results["peak_bytes"])
     assert np.allclose(steps, result.results["step_seconds"], rtol=1e-9, equal_nan=True)
-    fast = median_seconds(lambda: vectorised(s), 7)
-    slow = median_seconds(lambda: python_plan(s), 3)
+    fast = median_seconds(lambda: vectorised(s), 7, before=clear_memos)
+    slow = median_seconds(lambda: python_plan(s), 3, before=clear_memos)
     print(f"planner-70b-1024-gpus: {slow / fast:.0f}x ({result.size:,} configurations of "
           f"Llama-2-70B on 1,024 H100s, {len(result.runnable):,} runnable, {len(result.fits):,} "
           f"fit: vectorised plan {fast * 1e3:.0f} ms vs a plain-Python enumeration of the same "

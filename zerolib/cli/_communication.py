@@ -10,14 +10,13 @@ from zerolib.core.collectives import KINDS
 from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.links import LINKS, get_link
 from zerolib.core.nodes import NODES, interconnect
-from zerolib.core.offload_traffic import DEFAULT_HOST_LINK
+from zerolib.core.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS
 from zerolib.core.parse import parse_fraction, parse_whole
 from zerolib.core.step import DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU, MAX_TOKENS_PER_GPU
 from zerolib.core.units import to_unit
 
 OPTIONS = {"tokens_per_gpu": "--tokens-per-gpu",
            "mfu": "--mfu", "qwz": "--qwz", "qgz": "--qgz", "host_link": "--host-link"}
-PCIE_LINKS = tuple(name for name, link in LINKS.items() if link.kind == "pcie")
 SECONDS = ("communication_seconds", "compute_seconds", "exposed_seconds", "step_seconds")
 # Appended after the columns above (which keep their places): qgZ's all-to-alls, the group,
 # the bytes leaving a node and the offload transfers' seconds.
@@ -48,7 +47,7 @@ def add_arguments(parser) -> None:
                             "all-to-alls (inside the node, then across nodes)")
     group.add_argument("--host-link", metavar="NAME",
                        help=f"the PCIe link offload copies and NVMe reads and writes run on "
-                            f"({', '.join(PCIE_LINKS)}; default {DEFAULT_HOST_LINK})")
+                            f"({', '.join(HOST_LINKS)}; default {DEFAULT_HOST_LINK})")
 
 
 def options_from(args) -> dict:
@@ -83,8 +82,8 @@ def options_from(args) -> dict:
 
 def host_link_from(text: str) -> str:
     """``--host-link``: the name of a PCIe link of the catalogue."""
-    if text.strip().lower() not in PCIE_LINKS:
-        raise ValueError(f"--host-link must be one of {', '.join(PCIE_LINKS)}, got {text!r}")
+    if text.strip().lower() not in HOST_LINKS:
+        raise ValueError(f"--host-link must be one of {', '.join(HOST_LINKS)}, got {text!r}")
     return get_link(text).name
 
 

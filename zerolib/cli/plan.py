@@ -8,7 +8,7 @@ import json
 import math
 
 from zerolib.cli._arguments import add_layout_arguments, layout_from
-from zerolib.cli._communication import PCIE_LINKS, host_link_from
+from zerolib.cli._communication import HOST_LINKS, host_link_from
 from zerolib.cli._output import text_table
 from zerolib.core.accounting import STAGES
 from zerolib.core.activations import RECOMPUTE
@@ -64,7 +64,7 @@ def register(commands) -> None:
                         help=f"fraction of the device's peak the compute reaches, e.g. 0.4 or 40%% "
                              f"(default {DEFAULT_MFU:g})")
     parser.add_argument("--host-link", metavar="NAME",
-                        help=f"the PCIe link offload's copies run on ({', '.join(PCIE_LINKS)}; "
+                        help=f"the PCIe link offload's copies run on ({', '.join(HOST_LINKS)}; "
                              f"default {DEFAULT_HOST_LINK})")
     parser.add_argument("--host-memory", metavar="SIZE",
                         help="CPU memory per node, e.g. 1TiB: without it, offloaded configurations "
@@ -209,7 +209,7 @@ def as_table(result, top: int, unit: str) -> str:
         f"Plan for {s.model.name} on {s.gpus:,} x {s.device.label} ({s.gpus_per_node} per node; "
         f"{links}), sequence {s.seq_len:,}, global batch {s.global_batch:,} sequences, layout "
         f"{s.layout.name}, mfu {s.mfu:g}"
-        + ("" if s.host_memory is None else f", {to_unit(s.host_memory, unit):,.0f} {unit} of CPU "
+        + ("" if s.host_memory is None else f", {to_unit(s.host_memory, unit):,.2f} {unit} of CPU "
                                             f"memory per node")
         + (f", offload over {s.host_link.label}" if set(s.offload) - {"none"} else "") + ".",
         PLAN_HEADER, "Left out: " + "; ".join(PLAN_LEFT_OUT) + ".",

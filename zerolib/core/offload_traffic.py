@@ -48,11 +48,13 @@ from zerolib.core.accounting import Layout, get_layout
 from zerolib.core.collectives import to_bytes
 from zerolib.core.communication import PHASES
 from zerolib.core.intmath import ceil_div
-from zerolib.core.links import Link, get_link
+from zerolib.core.links import LINKS, Link, get_link
 from zerolib.core.placement import Placement, TierState, check_placement, place
 
 DIRECTIONS = ("to_gpu", "to_host", "nvme_read", "nvme_write")
 DEFAULT_HOST_LINK = "pcie4-x16"
+# The links a GPU copies to and from its host's memory over.
+HOST_LINKS = tuple(name for name, link in LINKS.items() if link.kind == "pcie")
 
 
 @dataclass(frozen=True)

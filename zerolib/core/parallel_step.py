@@ -137,7 +137,7 @@ from zerolib.core.model_parallel import (
 from zerolib.core.model_parallel_traffic import pipeline_traffic, tensor_parallel_traffic
 from zerolib.core.models import TransformerConfig, get_model
 from zerolib.core.nodes import NODES, Interconnect, interconnect, ring_latency
-from zerolib.core.offload_traffic import DEFAULT_HOST_LINK, host_traffic
+from zerolib.core.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS, host_traffic
 from zerolib.core.placement import Placement
 from zerolib.core.step import DEFAULT_MFU, ComputeSettings, check_mfu, compute_seconds
 from zerolib.core.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
@@ -247,8 +247,7 @@ def check_host_link(host_link: str | Link) -> Link:
     """The PCIe link offload copies run on (a name of :data:`zerolib.core.links.LINKS`)."""
     link = get_link(host_link)
     if link.kind != "pcie":
-        pcie = ", ".join(name for name, other in LINKS.items() if other.kind == "pcie")
-        raise ValueError(f"host_link must be a PCIe link ({pcie}), got {link.name}")
+        raise ValueError(f"host_link must be a PCIe link ({', '.join(HOST_LINKS)}), got {link.name}")
     return link
 
 

@@ -7,9 +7,7 @@ configuration at (estimated step time, peak per GPU), coloured by the parallelis
 below the dashed capacity line it fits. The peak axis is logarithmic: peaks run from a few
 tens of GB to terabytes. The fastest configuration that fits (the planner's first) is ringed;
 the text beside the figure names it (text drawn in the axes would be redrawn on every change
-of an explorer, the dearest part of a redraw). Offloaded
-configurations, whose time is not modelled, have no place on the time axis and are counted in
-the subtitle.
+of an explorer, the dearest part of a redraw).
 """
 from __future__ import annotations
 
@@ -54,12 +52,9 @@ def plan_titles(frame: pd.DataFrame) -> tuple[str, str]:
     """The title (model, GPUs, device) and subtitle (what fits, the setting, the time model)."""
     s = frame.attrs["plan"]
     fits = frame["fits"].to_numpy()
-    unranked = int(np.sum(fits & np.isnan(frame["step_seconds"].to_numpy())))
     title = (f"Every runnable configuration of {s.model.name} on {s.gpus:,} {s.device.label}")
     subtitle = (f"{int(fits.sum()):,} of {len(frame):,} fit · sequence {s.seq_len:,}, global batch "
                 f"{s.global_batch:,} · estimated at {s.mfu:.0%} of peak on {s.interconnect.name}")
-    if unranked:
-        subtitle += f" · {unranked:,} offloaded, time not modelled, not shown"
     return title, subtitle
 
 
@@ -93,24 +88,23 @@ def _apply(artists: PlanPeaksArtists, frame: pd.DataFrame, unit: str):
     capacity = s.device.capacity / scale
     step = frame["step_seconds"].to_numpy(dtype=float)
     peak = frame["peak_bytes"].to_numpy(dtype=float) / scale
-    timed = ~np.isnan(step)
     family = frame["family"].astype(str).to_numpy()
     for name in FAMILIES:
-        sel = timed & (family == name)
+        sel = family == name
         artists.points[name].set_offsets(np.column_stack([step[sel], peak[sel]]))
-    if timed.any():
-        low, high = float(step[timed].min()), float(step[timed].max())
+    if len(frame):
+        low, high = float(step.min()), float(step.max())
         pad = max(high - low, 0.05 * high) * 0.06
         ax.set_xlim(low - pad, high + pad)
-        bottom = min(float(peak[timed].min()), capacity) / 1.25
-        top = max(float(peak[timed].max()), capacity) * 1.25
+        bottom = min(float(peak.min()), capacity) / 1.25
+        top = max(float(peak.max()), capacity) * 1.25
     else:
         ax.set_xlim(0, 1)
         bottom, top = capacity / 4, capacity * 4
     ax.set_ylim(bottom, top)
     ax.yaxis.set_major_locator(FixedLocator(_ticks(bottom, top)))
     best = frame[frame["rank"].to_numpy() == 1]
-    if len(best) and not np.isnan(best["step_seconds"].iloc[0]):
+    if len(best):
         row = best.iloc[0]
         artists.best.set_offsets([[float(row["step_seconds"]), float(row["peak_bytes"]) / scale]])
     else:

@@ -24,7 +24,9 @@ from zerolib.chapter.explorers.base import (
     widgets,
 )
 from zerolib.core.devices import DEVICES
+from zerolib.core.links import LINKS
 from zerolib.core.nodes import NODES
+from zerolib.core.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS
 from zerolib.core.planner import (
     DEFAULT_LINKS,
     PLAN_HEADER,
@@ -60,15 +62,12 @@ def summary_html(result: Plan, unit: str) -> str:
     s = result.settings
     counts = result.counts()
     fits = result.fits
-    timed = fits[fits["step_seconds"].notna()]
-    if len(timed):
-        best = timed.iloc[0]
+    if len(fits):
+        best = fits.iloc[0]
         verdict = (f"Fastest that fits: {describe_configuration(best)}: {format_value(best['step_seconds'])} s "
                    f"per step ({best['network_wait_fraction']:.0%} waiting for the network, "
                    f"{best['bubble_fraction']:.0%} in the pipeline bubble), "
                    f"{in_unit(best['peak_bytes'], unit)} per GPU.")
-    elif len(fits):
-        verdict = "Only offloaded configurations fit, and their time is not modelled."
     else:
         closest = result.rejected[result.rejected["rule"] == "capacity"]
         verdict = "Nothing fits." + (
@@ -91,11 +90,10 @@ def ranking_html(result: Plan, unit: str, top: int = TOP) -> str:
 
     rows = []
     for _, row in result.fits.head(top).iterrows():
-        step = row["step_seconds"]
         rows.append(f"<tr>{right(int(row['rank']))}<td>{html.escape(describe_configuration(row))}</td>"
                     f"{right(in_unit(row['peak_bytes'], unit))}"
                     f"{right(in_unit(row['headroom_bytes'], unit))}"
-                    f"{right('not modelled' if step != step else format_value(step) + ' s')}</tr>")
+                    f"{right(format_value(row['step_seconds']) + ' s')}</tr>")
     rejected = "".join(
         f"<tr>{right(f'{r.configurations:,}')}<td>{html.escape(r.reason)}</td></tr>"
         for r in result.rejected.itertuples())
@@ -113,16 +111,16 @@ class PlannerExplorer(Explorer):
     Controls: ``model``, ``gpus`` (8 to 1,024), ``gpus_per_node``, ``device`` (those with a
     usual node), ``links`` (the device's usual node, or another node), ``seq_len``,
     ``global_batch``, ``mfu``, ``host_memory`` (CPU memory per node, or not given),
-    ``shard_groups`` ("whole" by default: G = d only, since under today's traffic model a smaller
-    group keeps the step time and only adds memory; "all": every G, as ``zerolib plan``),
-    ``unit``.
+    ``host_link`` (the PCIe link offload copies over), ``shard_groups`` ("all": every G dividing
+    d, as ``zerolib plan``; "whole": G = d only), ``unit``.
     ``.plan`` is the :class:`zerolib.core.planner.Plan`, ``.data`` its ``valid`` frame.
     """
 
     def __init__(self, model: str = "llama-2-70b", gpus: int = 64, gpus_per_node: int = 8,
                  device: str = "a100-80gb", links: str | None = None, seq_len: int = 4096,
                  global_batch: int = 1024, mfu: float = DEFAULT_MFU, host_memory: int | None = None,
-                 shard_groups: str = "whole", unit: str = "GB", dpi: float = EXPLORER_DPI):
+                 host_link: str = DEFAULT_HOST_LINK, shard_groups: str = "all", unit: str = "GB",
+                 dpi: float = EXPLORER_DPI):
         super().__init__(dpi)
         w = widgets()
         for name, value, allowed in (("model", model, MODELS), ("gpus", gpus, GPU_STEPS),
@@ -130,6 +128,7 @@ class PlannerExplorer(Explorer):
                                      ("seq_len", seq_len, SEQ_STEPS),
                                      ("global_batch", global_batch, BATCH_STEPS),
                                      ("host_memory", host_memory, HOST_MEMORIES),
+                                     ("host_link", host_link, HOST_LINKS),
                                      ("shard_groups", shard_groups, SHARD_GROUPS),
                                      ("links", links, (None, *NODES))):
             if value not in allowed:
@@ -161,6 +160,8 @@ class PlannerExplorer(Explorer):
             "host_memory": w.Dropdown(options=[(_host(m), m) for m in HOST_MEMORIES],
                                       value=host_memory, description="CPU memory/node",
                                       style=wide),
+            "host_link": w.Dropdown(options=[(LINKS[name].label, name) for name in HOST_LINKS],
+                                    value=host_link, description="Host link", style=wide),
             "shard_groups": w.ToggleButtons(options=[("G = d", "whole"), ("every G", "all")],
                                             value=shard_groups, description="Shard groups",
                                             style={"button_width": "70px"}),
@@ -175,7 +176,7 @@ class PlannerExplorer(Explorer):
             w.HBox([c["model"], c["device"], c["links"]]),
             w.HBox([c["gpus"], c["gpus_per_node"]]),
             w.HBox([c["seq_len"], c["global_batch"]]),
-            w.HBox([c["mfu"], c["host_memory"]]),
+            w.HBox([c["mfu"], c["host_memory"], c["host_link"]]),
             w.HBox([c["shard_groups"], c["unit"]]),
         ])
 
@@ -188,7 +189,8 @@ class PlannerExplorer(Explorer):
         return plan(c["model"].value, int(c["gpus"].value), int(c["gpus_per_node"].value),
                     c["device"].value, int(c["seq_len"].value), int(c["global_batch"].value),
                     links=c["links"].value, mfu=float(c["mfu"].value),
-                    host_memory=c["host_memory"].value, shard_groups=c["shard_groups"].value)
+                    host_memory=c["host_memory"].value, host_link=c["host_link"].value,
+                    shard_groups=c["shard_groups"].value)
 
     def _update(self) -> bool:
         if self._inputs() != self._planned:
