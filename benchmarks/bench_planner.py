@@ -21,6 +21,7 @@ from timing import median_seconds
 from zerolib.core.collectives import CHUNKS_SENT
 from zerolib.core.communication import layer_units
 from zerolib.core.model_parallel import largest_module_per_gpu, parameters_per_gpu
+from zerolib.core.model_parallel_traffic import _check_setting
 from zerolib.core.offload_traffic import host_traffic
 from zerolib.core.parallel_step import (
     _pipeline_sends,
@@ -196,7 +197,8 @@ def vectorised(s):
 def clear_memos():
     """Every memo both sides share, and the planner's own, emptied: each timed run starts cold,
     as a fresh process."""
-    for memo in (_unit_terms_cached, _tensor_rows, _pipeline_sends, _ring_constants, _variants):
+    for memo in (_unit_terms_cached, _tensor_rows, _pipeline_sends, _ring_constants, _variants,
+                 _check_setting):
         memo.cache_clear()
     _MEMORY.clear()
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -49,8 +50,10 @@ import pandas as pd
 from zerolib.core.activations import RECOMPUTE
 from zerolib.core.inputs import MAX_BYTES, check_flag, check_positive_int, echo
 from zerolib.core.model_parallel import (
+    MAX_CHUNKS,
     MAX_MICRO_BATCHES,
     check_parallel,
+    check_schedule,
     stage_layers,
 )
 from zerolib.core.models import get_model
@@ -78,6 +81,13 @@ class Traffic:
         return self.calls * self.tensor_bytes
 
 
+@lru_cache(maxsize=4096)
+def _check_setting(config, t, p, schedule, chunks, m) -> None:
+    """:func:`check_parallel` of one scalar setting, remembered: a plan asks for the same
+    (t, p, schedule) once per recomputation, micro-batch and stage."""
+    check_parallel(config, t, p, schedule=schedule, chunks=chunks, micro_batches=m)
+
+
 def _common(model, seq_len, micro_batch, tensor_parallel, pipeline_parallel, pipeline_stage,
             micro_batches, schedule, chunks, element_bytes):
     config = get_model(model)
@@ -91,7 +101,8 @@ def _common(model, seq_len, micro_batch, tensor_parallel, pipeline_parallel, pip
             or not 0 <= pipeline_stage < p):
         raise ValueError(f"pipeline_stage must be a whole number from 0 to {p - 1}, got {echo(pipeline_stage)}")
     r = int(pipeline_stage)
-    check_parallel(config, t, p, schedule=schedule, chunks=chunks, micro_batches=m)
+    check_schedule(schedule)
+    _check_setting(config, t, p, schedule, check_positive_int(chunks, "chunks", MAX_CHUNKS), m)
     activation = e * s * b * config.hidden
     if activation > MAX_BYTES // (16 * config.layers * m):
         raise ValueError(f"traffic of {config.name} comes to more than {MAX_BYTES:,} bytes per step: "
