@@ -4,14 +4,9 @@ import subprocess
 import sys
 
 import pytest
+from cli_support import run
 
 from zerolib.cli import main
-
-
-def run(capsys, *argv):
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def test_json_contract_for_7b_on_64_gpus(capsys):

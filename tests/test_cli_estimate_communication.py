@@ -2,40 +2,23 @@
 the existing JSON keys unchanged, and one-line errors. Expected values worked out by hand."""
 import csv
 import io
-import json
 import math
 
 import pytest
-
-from zerolib.cli import main
+from cli_support import estimate_json, run
 
 EXISTING_KEYS = {"params", "gpus", "layout", "device", "stages"}
 STAGE_KEYS = {"stage", "parameters", "gradients", "optimizer", "total", "cluster_total", "fits"}
 
 
-def run(capsys, *argv):
-    try:
-        status = main(list(argv))
-    except SystemExit as exit_:
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
-
-
-def as_json(capsys, *argv) -> dict:
-    status, out, err = run(capsys, "estimate", *argv, "--format", "json")
-    assert status == 0, err
-    return json.loads(out)
-
-
 def test_without_link_the_json_is_as_before(capsys):
-    result = as_json(capsys, "--params", "7B", "--gpus", "64")
+    result = estimate_json(capsys, "--params", "7B", "--gpus", "64")
     assert set(result) == EXISTING_KEYS
     assert all(set(row) == STAGE_KEYS for row in result["stages"])
 
 
 def test_link_adds_communication_and_keeps_every_key(capsys):
-    result = as_json(capsys, "--params", "7B", "--gpus", "64", "--device", "h100-80gb",
+    result = estimate_json(capsys, "--params", "7B", "--gpus", "64", "--device", "h100-80gb",
                      "--link", "dgx-h100")
     assert set(result) == EXISTING_KEYS | {"interconnect", "compute_settings", "fits_judges"}
     assert all(set(row) == STAGE_KEYS | {"communication"} for row in result["stages"])
@@ -64,7 +47,7 @@ def test_link_adds_communication_and_keeps_every_key(capsys):
 
 
 def test_model_takes_tokens_and_recomputation_from_the_working_set(capsys):
-    result = as_json(capsys, "--model", "llama-2-7b", "--gpus", "8", "--seq", "2048",
+    result = estimate_json(capsys, "--model", "llama-2-7b", "--gpus", "8", "--seq", "2048",
                      "--micro-batch", "4", "--recompute", "full", "--device", "h100-80gb",
                      "--link", "dgx-h100", "--mfu", "50%")
     assert result["compute_settings"] == {"tokens_per_gpu": 8192, "mfu": 0.5,
@@ -78,7 +61,7 @@ def test_model_takes_tokens_and_recomputation_from_the_working_set(capsys):
 
 
 def test_without_a_device_times_stop_at_the_network(capsys):
-    result = as_json(capsys, "--params", "1B", "--gpus", "4", "--link", "ib-ndr",
+    result = estimate_json(capsys, "--params", "1B", "--gpus", "4", "--link", "ib-ndr",
                      "--stage", "0")
     c = result["stages"][0]["communication"]
     # 2 x 3 x 250,000,000 x 2 bytes = 3 GB at 50 GB/s + 8.4 + 6 x 14.0 = 92.4 us.
@@ -88,7 +71,7 @@ def test_without_a_device_times_stop_at_the_network(capsys):
 
 
 def test_gpus_per_node(capsys):
-    result = as_json(capsys, "--params", "7B", "--gpus", "8", "--link", "dgx-h100",
+    result = estimate_json(capsys, "--params", "7B", "--gpus", "8", "--link", "dgx-h100",
                      "--gpus-per-node", "4")
     # Two nodes of 4 GPUs with 4 NDR ports each: 4 x 50 = 200 GB/s across them.
     assert result["interconnect"]["gpus_per_node"] == 4

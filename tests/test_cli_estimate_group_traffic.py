@@ -3,11 +3,9 @@ offload: the communication object's new keys beside the old ones, the table and 
 one-line errors. Expected values worked out by hand."""
 import csv
 import io
-import json
 
 import pytest
-
-from zerolib.cli import main
+from cli_support import estimate_json, run
 
 COMMUNICATION_KEYS = {"collectives", "sent_bytes", "received_bytes", "communication_seconds",
                       "compute_seconds", "exposed_seconds", "step_seconds",
@@ -16,23 +14,8 @@ NEW_KEYS = {"shard_group", "replicas", "qwz", "qgz", "cross_node_bytes", "host_s
             "schedule", "host"}
 
 
-def run(capsys, *argv):
-    try:
-        status = main(list(argv))
-    except SystemExit as exit_:
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
-
-
-def as_json(capsys, *argv) -> dict:
-    status, out, err = run(capsys, "estimate", *argv, "--format", "json")
-    assert status == 0, err
-    return json.loads(out)
-
-
 def test_a_shard_group_is_timed_on_its_links(capsys):
-    result = as_json(capsys, "--params", "7B", "--gpus", "64", "--link", "dgx-h100",
+    result = estimate_json(capsys, "--params", "7B", "--gpus", "64", "--link", "dgx-h100",
                      "--shard-group", "8", "--stage", "2", "--device", "h100-80gb")
     (row,) = result["stages"]
     c = row["communication"]
@@ -54,7 +37,7 @@ def test_a_shard_group_is_timed_on_its_links(capsys):
 
 
 def test_zeropp_flags_default_to_stage_3(capsys):
-    result = as_json(capsys, "--params", "7B", "--gpus", "64", "--link", "dgx-h100", "--hpz",
+    result = estimate_json(capsys, "--params", "7B", "--gpus", "64", "--link", "dgx-h100", "--hpz",
                      "--qwz", "--qgz")
     assert [row["stage"] for row in result["stages"]] == [3]
     c = result["stages"][0]["communication"]
@@ -70,7 +53,7 @@ def test_zeropp_flags_default_to_stage_3(capsys):
 
 
 def test_offload_reports_the_host_link(capsys):
-    result = as_json(capsys, "--params", "7B", "--gpus", "8", "--link", "dgx-h100",
+    result = estimate_json(capsys, "--params", "7B", "--gpus", "8", "--link", "dgx-h100",
                      "--offload-optimizer", "cpu", "--stage", "2", "--host-link", "pcie5-x16")
     host = result["stages"][0]["communication"]["host"]
     assert (host["link"], host["bandwidth"]) == ("pcie5-x16", 63_000_000_000)
@@ -113,7 +96,7 @@ def test_bad_input_is_one_line(capsys, argv, flag):
 def test_a_single_link_runs_every_ring_alike(capsys):
     # ib-ndr joins every GPU alike (no nodes): any group that divides the GPUs, every ring at
     # one port's 50 GB/s, nothing counted as leaving a node.
-    result = as_json(capsys, "--params", "7B", "--gpus", "48", "--link", "ib-ndr",
+    result = estimate_json(capsys, "--params", "7B", "--gpus", "48", "--link", "ib-ndr",
                      "--shard-group", "12", "--stage", "3")
     c = result["stages"][0]["communication"]
     assert c["cross_node_bytes"] is None and (c["shard_group"], c["replicas"]) == (12, 4)

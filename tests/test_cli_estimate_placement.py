@@ -1,33 +1,16 @@
 """``zerolib estimate --shard-group/--hpz/--offload-*``: per-tier bytes in JSON, table and CSV,
 the stages a setting is offered at, and one-line errors for what DeepSpeed does not offer."""
-import json
 import re
 
 import pytest
-
-from zerolib.cli import main
+from cli_support import estimate_json, run
 
 GB = 10**9
 LLAMA_2_7B = 6_738_415_616
 
 
-def run(capsys, *argv):
-    try:
-        status = main(list(argv))
-    except SystemExit as exit_:   # argparse usage errors exit from inside main
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
-
-
-def as_json(capsys, *argv):
-    status, out, err = run(capsys, "estimate", *argv, "--format", "json")
-    assert status == 0 and err == "", err
-    return json.loads(out)
-
-
 def test_offload_optimizer_json_per_tier(capsys):
-    result = as_json(capsys, "--params", "7B", "--gpus", "64", "--offload-optimizer", "cpu",
+    result = estimate_json(capsys, "--params", "7B", "--gpus", "64", "--offload-optimizer", "cpu",
                      "--device", "a100-80gb")
     # Optimizer offload is offered at stages 1-3: only those are shown.
     assert [row["stage"] for row in result["stages"]] == [1, 2, 3]
@@ -46,7 +29,7 @@ def test_offload_optimizer_json_per_tier(capsys):
 
 
 def test_zero_infinity_setting_on_dgx2_nodes(capsys):
-    result = as_json(capsys, "--params", "1T", "--gpus", "512", "--gpus-per-node", "16",
+    result = estimate_json(capsys, "--params", "1T", "--gpus", "512", "--gpus-per-node", "16",
                      "--offload-optimizer", "nvme", "--offload-params", "nvme",
                      "--host-memory", "1.5TiB", "--device", "v100-32gb")
     (row,) = result["stages"]
@@ -59,7 +42,7 @@ def test_zero_infinity_setting_on_dgx2_nodes(capsys):
 
 
 def test_shard_group_json_and_table(capsys):
-    result = as_json(capsys, "--params", "7B", "--gpus", "64", "--shard-group", "8")
+    result = estimate_json(capsys, "--params", "7B", "--gpus", "64", "--shard-group", "8")
     assert [row["total"] for row in result["stages"]] == [112 * GB, 38_500_000_000,
                                                           26_250_000_000, 14 * GB]
     status, out, _ = run(capsys, "estimate", "--params", "7B", "--gpus", "64", "--shard-group", "8")
@@ -67,7 +50,7 @@ def test_shard_group_json_and_table(capsys):
 
 
 def test_hpz_uses_the_node(capsys):
-    result = as_json(capsys, "--params", "7B", "--gpus", "64", "--hpz")
+    result = estimate_json(capsys, "--params", "7B", "--gpus", "64", "--hpz")
     (row,) = result["stages"]
     assert result["placement"]["hpz_partition"] == 8
     assert row["tiers"]["gpu"]["hpz_secondary"] == 1_750_000_000       # 2 B x 7e9 / 8
@@ -75,7 +58,7 @@ def test_hpz_uses_the_node(capsys):
 
 
 def test_model_with_offload_and_host_memory(capsys):
-    result = as_json(capsys, "--model", "llama-2-7b", "--gpus", "8", "--stage", "3",
+    result = estimate_json(capsys, "--model", "llama-2-7b", "--gpus", "8", "--stage", "3",
                      "--offload-optimizer", "cpu", "--device", "h100-80gb", "--host-memory", "100GB")
     (row,) = result["stages"]
     assert row["total"] == 2 * LLAMA_2_7B // 8

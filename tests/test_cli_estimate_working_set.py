@@ -4,17 +4,12 @@ import subprocess
 import sys
 
 import pytest
+from cli_support import run
 
 from zerolib.cli import main
 from zerolib.core.units import GiB
 
 LLAMA_2_7B = 6_738_415_616
-
-
-def run(capsys, *argv):
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def test_issue_example_json(capsys):

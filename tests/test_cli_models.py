@@ -3,13 +3,7 @@ import json
 import subprocess
 import sys
 
-from zerolib.cli import main
-
-
-def run(capsys, *argv):
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
+from cli_support import run
 
 
 def test_json_lists_every_preset_with_exact_counts_and_sources(capsys):

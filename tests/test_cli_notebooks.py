@@ -8,9 +8,9 @@ import sys
 
 import nbformat
 import pytest
+from cli_support import run
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from zerolib.cli import main
 from zerolib.publish import notebooks
 
 SMALL = [
@@ -21,12 +21,6 @@ SMALL = [
                   "slider = ipywidgets.IntSlider(value=4, min=1, max=64, description='GPUs')\n"
                   "ipywidgets.VBox([slider, ipywidgets.Label('per worker')])", id="widget"),
 ]
-
-
-def run(capsys, *argv):
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @pytest.fixture

@@ -6,18 +6,12 @@ import subprocess
 import sys
 
 import pytest
+from cli_support import run
 
-from zerolib.cli import main
 from zerolib.core.planner import PLAN_HEADER, PLAN_LEFT_OUT, plan
 
 BASE = ("plan", "--model", "llama-2-70b", "--gpus", "64", "--gpus-per-node", "8",
         "--device", "a100-80gb", "--seq", "4096", "--global-batch", "1024")
-
-
-def run(capsys, *argv):
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @pytest.fixture(scope="module")

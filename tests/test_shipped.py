@@ -12,10 +12,10 @@ import sys
 
 import pandas as pd
 import pytest
+from cli_support import run
 from conftest import REPO, optional_import
 
 from zerolib.chapter.figures import OTHER_DATA_FILES
-from zerolib.cli import main
 from zerolib.core.activations import layer_activation_bytes
 from zerolib.crosscheck.validation import report
 from zerolib.crosscheck.validation.effects import MECHANISMS
@@ -199,19 +199,11 @@ def test_an_unexpected_or_missing_storage_is_unexplained(shipped):
 
 # --- the command -------------------------------------------------------------------------------
 
-def run_cli(capsys, *argv):
-    try:
-        status = main(list(argv))
-    except SystemExit as exit_:
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
-
 
 def test_without_transformers_says_how_to_install(capsys, monkeypatch):
     optional_import("torch", HINT)
     monkeypatch.setitem(sys.modules, "transformers", None)
-    status, out, err = run_cli(capsys, "validate", "--shipped-only")
+    status, out, err = run(capsys, "validate", "--shipped-only")
     assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "transformers is not installed" in err and "pip install -e '.[validate]'" in err
 
@@ -239,12 +231,12 @@ def test_cli_shipped_only_prints_and_records(fresh, capsys, monkeypatch, tmp_pat
     import zerolib.crosscheck.validation.runner as runner
 
     monkeypatch.setattr(runner, "validate_shipped", lambda: fresh)   # measured once above
-    status, out, err = run_cli(capsys, "validate", "--shipped-only", "--record", "--data-dir", str(tmp_path))
+    status, out, err = run(capsys, "validate", "--shipped-only", "--record", "--data-dir", str(tmp_path))
     assert status == 0 and err.count("recorded ") == 1
     assert (tmp_path / SHIPPED_FILE).read_text() == to_csv_text(fresh)
     assert "gpt2-b1" in out and "+63.2%" in out and "python-gelu:" in out
     assert "Model state per rank" not in out          # the sharded runs were not started
-    status, out, _ = run_cli(capsys, "validate", "--shipped-only", "--format", "json")
+    status, out, _ = run(capsys, "validate", "--shipped-only", "--format", "json")
     result = json.loads(out)
     assert set(result) == {"shipped", "shipped_totals"}
     assert {row["case"] for row in result["shipped_totals"]} == {case_name(n, b) for n, b in CASES}

@@ -12,9 +12,9 @@ import sys
 
 import pandas as pd
 import pytest
+from cli_support import run
 from conftest import REPO, optional_import
 
-from zerolib.cli import main
 from zerolib.core.activations import layer_activation_bytes
 from zerolib.crosscheck.validation.effects import MECHANISMS
 from zerolib.crosscheck.validation.explain_activations import (
@@ -59,15 +59,6 @@ DATA = REPO / "data"
 TORCH_HINT = "pip install torch==2.13.0"
 MEASURED_COLUMNS = ["strategy", "model", "workers", "rank", "phase", "category",
                     "measured_bytes", "storages", "sampled_at"]
-
-
-def run_cli(capsys, *argv):
-    try:
-        status = main(list(argv))
-    except SystemExit as exit_:  # argparse usage errors exit from inside main
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @pytest.fixture(scope="module")
@@ -369,7 +360,7 @@ def test_differences_name_the_changed_row():
 
 def test_without_torch_says_how_to_install(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
-    status, out, err = run_cli(capsys, "validate")
+    status, out, err = run(capsys, "validate")
     assert status == 2 and out == ""
     assert len(err.strip().splitlines()) == 1
     assert "pip install -e '.[validate]'" in err and "torch==2.13.0" in err
@@ -378,7 +369,7 @@ def test_without_torch_says_how_to_install(capsys, monkeypatch):
 @pytest.mark.parametrize("argv", [["--workers", "1"], ["--workers", "9"], ["--workers", "two"],
                                   ["--format", "xml"]])
 def test_bad_options_are_one_line(capsys, argv):
-    status, out, err = run_cli(capsys, "validate", *argv)
+    status, out, err = run(capsys, "validate", *argv)
     assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
 
@@ -412,7 +403,7 @@ def test_cli_prints_and_records(fresh_run, capsys, monkeypatch, tmp_path):
     import zerolib.crosscheck.validation.runner as runner
 
     monkeypatch.setattr(runner, "validate", lambda workers: fresh_run)  # measured once above
-    status, out, err = run_cli(capsys, "validate", "--record", "--data-dir", str(tmp_path))
+    status, out, err = run(capsys, "validate", "--record", "--data-dir", str(tmp_path))
     assert status == 0
     assert "Rows with unexplained bytes: 0 of 408" in out and "norm-statistics:" in out
     assert "Rows with unexplained bytes: 0 of 174" in out and "padded-shard-storage:" in out
@@ -421,7 +412,7 @@ def test_cli_prints_and_records(fresh_run, capsys, monkeypatch, tmp_path):
     assert (tmp_path / SHIPPED_FILE).read_text() == to_csv_text(fresh_run.shipped)
     assert (tmp_path / TENSOR_PARALLEL_FILE).read_text() == to_csv_text(fresh_run.tensor_parallel)
     assert err.count("recorded ") == 4
-    status, out, _ = run_cli(capsys, "validate", "--format", "json")
+    status, out, _ = run(capsys, "validate", "--format", "json")
     result = json.loads(out)
     assert len(result["sharded"]) == 408
     assert {row["case"] for row in result["activation_totals"]} == {case.name for case in CASES}

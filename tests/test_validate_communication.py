@@ -10,9 +10,9 @@ from __future__ import annotations
 import sys
 
 import pytest
+from cli_support import run
 from conftest import REPO, optional_import
 
-from zerolib.cli import main
 from zerolib.crosscheck.validation.deepspeed_run import DEEPSPEED_MODELS
 from zerolib.crosscheck.validation.effects import MECHANISMS
 from zerolib.crosscheck.validation.explain_communication import (
@@ -229,29 +229,21 @@ def test_what_the_deepspeed_runs_show(deepspeed_record):
 
 # --- the command -------------------------------------------------------------------------------
 
-def run_cli(capsys, *argv):
-    try:
-        status = main(list(argv))
-    except SystemExit as exit_:
-        status = exit_.code
-    out, err = capsys.readouterr()
-    return status, out, err
-
 
 def test_without_torch_or_deepspeed_says_how_to_install(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "deepspeed", None)
-    status, out, err = run_cli(capsys, "validate-communication", "--engine", "deepspeed")
+    status, out, err = run(capsys, "validate-communication", "--engine", "deepspeed")
     assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "deepspeed is not installed" in err and "DS_BUILD_OPS=0" in err
     monkeypatch.setitem(sys.modules, "torch", None)
-    status, out, err = run_cli(capsys, "validate-communication")
+    status, out, err = run(capsys, "validate-communication")
     assert status == 2 and "torch is not installed" in err and "torch==2.13.0" in err
 
 
 @pytest.mark.parametrize("argv", [["--workers", "1"], ["--engine", "jax"], ["--format", "xml"],
                                   ["--workers", "9"]])
 def test_bad_options_are_one_line(capsys, argv):
-    status, out, err = run_cli(capsys, "validate-communication", *argv)
+    status, out, err = run(capsys, "validate-communication", *argv)
     assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
 
 
@@ -268,7 +260,7 @@ def test_pytorch_rerun_matches_the_record(pytorch_record, capsys, tmp_path, monk
                          "`zerolib validate-communication --record` and explain the change):\n"
                          + "\n".join(found))
     monkeypatch.setattr(comm_run, "validate_communication", lambda workers: fresh)
-    status, out, err = run_cli(capsys, "validate-communication", "--record", "--data-dir",
+    status, out, err = run(capsys, "validate-communication", "--record", "--data-dir",
                                str(tmp_path))
     assert status == 0 and "Rows with unexplained bytes or calls: 0 of 272" in out
     assert (tmp_path / COMMUNICATION_PYTORCH_FILE).read_text() == to_csv_text(fresh)

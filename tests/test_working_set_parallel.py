@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_support import run
 
-from zerolib.cli import main
 from zerolib.core.accounting import model_state
 from zerolib.core.devices import get_device
 from zerolib.core.working_set import (
@@ -86,15 +86,6 @@ def test_bad_parallel_settings():
             WorkingSetSettings(**change)
     with pytest.raises(ValueError, match="pipeline_stage"):
         working_set("llama-2-70b", 1, SETTINGS, pipeline_stage=4)
-
-
-def run(capsys, *argv):
-    try:
-        status = main(list(argv))
-    except SystemExit as stop:
-        status = stop.code
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def test_cli_pipeline_flags(capsys):
