@@ -1,7 +1,7 @@
 """The working-set options of ``zerolib estimate`` (``--model``, ``--seq``, ``--micro-batch`` ...).
 
 Kept apart from ``estimate.py`` so that file only gains a few calls: these functions add the
-arguments, turn them into :class:`zerolib.core.working_set.WorkingSetSettings`, compute the
+arguments, turn them into :class:`zerolib.core.memory.working_set.WorkingSetSettings`, compute the
 stage rows that carry ``working_set`` and ``peak``, and add table / CSV columns.
 """
 from __future__ import annotations
@@ -9,18 +9,18 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from zerolib.core.activations import RECOMPUTE
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
-from zerolib.core.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES, SCHEDULES
-from zerolib.core.parse import parse_size, parse_whole
-from zerolib.core.units import to_unit
-from zerolib.core.working_set import (
+from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES, SCHEDULES
+from zerolib.core.memory.working_set import (
     MAX_ELEMENTS,
     MAX_MICRO_BATCH,
     MAX_SEQ_LEN,
     TERMS,
     WorkingSetSettings,
 )
+from zerolib.core.parse import parse_size, parse_whole
+from zerolib.core.units import to_unit
 
 LABELS = {"activations": "activations", "logits_loss": "logits+loss", "ddp_buckets": "DDP buckets",
           "reduce_bucket": "reduce bucket", "allgather_bucket": "all-gather bucket",

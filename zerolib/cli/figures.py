@@ -16,7 +16,7 @@ from zerolib.cli._arguments import (
     output_folder,
     size_list,
 )
-from zerolib.core.devices import DEVICES
+from zerolib.core.catalogue.devices import DEVICES
 from zerolib.core.parse import parse_count
 from zerolib.core.units import UNITS
 
