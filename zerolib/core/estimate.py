@@ -19,7 +19,7 @@ bytes and ``total`` are what stays on the GPU, and each row gains ``tiers``: per
 (the node's CPU tier against it) and ``fits`` needs both.
 
 With a ``link`` (a node or a link of :mod:`zerolib.core.catalogue.nodes` / :mod:`zerolib.core.catalogue.links`)
-each stage row also carries ``communication`` (:func:`zerolib.core.step.group_time.group_communication_rows`:
+each stage row also carries ``communication`` (:func:`zerolib.core.step.tables.communication_rows`:
 per collective kind the calls, bytes handed, sent and received per GPU and seconds; totals;
 compute, exposed and step seconds and the network-wait fraction when a device is given), and
 the object gains ``interconnect`` (with the ``bus_bandwidth`` of a ring over all its GPUs,
@@ -27,7 +27,7 @@ bytes per second) and ``compute_settings`` (tokens per GPU, mfu, FLOPs per param
 
 The ``communication`` object follows the placement: a shard group's all-gathers and
 reduce-scatter run inside the group and each gradient shard is all-reduced across the replicas
-(:mod:`zerolib.core.step.group_traffic`), hpZ gathers the backward pass from its in-node copy, and
+(:mod:`zerolib.core.step.traffic`), hpZ gathers the backward pass from its in-node copy, and
 ``qwz`` / ``qgz`` (ZeRO++'s quantised weights and gradients) change the widths and turn the
 reduce-scatter into two all-to-alls; each collective is timed on the link its ring uses.
 Besides the keys above it holds:
@@ -60,8 +60,8 @@ from zerolib.core.inputs import MAX_BYTES, check_count, check_gpus, check_params
 from zerolib.core.memory.accounting import STAGES, Layout, get_layout, model_state
 from zerolib.core.memory.placement import Placement, check_placement, gpus_on_node, place
 from zerolib.core.memory.working_set import DEFAULT_SETTINGS, WorkingSetSettings, stage_rows
-from zerolib.core.step.group_time import group_communication_rows
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
+from zerolib.core.step.tables import communication_rows
 from zerolib.core.step.time import DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU, ComputeSettings
 
 # The traffic options of estimate / estimate_model and their defaults (each needs a link).
@@ -117,8 +117,8 @@ def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
         return result
     ic = interconnect(link, gpus_per_node)
     stages = [row["stage"] for row in result.stages]
-    rows = group_communication_rows(what, result.gpus, stages, result.layout, ic, result.device,
-                                    compute, result.placement, **traffic_options)
+    rows = communication_rows(what, result.gpus, stages, result.layout, ic, result.device,
+                              compute, result.placement, **traffic_options)
     by_stage = dict(zip(sorted(stages), rows))
     with_rows = tuple({**row, "communication": {
         **by_stage[row["stage"]], "qwz": traffic_options["qwz"], "qgz": traffic_options["qgz"]}}

@@ -6,7 +6,7 @@ import pytest
 import zerolib as zl
 from zerolib.chapter.charts.group_traffic import group_tradeoff_figure, update_group_traffic
 from zerolib.core.memory.tables import group_size_table
-from zerolib.core.step.group_time import group_traffic_table
+from zerolib.core.step.tables import group_traffic_table
 
 GB = 10**9
 P7 = zl.parameter_count("llama-2-7b")

@@ -13,15 +13,13 @@ from zerolib.core.catalogue.nodes import bus_bandwidth, interconnect, ring_laten
 from zerolib.core.memory.model_parallel import parameters_per_gpu
 from zerolib.core.step.model_parallel_traffic import pipeline_traffic, tensor_parallel_traffic
 from zerolib.core.step.parallel import (
-    GroupRing,
     bubble_fraction,
     cluster_interconnect,
     offload_seconds,
     parallel_step_time,
-    send_seconds,
     shard_group_traffic,
 )
-from zerolib.core.step.time import ComputeSettings, compute_seconds
+from zerolib.core.step.time import ComputeSettings, compute_seconds, ring_timing, send_seconds
 from zerolib.core.step.traffic import SLOTS, flat_traffic, layer_units
 
 P7 = 6_738_415_616        # Llama-2-7B parameters
@@ -37,6 +35,14 @@ def step(**kwargs):
     return parallel_step_time("llama-2-7b", cluster_interconnect(link, per_node), "a100-80gb", **base)
 
 
+def bandwidth(ic, size, stride):
+    return float(ring_timing(ic, "all_reduce", size, stride)[1])
+
+
+def latency(ic, kind, size, stride):
+    return float(ring_timing(ic, kind, size, stride)[0])
+
+
 def close(a, b, rel=1e-9):
     assert math.isclose(float(a), float(b), rel_tol=rel), (float(a), float(b))
 
@@ -46,16 +52,15 @@ def close(a, b, rel=1e-9):
 def test_a_data_parallel_ring_of_whole_nodes_is_the_node_model():
     ic = interconnect("dgx-h100")
     for d in (2, 8, 16, 64, 1024):
-        ring = GroupRing(ic, np.int64(d), np.int64(1))
-        assert float(ring.bandwidth()) == float(bus_bandwidth(ic, d))
+        assert bandwidth(ic, d, 1) == float(bus_bandwidth(ic, d))
         for kind in ("all_reduce", "all_gather", "reduce_scatter"):
-            assert float(ring.latency(kind)) == float(ring_latency(ic, kind, d))
+            assert latency(ic, kind, d, 1) == float(ring_latency(ic, kind, d))
 
 
 def test_strided_groups_share_the_node_ports():
     ic = interconnect("dgx-h100")      # 8 GPUs, 8 ports of 400 Gb/s = 50 GB/s each, NVLink 450
     def bw(size, stride):
-        return float(GroupRing(ic, np.int64(size), np.int64(stride)).bandwidth())
+        return bandwidth(ic, size, stride)
     assert bw(4, 2) == 450e9           # t 2 x d 4 = 8 GPUs: one node, NVLink
     assert bw(8, 2) == 200e9           # 2 nodes, 4 of the group per node: 4 ports of 8
     assert bw(8, 8) == 50e9            # t = 8: one GPU of the group per node, its own port
@@ -63,8 +68,8 @@ def test_strided_groups_share_the_node_ports():
     # A PCIe server with one 400 Gb/s port for 8 GPUs: with t = 8 each data-parallel group gets
     # an eighth of the port, 50 / 8 = 6.25 GB/s; with t = 1 the ring runs at PCIe's 31.5.
     pcie = interconnect("pcie-8x-l40s")
-    assert float(GroupRing(pcie, np.int64(2), np.int64(8)).bandwidth()) == 6.25e9
-    assert float(GroupRing(pcie, np.int64(16), np.int64(1)).bandwidth()) == 31.5e9
+    assert bandwidth(pcie, 2, 8) == 6.25e9
+    assert bandwidth(pcie, 16, 1) == 31.5e9
 
 
 def test_strided_ring_latency_counts_the_nodes_it_spans():
@@ -72,8 +77,8 @@ def test_strided_ring_latency_counts_the_nodes_it_spans():
     # network: 8.4 + 14 x 14.0 = 204.4 us. With t = 2 (4 per node, 2 nodes): 2 x 1 steps across,
     # 12 on NVLink: 8.4 + 2 x 14.0 + 12 x 3.4 = 77.2 us.
     ic = interconnect("dgx-h100")
-    close(GroupRing(ic, np.int64(8), np.int64(8)).latency("all_reduce"), 204.4e-6)
-    close(GroupRing(ic, np.int64(8), np.int64(2)).latency("all_reduce"), 77.2e-6)
+    close(latency(ic, "all_reduce", 8, 8), 204.4e-6)
+    close(latency(ic, "all_reduce", 8, 2), 77.2e-6)
 
 
 def test_a_message_between_nodes():
@@ -224,12 +229,8 @@ def test_shard_group_traffic_is_group_traffics():
     assert int(traffic.sent["gradient_reduce_scatter"]) == 7 * 842_301_952 * 2
     assert int(traffic.sent["replica_all_reduce"]) == 2 * 7 * 105_287_744 * 2
     assert int(traffic.sent["gradient_all_reduce"]) == 0
-    # G = d: every byte is the whole group's, as communication.flat_traffic counts it.
-    whole, flat = shard_group_traffic(P7, 64, [0, 1, 2, 3]), flat_traffic(P7, 64, [0, 1, 2, 3])
-    for slot in SLOTS:
-        assert np.array_equal(whole.sent[slot.name], flat.sent[slot.name])
-        assert np.array_equal(whole.calls[slot.name], flat.calls[slot.name])
-    assert not whole.sent["replica_all_reduce"].any()
+    # G = d: no replicas to all-reduce across.
+    assert not shard_group_traffic(P7, 64, [0, 1, 2, 3]).sent["replica_all_reduce"].any()
     with pytest.raises(ValueError, match="shard_group must divide"):
         shard_group_traffic(P7, 64, 3, shard_group=6)
     with pytest.raises(ValueError, match="must divide one cluster"):
@@ -273,9 +274,9 @@ def test_a_strided_replica_ring_shares_the_ports():
     # t = 2, d = 8, G = 2 on DGX H100 nodes (8 GPUs, 8 ports of 50 GB/s, NVLink 4 450 GB/s): the
     # group (2 GPUs 2 apart) sits in a node; the replicas (4 GPUs 4 apart) span 2 nodes with 2 on
     # each, so the node's 4 such rings share its ports: 8 x 50 x 2 / 8 = 100 GB/s.
-    ring = GroupRing(interconnect("dgx-h100"), np.int64(4), np.int64(4))
-    assert float(ring.bandwidth()) == 100e9 and not bool(ring.inside)
-    assert bool(GroupRing(interconnect("dgx-h100"), np.int64(2), np.int64(2)).inside)
+    assert bandwidth(interconnect("dgx-h100"), 4, 4) == 100e9
+    # The group itself, inside the node, runs on NVLink.
+    assert bandwidth(interconnect("dgx-h100"), 2, 2) == 450e9
 
 
 def _whole_group_reference(ic, params, d, t, zero, m, backward, forward):
@@ -283,12 +284,12 @@ def _whole_group_reference(ic, params, d, t, zero, m, backward, forward):
     groups had their own traffic: communication.flat_traffic's bytes on one ring."""
     traffic = flat_traffic(params, d, zero)
     units = len(layer_units("llama-2-7b"))
-    ring = GroupRing(ic, np.asarray(d, dtype=np.int64), np.asarray(t, dtype=np.int64))
     slots = {}
     for slot in SLOTS:
         sent, calls = traffic.sent[slot.name], traffic.calls[slot.name]
         calls = np.where((zero == 3) & (calls > 0), units, calls)
-        slots[slot.name] = np.where(sent > 0, calls * ring.latency(slot.kind) + sent / ring.bandwidth(), 0.0)
+        lat, bw = ring_timing(ic, slot.kind, d, t)
+        slots[slot.name] = np.where(sent > 0, calls * lat + sent / bw, 0.0)
     in_backward = slots["backward_all_gather"] + np.where(zero >= 2, slots["gradient_reduce_scatter"], 0.0)
     per_mb = np.maximum(slots["forward_all_gather"] - forward, 0.0) + np.maximum(in_backward - backward, 0.0)
     once = np.where(zero <= 1, slots["gradient_all_reduce"]

@@ -9,6 +9,7 @@ import pytest
 
 from zerolib.core.catalogue.models import get_model, parameter_count
 from zerolib.core.step.traffic import (
+    GROUP_SLOTS,
     SLOTS,
     flat_traffic,
     layer_units,
@@ -142,7 +143,7 @@ def test_the_sweep_path_equals_the_slot_sums():
         t = flat_traffic(params, gpus, stage, layout)
         fast = t.by_kind("sent")
         for kind in fast:
-            slow = sum(t.sent[s.name] for s in SLOTS if s.kind == kind)
+            slow = sum(t.sent[s.name] for s in GROUP_SLOTS if s.kind == kind)
             assert np.array_equal(fast[kind], slow), (layout, kind)
     from zerolib.core.memory.accounting import Layout
     half = flat_traffic(6, 6, 1, Layout.custom(0.5, 0.5, 1))

@@ -55,6 +55,17 @@ def to_bytes(elements, bits: int):
     return ceil_div(elements * bits, 8)
 
 
+def ring_placement(size, stride, gpus_per_node: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(GPUs of the ring on one node, nodes the ring spans) for a ring over ``size`` GPUs whose
+    ranks are ``stride`` apart, ranks filling nodes of ``gpus_per_node`` in order (None: no
+    nodes, every GPU joined alike). The one placement rule of every ring the step times."""
+    size = np.asarray(size, dtype=np.int64)
+    if gpus_per_node is None:
+        return size, np.ones_like(size)
+    per_node = np.clip(gpus_per_node // np.asarray(stride, dtype=np.int64), 1, size)
+    return per_node, ceil_div(size, per_node)
+
+
 def _check_kind(kind: str) -> str:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")

@@ -1,7 +1,7 @@
 """What tensor and pipeline parallelism send per training step, one GPU, collective by collective.
 
-Pure counting, no time: each :class:`Traffic` row is one kind of collective with how often a
-GPU calls it per step and how large the tensor is. ``tensor_bytes`` is the whole tensor a call
+Pure counting, no time: each :class:`ParallelTraffic` row is one kind of collective with how
+often a GPU calls it per step and how large the tensor is. ``tensor_bytes`` is the whole tensor a call
 reduces or produces (an all-reduce's input, an all-gather's output, a reduce-scatter's input, a
 point-to-point message); what a ring then puts on each link ((t - 1)/t of it per all-gather or
 reduce-scatter, twice that per all-reduce) is the link model's business, not this module's.
@@ -60,12 +60,12 @@ from zerolib.core.memory.model_parallel import (
 
 GROUPS = ("tensor", "pipeline")
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "send")
-PHASES = ("forward", "backward")
+PASSES = ("forward", "backward")   # the passes a model-parallel row runs in
 LOSS_BYTES = 4  # the vocabulary-parallel cross entropy reduces fp32 values
 
 
 @dataclass(frozen=True)
-class Traffic:
+class ParallelTraffic:
     """One kind of collective a GPU calls in one step."""
 
     group: str          # "tensor" (within the tensor-parallel group) or "pipeline"
@@ -113,7 +113,7 @@ def _common(model, seq_len, micro_batch, tensor_parallel, pipeline_parallel, pip
 def tensor_parallel_traffic(model, seq_len, micro_batch, tensor_parallel, pipeline_parallel=1,
                             pipeline_stage=0, *, micro_batches=1, sequence_parallel=False,
                             recompute="none", schedule="1f1b", chunks=1,
-                            element_bytes=2) -> tuple[Traffic, ...]:
+                            element_bytes=2) -> tuple[ParallelTraffic, ...]:
     """The tensor-parallel collectives of one step on a GPU of ``pipeline_stage``: its layers
     times ``micro_batches`` passes, plus the embedding (first stage) and the output layer and
     loss (last stage). Empty for t = 1."""
@@ -128,7 +128,7 @@ def tensor_parallel_traffic(model, seq_len, micro_batch, tensor_parallel, pipeli
     passes = m * int(stage_layers(config.layers, p, r))   # layer passes per step on this GPU
 
     def row(collective, phase, what, calls, size=bsh):
-        return Traffic("tensor", collective, phase, what, calls, size, t)
+        return ParallelTraffic("tensor", collective, phase, what, calls, size, t)
 
     rows = []
     if sp:
@@ -170,7 +170,7 @@ def tensor_parallel_traffic(model, seq_len, micro_batch, tensor_parallel, pipeli
 def pipeline_traffic(model, seq_len, micro_batch, tensor_parallel, pipeline_parallel,
                      pipeline_stage=0, *, micro_batches=1, sequence_parallel=False,
                      scatter_gather=False, schedule="1f1b", chunks=1,
-                     element_bytes=2) -> tuple[Traffic, ...]:
+                     element_bytes=2) -> tuple[ParallelTraffic, ...]:
     """The point-to-point messages a GPU of ``pipeline_stage`` sends in one step (and, with the
     scatter/gather optimisation, the all-gathers that rebuild what it receives). Empty for p = 1."""
     config, s, b, t, p, r, m, bsh = _common(model, seq_len, micro_batch, tensor_parallel,
@@ -184,20 +184,20 @@ def pipeline_traffic(model, seq_len, micro_batch, tensor_parallel, pipeline_para
     v = chunks if schedule == "interleaved" else 1
     forward = m * (v - (r == p - 1))     # every chunk boundary but the model's last
     backward = m * (v - (r == 0))        # every chunk boundary but the model's first
-    rows = [Traffic("pipeline", "send", "forward", "activations to the next stage", forward, message, 2),
-            Traffic("pipeline", "send", "backward", "activation gradients to the previous stage",
+    rows = [ParallelTraffic("pipeline", "send", "forward", "activations to the next stage", forward, message, 2),
+            ParallelTraffic("pipeline", "send", "backward", "activation gradients to the previous stage",
                     backward, message, 2)]
     if split and not sp and t > 1:
         # Each received bsh/t piece is all-gathered across the tensor-parallel group.
-        rows += [Traffic("tensor", "all-gather", "forward", "received activations (scatter/gather)",
+        rows += [ParallelTraffic("tensor", "all-gather", "forward", "received activations (scatter/gather)",
                          m * (v - (r == 0)), bsh, t),
-                 Traffic("tensor", "all-gather", "backward", "received gradients (scatter/gather)",
+                 ParallelTraffic("tensor", "all-gather", "backward", "received gradients (scatter/gather)",
                          m * (v - (r == p - 1)), bsh, t)]
     return tuple(row for row in rows if row.calls)
 
 
 def traffic_frame(rows) -> pd.DataFrame:
-    """Traffic rows as a tidy frame with ``total_bytes`` (calls x tensor_bytes)."""
+    """ParallelTraffic rows as a tidy frame with ``total_bytes`` (calls x tensor_bytes)."""
     frame = pd.DataFrame([{**asdict(row), "total_bytes": row.total_bytes} for row in rows],
-                         columns=[*Traffic.__dataclass_fields__, "total_bytes"])
+                         columns=[*ParallelTraffic.__dataclass_fields__, "total_bytes"])
     return frame

@@ -30,7 +30,7 @@ another at the NVMe link's rate, after the copies (data from the drives passes t
 memory). The link is one of :data:`zerolib.core.catalogue.links.LINKS` (PCIe 4.0 or 5.0 x16 by
 default; a real NVMe drive is slower: 1.6 GB/s per GPU of NVMe bandwidth on the DGX-2 of
 ZeRO-Infinity's Fig. 2(b), against 3.0 GB/s of CPU memory per GPU). What overlaps what is
-:mod:`zerolib.core.step.group_time`'s: forward and backward copies run while the GPU computes (the
+:mod:`zerolib.core.step.time`'s: forward and backward copies run while the GPU computes (the
 parameter fetches are prefetched, the gradients copied bucket by bucket), the after-step ones do
 not. The CPU's optimizer step itself takes time that the model leaves out, as it leaves out
 the GPU's.
@@ -49,7 +49,7 @@ from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, get_layout
 from zerolib.core.memory.placement import Placement, TierState, check_placement, place
 from zerolib.core.step.collectives import to_bytes
-from zerolib.core.step.traffic import PHASES
+from zerolib.core.step.traffic import STEP_PHASES
 
 DIRECTIONS = ("to_gpu", "to_host", "nvme_read", "nvme_write")
 DEFAULT_HOST_LINK = "pcie4-x16"
@@ -151,7 +151,7 @@ class HostTraffic:
         host = get_link(host_link)
         nvme = host if nvme_link is None else get_link(nvme_link)
         out = {}
-        for phase in PHASES:
+        for phase in STEP_PHASES:
             b = self.phase_bytes(phase)
             copies = np.maximum(b["to_gpu"], b["to_host"]).astype(np.float64) / host.bandwidth
             drives = (b["nvme_read"] + b["nvme_write"]).astype(np.float64) / nvme.bandwidth

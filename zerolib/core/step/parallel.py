@@ -1,10 +1,11 @@
 """How long one training step takes under tensor, pipeline and data parallelism (ZeRO) together.
 
-:mod:`zerolib.core.step.time` times the collectives of data parallelism alone. This module adds what
-model parallelism communicates, :mod:`zerolib.core.step.model_parallel_traffic`'s rows, timed with
-the same link and node model (:mod:`zerolib.core.catalogue.nodes`, :mod:`zerolib.core.step.collectives`), and
-the pipeline's idle time. Vectorised: every argument broadcasts, so a planner's whole space is
-one call.
+:mod:`zerolib.core.step.time` times the collectives of data parallelism alone. This module
+composes the same schedule (:mod:`zerolib.core.step.traffic`) with what model parallelism
+communicates, :mod:`zerolib.core.step.model_parallel_traffic`'s rows, every collective timed on
+its ring by the one ring model (:func:`zerolib.core.step.time.ring_timing`) and every pipeline
+message by :func:`zerolib.core.step.time.send_seconds`, and adds the pipeline's idle time.
+Vectorised: every argument broadcasts, so a planner's whole space is one call.
 
 **Where each group sits.** GPUs are numbered tensor-parallel rank fastest, then data-parallel,
 then pipeline (Megatron-LM's default ``order="tp-cp-ep-dp-pp"``,
@@ -54,7 +55,7 @@ with T_mb the micro-batch time above. It splits into compute (m micro-batches' F
 exposed per-step collectives) and the bubble ((p - 1)/v x T_mb, idle waiting for other stages):
 ``network_wait_fraction`` and ``bubble_fraction`` are those parts over the step.
 
-**Shard groups** (:mod:`zerolib.core.step.group_traffic`, whose bytes and calls are used as they
+**Shard groups** (:mod:`zerolib.core.step.traffic`, whose bytes and calls are used as they
 are): with the state sharded over G of the d data-parallel GPUs, the all-gathers and the
 gradient reduce-scatter run inside the group, a ring of G GPUs t apart (G consecutive
 data-parallel ranks); each GPU then all-reduces its gradient shard with the GPUs at the same
@@ -69,7 +70,7 @@ backward; MiCS was removed after DeepSpeed 0.19, issue deepspeedai/DeepSpeed#848
 refuses ``mics_shard_size``), and PyTorch FSDP2 does the same for HSDP under
 ``set_requires_all_reduce(False)`` on the other micro-batches ("gradient accumulation with only
 reduce-scatter but not all-reduce for HSDP"; FSDP2's default would all-reduce every
-micro-batch). :mod:`zerolib.core.step.group_time` times a step of one micro-batch, where that is the
+micro-batch). :func:`zerolib.core.step.time.step_time` times a step of one micro-batch, where that is the
 same place: in the backward, overlapping its compute. With G = d every time is exactly the
 one the whole group gives.
 
@@ -79,7 +80,7 @@ bytes: the reduced gradient partition down at the gradient width, the updated 16
 partition up, the parameter shard up before each pass), for the parameters this GPU holds
 (:func:`zerolib.core.memory.model_parallel.parameters_per_gpu` of its pipeline stage), on a PCIe
 ``host_link`` at full duplex, added to the collectives of the phase they run in, as
-:mod:`zerolib.core.step.group_time` adds them. When, in DeepSpeed 0.19.8:
+:func:`zerolib.core.step.time.step_time` adds them. When, in DeepSpeed 0.19.8:
 
 - the gradient partition goes down **every micro-batch** under stages 2 and 3, during the
   backward (``stage3.py`` ``partition_grads`` copies each reduced partition into the
@@ -119,9 +120,9 @@ from types import MappingProxyType
 import numpy as np
 
 from zerolib.core.catalogue.devices import Device, get_device
-from zerolib.core.catalogue.links import BASE_LATENCY, LINKS, Link, get_link
+from zerolib.core.catalogue.links import LINKS, Link, get_link
 from zerolib.core.catalogue.models import TransformerConfig, get_model
-from zerolib.core.catalogue.nodes import NODES, Interconnect, interconnect, ring_latency
+from zerolib.core.catalogue.nodes import NODES, Interconnect, interconnect
 from zerolib.core.inputs import MAX_GPUS, check_gpus, check_positive_int, check_stage, echo
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, get_layout
@@ -136,11 +137,18 @@ from zerolib.core.memory.model_parallel import (
 from zerolib.core.memory.placement import Placement
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
 from zerolib.core.step.collectives import CHUNKS_SENT
-from zerolib.core.step.group_traffic import GROUP_SLOTS, GroupTraffic, flat_group_traffic
 from zerolib.core.step.model_parallel_traffic import pipeline_traffic, tensor_parallel_traffic
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS, host_traffic
-from zerolib.core.step.time import DEFAULT_MFU, ComputeSettings, check_mfu, compute_seconds
-from zerolib.core.step.traffic import PHASES, layer_units
+from zerolib.core.step.time import (
+    DEFAULT_MFU,
+    ComputeSettings,
+    check_mfu,
+    compute_seconds,
+    ring_timing,
+    schedule_seconds,
+    send_seconds,
+)
+from zerolib.core.step.traffic import STEP_PHASES, Traffic, flat_traffic, layer_units
 
 KIND_OF = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter"}
 PARTS = ("compute", "tensor", "pipeline", "data_parallel", "bubble")
@@ -153,8 +161,6 @@ OFFLOADS: Mapping[str, Mapping[str, str]] = MappingProxyType({
     "optimizer": MappingProxyType({"offload_optimizer": "cpu"}),
     "optimizer+parameters": MappingProxyType({"offload_optimizer": "cpu", "offload_params": "cpu"}),
 })
-# The rings a plan's ZeRO slots run on (ZeRO++'s hpZ and qgZ rings are not planned).
-PLANNED_RINGS = ("all", "group", "replicas")
 
 
 def cluster_interconnect(links: str | Interconnect, gpus_per_node: int | None = None) -> Interconnect:
@@ -180,69 +186,6 @@ def cluster_interconnect(links: str | Interconnect, gpus_per_node: int | None = 
     return interconnect(links, gpus_per_node)
 
 
-def _bandwidth_across(ic: Interconnect, per_node) -> np.ndarray:
-    """Bytes per second a GPU's ring gets across nodes when ``per_node`` of a group's GPUs sit on
-    each node and the node's ports are shared among the K / per_node groups of the node."""
-    share = float(ic.network_bandwidth) * np.asarray(per_node, dtype=np.float64) / ic.gpus_per_node
-    return np.minimum(float(ic.intra.bandwidth), share)
-
-
-@dataclass(frozen=True)
-class GroupRing:
-    """A ring over ``size`` GPUs whose ranks are ``stride`` apart (int64 arrays, broadcast)."""
-
-    ic: Interconnect
-    size: np.ndarray
-    stride: np.ndarray
-
-    @property
-    def inside(self) -> np.ndarray:
-        """Whether the whole group sits inside one node (every GPU alike: always)."""
-        if self.ic.gpus_per_node is None:
-            return np.ones(self.size.shape, dtype=bool)
-        return self.size * self.stride <= self.ic.gpus_per_node
-
-    @property
-    def per_node(self) -> np.ndarray:
-        """The group's GPUs on one node (1 when the stride is a node or more)."""
-        if self.ic.gpus_per_node is None:
-            return self.size
-        return np.clip(self.ic.gpus_per_node // self.stride, 1, self.size)
-
-    def bandwidth(self) -> np.ndarray:
-        """Bus bandwidth per GPU and direction (float64)."""
-        inside = np.full(self.size.shape, float(self.ic.intra.bandwidth))
-        if self.ic.gpus_per_node is None:
-            return inside
-        return np.where(self.inside, inside, _bandwidth_across(self.ic, self.per_node))
-
-    def latency(self, kind: str) -> np.ndarray:
-        """Seconds of ring latency per call: the node model's, over the nodes the group spans."""
-        if self.ic.gpus_per_node is None:
-            return ring_latency(self.ic, kind, self.size)
-        out = np.zeros(self.size.shape)
-        per_node = self.per_node
-        for g in np.unique(per_node):
-            view = Interconnect(self.ic.name, self.ic.label, self.ic.intra, self.ic.network,
-                                int(g), max(self.ic.nics, 1))
-            out = np.where(per_node == g, ring_latency(view, kind, self.size), out)
-        return out
-
-
-def send_seconds(ic: Interconnect, message_bytes, crosses_nodes) -> np.ndarray:
-    """Seconds of one point-to-point message between pipeline stages: NCCL's base latency and
-    one hop of the link it takes, plus the bytes at that link's rate (across nodes: each GPU's
-    share of its node's ports)."""
-    message = np.asarray(message_bytes, dtype=np.float64)
-    crosses = np.asarray(crosses_nodes, dtype=bool) & (ic.network is not None)
-    inside = BASE_LATENCY + ic.intra.hop_latency + message / ic.intra.bandwidth
-    if ic.network is None:
-        return np.broadcast_to(inside, np.broadcast(inside, crosses).shape).copy()
-    across = (BASE_LATENCY + ic.network.hop_latency
-              + message / _bandwidth_across(ic, np.ones_like(message)))
-    return np.where(crosses, across, inside)
-
-
 def check_host_link(host_link: str | Link) -> Link:
     """The PCIe link offload copies run on (a name of :data:`zerolib.core.catalogue.links.LINKS`)."""
     link = get_link(host_link)
@@ -252,11 +195,12 @@ def check_host_link(host_link: str | Link) -> Link:
 
 
 def _checked_node(data_parallel) -> int:
-    """A node size under which :mod:`zerolib.core.step.group_traffic`'s and
+    """A node size under which :mod:`zerolib.core.step.traffic`'s and
     :mod:`zerolib.core.memory.placement`'s node checks hold for every data-parallel group of
     ``data_parallel``: their least common multiple (each d divides it, so every ring "sits inside
-    one node" there). The rings are placed by :class:`GroupRing` instead; only the bytes and
-    calls, which do not depend on the node, are read."""
+    one node" there). The rings are placed on the cluster by
+    :func:`zerolib.core.step.time.ring_timing` instead; only the bytes, calls and rings, which
+    do not depend on the node, are read."""
     node = math.lcm(*np.unique(data_parallel).tolist())
     if node > MAX_GPUS:
         raise ValueError(f"data_parallel degrees of one call must divide one cluster of at most "
@@ -265,16 +209,15 @@ def _checked_node(data_parallel) -> int:
 
 
 def shard_group_traffic(params, data_parallel, stage, layout: str | Layout = "mixed-adam",
-                        shard_group=None) -> GroupTraffic:
+                        shard_group=None) -> Traffic:
     """ZeRO's collectives per GPU and step for ``params`` on each GPU, sharded over a group of
     ``shard_group`` of the ``data_parallel`` GPUs (None: all of them): exactly
-    :func:`zerolib.core.step.group_traffic.flat_group_traffic`'s (one flat buffer per pass). Read
-    its ``sent``, ``calls`` and ``ring_gpus``: it is placed on a node of every GPU of the call
-    (:func:`_checked_node`), so its ``cross_node``, ``ring_nodes`` and ``sharing`` say nothing
-    about the cluster; :func:`parallel_step_time` places each ring itself."""
+    :func:`zerolib.core.step.traffic.flat_traffic`'s (one flat buffer per pass). Read its
+    ``sent``, ``calls``, ``ring_gpus`` and ``ring_stride``: it is placed on a node of every GPU
+    of the call (:func:`_checked_node`), so its ``cross_node``, ``ring_nodes`` and ``sharing``
+    say nothing about the cluster; :func:`parallel_step_time` places each ring on it."""
     d = check_gpus(data_parallel, "data_parallel")
-    return flat_group_traffic(params, d, stage, layout, shard_group,
-                              gpus_per_node=_checked_node(d))
+    return flat_traffic(params, d, stage, layout, shard_group, gpus_per_node=_checked_node(d))
 
 
 def offload_seconds(params, data_parallel, stage, offload="none", shard_group=None,
@@ -296,7 +239,7 @@ def _host_seconds(params, d, stage, codes, group, layout, host_link) -> Mapping[
     """:func:`offload_seconds` for offload codes (indices into :data:`OFFLOADS`)."""
     params, d, stage, codes = np.broadcast_arrays(params, d, stage, codes)
     group = d if group is None else np.broadcast_to(group, d.shape)
-    out = {phase: np.zeros(d.shape) for phase in PHASES}
+    out = {phase: np.zeros(d.shape) for phase in STEP_PHASES}
     moved = np.flatnonzero(codes.ravel() > 0)
     if not len(moved):
         return MappingProxyType(out)
@@ -307,7 +250,7 @@ def _host_seconds(params, d, stage, codes, group, layout, host_link) -> Mapping[
         placement = Placement(shard_group=g, gpus_per_node=node, **OFFLOADS[names[code]])
         seconds = host_traffic(params.ravel()[at], d.ravel()[at], stage.ravel()[at], layout,
                                placement).seconds(host_link)
-        for phase in PHASES:
+        for phase in STEP_PHASES:
             out[phase].ravel()[at] = seconds[phase]
     return MappingProxyType(out)
 
@@ -416,15 +359,6 @@ def _groups(columns):
             key, digit = divmod(key, len(values))
             point.append(int(values[digit]))
         yield tuple(reversed(point)), rows
-
-
-@lru_cache(maxsize=256)
-def _ring_constants(ic: Interconnect, size: int, stride: int) -> tuple[Mapping[str, float], float]:
-    """({kind: latency}, bus bandwidth) of one :class:`GroupRing`, as Python floats (remembered:
-    a plan asks for the same few rings many times)."""
-    ring = GroupRing(ic, np.int64(size), np.int64(stride))
-    return (MappingProxyType({kind: float(ring.latency(kind)) for kind in CHUNKS_SENT}),
-            float(ring.bandwidth()))
 
 
 def parallel_step_time(model, link: str | Interconnect, device: str | Device, *, seq_len,
@@ -543,17 +477,12 @@ def _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec):
     for (pp, rr, flag, code), rows in _groups((p, r, sp.astype(np.int64), rec)):
         for kind, count, size in _tensor_rows(config, s, pp, rr, bool(flag), RECOMPUTE[code], e):
             calls.setdefault((kind, size), np.zeros(flat_t.shape, dtype=np.int64))[rows] += count
-    latency = {kind: np.zeros(flat_t.shape) for kind in CHUNKS_SENT}
-    bandwidth = np.ones(flat_t.shape)
-    for tt in np.unique(flat_t).tolist():
-        here = flat_t == tt
-        kinds, bandwidth[here] = _ring_constants(ic, tt, 1)
-        for kind, value in kinds.items():
-            latency[kind][here] = value
+    timing = {kind: ring_timing(ic, kind, flat_t) for kind in CHUNKS_SENT}
     out = np.zeros(flat_t.shape)
     for (kind, size), count in calls.items():
+        latency, bandwidth = timing[kind]
         sent = CHUNKS_SENT[kind] * (flat_t - 1) * ceil_div(size * flat_b, flat_t)
-        out += count * (latency[kind] + sent / bandwidth)
+        out += count * (latency + sent / bandwidth)
     return np.where(flat_t > 1, out, 0.0).reshape(shape)
 
 
@@ -570,37 +499,13 @@ def _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v):
     return out.reshape(np.shape(b))
 
 
-def _ring_arrays(ic, size, stride):
-    """({kind: latency}, bus bandwidth) per row of rings over ``size`` GPUs ``stride`` apart
-    (flat arrays; :func:`_ring_constants` once per distinct ring)."""
-    latency = {kind: np.zeros(size.shape) for kind in CHUNKS_SENT}
-    bandwidth = np.ones(size.shape)
-    for (n, apart), rows in _groups((size, stride)):
-        kinds, bandwidth[rows] = _ring_constants(ic, n, apart)
-        for kind, value in kinds.items():
-            latency[kind][rows] = value
-    return latency, bandwidth
-
-
 def _zero_slots(ic, params, d, t, zero, layout, shard_group, units):
-    """Seconds per slot of :data:`zerolib.core.step.group_traffic.GROUP_SLOTS`, one pass of each:
+    """Seconds per slot of :data:`zerolib.core.step.traffic.GROUP_SLOTS`, one pass of each:
     bytes and calls from :func:`shard_group_traffic` (stage 3: one call per layer unit), each
-    on the ring it uses, data-parallel ranks t apart: every GPU (d, stride t), the group (G,
-    stride t) or the replicas (d / G, stride G x t); :class:`GroupRing`."""
+    on the ring it uses with the data-parallel ranks t apart
+    (:func:`zerolib.core.step.time.schedule_seconds`)."""
     traffic = shard_group_traffic(params, d, zero, layout, shard_group)
-    flat_d, flat_t, flat_g = np.ravel(d), np.ravel(t), np.ravel(traffic.shard_group)
-    rings = {"all": (flat_d, flat_t), "group": (flat_g, flat_t),
-             "replicas": (flat_d // flat_g, flat_g * flat_t)}
-    constants = {ring: _ring_arrays(ic, *rings[ring]) for ring in PLANNED_RINGS}
-    three = np.ravel(zero) == 3
-    out = {}
-    for slot in GROUP_SLOTS:
-        if slot.ring not in PLANNED_RINGS:
-            continue
-        latency, bandwidth = constants[slot.ring]
-        sent = np.ravel(traffic.sent[slot.name])
-        calls = np.ravel(traffic.calls[slot.name])
-        calls = np.where(three & (calls > 0), units, calls)
-        seconds = np.where(sent > 0, calls * latency[slot.kind] + sent / bandwidth, 0.0)
-        out[slot.name] = seconds.reshape(np.shape(d))
-    return out
+    three = zero == 3
+    calls = {name: np.where(three & (count > 0), units, count) for name, count in traffic.calls.items()}
+    seconds, _ = schedule_seconds(traffic, ic, spacing=t, calls=calls)
+    return seconds

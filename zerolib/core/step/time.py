@@ -14,17 +14,36 @@ runs publish: 38-43 % for Llama 3 405B on H100 (arXiv:2407.21783, Table 4), 46.2
 540B. The optimizer step's own compute is left out (it reads each parameter once, against the
 thousands of FLOPs each parameter costs per sequence).
 
-**Communication.** Each slot of the schedule (:data:`zerolib.core.step.traffic.SLOTS`) takes
-calls x ring latency + bytes sent / bus bandwidth (:mod:`zerolib.core.step.collectives`,
-:mod:`zerolib.core.catalogue.nodes`). Collectives share one network and run one after another.
+**Communication.** Each slot of the schedule (:data:`zerolib.core.step.traffic.GROUP_SLOTS`)
+takes calls x ring latency + bytes sent / bus bandwidth, on the ring it uses. **One ring model**
+times every collective of the package, data parallelism alone or beside tensor and pipeline
+parallelism: a ring over ``size`` GPUs whose ranks are ``stride`` apart (ranks fill nodes in
+order, :func:`zerolib.core.step.collectives.ring_placement`) with ``per_node`` of them on a node
+stays inside one node when size x stride <= K GPUs per node and runs at the intra-node link's
+rate; otherwise it leaves each node through the node's ports, shared by the K / per_node rings
+that leave it at once: bus bandwidth min(intra-node rate, ports x port rate x per_node / K). A
+shard group of G <= K GPUs sits in a node; the all-reduce across its replicas (ranks G apart)
+shares the ports min(G, K) ways; with tensor parallelism t every data-parallel ring's ranks are t
+times further apart. Latency is NCCL's base plus a hop per ring step, the network's for the
+steps that cross nodes (:func:`zerolib.core.catalogue.nodes.spanning_latency`). With a single link
+(no nodes) every ring runs on it alike. A point-to-point message (a pipeline's) pays the base
+latency, one hop, and its bytes at the link's rate (across nodes, each GPU's share of its node's
+ports). Collectives share one network and run one after another.
+
+**Offload** adds each phase's host transfers (:mod:`zerolib.core.step.offload_traffic`) to that
+phase's communication, after its collectives (the GPU's PCIe path also carries the network's
+traffic on most servers): the gradient copies hide behind the backward pass, the parameter
+fetches behind the pass that needs them, the after-step copies and NVMe reads and writes hide
+behind nothing.
 
 **Overlap** (the stated assumption). A collective can run while the GPU computes something that
 does not need its result:
 
 - the stage-3 all-gathers of the forward pass overlap the forward compute (each layer's
   gather is issued ahead of it, **prefetched**, while the layer before computes);
-- the gradient all-reduce (stage 0), the gradient reduce-scatters (stages 1-3) and the stage-3
-  backward all-gathers overlap the backward compute (gradients are reduced bucket by bucket
+- the gradient all-reduce (stage 0), the gradient reduce-scatters (stages 1-3), the stage-3
+  backward all-gathers, the all-reduce across a shard group's replicas and qgZ's all-to-alls
+  overlap the backward compute (gradients are reduced bucket by bucket
   as the backward pass produces them; the next layer's parameters are prefetched);
 - the stage 1-2 all-gather of the updated parameters runs after the optimizer step and before
   the next forward pass, which needs them: it overlaps nothing (DeepSpeed's behaviour; engines
@@ -46,10 +65,12 @@ from types import MappingProxyType
 import numpy as np
 
 from zerolib.core.catalogue.devices import Device, get_device
-from zerolib.core.catalogue.nodes import Interconnect, interconnect
+from zerolib.core.catalogue.links import BASE_LATENCY, Link
+from zerolib.core.catalogue.nodes import Interconnect, interconnect, spanning_latency
 from zerolib.core.inputs import check_flag, check_positive_int
-from zerolib.core.step.collectives import collective_seconds
-from zerolib.core.step.traffic import PHASES, SLOTS, Traffic
+from zerolib.core.step.collectives import ring_placement
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HostTraffic
+from zerolib.core.step.traffic import GROUP_SLOTS, STEP_PHASES, Traffic
 
 FORWARD_FLOPS = 2          # per parameter and token
 BACKWARD_FLOPS = 4
@@ -114,54 +135,141 @@ def compute_seconds(params, device: str | Device, settings: ComputeSettings = DE
     return FORWARD_FLOPS * work, backward * work
 
 
+# --- the one ring model ------------------------------------------------------------------------
+
+def across_bandwidth(ic: Interconnect, per_node) -> np.ndarray:
+    """Bytes per second a GPU gets out of its node when ``per_node`` GPUs of its ring sit on each
+    node: the node's ports shared among the K / per_node rings that leave it at once."""
+    share = float(ic.network_bandwidth) * np.asarray(per_node, dtype=np.float64) / ic.gpus_per_node
+    return np.minimum(float(ic.intra.bandwidth), share)
+
+
+def ring_timing(ic: Interconnect, kind: str, size, stride=1) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds of latency per call, bus bandwidth per GPU and direction) of a ring ``kind``
+    over ``size`` GPUs whose ranks are ``stride`` apart on ``ic`` (float64, broadcast)."""
+    size, stride = np.broadcast_arrays(np.asarray(size, dtype=np.int64),
+                                       np.asarray(stride, dtype=np.int64))
+    per_node, nodes = ring_placement(size, stride, ic.gpus_per_node)
+    inside = np.full(size.shape, float(ic.intra.bandwidth))
+    bandwidth = inside if ic.gpus_per_node is None else np.where(
+        nodes <= 1, inside, across_bandwidth(ic, per_node))
+    return spanning_latency(ic, kind, size, nodes), bandwidth
+
+
+def send_seconds(ic: Interconnect, message_bytes, crosses_nodes) -> np.ndarray:
+    """Seconds of one point-to-point message between pipeline stages: NCCL's base latency and
+    one hop of the link it takes, plus the bytes at that link's rate (across nodes: each GPU's
+    share of its node's ports)."""
+    message = np.asarray(message_bytes, dtype=np.float64)
+    crosses = np.asarray(crosses_nodes, dtype=bool) & (ic.network is not None)
+    inside = BASE_LATENCY + ic.intra.hop_latency + message / ic.intra.bandwidth
+    if ic.network is None:
+        return np.broadcast_to(inside, np.broadcast(inside, crosses).shape).copy()
+    across = (BASE_LATENCY + ic.network.hop_latency
+              + message / across_bandwidth(ic, np.ones_like(message)))
+    return np.where(crosses, across, inside)
+
+
+def schedule_seconds(traffic: Traffic, ic: Interconnect, spacing=1, calls=None
+                     ) -> tuple[Mapping[str, np.ndarray], Mapping[str, np.ndarray]]:
+    """(seconds, bus bandwidth) of each slot of ``traffic`` on the ring it uses, its ranks
+    ``spacing`` times further apart than the traffic's own (tensor parallelism's t), with
+    ``calls`` per slot in place of the traffic's where given. A slot no setting uses costs 0."""
+    seconds, bandwidth = {}, {}
+    for slot in GROUP_SLOTS:
+        name = slot.name
+        count = traffic.calls[name] if calls is None else calls[name]
+        latency, bandwidth[name] = ring_timing(ic, slot.kind, traffic.ring_gpus[name],
+                                               traffic.ring_stride[name] * spacing)
+        seconds[name] = (np.asarray(count, dtype=np.float64) * latency
+                         + np.asarray(traffic.sent[name], dtype=np.float64) / bandwidth[name])
+    return MappingProxyType(seconds), MappingProxyType(bandwidth)
+
+
+# --- the step ------------------------------------------------------------------------------------
+
 @dataclass(frozen=True)
 class StepTime:
-    """Seconds of one step per setting (float64 arrays broadcast like the traffic)."""
+    """Seconds of one step per setting (float64 arrays broadcast like the traffic).
+
+    ``compute`` and ``exposed`` are None when no device was given (no compute time).
+    """
 
     slot_seconds: Mapping[str, np.ndarray] = field(repr=False)
-    compute: Mapping[str, np.ndarray] = field(repr=False)   # forward, backward
-    exposed: Mapping[str, np.ndarray] = field(repr=False)   # per phase of PHASES
+    slot_bandwidth: Mapping[str, np.ndarray] = field(repr=False)
+    host: Mapping[str, np.ndarray] = field(repr=False)                # per phase
+    compute: Mapping[str, np.ndarray] | None = field(repr=False)      # forward, backward
+    exposed: Mapping[str, np.ndarray] | None = field(repr=False)      # per phase of STEP_PHASES
 
     @property
     def communication_seconds(self) -> np.ndarray:
         """All collectives back to back (what the step would take without any overlap, minus
-        the compute)."""
+        the compute; host transfers not included)."""
         return sum(self.slot_seconds.values())
 
     @property
-    def compute_seconds(self) -> np.ndarray:
-        return self.compute["forward"] + self.compute["backward"]
+    def host_seconds(self) -> np.ndarray:
+        """All host transfers of the step (PCIe copies and NVMe)."""
+        return sum(self.host.values())
 
-    @property
-    def exposed_seconds(self) -> np.ndarray:
-        return sum(self.exposed.values())
-
-    @property
-    def step_seconds(self) -> np.ndarray:
-        return self.compute_seconds + self.exposed_seconds
-
-    @property
-    def network_wait_fraction(self) -> np.ndarray:
-        return self.exposed_seconds / self.step_seconds
+    def kind_seconds(self, kind: str) -> np.ndarray:
+        return sum(self.slot_seconds[s.name] for s in GROUP_SLOTS if s.kind == kind)
 
     def phase_communication(self, phase: str) -> np.ndarray:
-        return sum(self.slot_seconds[slot.name] for slot in SLOTS if slot.phase == phase)
+        return sum(self.slot_seconds[s.name] for s in GROUP_SLOTS if s.phase == phase)
+
+    @property
+    def compute_seconds(self) -> np.ndarray | None:
+        return None if self.compute is None else self.compute["forward"] + self.compute["backward"]
+
+    @property
+    def exposed_seconds(self) -> np.ndarray | None:
+        return None if self.exposed is None else sum(self.exposed.values())
+
+    @property
+    def step_seconds(self) -> np.ndarray | None:
+        return None if self.compute is None else self.compute_seconds + self.exposed_seconds
+
+    @property
+    def network_wait_fraction(self) -> np.ndarray | None:
+        return None if self.compute is None else self.exposed_seconds / self.step_seconds
 
 
-def step_time(traffic: Traffic, link: str | Interconnect, device: str | Device,
-              settings: ComputeSettings = DEFAULT_COMPUTE) -> StepTime:
-    """Communication, compute and overlap of the step whose traffic is ``traffic`` (see the
-    module doc for the overlap assumption)."""
+def _check_node(traffic: Traffic, ic: Interconnect) -> None:
+    # A shard group's validity depends on where the nodes fall: the traffic's must be these.
+    if traffic.grouped and ic.gpus_per_node is not None and ic.gpus_per_node != traffic.gpus_per_node:
+        raise ValueError(f"the traffic was placed on nodes of {traffic.gpus_per_node} GPUs, the "
+                         f"interconnect {ic.name} has {ic.gpus_per_node} per node: give "
+                         "group_traffic the interconnect's gpus_per_node")
+
+
+def step_time(traffic: Traffic, link: str | Interconnect, device: str | Device | None = None,
+              compute: ComputeSettings = DEFAULT_COMPUTE, host: HostTraffic | None = None,
+              host_link: str | Link = DEFAULT_HOST_LINK,
+              nvme_link: str | Link | None = None) -> StepTime:
+    """Seconds of each collective on its ring, the host transfers, the compute (with a device)
+    and what is exposed (see the module doc for the overlap assumption)."""
     if not isinstance(traffic, Traffic):
         raise TypeError(f"traffic must be a Traffic, got {type(traffic).__name__}")
     ic = interconnect(link)
-    slots = {slot.name: collective_seconds(slot.kind, traffic.sent[slot.name],
-                                           traffic.calls[slot.name], traffic.gpus, ic)
-             for slot in SLOTS}
-    forward, backward = compute_seconds(traffic.params, device, settings)
-    compute = {"forward": forward, "backward": backward}
-    by_phase = {phase: sum(slots[s.name] for s in SLOTS if s.phase == phase) for phase in PHASES}
-    exposed = {"forward": np.maximum(by_phase["forward"] - forward, 0.0),
-               "backward": np.maximum(by_phase["backward"] - backward, 0.0),
-               "after_step": by_phase["after_step"]}
-    return StepTime(MappingProxyType(slots), MappingProxyType(compute), MappingProxyType(exposed))
+    _check_node(traffic, ic)
+    seconds, bandwidth = schedule_seconds(traffic, ic)
+    zero = np.zeros(traffic.gpus.shape)
+    host_time = (dict.fromkeys(STEP_PHASES, zero) if host is None
+                 else dict(host.seconds(host_link, nvme_link)))
+    compute_by_phase = exposed = None
+    if device is not None:
+        if not isinstance(compute, ComputeSettings):
+            raise TypeError(f"compute must be a ComputeSettings, got {type(compute).__name__}")
+        forward, backward = compute_seconds(traffic.params, get_device(device), compute)
+        compute_by_phase = MappingProxyType({"forward": forward, "backward": backward})
+        phase = {p: sum(seconds[s.name] for s in GROUP_SLOTS if s.phase == p) + host_time[p]
+                 for p in STEP_PHASES}
+        exposed = MappingProxyType({"forward": np.maximum(phase["forward"] - forward, 0.0),
+                                    "backward": np.maximum(phase["backward"] - backward, 0.0),
+                                    "after_step": phase["after_step"]})
+    return StepTime(seconds, bandwidth, MappingProxyType(host_time), compute_by_phase, exposed)
+
+
+# The name the shard-group chapter calls it by: the same function.
+group_step_time = step_time

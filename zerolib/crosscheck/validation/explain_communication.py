@@ -7,7 +7,7 @@ or a broadcast, the rank's own chunk of an all-gather (:mod:`zerolib.core.step.c
 ring's wire bytes follow from it by nccl-tests' factors; a gloo run cannot show them (gloo's
 algorithms are not NCCL's), so they are not compared.
 
-zerolib's prediction is :func:`zerolib.core.step.group_traffic.group_traffic` for the run's layers
+zerolib's prediction is :func:`zerolib.core.step.traffic.traffic` for the run's layers
 (one unit per Linear layer, weight and bias), layout and shard group (all ranks but for HSDP,
 whose gathers and reduce-scatters run in its shard group and whose shards are all-reduced
 across the replicas; with the group of all ranks it is exactly
@@ -33,7 +33,7 @@ from zerolib.core.memory.working_set import (
     STAGE3_PREFETCH_BUCKET_SIZE,
 )
 from zerolib.core.step.collectives import KINDS
-from zerolib.core.step.group_traffic import group_traffic
+from zerolib.core.step.traffic import group_traffic
 from zerolib.crosscheck.validation.deepspeed_run import DEEPSPEED_MODELS
 from zerolib.crosscheck.validation.setups import (
     COMMUNICATION_STRATEGIES,
