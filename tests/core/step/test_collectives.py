@@ -11,9 +11,27 @@ import pytest
 
 from zerolib.core.catalogue.links import LINKS, get_link
 from zerolib.core.catalogue.nodes import NODES, Interconnect, bus_bandwidth, interconnect, ring_latency
-from zerolib.core.step.collectives import collective_seconds, ring_volume, to_bytes
+from zerolib.core.step.collectives import collective_seconds, ring_placement, ring_volume, to_bytes
 
 GB = 10**9
+
+
+def test_ring_placement_by_hand():
+    # Ranks fill nodes of 8 in order. 16 consecutive GPUs: 8 on each of 2 nodes. 4 GPUs 4 apart
+    # (the replicas of groups of 4): ranks 0, 4, 8, 12, 2 per node on 2 nodes. 8 GPUs 8 apart:
+    # one per node, 8 nodes. 2 GPUs 2 apart: ranks 0 and 2, one node. 3 GPUs 16 apart: one per
+    # node. Without nodes every ring is one "node".
+    def place(size, stride, k):
+        per_node, nodes = ring_placement(size, stride, k)
+        return int(per_node), int(nodes)
+    assert place(16, 1, 8) == (8, 2)
+    assert place(4, 4, 8) == (2, 2)
+    assert place(8, 8, 8) == (1, 8)
+    assert place(2, 2, 8) == (2, 1)
+    assert place(3, 16, 8) == (1, 3)
+    assert place(64, 1, None) == (64, 1)
+    per_node, nodes = ring_placement(np.array([16, 4]), np.array([1, 4]), 8)
+    assert per_node.tolist() == [8, 2] and nodes.tolist() == [2, 2]
 
 
 def test_ring_volume_by_hand():

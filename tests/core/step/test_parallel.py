@@ -13,6 +13,7 @@ from zerolib.core.catalogue.nodes import bus_bandwidth, interconnect, ring_laten
 from zerolib.core.memory.model_parallel import parameters_per_gpu
 from zerolib.core.step.model_parallel_traffic import pipeline_traffic, tensor_parallel_traffic
 from zerolib.core.step.parallel import (
+    ParallelSettings,
     bubble_fraction,
     cluster_interconnect,
     offload_seconds,
@@ -216,6 +217,31 @@ def test_what_is_not_modelled_is_refused():
         step(data_parallel=8, stage=1, offload="optimizer", host_link="nvlink4")
     with pytest.raises(ValueError, match="shard_group must divide gpus"):
         step(data_parallel=8, stage=1, shard_group=3)
+
+
+def test_settings_are_checked_once_and_trusted_after():
+    # Built once, the settings time the layout on any cluster; the keywords give the same step.
+    settings = ParallelSettings(seq_len=4096, micro_batch=1, tensor_parallel=[1, 2], pipeline_parallel=1,
+                                data_parallel=8, stage=[0, 3], micro_batches=2, mfu=0.5)
+    assert settings.tensor_parallel.tolist() == [1, 2] and settings.recompute.tolist() == [0, 0]
+    for link in ("dgx-a100", "dgx-h100"):
+        ic = cluster_interconnect(link, 8)
+        by_settings = parallel_step_time("llama-2-7b", ic, "a100-80gb", settings)
+        by_keywords = parallel_step_time("llama-2-7b", ic, "a100-80gb", seq_len=4096, micro_batch=1,
+                                         tensor_parallel=[1, 2], pipeline_parallel=1, data_parallel=8,
+                                         stage=[0, 3], micro_batches=2, mfu=0.5)
+        assert np.array_equal(by_settings.step_seconds, by_keywords.step_seconds)
+    # The checks happen when the settings are built, with the keywords' messages.
+    with pytest.raises(ValueError, match="ZeRO stages 2 and 3 do not run with pipeline"):
+        ParallelSettings(seq_len=4096, micro_batch=1, tensor_parallel=1, pipeline_parallel=2,
+                         data_parallel=1, stage=2, micro_batches=2)
+    with pytest.raises(ValueError, match="recompute must be one of"):
+        ParallelSettings(seq_len=4096, micro_batch=1, tensor_parallel=1, pipeline_parallel=1,
+                         data_parallel=1, stage=0, micro_batches=1, recompute="some")
+    with pytest.raises(TypeError, match="not both"):
+        parallel_step_time("llama-2-7b", "dgx-a100", "a100-80gb", settings, gpus_per_node=8, mfu=0.4)
+    with pytest.raises(TypeError, match="settings must be a ParallelSettings"):
+        parallel_step_time("llama-2-7b", "dgx-a100", "a100-80gb", {"seq_len": 4096})
 
 
 # --- shard groups: in the group on its ring, the replicas' all-reduce once per step --------------

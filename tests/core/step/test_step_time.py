@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from zerolib.core.catalogue.nodes import interconnect
 from zerolib.core.step.time import ComputeSettings, compute_seconds, step_time
 from zerolib.core.step.traffic import flat_traffic, traffic
 from zerolib.crosscheck.paper import PAPER_V100
@@ -88,6 +89,21 @@ def test_compute_settings_are_checked():
         compute_seconds(10**9, PAPER_V100)
     with pytest.raises(TypeError, match="traffic"):
         step_time("llama-2-7b", "dgx-h100", "h100-80gb")
+
+
+def test_the_rings_are_placed_on_the_interconnects_nodes():
+    # 7e9 parameters, stage 0, on 32 GPUs of DGX-2 nodes (16 V100s, NVSwitch 150 GB/s, 8 x 100
+    # Gb/s ports = 100 GB/s a node): the all-reduce over 2 nodes runs at min(150, 100) GB/s,
+    # whatever node size the traffic was counted on: 2 x 31 x 218,750,000 x 2 B / 100e9 s, plus
+    # 8.4 us + 60 NVLink steps of 3.4 us and 2 network steps of 14.0 us = 240.4 us of latency.
+    ic = interconnect("dgx-2")
+    seconds = step_time(traffic(7_000_000_000, 32, 0), ic).slot_seconds["gradient_all_reduce"]
+    sent = 2 * 31 * 218_750_000 * 2
+    assert float(seconds) == pytest.approx(sent / 100e9 + 240.4e-6, rel=1e-12)
+    # A shard group's validity depends on where the nodes fall: counted on nodes of 8, refused.
+    with pytest.raises(ValueError, match="placed on nodes of 8 GPUs"):
+        step_time(traffic(7_000_000_000, 32, 2, shard_group=8), ic)
+    assert step_time(traffic(7_000_000_000, 32, 2, shard_group=8, gpus_per_node=16), ic)
 
 
 def test_parse_fraction():

@@ -361,47 +361,99 @@ def _groups(columns):
         yield tuple(reversed(point)), rows
 
 
-def parallel_step_time(model, link: str | Interconnect, device: str | Device, *, seq_len,
-                       micro_batch, tensor_parallel, pipeline_parallel, data_parallel, stage,
-                       micro_batches, chunks=1, sequence_parallel=False, recompute="none",
-                       shard_group=None, offload="none", layout: str | Layout = "mixed-adam",
-                       mfu: float = DEFAULT_MFU, gpus_per_node: int | None = None,
-                       element_bytes: int = 2,
-                       host_link: str | Link = DEFAULT_HOST_LINK) -> ParallelStepTime:
+@dataclass(frozen=True, eq=False)
+class ParallelSettings:
+    """A 3-D layout and how it trains, checked once when built: :func:`parallel_step_time`'s
+    settings (see there). The per-setting values broadcast together and are kept as int64 (or
+    bool) arrays of one shape, ``recompute`` and ``offload`` as their names' indices into
+    :data:`zerolib.core.memory.activations.RECOMPUTE` and :data:`OFFLOADS`; ``layout``,
+    ``mfu`` and ``host_link`` resolved. The functions beneath trust it."""
+
+    seq_len: int
+    micro_batch: np.ndarray
+    tensor_parallel: np.ndarray
+    pipeline_parallel: np.ndarray
+    data_parallel: np.ndarray
+    stage: np.ndarray
+    micro_batches: np.ndarray
+    chunks: np.ndarray = 1
+    sequence_parallel: np.ndarray = False
+    recompute: np.ndarray = "none"
+    shard_group: np.ndarray | None = None
+    offload: np.ndarray = "none"
+    layout: Layout | str = "mixed-adam"
+    mfu: float = DEFAULT_MFU
+    element_bytes: int = 2
+    host_link: Link | str = DEFAULT_HOST_LINK
+
+    def __post_init__(self):
+        put = object.__setattr__
+        put(self, "layout", get_layout(self.layout))
+        put(self, "mfu", check_mfu(self.mfu))
+        put(self, "host_link", check_host_link(self.host_link))
+        put(self, "seq_len", check_positive_int(self.seq_len, "seq_len", MAX_SEQ_LEN))
+        put(self, "element_bytes", check_positive_int(self.element_bytes, "element_bytes", 16))
+        arrays = np.broadcast_arrays(
+            check_gpus(self.micro_batch, "micro_batch"),
+            check_gpus(self.tensor_parallel, "tensor_parallel"),
+            check_gpus(self.pipeline_parallel, "pipeline_parallel"),
+            check_gpus(self.data_parallel, "data_parallel"), check_stage(self.stage),
+            check_gpus(self.micro_batches, "micro_batches"), check_gpus(self.chunks, "chunks"),
+            _flags(self.sequence_parallel, "sequence_parallel"),
+            _codes(self.recompute, RECOMPUTE, "recompute"),
+            _codes(self.offload, tuple(OFFLOADS), "offload"))
+        names = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
+                 "micro_batches", "chunks", "sequence_parallel", "recompute", "offload")
+        for name, array in zip(names, arrays):
+            put(self, name, np.array(array))
+        b, p, zero = self.micro_batch, self.pipeline_parallel, self.stage
+        if self.shard_group is not None:
+            put(self, "shard_group", np.broadcast_to(check_gpus(self.shard_group, "shard_group"), b.shape))
+        if (np.any(b > MAX_MICRO_BATCH) or np.any(self.micro_batches > MAX_MICRO_BATCHES)
+                or np.any(self.chunks > MAX_CHUNKS)):
+            raise ValueError(f"micro_batch must be at most {MAX_MICRO_BATCH:,}, micro_batches at most "
+                             f"{MAX_MICRO_BATCHES:,} and chunks at most {MAX_CHUNKS:,}")
+        if np.any((p > 1) & (zero > PIPELINE_STAGES[-1])):
+            raise ValueError("ZeRO stages 2 and 3 do not run with pipeline parallelism (DeepSpeed's "
+                             "PipelineEngine: 'ZeRO-2 and ZeRO-3 are incompatible with pipeline "
+                             "parallelism'); use stage 0 or 1 with pipeline_parallel > 1")
+
+    def __deepcopy__(self, memo) -> ParallelSettings:
+        return self  # immutable
+
+
+def parallel_step_time(model, link: str | Interconnect, device: str | Device,
+                       settings: ParallelSettings | None = None, *,
+                       gpus_per_node: int | None = None, **options) -> ParallelStepTime:
     """The step time of every setting (see the module doc), broadcast over ``micro_batch``,
     ``tensor_parallel``, ``pipeline_parallel``, ``data_parallel``, ``stage``, ``micro_batches``
     (per step and pipeline), ``chunks`` (1: 1F1B; 2 or more: interleaved), ``sequence_parallel``,
     ``recompute`` (names of :data:`zerolib.core.memory.activations.RECOMPUTE`), ``shard_group`` (a
     divisor of ``data_parallel``; None: all of them) and ``offload`` (names of
     :data:`OFFLOADS`, its copies on ``host_link``, a PCIe link of
-    :data:`zerolib.core.catalogue.links.LINKS`).
+    :data:`zerolib.core.catalogue.links.LINKS`); ``seq_len``, ``layout``, ``mfu`` and
+    ``element_bytes`` hold for all. Give them as a :class:`ParallelSettings` (checked once, when
+    built) or as keywords (``options``: its fields, checked here).
 
     ``link`` is :func:`cluster_interconnect`'s (``gpus_per_node`` for a node). Settings must
     obey :func:`zerolib.core.memory.model_parallel.parallel_rules` and keep stages 2-3 without a
     pipeline (:data:`PIPELINE_STAGES`); anything else is a ValueError naming the rule.
     """
+    if settings is None:
+        settings = ParallelSettings(**options)
+    elif options:
+        raise TypeError(f"give the settings or keywords, not both (got {', '.join(options)})")
+    elif not isinstance(settings, ParallelSettings):
+        raise TypeError(f"settings must be a ParallelSettings, got {type(settings).__name__}")
     config = get_model(model)
     ic = link if isinstance(link, Interconnect) else cluster_interconnect(link, gpus_per_node)
-    device, layout, mfu = get_device(device), get_layout(layout), check_mfu(mfu)
-    host_link = check_host_link(host_link)
-    s = check_positive_int(seq_len, "seq_len", MAX_SEQ_LEN)
-    e = check_positive_int(element_bytes, "element_bytes", 16)
-    arrays = np.broadcast_arrays(
-        check_gpus(micro_batch, "micro_batch"), check_gpus(tensor_parallel, "tensor_parallel"),
-        check_gpus(pipeline_parallel, "pipeline_parallel"), check_gpus(data_parallel, "data_parallel"),
-        check_stage(stage), check_gpus(micro_batches, "micro_batches"), check_gpus(chunks, "chunks"),
-        _flags(sequence_parallel, "sequence_parallel"), _codes(recompute, RECOMPUTE, "recompute"),
-        _codes(offload, tuple(OFFLOADS), "offload"))
-    b, t, p, d, zero, m, v, sp, rec, off = (np.array(a) for a in arrays)
-    if shard_group is not None:
-        shard_group = np.broadcast_to(check_gpus(shard_group, "shard_group"), b.shape)
-    if np.any(b > MAX_MICRO_BATCH) or np.any(m > MAX_MICRO_BATCHES) or np.any(v > MAX_CHUNKS):
-        raise ValueError(f"micro_batch must be at most {MAX_MICRO_BATCH:,}, micro_batches at most "
-                         f"{MAX_MICRO_BATCHES:,} and chunks at most {MAX_CHUNKS:,}")
-    if np.any((p > 1) & (zero > PIPELINE_STAGES[-1])):
-        raise ValueError("ZeRO stages 2 and 3 do not run with pipeline parallelism (DeepSpeed's "
-                         "PipelineEngine: 'ZeRO-2 and ZeRO-3 are incompatible with pipeline "
-                         "parallelism'); use stage 0 or 1 with pipeline_parallel > 1")
+    device = get_device(device)
+    st = settings
+    layout, mfu, host_link, s, e = st.layout, st.mfu, st.host_link, st.seq_len, st.element_bytes
+    b, t, p, d, zero = (st.micro_batch, st.tensor_parallel, st.pipeline_parallel, st.data_parallel,
+                        st.stage)
+    m, v, sp, rec, off = st.micro_batches, st.chunks, st.sequence_parallel, st.recompute, st.offload
+    shard_group = st.shard_group
     _check_rules(config, t, p, v, m, s, sp, ic)
     units = len(layer_units(config))    # stage 3 (p = 1 only) gathers these one call each
 
