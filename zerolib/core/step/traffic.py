@@ -221,11 +221,13 @@ class Traffic:
     def replicas(self) -> np.ndarray:
         return self.gpus // self.shard_group
 
-    @property
+    @cached_property
     def grouped(self) -> bool:
         """Whether any ring is smaller than every GPU (a shard group or ZeRO++): then where the
         nodes fall decides which settings are valid."""
-        return self.hpz_partition > 1 or self.qgz or bool(np.any(self.shard_group != self.gpus))
+        if self.hpz_partition > 1 or self.qgz:
+            return True
+        return self.shard_group is not self.gpus and bool(np.any(self.shard_group != self.gpus))
 
     def _layer_sum(self, elements) -> np.ndarray:
         """``elements(u)`` summed over stage 3's layers (each padded on its own)."""
@@ -389,7 +391,7 @@ class Traffic:
     @property
     def total_sent(self) -> np.ndarray:
         """Bytes one GPU sends in the step (and receives)."""
-        return sum(self.sent.values())
+        return sum(self.by_kind("sent").values())
 
     @property
     def total_cross_node(self) -> np.ndarray:
@@ -414,9 +416,15 @@ class Traffic:
         grad = self.layout.bits_per_param("gradients") // 8
         param = self.layout.bits_per_param("parameters") // 8
         n, g, stage = self.gpus, self.shard_group, self.stage
+        gathers = np.array([0, param, param, 2 * param], dtype=np.int64)[stage]
+        if not self.grouped:   # G = N, the sweeps' common case: one ring pass, a factor per stage
+            one_pass = (n - 1) * ceil_div(self.params, n)
+            return MappingProxyType({
+                "all_reduce": np.array([2 * grad, 0, 0, 0], dtype=np.int64)[stage] * one_pass,
+                "reduce_scatter": np.array([0, grad, grad, grad], dtype=np.int64)[stage] * one_pass,
+                "all_gather": gathers * one_pass, "all_to_all": np.zeros(n.shape, dtype=np.int64)})
         in_group = (g - 1) * ceil_div(self.params, g)
         ring = np.where(stage == 0, n, self.replicas)
-        gathers = np.array([0, param, param, 2 * param], dtype=np.int64)[stage]
         return MappingProxyType({
             "all_reduce": (2 * grad) * (ring - 1) * ceil_div(self.params, n),
             "reduce_scatter": (stage > 0) * (grad * in_group),
@@ -520,25 +528,28 @@ def _traffic(params, units, gpus, stage, layout, shard_group, hpz_partition, qwz
              gpus_per_node) -> Traffic:
     layout = get_layout(layout)
     gpus, stage = check_gpus(gpus), check_stage(stage)
-    group = gpus if shard_group is None else check_gpus(shard_group, "shard_group")
-    params, gpus, stage, group = broadcast(params=params, gpus=gpus, stage=stage,
-                                           shard_group=group)
-    if shard_group is not None:
+    if shard_group is None:     # every GPU: the group is the GPU count itself
+        params, gpus, stage = broadcast(params=params, gpus=gpus, stage=stage)
+        group = gpus
+    else:
+        params, gpus, stage, group = broadcast(params=params, gpus=gpus, stage=stage,
+                                               shard_group=check_gpus(shard_group, "shard_group"))
         group = check_shard_group(group, gpus)
     hpz = check_positive_int(hpz_partition, "hpz_partition", MAX_GPUS)
     qwz, qgz = check_flag(qwz, "qwz"), check_flag(qgz, "qgz")
     _check_zeropp(stage, gpus, group, hpz, qwz, qgz)
     per_node = (DEFAULT_GPUS_PER_NODE if gpus_per_node is None
                 else check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS))
-    grouped = hpz > 1 or qgz or bool(np.any(group != gpus))
-    if grouped and np.any((gpus > per_node) & (gpus % per_node != 0)):
+    unit_sizes = None if units is None else tuple(int(u) for u in units)
+    result = Traffic(params, gpus, stage, group, layout, per_node, hpz, qwz, qgz, unit_sizes)
+    if result.grouped and np.any((gpus > per_node) & (gpus % per_node != 0)):
         raise ValueError(f"gpus must fill whole nodes of gpus_per_node ({per_node}) for a shard "
                          "group or ZeRO++ to be placed on them")
-    check_aligned(group, gpus, per_node, "shard_group")
+    if shard_group is not None:    # the whole group always sits in a node or spans whole ones
+        check_aligned(group, gpus, per_node, "shard_group")
     if hpz > 1:
         check_aligned(np.asarray(hpz), gpus, per_node, "hpz_partition")
-    unit_sizes = None if units is None else tuple(int(u) for u in units)
-    return Traffic(params, gpus, stage, group, layout, per_node, hpz, qwz, qgz, unit_sizes)
+    return result
 
 
 def group_slot(name: str) -> Slot:
