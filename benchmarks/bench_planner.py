@@ -31,11 +31,11 @@ from zerolib.core.planner import (
     plan_from,
     plan_settings,
 )
-from zerolib.core.step.collectives import CHUNKS_SENT
+from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing
 from zerolib.core.step.model_parallel_traffic import _check_setting
 from zerolib.core.step.offload_traffic import host_traffic
 from zerolib.core.step.parallel import _pipeline_sends, _tensor_rows
-from zerolib.core.step.time import ring_timing, send_seconds
+from zerolib.core.step.time import send_seconds
 from zerolib.core.step.traffic import layer_units
 
 SETTING = dict(model="llama-2-70b", gpus=1024, gpus_per_node=8, device="h100-80gb", seq_len=4096,

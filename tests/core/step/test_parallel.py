@@ -11,6 +11,7 @@ import pytest
 from zerolib.core.catalogue.devices import get_device
 from zerolib.core.catalogue.nodes import bus_bandwidth, interconnect, ring_latency
 from zerolib.core.memory.model_parallel import parameters_per_gpu
+from zerolib.core.step.collectives import ring_timing
 from zerolib.core.step.model_parallel_traffic import pipeline_traffic, tensor_parallel_traffic
 from zerolib.core.step.parallel import (
     ParallelSettings,
@@ -20,7 +21,7 @@ from zerolib.core.step.parallel import (
     parallel_step_time,
     shard_group_traffic,
 )
-from zerolib.core.step.time import ComputeSettings, compute_seconds, ring_timing, send_seconds
+from zerolib.core.step.time import ComputeSettings, compute_seconds, send_seconds
 from zerolib.core.step.traffic import SLOTS, flat_traffic, layer_units
 
 P7 = 6_738_415_616        # Llama-2-7B parameters

@@ -24,8 +24,11 @@ all-gather         1 chunk                 (n - 1) chunks
 
 which is nccl-tests' bus-bandwidth factor, 2(n - 1)/n for an all-reduce and (n - 1)/n for the
 other two, applied to the padded size. An all-reduce is a reduce-scatter followed by an
-all-gather (ZeRO paper, SC20, Sec. VII-A). Time = latency + bytes sent / bus bandwidth
-(:mod:`zerolib.core.catalogue.nodes`). One GPU alone runs no collective: 0 bytes, 0 seconds.
+all-gather (ZeRO paper, SC20, Sec. VII-A). Time = latency + bytes sent / bus bandwidth, from
+the one ring model every collective of the step is timed by: :func:`ring_placement` puts a
+ring's GPUs (``size`` of them, ``stride`` ranks apart) on the nodes, :func:`ring_timing` gives
+its latency and bus bandwidth on an interconnect of :mod:`zerolib.core.catalogue.nodes` (see
+:mod:`zerolib.core.step.time`). One GPU alone runs no collective: 0 bytes, 0 seconds.
 
 Bytes are whole: ``elements x bits / 8`` rounded up, with the width in bits of the dtype that is
 communicated (a layout's gradient or parameter width). All arrays are int64 and broadcast.
@@ -36,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zerolib.core.catalogue.nodes import Interconnect, bus_bandwidth, ring_latency
+from zerolib.core.catalogue.nodes import Interconnect, spanning_latency
 from zerolib.core.inputs import broadcast, check_gpus, check_params
 from zerolib.core.intmath import ceil_div
 
@@ -64,6 +67,25 @@ def ring_placement(size, stride, gpus_per_node: int | None) -> tuple[np.ndarray,
         return size, np.ones_like(size)
     per_node = np.clip(gpus_per_node // np.asarray(stride, dtype=np.int64), 1, size)
     return per_node, ceil_div(size, per_node)
+
+
+def across_bandwidth(ic: Interconnect, per_node) -> np.ndarray:
+    """Bytes per second a GPU gets out of its node when ``per_node`` GPUs of its ring sit on each
+    node: the node's ports shared among the K / per_node rings that leave it at once."""
+    share = float(ic.network_bandwidth) * np.asarray(per_node, dtype=np.float64) / ic.gpus_per_node
+    return np.minimum(float(ic.intra.bandwidth), share)
+
+
+def ring_timing(ic: Interconnect, kind: str, size, stride=1) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds of latency per call, bus bandwidth per GPU and direction) of a ring ``kind``
+    over ``size`` GPUs whose ranks are ``stride`` apart on ``ic`` (float64, broadcast)."""
+    size, stride = np.broadcast_arrays(np.asarray(size, dtype=np.int64),
+                                       np.asarray(stride, dtype=np.int64))
+    per_node, nodes = ring_placement(size, stride, ic.gpus_per_node)
+    inside = np.full(size.shape, float(ic.intra.bandwidth))
+    bandwidth = inside if ic.gpus_per_node is None else np.where(
+        nodes <= 1, inside, across_bandwidth(ic, per_node))
+    return spanning_latency(ic, kind, size, nodes), bandwidth
 
 
 def _check_kind(kind: str) -> str:
@@ -103,7 +125,6 @@ def collective_seconds(kind: str, sent_bytes, calls, gpus, ic: Interconnect) -> 
     """Seconds for ``calls`` ring collectives of ``kind`` that together send ``sent_bytes`` per
     GPU: each call pays the ring's latency, the bytes go at the bus bandwidth (float64)."""
     _check_kind(kind)
-    gpus = check_gpus(gpus)
+    latency, bandwidth = ring_timing(ic, kind, check_gpus(gpus))
     sent = np.asarray(sent_bytes, dtype=np.float64)
-    return (np.asarray(calls, dtype=np.float64) * ring_latency(ic, kind, gpus)
-            + sent / bus_bandwidth(ic, gpus))
+    return np.asarray(calls, dtype=np.float64) * latency + sent / bandwidth

@@ -3,7 +3,7 @@
 :mod:`zerolib.core.step.time` times the collectives of data parallelism alone. This module
 composes the same schedule (:mod:`zerolib.core.step.traffic`) with what model parallelism
 communicates, :mod:`zerolib.core.step.model_parallel_traffic`'s rows, every collective timed on
-its ring by the one ring model (:func:`zerolib.core.step.time.ring_timing`) and every pipeline
+its ring by the one ring model (:func:`zerolib.core.step.collectives.ring_timing`) and every pipeline
 message by :func:`zerolib.core.step.time.send_seconds`, and adds the pipeline's idle time.
 Vectorised: every argument broadcasts, so a planner's whole space is one call.
 
@@ -136,7 +136,7 @@ from zerolib.core.memory.model_parallel import (
 )
 from zerolib.core.memory.placement import Placement
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
-from zerolib.core.step.collectives import CHUNKS_SENT
+from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing
 from zerolib.core.step.model_parallel_traffic import pipeline_traffic, tensor_parallel_traffic
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS, host_traffic
 from zerolib.core.step.time import (
@@ -144,7 +144,6 @@ from zerolib.core.step.time import (
     ComputeSettings,
     check_mfu,
     compute_seconds,
-    ring_timing,
     schedule_seconds,
     send_seconds,
 )
@@ -199,7 +198,7 @@ def _checked_node(data_parallel) -> int:
     :mod:`zerolib.core.memory.placement`'s node checks hold for every data-parallel group of
     ``data_parallel``: their least common multiple (each d divides it, so every ring "sits inside
     one node" there). The rings are placed on the cluster by
-    :func:`zerolib.core.step.time.ring_timing` instead; only the bytes, calls and rings, which
+    :func:`zerolib.core.step.collectives.ring_timing` instead; only the bytes, calls and rings, which
     do not depend on the node, are read."""
     node = math.lcm(*np.unique(data_parallel).tolist())
     if node > MAX_GPUS:

@@ -1,6 +1,7 @@
-"""The price of ZeRO as tables: traffic per stage and collective, the step's timeline, and
-per-GPU memory against step time; plus the per-stage ``communication`` object of
-``zerolib estimate``.
+"""The price of ZeRO as tables: traffic per stage and collective, the step's timeline,
+per-GPU memory against step time, and traffic and step time per shard-group size; plus the
+per-stage ``communication`` object of ``zerolib estimate``. Every number comes from the one
+schedule (:mod:`zerolib.core.step.traffic`) timed by :mod:`zerolib.core.step.time`.
 
 Each frame carries what a chart's title needs in ``attrs``: ``model`` (a TransformerConfig, or
 the parameter count of a bare model), ``gpus``, ``layout``, and for the timed frames

@@ -18,7 +18,7 @@ thousands of FLOPs each parameter costs per sequence).
 takes calls x ring latency + bytes sent / bus bandwidth, on the ring it uses. **One ring model**
 times every collective of the package, data parallelism alone or beside tensor and pipeline
 parallelism: a ring over ``size`` GPUs whose ranks are ``stride`` apart (ranks fill nodes in
-order, :func:`zerolib.core.step.collectives.ring_placement`) with ``per_node`` of them on a node
+order, :func:`zerolib.core.step.collectives.ring_timing`) with ``per_node`` of them on a node
 stays inside one node when size x stride <= K GPUs per node and runs at the intra-node link's
 rate; otherwise it leaves each node through the node's ports, shared by the K / per_node rings
 that leave it at once: bus bandwidth min(intra-node rate, ports x port rate x per_node / K). A
@@ -66,9 +66,9 @@ import numpy as np
 
 from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.links import BASE_LATENCY, Link
-from zerolib.core.catalogue.nodes import Interconnect, interconnect, spanning_latency
+from zerolib.core.catalogue.nodes import Interconnect, interconnect
 from zerolib.core.inputs import check_flag, check_positive_int
-from zerolib.core.step.collectives import ring_placement
+from zerolib.core.step.collectives import across_bandwidth, ring_timing
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HostTraffic
 from zerolib.core.step.traffic import GROUP_SLOTS, STEP_PHASES, Traffic
 
@@ -136,25 +136,6 @@ def compute_seconds(params, device: str | Device, settings: ComputeSettings = DE
 
 
 # --- the one ring model ------------------------------------------------------------------------
-
-def across_bandwidth(ic: Interconnect, per_node) -> np.ndarray:
-    """Bytes per second a GPU gets out of its node when ``per_node`` GPUs of its ring sit on each
-    node: the node's ports shared among the K / per_node rings that leave it at once."""
-    share = float(ic.network_bandwidth) * np.asarray(per_node, dtype=np.float64) / ic.gpus_per_node
-    return np.minimum(float(ic.intra.bandwidth), share)
-
-
-def ring_timing(ic: Interconnect, kind: str, size, stride=1) -> tuple[np.ndarray, np.ndarray]:
-    """(seconds of latency per call, bus bandwidth per GPU and direction) of a ring ``kind``
-    over ``size`` GPUs whose ranks are ``stride`` apart on ``ic`` (float64, broadcast)."""
-    size, stride = np.broadcast_arrays(np.asarray(size, dtype=np.int64),
-                                       np.asarray(stride, dtype=np.int64))
-    per_node, nodes = ring_placement(size, stride, ic.gpus_per_node)
-    inside = np.full(size.shape, float(ic.intra.bandwidth))
-    bandwidth = inside if ic.gpus_per_node is None else np.where(
-        nodes <= 1, inside, across_bandwidth(ic, per_node))
-    return spanning_latency(ic, kind, size, nodes), bandwidth
-
 
 def send_seconds(ic: Interconnect, message_bytes, crosses_nodes) -> np.ndarray:
     """Seconds of one point-to-point message between pipeline stages: NCCL's base latency and

@@ -34,10 +34,9 @@ projection; a tied output projection is the embedding's matrix, gathered with it
 pass); a bare parameter count has no layers and is taken as one flat buffer, so its stage-3
 padding is that of one buffer (at most n - 1 elements per pass).
 
-**Shard groups** (HSDP, MiCS) and ZeRO++ (hpZ, qwZ, qgZ), and which collectives cross the
-nodes. A **shard group** of G of the N data-parallel GPUs (G divides N; R = N / G replicas, see
-:mod:`zerolib.core.memory.accounting`) changes that schedule as PyTorch FSDP's hybrid sharding does
-it (FSDP2 ``fully_shard`` on a 2-D mesh: "for HSDP",
+**Shard groups** (HSDP, MiCS). A shard group of G of the N data-parallel GPUs (G divides N;
+R = N / G replicas, see :mod:`zerolib.core.memory.accounting`) changes that schedule as PyTorch
+FSDP's hybrid sharding does it (FSDP2 ``fully_shard`` on a 2-D mesh: "for HSDP",
 ``set_requires_gradient_sync`` "controls both reduce-scatter and all-reduce together") and
 DeepSpeed's MiCS (``mics.py``: the stage-3 reduce-scatter within the shard group, then
 ``all_reduce_coalesced`` across the replication group):
@@ -50,15 +49,19 @@ DeepSpeed's MiCS (``mics.py``: the stage-3 reduce-scatter within the shard group
   reduce-scatter): a ring over R GPUs of the ceil(E / G)-element shard, 2 (R - 1) chunks of
   ceil(ceil(E / G) / R) = ceil(E / N) elements;
 - stage 0 keeps its all-reduce over all N (it shards nothing). G = N is exactly the schedule
-  above; G = 1 all-reduces every gradient over all N GPUs:
-  plain data parallelism's traffic, per layer under stage 3.
+  above (:data:`SLOTS`, the slots of :data:`GROUP_SLOTS` on the whole group's rings); G = 1
+  all-reduces every gradient over all N GPUs: plain data parallelism's traffic, per layer
+  under stage 3.
 
 Per GPU the bytes hardly change with G (about 2 Psi for stages 0-2, 3 Psi for stage 3, as in
 the ZeRO paper); what changes is **where they go**. Ranks fill nodes in order and groups are
 consecutive ranks (``init_device_mesh`` on a (R, G) mesh; MiCS ``np.arange(world_size).reshape(-1,
 shard_size)``), so a group of G <= K GPUs per node sits inside one node, on the node's fast
 link, and the replicas' all-reduce crosses the nodes. The model needs every group inside a node
-or spanning whole nodes: G divides K or K divides G (likewise hpZ's group).
+or spanning whole nodes: G divides K or K divides G (likewise hpZ's group). Each slot's ring is
+``ring_gpus`` GPUs ``ring_stride`` ranks apart (the replicas: G apart), placed on the nodes by
+:func:`zerolib.core.step.collectives.ring_placement`, the rule :mod:`zerolib.core.step.time`
+times every ring with.
 
 **ZeRO++** (Wang et al., arXiv 2306.10209; DeepSpeed 0.19.8, stage 3 over all N GPUs):
 
