@@ -135,7 +135,7 @@ def compute_seconds(params, device: str | Device, settings: ComputeSettings = DE
     return FORWARD_FLOPS * work, backward * work
 
 
-# --- the one ring model ------------------------------------------------------------------------
+# --- timing on the links: a schedule on its rings, a pipeline message -----------------------------
 
 def send_seconds(ic: Interconnect, message_bytes, crosses_nodes) -> np.ndarray:
     """Seconds of one point-to-point message between pipeline stages: NCCL's base latency and
@@ -218,7 +218,7 @@ class StepTime:
 
 def _check_node(traffic: Traffic, ic: Interconnect) -> None:
     # A shard group's validity depends on where the nodes fall: the traffic's must be these.
-    if traffic.grouped and ic.gpus_per_node is not None and ic.gpus_per_node != traffic.gpus_per_node:
+    if traffic.grouped and ic.gpus_per_node not in (None, traffic.gpus_per_node):
         raise ValueError(f"the traffic was placed on nodes of {traffic.gpus_per_node} GPUs, the "
                          f"interconnect {ic.name} has {ic.gpus_per_node} per node: give "
                          "group_traffic the interconnect's gpus_per_node")
