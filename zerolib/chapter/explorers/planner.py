@@ -27,7 +27,6 @@ from zerolib.core.catalogue.devices import DEVICES
 from zerolib.core.catalogue.links import LINKS
 from zerolib.core.catalogue.nodes import NODES
 from zerolib.core.planner import (
-    DEFAULT_LINKS,
     PLAN_HEADER,
     PLAN_LEFT_OUT,
     SHARD_GROUPS,
@@ -137,7 +136,7 @@ class PlannerExplorer(Explorer):
         wide = {"description_width": "initial"}
         controls = device_and_unit(device, unit)
         controls["device"].options = [(d.label, d.name) for d in DEVICES.values()
-                                      if d.name in DEFAULT_LINKS]
+                                      if d.node is not None]
         controls["device"].value = device
         self.controls = {
             "model": w.Dropdown(options=list(MODELS), value=model, description="Model"),
