@@ -8,7 +8,7 @@ from cli_support import run
 def test_the_tables_name_both_checks(capsys):
     status, out, err = run(capsys, "crosscheck")
     assert (status, err) == (0, "")
-    assert out.startswith("Korthikanti et al., MLSys 2023, arXiv 2205.05198: Table 3's models")
+    assert out.startswith("Korthikanti et al., MLSys 2023, arXiv 2205.05198: Table 3's models through zerolib")
     assert "Megatron-LM theoretical_memory_usage.py (commit d98e8a64ddf3)" in out
     # 22B, tensor parallel alone: sbh(10 + 24/t + 5as/(ht)) = 50,331,648 x 26 1/3 bytes
     # = 1,325,400,064 = 1.23 GiB, the baseline itself.
@@ -20,6 +20,13 @@ def test_json_holds_the_exact_bytes(capsys):
     status, out, err = run(capsys, "crosscheck", "--format", "json")
     assert (status, err) == (0, "")
     data = json.loads(out)
+    # 22B: Narayanan et al.'s Eq. 2, 12 L h^2 + 13 L h + (V + s) h with L = 48, h = 6144,
+    # V = 51,200, s = 2,048; zerolib counts the final LayerNorm (2h) too.
+    sizes = {r["model"]: r for r in data["korthikanti_parameters"]}
+    h, L = 6144, 48
+    eq2 = 12 * L * h * h + 13 * L * h + (51_200 + 2048) * h
+    assert sizes["22B"]["narayanan_eq2"] == eq2 == 22_074_261_504
+    assert sizes["22B"]["parameters"] == eq2 + 2 * h
     baseline = next(r for r in data["korthikanti"]
                     if r["model"] == "22B" and r["technique"] == "tensor parallel")
     assert baseline["layer_bytes"] == 2048 * 4 * 6144 * 79 // 3 == 1_325_400_064

@@ -1,8 +1,9 @@
 """``zerolib crosscheck``: the named checks that need no data file and no PyTorch, printed.
 
-- Korthikanti et al. (MLSys 2023): their four GPTs (Table 3) through zerolib's activation
-  arithmetic, one layer per technique (Table 2) as a share of the tensor-parallel baseline
-  (Figure 7's measure) and the first pipeline stage's activations, beside what the paper prints
+- Korthikanti et al. (MLSys 2023): their four GPTs (Table 3) through zerolib: the parameters
+  (beside Narayanan et al.'s Eq. 2) and on the most-loaded GPU; one layer per technique
+  (Table 2) as a share of the tensor-parallel baseline (Figure 7's measure) and the first
+  pipeline stage's activations, beside what the paper prints
   (:mod:`zerolib.crosscheck.korthikanti`);
 - Megatron-LM's ``theoretical_memory_usage.py`` for the same runs beside zerolib's, each
   difference named (:mod:`zerolib.crosscheck.conventions.megatron_theoretical_memory`).
@@ -34,15 +35,17 @@ def run(args) -> int:
     from zerolib.crosscheck.conventions import megatron_theoretical_memory as megatron
 
     techniques, theoretical = korthikanti.technique_table(), megatron.comparison()
+    parameters = korthikanti.parameter_table()
     if args.format == "json":
         print(json.dumps({
+            "korthikanti_parameters": parameters.to_dict("records"),
             "korthikanti": [{**row, "share_of_baseline": str(row["share_of_baseline"])}
                             for row in techniques.to_dict("records")],
             "korthikanti_printed": {key: {"where": where, "value": value}
                                     for key, (where, value) in korthikanti.PRINTED.items()},
             "megatron_theoretical_memory": theoretical.to_dict("records")}, indent=2))
         return 0
-    print(render(korthikanti, megatron, techniques, theoretical))
+    print(render(korthikanti, megatron, parameters, techniques, theoretical))
     return 0
 
 
@@ -50,8 +53,12 @@ def _gib(n_bytes: int) -> str:
     return f"{n_bytes / GiB:,.2f}"
 
 
-def render(korthikanti, megatron, techniques, theoretical) -> str:
+def render(korthikanti, megatron, parameters, techniques, theoretical) -> str:
     """The two checks' tables (``korthikanti`` and ``megatron`` are their modules)."""
+    sizes = text_table(
+        ["model", "parameters", "Narayanan et al. Eq. 2", "on the most-loaded GPU"],
+        [[row.model, f"{row.parameters:,}", f"{row.narayanan_eq2:,}", f"{row.per_gpu:,}"]
+         for row in parameters.itertuples()])
     layers = text_table(
         ["model", "technique", "one layer [GiB]", "of baseline", "first stage [GiB]"],
         [[row.model, row.technique, _gib(row.layer_bytes), f"{row.share_float:.1%}",
@@ -63,8 +70,9 @@ def render(korthikanti, megatron, techniques, theoretical) -> str:
         [[row.model, row.item, _gib(row.megatron_bytes), _gib(row.zerolib_bytes),
           _gib(row.difference_bytes), row.differs_by] for row in theoretical.itertuples()])
     return "\n".join([
-        f"{korthikanti.SOURCE}: Table 3's models, activations per GPU (s = {korthikanti.SEQ_LEN})",
-        "", layers, "", "The paper prints:", *printed, "",
+        f"{korthikanti.SOURCE}: Table 3's models through zerolib (s = {korthikanti.SEQ_LEN})",
+        "", sizes, "(Eq. 2 leaves out the final LayerNorm: 2h fewer)", "", layers, "",
+        "The paper prints:", *printed, "",
         "Megatron-LM theoretical_memory_usage.py (commit "
         f"{megatron.COMMIT[:12]}), sequence parallel, selective recomputation, as Table 3 ran them",
         "", estimate, "",
