@@ -39,8 +39,6 @@ from zerolib.core.memory.accounting import Layout, get_layout, model_state
 from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
 
 SOURCE = "Megatron-LM distributed optimizer"
-CITATION = ("NVIDIA Megatron-LM, docs/user-guide/features/dist_optimizer.md, table of bytes per "
-            "parameter (commit 1a8ab71f)")
 CSV = "megatron_distributed_optimizer.csv"
 COLUMNS = ("row_label", "param_dtype", "grad_dtype", "column", "printed")
 NON_DISTRIBUTED, DISTRIBUTED = "Non-distributed optim", "Distributed optim"

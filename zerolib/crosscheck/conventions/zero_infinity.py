@@ -43,8 +43,6 @@ from zerolib.crosscheck.conventions.common import exact, frame, read_transcripti
 from zerolib.crosscheck.paper import PrintRule
 
 SOURCE = "ZeRO-Infinity paper"
-CITATION = ("Rajbhandari, Ruwase, Rasley, Smith, He, ZeRO-Infinity, SC21 (arXiv 2104.07857), "
-            "Figure 2(a)")
 CSV = "zero_infinity_figure2a.csv"
 COLUMNS = ("params_t", "layers", "hidden_printed", "hidden", "attention_heads", "model_states_tb",
            "activations_tb_per_node", "activation_checkpoints_tb_per_node",

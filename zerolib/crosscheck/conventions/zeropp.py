@@ -27,9 +27,6 @@ from zerolib.core.step.group_traffic import group_traffic
 from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
 
 SOURCE = "ZeRO++ blog"
-CITATION = ("DeepSpeed team, 'DeepSpeed ZeRO++: A leap in speed for LLM and chat model training "
-            "with 4X less communication', Microsoft Research blog, 2023 (DeepSpeed "
-            "blogs/zeropp), table 'Communication Volume'")
 CSV = "zeropp_cross_node.csv"
 ITEMS = ("forward_all_gather", "backward_all_gather", "gradient_reduce_scatter")
 COLUMNS = ("system", *ITEMS, "total")
