@@ -51,7 +51,7 @@ FP16_LAYOUT = Layout("megatron-fp16", {
     "optimizer": (("fp32 main parameters", 4), ("fp32 main gradients", 4),
                   ("fp32 exp_avg", 4), ("fp32 exp_avg_sq", 4)),
 }, "Megatron-LM, fp16 parameters and gradients (fp32 main gradients sharded with Adam)")
-LAYOUTS: Mapping[tuple[str, str], Layout] = MappingProxyType({
+DTYPE_LAYOUTS: Mapping[tuple[str, str], Layout] = MappingProxyType({
     ("fp16", "fp16"): FP16_LAYOUT,
     ("bf16", "fp32"): get_layout("bf16-fp32-grads"),
     ("fp32", "fp32"): get_layout("fp32-adam"),
@@ -102,7 +102,7 @@ def bytes_per_parameter(param_dtype: str, grad_dtype: str, d, distributed: bool 
              for r in load(data_dir).to_dict("records")}
     key = (param_dtype, grad_dtype, DISTRIBUTED if distributed else NON_DISTRIBUTED)
     if key not in table:
-        raise ValueError(f"(param_dtype, grad_dtype) must be one of {sorted(LAYOUTS)}, got "
+        raise ValueError(f"(param_dtype, grad_dtype) must be one of {sorted(DTYPE_LAYOUTS)}, got "
                          f"{(param_dtype, grad_dtype)!r}")
     replicated, sharded = table[key]
     return replicated + Fraction(sharded, int(check_gpus(d, "d")))
@@ -114,20 +114,20 @@ def comparison(data_dir=None, data_parallel=DATA_PARALLEL):
     rows = []
     for cell in load(data_dir).to_dict("records"):
         key = (cell["param_dtype"], cell["grad_dtype"])
-        if key not in LAYOUTS:
+        if key not in DTYPE_LAYOUTS:
             raise ValueError(f"{CSV}: no layout for {key}")
         replicated, sharded = parse_cell(cell["printed"])
         stage = STAGE[cell["column"]]
         for d in data_parallel:
-            ours = int(model_state(PARAMS, d, stage, LAYOUTS[key]).total)
+            ours = int(model_state(PARAMS, d, stage, DTYPE_LAYOUTS[key]).total)
             chapter = int(model_state(PARAMS, d, stage, CHAPTER_LAYOUT).total)
             printed_value = replicated + Fraction(sharded, d)
             rows.append(row(
                 SOURCE, "bytes per parameter", f"{cell['row_label'].replace('`', '')}, "
                 f"{cell['column']}, d = {d}", cell["printed"], "bytes per parameter",
                 exact(ours, PARAMS), None,
-                f"zerolib stage {stage}, layout {LAYOUTS[key].name} "
-                f"({' + '.join(f'{w:g}' for w in LAYOUTS[key].widths())} B)",
+                f"zerolib stage {stage}, layout {DTYPE_LAYOUTS[key].name} "
+                f"({' + '.join(f'{w:g}' for w in DTYPE_LAYOUTS[key].widths())} B)",
                 exact(chapter, PARAMS), _CHAPTER_DIFFERENCE[key],
                 printed_value=exact(printed_value.numerator, printed_value.denominator)))
     return frame(rows)
@@ -137,7 +137,7 @@ def table(data_dir=None):
     """The table as the source prints it, with zerolib's (replicated, sharded) bytes beside."""
     records = []
     for cell in load(data_dir).to_dict("records"):
-        layout = LAYOUTS[(cell["param_dtype"], cell["grad_dtype"])]
+        layout = DTYPE_LAYOUTS[(cell["param_dtype"], cell["grad_dtype"])]
         p, g, o = layout.widths()
         zerolib = f"{p + g + o:g}" if STAGE[cell["column"]] == 0 else f"{p + g:g} + {o:g}/d"
         records.append({"parameters, gradients": cell["row_label"].replace("`", ""),

@@ -54,7 +54,7 @@ def model_state_by_convention(model: str | TransformerConfig = "llama-3-8b", gpu
     add(CONVENTIONS[1], 2, estimate_zero2(params, gpus, 1, cpu_offload=False).per_gpu)
     add(CONVENTIONS[1], 3, estimate_zero3(params, largest_layer(config), gpus, 1, cpu_offload=False,
                                           cpu_offload_params=False).per_gpu)
-    bf16 = megatron.LAYOUTS[("bf16", "fp32")]
+    bf16 = megatron.DTYPE_LAYOUTS[("bf16", "fp32")]
     for stage in (0, 1):
         add(CONVENTIONS[2], stage, model_state(params, gpus, stage, bf16).total)
     for stage in STAGES:
