@@ -9,7 +9,7 @@ models (no mixture of experts, no multi-token prediction, no latent attention), 
 fractions where the original uses floats; the results are bytes.
 
 Where Megatron-LM's estimate counts differently from zerolib (each is named, and
-``tests/crosscheck/test_megatron_convention.py`` shows the two agree once these are accounted for):
+``tests/crosscheck/test_megatron_theoretical_memory.py`` shows the two agree once these are accounted for):
 
 ``final-norm-per-stage``
     the final norm is part of the "transformer block", which is divided by p: every stage is
