@@ -34,7 +34,6 @@ from types import MappingProxyType
 
 import pandas as pd
 
-from zerolib.core.inputs import check_gpus
 from zerolib.core.memory.accounting import Layout, get_layout, model_state
 from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
 
@@ -93,19 +92,6 @@ def parse_cell(text: str) -> tuple[int, int]:
     if text.strip().isdigit():
         return int(text), 0
     raise ValueError(f"{CSV}: cannot read the cell {text!r} (expected 'A' or 'A + B/d')")
-
-
-def bytes_per_parameter(param_dtype: str, grad_dtype: str, d, distributed: bool = True,
-                        data_dir=None) -> Fraction:
-    """Megatron's printed formula for one row at data-parallel size ``d`` (exact)."""
-    table = {(r["param_dtype"], r["grad_dtype"], r["column"]): parse_cell(r["printed"])
-             for r in load(data_dir).to_dict("records")}
-    key = (param_dtype, grad_dtype, DISTRIBUTED if distributed else NON_DISTRIBUTED)
-    if key not in table:
-        raise ValueError(f"(param_dtype, grad_dtype) must be one of {sorted(DTYPE_LAYOUTS)}, got "
-                         f"{(param_dtype, grad_dtype)!r}")
-    replicated, sharded = table[key]
-    return replicated + Fraction(sharded, int(check_gpus(d, "d")))
 
 
 def comparison(data_dir=None, data_parallel=DATA_PARALLEL):
