@@ -75,3 +75,35 @@ def test_the_check_sees_both_ways_of_reaching_a_private_name():
         "zerolib.core.inputs._as_array", "zerolib.core.catalogue.nodes._nodes"}
     # a module's own private names, and private modules, are its own business
     assert private_imports("zerolib.core.inputs", "from zerolib.core.inputs import _as_array\n") == set()
+
+
+# Each catalogue's name belongs to the module that holds it; a second constant of that name
+# elsewhere (the planner explorer's own MODELS tuple, the CLI's DEVICES of offload targets) is a
+# list a reader takes for the catalogue, and one that drifts from it.
+CATALOGUE_NAMES = {"MODELS": "zerolib.core.catalogue.models",
+                   "DEVICES": "zerolib.core.catalogue.devices",
+                   "LINKS": "zerolib.core.catalogue.links",
+                   "NODES": "zerolib.core.catalogue.nodes",
+                   "LAYOUTS": "zerolib.core.memory.accounting"}
+
+
+def defined_names(source: str) -> set[str]:
+    names = set()
+    for node in ast.parse(source).body:
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, ast.AnnAssign) else [])
+        names.update(t.id for t in targets if isinstance(t, ast.Name))
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+    return names
+
+
+def test_a_catalogue_name_is_defined_only_by_its_catalogue():
+    found = sorted(f"{module_name(path)} defines {name}" for path in sorted(PACKAGE.rglob("*.py"))
+                   for name in defined_names(path.read_text(encoding="utf-8")) & set(CATALOGUE_NAMES)
+                   if module_name(path) != CATALOGUE_NAMES[name])
+    assert found == []
+
+
+def test_the_catalogue_check_sees_a_second_models():
+    assert "MODELS" in defined_names('MODELS = ("llama-2-7b",)\n')
