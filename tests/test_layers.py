@@ -1,6 +1,16 @@
 """The package's layers hold: every import points down, no two packages import each other, and
 the core needs nothing beyond numpy and pandas. Read from the source (an AST walk), so a lazy
-import inside a function counts as much as one at the top."""
+import inside a function counts as much as one at the top.
+
+The layers, bottom up: the base (``_io``, ``paths``); ``core/``, itself in floors: the shared
+basics (``parse``, ``units``, ``inputs``, ``intmath``), the catalogue (models, devices, links,
+nodes: facts with sources), the memory arithmetic (bytes per GPU: layouts and accounting,
+placement, activations, model-parallel splits, the pipeline schedule, working set, feasibility,
+tables), the step (seconds per step: collectives, the data-parallel schedule and its timing,
+offload's and model parallelism's traffic, the 3-D step time, tables), then the two entry points
+(``estimate``, ``planner``); ``chapter/`` (style and the PNG renderer, charts, the published
+figures, explorers); ``crosscheck/``; ``publish/``; ``cli/``. Memory never imports the step.
+Private names between modules: ``tests/test_names.py``."""
 from __future__ import annotations
 
 import ast

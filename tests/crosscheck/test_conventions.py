@@ -47,17 +47,21 @@ def test_megatron_every_cell_at_every_d_is_reproduced_exactly():
 
 
 def test_megatron_by_hand_at_d_8():
-    # 4 + 16/8 = 6, 6 + 12/8 = 7.5, 8 + 8/8 = 9 bytes per parameter.
-    assert megatron.bytes_per_parameter("fp16", "fp16", 8) == 6
-    assert megatron.bytes_per_parameter("bf16", "fp32", 8) == Fraction(15, 2)
-    assert megatron.bytes_per_parameter("fp32", "fp32", 8) == 9
-    assert megatron.bytes_per_parameter("bf16", "fp32", 8, distributed=False) == 18
-    rows = megatron.comparison()
-    row = rows[rows["setting"] == "bf16 parameters, fp32 gradients, Distributed optim, d = 8"]
-    assert row["reproduced"].item() == 7.5
-    assert row["chapter"].item() == 2 + 2 + 12 / 8          # mixed-adam, stage 1
-    with pytest.raises(ValueError, match="param_dtype, grad_dtype"):
-        megatron.bytes_per_parameter("fp8", "fp16", 8)
+    # 4 + 16/8 = 6, 6 + 12/8 = 7.5, 8 + 8/8 = 9 bytes per parameter; 18 without the distributed
+    # optimizer for bf16 parameters with fp32 gradients.
+    rows = megatron.comparison().set_index("setting")
+
+    def printed_at(setting):
+        replicated, sharded = megatron.parse_cell(rows.loc[setting, "printed"])
+        return replicated + Fraction(sharded, 8)
+
+    assert printed_at("fp16 parameters, fp16 gradients, Distributed optim, d = 8") == 6
+    assert printed_at("bf16 parameters, fp32 gradients, Distributed optim, d = 8") == Fraction(15, 2)
+    assert printed_at("fp32 parameters, fp32 gradients, Distributed optim, d = 8") == 9
+    assert printed_at("bf16 parameters, fp32 gradients, Non-distributed optim, d = 8") == 18
+    row = rows.loc["bf16 parameters, fp32 gradients, Distributed optim, d = 8"]
+    assert row["reproduced"] == 7.5
+    assert row["chapter"] == 2 + 2 + 12 / 8          # mixed-adam, stage 1
 
 
 def test_megatron_table_as_printed():

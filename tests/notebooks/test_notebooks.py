@@ -104,7 +104,7 @@ def test_widget_state_is_saved_with_its_state_key_and_stable_ids(committed):
         for ref in notebooks._references(model["state"]):
             assert ref in state, f"{path.name}: a widget references the unsaved model {ref}"
     # The ids are the renumbered ones: renumbering again changes nothing.
-    assert notebooks.to_bytes(notebooks.renumber_widgets(nb, path.stem)) == notebooks.to_bytes(nb)
+    assert notebooks.notebook_bytes(notebooks.renumber_widgets(nb, path.stem)) == notebooks.notebook_bytes(nb)
     assert views[0] == uuid.uuid5(notebooks._WIDGET_NAMESPACE, f"{path.stem}/0").hex
 
 
@@ -234,8 +234,8 @@ def _random_ids(n=4):
 
 
 def test_normalise_gives_the_same_bytes_whatever_the_random_ids():
-    first = notebooks.to_bytes(notebooks.normalise(_synthetic(_random_ids()), "demo"))
-    second = notebooks.to_bytes(notebooks.normalise(_synthetic(_random_ids()), "demo"))
+    first = notebooks.notebook_bytes(notebooks.normalise(_synthetic(_random_ids()), "demo"))
+    second = notebooks.notebook_bytes(notebooks.normalise(_synthetic(_random_ids()), "demo"))
     assert first == second
 
 
@@ -250,7 +250,7 @@ def test_renumbering_follows_views_then_references_then_the_rest():
     new_slider = state[new_box]["state"]["children"][0].removeprefix("IPY_MODEL_")
     assert new_slider in state and state[new_slider]["state"]["value"] == 3
     assert state[new_slider]["state"]["layout"] == state[new_box]["state"]["layout"]
-    text = notebooks.to_bytes(nb).decode()
+    text = notebooks.notebook_bytes(nb).decode()
     assert not any(old in text for old in ids)
     # Another notebook's widgets get other ids.
     other = notebooks.renumber_widgets(_synthetic(ids), "other")
@@ -264,7 +264,7 @@ def test_normalise_fixes_kernelspec_and_drops_timing_and_keeps_input_unchanged()
     assert nb == before
     assert out.metadata["kernelspec"] == {"display_name": "python3", "language": "python", "name": "python3"}
     assert all("execution" not in cell.metadata for cell in out.cells)
-    assert notebooks.to_bytes(out).endswith(b"}\n")
+    assert notebooks.notebook_bytes(out).endswith(b"}\n")
 
 
 def test_notebook_without_widgets_is_left_without_widget_metadata():

@@ -16,8 +16,8 @@ from zerolib.cli import main
 from zerolib.publish.html import (
     WIDGET_JS_FILES,
     export_chapter,
-    find_notebooks,
     markdown_headings,
+    notebooks_to_export,
 )
 
 
@@ -120,10 +120,10 @@ def test_default_pages_name_the_cdn(chapter, tmp_path):
 
 def test_bad_folders_raise_naming_the_argument(chapter, tmp_path):
     with pytest.raises(ValueError, match="notebooks must be a folder"):
-        find_notebooks(tmp_path / "missing")
+        notebooks_to_export(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="holds no .ipynb files"):
-        find_notebooks(tmp_path / "empty")
+        notebooks_to_export(tmp_path / "empty")
     with pytest.raises(ValueError, match="widget_js must be a folder holding require.js and "
                                          "embed-amd.js.*lacks require.js, embed-amd.js"):
         export_chapter(tmp_path / "html", chapter, widget_js=tmp_path / "empty")
@@ -146,7 +146,7 @@ def test_cli_error_is_one_line_and_exit_2(tmp_path, capsys):
 def test_the_chapter_exports(tmp_path):
     """Every notebook of the real chapter becomes a page holding each of its headings."""
     pages = export_chapter(tmp_path / "html")
-    assert [p.notebook for p in pages] == find_notebooks()
+    assert [p.notebook for p in pages] == notebooks_to_export()
     for page in pages:
         text = page.path.read_text(encoding="utf-8")
         assert page.headings and f"<title>{page.notebook.stem}</title>" in text

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 import matplotlib
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.transforms import offset_copy
@@ -169,3 +170,11 @@ def show_device_and_titles(artists, device: Device, unit: str, capacity: float,
 # A white backing for a value label a reference line crosses (only those: each costs a patch).
 LABEL_BACKING = MappingProxyType({"facecolor": "white", "edgecolor": "none", "alpha": 0.85,
                                   "pad": 0.6})
+
+
+def ink(colour: str) -> str:
+    """Black or white, whichever has the higher WCAG contrast ratio on ``colour``."""
+    channels = np.array(matplotlib.colors.to_rgb(colour))
+    linear = np.where(channels <= 0.04045, channels / 12.92, ((channels + 0.055) / 1.055) ** 2.4)
+    luminance = float(linear @ [0.2126, 0.7152, 0.0722])
+    return "#000000" if (luminance + 0.05) / 0.05 >= 1.05 / (luminance + 0.05) else "#ffffff"

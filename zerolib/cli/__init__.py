@@ -12,6 +12,7 @@ import re
 import sys
 
 from zerolib.cli import (
+    crosscheck,
     estimate,
     figures,
     html,
@@ -24,7 +25,7 @@ from zerolib.cli import (
 )
 
 SUBCOMMANDS = (estimate, plan, models, figures, notebooks, html, validate, validate_communication,
-               measure_deepspeed)
+               measure_deepspeed, crosscheck)
 _LONG_WORD = re.compile(r"\S{201,}")
 
 

@@ -16,7 +16,7 @@ from zerolib.core.memory.placement import (
 from zerolib.core.parse import parse_size, parse_whole
 from zerolib.core.units import to_unit
 
-DEVICES = ("cpu", "nvme")
+OFFLOAD_TARGETS = ("cpu", "nvme")
 # dest -> flag, for the messages
 OPTIONS = {"shard_group": "--shard-group", "hpz": "--hpz", "offload_optimizer": "--offload-optimizer",
            "offload_params": "--offload-params",
@@ -35,10 +35,10 @@ def add_arguments(parser) -> None:
                        help="shard over groups of G GPUs (G divides --gpus), replicated across groups")
     group.add_argument("--hpz", action="store_true", default=None,
                        help="ZeRO++ hpZ (stage 3): a 16-bit parameter copy sharded within each node")
-    group.add_argument("--offload-optimizer", choices=DEVICES,
+    group.add_argument("--offload-optimizer", choices=OFFLOAD_TARGETS,
                        help="optimizer state and fp32 gradients to CPU memory (stages 1-3) or "
                             "NVMe (stage 3)")
-    group.add_argument("--offload-params", choices=DEVICES,
+    group.add_argument("--offload-params", choices=OFFLOAD_TARGETS,
                        help="16-bit parameters to CPU memory or NVMe (stage 3 only)")
     group.add_argument("--host-memory", metavar="SIZE",
                        help="CPU memory per node, e.g. 1TiB, 2TB: judge the offloaded host "

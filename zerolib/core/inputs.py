@@ -41,7 +41,7 @@ def _as_array(value, name: str) -> np.ndarray:
     return array
 
 
-def _whole_in_range(value, name: str, low: int, high: int, allowed: str) -> np.ndarray:
+def whole_in_range(value, name: str, low: int, high: int, allowed: str) -> np.ndarray:
     """Whole numbers in [low, high] as int64; any other value names what is allowed."""
     array = _as_array(value, name)
     if np.issubdtype(array.dtype, np.floating) and (
@@ -63,12 +63,12 @@ def _finite(value: numbers.Real) -> bool:
 
 def check_params(value, name: str = "params") -> np.ndarray:
     """Parameter counts: whole, positive, finite, at most 10**15."""
-    return _whole_in_range(value, name, 1, MAX_PARAMS, "a positive whole parameter count")
+    return whole_in_range(value, name, 1, MAX_PARAMS, "a positive whole parameter count")
 
 
 def check_gpus(value, name: str = "gpus") -> np.ndarray:
     """Worker counts: positive integers (not booleans, not fractions)."""
-    return _whole_in_range(value, name, 1, MAX_GPUS, "a positive whole number of workers")
+    return whole_in_range(value, name, 1, MAX_GPUS, "a positive whole number of workers")
 
 
 def check_stage(value, name: str = "stage") -> np.ndarray:

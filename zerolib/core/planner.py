@@ -47,7 +47,7 @@ from types import MappingProxyType
 import numpy as np
 import pandas as pd
 
-from zerolib.core.catalogue.devices import Device, get_device
+from zerolib.core.catalogue.devices import DEVICES, Device, get_device
 from zerolib.core.catalogue.links import Link
 from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.catalogue.nodes import Interconnect
@@ -132,14 +132,10 @@ PLAN_LEFT_OUT = (
     "them), and NVMe offload (not planned)",
 )
 
-# The node a device usually comes in, for plans that name no links.
+# The node a device usually comes in, for plans that name no links: each catalogue entry says
+# (Device.node), so a device added to the catalogue is planned with no edit here.
 DEFAULT_LINKS: Mapping[str, str] = MappingProxyType({
-    "v100-32gb": "dgx-2", "a100-40gb": "dgx-a100", "a100-80gb": "dgx-a100",
-    "h100-80gb": "dgx-h100",
-    "h200-141gb": "dgx-h100",   # HGX/DGX H200: the same NVLink 4 and 8 x 400 Gb/s ports
-    "b200-180gb": "dgx-b200", "mi300x-192gb": "mi300x-8", "l40s-48gb": "pcie-8x-l40s",
-    "a10-24gb": "pcie-4x-a10",
-})
+    device.name: device.node for device in DEVICES.values() if device.node is not None})
 MAX_SPACE = 20_000_000      # configurations in one plan
 MAX_PLAN_MICRO_BATCH = 1024  # largest micro-batch a plan enumerates up to
 
@@ -159,10 +155,10 @@ def links_for(device: str | Device, links=None) -> str | Interconnect:
     if links is not None:
         return links
     device = get_device(device)
-    if device.name not in DEFAULT_LINKS:
+    if device.node is None:
         raise ValueError(f"links must be given for {device.name} (no usual node for it): a node "
                          f"such as dgx-h100, or two links like pcie4-x16,roce-100g")
-    return DEFAULT_LINKS[device.name]
+    return device.node
 
 
 def schedule_name(chunks: int) -> str:

@@ -12,7 +12,8 @@ position embeddings, tied input and output embeddings, dropout; activations in 1
 masks in one byte and the logits in fp32 (Sec. 4.1 and 4.3), attention without a fused kernel.
 
 :data:`PRINTED` holds what the paper prints about these models; ``tests/crosscheck/test_korthikanti.py``
-checks each against zerolib (and where it does not reproduce, says so).
+checks each against zerolib (and where it does not reproduce, says so); ``zerolib crosscheck``
+prints :func:`technique_table` beside them.
 """
 from __future__ import annotations
 

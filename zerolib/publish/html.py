@@ -51,7 +51,7 @@ class Page:
     headings: tuple[str, ...]  # every markdown heading, as plain text, in order
 
 
-def find_notebooks(directory: str | Path | None = None) -> list[Path]:
+def notebooks_to_export(directory: str | Path | None = None) -> list[Path]:
     """Every ``*.ipynb`` in ``directory`` (default: the chapter's ``notebooks/``), sorted by name."""
     directory = Path(directory) if directory is not None else NOTEBOOK_DIR
     if not directory.is_dir():
@@ -114,7 +114,7 @@ def _index_page(pages: list[Page]) -> str:
 def export_chapter(out_dir: str | Path, notebook_dir: str | Path | None = None,
                    widget_js: str | Path | None = None) -> list[Page]:
     """Write one HTML page per notebook plus ``index.html`` into ``out_dir``; return the pages."""
-    notebooks = find_notebooks(notebook_dir)
+    notebooks = notebooks_to_export(notebook_dir)
     out_dir = Path(out_dir)
     require_js_url = widget_renderer_url = None
     if widget_js is not None:

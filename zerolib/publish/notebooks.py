@@ -193,7 +193,7 @@ def normalise(nb: nbformat.NotebookNode, namespace: str) -> nbformat.NotebookNod
     return nb
 
 
-def to_bytes(nb: nbformat.NotebookNode) -> bytes:
+def notebook_bytes(nb: nbformat.NotebookNode) -> bytes:
     """The file's bytes, as nbformat writes them (sorted keys, one-space indent, final newline)."""
     text = nbformat.writes(nb)
     return (text if text.endswith("\n") else text + "\n").encode("utf-8")
@@ -203,7 +203,7 @@ def rerun(path: str | Path, timeout: int = 600) -> bytes:
     """The bytes ``path`` has after a deterministic re-execution (nothing is written)."""
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
-    return to_bytes(normalise(execute(nb, path.parent, timeout), path.stem))
+    return notebook_bytes(normalise(execute(nb, path.parent, timeout), path.stem))
 
 
 def refresh(path: str | Path, timeout: int = 600) -> bool:

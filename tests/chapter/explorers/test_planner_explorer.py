@@ -145,6 +145,24 @@ def test_the_unit_alone_does_not_re_plan(explorer):
     assert explorer.plan is plan_before and "GiB" in explorer.table.value
 
 
+def test_the_model_menu_is_every_preset_that_plans_at_every_sequence_offered(explorer):
+    """The menu follows the catalogue: a preset is offered unless a plan at some sequence the
+    slider offers refuses it (each one tried here)."""
+    def plans_everywhere(name):
+        try:
+            for seq in explorer.controls["seq_len"].options:
+                plan(name, 8, 8, "a100-80gb", seq[1], 1024, stages=(3,), recompute=("full",),
+                     max_micro_batch=1)
+        except ValueError:
+            return False
+        return True
+
+    offered = list(explorer.controls["model"].options)
+    assert offered == [name for name in zl.MODELS if plans_everywhere(name)]
+    # GPT-2's learned position table ends at 1,024 tokens; the slider goes to 32,768.
+    assert "gpt2" not in offered and {"llama-2-70b", "gemma-2-9b", "qwen2.5-7b"} <= set(offered)
+
+
 def test_bad_starting_values_are_rejected():
     with pytest.raises(ValueError, match="gpus"):
         PlannerExplorer(gpus=48)

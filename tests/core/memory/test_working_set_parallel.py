@@ -29,7 +29,7 @@ def test_first_stage_decides_and_holds_p_micro_batches():
     result = peak("llama-2-70b", 64, 1, SETTINGS)
     assert result.pipeline_stage == 0
     assert result.persistent["total"] == int(model_state(FIRST_PARAMS, 2, 1).total)
-    # Per layer 40.5 sbh/t (the Llama block under SP + selective: test_megatron_convention), 4
+    # Per layer 40.5 sbh/t (the Llama block under SP + selective: test_megatron_theoretical_memory), 4
     # micro-batches x 20 layers in flight, plus one layer's fp32 log-sum-exp recomputed.
     assert result.working_set["activations"] == 80 * 81 * SBH_T // 2 + 4 * 64 * 4096 // 8
     assert result.working_set["logits_loss"] == 0           # the logits are on the last stage

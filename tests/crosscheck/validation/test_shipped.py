@@ -166,10 +166,6 @@ def test_report_tables(shipped):
     wide = report.shipped_mechanisms(shipped)
     assert wide.at["python-gelu", "gpt2-b2"] == 3 * 2 * 2 * 64 * 256
     assert wide.at["fused-qkv-view", "gpt2-b1"] == 4 * 64 * 64 and wide.at["fused-qkv-view", "gpt2-b2"] == 0
-    items = report.shipped_case(shipped, "llama-sdpa-b1")
-    assert list(items["module"][:3]) == ["input_layernorm"] * 3
-    with pytest.raises(ValueError, match="case must be one of"):
-        report.shipped_case(shipped, "gpt-5")
 
 
 def test_the_data_file_is_described():

@@ -22,7 +22,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from matplotlib.transforms import blended_transform_factory, offset_copy
 
 from zerolib.chapter.charts.tidy import check_tidy
-from zerolib.chapter.charts.will_it_fit import TOL_MUTED, _ink
+from zerolib.chapter.charts.will_it_fit import TOL_MUTED
 from zerolib.chapter.style import (
     DEVICE_COLOR,
     LABEL_BACKING,
@@ -30,6 +30,7 @@ from zerolib.chapter.style import (
     add_axes,
     device_label,
     fix_axis_labels,
+    ink,
     layout_summary,
     make_titles,
     new_figure,
@@ -175,7 +176,7 @@ def draw_offload_tiers(ax, table: pd.DataFrame, device: str | Device = "a100-80g
                                 edgecolor="white", linewidth=0.8, label=TIER_LABELS[tier], zorder=3)
             segment_labels[tier] = [ax.text(xi, 0, "", ha="center", va="center",
                                             fontsize=_SEGMENT_LABEL_SIZE,
-                                            color=_ink(TIER_COLORS[tier]), zorder=4, clip_on=True)
+                                            color=ink(TIER_COLORS[tier]), zorder=4, clip_on=True)
                                     for xi in x]
         value_at = offset_copy(ax.transData, figure, y=3, units="points")
         verdict_at = offset_copy(ax.transData, figure, y=16, units="points")

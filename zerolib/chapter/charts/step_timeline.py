@@ -18,11 +18,12 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from matplotlib.transforms import blended_transform_factory, offset_copy
 
 from zerolib.chapter.charts.tidy import check_tidy
-from zerolib.chapter.charts.will_it_fit import TOL_MUTED, _ink
+from zerolib.chapter.charts.will_it_fit import TOL_MUTED
 from zerolib.chapter.style import (
     STRATEGY_COLORS,
     add_axes,
     fix_axis_labels,
+    ink,
     legend_below,
     make_titles,
     new_figure,
@@ -115,7 +116,7 @@ def draw_step_timeline(ax, frame: pd.DataFrame):
             text = _block_text(row, end - start)
             if _fits(text, (end - start) * points_per_ms):
                 ax.text((start + end) / 2, y, text, ha="center", va="center",
-                        fontsize=_LABEL_SIZE, linespacing=1.05, color=_ink(color), zorder=4,
+                        fontsize=_LABEL_SIZE, linespacing=1.05, color=ink(color), zorder=4,
                         clip_on=True)
         right = offset_copy(blended_transform_factory(ax.transAxes, ax.transData), figure, x=8,
                             units="points")

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -27,6 +26,7 @@ from zerolib.chapter.style import (
     add_axes,
     device_label,
     fix_axis_labels,
+    ink,
     make_titles,
     new_figure,
     plain_number,
@@ -79,14 +79,6 @@ _ABOVE_BAR_PT = 36
 # The capacity tag sits right of the axes at the line's height; the legend starts beyond it.
 _TAG_OFFSET_PT, _LEGEND_OFFSET_PT = 6, 72
 _PEAK_LABEL_BACKING = MappingProxyType({"facecolor": "white", "edgecolor": "none", "pad": 2.0})
-
-
-def _ink(colour: str) -> str:
-    """Black or white, whichever has the higher WCAG contrast ratio on ``colour``."""
-    channels = np.array(matplotlib.colors.to_rgb(colour))
-    linear = np.where(channels <= 0.04045, channels / 12.92, ((channels + 0.055) / 1.055) ** 2.4)
-    luminance = float(linear @ [0.2126, 0.7152, 0.0722])
-    return "#000000" if (luminance + 0.05) / 0.05 >= 1.05 / (luminance + 0.05) else "#ffffff"
 
 
 def _wrap_strategy(stage: int) -> str:
@@ -249,7 +241,7 @@ def draw_will_it_fit(ax, frame: pd.DataFrame, device: str | Device = "a100-80gb"
                                      linewidth=0.8, label=COMPONENT_LABELS[component], zorder=3)
             segment_labels[component] = [
                 ax.text(xi, 0, "", ha="center", va="center", fontsize=_SEGMENT_LABEL_SIZE,
-                        color=_ink(COMPONENT_COLORS[component]), zorder=4, clip_on=True)
+                        color=ink(COMPONENT_COLORS[component]), zorder=4, clip_on=True)
                 for xi in x]
         value_at = offset_copy(ax.transData, figure, y=3, units="points")
         verdict_at = offset_copy(ax.transData, figure, y=17, units="points")

@@ -25,9 +25,9 @@ from zerolib.chapter.explorers.base import (
 )
 from zerolib.core.catalogue.devices import DEVICES
 from zerolib.core.catalogue.links import LINKS
+from zerolib.core.catalogue.models import MODELS
 from zerolib.core.catalogue.nodes import NODES
 from zerolib.core.planner import (
-    DEFAULT_LINKS,
     PLAN_HEADER,
     PLAN_LEFT_OUT,
     SHARD_GROUPS,
@@ -39,11 +39,14 @@ from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS
 from zerolib.core.step.time import DEFAULT_MFU
 from zerolib.core.units import GiB, format_value
 
-MODELS = ("llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-70b", "mixtral-8x7b",
-          "llama-3.1-405b")
 GPU_STEPS = tuple(2**k for k in range(3, 11))          # 8 to 1,024
 PER_NODE = (4, 8, 16)
 SEQ_STEPS = tuple(2**k for k in range(10, 16))         # 1,024 to 32,768 tokens
+# The catalogue's presets that plan at every sequence the slider offers (a learned position
+# table ends at its context: GPT-2's at 1,024).
+PLANNED_MODELS = tuple(name for name, config in MODELS.items()
+                       if config.position_embedding != "learned"
+                       or config.max_positions >= SEQ_STEPS[-1])
 BATCH_STEPS = tuple(2**k for k in range(6, 13))        # 64 to 4,096 sequences
 MFU_RANGE = (0.2, 0.6, 0.05)                           # min, max, step
 TiB = 1024 * GiB
@@ -123,7 +126,7 @@ class PlannerExplorer(Explorer):
                  dpi: float = EXPLORER_DPI):
         super().__init__(dpi)
         w = widgets()
-        for name, value, allowed in (("model", model, MODELS), ("gpus", gpus, GPU_STEPS),
+        for name, value, allowed in (("model", model, PLANNED_MODELS), ("gpus", gpus, GPU_STEPS),
                                      ("gpus_per_node", gpus_per_node, PER_NODE),
                                      ("seq_len", seq_len, SEQ_STEPS),
                                      ("global_batch", global_batch, BATCH_STEPS),
@@ -137,10 +140,10 @@ class PlannerExplorer(Explorer):
         wide = {"description_width": "initial"}
         controls = device_and_unit(device, unit)
         controls["device"].options = [(d.label, d.name) for d in DEVICES.values()
-                                      if d.name in DEFAULT_LINKS]
+                                      if d.node is not None]
         controls["device"].value = device
         self.controls = {
-            "model": w.Dropdown(options=list(MODELS), value=model, description="Model"),
+            "model": w.Dropdown(options=list(PLANNED_MODELS), value=model, description="Model"),
             "gpus": w.SelectionSlider(options=[(f"{n:,}", n) for n in GPU_STEPS], value=gpus,
                                       description="GPUs", continuous_update=True),
             "gpus_per_node": w.ToggleButtons(options=list(PER_NODE), value=gpus_per_node,

@@ -41,7 +41,7 @@ from zerolib.core.units import format_value
 
 # The explorer's ranges.
 SEQ_LENGTHS = tuple(2**k for k in range(7, 18))   # 128 to 131,072 tokens
-MAX_MICRO_BATCH = 64   # also the bound of the largest-micro-batch search ("64 or more")
+LARGEST_MICRO_BATCH_SHOWN = 64   # also the bound of the largest-micro-batch search ("64 or more")
 MAX_EXPLORER_GPUS = 1024
 
 
@@ -124,7 +124,7 @@ def peak_table_html(frame: pd.DataFrame, device: Device, unit: str, fewest: dict
         most = largest[stage]
         if most == 0:
             most = "none"
-        elif most == MAX_MICRO_BATCH:
+        elif most == LARGEST_MICRO_BATCH_SHOWN:
             most = f"{most} or more"       # the search stops at the slider's end
         cells.append(
             f"<tr><td>{html.escape(STRATEGY_NAMES[stage])}</td>{right(in_unit(row['peak'], unit))}"
@@ -161,7 +161,7 @@ class WillItFitExplorer(Explorer):
         if not isinstance(model, str) or get_model(model).name not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
         for name, value, high in (("gpus", gpus, MAX_EXPLORER_GPUS),
-                                  ("micro_batch", micro_batch, MAX_MICRO_BATCH)):
+                                  ("micro_batch", micro_batch, LARGEST_MICRO_BATCH_SHOWN)):
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
                 raise ValueError(f"{name} must be a whole number from 1 to {high}, got {value!r}")
         if seq_len not in seq_lengths_for(model):
@@ -181,7 +181,7 @@ class WillItFitExplorer(Explorer):
                                 value=get_model(model).name, description="Model"),
             "gpus": w.IntSlider(value=gpus, min=1, max=MAX_EXPLORER_GPUS, description="GPUs",
                                 continuous_update=True),
-            "micro_batch": w.IntSlider(value=micro_batch, min=1, max=MAX_MICRO_BATCH,
+            "micro_batch": w.IntSlider(value=micro_batch, min=1, max=LARGEST_MICRO_BATCH_SHOWN,
                                        description="Micro-batch", style=wide,
                                        continuous_update=True),
             "seq_len": w.SelectionSlider(options=self._seq_options(model), value=seq_len,
@@ -257,7 +257,7 @@ class WillItFitExplorer(Explorer):
         if largest_key != self._largest[0]:
             self._largest = (largest_key, {
                 stage: largest_micro_batch(self.model, self.gpus, stage, settings, self.layout,
-                                           device, max_micro_batch=MAX_MICRO_BATCH)
+                                           device, max_micro_batch=LARGEST_MICRO_BATCH_SHOWN)
                 for stage in STAGES})
         return self._fewest[1], self._largest[1]
 

@@ -11,6 +11,11 @@ Vendors headline the sparse figure for several parts ("shown with sparsity; spec
 lower without sparsity"): the dense value is half of it, and each source says which it read.
 V100 and T4 have no bf16: their entry is the fp16 tensor-core peak (``peak_dtype`` says so),
 the 16-bit format mixed-precision training uses on them.
+
+A device is added here and nowhere else: ``node`` names the server of
+:data:`zerolib.core.catalogue.nodes.NODES` it usually comes in, which the planner (and its
+explorer) run on when a plan names no links; the CLI's ``--device`` choices and the explorers'
+menus read this catalogue.
 """
 from __future__ import annotations
 
@@ -31,6 +36,9 @@ class Device:
     peak_flops: int | None = None   # dense 16-bit tensor-core FLOP/s; None: not catalogued
     peak_dtype: str = ""            # "bf16", or "fp16" on parts without bf16
     peak_source: str = ""
+    # The node it usually comes in (a key of nodes.NODES): what a plan runs on when it names no
+    # links. None: sold in no usual server, so a plan must be told its links.
+    node: str | None = None
 
     def __deepcopy__(self, memo) -> Device:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -48,29 +56,34 @@ DEVICES: Mapping[str, Device] = MappingProxyType({d.name: d for d in (
            125 * TFLOPS, "fp16",
            "NVIDIA A100 Tensor Core GPU Architecture whitepaper, Table 1 (V100 column): 'Peak "
            "FP16 Tensor TFLOPS with FP32 Accumulate 125', 'Peak BF16 Tensor TFLOPS ... NA' "
-           "(Volta has no bf16 and no sparsity)"),
+           "(Volta has no bf16 and no sparsity)",
+           node="dgx-2"),
     Device("a100-40gb", "A100 40GB", 40 * GiB,
            "NVIDIA A100 Tensor Core GPU datasheet: 40GB HBM2; nvidia-smi reports 40960 MiB",
            312 * TFLOPS, "bf16",
            "NVIDIA A100 datasheet: 'BFLOAT16 Tensor Core 312 TFLOPS | 624 TFLOPS*' (* with "
            "sparsity); Narayanan et al. 2021, Sec. 5: 'The peak device throughput of an A100 "
-           "GPU with 16-bit precision is 312 teraFLOP/s'"),
+           "GPU with 16-bit precision is 312 teraFLOP/s'",
+           node="dgx-a100"),
     Device("a100-80gb", "A100 80GB", 80 * GiB,
            "NVIDIA A100 Tensor Core GPU datasheet: 80GB HBM2e; nvidia-smi reports 81920 MiB",
            312 * TFLOPS, "bf16",
            "NVIDIA A100 datasheet: 'BFLOAT16 Tensor Core 312 TFLOPS | 624 TFLOPS*' (* with "
-           "sparsity)"),
+           "sparsity)",
+           node="dgx-a100"),
     Device("h100-80gb", "H100 80GB", 80 * GiB,
            "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80GB HBM3 (5 stacks of 16 GiB)",
            989_500_000_000_000, "bf16",
            "NVIDIA H100 Tensor Core GPU datasheet (SXM): 'BF16 Tensor Core 1,979 teraFLOPS*', "
-           "'* With sparsity', specifications 1/2 lower without: 989.5 dense"),
+           "'* With sparsity', specifications 1/2 lower without: 989.5 dense",
+           node="dgx-h100"),
     Device("h200-141gb", "H200 141GB", 141 * GiB,
            ("NVIDIA H200 Tensor Core GPU datasheet: 141GB HBM3e; taken as 141 GiB (nvidia-smi "
             "reports about 140.4 GiB usable)"),
            989_500_000_000_000, "bf16",
            "NVIDIA H200 Tensor Core GPU datasheet (SXM): 'BF16 Tensor Core 1,979 TFLOPS' with "
-           "sparsity, as the H100 SXM: 989.5 dense"),
+           "sparsity, as the H100 SXM: 989.5 dense",
+           node="dgx-h100"),  # HGX/DGX H200: NVLink 4 and 8 x 400 Gb/s ports, as the H100's
     Device("rtx4090-24gb", "RTX 4090 24GB", 24 * GiB,
            "NVIDIA GeForce RTX 4090 specifications: 24 GB GDDR6X (12 x 2 GiB modules)",
            165_200_000_000_000, "bf16",
@@ -83,18 +96,21 @@ DEVICES: Mapping[str, Device] = MappingProxyType({d.name: d for d in (
            2_250 * TFLOPS, "bf16",
            "NVIDIA HGX B200: FP16/BF16 Tensor Core 4.5 petaFLOPS per GPU, and the Blackwell "
            "datasheet's note 'Specifications in sparse. Dense is one-half of the sparse spec "
-           "shown': 2.25 petaFLOPS dense"),
+           "shown': 2.25 petaFLOPS dense",
+           node="dgx-b200"),
     Device("mi300x-192gb", "MI300X 192GB", 192 * GiB,
            "AMD ROCm documentation, GPU architecture specifications: MI300X VRAM 192 GiB HBM3",
            1_307_400_000_000_000, "bf16",
            "AMD ROCm documentation, MI300 architecture, 'Peak-performance capabilities of the "
-           "MI300X': Matrix BF16 1307.4 TFLOPS dense (2614.9 with structured sparsity)"),
+           "MI300X': Matrix BF16 1307.4 TFLOPS dense (2614.9 with structured sparsity)",
+           node="mi300x-8"),
     Device("l40s-48gb", "L40S 48GB", 48 * GiB,
            "NVIDIA L40S datasheet: 48GB GDDR6 with ECC",
            362_050_000_000_000, "bf16",
            "NVIDIA L40S datasheet: 'BF16 Tensor Core 362.05 | 733*' TFLOPS (* with sparsity). "
            "Some analyses read 362.05 as an fp16-accumulate rate, which would put bf16 with "
-           "fp32 accumulation at about half; the datasheet's figure is used"),
+           "fp32 accumulation at about half; the datasheet's figure is used",
+           node="pcie-8x-l40s"),
     Device("l4-24gb", "L4 24GB", 24 * GiB,
            "NVIDIA L4 Tensor Core GPU datasheet: 24GB GDDR6",
            121 * TFLOPS, "bf16",
@@ -103,7 +119,8 @@ DEVICES: Mapping[str, Device] = MappingProxyType({d.name: d for d in (
     Device("a10-24gb", "A10 24GB", 24 * GiB,
            "NVIDIA A10 Tensor Core GPU datasheet: 24GB GDDR6",
            125 * TFLOPS, "bf16",
-           "NVIDIA A10 datasheet: 'BFLOAT16 Tensor Core 125 TF | 250 TF*' (* with sparsity)"),
+           "NVIDIA A10 datasheet: 'BFLOAT16 Tensor Core 125 TF | 250 TF*' (* with sparsity)",
+           node="pcie-4x-a10"),
     Device("t4-16gb", "T4 16GB", 16 * GiB,
            "NVIDIA T4 Tensor Core GPU datasheet: 16GB GDDR6",
            65 * TFLOPS, "fp16",

@@ -60,12 +60,12 @@ import pandas as pd
 from zerolib.core.catalogue.models import TransformerConfig, get_model, modules
 from zerolib.core.inputs import (
     MAX_GPUS,
-    _whole_in_range,
     broadcast,
     check_flag,
     check_gpus,
     check_positive_int,
     echo,
+    whole_in_range,
 )
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, ModelState, model_state
@@ -220,7 +220,7 @@ def check_schedule(schedule) -> str:
 
 
 def _micro_batches(value, name: str = "micro_batches") -> np.ndarray:
-    return _whole_in_range(value, name, 1, MAX_MICRO_BATCHES, "a positive whole number of micro-batches")
+    return whole_in_range(value, name, 1, MAX_MICRO_BATCHES, "a positive whole number of micro-batches")
 
 
 def _rules(config: TransformerConfig, tensor_parallel, pipeline_parallel, schedule, chunks, gpus,
@@ -344,7 +344,7 @@ def parallel_grid(model, tensor_parallel, pipeline_parallel, pipeline_stage, sch
     arrays = {"tensor_parallel": check_gpus(tensor_parallel, "tensor_parallel"),
               "pipeline_parallel": check_gpus(pipeline_parallel, "pipeline_parallel")}
     if pipeline_stage is not None:
-        arrays["pipeline_stage"] = _whole_in_range(pipeline_stage, "pipeline_stage", 0, MAX_GPUS,
+        arrays["pipeline_stage"] = whole_in_range(pipeline_stage, "pipeline_stage", 0, MAX_GPUS,
                                                    "a pipeline stage index, 0 or more")
     if micro_batches is not None:
         arrays["micro_batches"] = _micro_batches(micro_batches)

@@ -87,10 +87,6 @@ def layer_activations_held(layers: int, pipeline_parallel, pipeline_stage, *, sc
     return flight * stage_layers(layers, p, pipeline_stage)
 
 
-_ACTIVATION_OPTIONS = ("sequence_parallel", "recompute", "flash_attention", "element_bytes",
-                       "mask_bytes", "dropout", "logits_bytes")
-
-
 UNIT_TERMS = ("transformer_layers", "recompute_transient", "embedding_dropout_mask",
               "final_norm_input", "output_projection_input", "logits_loss")
 

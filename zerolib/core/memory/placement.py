@@ -74,9 +74,6 @@ TIERS = ("gpu", "cpu", "nvme")
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 # What a tier can hold, in the order a stacked bar draws them.
 ITEMS = ("parameters", "hpz_secondary", "gradients", "optimizer")
-ITEM_NAMES: Mapping[str, str] = MappingProxyType({
-    "parameters": "parameters", "hpz_secondary": "hpZ secondary parameters",
-    "gradients": "gradients", "optimizer": "optimizer state"})
 
 # An 8-GPU server (DGX/HGX A100 and H100): the node size when none is given, or all GPUs when
 # there are fewer.

@@ -44,8 +44,6 @@ from zerolib.crosscheck.conventions.common import exact, frame, read_transcripti
 from zerolib.crosscheck.paper import PrintRule
 
 SOURCE = "Ultra-Scale Playbook"
-CITATION = ("Hugging Face, The Ultra-Scale Playbook (2025), Space nanotron/ultrascale-playbook; "
-            "mirror vinjn/nanotron-ultrascale-playbook at commit e3bcfc5c")
 TABLE_CSV = "ultrascale_playbook_memory_table.csv"
 MODEL_CSV = "ultrascale_playbook_model_memory.csv"
 ZERO_CSV = "ultrascale_playbook_zero_figure.csv"

@@ -27,13 +27,10 @@ from zerolib.core.step.traffic import group_traffic
 from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
 
 SOURCE = "ZeRO++ blog"
-CITATION = ("DeepSpeed team, 'DeepSpeed ZeRO++: A leap in speed for LLM and chat model training "
-            "with 4X less communication', Microsoft Research blog, 2023 (DeepSpeed "
-            "blogs/zeropp), table 'Communication Volume'")
 CSV = "zeropp_cross_node.csv"
-ITEMS = ("forward_all_gather", "backward_all_gather", "gradient_reduce_scatter")
-COLUMNS = ("system", *ITEMS, "total")
-SLOTS = MappingProxyType({   # zerolib's slots behind each column of the blog's table
+BLOG_COLUMNS = ("forward_all_gather", "backward_all_gather", "gradient_reduce_scatter")
+COLUMNS = ("system", *BLOG_COLUMNS, "total")
+SLOTS_PER_COLUMN = MappingProxyType({   # zerolib's slots behind each column of the blog's table
     "forward_all_gather": ("forward_all_gather",),
     "backward_all_gather": ("backward_all_gather",),
     "gradient_reduce_scatter": ("gradient_reduce_scatter", "gradient_all_to_all_node",
@@ -60,7 +57,7 @@ def _in_m(printed: str) -> Decimal:
     return Decimal(text)
 
 
-def traffic(system: str, gpus: int = GPUS, gpus_per_node: int = GPUS_PER_NODE,
+def system_traffic(system: str, gpus: int = GPUS, gpus_per_node: int = GPUS_PER_NODE,
             params: int = PARAMS):
     """zerolib's stage-3 traffic for the blog's two systems: ZeRO, or ZeRO++ (hpZ over a node,
     qwZ, qgZ)."""
@@ -89,15 +86,15 @@ def comparison(gpus: int = GPUS, gpus_per_node: int = GPUS_PER_NODE, params: int
     rows = []
     for record in load(data_dir).to_dict("records"):
         system = record["system"]
-        result = traffic(system, gpus, per_node, params)
+        result = system_traffic(system, gpus, per_node, params)
         if system == "ZeRO++":
             # hpZ's gather stays in the node; qgZ crosses once, from node to node.
             factors = {**factors, "backward_all_gather": Fraction(per_node - 1, per_node),
                        "gradient_reduce_scatter": Fraction(nodes - 1, nodes)}
         setting = f"{gpus} GPUs in {nodes} nodes of {per_node}, {params:,} parameters"
         total_reproduced = total_chapter = Fraction(0)
-        for item in ITEMS:
-            crossing = sum(int(result.cross_node[s]) for s in SLOTS[item])
+        for item in BLOG_COLUMNS:
+            crossing = sum(int(result.cross_node[s]) for s in SLOTS_PER_COLUMN[item])
             chapter = Fraction(crossing, m_bytes)
             reproduced = chapter / factors[item]
             total_reproduced += reproduced

@@ -100,7 +100,6 @@ BLOCKS: Mapping[str, ShippedBlock] = MappingProxyType({block.name: block for blo
     ShippedBlock("llama-sdpa", description="the same with the default attention, sdpa (the CPU "
                  "flash kernel)", attention="sdpa", **_LLAMA),
 )})
-BLOCK_NAMES = tuple(BLOCKS)
 
 
 def case_name(block: str, micro_batch: int) -> str:

@@ -56,7 +56,7 @@ class RunShape:
 
 
 SHAPE = RunShape()
-KINDS = ("parameters", "activations")
+MODULE_KINDS = ("parameters", "activations")
 
 # Block labels in forward order, with the formula terms each saved storage stands for.
 LABEL_TERMS = {
@@ -181,7 +181,7 @@ def compare_tensor_parallel(measured: pd.DataFrame) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     modules = [piece for piece in split_table(TINY_LLAMA).module]
     order = {label: index for index, label in enumerate([*modules, *LABEL_TERMS, NOT_SAVED])}
-    frame["_kind"] = frame["kind"].map(KINDS.index)
+    frame["_kind"] = frame["kind"].map(MODULE_KINDS.index)
     frame["_item"] = frame["item"].map(lambda label: order.get(label, len(order)))
     frame = frame.sort_values(["workers", "rank", "_kind", "_item", "item", "terms"], kind="stable")
     return frame.drop(columns=["_kind", "_item"]).reset_index(drop=True)

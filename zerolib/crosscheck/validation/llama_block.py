@@ -13,7 +13,7 @@ positions, grouped-query attention through ``F.scaled_dot_product_attention(enab
 internally (read from ``grad_fn._saved_*``): RMSNorm's fp32 copy of its input, its per-token
 1/rms and its normalised fp32 values; the attention kernel's output and log-sum-exp.
 
-:data:`PLAN` is the tensor-parallel plan (``torch.distributed.tensor.parallel``): the vocabulary
+:func:`tensor_parallel_plan` is the tensor-parallel plan (``torch.distributed.tensor.parallel``): the vocabulary
 -parallel embedding and output layer, column-parallel Q, K, V, gate and up projections,
 row-parallel attention-output and down projections; the norms stay whole on every rank.
 """
@@ -127,7 +127,7 @@ class TinyLlama(nn.Module):
         self.output_projection = nn.Linear(config.hidden, config.vocab, bias=False)
 
 
-def plan(config: TransformerConfig) -> dict:
+def tensor_parallel_plan(config: TransformerConfig) -> dict:
     """``parallelize_module``'s plan for :class:`TinyLlama` (module path -> style)."""
     out = {"embedding": RowwiseParallel(input_layouts=Replicate()),
            "output_projection": ColwiseParallel(output_layouts=Replicate())}

@@ -373,15 +373,6 @@ def shipped_mechanisms(shipped: pd.DataFrame) -> pd.DataFrame:
     return wide.loc[order, cases].rename_axis(index="mechanism", columns="bytes added")
 
 
-def shipped_case(shipped: pd.DataFrame, case: str) -> pd.DataFrame:
-    """One case's saved tensors: where each was saved, what it is, measured beside the formula."""
-    chosen = _choose(shipped, case=case)
-    return (chosen[["module", "saved_by", "item", "terms", "saved_dtype", "saved_shape",
-                    "measured_bytes", "formula_bytes", "effects"]]
-            .replace({"terms": {"": "-"}, "effects": {"": "-"}})
-            .reset_index(drop=True))
-
-
 def shipped_extras(block: str, model, seq_len: int, micro_batch: int = 1) -> pd.DataFrame:
     """What a shipped block's mechanisms would add beyond the formula at a real model's shape:
     per mechanism the bytes one layer adds, how many times the model holds them (every layer,

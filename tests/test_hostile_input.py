@@ -29,7 +29,7 @@ from zerolib.core.memory.tables import MAX_ROWS, memory_table
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN, WorkingSetSettings, peak
 from zerolib.core.parse import parse_count, parse_size, parse_whole
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 ZEROLIB = Path(sys.executable).parent / "zerolib"
 INT64_MAX = 2**63 - 1
 

@@ -1,5 +1,4 @@
-"""The price of ZeRO as tables and figures: zerolib.core.step.tables, the step-timeline and
-memory-vs-step-time charts, and the step-time explorer.
+"""The step-time explorer, driven headlessly: its starting table, controls and image.
 
 Worked out by hand for the chapter's setting: Llama-2-7B (P = 6,738,415,616 parameters, layers
 that all divide by 64) on 64 H100 80GB in DGX H100 nodes (NVLink 4 inside at 450 GB/s, 8 NDR
@@ -21,25 +20,10 @@ mixed-precision Adam (16-bit parameters and gradients).
 import re
 
 import IPython.display
-import numpy as np
 import pytest
 
 from zerolib.chapter import explorers, fast_png
-from zerolib.chapter.charts.step_timeline import step_timeline_figure
-from zerolib.chapter.charts.tradeoff import (
-    memory_vs_step_time_figure,
-    update_memory_vs_step_time,
-)
-from zerolib.chapter.figures import MEMORY_VS_STEP_TIME, STEP_TIMELINE, published_data
-from zerolib.chapter.style import render_png
-from zerolib.core.step.tables import timeline_frame, tradeoff_frame, traffic_frame
-from zerolib.core.step.time import ComputeSettings
-
-COMPUTE, FORWARD = 0.418401, 0.139467
-PASS = 13_266_255_744
-GATHER = PASS / 400e9 + 296.8e-6
-STEPS = [COMPUTE, COMPUTE + GATHER, COMPUTE + GATHER, COMPUTE]
-PEAKS_GB = [144.44, 52.37, 39.10, 27.84]
+from zerolib.core.step.tables import tradeoff_frame
 
 
 @pytest.fixture(autouse=True)
@@ -50,94 +34,9 @@ def no_display(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def timeline():
-    return timeline_frame("llama-2-7b", 64, "dgx-h100", "h100-80gb")
-
-
-@pytest.fixture(scope="module")
 def tradeoff():
     return tradeoff_frame("llama-2-7b", 64, "dgx-h100", "h100-80gb")
 
-
-def test_traffic_frame_by_hand():
-    frame = traffic_frame(7 * 10**9, 64)
-    sent = frame.pivot(index="stage", columns="kind", values="sent_bytes")
-    # ceil(7e9 / 64) = 109,375,000: one pass 63 x 109,375,000 x 2 = 13,781,250,000 bytes.
-    assert sent.loc[0].to_dict() == {"all_gather": 0, "all_reduce": 27_562_500_000,
-                                     "reduce_scatter": 0}
-    assert sent.loc[3].to_dict() == {"all_gather": 27_562_500_000, "all_reduce": 0,
-                                     "reduce_scatter": 13_781_250_000}
-    assert (frame["sent_bytes"] == frame["received_bytes"]).all()
-    assert frame.attrs["model"] == 7 * 10**9 and frame.attrs["gpus"] == 64
-
-
-def test_timeline_places_blocks_as_the_overlap_model_says(timeline):
-    assert np.allclose([timeline.attrs["step_seconds"][s] for s in range(4)], STEPS, rtol=1e-5)
-    for stage, group in timeline.groupby("stage"):
-        compute = group[group["lane"] == "compute"]
-        # The compute lane covers the step without gaps: forward, backward, waits.
-        ends = compute.sort_values("start_seconds")[["start_seconds", "end_seconds"]].to_numpy()
-        assert ends[0, 0] == 0 and np.allclose(ends[1:, 0], ends[:-1, 1])
-        assert np.isclose(ends[-1, 1], STEPS[stage], rtol=1e-5)
-        forward = compute[compute["block"] == "forward"].iloc[0]
-        assert np.isclose(forward["end_seconds"], FORWARD, rtol=1e-5)
-    stage1 = timeline[timeline["stage"] == 1].set_index("block")
-    assert np.isclose(stage1.at["waiting_after_step", "end_seconds"]
-                      - stage1.at["waiting_after_step", "start_seconds"], GATHER, rtol=1e-5)
-    assert stage1.at["parameter_all_gather", "sent_bytes"] == PASS
-    stage3 = timeline[timeline["stage"] == 3].set_index("block")
-    assert stage3.at["forward_all_gather", "calls"] == 35
-    assert np.isclose(stage3.at["forward_all_gather", "end_seconds"],
-                      PASS / 400e9 + 35 * 296.8e-6, rtol=1e-6)
-    assert not any(b.startswith("waiting") for b in stage3.index)
-
-
-def test_tradeoff_frame(tradeoff):
-    assert np.allclose(tradeoff["step_seconds"], STEPS, rtol=1e-5)
-    assert [round(b / 1e9, 2) for b in tradeoff["memory_bytes"]] == PEAKS_GB
-    assert np.allclose(tradeoff["network_wait_fraction"], [0, GATHER / STEPS[1],
-                                                           GATHER / STEPS[1], 0], atol=1e-9)
-    assert tradeoff["sent_bytes"].tolist() == [2 * PASS, 2 * PASS, 2 * PASS, 3 * PASS]
-    assert tradeoff.attrs["compute"] == ComputeSettings(4096, 0.4, False)
-
-
-def test_tradeoff_needs_data_parallel_only():
-    from zerolib.core.memory.working_set import WorkingSetSettings
-    with pytest.raises(ValueError, match="tensor_parallel"):
-        tradeoff_frame("llama-2-7b", 64, "dgx-h100", "h100-80gb",
-                       WorkingSetSettings(tensor_parallel=2))
-
-
-def test_the_published_figures_draw_these_frames(timeline, tradeoff):
-    assert published_data(STEP_TIMELINE).equals(timeline)
-    assert published_data(MEMORY_VS_STEP_TIME).equals(tradeoff)
-
-
-def test_timeline_figure_labels_what_it_shows(timeline):
-    figure, ax = step_timeline_figure(timeline)
-    texts = [t.get_text() for t in ax.texts]
-    assert "452 ms" in texts and "7% waiting" in texts        # stages 1-2: 0.451864 s
-    assert texts.count("418 ms") == 2                          # stages 0 and 3
-    assert "39.8 GB sent" in texts                             # stage 3: 3 x 13.27 GB
-    assert "all-reduce\n26.5 GB" in texts                      # stage 0's block label
-    assert "llama-2-7b on 64 H100 80GB" in ax.get_title(loc="left")
-    assert render_png(figure) == render_png(step_timeline_figure(timeline)[0])
-
-
-def test_tradeoff_figure_and_update_in_place(tradeoff):
-    figure, artists = memory_vs_step_time_figure(tradeoff)
-    labels = [artists.labels[s].get_text() for s in range(4)]
-    assert labels[3] == "27.8 GB · 0.42 s · 0% waiting"
-    assert labels[1] == "52.4 GB · 0.45 s · 7% waiting"
-    slow = tradeoff_frame("llama-2-7b", 64, "ib-ndr", "h100-80gb")
-    update_memory_vs_step_time(artists, slow, unit="GiB")
-    # 27.84e9 / 2^30 = 25.9 GiB; stage 3 over one NDR port per GPU takes 0.889 s, 53 % waiting.
-    assert artists.labels[3].get_text() == "25.9 GiB · 0.89 s · 53% waiting"
-    fresh, _ = memory_vs_step_time_figure(slow, unit="GiB")
-    assert render_png(figure) == render_png(fresh)
-
-
-# --- the explorer ------------------------------------------------------------------------------
 
 def cells(table_html, strategy) -> list[str]:
     start = table_html.index(f"<td>{strategy}</td>")
