@@ -8,11 +8,6 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "zerolib"
 
-# A private name the step room still shares between its own modules: its traffic modules are
-# being merged into one (then it goes). Nothing else may be added here.
-PENDING = {
-    ("zerolib.core.step.group_traffic", "zerolib.core.step.traffic._check_units"),
-}
 
 
 def module_name(path: Path) -> str:
@@ -62,8 +57,7 @@ def private_imports(name: str, source: str) -> set[str]:
 def test_no_module_imports_another_modules_private_name():
     found = {(module_name(path), target) for path in sorted(PACKAGE.rglob("*.py"))
              for target in private_imports(module_name(path), path.read_text(encoding="utf-8"))}
-    assert sorted(found - PENDING) == [], "make these public or move them"
-    assert PENDING <= found, "a pending private import is gone: take it off PENDING"
+    assert sorted(found) == [], "make these public or move them"
 
 
 def test_the_check_sees_both_ways_of_reaching_a_private_name():
