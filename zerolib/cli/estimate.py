@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 
 from zerolib.cli import _communication as communication_cli
 from zerolib.cli import _placement as placement_cli
@@ -14,7 +13,7 @@ from zerolib.cli._arguments import (
     layout_from,
     stage_number,
 )
-from zerolib.cli._output import text_table
+from zerolib.cli._output import json_text, text_table
 from zerolib.core.accounting import CATEGORIES, STAGES, STRATEGY_NAMES
 from zerolib.core.devices import CAPACITY_BASES, DEVICES, device_at
 from zerolib.core.estimate import estimate, estimate_model
@@ -89,7 +88,7 @@ def run(args) -> int:
 
 def render(result: dict, form: str, unit: str) -> str:
     if form == "json":
-        return json.dumps(result, indent=2)
+        return json_text(result)
     columns = [*CATEGORIES, "total", "cluster_total"]
     if form == "csv":
         out = io.StringIO()

@@ -4,12 +4,11 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import math
 
 from zerolib.cli._arguments import add_layout_arguments, layout_from
 from zerolib.cli._communication import HOST_LINKS, host_link_from
-from zerolib.cli._output import text_table
+from zerolib.cli._output import json_text, text_table
 from zerolib.core.accounting import STAGES
 from zerolib.core.activations import RECOMPUTE
 from zerolib.core.devices import DEVICES
@@ -29,7 +28,7 @@ from zerolib.core.planner import (
     SHARD_GROUPS,
     plan,
 )
-from zerolib.core.step import DEFAULT_MFU
+from zerolib.core.step import DEFAULT_MFU, MIN_MFU
 from zerolib.core.units import UNITS, to_unit
 from zerolib.core.working_set import MAX_SEQ_LEN, WorkingSetSettings
 
@@ -123,7 +122,7 @@ def options_from(args) -> dict:
                "sequence_parallel": SEQUENCE_PARALLEL[args.sequence_parallel],
                "shard_groups": args.shard_groups}
     if args.mfu is not None:
-        options["mfu"] = parse_fraction(args.mfu, "--mfu")
+        options["mfu"] = parse_fraction(args.mfu, "--mfu", minimum=MIN_MFU)
     if args.host_link is not None:
         options["host_link"] = host_link_from(args.host_link)
     if args.host_memory is not None:
@@ -157,7 +156,7 @@ def run(args) -> int:
                   parse_whole(args.global_batch, "--global-batch", maximum=MAX_MICRO_BATCHES),
                   **options_from(args))
     if args.format == "json":
-        print(json.dumps(as_json(result, top), indent=2))
+        print(json_text(as_json(result, top)))
     elif args.format == "csv":
         print(as_csv(result, top))
     else:

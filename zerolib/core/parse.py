@@ -109,9 +109,11 @@ def parse_count(value, name: str = "params") -> int:
 _FRACTION = re.compile(rf"^\s*{_NUMBER}\s*(?P<percent>%?)\s*$", re.ASCII)
 
 
-def parse_fraction(value, name: str, *, example: str = "a fraction like 0.4 or 40%") -> float:
+def parse_fraction(value, name: str, *, example: str = "a fraction like 0.4 or 40%",
+                   minimum: float = 0.0) -> float:
     """A number above 0 and at most 1, from ``0.4``, ``40%``, ``4e-1`` or a number (a
-    utilisation). Parsed exactly, then returned as a float."""
+    utilisation), and at least ``minimum`` when one is given. Parsed exactly, then returned as
+    a float."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be {example}, not a boolean")
     if isinstance(value, str):
@@ -124,4 +126,6 @@ def parse_fraction(value, name: str, *, example: str = "a fraction like 0.4 or 4
         raise ValueError(f"{name} must be {example}, got {echo(value)}")
     if not 0 < exact <= 1:
         raise ValueError(f"{name} must be above 0 and at most 1 (or 100%), got {echo(value)}")
+    if exact < Fraction(str(minimum)):   # far smaller would make derived times infinite
+        raise ValueError(f"{name} must be at least {minimum:g} ({minimum:.1%}), got {echo(value)}")
     return float(exact)
