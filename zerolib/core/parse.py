@@ -106,6 +106,32 @@ def parse_count(value, name: str = "params") -> int:
                        example="a count like 7B, 350M, 1.5T, 7e9 or 7,000,000,000")
 
 
+# A width is a small plain decimal: no digit groups (``1_0`` is not 10), no suffix.
+_WIDTH = re.compile(r"^\s*(?P<sign>[+-]?)(?P<whole>[0-9]+)?(?:\.(?P<fraction>[0-9]*))?"
+                    r"(?:[eE](?P<exponent>[+-]?[0-9]{1,4}))?\s*$", re.ASCII)
+_NOT_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
+
+
+def parse_width(text: str, name: str, *, maximum: int) -> float:
+    """Bytes per parameter of one category from text such as ``2``, ``0.5``, ``1.25e1``:
+    parsed exactly, never through a float, so ``1e-400`` is refused rather than read as 0. It
+    must be a whole number of bits (a multiple of 0.125) from 0 to ``maximum``; the float
+    returned is then exact. The messages are :func:`zerolib.core.inputs.check_width`'s."""
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be text such as '2' or '0.5', got {type(text).__name__}")
+    if text.strip().lower() in _NOT_FINITE:
+        raise ValueError(f"{name} must be a finite, non-negative number of bytes, got {echo(text)}")
+    exact, _ = _decimal(text, _WIDTH, name, "a number of bytes per parameter like 2 or 0.5")
+    if exact < 0:
+        raise ValueError(f"{name} must be a finite, non-negative number of bytes, got {echo(text)}")
+    if exact > maximum:
+        raise ValueError(f"{name} must be at most {maximum} bytes per parameter, got {echo(text)}")
+    if (exact * 8).denominator != 1:
+        raise ValueError(f"{name} must be a whole number of bits (a multiple of 0.125 bytes), "
+                         f"got {echo(text)}")
+    return float(exact)
+
+
 _FRACTION = re.compile(rf"^\s*{_NUMBER}\s*(?P<percent>%?)\s*$", re.ASCII)
 
 
