@@ -134,10 +134,10 @@ LINKS: Mapping[str, Link] = MappingProxyType({link.name: link for link in (
 )})
 
 
-def get_link(link: str | Link) -> Link:
-    """A catalogue link by name, or a Link passed through."""
+def get_link(link: str | Link, name: str = "link") -> Link:
+    """A catalogue link by name, or a Link passed through; ``name`` is what errors call it."""
     if isinstance(link, Link):
         return link
     if isinstance(link, str) and link.strip().lower() in LINKS:
         return LINKS[link.strip().lower()]
-    raise ValueError(f"link must be one of {', '.join(LINKS)}, got {link!r}")
+    raise ValueError(f"{name} must be one of {', '.join(LINKS)}, got {link!r}")

@@ -245,7 +245,11 @@ def send_seconds(ic: Interconnect, message_bytes, crosses_nodes) -> np.ndarray:
 
 def check_host_link(host_link: str | Link) -> Link:
     """The PCIe link offload copies run on (a name of :data:`zerolib.core.links.LINKS`)."""
-    link = get_link(host_link)
+    try:
+        link = get_link(host_link, "host_link")
+    except ValueError:   # name the PCIe links, the only ones allowed here
+        raise ValueError(f"host_link must be a PCIe link ({', '.join(HOST_LINKS)}), got "
+                         f"{echo(host_link)}") from None
     if link.kind != "pcie":
         raise ValueError(f"host_link must be a PCIe link ({', '.join(HOST_LINKS)}), got {link.name}")
     return link
