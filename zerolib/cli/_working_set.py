@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from zerolib.core.activations import RECOMPUTE
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
-from zerolib.core.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES, SCHEDULES
+from zerolib.core.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES, PIPELINE_STAGES, SCHEDULES
 from zerolib.core.parse import parse_size, parse_whole
 from zerolib.core.units import to_unit
 from zerolib.core.working_set import (
@@ -121,6 +121,14 @@ def settings_from(args, config):
     return replace(settings, **changes)
 
 
+def default_stages(settings: WorkingSetSettings, chosen_by_default: bool, stages):
+    """Without ``--stage`` and with a pipeline, only the ZeRO stages that run under one (the
+    planner's rule); the others, asked for by name, are refused by that rule."""
+    if not chosen_by_default or settings.pipeline_parallel == 1:
+        return stages
+    return tuple(stage for stage in stages if stage in PIPELINE_STAGES) or stages
+
+
 def without_model(args) -> None:
     """Working-set flags need an architecture: a bare --params count has none."""
     given = [flag for dest, flag in OPTIONS.items() if getattr(args, dest, None) is not None]
@@ -155,7 +163,8 @@ def describe(result: dict) -> str:
         flight = "" if s["micro_batches"] is None else f", {s['micro_batches']} micro-batches per step"
         stages = sorted({row["pipeline_stage"] for row in result["stages"]})
         parts.append(f"pipeline parallel {s['pipeline_parallel']} ({s['pipeline_schedule']}{chunks}"
-                     f"{flight}; most loaded: stage {', '.join(map(str, stages))})")
+                     f"{flight}; most loaded: stage {', '.join(map(str, stages))}; ZeRO stages "
+                     f"2 and 3 do not run with it)")
     return "Working set: " + ", ".join(parts) + "; fits is judged on the peak."
 
 

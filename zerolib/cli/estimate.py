@@ -73,7 +73,8 @@ def run(args) -> int:
         config = get_model(args.model)      # resolved once, handed down
         settings = working_set_cli.settings_from(args, config)
         placement = placement_cli.placement_from(args, gpus, settings.tensor_parallel)
-        stages = placement_cli.default_stages(placement, stages) or STAGES
+        stages = working_set_cli.default_stages(
+            settings, args.stage is None, placement_cli.default_stages(placement, stages) or STAGES)
         result = estimate_model(config, gpus, settings, layout, device, stages, placement,
                                 host_memory, **communication)
     else:

@@ -102,8 +102,7 @@ RULES: Mapping[str, str] = MappingProxyType({
     "global_batch": "data_parallel x micro_batch must divide the global batch (each pipeline "
                     "runs a whole number of micro-batches per step)",
     "micro_batches": PARALLEL_RULES["micro_batches"],
-    "pipeline_zero": "ZeRO stages 2 and 3 do not run with pipeline parallelism (DeepSpeed's "
-                     "PipelineEngine refuses them; Megatron-LM's distributed optimizer is stage 1)",
+    "pipeline_zero": PARALLEL_RULES["pipeline_zero"],
     "host_unknown": "offloaded state needs the node's CPU memory (host_memory): unknown, so "
                     "never reported as fitting",
     "capacity": "the peak per GPU is above the device's capacity",
