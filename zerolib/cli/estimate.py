@@ -17,8 +17,9 @@ from zerolib.cli._output import json_text, text_table
 from zerolib.core.accounting import CATEGORIES, STAGES, STRATEGY_NAMES
 from zerolib.core.devices import CAPACITY_BASES, DEVICES, device_at
 from zerolib.core.estimate import estimate, estimate_model
+from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.models import get_model
-from zerolib.core.parse import parse_count
+from zerolib.core.parse import parse_count, parse_whole
 from zerolib.core.placement import DEFAULT_GPUS_PER_NODE
 from zerolib.core.units import UNITS, to_unit
 
@@ -51,7 +52,8 @@ def register(commands) -> None:
                         help="GPUs per node: with a --link node, its GPU count (default: the "
                              "node's own); with a placement flag, the GPUs sharing a node's CPU "
                              f"memory and NVMe (default {DEFAULT_GPUS_PER_NODE}, or --gpus when "
-                             "fewer; --gpus must fill whole nodes)")
+                             "fewer; --gpus must fill whole nodes). Above --gpus: the run's GPUs "
+                             "sit on one such node, and only they share its CPU memory and NVMe")
     parser.set_defaults(func=run)
 
 
@@ -83,11 +85,24 @@ def run(args) -> int:
         stages = placement_cli.default_stages(placement, stages) or STAGES
         result = estimate(parse_count(args.params, "--params"), gpus, layout, device, stages,
                           placement, host_memory, **communication)
-    print(render(result.as_dict(), args.format, args.unit))
+    print(render(result.as_dict(), args.format, args.unit, partial_node_note(args, gpus)))
     return 0
 
 
-def render(result: dict, form: str, unit: str) -> str:
+def partial_node_note(args, gpus: int) -> str | None:
+    """What ``--gpus-per-node`` above ``--gpus`` means, said in the table (JSON and CSV carry
+    both numbers): the run sits on one node, using some of its GPUs."""
+    if args.gpus_per_node is None:
+        return None
+    per_node = parse_whole(args.gpus_per_node, "--gpus-per-node", maximum=MAX_GPUS)
+    if per_node <= gpus:
+        return None
+    return (f"Node: --gpus-per-node {per_node:,} is above --gpus {gpus:,}: the run's {gpus:,} "
+            f"GPUs sit on one node of {per_node:,}; only they share its CPU memory and NVMe, "
+            f"and its rings join only them.")
+
+
+def render(result: dict, form: str, unit: str, note: str | None = None) -> str:
     if form == "json":
         return json_text(result)
     columns = [*CATEGORIES, "total", "cluster_total"]
@@ -115,6 +130,8 @@ def render(result: dict, form: str, unit: str) -> str:
              f"({layout['parameters']:g} + {layout['gradients']:g} + {layout['optimizer']:g} bytes per parameter)"]
     if device:
         lines[0] += f"; {device['name']} holds {to_unit(device['capacity'], unit):,.1f} {unit}"
+    if note:
+        lines.append(note)
     extra_headers, extra_cells = [], [[] for _ in result["stages"]]
     if working_set_cli.has_working_set(result):
         extra_headers, extra_cells = working_set_cli.table_columns(result, unit)

@@ -48,7 +48,8 @@ def register(commands) -> None:
     parser.add_argument("--model", required=True, metavar="NAME", help="a preset from 'zerolib models'")
     parser.add_argument("--gpus", required=True, metavar="N", help="GPUs in all")
     parser.add_argument("--gpus-per-node", required=True, metavar="K",
-                        help="GPUs per node (tensor parallelism stays within a node)")
+                        help="GPUs per node (tensor parallelism stays within a node); above "
+                             "--gpus, the run's GPUs sit on one such node")
     parser.add_argument("--device", required=True, choices=list(DEVICES))
     parser.add_argument("--seq", required=True, metavar="TOKENS", help="sequence length")
     parser.add_argument("--global-batch", required=True, metavar="B",
@@ -212,6 +213,9 @@ def as_table(result, top: int, unit: str) -> str:
                                             f"memory per node")
         + (f", offload over {s.host_link.label}" if set(s.offload) - {"none"} else "") + ".",
         PLAN_HEADER, "Left out: " + "; ".join(PLAN_LEFT_OUT) + ".",
+        *([f"The run's {s.gpus:,} GPUs sit on one node of {s.gpus_per_node:,} (--gpus-per-node "
+           f"is above --gpus)."]
+          if s.gpus < s.gpus_per_node else []),
         f"{counts['configurations']:,} configurations: {counts['fit']:,} fit, "
         f"{counts['rejected']:,} rejected; fits means the peak per GPU is at most "
         f"{to_unit(s.device.capacity, unit):,.1f} {unit}.", ""]
