@@ -42,8 +42,9 @@ def register(commands) -> None:
     parser.add_argument("--capacity", choices=CAPACITY_BASES,
                         help="read the device's capacity as its nominal GiB (default), the same "
                              "figure in decimal GB, or what nvidia-smi reports (needs --device)")
-    parser.add_argument("--unit", default="GB", choices=list(UNITS),
-                        help="unit of the table (GB = 10^9 bytes, GiB = 2^30); JSON and CSV are in bytes")
+    parser.add_argument("--unit", choices=list(UNITS),
+                        help="unit of the table (GB = 10^9 bytes, GiB = 2^30; default GB); JSON "
+                             "and CSV are in bytes")
     parser.add_argument("--format", default="table", choices=("table", "json", "csv"))
     working_set_cli.add_arguments(parser)
     placement_cli.add_arguments(parser)
@@ -66,6 +67,7 @@ def run(args) -> int:
     gpus = gpu_count(args.gpus, "--gpus")
     host_memory = placement_cli.host_memory_from(args)
     communication = communication_cli.options_from(args)
+    refuse_no_effect(args)
     stages = communication_cli.default_stages(args, stages)
     if args.gpus_per_node is not None and not (placement_cli.requested(args)
                                                or "gpus_per_node" in communication):
@@ -77,6 +79,7 @@ def run(args) -> int:
         placement = placement_cli.placement_from(args, gpus, settings.tensor_parallel)
         stages = working_set_cli.default_stages(
             settings, args.stage is None, placement_cli.default_stages(placement, stages) or STAGES)
+        working_set_cli.refuse_no_effect(args, settings, stages)
         result = estimate_model(config, gpus, settings, layout, device, stages, placement,
                                 host_memory, **communication)
     else:
@@ -85,8 +88,26 @@ def run(args) -> int:
         stages = placement_cli.default_stages(placement, stages) or STAGES
         result = estimate(parse_count(args.params, "--params"), gpus, layout, device, stages,
                           placement, host_memory, **communication)
-    print(render(result.as_dict(), args.format, args.unit, partial_node_note(args, gpus)))
+    print(render(result.as_dict(), args.format, args.unit or "GB", partial_node_note(args, gpus)))
     return 0
+
+
+def refuse_no_effect(args) -> None:
+    """Flags of the table, the compute time or the host judgement that would change nothing."""
+    if args.unit is not None and args.format != "table":
+        raise ValueError(f"--unit changes only the table; {args.format.upper()} is in bytes")
+    if args.device is None:
+        given = [flag for flag, value in (("--mfu", args.mfu), ("--tokens-per-gpu",
+                                                                  args.tokens_per_gpu))
+                 if value is not None]
+        if given:
+            verb = "needs" if len(given) == 1 else "need"
+            raise ValueError(f"{', '.join(given)} {verb} --device (the compute time is the "
+                             "device's peak FLOP/s x mfu; without a device no time is computed)")
+    if (args.host_memory is not None and args.offload_optimizer is None
+            and args.offload_params is None):
+        raise ValueError("--host-memory needs --offload-optimizer or --offload-params (it judges "
+                         "the CPU memory offload uses; without offload that is nothing)")
 
 
 def partial_node_note(args, gpus: int) -> str | None:

@@ -82,7 +82,7 @@ def register(commands) -> None:
                              "default all three)")
     parser.add_argument("--sequence-parallel", choices=list(SEQUENCE_PARALLEL), default="both",
                         help="with tensor parallelism: try both (default), on or off")
-    parser.add_argument("--shard-groups", choices=list(SHARD_GROUPS), default="all",
+    parser.add_argument("--shard-groups", choices=list(SHARD_GROUPS),
                         help="stages 1-3: every shard group G dividing d (default), or G = d only")
     parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True,
                         help="flash-style attention, no s x s scores stored (default: on)")
@@ -92,8 +92,8 @@ def register(commands) -> None:
     parser.add_argument("--top", metavar="N",
                         help=f"fitting configurations shown (default: {DEFAULT_TOP} in the table, "
                              "all in JSON and CSV)")
-    parser.add_argument("--unit", default="GB", choices=list(UNITS),
-                        help="unit of the table (JSON and CSV are in bytes)")
+    parser.add_argument("--unit", choices=list(UNITS),
+                        help="unit of the table (default GB; JSON and CSV are in bytes)")
     parser.add_argument("--format", default="table", choices=("table", "json", "csv"),
                         help="table (header, ranking, rejections), json (all of it) or csv (the "
                              "fitting configurations only)")
@@ -121,7 +121,7 @@ def options_from(args) -> dict:
     """Keyword arguments for :func:`zerolib.core.planner.plan` from the flags."""
     options = {"layout": layout_from(args), "links": args.links,
                "sequence_parallel": SEQUENCE_PARALLEL[args.sequence_parallel],
-               "shard_groups": args.shard_groups}
+               "shard_groups": args.shard_groups or "all"}
     if args.mfu is not None:
         options["mfu"] = parse_fraction(args.mfu, "--mfu", minimum=MIN_MFU)
     if args.host_link is not None:
@@ -146,7 +146,23 @@ def options_from(args) -> dict:
         working_set = WorkingSetSettings(flash_attention=args.flash, reserve_bytes=parse_size(
             args.reserve, "--reserve", maximum=MAX_BYTES))
     options["working_set"] = working_set
+    refuse_no_effect(args, options)
     return options
+
+
+def refuse_no_effect(args, options: dict) -> None:
+    """Flags that would change nothing in this plan are refused in one line."""
+    if args.unit is not None and args.format != "table":
+        raise ValueError(f"--unit changes only the table; {args.format.upper()} is in bytes")
+    if set(options.get("offload", OFFLOADS)) == {"none"}:
+        given = [flag for flag, value in (("--host-link", args.host_link),
+                                          ("--host-memory", args.host_memory)) if value is not None]
+        if given:
+            verb = "needs" if len(given) == 1 else "need"
+            raise ValueError(f"{', '.join(given)} {verb} an offload in --offload (with none, no "
+                             "state leaves the GPU)")
+    if args.shard_groups is not None and set(options.get("stages", STAGES)) == {0}:
+        raise ValueError("--shard-groups changes only ZeRO stages 1-3, and --stages is 0 alone")
 
 
 def run(args) -> int:
@@ -161,7 +177,7 @@ def run(args) -> int:
     elif args.format == "csv":
         print(as_csv(result, top))
     else:
-        print(as_table(result, DEFAULT_TOP if top is None else top, args.unit))
+        print(as_table(result, DEFAULT_TOP if top is None else top, args.unit or "GB"))
     return 0
 
 
