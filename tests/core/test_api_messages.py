@@ -19,7 +19,7 @@ PLAN = ("llama-2-7b", 8, 8, "h100-80gb", 4096, 8)
     ("chunks", 1, TypeError, "chunks must be a list or tuple of whole numbers"),
     ("sequence_parallel", True, TypeError, "sequence_parallel must be a list or tuple of False, "
                                            "True, got True"),
-    ("shard_groups", None, ValueError, "shard_groups must be one of all, whole, got None"),
+    ("shard_groups", None, ValueError, "shard_groups must be from all, whole, got None"),
     ("host_link", 3, ValueError, "host_link must be a PCIe link (pcie4-x16, pcie5-x16), got 3"),
     ("host_link", "warp", ValueError, "host_link must be a PCIe link (pcie4-x16, pcie5-x16), "
                                       "got 'warp'"),

@@ -130,6 +130,14 @@ def check_width(value, name: str) -> float:
     return float(value)
 
 
+def check_sequence(values, name: str, allowed: str) -> tuple:
+    """``values`` (a list, tuple, range or array) as a tuple; a single value or a string (whose
+    letters would be read one by one) is a TypeError naming ``name`` and what it takes."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, range, np.ndarray)):
+        raise TypeError(f"{name} must be a list or tuple of {allowed}, got {echo(values)}")
+    return tuple(values)
+
+
 def check_single(value, check, name: str) -> int:
     """One number, validated by ``check`` (:func:`check_params`, :func:`check_gpus`...)."""
     array = check(value, name)

@@ -50,7 +50,14 @@ import pandas as pd
 from zerolib.core.accounting import CATEGORIES, STAGES, Layout, get_layout
 from zerolib.core.activations import RECOMPUTE
 from zerolib.core.devices import Device, get_device
-from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, check_count, check_positive_int, echo
+from zerolib.core.inputs import (
+    MAX_BYTES,
+    MAX_GPUS,
+    check_count,
+    check_positive_int,
+    check_sequence,
+    echo,
+)
 from zerolib.core.links import Link
 from zerolib.core.model_parallel import (
     MAX_CHUNKS,
@@ -168,28 +175,14 @@ def schedule_name(chunks: int) -> str:
     return SCHEDULE_NAMES.get(int(chunks), f"interleaved, {int(chunks)} chunks")
 
 
-def _sequence(values, name: str, allowed: str) -> tuple:
-    """``values`` as a tuple; a single value or a string (whose letters would be read one by
-    one) is a TypeError naming ``name`` and what it takes."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, range, np.ndarray)):
-        raise TypeError(f"{name} must be a list or tuple of {allowed}, got {echo(values)}")
-    return tuple(values)
-
-
 def _choices(values, allowed, name) -> tuple:
-    values = _sequence(values, name, ", ".join(map(str, allowed)))
+    values = check_sequence(values, name, ", ".join(map(str, allowed)))
     if not values:
         raise ValueError(f"{name} must name at least one of {', '.join(map(str, allowed))}")
     for value in values:
         if value not in allowed:
             raise ValueError(f"{name} must be from {', '.join(map(str, allowed))}, got {echo(value)}")
     return tuple(dict.fromkeys(values))
-
-
-def _choice(value, allowed, name):
-    if value not in allowed:   # one of a few strings: "all" or "whole"
-        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {echo(value)}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -258,7 +251,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         host_memory = check_count(host_memory, "host_memory", MAX_BYTES)
     max_micro_batch = check_positive_int(max_micro_batch, "max_micro_batch",
                                          min(MAX_PLAN_MICRO_BATCH, MAX_MICRO_BATCH))
-    chunks = tuple(check_positive_int(v, "chunks", MAX_CHUNKS) for v in _sequence(
+    chunks = tuple(check_positive_int(v, "chunks", MAX_CHUNKS) for v in check_sequence(
         chunks, "chunks", f"whole numbers, 1 (1F1B) to {MAX_CHUNKS} (interleaved)"))
     if not chunks:
         raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: interleaved)")
@@ -270,7 +263,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         _choices(recompute, RECOMPUTE, "recompute"), tuple(dict.fromkeys(chunks)),
         _choices(offload, tuple(OFFLOADS), "offload"),
         _choices(sequence_parallel, (False, True), "sequence_parallel"),
-        _choice(shard_groups, SHARD_GROUPS, "shard_groups"), working_set)
+        _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set)
 
 
 # --- the space, level by level ------------------------------------------------------------------
