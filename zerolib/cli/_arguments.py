@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from zerolib.core.accounting import LAYOUTS, Layout
-from zerolib.core.inputs import MAX_FIGURE_POINTS, MAX_GPUS, MAX_WIDTH, STAGES, echo
+from zerolib.core.inputs import MAX_FIGURE_POINTS, MAX_FIGURE_SIZES, MAX_GPUS, MAX_WIDTH, STAGES, echo
 from zerolib.core.parse import parse_count, parse_whole, parse_width
 
 
@@ -58,8 +58,8 @@ def gpu_list(text: str, name: str) -> tuple[int, ...]:
 def size_list(text: str, name: str) -> tuple[int, ...]:
     """``"1B,7B,13B"`` -> parameter counts (sizes are separated by commas, so no digit groups)."""
     parts = text.split(",")
-    if not text.strip() or len(parts) > MAX_FIGURE_POINTS:
-        raise ValueError(f"{name} must be up to {MAX_FIGURE_POINTS} model sizes like 1B,7B,70B, got {echo(text)}")
+    if not text.strip() or len(parts) > MAX_FIGURE_SIZES:
+        raise ValueError(f"{name} must be up to {MAX_FIGURE_SIZES} model sizes like 1B,7B,70B, got {echo(text)}")
     return tuple(parse_count(part, name) for part in parts)
 
 

@@ -51,6 +51,7 @@ from zerolib.core.accounting import CATEGORIES, STAGES, Layout, get_layout
 from zerolib.core.activations import RECOMPUTE
 from zerolib.core.devices import Device, get_device
 from zerolib.core.inputs import (
+    MAX_ARRAY_SIZE,
     MAX_BYTES,
     MAX_GPUS,
     check_count,
@@ -146,7 +147,7 @@ DEFAULT_LINKS: Mapping[str, str] = MappingProxyType({
     "b200-180gb": "dgx-b200", "mi300x-192gb": "mi300x-8", "l40s-48gb": "pcie-8x-l40s",
     "a10-24gb": "pcie-4x-a10",
 })
-MAX_SPACE = 20_000_000      # configurations in one plan
+MAX_SPACE = MAX_ARRAY_SIZE  # configurations in one plan: each is a row of every array
 MAX_PLAN_MICRO_BATCH = 1024  # largest micro-batch a plan enumerates up to
 
 # Which kinds of parallelism a configuration combines (the chapter's figure colours them).
