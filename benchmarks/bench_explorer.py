@@ -27,9 +27,9 @@ from zerolib.chapter.explorers import (
     StepTimeExplorer,
     WillItFitExplorer,
 )
-from zerolib.core.accounting import STAGES
-from zerolib.core.step_tables import tradeoff_frame
-from zerolib.core.tables import memory_table, peak_frame, tier_table
+from zerolib.core.memory.accounting import STAGES
+from zerolib.core.memory.tables import memory_table, peak_frame, tier_table
+from zerolib.core.step.tables import tradeoff_frame
 
 ROUNDS = 6  # passes over each explorer's list of changes
 

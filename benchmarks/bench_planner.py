@@ -18,19 +18,10 @@ from functools import cache
 import numpy as np
 from timing import median_seconds
 
-from zerolib.core.collectives import CHUNKS_SENT
-from zerolib.core.communication import layer_units
-from zerolib.core.model_parallel import largest_module_per_gpu, parameters_per_gpu
-from zerolib.core.model_parallel_traffic import _check_setting
-from zerolib.core.offload_traffic import host_traffic
-from zerolib.core.parallel_step import (
-    _pipeline_sends,
-    _ring_constants,
-    _tensor_rows,
-    send_seconds,
-)
-from zerolib.core.pipeline_schedule import _unit_terms_cached, stage_activation_terms
-from zerolib.core.placement import Placement, offered_stages, place
+from zerolib.core.memory.model_parallel import largest_module_per_gpu, parameters_per_gpu
+from zerolib.core.memory.pipeline_schedule import _unit_terms_cached, stage_activation_terms
+from zerolib.core.memory.placement import Placement, offered_stages, place
+from zerolib.core.memory.tables import divisors
 from zerolib.core.planner import (
     _MEMORY,
     OFFLOADS,
@@ -40,7 +31,16 @@ from zerolib.core.planner import (
     plan_from,
     plan_settings,
 )
-from zerolib.core.tables import divisors
+from zerolib.core.step.collectives import CHUNKS_SENT
+from zerolib.core.step.model_parallel_traffic import _check_setting
+from zerolib.core.step.offload_traffic import host_traffic
+from zerolib.core.step.parallel import (
+    _pipeline_sends,
+    _ring_constants,
+    _tensor_rows,
+    send_seconds,
+)
+from zerolib.core.step.traffic import layer_units
 
 SETTING = dict(model="llama-2-70b", gpus=1024, gpus_per_node=8, device="h100-80gb", seq_len=4096,
                global_batch=1024, host_memory=2 * 2**40)

@@ -18,8 +18,8 @@ def test_the_limits():
 
 def test_more_values_than_the_limit_are_refused_by_name():
     params = np.ones(MAX_ARRAY_SIZE + 1, dtype=np.int64)
-    with pytest.raises(ValueError, match=r"^params must hold at most 10,000,000 values per call, "
-                                         r"got 10,000,001"):
+    with pytest.raises(ValueError, match=r"^params, gpus, stage broadcast to 10,000,001 values, "
+                                         r"more than 10,000,000 per call"):
         zl.model_state(params, 8, 3)
 
 

@@ -6,10 +6,10 @@ import math
 import pytest
 
 import zerolib as zl
-from zerolib.core.devices import Device
-from zerolib.core.links import Link
+from zerolib.core.catalogue.devices import Device
+from zerolib.core.catalogue.links import Link
 from zerolib.core.parse import parse_fraction
-from zerolib.core.step import MIN_MFU, ComputeSettings, check_mfu, compute_seconds
+from zerolib.core.step.time import MIN_MFU, ComputeSettings, check_mfu, compute_seconds
 
 
 @pytest.mark.parametrize("mfu", [1e-320, 5e-324, 1e-200, 0.000999])

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 import zerolib as zl
-from zerolib.core.model_parallel import RULES as PARALLEL_RULES
-from zerolib.core.model_parallel import check_parallel
+from zerolib.core.memory.model_parallel import RULES as PARALLEL_RULES
+from zerolib.core.memory.model_parallel import check_parallel
 from zerolib.core.planner import RULES as PLANNER_RULES
 
 

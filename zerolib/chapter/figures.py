@@ -20,16 +20,16 @@ from matplotlib.figure import Figure
 from zerolib._io import stale_temporaries, write_files
 from zerolib.chapter.charts import gpu_count, model_size, step_timeline, tradeoff
 from zerolib.chapter.style import render_png, render_svg
-from zerolib.core.accounting import STAGES, Layout, get_layout
-from zerolib.core.devices import Device, capacity_text, get_device
+from zerolib.core.catalogue.devices import Device, capacity_text, get_device
+from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
+from zerolib.core.catalogue.nodes import Interconnect, bus_bandwidth, interconnect
 from zerolib.core.inputs import MAX_FIGURE_POINTS, MAX_FIGURE_SIZES, check_gpus, check_params, check_stage
-from zerolib.core.models import TransformerConfig, get_model, parameter_count
-from zerolib.core.nodes import Interconnect, bus_bandwidth, interconnect
-from zerolib.core.step import DEFAULT_MFU, ComputeSettings, check_mfu
-from zerolib.core.step_tables import timeline_frame, tradeoff_frame
-from zerolib.core.tables import memory_table
+from zerolib.core.memory.accounting import STAGES, Layout, get_layout
+from zerolib.core.memory.tables import memory_table
+from zerolib.core.memory.working_set import DEFAULT_SETTINGS
+from zerolib.core.step.tables import timeline_frame, tradeoff_frame
+from zerolib.core.step.time import DEFAULT_MFU, ComputeSettings, check_mfu
 from zerolib.core.units import GB, check_unit, format_count
-from zerolib.core.working_set import DEFAULT_SETTINGS
 from zerolib.paths import REPO_ROOT
 
 GPU_COUNT = "memory-vs-gpu-count"
@@ -281,7 +281,7 @@ def _step_sentence(options: FigureOptions) -> str:
             f"{compute.flops_per_param_token} FLOPs per parameter and token at {compute.mfu:.0%} "
             f"of the device's peak ({options.step_device.peak_flops / 10**12:g} TFLOP/s dense "
             f"{options.step_device.peak_dtype}). The overlap model and every constant are in "
-            "`zerolib/core/step.py`, `zerolib/core/nodes.py` and `zerolib/core/links.py`.")
+            "`zerolib/core/step/time.py`, `zerolib/core/catalogue/nodes.py` and `zerolib/core/catalogue/links.py`.")
 
 
 def _span(values) -> str:

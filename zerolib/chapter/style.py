@@ -17,8 +17,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.transforms import offset_copy
 
-from zerolib.core.accounting import Layout, get_layout
-from zerolib.core.devices import Device, capacity_text, get_device
+from zerolib.core.catalogue.devices import Device, capacity_text, get_device
+from zerolib.core.memory.accounting import Layout, get_layout
 
 # Okabe & Ito, "Color Universal Design" (2008): eight colours that stay distinguishable under
 # the common colour-vision deficiencies. One colour per strategy, the same in every figure.

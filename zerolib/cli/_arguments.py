@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zerolib.core.accounting import LAYOUTS, Layout
 from zerolib.core.inputs import MAX_FIGURE_POINTS, MAX_FIGURE_SIZES, MAX_GPUS, MAX_WIDTH, STAGES, echo
+from zerolib.core.memory.accounting import LAYOUTS, Layout
 from zerolib.core.parse import parse_count, parse_whole, parse_width
 
 

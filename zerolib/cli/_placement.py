@@ -1,19 +1,19 @@
 """The placement options of ``zerolib estimate`` (``--shard-group``, ``--hpz``, offload ...).
 
 Kept apart from ``estimate.py`` so that file only gains a few calls: these functions add the
-arguments, turn them into a :class:`zerolib.core.placement.Placement` (numbers parsed with
+arguments, turn them into a :class:`zerolib.core.memory.placement.Placement` (numbers parsed with
 :mod:`zerolib.core.parse`), pick the stages a placement is offered at when ``--stage`` is not
 given, and add the per-tier columns to the table and the CSV.
 """
 from __future__ import annotations
 
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
-from zerolib.core.parse import parse_size, parse_whole
-from zerolib.core.placement import (
+from zerolib.core.memory.placement import (
     Placement,
     gpus_on_node,
     offered_stages,
 )
+from zerolib.core.parse import parse_size, parse_whole
 from zerolib.core.units import to_unit
 
 DEVICES = ("cpu", "nvme")

@@ -1,7 +1,7 @@
 """The working-set options of ``zerolib estimate`` (``--model``, ``--seq``, ``--micro-batch`` ...).
 
 Kept apart from ``estimate.py`` so that file only gains a few calls: these functions add the
-arguments, turn them into :class:`zerolib.core.working_set.WorkingSetSettings`, compute the
+arguments, turn them into :class:`zerolib.core.memory.working_set.WorkingSetSettings`, compute the
 stage rows that carry ``working_set`` and ``peak``, and add table / CSV columns.
 """
 from __future__ import annotations
@@ -9,18 +9,18 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from zerolib.core.activations import RECOMPUTE
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
-from zerolib.core.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES, PIPELINE_STAGES, SCHEDULES
-from zerolib.core.parse import parse_size, parse_whole
-from zerolib.core.units import to_unit
-from zerolib.core.working_set import (
+from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES, PIPELINE_STAGES, SCHEDULES
+from zerolib.core.memory.working_set import (
     MAX_ELEMENTS,
     MAX_MICRO_BATCH,
     MAX_SEQ_LEN,
     TERMS,
     WorkingSetSettings,
 )
+from zerolib.core.parse import parse_size, parse_whole
+from zerolib.core.units import to_unit
 
 LABELS = {"activations": "activations", "logits_loss": "logits+loss", "ddp_buckets": "DDP buckets",
           "reduce_bucket": "reduce bucket", "allgather_bucket": "all-gather bucket",
@@ -122,7 +122,7 @@ def settings_from(args, config):
 
 
 # Flags whose setting only some ZeRO stages read (dest -> those stages): given with none of
-# them shown, they would change nothing (term_arrays in zerolib.core.working_set).
+# them shown, they would change nothing (term_arrays in zerolib.core.memory.working_set).
 STAGE_FLAGS = {"ddp_bucket_view": (0,), "overlap_comm": (1, 2), "reduce_bucket_size": (1, 2, 3),
                "prefetch_bucket_size": (3,), "max_live_parameters": (3,)}
 PIPELINE_FLAGS = ("pipeline_schedule", "pipeline_chunks", "micro_batches")

@@ -14,13 +14,13 @@ from zerolib.cli._arguments import (
     stage_number,
 )
 from zerolib.cli._output import json_text, text_table
-from zerolib.core.accounting import CATEGORIES, STAGES, STRATEGY_NAMES
-from zerolib.core.devices import CAPACITY_BASES, DEVICES, device_at
+from zerolib.core.catalogue.devices import CAPACITY_BASES, DEVICES, device_at
+from zerolib.core.catalogue.models import get_model
 from zerolib.core.estimate import estimate, estimate_model
 from zerolib.core.inputs import MAX_GPUS
-from zerolib.core.models import get_model
+from zerolib.core.memory.accounting import CATEGORIES, STAGES, STRATEGY_NAMES
+from zerolib.core.memory.placement import DEFAULT_GPUS_PER_NODE
 from zerolib.core.parse import parse_count, parse_whole
-from zerolib.core.placement import DEFAULT_GPUS_PER_NODE
 from zerolib.core.units import UNITS, to_unit
 
 

@@ -17,7 +17,7 @@ from zerolib.cli._arguments import (
     size_list,
 )
 from zerolib.cli._output import progress_bar
-from zerolib.core.devices import DEVICES
+from zerolib.core.catalogue.devices import DEVICES
 from zerolib.core.inputs import MAX_FIGURE_POINTS, MAX_FIGURE_SIZES
 from zerolib.core.parse import parse_count
 from zerolib.core.units import UNITS

@@ -2,13 +2,13 @@
 
 ``active_parameters`` is what one token's forward pass uses (a mixture of experts skips the
 experts a token is not routed to; embedding and output projection are counted), see
-:func:`zerolib.core.models.active_parameter_count`; ``parameters`` is the total, which sets the
+:func:`zerolib.core.catalogue.models.active_parameter_count`; ``parameters`` is the total, which sets the
 memory of model state.
 """
 from __future__ import annotations
 
 from zerolib.cli._output import json_text, text_table
-from zerolib.core.models import MODELS, active_parameter_count, largest_layer, parameter_count
+from zerolib.core.catalogue.models import MODELS, active_parameter_count, largest_layer, parameter_count
 
 
 def register(commands) -> None:

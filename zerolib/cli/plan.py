@@ -9,14 +9,14 @@ import math
 from zerolib.cli._arguments import add_layout_arguments, layout_from
 from zerolib.cli._communication import HOST_LINKS, host_link_from
 from zerolib.cli._output import json_text, text_table
-from zerolib.core.accounting import STAGES
-from zerolib.core.activations import RECOMPUTE
-from zerolib.core.devices import DEVICES
+from zerolib.core.catalogue.devices import DEVICES
+from zerolib.core.catalogue.links import LINKS
+from zerolib.core.catalogue.nodes import NODES
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, echo
-from zerolib.core.links import LINKS
-from zerolib.core.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES
-from zerolib.core.nodes import NODES
-from zerolib.core.offload_traffic import DEFAULT_HOST_LINK
+from zerolib.core.memory.accounting import STAGES
+from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES
+from zerolib.core.memory.working_set import MAX_SEQ_LEN, WorkingSetSettings
 from zerolib.core.parse import parse_fraction, parse_size, parse_whole
 from zerolib.core.planner import (
     DEFAULT_LINKS,
@@ -28,9 +28,9 @@ from zerolib.core.planner import (
     SHARD_GROUPS,
     plan,
 )
-from zerolib.core.step import DEFAULT_MFU, MIN_MFU
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
+from zerolib.core.step.time import DEFAULT_MFU, MIN_MFU
 from zerolib.core.units import UNITS, to_unit
-from zerolib.core.working_set import MAX_SEQ_LEN, WorkingSetSettings
 
 DEFAULT_TOP = 20
 SEQUENCE_PARALLEL = {"both": (False, True), "on": (True,), "off": (False,)}

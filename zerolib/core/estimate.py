@@ -11,15 +11,15 @@ term), ``peak`` and ``pipeline_stage`` (the most-loaded stage's index), ``fits``
 on the peak, and the object gains ``model``, ``tensor_parallel``, ``pipeline_parallel`` and
 ``working_set_settings``.
 
-With a ``placement`` (:mod:`zerolib.core.placement`: shard group, hpZ, offload) the object gains
+With a ``placement`` (:mod:`zerolib.core.memory.placement`: shard group, hpZ, offload) the object gains
 ``placement`` and ``host_memory`` (CPU memory per node in bytes, or null), each row's category
 bytes and ``total`` are what stays on the GPU, and each row gains ``tiers``: per tier ("gpu",
 "cpu", "nvme") the bytes per GPU of each item ("parameters", "hpz_secondary", "gradients",
 "optimizer"), their ``total`` and ``per_node``. With ``host_memory`` a row gains ``host_fits``
 (the node's CPU tier against it) and ``fits`` needs both.
 
-With a ``link`` (a node or a link of :mod:`zerolib.core.nodes` / :mod:`zerolib.core.links`)
-each stage row also carries ``communication`` (:func:`zerolib.core.group_step.group_communication_rows`:
+With a ``link`` (a node or a link of :mod:`zerolib.core.catalogue.nodes` / :mod:`zerolib.core.catalogue.links`)
+each stage row also carries ``communication`` (:func:`zerolib.core.step.group_time.group_communication_rows`:
 per collective kind the calls, bytes handed, sent and received per GPU and seconds; totals;
 compute, exposed and step seconds and the network-wait fraction when a device is given), and
 the object gains ``interconnect`` (with the ``bus_bandwidth`` of a ring over all its GPUs,
@@ -27,7 +27,7 @@ bytes per second) and ``compute_settings`` (tokens per GPU, mfu, FLOPs per param
 
 The ``communication`` object follows the placement: a shard group's all-gathers and
 reduce-scatter run inside the group and each gradient shard is all-reduced across the replicas
-(:mod:`zerolib.core.group_traffic`), hpZ gathers the backward pass from its in-node copy, and
+(:mod:`zerolib.core.step.group_traffic`), hpZ gathers the backward pass from its in-node copy, and
 ``qwz`` / ``qgz`` (ZeRO++'s quantised weights and gradients) change the widths and turn the
 reduce-scatter into two all-to-alls; each collective is timed on the link its ring uses.
 Besides the keys above it holds:
@@ -44,7 +44,7 @@ Besides the keys above it holds:
 - ``host``: null without offload; else the PCIe link and NVMe link with their ``bandwidth``,
   ``to_gpu_bytes``, ``to_host_bytes``, ``nvme_read_bytes``, ``nvme_write_bytes``, ``seconds``
   and ``transfers`` (each transfer's ``name``, ``label``, ``phase``, ``direction``, ``bytes``;
-  :mod:`zerolib.core.offload_traffic`).
+  :mod:`zerolib.core.step.offload_traffic`).
 
 ``communication_seconds`` is the collectives alone; ``exposed_seconds`` and ``step_seconds``
 include the host transfers that do not hide behind compute.
@@ -53,17 +53,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zerolib.core.accounting import STAGES, Layout, get_layout, model_state
-from zerolib.core.devices import Device, get_device
-from zerolib.core.group_step import group_communication_rows
+from zerolib.core.catalogue.devices import Device, get_device
+from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
+from zerolib.core.catalogue.nodes import Interconnect, bus_bandwidth, interconnect
 from zerolib.core.inputs import MAX_BYTES, check_count, check_gpus, check_params, check_single, check_stage
-from zerolib.core.model_parallel import check_parallel
-from zerolib.core.models import TransformerConfig, get_model, parameter_count
-from zerolib.core.nodes import Interconnect, bus_bandwidth, interconnect
-from zerolib.core.offload_traffic import DEFAULT_HOST_LINK
-from zerolib.core.placement import Placement, check_placement, gpus_on_node, place
-from zerolib.core.step import DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU, ComputeSettings
-from zerolib.core.working_set import DEFAULT_SETTINGS, WorkingSetSettings, stage_rows
+from zerolib.core.memory.accounting import STAGES, Layout, get_layout, model_state
+from zerolib.core.memory.model_parallel import check_parallel
+from zerolib.core.memory.placement import Placement, check_placement, gpus_on_node, place
+from zerolib.core.memory.working_set import DEFAULT_SETTINGS, WorkingSetSettings, stage_rows
+from zerolib.core.step.group_time import group_communication_rows
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
+from zerolib.core.step.time import DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU, ComputeSettings
 
 # The traffic options of estimate / estimate_model and their defaults (each needs a link).
 TRAFFIC_DEFAULTS = {"qwz": False, "qgz": False, "host_link": DEFAULT_HOST_LINK}
@@ -192,7 +192,7 @@ def estimate_model(model: str | TransformerConfig, gpus,
                    mfu: float = DEFAULT_MFU, qwz: bool = False, qgz: bool = False,
                    host_link: str = DEFAULT_HOST_LINK) -> Estimate:
     """The breakdown of a model preset: persistent state and working set per stage, ``fits``
-    judged on the peak (see :func:`zerolib.core.working_set.stage_rows`). With ``link``, each
+    judged on the peak (see :func:`zerolib.core.memory.working_set.stage_rows`). With ``link``, each
     stage's communication, per layer for stage 3; ``tokens_per_gpu`` defaults to the working
     set's sequence length x micro-batch, and full recomputation there costs 8 FLOPs per
     parameter and token instead of 6."""

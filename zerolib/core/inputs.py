@@ -19,7 +19,8 @@ MAX_WIDTH = 64  # bytes per parameter in one category
 # Largest byte count accepted or produced anywhere (extra bytes, a reserve, a working set, a
 # peak): 2**62, so that a sum of two such values still fits int64 exactly.
 MAX_BYTES = 2**62
-# Values in one array argument, or in the broadcast of several (and configurations in one plan):
+# Values in the broadcast of the array arguments of one call (:func:`broadcast`; and
+# configurations in one plan):
 # 10**7 keeps a call to seconds and its memory to about 80 MB per int64 array; model_state on
 # 10**8 took 23 s and 3.1 GB.
 MAX_ARRAY_SIZE = 10_000_000
@@ -41,9 +42,6 @@ def _as_array(value, name: str) -> np.ndarray:
         raise ValueError(f"{name} is too large for exact int64 arithmetic, got {echo(value)}")
     if array.size == 0:
         raise ValueError(f"{name} must not be empty")
-    if array.size > MAX_ARRAY_SIZE:
-        raise ValueError(f"{name} must hold at most {MAX_ARRAY_SIZE:,} values per call, got "
-                         f"{array.size:,} (split the work into several calls)")
     if array.dtype == bool or any(isinstance(v, (bool, np.bool_)) for v in np.ravel(array)[:1]):
         raise TypeError(f"{name} must be a number, not a boolean")
     if not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):

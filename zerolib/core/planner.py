@@ -13,9 +13,9 @@ the key/value heads and the MLP width, stay within a node and divide the sequenc
 parallelism; p at most the layers; the interleaved schedule's divisibility; d x b must divide B,
 so each pipeline runs m = B / (d b) micro-batches per step; ZeRO stages 2-3 without pipeline
 parallelism; offload only with the node's CPU memory known), computes the peak per GPU of every
-configuration that can run exactly as :func:`zerolib.core.working_set.peaks` does (tests check
+configuration that can run exactly as :func:`zerolib.core.memory.working_set.peaks` does (tests check
 it configuration by configuration), and the step time of each with
-:func:`zerolib.core.parallel_step.parallel_step_time`: each collective on the ring it uses (a
+:func:`zerolib.core.step.parallel.parallel_step_time`: each collective on the ring it uses (a
 shard group's gathers and reduce-scatters inside the group, its replicas' all-reduce across
 them), offload's PCIe copies on ``host_link``.
 
@@ -47,9 +47,10 @@ from types import MappingProxyType
 import numpy as np
 import pandas as pd
 
-from zerolib.core.accounting import CATEGORIES, STAGES, Layout, get_layout
-from zerolib.core.activations import RECOMPUTE
-from zerolib.core.devices import Device, get_device
+from zerolib.core.catalogue.devices import Device, get_device
+from zerolib.core.catalogue.links import Link
+from zerolib.core.catalogue.models import TransformerConfig, get_model
+from zerolib.core.catalogue.nodes import Interconnect
 from zerolib.core.inputs import (
     MAX_ARRAY_SIZE,
     MAX_BYTES,
@@ -59,21 +60,34 @@ from zerolib.core.inputs import (
     check_sequence,
     echo,
 )
-from zerolib.core.links import Link
-from zerolib.core.model_parallel import (
+from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, get_layout
+from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
     largest_module_per_gpu,
     parallel_rules,
     parameters_per_gpu,
 )
-from zerolib.core.model_parallel import (
+from zerolib.core.memory.model_parallel import (
     RULES as PARALLEL_RULES,
 )
-from zerolib.core.models import TransformerConfig, get_model
-from zerolib.core.nodes import Interconnect
-from zerolib.core.offload_traffic import DEFAULT_HOST_LINK
-from zerolib.core.parallel_step import (
+from zerolib.core.memory.pipeline_schedule import (
+    UNIT_TERMS,
+    activation_unit_terms,
+    stage_activation_totals,
+)
+from zerolib.core.memory.placement import Placement, offered_stages, place
+from zerolib.core.memory.tables import divisors
+from zerolib.core.memory.working_set import (
+    DEFAULT_SETTINGS,
+    MAX_MICRO_BATCH,
+    MAX_SEQ_LEN,
+    WorkingSetSettings,
+    term_arrays,
+)
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
+from zerolib.core.step.parallel import (
     OFFLOADS,
     PARTS,
     PIPELINE_STAGES,
@@ -81,21 +95,7 @@ from zerolib.core.parallel_step import (
     cluster_interconnect,
     parallel_step_time,
 )
-from zerolib.core.pipeline_schedule import (
-    UNIT_TERMS,
-    activation_unit_terms,
-    stage_activation_totals,
-)
-from zerolib.core.placement import Placement, offered_stages, place
-from zerolib.core.step import DEFAULT_MFU, check_mfu
-from zerolib.core.tables import divisors
-from zerolib.core.working_set import (
-    DEFAULT_SETTINGS,
-    MAX_MICRO_BATCH,
-    MAX_SEQ_LEN,
-    WorkingSetSettings,
-    term_arrays,
-)
+from zerolib.core.step.time import DEFAULT_MFU, check_mfu
 
 SCHEDULE_NAMES = {1: "1F1B"}      # v > 1: "interleaved, v chunks"
 # Shard groups a plan tries under stages 1-3: every divisor G of d, or only G = d (the paper's ZeRO).
@@ -478,7 +478,7 @@ def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
 
 def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Step time and its parts of the configurations ``c``
-    (:func:`zerolib.core.parallel_step.parallel_step_time`)."""
+    (:func:`zerolib.core.step.parallel.parallel_step_time`)."""
     times = parallel_step_time(
         s.model, s.interconnect, s.device, seq_len=s.seq_len, micro_batch=c["micro_batch"],
         tensor_parallel=c["tensor_parallel"], pipeline_parallel=c["pipeline_parallel"],
@@ -641,7 +641,7 @@ class Plan:
     def settings_for(self, row) -> tuple[WorkingSetSettings, Placement]:
         """The :class:`WorkingSetSettings` and :class:`Placement` of one configuration (a row of
         :attr:`valid` or :attr:`fits`, or a :meth:`configuration` dict): what
-        :func:`zerolib.core.working_set.peaks` takes for the same setting."""
+        :func:`zerolib.core.memory.working_set.peaks` takes for the same setting."""
         s = self.settings
         ws = replace(s.working_set, seq_len=s.seq_len, micro_batch=int(row["micro_batch"]),
                      recompute=str(row["recompute"]), tensor_parallel=int(row["tensor_parallel"]),

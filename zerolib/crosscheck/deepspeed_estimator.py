@@ -12,7 +12,7 @@ documentation (docs/code-docs/source/memory.rst) still prints the old numbers (1
 t5-3b example), so both are here: ``formula="v0.14.3"`` (the code, default) and
 ``formula="v0.14.2"`` (the code up to v0.14.2, which the documented examples reproduce).
 
-Conventions that differ from the chapter (zerolib.core.accounting):
+Conventions that differ from the chapter (zerolib.core.memory.accounting):
 - DeepSpeed assumes mixed-precision Adam with fp16 parameters (2 bytes) and counts 18 bytes per
   parameter for the partitioned part (2 fp16 grads + 4 fp32 grads + 4 fp32 params + 8 Adam).
 - "per GPU" and "per CPU" are separate pools; "per CPU" is the host RAM of one node, and most CPU
@@ -31,7 +31,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from zerolib.core.accounting import model_state
 from zerolib.core.inputs import (
     broadcast,
     check_flag,
@@ -39,14 +38,15 @@ from zerolib.core.inputs import (
     check_params,
     check_single,
 )
-from zerolib.core.units import GiB
-from zerolib.core.working_set import (
+from zerolib.core.memory.accounting import model_state
+from zerolib.core.memory.working_set import (
     ALLGATHER_BUCKET_SIZE,
     REDUCE_BUCKET_SIZE,
     STAGE3_MAX_LIVE_PARAMETERS,
     STAGE3_PARAM_PERSISTENCE_THRESHOLD,
     STAGE3_PREFETCH_BUCKET_SIZE,
 )
+from zerolib.core.units import GiB
 
 # The DeepSpeed release whose source these functions mirror (and that measure_deepspeed ran).
 DEEPSPEED_VERSION = "0.19.8"

@@ -1,7 +1,7 @@
 """Figure: where the model state lives, one stacked bar per option (GPU, CPU memory, NVMe).
 
-:func:`draw_offload_tiers` draws a :func:`zerolib.core.tables.tier_table` (one model, one GPU
-count, the options of :data:`zerolib.core.placement.OPTIONS`) into an Axes and returns the
+:func:`draw_offload_tiers` draws a :func:`zerolib.core.memory.tables.tier_table` (one model, one GPU
+count, the options of :data:`zerolib.core.memory.placement.OPTIONS`) into an Axes and returns the
 artists; :func:`update_offload_tiers` changes the same artists for a new table, device or unit.
 Each bar is the model state one GPU owns, per tier, bottom to top: what stays in GPU memory,
 what its process keeps in the node's CPU memory, what it keeps on NVMe. The dashed line is the
@@ -37,9 +37,9 @@ from zerolib.chapter.style import (
     show_device_and_titles,
     style,
 )
-from zerolib.core.devices import Device, get_device
-from zerolib.core.placement import TIERS
-from zerolib.core.tables import TIER_COLUMNS
+from zerolib.core.catalogue.devices import Device, get_device
+from zerolib.core.memory.placement import TIERS
+from zerolib.core.memory.tables import TIER_COLUMNS
 from zerolib.core.units import check_unit, format_count, format_value
 
 FIGSIZE = (12.0, 6.4)
@@ -55,7 +55,7 @@ _ABOVE_BAR_PT = 34
 
 def _check(table) -> pd.DataFrame:
     return check_tidy(table, TIER_COLUMNS, ("params", "gpus", "gpus_on_node", "layout"),
-                      "zerolib.core.tables.tier_table")
+                      "zerolib.core.memory.tables.tier_table")
 
 
 def _grid(table) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -64,7 +64,7 @@ def _grid(table) -> tuple[list[str], np.ndarray, np.ndarray]:
     tier_index = {t: i for i, t in enumerate(TIERS)}
     if len(table) != len(options) * len(TIERS) or table.duplicated(["option", "tier"]).any():
         raise ValueError("table must hold every tier exactly once for every option (use "
-                         "zerolib.core.tables.tier_table)")
+                         "zerolib.core.memory.tables.tier_table)")
     grid = np.zeros((len(options), len(TIERS)), dtype=np.int64)
     rows = table["option"].map({o: i for i, o in enumerate(options)}).to_numpy()
     grid[rows, table["tier"].map(tier_index).to_numpy()] = table["bytes"].to_numpy()

@@ -1,9 +1,9 @@
 """Figure: one training step per strategy, as a timeline of compute and collectives.
 
-:func:`draw_step_timeline` draws a :func:`zerolib.core.step_tables.timeline_frame`: per
+:func:`draw_step_timeline` draws a :func:`zerolib.core.step.tables.timeline_frame`: per
 strategy two lanes, the GPU's compute (forward, backward, waiting for the network) and the
 network (each collective of the schedule, with its bytes per GPU), placed in time by the
-overlap model of :mod:`zerolib.core.step`. The model, GPUs, interconnect and compute settings
+overlap model of :mod:`zerolib.core.step.time`. The model, GPUs, interconnect and compute settings
 named in the titles come from the frame's ``attrs``.
 """
 from __future__ import annotations
@@ -29,10 +29,10 @@ from zerolib.chapter.style import (
     plain_number,
     style,
 )
-from zerolib.core.accounting import STRATEGY_NAMES
-from zerolib.core.collectives import KIND_LABELS
-from zerolib.core.communication import SLOTS
-from zerolib.core.step_tables import TIMELINE_COLUMNS
+from zerolib.core.memory.accounting import STRATEGY_NAMES
+from zerolib.core.step.collectives import KIND_LABELS
+from zerolib.core.step.tables import TIMELINE_COLUMNS
+from zerolib.core.step.traffic import SLOTS
 from zerolib.core.units import GB, format_count, format_value
 
 FIGSIZE = (11.0, 6.4)   # inches
@@ -92,7 +92,7 @@ def step_timeline_titles(attrs: Mapping) -> tuple[str, str]:
 def draw_step_timeline(ax, frame: pd.DataFrame):
     """Two lanes per strategy (compute above, network below), blocks placed in time; the step
     time and the share spent waiting at the right. Returns the Axes."""
-    made_by = "zerolib.core.step_tables.timeline_frame"
+    made_by = "zerolib.core.step.tables.timeline_frame"
     frame = check_tidy(frame, TIMELINE_COLUMNS, ("model", "gpus", "interconnect", "device",
                                                  "compute", "layout", "bus_bandwidth",
                                                  "step_seconds"), made_by)

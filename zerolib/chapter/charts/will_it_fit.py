@@ -1,6 +1,6 @@
 """Figure: will it fit? The peak per GPU, stage by stage, as stacked bars against the device.
 
-:func:`draw_will_it_fit` draws a :func:`zerolib.core.tables.peak_frame` (persistent state, then
+:func:`draw_will_it_fit` draws a :func:`zerolib.core.memory.tables.peak_frame` (persistent state, then
 each working-set term, per stage) and returns the artists; :func:`update_will_it_fit` changes
 the same artists for a new frame, device or unit. The model, settings and layout named in the
 title come from the frame's ``attrs``.
@@ -33,11 +33,11 @@ from zerolib.chapter.style import (
     show_device_and_titles,
     style,
 )
-from zerolib.core.accounting import CATEGORIES, STRATEGY_NAMES, Layout
-from zerolib.core.devices import Device, get_device
-from zerolib.core.tables import COMPONENTS, PEAK_COLUMNS
+from zerolib.core.catalogue.devices import Device, get_device
+from zerolib.core.memory.accounting import CATEGORIES, STRATEGY_NAMES, Layout
+from zerolib.core.memory.tables import COMPONENTS, PEAK_COLUMNS
+from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.units import GB, GiB, check_unit, format_value
-from zerolib.core.working_set import WorkingSetSettings
 
 FIGSIZE = (10.4, 6.0)  # inches
 MARGINS = (0.95, 4.35, 0.8, 0.8)  # left, right (capacity tag, then the legend), bottom, top
@@ -122,7 +122,7 @@ def will_it_fit_titles(model: str, gpus: int, settings: WorkingSetSettings,
 
 def _check_peak_frame(frame):
     """(model name, gpus, stages, bytes grid [stage, component]) of a ``peak_frame``."""
-    made_by = "zerolib.core.tables.peak_frame"
+    made_by = "zerolib.core.memory.tables.peak_frame"
     frame = check_tidy(frame, PEAK_COLUMNS, ("model", "settings", "layout"), made_by)
     models = frame["model"].unique()
     if len(models) != 1:
@@ -232,7 +232,7 @@ def draw_will_it_fit(ax, frame: pd.DataFrame, device: str | Device = "a100-80gb"
                      unit: str = "GB") -> WillItFitArtists:
     """One stacked bar per stage: persistent state, then each working-set term, to the peak.
 
-    ``frame`` is :func:`zerolib.core.tables.peak_frame` (its ``attrs`` name the settings); the
+    ``frame`` is :func:`zerolib.core.memory.tables.peak_frame` (its ``attrs`` name the settings); the
     dashed line is the device's capacity (also written at the line's right end, in ``unit``).
     Above each bar: its peak and whether it fits (peak <= capacity, in bytes).
     """

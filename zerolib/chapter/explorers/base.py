@@ -21,8 +21,8 @@ from contextlib import contextmanager
 
 from zerolib.chapter.fast_png import IncrementalPng
 from zerolib.chapter.style import add_axes, new_figure
-from zerolib.core.accounting import CATEGORIES, LAYOUTS, Layout, get_layout
-from zerolib.core.devices import CAPACITY_BASES, DEVICES, device_at, get_device
+from zerolib.core.catalogue.devices import CAPACITY_BASES, DEVICES, device_at, get_device
+from zerolib.core.memory.accounting import CATEGORIES, LAYOUTS, Layout, get_layout
 from zerolib.core.units import UNITS, check_unit, format_value
 
 EXPLORER_DPI = 80   # 640 x 448 pixels for the GPU-count figure: readable, quick to redraw
@@ -51,7 +51,7 @@ def device_and_unit(device: str, unit: str, capacity: str = "nominal") -> dict:
     """The device dropdown, the reading of its capacity and the unit buttons every explorer has.
 
     ``capacity`` says which reading of the device's "80GB" a fit is judged against
-    (:data:`zerolib.core.devices.CAPACITY_BASES`): the vendor's GiB, the same figure in decimal
+    (:data:`zerolib.core.catalogue.devices.CAPACITY_BASES`): the vendor's GiB, the same figure in decimal
     GB, or what nvidia-smi reports.
     """
     w = widgets()

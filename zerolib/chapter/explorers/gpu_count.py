@@ -27,10 +27,10 @@ from zerolib.chapter.explorers.base import (
 )
 from zerolib.chapter.fast_png import text_blocks
 from zerolib.chapter.style import device_label, layout_summary
-from zerolib.core.accounting import STAGES, STRATEGY_NAMES, Layout, model_state
-from zerolib.core.devices import Device, capacity_text
+from zerolib.core.catalogue.devices import Device, capacity_text
 from zerolib.core.inputs import MAX_GPUS
-from zerolib.core.tables import fewest_gpus_table, memory_table
+from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, model_state
+from zerolib.core.memory.tables import fewest_gpus_table, memory_table
 from zerolib.core.units import format_count
 
 # Model sizes a reader can pick (parameters). The chapter's five, plus common sizes around them.

@@ -28,9 +28,9 @@ from zerolib.chapter.explorers.gpu_count import MODEL_SIZES
 from zerolib.chapter.fast_png import text_blocks
 from zerolib.chapter.figures import DEFAULTS as PUBLISHED
 from zerolib.chapter.style import device_label, layout_summary
-from zerolib.core.accounting import STAGES, STRATEGY_NAMES, Layout
-from zerolib.core.devices import Device, capacity_text
-from zerolib.core.tables import memory_table
+from zerolib.core.catalogue.devices import Device, capacity_text
+from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout
+from zerolib.core.memory.tables import memory_table
 from zerolib.core.units import format_count
 
 CHAPTER_SIZES = PUBLISHED.model_sizes   # the five of the chapter's model-size figure

@@ -2,7 +2,7 @@
 size, GPU count, shard group, node size, host memory, device and unit.
 
 :func:`summary_html` and :func:`options_table_html` are pure (tested without widgets): they read
-the drawn :func:`zerolib.core.tables.tier_table` and judge the GPU tier against the device and
+the drawn :func:`zerolib.core.memory.tables.tier_table` and judge the GPU tier against the device and
 each node's CPU memory against the host memory.
 """
 from __future__ import annotations
@@ -27,8 +27,8 @@ from zerolib.chapter.explorers.base import (
 )
 from zerolib.chapter.explorers.gpu_count import MODEL_SIZES
 from zerolib.chapter.style import device_label
-from zerolib.core.devices import Device, capacity_text
-from zerolib.core.tables import divisors, tier_table
+from zerolib.core.catalogue.devices import Device, capacity_text
+from zerolib.core.memory.tables import divisors, tier_table
 from zerolib.core.units import GiB, format_count
 
 GPU_COUNTS = tuple(2**k for k in range(11))          # 1 to 1,024
@@ -120,7 +120,7 @@ class PlacementExplorer(Explorer):
 
     Controls: ``params`` (model size), ``gpus`` (1 to 1,024), ``shard_group`` (a divisor of the
     GPU count; the options follow the GPU count), ``gpus_per_node``, ``host_memory`` (CPU memory
-    per node), ``device``, ``unit``. ``.data`` is :func:`zerolib.core.tables.tier_table`.
+    per node), ``device``, ``unit``. ``.data`` is :func:`zerolib.core.memory.tables.tier_table`.
     """
 
     def __init__(self, params: int = 70 * 10**9, gpus: int = 64, shard_group: int | None = None,

@@ -23,10 +23,9 @@ from zerolib.chapter.explorers.base import (
     in_unit,
     widgets,
 )
-from zerolib.core.devices import DEVICES
-from zerolib.core.links import LINKS
-from zerolib.core.nodes import NODES
-from zerolib.core.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS
+from zerolib.core.catalogue.devices import DEVICES
+from zerolib.core.catalogue.links import LINKS
+from zerolib.core.catalogue.nodes import NODES
 from zerolib.core.planner import (
     DEFAULT_LINKS,
     PLAN_HEADER,
@@ -36,7 +35,8 @@ from zerolib.core.planner import (
     describe_configuration,
     plan,
 )
-from zerolib.core.step import DEFAULT_MFU
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS
+from zerolib.core.step.time import DEFAULT_MFU
 from zerolib.core.units import GiB, format_value
 
 MODELS = ("llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-70b", "mixtral-8x7b",

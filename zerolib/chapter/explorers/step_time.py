@@ -2,7 +2,7 @@
 a cluster the reader chooses.
 
 :func:`summary_html` and :func:`stage_table_html` are pure (tested without widgets): they read
-the drawn :func:`zerolib.core.step_tables.tradeoff_frame` and judge the **peak** (model state +
+the drawn :func:`zerolib.core.step.tables.tradeoff_frame` and judge the **peak** (model state +
 working set) against the device and the step time against the compute alone.
 """
 from __future__ import annotations
@@ -25,15 +25,15 @@ from zerolib.chapter.explorers.base import (
     in_unit,
     widgets,
 )
-from zerolib.core.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
-from zerolib.core.devices import Device, capacity_text
-from zerolib.core.links import LINKS
-from zerolib.core.models import MODELS, get_model
-from zerolib.core.nodes import NODES
-from zerolib.core.step import DEFAULT_MFU
-from zerolib.core.step_tables import tradeoff_frame
+from zerolib.core.catalogue.devices import Device, capacity_text
+from zerolib.core.catalogue.links import LINKS
+from zerolib.core.catalogue.models import MODELS, get_model
+from zerolib.core.catalogue.nodes import NODES
+from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
+from zerolib.core.memory.working_set import WorkingSetSettings
+from zerolib.core.step.tables import tradeoff_frame
+from zerolib.core.step.time import DEFAULT_MFU
 from zerolib.core.units import GB, format_value
-from zerolib.core.working_set import WorkingSetSettings
 
 GPU_STEPS = tuple(2**k for k in range(11))                 # 1 to 1,024
 PER_NODE_STEPS = (0, 1, 2, 4, 8, 16, 32)                   # 0: the node's own
@@ -116,10 +116,10 @@ class StepTimeExplorer(Explorer):
     """What ZeRO costs in time for what it saves in memory, on a cluster the reader picks.
 
     Controls: ``model`` (a preset), ``gpus`` (1 to 1,024, powers of two), ``link`` (a node of
-    :data:`zerolib.core.nodes.NODES` or a link of :data:`zerolib.core.links.LINKS`),
+    :data:`zerolib.core.catalogue.nodes.NODES` or a link of :data:`zerolib.core.catalogue.links.LINKS`),
     ``gpus_per_node`` (0 = the node's own; ignored for a bare link), ``tokens_per_gpu``
     (sequences of 4,096 tokens per GPU and step), ``mfu`` (utilisation of the peak),
-    ``device``, ``unit``. ``.data`` is :func:`zerolib.core.step_tables.tradeoff_frame`.
+    ``device``, ``unit``. ``.data`` is :func:`zerolib.core.step.tables.tradeoff_frame`.
     """
 
     def __init__(self, model: str = "llama-2-7b", gpus: int = 64, link: str = "dgx-h100",

@@ -1,7 +1,7 @@
 """The will-it-fit explorer: a model's peak per GPU, stage by stage, against the device.
 
 :func:`peak_rows`, :func:`summary_html` and :func:`peak_table_html` are pure (tested without
-widgets): they read the drawn :func:`zerolib.core.tables.peak_frame` and judge the **peak**
+widgets): they read the drawn :func:`zerolib.core.memory.tables.peak_frame` and judge the **peak**
 (model state + working set) against the device.
 """
 from __future__ import annotations
@@ -27,17 +27,17 @@ from zerolib.chapter.explorers.base import (
     widgets,
 )
 from zerolib.chapter.style import device_label
-from zerolib.core.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
-from zerolib.core.activations import RECOMPUTE
-from zerolib.core.devices import Device, capacity_text
-from zerolib.core.models import MODELS, get_model, parameter_count
-from zerolib.core.tables import peak_frame
-from zerolib.core.units import format_value
-from zerolib.core.working_set import (
+from zerolib.core.catalogue.devices import Device, capacity_text
+from zerolib.core.catalogue.models import MODELS, get_model, parameter_count
+from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
+from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.tables import peak_frame
+from zerolib.core.memory.working_set import (
     WorkingSetSettings,
     fewest_gpus_for_peak,
     largest_micro_batch,
 )
+from zerolib.core.units import format_value
 
 # The explorer's ranges.
 SEQ_LENGTHS = tuple(2**k for k in range(7, 18))   # 128 to 131,072 tokens
@@ -143,13 +143,13 @@ def peak_table_html(frame: pd.DataFrame, device: Device, unit: str, fewest: dict
 class WillItFitExplorer(Explorer):
     """Will a model train on these GPUs? Its peak per GPU, stage by stage, against the device.
 
-    Controls: ``model`` (a preset of :mod:`zerolib.core.models`), ``gpus`` (1 to 1024),
+    Controls: ``model`` (a preset of :mod:`zerolib.core.catalogue.models`), ``gpus`` (1 to 1024),
     ``micro_batch`` (1 to 64), ``seq_len`` (powers of two, 128 to 131,072 tokens, up to the
     model's context where its position embeddings are learned), ``recompute`` (none, selective,
     full), ``flash_attention``, ``device``, ``unit``. ``.data`` is
-    :func:`zerolib.core.tables.peak_frame` (bytes per stage and component). The table gives, per
+    :func:`zerolib.core.memory.tables.peak_frame` (bytes per stage and component). The table gives, per
     stage, the peak, whether it fits, the fewest GPUs at which it fits (at this micro-batch) and
-    the largest micro-batch that fits (on these GPUs), all from :mod:`zerolib.core.working_set`.
+    the largest micro-batch that fits (on these GPUs), all from :mod:`zerolib.core.memory.working_set`.
     """
 
     def __init__(self, model: str = "llama-2-7b", gpus: int = 8, micro_batch: int = 1,

@@ -34,8 +34,8 @@ from types import MappingProxyType
 
 import pandas as pd
 
-from zerolib.core.accounting import Layout, get_layout, model_state
 from zerolib.core.inputs import check_gpus
+from zerolib.core.memory.accounting import Layout, get_layout, model_state
 from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
 
 SOURCE = "Megatron-LM distributed optimizer"

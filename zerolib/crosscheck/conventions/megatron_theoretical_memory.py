@@ -9,7 +9,7 @@ models (no mixture of experts, no multi-token prediction, no latent attention), 
 fractions where the original uses floats; the results are bytes.
 
 Where Megatron-LM's estimate counts differently from zerolib (each is named, and
-``tests/test_megatron_convention.py`` shows the two agree once these are accounted for):
+``tests/crosscheck/test_megatron_convention.py`` shows the two agree once these are accounted for):
 
 ``final-norm-per-stage``
     the final norm is part of the "transformer block", which is divided by p: every stage is
@@ -50,9 +50,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.inputs import check_flag, check_positive_int
 from zerolib.core.intmath import ceil_div
-from zerolib.core.models import TransformerConfig, get_model
 
 COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128   # megatron/training/arguments.py default

@@ -11,9 +11,9 @@ from types import MappingProxyType
 
 import pandas as pd
 
-from zerolib.core.accounting import STAGES, model_state
+from zerolib.core.catalogue.models import TransformerConfig, get_model, largest_layer, parameter_count
 from zerolib.core.inputs import check_gpus, check_single
-from zerolib.core.models import TransformerConfig, get_model, largest_layer, parameter_count
+from zerolib.core.memory.accounting import STAGES, model_state
 from zerolib.core.units import GiB
 from zerolib.crosscheck.conventions import megatron_distributed_optimizer as megatron
 from zerolib.crosscheck.conventions import playbook, zero_infinity

@@ -36,8 +36,8 @@ from types import MappingProxyType
 
 import pandas as pd
 
-from zerolib.core.accounting import Layout, model_state
-from zerolib.core.activations import layer_activation_bytes
+from zerolib.core.memory.accounting import Layout, model_state
+from zerolib.core.memory.activations import layer_activation_bytes
 from zerolib.core.units import GiB
 from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
 from zerolib.crosscheck.paper import PrintRule

@@ -8,7 +8,7 @@ the nodes with M, M and M under ZeRO (stage 3), 0.5M, 0 and 0.25M under ZeRO++, 
 
 The blog's convention: the bytes crossing between nodes, per node, each collective counted as
 its whole buffer (the many-GPU limit). zerolib counts the bytes that leave one node exactly
-(:mod:`zerolib.core.group_traffic`, ``cross_node``): a ring over n GPUs carries (n - 1)/n of
+(:mod:`zerolib.core.step.group_traffic`, ``cross_node``): a ring over n GPUs carries (n - 1)/n of
 the buffer across each node boundary, qgZ's all-to-all across n nodes (n - 1)/n of the node's
 partial sums. Dividing zerolib's count by that factor reproduces every cell exactly, for a
 parameter count that splits evenly (no padding).
@@ -22,8 +22,8 @@ from types import MappingProxyType
 
 import pandas as pd
 
-from zerolib.core.group_traffic import group_traffic
 from zerolib.core.inputs import check_gpus, check_params, check_single
+from zerolib.core.step.group_traffic import group_traffic
 from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
 
 SOURCE = "ZeRO++ blog"
@@ -109,7 +109,7 @@ def comparison(gpus: int = GPUS, gpus_per_node: int = GPUS_PER_NODE, params: int
 
 
 def _row(system, item, setting, printed, reproduced: Fraction, chapter: Fraction) -> dict:
-    how = ("bytes leaving one node per step (zerolib.core.group_traffic cross_node) / M, "
+    how = ("bytes leaving one node per step (zerolib.core.step.group_traffic cross_node) / M, "
            "divided by the ring factor (n - 1)/n")
     return row(SOURCE, f"{system}: {item.replace('_', ' ')}", setting, printed,
                "M (2 bytes x parameters)",

@@ -3,15 +3,15 @@ from the model's tensor shapes, the worker count and the engine's documented set
 
 The compared quantity is what each rank **hands** to each kind of collective in one training
 step (after warm-up steps), summed over its calls: the buffer of an all-reduce, a reduce-scatter
-or a broadcast, the rank's own chunk of an all-gather (:mod:`zerolib.core.collectives`). The
+or a broadcast, the rank's own chunk of an all-gather (:mod:`zerolib.core.step.collectives`). The
 ring's wire bytes follow from it by nccl-tests' factors; a gloo run cannot show them (gloo's
 algorithms are not NCCL's), so they are not compared.
 
-zerolib's prediction is :func:`zerolib.core.group_traffic.group_traffic` for the run's layers
+zerolib's prediction is :func:`zerolib.core.step.group_traffic.group_traffic` for the run's layers
 (one unit per Linear layer, weight and bias), layout and shard group (all ranks but for HSDP,
 whose gathers and reduce-scatters run in its shard group and whose shards are all-reduced
 across the replicas; with the group of all ranks it is exactly
-:func:`zerolib.core.communication.traffic`): the layout gives the communicated widths (fp32
+:func:`zerolib.core.step.traffic.traffic`): the layout gives the communicated widths (fp32
 runs: ``fp32-adam``, 4 + 4 bytes; FSDP2's bf16 policy: ``bf16-fp32-grads``, bf16 parameters
 and fp32 gradients; DeepSpeed bf16: ``mixed-adam``, 16-bit both).
 
@@ -26,14 +26,14 @@ from math import prod
 
 import pandas as pd
 
-from zerolib.core.collectives import KINDS
-from zerolib.core.group_traffic import group_traffic
 from zerolib.core.intmath import ceil_div
-from zerolib.core.working_set import (
+from zerolib.core.memory.working_set import (
     STAGE3_MAX_LIVE_PARAMETERS,
     STAGE3_PARAM_PERSISTENCE_THRESHOLD,
     STAGE3_PREFETCH_BUCKET_SIZE,
 )
+from zerolib.core.step.collectives import KINDS
+from zerolib.core.step.group_traffic import group_traffic
 from zerolib.crosscheck.validation.deepspeed_run import DEEPSPEED_MODELS
 from zerolib.crosscheck.validation.setups import (
     COMMUNICATION_STRATEGIES,
@@ -70,7 +70,7 @@ class DeepSpeedConfig:
 
 
 # DeepSpeed 0.19.8 defaults (deepspeed/runtime/zero/config.py), in elements; the others are
-# zerolib.core.working_set's (REDUCE_BUCKET_SIZE, STAGE3_*).
+# zerolib.core.memory.working_set's (REDUCE_BUCKET_SIZE, STAGE3_*).
 STAGE3_MAX_REUSE_DISTANCE = 1_000_000_000
 ALIGNMENT_FACTOR = 2   # stage_1_and_2.py: nccl_start_alignment_factor (4-byte alignment / fp16)
 

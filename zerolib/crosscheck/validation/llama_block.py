@@ -1,6 +1,6 @@
 """A tiny Llama-style model for the tensor-parallel run (needs PyTorch).
 
-Module names are zerolib's (:func:`zerolib.core.models.modules`), so a measured parameter maps to
+Module names are zerolib's (:func:`zerolib.core.catalogue.models.modules`), so a measured parameter maps to
 its split rule by name: ``embedding``, per layer ``attention_norm``, ``query_projection``,
 ``key_projection``, ``value_projection``, ``attention_output_projection``, ``mlp_norm``,
 ``mlp_gate_projection``, ``mlp_up_projection``, ``mlp_down_projection``, then ``final_norm``
@@ -25,7 +25,7 @@ from torch import nn
 from torch.distributed.tensor import Replicate
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
-from zerolib.core.models import TransformerConfig
+from zerolib.core.catalogue.models import TransformerConfig
 
 ROPE_THETA = 10_000.0
 

@@ -15,10 +15,10 @@ from types import MappingProxyType
 
 import pandas as pd
 
-from zerolib.core.accounting import CATEGORIES
-from zerolib.core.models import get_model
+from zerolib.core.catalogue.models import get_model
+from zerolib.core.memory.accounting import CATEGORIES
+from zerolib.core.memory.working_set import REDUCE_BUCKET_SIZE
 from zerolib.core.units import format_relative
-from zerolib.core.working_set import REDUCE_BUCKET_SIZE
 from zerolib.crosscheck.validation.deepspeed_run import (
     DEEPSPEED_PHASES,  # its moments, in order
     buffers_path,

@@ -35,7 +35,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from zerolib.core.accounting import CATEGORIES
+from zerolib.core.memory.accounting import CATEGORIES
 from zerolib.crosscheck.validation.harness import build_linear_stack, join_gloo, spawn
 from zerolib.crosscheck.validation.setups import STRATEGIES, TINY_MODELS, ModelSpec, Strategy
 
