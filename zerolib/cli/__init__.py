@@ -23,6 +23,7 @@ from zerolib.cli import (
     validate,
     validate_communication,
 )
+from zerolib.cli._flags import flag_table, name_flags
 
 SUBCOMMANDS = (estimate, plan, models, figures, notebooks, html, validate, validate_communication,
                measure_deepspeed, crosscheck)
@@ -96,9 +97,17 @@ def main(argv=None) -> int:
         reason = error.strerror or type(error).__name__
         print(f"zerolib {args.command}: error: {one_line(reason + where)}", file=sys.stderr)
         return 2
-    except (ValueError, TypeError) as error:
-        print(f"zerolib {args.command}: error: {one_line(error)}", file=sys.stderr)
+    except (ValueError, TypeError) as error:   # the API names arguments; add the flags
+        message = name_flags(one_line(error), flag_table(_subparser(parser, args.command)))
+        print(f"zerolib {args.command}: error: {message}", file=sys.stderr)
         return 2
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[command]
+    raise LookupError(command)
 
 
 def run() -> None:

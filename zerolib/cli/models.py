@@ -7,9 +7,7 @@ memory of model state.
 """
 from __future__ import annotations
 
-import json
-
-from zerolib.cli._output import text_table
+from zerolib.cli._output import json_text, text_table
 from zerolib.core.catalogue.models import MODELS, active_parameter_count, largest_layer, parameter_count
 
 
@@ -39,7 +37,7 @@ def run(args) -> int:
 
 def render(presets: list[dict], form: str) -> str:
     if form == "json":
-        return json.dumps(presets, indent=2)
+        return json_text(presets)
     headers = ["model", "parameters", "active [params]", "largest layer [params]", "layers", "hidden",
                "heads/kv x dim", "ffn", "experts", "vocab", "tied"]
     table = [[p["name"], f"{p['parameters']:,}", f"{p['active_parameters']:,}", f"{p['largest_layer']:,}",

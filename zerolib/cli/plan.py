@@ -4,12 +4,11 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import math
 
 from zerolib.cli._arguments import add_layout_arguments, layout_from
 from zerolib.cli._communication import HOST_LINKS, host_link_from
-from zerolib.cli._output import text_table
+from zerolib.cli._output import json_text, text_table
 from zerolib.core.catalogue.devices import DEVICES
 from zerolib.core.catalogue.links import LINKS
 from zerolib.core.catalogue.nodes import NODES
@@ -30,7 +29,7 @@ from zerolib.core.planner import (
     plan,
 )
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
-from zerolib.core.step.time import DEFAULT_MFU
+from zerolib.core.step.time import DEFAULT_MFU, MIN_MFU
 from zerolib.core.units import UNITS, to_unit
 
 DEFAULT_TOP = 20
@@ -49,7 +48,8 @@ def register(commands) -> None:
     parser.add_argument("--model", required=True, metavar="NAME", help="a preset from 'zerolib models'")
     parser.add_argument("--gpus", required=True, metavar="N", help="GPUs in all")
     parser.add_argument("--gpus-per-node", required=True, metavar="K",
-                        help="GPUs per node (tensor parallelism stays within a node)")
+                        help="GPUs per node (tensor parallelism stays within a node); above "
+                             "--gpus, the run's GPUs sit on one such node")
     parser.add_argument("--device", required=True, choices=list(DEVICES))
     parser.add_argument("--seq", required=True, metavar="TOKENS", help="sequence length")
     parser.add_argument("--global-batch", required=True, metavar="B",
@@ -82,7 +82,7 @@ def register(commands) -> None:
                              "default all three)")
     parser.add_argument("--sequence-parallel", choices=list(SEQUENCE_PARALLEL), default="both",
                         help="with tensor parallelism: try both (default), on or off")
-    parser.add_argument("--shard-groups", choices=list(SHARD_GROUPS), default="all",
+    parser.add_argument("--shard-groups", choices=list(SHARD_GROUPS),
                         help="stages 1-3: every shard group G dividing d (default), or G = d only")
     parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True,
                         help="flash-style attention, no s x s scores stored (default: on)")
@@ -92,8 +92,8 @@ def register(commands) -> None:
     parser.add_argument("--top", metavar="N",
                         help=f"fitting configurations shown (default: {DEFAULT_TOP} in the table, "
                              "all in JSON and CSV)")
-    parser.add_argument("--unit", default="GB", choices=list(UNITS),
-                        help="unit of the table (JSON and CSV are in bytes)")
+    parser.add_argument("--unit", choices=list(UNITS),
+                        help="unit of the table (default GB; JSON and CSV are in bytes)")
     parser.add_argument("--format", default="table", choices=("table", "json", "csv"),
                         help="table (header, ranking, rejections), json (all of it) or csv (the "
                              "fitting configurations only)")
@@ -121,9 +121,9 @@ def options_from(args) -> dict:
     """Keyword arguments for :func:`zerolib.core.planner.plan` from the flags."""
     options = {"layout": layout_from(args), "links": args.links,
                "sequence_parallel": SEQUENCE_PARALLEL[args.sequence_parallel],
-               "shard_groups": args.shard_groups}
+               "shard_groups": args.shard_groups or "all"}
     if args.mfu is not None:
-        options["mfu"] = parse_fraction(args.mfu, "--mfu")
+        options["mfu"] = parse_fraction(args.mfu, "--mfu", minimum=MIN_MFU)
     if args.host_link is not None:
         options["host_link"] = host_link_from(args.host_link)
     if args.host_memory is not None:
@@ -146,7 +146,23 @@ def options_from(args) -> dict:
         working_set = WorkingSetSettings(flash_attention=args.flash, reserve_bytes=parse_size(
             args.reserve, "--reserve", maximum=MAX_BYTES))
     options["working_set"] = working_set
+    refuse_no_effect(args, options)
     return options
+
+
+def refuse_no_effect(args, options: dict) -> None:
+    """Flags that would change nothing in this plan are refused in one line."""
+    if args.unit is not None and args.format != "table":
+        raise ValueError(f"--unit changes only the table; {args.format.upper()} is in bytes")
+    if set(options.get("offload", OFFLOADS)) == {"none"}:
+        given = [flag for flag, value in (("--host-link", args.host_link),
+                                          ("--host-memory", args.host_memory)) if value is not None]
+        if given:
+            verb = "needs" if len(given) == 1 else "need"
+            raise ValueError(f"{', '.join(given)} {verb} an offload in --offload (with none, no "
+                             "state leaves the GPU)")
+    if args.shard_groups is not None and set(options.get("stages", STAGES)) == {0}:
+        raise ValueError("--shard-groups changes only ZeRO stages 1-3, and --stages is 0 alone")
 
 
 def run(args) -> int:
@@ -157,11 +173,11 @@ def run(args) -> int:
                   parse_whole(args.global_batch, "--global-batch", maximum=MAX_MICRO_BATCHES),
                   **options_from(args))
     if args.format == "json":
-        print(json.dumps(as_json(result, top), indent=2))
+        print(json_text(as_json(result, top)))
     elif args.format == "csv":
         print(as_csv(result, top))
     else:
-        print(as_table(result, DEFAULT_TOP if top is None else top, args.unit))
+        print(as_table(result, DEFAULT_TOP if top is None else top, args.unit or "GB"))
     return 0
 
 
@@ -213,6 +229,9 @@ def as_table(result, top: int, unit: str) -> str:
                                             f"memory per node")
         + (f", offload over {s.host_link.label}" if set(s.offload) - {"none"} else "") + ".",
         PLAN_HEADER, "Left out: " + "; ".join(PLAN_LEFT_OUT) + ".",
+        *([f"The run's {s.gpus:,} GPUs sit on one node of {s.gpus_per_node:,} (--gpus-per-node "
+           f"is above --gpus)."]
+          if s.gpus < s.gpus_per_node else []),
         f"{counts['configurations']:,} configurations: {counts['fit']:,} fit, "
         f"{counts['rejected']:,} rejected; fits means the peak per GPU is at most "
         f"{to_unit(s.device.capacity, unit):,.1f} {unit}.", ""]

@@ -7,11 +7,10 @@ PyTorch and transformers are the optional ``validate`` extra and are imported on
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 
 from zerolib.cli._arguments import add_run_arguments, worker_counts
-from zerolib.cli._output import text_table
+from zerolib.cli._output import json_text, text_table
 from zerolib.core.memory.accounting import CATEGORIES
 from zerolib.crosscheck.validation import INSTALL_HINT
 from zerolib.crosscheck.validation.effects import MECHANISMS
@@ -110,7 +109,7 @@ def render(result, form: str) -> str:
         if result.tensor_parallel is not None:
             out["tensor_parallel"] = result.tensor_parallel.to_dict("records")
             out["tensor_parallel_totals"] = parallel_totals(result.tensor_parallel).to_dict("records")
-        return json.dumps(out, indent=2)
+        return json_text(out)
     tables = []
     if result.sharded is not None:
         tables.append(_sharded_table(result.sharded))

@@ -58,6 +58,7 @@ from zerolib.core.catalogue.models import TransformerConfig, get_model, paramete
 from zerolib.core.catalogue.nodes import Interconnect, bus_bandwidth, interconnect
 from zerolib.core.inputs import MAX_BYTES, check_count, check_gpus, check_params, check_single, check_stage
 from zerolib.core.memory.accounting import STAGES, Layout, get_layout, model_state
+from zerolib.core.memory.model_parallel import check_parallel
 from zerolib.core.memory.placement import Placement, check_placement, gpus_on_node, place
 from zerolib.core.memory.working_set import DEFAULT_SETTINGS, WorkingSetSettings, stage_rows
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
@@ -199,8 +200,11 @@ def estimate_model(model: str | TransformerConfig, gpus,
     gpus = check_single(gpus, check_gpus, "gpus")
     device = get_device(device) if device is not None else None
     host_memory = _host_memory(host_memory, placement)
-    rows = stage_rows(config, gpus, _stages(stages), settings, layout, device, placement,
-                      host_memory)
+    stages = _stages(stages)
+    if isinstance(settings, WorkingSetSettings):   # (stage_rows names a wrong type)
+        # The planner's rule: ZeRO-2/3 under a pipeline is refused, not estimated.
+        check_parallel(config, 1, settings.pipeline_parallel, stage=stages)
+    rows = stage_rows(config, gpus, stages, settings, layout, device, placement, host_memory)
     result = Estimate(parameter_count(config), gpus, layout, device, tuple(rows), config, settings,
                       placement, host_memory)
     if link is not None and (settings.tensor_parallel != 1 or settings.pipeline_parallel != 1):

@@ -19,7 +19,15 @@ MAX_WIDTH = 64  # bytes per parameter in one category
 # Largest byte count accepted or produced anywhere (extra bytes, a reserve, a working set, a
 # peak): 2**62, so that a sum of two such values still fits int64 exactly.
 MAX_BYTES = 2**62
-MAX_FIGURE_POINTS = 4096  # GPU counts or model sizes along one axis of a figure
+# Values in the broadcast of the array arguments of one call (:func:`broadcast`; and
+# configurations in one plan):
+# 10**7 keeps a call to seconds and its memory to about 80 MB per int64 array; model_state on
+# 10**8 took 23 s and 3.1 GB.
+MAX_ARRAY_SIZE = 10_000_000
+MAX_FIGURE_POINTS = 4096  # GPU counts along the axis of a figure (one line per stage)
+# Model sizes along the model-size figure's axis: a group of bars each, so 4,096 took 20 s to
+# draw and could not be read; 64 draw in a few seconds.
+MAX_FIGURE_SIZES = 64
 STAGES = (0, 1, 2, 3)  # 0 = plain data parallelism, 1-3 = ZeRO stages
 
 
@@ -130,6 +138,14 @@ def check_width(value, name: str) -> float:
     return float(value)
 
 
+def check_sequence(values, name: str, allowed: str) -> tuple:
+    """``values`` (a list, tuple, range or array) as a tuple; a single value or a string (whose
+    letters would be read one by one) is a TypeError naming ``name`` and what it takes."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, range, np.ndarray)):
+        raise TypeError(f"{name} must be a list or tuple of {allowed}, got {echo(values)}")
+    return tuple(values)
+
+
 def check_single(value, check, name: str) -> int:
     """One number, validated by ``check`` (:func:`check_params`, :func:`check_gpus`...)."""
     array = check(value, name)
@@ -141,8 +157,12 @@ def check_single(value, check, name: str) -> int:
 def broadcast(**arrays) -> list[np.ndarray]:
     """``np.broadcast_arrays`` of checked inputs; shapes that do not fit name the arguments."""
     try:
-        return np.broadcast_arrays(*arrays.values())
+        shape = np.broadcast_shapes(*(np.shape(array) for array in arrays.values()))
     except ValueError:
         shapes = ", ".join(f"{name} {np.shape(array)}" for name, array in arrays.items())
         raise ValueError(f"{', '.join(arrays)} must broadcast together (numpy rules), "
                          f"got the shapes {shapes}") from None
+    if math.prod(shape) > MAX_ARRAY_SIZE:   # before any array of that shape is built
+        raise ValueError(f"{', '.join(arrays)} broadcast to {math.prod(shape):,} values, more "
+                         f"than {MAX_ARRAY_SIZE:,} per call (split the work into several calls)")
+    return np.broadcast_arrays(*arrays.values())

@@ -51,7 +51,15 @@ from zerolib.core.catalogue.devices import DEVICES, Device, get_device
 from zerolib.core.catalogue.links import Link
 from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.catalogue.nodes import Interconnect
-from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, check_count, check_positive_int, echo
+from zerolib.core.inputs import (
+    MAX_ARRAY_SIZE,
+    MAX_BYTES,
+    MAX_GPUS,
+    check_count,
+    check_positive_int,
+    check_sequence,
+    echo,
+)
 from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, get_layout
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import (
@@ -102,8 +110,7 @@ RULES: Mapping[str, str] = MappingProxyType({
     "global_batch": "data_parallel x micro_batch must divide the global batch (each pipeline "
                     "runs a whole number of micro-batches per step)",
     "micro_batches": PARALLEL_RULES["micro_batches"],
-    "pipeline_zero": "ZeRO stages 2 and 3 do not run with pipeline parallelism (DeepSpeed's "
-                     "PipelineEngine refuses them; Megatron-LM's distributed optimizer is stage 1)",
+    "pipeline_zero": PARALLEL_RULES["pipeline_zero"],
     "host_unknown": "offloaded state needs the node's CPU memory (host_memory): unknown, so "
                     "never reported as fitting",
     "capacity": "the peak per GPU is above the device's capacity",
@@ -136,7 +143,7 @@ PLAN_LEFT_OUT = (
 # (Device.node), so a device added to the catalogue is planned with no edit here.
 DEFAULT_LINKS: Mapping[str, str] = MappingProxyType({
     device.name: device.node for device in DEVICES.values() if device.node is not None})
-MAX_SPACE = 20_000_000      # configurations in one plan
+MAX_SPACE = MAX_ARRAY_SIZE  # configurations in one plan: each is a row of every array
 MAX_PLAN_MICRO_BATCH = 1024  # largest micro-batch a plan enumerates up to
 
 # Which kinds of parallelism a configuration combines (the chapter's figure colours them).
@@ -166,7 +173,7 @@ def schedule_name(chunks: int) -> str:
 
 
 def _choices(values, allowed, name) -> tuple:
-    values = tuple(values)
+    values = check_sequence(values, name, ", ".join(map(str, allowed)))
     if not values:
         raise ValueError(f"{name} must name at least one of {', '.join(map(str, allowed))}")
     for value in values:
@@ -241,7 +248,8 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         host_memory = check_count(host_memory, "host_memory", MAX_BYTES)
     max_micro_batch = check_positive_int(max_micro_batch, "max_micro_batch",
                                          min(MAX_PLAN_MICRO_BATCH, MAX_MICRO_BATCH))
-    chunks = tuple(check_positive_int(v, "chunks", MAX_CHUNKS) for v in chunks)
+    chunks = tuple(check_positive_int(v, "chunks", MAX_CHUNKS) for v in check_sequence(
+        chunks, "chunks", f"whole numbers, 1 (1F1B) to {MAX_CHUNKS} (interleaved)"))
     if not chunks:
         raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: interleaved)")
     return PlanSettings(
@@ -252,7 +260,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         _choices(recompute, RECOMPUTE, "recompute"), tuple(dict.fromkeys(chunks)),
         _choices(offload, tuple(OFFLOADS), "offload"),
         _choices(sequence_parallel, (False, True), "sequence_parallel"),
-        _choices((shard_groups,), SHARD_GROUPS, "shard_groups")[0], working_set)
+        _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set)
 
 
 # --- the space, level by level ------------------------------------------------------------------

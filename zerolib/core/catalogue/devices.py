@@ -24,7 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
+from zerolib.core.inputs import MAX_BYTES, echo
 from zerolib.core.units import GB, GiB, check_unit
+
+MAX_PEAK_FLOPS = 10**21   # FLOP/s of one device: a zettaFLOP/s, far beyond any part
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,18 @@ class Device:
     # The node it usually comes in (a key of nodes.NODES): what a plan runs on when it names no
     # links. None: sold in no usual server, so a plan must be told its links.
     node: str | None = None
+
+    def __post_init__(self):
+        # Whole numbers in range, so every time and fit derived from a device stays finite.
+        if isinstance(self.capacity, bool) or not isinstance(self.capacity, int) or not (
+                1 <= self.capacity <= MAX_BYTES):
+            raise ValueError(f"capacity must be a whole number of bytes, 1 to {MAX_BYTES:,}, got "
+                             f"{echo(self.capacity)}")
+        if self.peak_flops is not None and (
+                isinstance(self.peak_flops, bool) or not isinstance(self.peak_flops, int)
+                or not 1 <= self.peak_flops <= MAX_PEAK_FLOPS):
+            raise ValueError(f"peak_flops must be None or a whole number of FLOP/s, 1 to "
+                             f"{MAX_PEAK_FLOPS:,}, got {echo(self.peak_flops)}")
 
     def __deepcopy__(self, memo) -> Device:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)

@@ -33,6 +33,10 @@ PCI_HOP = 5.7e-6           # hwLat[PCI]
 NET_HOP = 14.0e-6          # hwLat[NET]
 
 LINK_KINDS = ("nvlink", "pcie", "network")
+# Bounds that keep every time derived from a link finite: up to 1 PB/s per direction, and a
+# ring step of at most one second.
+MAX_BANDWIDTH = 10**15
+MAX_HOP_LATENCY = 1.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,14 @@ class Link:
         if not isinstance(self.bandwidth, int) or self.bandwidth <= 0:
             raise ValueError(f"bandwidth must be a positive whole number of bytes per second, "
                              f"got {self.bandwidth!r}")
+        if self.bandwidth > MAX_BANDWIDTH:
+            raise ValueError(f"bandwidth must be at most {MAX_BANDWIDTH:,} bytes per second, "
+                             f"got {self.bandwidth!r}")
+        latency = self.hop_latency
+        if (isinstance(latency, bool) or not isinstance(latency, (int, float))
+                or not 0 <= latency <= MAX_HOP_LATENCY):   # NaN fails the comparison too
+            raise ValueError(f"hop_latency must be 0 to {MAX_HOP_LATENCY:g} seconds, got "
+                             f"{latency!r}")
 
     def __deepcopy__(self, memo) -> Link:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -122,10 +134,10 @@ LINKS: Mapping[str, Link] = MappingProxyType({link.name: link for link in (
 )})
 
 
-def get_link(link: str | Link) -> Link:
-    """A catalogue link by name, or a Link passed through."""
+def get_link(link: str | Link, name: str = "link") -> Link:
+    """A catalogue link by name, or a Link passed through; ``name`` is what errors call it."""
     if isinstance(link, Link):
         return link
     if isinstance(link, str) and link.strip().lower() in LINKS:
         return LINKS[link.strip().lower()]
-    raise ValueError(f"link must be one of {', '.join(LINKS)}, got {link!r}")
+    raise ValueError(f"{name} must be one of {', '.join(LINKS)}, got {link!r}")

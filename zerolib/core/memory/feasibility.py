@@ -29,7 +29,13 @@ from zerolib.core.memory.accounting import Layout, get_layout, model_state
 
 def check_extra_bytes(extra_bytes) -> np.ndarray:
     """Bytes added to the model state: whole, 0 to :data:`MAX_BYTES`, as int64."""
-    extra = np.asarray(extra_bytes)
+    try:
+        extra = np.asarray(extra_bytes)
+    except (TypeError, ValueError):   # ragged lists and the like
+        raise TypeError(f"extra_bytes must be a number of bytes or an array of them, got "
+                        f"{echo(extra_bytes)}") from None
+    if extra.size == 0:   # else it would broadcast the other arguments away
+        raise ValueError("extra_bytes must not be empty: a number of bytes, or an array of them")
     if extra.dtype == bool or not np.issubdtype(extra.dtype, np.number):
         raise TypeError(f"extra_bytes must be a number of bytes, got {echo(extra_bytes)}")
     if not np.all(np.isfinite(extra)) or np.any(extra < 0) or np.any(extra != np.floor(extra)):

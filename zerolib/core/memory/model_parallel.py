@@ -64,6 +64,7 @@ from zerolib.core.inputs import (
     check_flag,
     check_gpus,
     check_positive_int,
+    check_stage,
     echo,
     whole_in_range,
 )
@@ -209,8 +210,12 @@ RULES: Mapping[str, str] = MappingProxyType({
     "interleaved_layers": "interleaved: pipeline_parallel x chunks must divide layers",
     "schedule": "interleaved needs pipeline_parallel >= 2 and chunks >= 2; 1f1b has chunks = 1",
     "micro_batches": "interleaved: micro_batches must be a multiple of pipeline_parallel",
+    "pipeline_zero": "ZeRO stages 2 and 3 do not run with pipeline parallelism (DeepSpeed's "
+                     "PipelineEngine refuses them; Megatron-LM's distributed optimizer is stage 1)",
     "gpus": "gpus must be a multiple of tensor_parallel x pipeline_parallel",
 })
+# The ZeRO stages that run under pipeline parallelism (the rule "pipeline_zero").
+PIPELINE_STAGES = (0, 1)
 
 
 def check_schedule(schedule) -> str:
@@ -224,7 +229,7 @@ def _micro_batches(value, name: str = "micro_batches") -> np.ndarray:
 
 
 def _rules(config: TransformerConfig, tensor_parallel, pipeline_parallel, schedule, chunks, gpus,
-           gpus_per_node, seq_len, sequence_parallel, micro_batches):
+           gpus_per_node, seq_len, sequence_parallel, micro_batches, stage=None):
     """(rule -> ok array, the broadcast inputs by name), all of one shape."""
     check_schedule(schedule)
     v = check_positive_int(chunks, "chunks", MAX_CHUNKS)
@@ -234,6 +239,8 @@ def _rules(config: TransformerConfig, tensor_parallel, pipeline_parallel, schedu
         arrays["gpus"] = check_gpus(gpus, "gpus")
     if micro_batches is not None:
         arrays["micro_batches"] = _micro_batches(micro_batches)
+    if stage is not None:
+        arrays["stage"] = check_stage(stage)
     shaped = dict(zip(arrays, broadcast(**arrays)))
     t, p = shaped["tensor_parallel"], shaped["pipeline_parallel"]
     holds = np.ones(t.shape, dtype=bool)
@@ -253,6 +260,8 @@ def _rules(config: TransformerConfig, tensor_parallel, pipeline_parallel, schedu
             rules["micro_batches"] = shaped["micro_batches"] % p == 0
     else:
         rules["schedule"] = holds & (v == 1)
+    if "stage" in shaped:
+        rules["pipeline_zero"] = (p == 1) | (shaped["stage"] <= PIPELINE_STAGES[-1])
     if "gpus" in shaped:
         rules["gpus"] = shaped["gpus"] % (t * p) == 0
     return {name: np.broadcast_to(ok, t.shape) for name, ok in rules.items()}, shaped
@@ -260,25 +269,28 @@ def _rules(config: TransformerConfig, tensor_parallel, pipeline_parallel, schedu
 
 def parallel_rules(model, tensor_parallel=1, pipeline_parallel=1, *, schedule: str = "1f1b",
                    chunks: int = 1, gpus=None, gpus_per_node=None, seq_len=None,
-                   sequence_parallel: bool = False, micro_batches=None) -> dict[str, np.ndarray]:
+                   sequence_parallel: bool = False, micro_batches=None,
+                   stage=None) -> dict[str, np.ndarray]:
     """For each rule of :data:`RULES`, a boolean array: True where the setting obeys it.
 
-    Broadcast over ``tensor_parallel``, ``pipeline_parallel``, ``gpus`` and ``micro_batches``;
-    a rule whose input is not given (``gpus``, ``gpus_per_node``, ``seq_len``) holds.
+    Broadcast over ``tensor_parallel``, ``pipeline_parallel``, ``gpus``, ``micro_batches`` and
+    ``stage`` (the ZeRO stage); a rule whose input is not given (``gpus``, ``gpus_per_node``,
+    ``seq_len``, ``stage``) holds.
     """
     rules, _ = _rules(get_model(model), tensor_parallel, pipeline_parallel, schedule, chunks, gpus,
-                      gpus_per_node, seq_len, sequence_parallel, micro_batches)
+                      gpus_per_node, seq_len, sequence_parallel, micro_batches, stage)
     return rules
 
 
 def check_parallel(model, tensor_parallel=1, pipeline_parallel=1, *, schedule: str = "1f1b",
                    chunks: int = 1, gpus=None, gpus_per_node=None, seq_len=None,
-                   sequence_parallel: bool = False, micro_batches=None) -> None:
+                   sequence_parallel: bool = False, micro_batches=None, stage=None) -> None:
     """Raise a ValueError naming the first rule of :data:`RULES` that a setting breaks, with the
-    model's numbers and the setting (arguments as :func:`parallel_rules`)."""
+    model's numbers and the setting (arguments as :func:`parallel_rules`). The planner rejects
+    by the same rules (:data:`zerolib.core.planner.RULES`), in the same words."""
     config = get_model(model)
     rules, shaped = _rules(config, tensor_parallel, pipeline_parallel, schedule, chunks, gpus,
-                           gpus_per_node, seq_len, sequence_parallel, micro_batches)
+                           gpus_per_node, seq_len, sequence_parallel, micro_batches, stage)
     for name, ok in rules.items():
         if np.all(ok):
             continue

@@ -102,6 +102,7 @@ from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
     SCHEDULES,
+    check_parallel,
     largest_module_per_gpu,
     parameters_per_gpu,
 )
@@ -349,6 +350,12 @@ def peaks(model: str | TransformerConfig, gpus, stages=STAGES,
     data_parallel = _data_parallel(gpus, settings)
     if placement is not None:
         placement = check_placement(placement)
+    # The planner's rules, in its words: what it rejects, this refuses.
+    check_parallel(config, settings.tensor_parallel, settings.pipeline_parallel,
+                   schedule=settings.pipeline_schedule, chunks=settings.pipeline_chunks,
+                   gpus_per_node=None if placement is None else placement.gpus_per_node,
+                   seq_len=settings.seq_len, sequence_parallel=settings.sequence_parallel,
+                   micro_batches=settings.micro_batches)
     activations = _activations(config, settings)
     candidates = []
     for pipeline_stage in _pipeline_stages(settings):

@@ -187,7 +187,11 @@ def cluster_interconnect(links: str | Interconnect, gpus_per_node: int | None = 
 
 def check_host_link(host_link: str | Link) -> Link:
     """The PCIe link offload copies run on (a name of :data:`zerolib.core.catalogue.links.LINKS`)."""
-    link = get_link(host_link)
+    try:
+        link = get_link(host_link, "host_link")
+    except ValueError:   # name the PCIe links, the only ones allowed here
+        raise ValueError(f"host_link must be a PCIe link ({', '.join(HOST_LINKS)}), got "
+                         f"{echo(host_link)}") from None
     if link.kind != "pcie":
         raise ValueError(f"host_link must be a PCIe link ({', '.join(HOST_LINKS)}), got {link.name}")
     return link

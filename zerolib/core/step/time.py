@@ -76,16 +76,22 @@ FORWARD_FLOPS = 2          # per parameter and token
 BACKWARD_FLOPS = 4
 RECOMPUTE_FLOPS = 2        # full recomputation: the forward again, inside the backward
 DEFAULT_MFU = 0.4
+# Lowest utilisation accepted: 0.1 %. Far below any real run, and high enough that every time
+# derived from it stays finite (10**15 parameters x 2**40 tokens x 8 FLOPs at 0.1 % of the
+# slowest catalogued GPU is about 10**17 s; 1e-320 would overflow float64 to infinity).
+MIN_MFU = 0.001
 DEFAULT_TOKENS_PER_GPU = 4096
 MAX_TOKENS_PER_GPU = 2**40  # tokens one GPU processes in one step
 
 
 def check_mfu(value, name: str = "mfu") -> float:
-    """A utilisation: a number above 0 and at most 1."""
+    """A utilisation: a number above 0 and at most 1, and at least :data:`MIN_MFU`."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.floating)):
         raise TypeError(f"{name} must be a number above 0 and at most 1, got {value!r}")
     if not math.isfinite(value) or not 0 < value <= 1:
         raise ValueError(f"{name} must be a number above 0 and at most 1, got {value!r}")
+    if value < MIN_MFU:
+        raise ValueError(f"{name} must be at least {MIN_MFU:g} (0.1%), got {value!r}")
     return float(value)
 
 
