@@ -15,6 +15,7 @@ from zerolib.cli import (
     estimate,
     figures,
     html,
+    lab,
     measure_deepspeed,
     models,
     notebooks,
@@ -23,8 +24,8 @@ from zerolib.cli import (
     validate_communication,
 )
 
-SUBCOMMANDS = (estimate, plan, models, figures, notebooks, html, validate, validate_communication,
-               measure_deepspeed)
+SUBCOMMANDS = (estimate, plan, models, figures, notebooks, html, lab, validate,
+               validate_communication, measure_deepspeed)
 _LONG_WORD = re.compile(r"\S{201,}")
 
 
