@@ -124,6 +124,9 @@ def check_port(port: int) -> None:
     """ValueError when ``port`` on 127.0.0.1 is taken (JupyterLab's own message would be a page
     of log lines)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the server binds (tornado sets SO_REUSEADDR): a port a stopped server left in
+        # TIME_WAIT is free, one something listens on is not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((HOST, port))
         except OSError as error:
