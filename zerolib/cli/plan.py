@@ -196,6 +196,7 @@ def as_csv(result, top=None) -> str:
         writer.writerow(["" if row[c] is None else row[c] for c in columns])
     return out.getvalue().rstrip("\n")
 
+
 # What tells two fitting configurations apart besides their recomputation and what it changes
 # (the peak, its headroom and stage): rows equal in these and in step time are one choice shown
 # twice, since selective recomputation's repeated FLOPs are not counted.
