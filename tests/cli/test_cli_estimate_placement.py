@@ -108,3 +108,41 @@ def test_bad_combinations_are_one_line_and_exit_2(capsys, argv, says):
     assert status == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert re.search(says, err), err
+
+
+def test_table_says_what_the_host_columns_hold_with_parameters_on_nvme(capsys):
+    """The README's ZeRO-Infinity example printed "CPU/GPU 2.00 GB" unexplained: it is the
+    10**9 elements of each GPU's 16-bit parameter shard DeepSpeed keeps in pinned CPU memory
+    (offload_param.max_in_cpu), 2 bytes each; the rest of the shard (1e12 / 512 - 1e9 =
+    953,125,000 elements) goes to NVMe with the gradients and optimizer state."""
+    status, out, _ = run(capsys, "estimate", "--params", "1T", "--gpus", "512", "--gpus-per-node",
+                         "16", "--offload-optimizer", "nvme", "--offload-params", "nvme")
+    header = " ".join(out.split("\n\n")[0].split())
+    assert status == 0
+    assert ("Host columns: CPU/GPU holds 2.00 GB of the 16-bit parameters (with parameters on "
+            "NVMe DeepSpeed keeps up to offload_param.max_in_cpu = 1,000,000,000 elements of each "
+            "GPU's shard in pinned CPU memory); NVMe/GPU holds the rest of the 16-bit parameters, "
+            "fp32 gradients and optimizer state; /node is that times the 16 GPUs of a node.") in header
+
+
+def test_table_says_what_the_host_columns_hold_with_the_optimizer_on_the_cpu(capsys):
+    """The README's offload example: Llama-2-70B (68,976,648,192 parameters) on one node of 8
+    GPUs puts (4 + 12) B per parameter in CPU memory, 1,103.63 GB per node: more than 1 TiB
+    (1,099.51 GB), within 2 TiB; only stage 3 also fits on the GPU."""
+    argv = ("estimate", "--model", "llama-2-70b", "--gpus", "8", "--recompute", "full",
+            "--offload-optimizer", "cpu", "--device", "a100-80gb", "--host-memory")
+    for memory, host_fits, fits in (("1TiB", ["no"] * 3, ["no"] * 3),
+                                    ("2TiB", ["yes"] * 3, ["no", "no", "yes"])):
+        status, out, _ = run(capsys, *argv, memory)
+        header, table = out.split("\n\n")
+        assert status == 0
+        assert ("Host columns: CPU/GPU holds fp32 gradients and optimizer state; /node is that "
+                "times the 8 GPUs of a node; host fits compares CPU/node with --host-memory.") in header
+        rows = [line.split() for line in table.splitlines()[2:]]
+        assert [row[-3] for row in rows] == ["1,103.63"] * 3
+        assert [row[-2] for row in rows] == host_fits and [row[-1] for row in rows] == fits
+
+
+def test_no_host_note_without_offload(capsys):
+    status, out, _ = run(capsys, "estimate", "--params", "7B", "--gpus", "64", "--shard-group", "8")
+    assert status == 0 and "Host columns" not in out

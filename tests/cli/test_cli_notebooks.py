@@ -93,3 +93,23 @@ def test_python_m_zerolib_notebooks_help():
     result = subprocess.run([sys.executable, "-m", "zerolib", "notebooks", "--help"],
                             capture_output=True, text=True, check=True)
     assert "--check" in result.stdout
+
+
+@pytest.mark.slow
+def test_check_ignores_what_an_editor_rewrites_without_changing_anything(capsys, folder):
+    """Opening a notebook in JupyterLab writes its kernel's display name, and saving it keeps
+    view state (collapsed outputs); neither is staleness. An edited source is."""
+    path = folder / "01-small.ipynb"
+    status, _, _ = run(capsys, "notebooks", "--dir", str(folder))
+    assert status == 0
+    saved = json.loads(path.read_text())
+    saved["metadata"]["kernelspec"]["display_name"] = "Python 3 (my venv)"
+    saved["cells"][1]["metadata"]["collapsed"] = True
+    path.write_text(json.dumps(saved, indent=1))
+    status, out, err = run(capsys, "notebooks", "--check", "--dir", str(folder))
+    assert status == 0 and "current" in out and err == ""
+    saved["cells"][1]["source"] = ("from zerolib.core.accounting import model_state\n"
+                                   "int(model_state(10**9, 4, 2).total)")
+    path.write_text(json.dumps(saved, indent=1))
+    status, out, err = run(capsys, "notebooks", "--check", "--dir", str(folder))
+    assert status == 1 and "STALE" in out

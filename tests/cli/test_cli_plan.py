@@ -28,14 +28,64 @@ def test_table_says_it_ranks_by_a_model(capsys, core):
     counts = core.counts()
     assert (f"{counts['configurations']:,} configurations: {counts['fit']:,} fit, "
             f"{counts['rejected']:,} rejected") in out
-    assert f"... {counts['fit'] - 5:,} more fit" in out
+    # The top 5 rows are 10 configurations here: each shows selective and no recomputation,
+    # which tie (see test_table_shows_each_configuration_once_and_says_why_two_ranks_tie).
+    assert f"... {counts['fit'] - 10:,} more fit" in out
     # Every rejection reason with its count.
     for record in core.rejected.to_dict("records"):
         assert f"{record['configurations']:,}  {record['reason']}" in out
     # The first row is the core's fastest configuration, peak in GB.
     first = core.fits.iloc[0]
-    line = next(text for text in out.splitlines() if text.startswith("1 "))
+    line = next(text for text in out.splitlines() if text.startswith("1-2 "))
     assert f"{first['peak_bytes'] / 1e9:,.2f}" in line and f"{first['step_seconds']:,.2f}" in line
+
+
+def _table_rows(out):
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("----")) + 1
+    return [line for line in lines[start:] if line[:1].isdigit()][:20]
+
+
+def _but_recompute(row):
+    return tuple(row[c] for c in ("tensor_parallel", "sequence_parallel", "pipeline_parallel",
+                                  "chunks", "stage", "shard_group", "offload"))
+
+
+def test_table_shows_each_configuration_once_and_says_why_two_ranks_tie(capsys):
+    """Selective and no recomputation time alike (selective's repeated FLOPs are not counted),
+    so the top 20 used to show 10 configurations twice (ranks 1 and 2: t 2 + SP, d 32, ZeRO-3,
+    micro-batch 1 x 32, 220.52 s, selective at 77.21 GB, none at 77.25 GB)."""
+    _, out, _ = run(capsys, *BASE)
+    _, text, _ = run(capsys, *BASE, "--format", "json")
+    by_rank = {r["rank"]: r for r in json.loads(text)["fits"]}
+    rows = _table_rows(out)
+    assert len(rows) == 20
+    shown = []
+    for line in rows:
+        ranks = line.split()[0]
+        low, high = (int(r) for r in ranks.replace(",", "-").split("-"))
+        twins = [by_rank[low], by_rank[high]]
+        # The twins differ in recomputation alone and tie on step time.
+        assert {t["recompute"] for t in twins} == {"selective", "none"}
+        assert twins[0]["step_seconds"] == twins[1]["step_seconds"]
+        assert len({(*_but_recompute(t), t["micro_batch"], t["micro_batches"],
+                     t["data_parallel"]) for t in twins}) == 1
+        assert "selective|none" in line
+        shown.append((*_but_recompute(twins[0]), twins[0]["micro_batch"], twins[0]["data_parallel"]))
+    assert len(set(shown)) == 20, "a configuration is shown twice"
+    assert rows[0].split()[:2] == ["1-2", "2"] and " 77.21 " in rows[0] and "220.52" in rows[0]
+    assert "... 636 more fit" in out       # 676 fit, 40 of them in 20 rows
+    note = " ".join(out.split())
+    assert ("recompute a|b: one configuration under two recomputations that tie on step time "
+            "(the FLOPs selective recomputation repeats are not counted") in note
+    assert "the other's peak is at most 0.04 GB higher; JSON and CSV list each." in note
+
+
+def test_one_recomputation_has_no_ties_to_explain(capsys):
+    _, out, _ = run(capsys, *BASE, "--recompute", "selective")
+    rows = _table_rows(out)
+    assert [row.split()[0] for row in rows] == [str(n) for n in range(1, 21)]
+    assert "|" not in out and "recompute a|b" not in out
 
 
 def test_json_is_the_core_plan(capsys, core):

@@ -16,6 +16,7 @@ from zerolib.cli import (
     estimate,
     figures,
     html,
+    lab,
     measure_deepspeed,
     models,
     notebooks,
@@ -25,8 +26,8 @@ from zerolib.cli import (
 )
 from zerolib.cli._flags import flag_table, name_flags
 
-SUBCOMMANDS = (estimate, plan, models, figures, notebooks, html, validate, validate_communication,
-               measure_deepspeed, crosscheck)
+SUBCOMMANDS = (estimate, plan, models, figures, notebooks, html, lab, validate,
+               validate_communication, measure_deepspeed, crosscheck)
 _LONG_WORD = re.compile(r"\S{201,}")
 
 

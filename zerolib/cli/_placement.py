@@ -97,6 +97,36 @@ def describe(result: dict, unit: str) -> str:
             "and 'per GPU' are what stays on the GPU.")
 
 
+def host_note(result: dict, unit: str) -> str | None:
+    """What the CPU/GPU and NVMe/GPU columns hold, item by item (None when nothing is offloaded):
+    a bare "CPU/GPU 2.00 GB" beside parameters on NVMe does not say it is DeepSpeed's
+    ``max_in_cpu`` share kept in pinned memory."""
+    fields = result["placement"]
+    gradients = "fp32 gradients" if fields["host_gradient_bytes"] == 4 else "gradients"
+    names = {"parameters": "16-bit parameters", "gradients": gradients, "optimizer": "optimizer state"}
+    parts = []
+    for tier in _offloads(result):
+        items = [item for item in names if any(row["tiers"][tier][item] for row in result["stages"])]
+        said = [names[item] for item in items]
+        label = said[0] if len(said) == 1 else f"{', '.join(said[:-1])} and {said[-1]}"
+        if tier == "cpu" and fields["offload_params"] == "nvme" and "parameters" in items:
+            kept = max(row["tiers"]["cpu"]["parameters"] for row in result["stages"])
+            label = label.replace(
+                "16-bit parameters",
+                f"{to_unit(kept, unit):,.2f} {unit} of the 16-bit parameters (with parameters on "
+                f"NVMe DeepSpeed keeps up to offload_param.max_in_cpu = {fields['max_in_cpu']:,} "
+                f"elements of each GPU's shard in pinned CPU memory)")
+        if tier == "nvme" and fields["offload_params"] == "nvme" and "parameters" in items:
+            label = label.replace("16-bit parameters", "the rest of the 16-bit parameters")
+        parts.append(f"{'CPU' if tier == 'cpu' else 'NVMe'}/GPU holds {label}")
+    if not parts:
+        return None
+    judged = ("; host fits compares CPU/node with --host-memory"
+              if result.get("host_memory") is not None else "")
+    return (f"Host columns: {'; '.join(parts)}; /node is that times the {fields['gpus_per_node']} "
+            f"GPUs of a node{judged}.")
+
+
 def _offloads(result: dict) -> list[str]:
     return [tier for tier in ("cpu", "nvme")
             if any(row["tiers"][tier]["total"] for row in result["stages"])]

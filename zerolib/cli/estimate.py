@@ -162,6 +162,8 @@ def render(result: dict, form: str, unit: str, note: str | None = None) -> str:
         extra_headers = extra_headers + tier_headers
         extra_cells = [a + b for a, b in zip(extra_cells, tier_cells)]
         lines.append(placement_cli.describe(result, unit))
+        note = placement_cli.host_note(result, unit)
+        lines += [note] if note else []
     comm_headers, comm_cells = [], [[] for _ in result["stages"]]
     if communication_cli.has_communication(result):
         comm_headers, comm_cells = communication_cli.table_columns(result, unit)

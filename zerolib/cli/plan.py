@@ -213,6 +213,30 @@ def as_csv(result, top=None) -> str:
     return out.getvalue().rstrip("\n")
 
 
+# What tells two fitting configurations apart besides their recomputation and what it changes
+# (the peak, its headroom and stage): rows equal in these and in step time are one choice shown
+# twice, since selective recomputation's repeated FLOPs are not counted.
+_TWIN_KEY = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_parallel",
+             "chunks", "schedule", "stage", "shard_group", "micro_batch", "micro_batches",
+             "offload", "step_seconds")
+
+
+def tied_rows(fits, top: int) -> list[list[dict]]:
+    """The first ``top`` distinct configurations of ``fits`` (ranked), each as the list of its
+    rows that differ only in recomputation and tie on step time, best-ranked first."""
+    group = fits.groupby(list(_TWIN_KEY), sort=False, dropna=False, observed=True).ngroup()
+    first = list(dict.fromkeys(group.to_numpy().tolist()))[:top]
+    chosen = fits[group.isin(first).to_numpy()]
+    by_group: dict[int, list[dict]] = {g: [] for g in first}
+    for g, record in zip(group[chosen.index].tolist(), _rows(chosen, None)):
+        by_group[g].append(record)
+    return list(by_group.values())
+
+
+def _ranks(ranks: list[int]) -> str:
+    if len(ranks) == 2 and ranks[1] == ranks[0] + 1:
+        return f"{ranks[0]}-{ranks[1]}"
+    return ",".join(str(r) for r in ranks)
 
 
 def as_table(result, top: int, unit: str) -> str:
@@ -240,20 +264,31 @@ def as_table(result, top: int, unit: str) -> str:
         headers = ["rank", "t", "SP", "p", "schedule", "d", "ZeRO", "group", "recompute",
                    "micro-batch", "offload", f"peak [{unit}]", f"headroom [{unit}]", "step [s]",
                    "network", "bubble"]
-        rows = []
-        for r in _rows(fits, top):
-            rows.append([r["rank"], r["tensor_parallel"], "yes" if r["sequence_parallel"] else "no",
+        rows, shown, extra_peak = [], 0, 0
+        for twins in tied_rows(fits, top):
+            r = twins[0]
+            shown += len(twins)
+            extra_peak = max(extra_peak, *(t["peak_bytes"] - r["peak_bytes"] for t in twins))
+            rows.append([_ranks([t["rank"] for t in twins]), r["tensor_parallel"],
+                         "yes" if r["sequence_parallel"] else "no",
                          r["pipeline_parallel"], r["schedule"], r["data_parallel"], r["stage"],
-                         r["shard_group"], r["recompute"],
+                         r["shard_group"], "|".join(str(t["recompute"]) for t in twins),
                          f"{r['micro_batch']} x {r['micro_batches']}", r["offload"],
                          f"{to_unit(r['peak_bytes'], unit):,.2f}",
                          f"{to_unit(r['headroom_bytes'], unit):,.2f}", f"{r['step_seconds']:,.2f}",
                          f"{r['network_wait_fraction']:.1%}", f"{r['bubble_fraction']:.1%}"])
         lines.append(text_table(headers, rows))
-        if len(fits) > top:
-            lines.append(f"... {len(fits) - top:,} more fit (--top N shows more)")
+        if len(fits) > shown:
+            lines.append(f"... {len(fits) - shown:,} more fit (--top N shows more)")
         lines.append("micro-batch b x m: b sequences per micro-batch, m micro-batches per step "
                      "and pipeline; network and bubble: shares of the step.")
+        if shown > len(rows):
+            lines.append(
+                f"recompute a|b: one configuration under two recomputations that tie on step "
+                f"time (the FLOPs selective recomputation repeats are not counted, see Left out), "
+                f"shown once with both ranks; peak and headroom are the first-named's, the other's "
+                f"peak is at most {to_unit(extra_peak, unit):,.2f} {unit} higher; JSON and CSV "
+                f"list each.")
     else:
         lines.append("Nothing fits.")
     if len(result.rejected):

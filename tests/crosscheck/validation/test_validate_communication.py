@@ -8,6 +8,7 @@ The DeepSpeed record is checked here from the file alone.
 from __future__ import annotations
 
 import sys
+import types
 
 import pytest
 from cli_support import run
@@ -230,14 +231,24 @@ def test_what_the_deepspeed_runs_show(deepspeed_record):
 # --- the command -------------------------------------------------------------------------------
 
 
-def test_without_torch_or_deepspeed_says_how_to_install(capsys, monkeypatch):
+def test_without_torch_says_how_to_install_torch(capsys, monkeypatch):
+    # torch is checked first, for either engine: hidden here whether or not it is installed.
+    monkeypatch.setitem(sys.modules, "torch", None)
+    status, out, err = run(capsys, "validate-communication")
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "torch is not installed" in err and "torch==2.13.0" in err
+    status, out, err = run(capsys, "validate-communication", "--engine", "deepspeed")
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "torch is not installed" in err and "torch==2.13.0" in err and "DS_BUILD_OPS=0" in err
+
+
+def test_with_torch_but_without_deepspeed_says_how_to_install_deepspeed(capsys, monkeypatch):
+    # A stand-in torch, so the check reaches deepspeed on a machine without torch too.
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
     monkeypatch.setitem(sys.modules, "deepspeed", None)
     status, out, err = run(capsys, "validate-communication", "--engine", "deepspeed")
     assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "deepspeed is not installed" in err and "DS_BUILD_OPS=0" in err
-    monkeypatch.setitem(sys.modules, "torch", None)
-    status, out, err = run(capsys, "validate-communication")
-    assert status == 2 and "torch is not installed" in err and "torch==2.13.0" in err
 
 
 @pytest.mark.parametrize("argv", [["--workers", "1"], ["--engine", "jax"], ["--format", "xml"],
