@@ -136,8 +136,9 @@ def test_starts_answers_with_the_news_off_and_stops_on_ctrl_c(tmp_path):
         assert time.monotonic() - started < 30
         assert "stopping JupyterLab" in process.stderr.read()
         assert not settings_dir.exists()
-        with socket.socket() as sock:                   # the server is gone: the port is free
-            sock.bind(("127.0.0.1", port))
+        # The server is gone: nothing listens on the port (it may sit in TIME_WAIT a while).
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
