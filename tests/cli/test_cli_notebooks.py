@@ -108,7 +108,7 @@ def test_check_ignores_what_an_editor_rewrites_without_changing_anything(capsys,
     path.write_text(json.dumps(saved, indent=1))
     status, out, err = run(capsys, "notebooks", "--check", "--dir", str(folder))
     assert status == 0 and "current" in out and err == ""
-    saved["cells"][1]["source"] = ("from zerolib.core.accounting import model_state\n"
+    saved["cells"][1]["source"] = ("from zerolib.core.memory.accounting import model_state\n"
                                    "int(model_state(10**9, 4, 2).total)")
     path.write_text(json.dumps(saved, indent=1))
     status, out, err = run(capsys, "notebooks", "--check", "--dir", str(folder))

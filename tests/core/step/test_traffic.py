@@ -100,6 +100,16 @@ def test_layers_of_a_preset():
     assert len(layer_units("gpt2")) == 2 + 12 + 1   # token and position embeddings, final norm
 
 
+def test_a_mixtures_layers_hold_every_expert():
+    """Stage 3 gathers a mixture-of-experts block whole: all 8 experts, not one. Mixtral-8x7B's
+    units add up to its published 46,702,792,704 parameters (Mistral AI's model card)."""
+    units = layer_units("mixtral-8x7b")
+    h, f, kv, v, e = 4096, 14336, 1024, 32000, 8
+    block = 2 * h * h + 2 * h * kv + h * e + e * 3 * h * f + 2 * h   # attention, router, experts, norms
+    assert units == (v * h, *[block] * 32, h, v * h)
+    assert sum(units) == 46_702_792_704
+
+
 def test_stage3_pads_each_layer_on_its_own():
     # Three layers of 1 element on 3 GPUs: one flat buffer is one chunk per GPU, but each layer
     # padded alone is 3 chunks: an all-gather pass sends 2 x 1 against 2 x 3 elements.

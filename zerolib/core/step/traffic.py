@@ -474,7 +474,8 @@ def layer_units(model: str | TransformerConfig) -> tuple[int, ...]:
     the embedding's matrix)."""
     config = get_model(model)
     parts = modules(config)
-    block = sum(m.elements for m in parts if m.name not in _OUTSIDE_BLOCKS)
+    # a block's modules, each as often as it occurs per layer (a mixture's experts: E times)
+    block = sum(m.elements * (m.count // config.layers) for m in parts if m.name not in _OUTSIDE_BLOCKS)
     before = [m.elements for m in parts if m.name in _OUTSIDE_BLOCKS[:2]]
     after = [m.elements for m in parts if m.name in _OUTSIDE_BLOCKS[2:] and not m.shared]
     return (*before, *([block] * config.layers), *after)
