@@ -86,6 +86,7 @@ class TransformerConfig:
     post_norms: bool = False    # a norm after attention and after the MLP too (Gemma-2: 4 per layer)
     experts: int = 0            # MLP experts per layer (Mixtral: 8); 0: one dense MLP, no router
     experts_per_token: int = 0  # experts each token is routed to (Mixtral: 2); 0 when dense
+    fused_gate_up: bool = False  # gate and up in one module (Phi-3's gate_up_proj): largest_layer
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -95,7 +96,7 @@ class TransformerConfig:
                 raise TypeError(f"{name} must be a positive whole number, got {getattr(self, name)!r}")
             check_positive_int(getattr(self, name), name, MAX_MODEL_SIZE)
         for name in ("tied_embeddings", "gated_mlp", "qkv_bias", "output_bias", "mlp_bias",
-                     "fused_qkv", "dropout", "post_norms"):
+                     "fused_qkv", "dropout", "post_norms", "fused_gate_up"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.head_dim is None:
@@ -117,6 +118,8 @@ class TransformerConfig:
         if self.experts_per_token > self.experts:
             raise ValueError(f"experts_per_token ({self.experts_per_token}) must be at most experts "
                              f"({self.experts})")
+        if self.fused_gate_up and not self.gated_mlp:
+            raise ValueError("fused_gate_up needs gated_mlp (a gate and an up projection to fuse)")
         if self.heads % self.kv_heads:
             raise ValueError(f"kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
         if self.norm not in NORMS:
@@ -178,7 +181,8 @@ def modules(config: TransformerConfig | str) -> tuple[Module, ...]:
     Names: ``embedding``, ``position_embedding`` (learned only), ``attention_norm``,
     ``qkv_projection`` (fused) or ``query_projection``/``key_projection``/``value_projection``,
     ``attention_output_projection``, ``post_attention_norm`` (post_norms only), ``mlp_norm``, then
-    either ``mlp_gate_projection`` (gated only), ``mlp_up_projection``, ``mlp_down_projection`` or,
+    either ``mlp_gate_projection`` (gated only), ``mlp_up_projection`` (or, fused, one
+    ``mlp_gate_up_projection``), ``mlp_down_projection`` or,
     with experts, ``router`` and the :data:`EXPERT_MODULES` (``expert_gate_projection`` gated
     only), ``post_mlp_norm`` (post_norms only), ``final_norm``, ``output_projection``.
     """
@@ -214,10 +218,13 @@ def modules(config: TransformerConfig | str) -> tuple[Module, ...]:
         out += [Module(up_name, linear(h, f, config.mlp_bias), copies),
                 Module(down_name, linear(f, h, config.mlp_bias), copies)]
     else:
-        if config.gated_mlp:
-            out.append(Module("mlp_gate_projection", linear(h, f, config.mlp_bias), L))
-        out += [Module("mlp_up_projection", linear(h, f, config.mlp_bias), L),
-                Module("mlp_down_projection", linear(f, h, config.mlp_bias), L)]
+        if config.fused_gate_up:     # one h x 2f matrix (Phi-3's gate_up_proj)
+            out.append(Module("mlp_gate_up_projection", linear(h, 2 * f, config.mlp_bias), L))
+        else:
+            if config.gated_mlp:
+                out.append(Module("mlp_gate_projection", linear(h, f, config.mlp_bias), L))
+            out.append(Module("mlp_up_projection", linear(h, f, config.mlp_bias), L))
+        out.append(Module("mlp_down_projection", linear(f, h, config.mlp_bias), L))
     if config.post_norms:
         out.append(Module("post_mlp_norm", norm, L))
     out.append(Module("final_norm", norm))

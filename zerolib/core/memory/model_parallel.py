@@ -99,6 +99,7 @@ MODULE_SPLITS: Mapping[str, SplitRule] = MappingProxyType({
     "mlp_norm": SplitRule("replicated", "layer"),
     "mlp_gate_projection": SplitRule("column", "layer"),
     "mlp_up_projection": SplitRule("column", "layer"),
+    "mlp_gate_up_projection": SplitRule("column", "layer"),   # Phi-3's fused gate and up
     "mlp_down_projection": SplitRule("row", "layer", bias="mlp_bias"),
     # Gemma-2's norms after attention and the MLP; a mixture of experts' router (replicated, as
     # Megatron-LM keeps it) and each expert's MLP, split like the dense MLP (expert tensor
