@@ -1,0 +1,26 @@
+"""``--config PATH``: a model of one's own wherever ``--model`` takes a preset."""
+from __future__ import annotations
+
+from zerolib.core.catalogue.hf_config import model_from_config
+from zerolib.core.catalogue.models import TransformerConfig, get_model
+
+CONFIG_HELP = ("a Hugging Face config.json, a model directory holding one, or a local Hub cache "
+               "folder (models--ORG--NAME or its snapshots/HASH); read offline, exact count")
+
+
+def add_arguments(group) -> None:
+    """The options naming a model other than a preset, in the group ``--model`` belongs to."""
+    group.add_argument("--config", metavar="PATH", help=CONFIG_HELP)
+
+
+def given(args) -> bool:
+    return getattr(args, "config", None) is not None
+
+
+def model_from(args) -> TransformerConfig | None:
+    """The model the command line names: a preset (``--model``), a config file, or None."""
+    if getattr(args, "model", None) is not None:
+        return get_model(args.model)
+    if given(args):
+        return model_from_config(args.config)
+    return None
