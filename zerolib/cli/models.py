@@ -66,6 +66,15 @@ def render_one(model: dict) -> str:
              model["norm"], f"{model['position_embedding']} positions"]
     if model["experts"]:
         shape.append(f"{model['experts_per_token']} of {model['experts']} experts per token")
+    if model["shared_expert_ffn"]:
+        shape.append(f"a shared expert of {model['shared_expert_ffn']:,}"
+                     + (" with its gate" if model["shared_expert_gate"] else ""))
+    if model["qk_norm"] != "none":
+        shape.append(f"query/key norms ({model['qk_norm']})")
+    if model["embedding_norm"]:
+        shape.append("a norm after the embedding")
+    if model["shared_norm"]:
+        shape.append("one norm before attention and MLP side by side")
     return "\n".join([
         f"{model['name']}: {', '.join(shape)}",
         f"parameters: {model['parameters']:,}",

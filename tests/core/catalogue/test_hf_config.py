@@ -40,6 +40,33 @@ EXPECTED = {
     "gemma-2-2b": (2_614_341_888, None),
     "phi-3.5-mini-instruct": (3_821_079_552, None),
     "redpajama-incite-3b-v1": (2_775_864_320, None),
+    "qwen3-0.6b": (596_049_920, None),
+    "gemma-3-1b-it": (999_885_952, None),
+    "olmo-2-7b": (7_298_617_344, None),
+    # 60 routed experts (4 per token) of 1,408 and a shared expert of 5,632 with its gate: the
+    # active count is the 2.7B of the model's name.
+    "qwen1.5-moe-a2.7b": (14_315_784_192, 2_689_173_504),
+}
+
+# Shape fields of published configs (model cards of bigscience/bloom-560m and tiiuae/falcon-7b),
+# and two small variants of Falcon's other layouts; counts from transformers 5.24.0 on the meta
+# device (bloom-560m's and falcon-7b's are also the totals their Hub pages show).
+DICTS = {
+    "bloom-560m": ({"model_type": "bloom", "n_embed": 1024, "n_layer": 24, "num_attention_heads": 16,
+                    "vocab_size": 250880}, 559_214_592),
+    "falcon-7b": ({"model_type": "falcon", "hidden_size": 4544, "n_head": 71, "n_layer": 32,
+                   "multi_query": True, "parallel_attn": True, "bias": False, "alibi": False,
+                   "new_decoder_architecture": False, "vocab_size": 65024}, 6_921_720_704),
+    "falcon-new-decoder": ({"model_type": "falcon", "hidden_size": 512, "num_attention_heads": 16,
+                            "num_kv_heads": 4, "num_hidden_layers": 3, "new_decoder_architecture": True,
+                            "parallel_attn": True, "bias": False, "vocab_size": 1000}, 8_776_704),
+    "falcon-rw": ({"model_type": "falcon", "hidden_size": 256, "num_attention_heads": 8,
+                   "num_hidden_layers": 2, "multi_query": False, "parallel_attn": False,
+                   "alibi": True, "bias": True, "vocab_size": 500}, 1_708_032),
+    "qwen3-moe-small": ({"model_type": "qwen3_moe", "hidden_size": 256, "num_attention_heads": 8,
+                         "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 2,
+                         "intermediate_size": 1024, "moe_intermediate_size": 96, "num_experts": 16,
+                         "num_experts_per_tok": 4, "vocab_size": 1000}, 3_536_384),
 }
 
 
@@ -54,6 +81,42 @@ def test_committed_config_counts_exactly(name):
     assert config.name == name
     assert parameter_count(config) == total
     assert active_parameter_count(config) == (total if active is None else active)
+
+
+@pytest.mark.parametrize("name", sorted(DICTS))
+def test_config_dicts_count_exactly(name):
+    data, total = DICTS[name]
+    assert parameter_count(model_from_config(data)) == total
+
+
+def test_falcon_7b_by_hand():
+    # One LayerNorm per layer (attention and MLP side by side), multi-query fused qkv of
+    # 4544 + 2 x 64, no biases, GeLU MLP of 4 x 4544, tied 65024 x 4544 embedding, ALiBi off.
+    h, f = 4544, 4 * 4544
+    layer = 2 * h + h * (h + 2 * 64) + h * h + 2 * h * f
+    config = model_from_config(DICTS["falcon-7b"][0])
+    assert config.kv_heads == 1 and config.shared_norm and config.norms_per_layer == 1
+    assert parameter_count(config) == 32 * layer + 65024 * h + 2 * h
+
+
+def test_bloom_has_an_embedding_norm_and_no_position_table():
+    config = model_from_config(DICTS["bloom-560m"][0])
+    names = [m.name for m in modules(config)]
+    assert config.position_embedding == "alibi" and "position_embedding" not in names
+    assert names[:2] == ["embedding", "embedding_norm"]
+
+
+def test_qwen3_norms_queries_and_keys_per_head_olmo2_per_projection():
+    qwen3 = {m.name: m.elements for m in modules(model_from_config(_path("qwen3-0.6b")))}
+    olmo2 = {m.name: m.elements for m in modules(model_from_config(_path("olmo-2-7b")))}
+    assert (qwen3["query_norm"], qwen3["key_norm"]) == (128, 128)
+    assert (olmo2["query_norm"], olmo2["key_norm"]) == (4096, 4096)
+
+
+def test_dense_layers_among_sparse_ones_are_refused(tmp_path):
+    data = {**json.loads(_path("qwen1.5-moe-a2.7b").read_text()), "mlp_only_layers": [0]}
+    with pytest.raises(ValueError, match="field mlp_only_layers .*zerolib cannot express it"):
+        model_from_config(_write(tmp_path, data))
 
 
 def test_tinyllama_count_re_added_by_hand():
@@ -190,10 +253,11 @@ def _transformers_count(path: Path) -> tuple[int, int]:
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_count_matches_transformers_on_the_meta_device(name):
-    total, largest = _transformers_count(_path(name))
-    config = model_from_config(_path(name))
+@pytest.mark.parametrize("name", sorted(EXPECTED) + sorted(DICTS))
+def test_count_matches_transformers_on_the_meta_device(name, tmp_path):
+    path = _path(name) if name in EXPECTED else _write(tmp_path, DICTS[name][0])
+    total, largest = _transformers_count(path)
+    config = model_from_config(path)
     assert parameter_count(config) == total
     if not config.mixture_of_experts:     # transformers 5 fuses a layer's experts in one module
         assert largest_layer(config) == largest

@@ -200,9 +200,95 @@ def _gpt_neox(r):  # GPTNeoX: query_key_value and dense with attention_bias (def
                 dropout=r.dropout("hidden_dropout", "attention_dropout"))
 
 
+def _qwen3(r):    # Qwen3: q_norm and k_norm of head_dim; attention_bias on q, k, v and o
+    return _llama_like(r, tie_default=False, head_dim_default=128, max_positions_default=32768,
+                       qk_norm="head")
+
+
+def _gemma3_text(r):  # Gemma3TextModel: Gemma-2's four norms plus q_norm and k_norm of head_dim
+    return _llama_like(r, tie_default=True, head_dim_default=256, max_positions_default=131072,
+                       post_norms=True, qk_norm="head")
+
+
+def _olmo2(r):    # Olmo2: norms after attention and the MLP (two per layer), q_norm/k_norm whole
+    return _llama_like(r, tie_default=False, max_positions_default=2048, qk_norm="projection")
+
+
+def _sparse_everywhere(r: _Fields):
+    """Qwen-MoE makes layer i sparse unless listed in mlp_only_layers or (i + 1) is not a
+    multiple of decoder_sparse_step; zerolib's layers are all alike, so every one must be."""
+    r.refuse_if("mlp_only_layers", r.data.get("mlp_only_layers"),
+                "dense layers among sparse ones (zerolib's layers are all alike)")
+    step = r.whole("decoder_sparse_step", 1)
+    r.refuse_if("decoder_sparse_step", step != 1,
+                "dense layers among sparse ones (zerolib's layers are all alike)")
+
+
+def _qwen2_moe(r):  # Qwen2MoeSparseMoeBlock: routed experts, a shared expert and its sigmoid gate
+    _sparse_everywhere(r)
+    experts, per_token = _experts(r, "num_experts", "num_experts_per_tok", 60, 4)
+    fields = _llama_like(r, tie_default=False, qkv_bias=r.flag("qkv_bias", True),
+                         attention_bias_key=None, max_positions_default=32768,
+                         experts=experts, experts_per_token=per_token,
+                         shared_expert_ffn=r.whole("shared_expert_intermediate_size", 5632),
+                         shared_expert_gate=True)
+    fields["ffn_hidden"] = r.whole("moe_intermediate_size", 1408)   # each routed expert's width
+    return fields
+
+
+def _qwen3_moe(r):  # Qwen3MoeSparseMoeBlock: routed experts only; q_norm and k_norm of head_dim
+    _sparse_everywhere(r)
+    experts, per_token = _experts(r, "num_experts", "num_experts_per_tok", 128, 8)
+    fields = _llama_like(r, tie_default=False, head_dim_default=128, max_positions_default=32768,
+                         qk_norm="head", experts=experts, experts_per_token=per_token)
+    fields["ffn_hidden"] = r.whole("moe_intermediate_size", 768)
+    return fields
+
+
+def _bloom(r):    # Bloom: fused biased qkv, a LayerNorm after the embedding, ALiBi, MLP 4h, tied
+    hidden = r.whole(r.first("hidden_size", "n_embed"))
+    heads, _, _ = _attention(r, hidden, heads_key=r.first("n_head", "num_attention_heads"), kv_key=None)
+    return dict(hidden=hidden, layers=r.whole(r.first("n_layer", "num_hidden_layers")), heads=heads,
+                kv_heads=heads, ffn_hidden=4 * hidden, vocab=r.whole("vocab_size", 250880),
+                max_positions=r.whole("seq_length", 2048),
+                tied_embeddings=r.flag("tie_word_embeddings", True), gated_mlp=False,
+                norm="layernorm", position_embedding="alibi", qkv_bias=True, output_bias=True,
+                mlp_bias=True, fused_qkv=True, embedding_norm=True,
+                dropout=r.dropout("hidden_dropout", "attention_dropout"))
+
+
+def _falcon(r):   # Falcon: fused qkv (multi-query or grouped), parallel attention, GeLU MLP
+    hidden = r.whole("hidden_size")
+    heads_key = r.first("num_attention_heads", "n_head")
+    heads = r.whole(heads_key)
+    new = r.flag("new_decoder_architecture", False)
+    if new:
+        kv_heads = r.whole("num_kv_heads") if r.data.get("num_kv_heads") is not None else heads
+    else:
+        kv_heads = 1 if r.flag("multi_query", True) else heads
+    if heads % kv_heads:
+        r.fail(f"field num_kv_heads ({kv_heads}) must divide {heads_key} ({heads})")
+    if hidden % heads:
+        r.fail(f"hidden size {hidden} is not a multiple of {heads_key} ({heads}): the heads do "
+               f"not tile it")
+    parallel = r.flag("parallel_attn", True)
+    norms = r.data.get("num_ln_in_parallel_attn")
+    one_norm = parallel and (norms == 1 or (norms is None and not new))
+    bias = r.flag("bias", False)
+    return dict(hidden=hidden, layers=r.whole(r.first("num_hidden_layers", "n_layer")), heads=heads,
+                kv_heads=kv_heads, ffn_hidden=r.whole("ffn_hidden_size", 4 * hidden),
+                vocab=r.whole("vocab_size", 65024), max_positions=r.whole("max_position_embeddings", 2048),
+                tied_embeddings=r.flag("tie_word_embeddings", True), gated_mlp=False,
+                norm="layernorm", position_embedding="alibi" if r.flag("alibi", False) else "rotary",
+                qkv_bias=bias, output_bias=bias, mlp_bias=bias, fused_qkv=True, shared_norm=one_norm,
+                dropout=r.dropout("hidden_dropout", "attention_dropout"))
+
+
 READERS = {
     "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "gemma": _gemma,
-    "gemma2": _gemma2, "phi3": _phi3, "gpt2": _gpt2, "gpt_neox": _gpt_neox,
+    "gemma2": _gemma2, "phi3": _phi3, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "qwen3": _qwen3,
+    "gemma3_text": _gemma3_text, "olmo2": _olmo2, "qwen2_moe": _qwen2_moe, "qwen3_moe": _qwen3_moe,
+    "bloom": _bloom, "falcon": _falcon,
 }
 
 

@@ -56,7 +56,8 @@ from types import MappingProxyType
 from zerolib.core.inputs import check_count, check_flag, check_positive_int
 
 NORMS = ("layernorm", "rmsnorm")            # layernorm: weight + bias; rmsnorm: weight only
-POSITION_EMBEDDINGS = ("learned", "rotary")  # rotary has no parameters
+POSITION_EMBEDDINGS = ("learned", "rotary", "alibi")  # rotary and ALiBi have no parameters
+QK_NORMS = ("none", "head", "projection")  # a norm on each query/key head, or on the whole projection
 MAX_MODEL_SIZE = 2**24   # largest hidden size, layer count, vocabulary... of a description
 
 
@@ -87,6 +88,11 @@ class TransformerConfig:
     experts: int = 0            # MLP experts per layer (Mixtral: 8); 0: one dense MLP, no router
     experts_per_token: int = 0  # experts each token is routed to (Mixtral: 2); 0 when dense
     fused_gate_up: bool = False  # gate and up in one module (Phi-3's gate_up_proj): largest_layer
+    qk_norm: str = "none"       # RMSNorm on queries and keys: per head (Qwen3, Gemma-3) or whole (OLMo-2)
+    embedding_norm: bool = False  # a norm right after the embedding (BLOOM's word_embeddings_layernorm)
+    shared_norm: bool = False   # one norm feeds attention and the MLP side by side (Falcon-7B)
+    shared_expert_ffn: int = 0  # width of the always-active shared expert MLP (Qwen2-MoE); 0: none
+    shared_expert_gate: bool = False  # a hidden x 1 sigmoid gate on the shared expert (Qwen2-MoE)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -96,7 +102,8 @@ class TransformerConfig:
                 raise TypeError(f"{name} must be a positive whole number, got {getattr(self, name)!r}")
             check_positive_int(getattr(self, name), name, MAX_MODEL_SIZE)
         for name in ("tied_embeddings", "gated_mlp", "qkv_bias", "output_bias", "mlp_bias",
-                     "fused_qkv", "dropout", "post_norms", "fused_gate_up"):
+                     "fused_qkv", "dropout", "post_norms", "fused_gate_up", "embedding_norm", "shared_norm",
+                     "shared_expert_gate"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.head_dim is None:
@@ -107,7 +114,7 @@ class TransformerConfig:
             if isinstance(self.head_dim, bool) or not isinstance(self.head_dim, int):
                 raise TypeError(f"head_dim must be a positive whole number or None, got {self.head_dim!r}")
             check_positive_int(self.head_dim, "head_dim", MAX_MODEL_SIZE)
-        for name in ("experts", "experts_per_token"):
+        for name in ("experts", "experts_per_token", "shared_expert_ffn"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be a whole number, got {value!r}")
@@ -118,6 +125,14 @@ class TransformerConfig:
         if self.experts_per_token > self.experts:
             raise ValueError(f"experts_per_token ({self.experts_per_token}) must be at most experts "
                              f"({self.experts})")
+        if self.qk_norm not in QK_NORMS:
+            raise ValueError(f"qk_norm must be one of {', '.join(QK_NORMS)}, got {self.qk_norm!r}")
+        if (self.shared_expert_ffn or self.shared_expert_gate) and not self.experts:
+            raise ValueError("shared_expert_ffn and shared_expert_gate need experts (a mixture of experts)")
+        if self.shared_expert_gate and not self.shared_expert_ffn:
+            raise ValueError("shared_expert_gate needs shared_expert_ffn (a shared expert to gate)")
+        if self.shared_norm and self.post_norms:
+            raise ValueError("shared_norm (one norm per layer) and post_norms (four) exclude each other")
         if self.fused_gate_up and not self.gated_mlp:
             raise ValueError("fused_gate_up needs gated_mlp (a gate and an up projection to fuse)")
         if self.heads % self.kv_heads:
@@ -150,7 +165,7 @@ class TransformerConfig:
 
     @property
     def norms_per_layer(self) -> int:
-        return 4 if self.post_norms else 2
+        return 4 if self.post_norms else 1 if self.shared_norm else 2
 
     @property
     def mixture_of_experts(self) -> bool:
@@ -183,6 +198,10 @@ def modules(config: TransformerConfig | str) -> tuple[Module, ...]:
     ``attention_output_projection``, ``post_attention_norm`` (post_norms only), ``mlp_norm``, then
     either ``mlp_gate_projection`` (gated only), ``mlp_up_projection`` (or, fused, one
     ``mlp_gate_up_projection``), ``mlp_down_projection`` or,
+    (``embedding_norm`` after the embedding with ``embedding_norm``; ``query_norm`` and
+    ``key_norm`` before the output projection with ``qk_norm``; no ``mlp_norm`` with
+    ``shared_norm``; ``shared_expert_*`` projections and ``shared_expert_gate`` after the routed
+    experts with a shared expert)
     with experts, ``router`` and the :data:`EXPERT_MODULES` (``expert_gate_projection`` gated
     only), ``post_mlp_norm`` (post_norms only), ``final_norm``, ``output_projection``.
     """
@@ -198,6 +217,8 @@ def modules(config: TransformerConfig | str) -> tuple[Module, ...]:
     out = [Module("embedding", v * h)]
     if config.position_embedding == "learned":
         out.append(Module("position_embedding", config.max_positions * h))
+    if config.embedding_norm:
+        out.append(Module("embedding_norm", norm))
     out.append(Module("attention_norm", norm, L))
     if config.fused_qkv:
         out.append(Module("qkv_projection", linear(h, q + 2 * kv, config.qkv_bias), L))
@@ -205,10 +226,15 @@ def modules(config: TransformerConfig | str) -> tuple[Module, ...]:
         out += [Module("query_projection", linear(h, q, config.qkv_bias), L),
                 Module("key_projection", linear(h, kv, config.qkv_bias), L),
                 Module("value_projection", linear(h, kv, config.qkv_bias), L)]
+    if config.qk_norm != "none":     # RMSNorm weights only (Qwen3, Gemma-3, OLMo-2)
+        per_head = config.qk_norm == "head"
+        out += [Module("query_norm", config.head_width if per_head else q, L),
+                Module("key_norm", config.head_width if per_head else kv, L)]
     out.append(Module("attention_output_projection", linear(q, h, config.output_bias), L))
     if config.post_norms:
         out.append(Module("post_attention_norm", norm, L))
-    out.append(Module("mlp_norm", norm, L))
+    if not config.shared_norm:
+        out.append(Module("mlp_norm", norm, L))
     if config.mixture_of_experts:
         copies = L * config.experts
         gate_name, up_name, down_name = EXPERT_MODULES
@@ -217,6 +243,14 @@ def modules(config: TransformerConfig | str) -> tuple[Module, ...]:
             out.append(Module(gate_name, linear(h, f, config.mlp_bias), copies))
         out += [Module(up_name, linear(h, f, config.mlp_bias), copies),
                 Module(down_name, linear(f, h, config.mlp_bias), copies)]
+        if config.shared_expert_ffn:    # always active, beside the routed experts
+            fs = config.shared_expert_ffn
+            if config.gated_mlp:
+                out.append(Module("shared_expert_gate_projection", linear(h, fs, config.mlp_bias), L))
+            out += [Module("shared_expert_up_projection", linear(h, fs, config.mlp_bias), L),
+                    Module("shared_expert_down_projection", linear(fs, h, config.mlp_bias), L)]
+        if config.shared_expert_gate:
+            out.append(Module("shared_expert_gate", linear(h, 1, False), L))
     else:
         if config.fused_gate_up:     # one h x 2f matrix (Phi-3's gate_up_proj)
             out.append(Module("mlp_gate_up_projection", linear(h, 2 * f, config.mlp_bias), L))

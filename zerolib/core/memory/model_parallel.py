@@ -107,6 +107,15 @@ MODULE_SPLITS: Mapping[str, SplitRule] = MappingProxyType({
     "post_attention_norm": SplitRule("replicated", "layer"),
     "post_mlp_norm": SplitRule("replicated", "layer"),
     "router": SplitRule("replicated", "layer"),
+    # Norms on queries and keys (Qwen3, Gemma-3 per head; OLMo-2 over the whole projection),
+    # BLOOM's norm after the embedding, a shared expert (split as a dense MLP) and its gate.
+    "query_norm": SplitRule("replicated", "layer"),
+    "key_norm": SplitRule("replicated", "layer"),
+    "embedding_norm": SplitRule("replicated", "first"),
+    "shared_expert_gate_projection": SplitRule("column", "layer"),
+    "shared_expert_up_projection": SplitRule("column", "layer"),
+    "shared_expert_down_projection": SplitRule("row", "layer", bias="mlp_bias"),
+    "shared_expert_gate": SplitRule("replicated", "layer"),
     "expert_gate_projection": SplitRule("column", "layer"),
     "expert_up_projection": SplitRule("column", "layer"),
     "expert_down_projection": SplitRule("row", "layer", bias="mlp_bias"),
@@ -240,7 +249,7 @@ def _rules(config: TransformerConfig, tensor_parallel, pipeline_parallel, schedu
     holds = np.ones(t.shape, dtype=bool)
     rules = dict.fromkeys(RULES, holds)
     rules.update(heads=config.heads % t == 0, kv_heads=config.kv_heads % t == 0,
-                 ffn_hidden=config.ffn_hidden % t == 0)
+                 ffn_hidden=(config.ffn_hidden % t == 0) & (config.shared_expert_ffn % t == 0))
     if gpus_per_node is not None:
         k = check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS)
         rules["node"] = (t <= k) & (k % t == 0)
