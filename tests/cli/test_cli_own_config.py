@@ -64,3 +64,22 @@ def test_bad_config_is_one_line_exit_2(capsys, tmp_path):
 def test_config_and_model_are_exclusive(capsys):
     status, _, err = run(capsys, "estimate", "--config", MIXTRAL, "--model", "gpt2", "--gpus", "8")
     assert status == 2 and "not allowed with" in err
+
+
+GPT3 = ("--num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 "
+        "--max-position-embeddings 2048 --vocab-size 50257")
+
+
+def test_models_megatron_args(capsys):
+    status, out, err = run(capsys, "models", "--megatron-args", GPT3)
+    assert status == 0 and err == ""
+    # 96 (12h^2 + 13h) + (50,304 + 2,048 + 2) h with h = 12,288 (tests/core/catalogue/test_megatron_args.py).
+    assert "parameters: 174,604,836,864" in out.splitlines()
+
+
+def test_estimate_megatron_args_and_its_errors(capsys):
+    own = estimate_json(capsys, "--megatron-args", GPT3, "--gpus", "64")
+    assert own["params"] == 174_604_836_864
+    status, out, err = run(capsys, "estimate", "--megatron-args", GPT3 + " --num-experts 8", "--gpus", "8")
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "--num-experts" in err

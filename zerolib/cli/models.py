@@ -29,7 +29,7 @@ def register(commands) -> None:
                     "largest single module in elements (DeepSpeed's largest_layer_params), shape, "
                     "and where each number is published.")
     parser.add_argument("--format", default="table", choices=("table", "json"))
-    own_model_cli.add_arguments(parser)
+    own_model_cli.add_arguments(parser.add_mutually_exclusive_group())
     parser.set_defaults(func=run)
 
 

@@ -56,7 +56,7 @@ from types import MappingProxyType
 from zerolib.core.inputs import check_count, check_flag, check_positive_int
 
 NORMS = ("layernorm", "rmsnorm")            # layernorm: weight + bias; rmsnorm: weight only
-POSITION_EMBEDDINGS = ("learned", "rotary", "alibi")  # rotary and ALiBi have no parameters
+POSITION_EMBEDDINGS = ("learned", "rotary", "alibi", "none")  # only "learned" has parameters
 QK_NORMS = ("none", "head", "projection")  # a norm on each query/key head, or on the whole projection
 MAX_MODEL_SIZE = 2**24   # largest hidden size, layer count, vocabulary... of a description
 
