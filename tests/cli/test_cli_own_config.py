@@ -83,3 +83,12 @@ def test_estimate_megatron_args_and_its_errors(capsys):
     status, out, err = run(capsys, "estimate", "--megatron-args", GPT3 + " --num-experts 8", "--gpus", "8")
     assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "--num-experts" in err
+
+
+def test_deepseek_is_counted_and_its_placement_refused_in_one_line(capsys):
+    config = str(DATA / "deepseek-v2-lite.json")
+    status, out, _ = run(capsys, "models", "--config", config)
+    assert status == 0 and "parameters: 15,748,993,024" in out.splitlines()
+    status, out, err = run(capsys, "estimate", "--config", config, "--gpus", "8")
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "first 1 layers are dense and the other 26 hold experts (dense_layers)" in err

@@ -69,6 +69,11 @@ def render_one(model: dict) -> str:
     if model["shared_expert_ffn"]:
         shape.append(f"a shared expert of {model['shared_expert_ffn']:,}"
                      + (" with its gate" if model["shared_expert_gate"] else ""))
+    if model["kv_lora_rank"]:
+        shape.append(f"latent attention (key/value latent {model['kv_lora_rank']:,}, query latent "
+                     f"{model['q_lora_rank'] or 'none'}, values of {model['v_head_dim']})")
+    if model["dense_layers"]:
+        shape.append(f"the first {model['dense_layers']} layers dense (MLP {model['dense_ffn_hidden']:,})")
     if model["qk_norm"] != "none":
         shape.append(f"query/key norms ({model['qk_norm']})")
     if model["embedding_norm"]:

@@ -46,6 +46,9 @@ EXPECTED = {
     # 60 routed experts (4 per token) of 1,408 and a shared expert of 5,632 with its gate: the
     # active count is the 2.7B of the model's name.
     "qwen1.5-moe-a2.7b": (14_315_784_192, 2_689_173_504),
+    # MLC LLM's entry leaves out the published "q_lora_rank": null, so transformers (and zerolib)
+    # take DeepseekV2Config's default 1536; with the published null see the test below.
+    "deepseek-v2-lite": (15_748_993_024, 2_703_659_008),
 }
 
 # Shape fields of published configs (model cards of bigscience/bloom-560m and tiiuae/falcon-7b),
@@ -63,6 +66,17 @@ DICTS = {
     "falcon-rw": ({"model_type": "falcon", "hidden_size": 256, "num_attention_heads": 8,
                    "num_hidden_layers": 2, "multi_query": False, "parallel_attn": False,
                    "alibi": True, "bias": True, "vocab_size": 500}, 1_708_032),
+    # DeepSeek-V3's shape fields (its config.json and the DeepSeek-V3 report, arXiv 2412.19437,
+    # Sec. 4.2): 61 layers, the first 3 dense, 256 routed experts (8 per token) and 1 shared.
+    "deepseek-v3": ({"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
+                     "num_attention_heads": 128, "num_key_value_heads": 128,
+                     "intermediate_size": 18432, "moe_intermediate_size": 2048,
+                     "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+                     "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536,
+                     "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+                     "vocab_size": 129280, "moe_layer_freq": 1, "n_group": 8, "topk_group": 4,
+                     "num_nextn_predict_layers": 1, "max_position_embeddings": 163840,
+                     "tie_word_embeddings": False}, 671_026_404_352),
     "qwen3-moe-small": ({"model_type": "qwen3_moe", "hidden_size": 256, "num_attention_heads": 8,
                          "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 2,
                          "intermediate_size": 1024, "moe_intermediate_size": 96, "num_experts": 16,
@@ -117,6 +131,32 @@ def test_dense_layers_among_sparse_ones_are_refused(tmp_path):
     data = {**json.loads(_path("qwen1.5-moe-a2.7b").read_text()), "mlp_only_layers": [0]}
     with pytest.raises(ValueError, match="field mlp_only_layers .*zerolib cannot express it"):
         model_from_config(_write(tmp_path, data))
+
+
+def test_deepseek_v2_lite_as_published_projects_queries_directly():
+    # The published config says "q_lora_rank": null: a direct 2048 x 16 x 192 query projection
+    # instead of the 1536-wide latent, 42,508,800 fewer parameters (27 layers x (2048 x 1536 +
+    # 1536 + 1536 x 3072 - 2048 x 3072)), the 15.7B of the model card.
+    data = {**json.loads(_path("deepseek-v2-lite").read_text()),
+            "q_lora_rank": None}
+    config = model_from_config(data)
+    assert parameter_count(config) == 15_748_993_024 - 27 * (2048 * 1536 + 1536 + 1536 * 3072
+                                                            - 2048 * 3072) == 15_706_484_224
+    names = [m.name for m in modules(config)]
+    assert "query_projection" in names and "query_down_projection" not in names
+
+
+def test_deepseek_v3_by_hand_and_what_it_leaves_out():
+    config = model_from_config(DICTS["deepseek-v3"][0])
+    h, L, dense, E = 7168, 61, 3, 256
+    attention = (h * 1536 + 1536 + 1536 * 128 * 192 + h * (512 + 64) + 512 + 512 * 128 * 256
+                 + 128 * 128 * h)
+    moe = E * 3 * h * 2048 + h * E + 3 * h * 2048     # routed experts, router, 1 shared expert
+    total = L * (attention + 2 * h) + dense * 3 * h * 18432 + (L - dense) * moe + 2 * 129280 * h + h
+    assert parameter_count(config) == total
+    # 8 of 256 routed experts per token: the report's 37B active (embedding and output included).
+    assert active_parameter_count(config) == total - (L - dense) * (E - 8) * 3 * h * 2048
+    assert "not built by transformers and not counted: num_nextn_predict_layers 1" in config.source
 
 
 def test_tinyllama_count_re_added_by_hand():

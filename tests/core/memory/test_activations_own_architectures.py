@@ -71,3 +71,25 @@ def test_bloom_saves_its_embedding_norm_input():
     # A model without one holds none.
     llama = model_from_config(DATA / "tinyllama-1.1b-chat-v1.0.json")
     assert model_activation_terms(llama, S, B)["embedding_norm_input"] == 0
+
+
+def test_latent_attention_terms():
+    # DeepSeek-style: 8 heads, 64-wide no-rope part + 32 rotary, values 48 wide, latents of
+    # 128 (queries) and 96 (keys and values): each latent saved twice (norm input, up input).
+    terms = _terms(kv_heads=8, head_dim=64, kv_lora_rank=96, q_lora_rank=128, rope_head_dim=32,
+                   v_head_dim=48)
+    assert terms["query"] == terms["key"] == 2 * S * B * 8 * (64 + 32)
+    assert terms["value"] == terms["attention_output_projection_input"] == 2 * S * B * 8 * 48
+    assert terms["query_latent"] == 2 * 2 * S * B * 128
+    assert terms["kv_latent"] == 2 * 2 * S * B * 96
+
+
+def test_dense_first_layers_count_their_own_mlp():
+    # DeepSeek-V2-Lite as read: 1 dense layer (MLP 10,944) and 26 with experts.
+    config = model_from_config(DATA / "deepseek-v2-lite.json")
+    common = dict(kv_heads=16, head_dim=128, kv_lora_rank=512, q_lora_rank=1536, rope_head_dim=64,
+                  v_head_dim=128, gated_mlp=True, dropout=False)
+    sparse = sum(layer_activation_terms(S, B, 2048, 16, ffn_hidden=1408, experts=64,
+                                        experts_per_token=6, shared_expert_ffn=2816, **common).values())
+    dense = sum(layer_activation_terms(S, B, 2048, 16, ffn_hidden=10944, **common).values())
+    assert model_activation_terms(config, S, B)["transformer_layers"] == 26 * sparse + dense

@@ -284,12 +284,44 @@ def _falcon(r):   # Falcon: fused qkv (multi-query or grouped), parallel attenti
                 dropout=r.dropout("hidden_dropout", "attention_dropout"))
 
 
+def _deepseek(r):  # DeepseekV2/V3: latent attention, routed and shared experts, first dense layers
+    r.refuse_if("moe_layer_freq", r.whole("moe_layer_freq", 1) != 1,
+                "dense layers between the sparse ones (zerolib keeps the dense layers first)")
+    r.refuse_if("mlp_bias", r.flag("mlp_bias", False), "biases on the dense and shared MLPs but "
+                "not on the routed experts")
+    hidden = r.whole("hidden_size")
+    heads = r.whole("num_attention_heads")
+    experts, per_token = _experts(r, "n_routed_experts", "num_experts_per_tok", None, None)
+    layers = r.whole("num_hidden_layers")
+    dense = r.whole("first_k_dense_replace", 0, minimum=0)
+    if dense >= layers:
+        r.fail(f"field first_k_dense_replace ({dense}) must be below num_hidden_layers ({layers})")
+    moe_width = r.whole("moe_intermediate_size")
+    # Absent, the config class's default 1536 (DeepseekV2Config, DeepseekV3Config); null: queries
+    # are projected directly (DeepSeek-V2-Lite).
+    q_rank = 0 if "q_lora_rank" in r.data and r.data["q_lora_rank"] is None else r.whole(
+        "q_lora_rank", 1536)
+    bias = r.flag("attention_bias", False)
+    return dict(hidden=hidden, layers=layers, heads=heads, kv_heads=heads, ffn_hidden=moe_width,
+                vocab=r.whole("vocab_size"), max_positions=r.whole("max_position_embeddings", 2048),
+                tied_embeddings=r.flag("tie_word_embeddings", False), gated_mlp=True, norm="rmsnorm",
+                position_embedding="rotary", qkv_bias=bias, output_bias=bias,
+                head_dim=r.whole("qk_nope_head_dim"), kv_lora_rank=r.whole("kv_lora_rank"),
+                q_lora_rank=q_rank, rope_head_dim=r.whole("qk_rope_head_dim"),
+                v_head_dim=r.whole("v_head_dim"), experts=experts, experts_per_token=per_token,
+                shared_expert_ffn=r.whole("n_shared_experts", 0, minimum=0) * moe_width,
+                dense_layers=dense, dense_ffn_hidden=r.whole("intermediate_size") if dense else 0,
+                dropout=r.dropout("attention_dropout"))
+
+
 READERS = {
     "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "gemma": _gemma,
     "gemma2": _gemma2, "phi3": _phi3, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "qwen3": _qwen3,
     "gemma3_text": _gemma3_text, "olmo2": _olmo2, "qwen2_moe": _qwen2_moe, "qwen3_moe": _qwen3_moe,
-    "bloom": _bloom, "falcon": _falcon,
+    "bloom": _bloom, "falcon": _falcon, "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
 }
+# Fields whose parameters transformers does not build, so neither does zerolib (named in source).
+NOT_BUILT_FIELDS = ("num_nextn_predict_layers",)
 
 
 def _config_file(path: Path) -> Path:
@@ -376,6 +408,10 @@ def model_from_config(source, *, name: str | None = None) -> TransformerConfig:
     source_text = f"read from {where} (model_type {model_type})"
     if ignored:
         source_text += f"; fields that change no parameter: {', '.join(ignored)}"
+    not_built = [key for key in NOT_BUILT_FIELDS if data.get(key)]
+    if not_built:   # DeepSeek-V3's multi-token prediction layer: in the checkpoint, not the model
+        source_text += (f"; not built by transformers and not counted: "
+                        f"{', '.join(f'{key} {data[key]}' for key in not_built)}")
     try:
         return TransformerConfig(name or _name(file, data), source=source_text, **fields)
     except (TypeError, ValueError) as error:

@@ -93,6 +93,15 @@ class TransformerConfig:
     shared_norm: bool = False   # one norm feeds attention and the MLP side by side (Falcon-7B)
     shared_expert_ffn: int = 0  # width of the always-active shared expert MLP (Qwen2-MoE); 0: none
     shared_expert_gate: bool = False  # a hidden x 1 sigmoid gate on the shared expert (Qwen2-MoE)
+    # Multi-head latent attention (DeepSeek-V2/V3): keys and values from a compressed latent of
+    # kv_lora_rank (0: ordinary attention), queries through one of q_lora_rank (0: directly);
+    # head_dim is then the part of a query/key head without rotary embedding (qk_nope_head_dim).
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    rope_head_dim: int = 0      # the rotary part of each query/key head (qk_rope_head_dim)
+    v_head_dim: int = 0         # width of a value head
+    dense_layers: int = 0       # the first layers keep a dense MLP (first_k_dense_replace)
+    dense_ffn_hidden: int = 0   # that dense MLP's width (the experts' is ffn_hidden)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -114,7 +123,8 @@ class TransformerConfig:
             if isinstance(self.head_dim, bool) or not isinstance(self.head_dim, int):
                 raise TypeError(f"head_dim must be a positive whole number or None, got {self.head_dim!r}")
             check_positive_int(self.head_dim, "head_dim", MAX_MODEL_SIZE)
-        for name in ("experts", "experts_per_token", "shared_expert_ffn"):
+        for name in ("experts", "experts_per_token", "shared_expert_ffn", "kv_lora_rank", "q_lora_rank",
+                     "rope_head_dim", "v_head_dim", "dense_layers", "dense_ffn_hidden"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be a whole number, got {value!r}")
@@ -125,6 +135,17 @@ class TransformerConfig:
         if self.experts_per_token > self.experts:
             raise ValueError(f"experts_per_token ({self.experts_per_token}) must be at most experts "
                              f"({self.experts})")
+        if self.kv_lora_rank and not (self.v_head_dim and self.head_dim):
+            raise ValueError("kv_lora_rank (latent attention) needs head_dim and v_head_dim")
+        if (self.q_lora_rank or self.rope_head_dim or self.v_head_dim) and not self.kv_lora_rank:
+            raise ValueError("q_lora_rank, rope_head_dim and v_head_dim need kv_lora_rank "
+                             "(multi-head latent attention)")
+        if self.dense_layers and not (self.experts and self.dense_ffn_hidden
+                                      and self.dense_layers < self.layers):
+            raise ValueError(f"dense_layers ({self.dense_layers}) needs experts, dense_ffn_hidden and "
+                             f"fewer dense layers than layers ({self.layers})")
+        if self.dense_ffn_hidden and not self.dense_layers:
+            raise ValueError("dense_ffn_hidden needs dense_layers")
         if self.qk_norm not in QK_NORMS:
             raise ValueError(f"qk_norm must be one of {', '.join(QK_NORMS)}, got {self.qk_norm!r}")
         if (self.shared_expert_ffn or self.shared_expert_gate) and not self.experts:
@@ -170,6 +191,15 @@ class TransformerConfig:
     @property
     def mixture_of_experts(self) -> bool:
         return self.experts > 0
+
+    @property
+    def latent_attention(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def sparse_layers(self) -> int:
+        """Layers holding the mixture of experts (all of them unless the first are dense)."""
+        return self.layers - self.dense_layers if self.experts else 0
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -220,7 +250,22 @@ def modules(config: TransformerConfig | str) -> tuple[Module, ...]:
     if config.embedding_norm:
         out.append(Module("embedding_norm", norm))
     out.append(Module("attention_norm", norm, L))
-    if config.fused_qkv:
+    if config.latent_attention:     # DeepSeek-V2/V3 (transformers' DeepseekV3Attention)
+        qk = config.head_width + config.rope_head_dim
+        bias = config.qkv_bias     # attention_bias: on the down projections and the output
+        if config.q_lora_rank:
+            out += [Module("query_down_projection", linear(h, config.q_lora_rank, bias), L),
+                    Module("query_down_norm", config.q_lora_rank, L),
+                    Module("query_up_projection", linear(config.q_lora_rank, config.heads * qk, False), L)]
+        else:
+            out.append(Module("query_projection", linear(h, config.heads * qk, False), L))
+        out += [Module("kv_down_projection", linear(h, config.kv_lora_rank + config.rope_head_dim, bias), L),
+                Module("kv_down_norm", config.kv_lora_rank, L),
+                Module("kv_up_projection", linear(config.kv_lora_rank, config.heads * (
+                    config.head_width + config.v_head_dim), False), L),
+                Module("attention_output_projection", linear(config.heads * config.v_head_dim, h,
+                                                             config.output_bias), L)]
+    elif config.fused_qkv:
         out.append(Module("qkv_projection", linear(h, q + 2 * kv, config.qkv_bias), L))
     else:
         out += [Module("query_projection", linear(h, q, config.qkv_bias), L),
@@ -230,12 +275,19 @@ def modules(config: TransformerConfig | str) -> tuple[Module, ...]:
         per_head = config.qk_norm == "head"
         out += [Module("query_norm", config.head_width if per_head else q, L),
                 Module("key_norm", config.head_width if per_head else kv, L)]
-    out.append(Module("attention_output_projection", linear(q, h, config.output_bias), L))
+    if not config.latent_attention:
+        out.append(Module("attention_output_projection", linear(q, h, config.output_bias), L))
     if config.post_norms:
         out.append(Module("post_attention_norm", norm, L))
     if not config.shared_norm:
         out.append(Module("mlp_norm", norm, L))
+    if config.dense_layers:         # DeepSeek's first layers: one dense (gated) MLP each
+        fd, k = config.dense_ffn_hidden, config.dense_layers
+        out += [Module("dense_mlp_gate_projection", linear(h, fd, config.mlp_bias), k),
+                Module("dense_mlp_up_projection", linear(h, fd, config.mlp_bias), k),
+                Module("dense_mlp_down_projection", linear(fd, h, config.mlp_bias), k)]
     if config.mixture_of_experts:
+        L = config.sparse_layers   # the layers with experts
         copies = L * config.experts
         gate_name, up_name, down_name = EXPERT_MODULES
         out.append(Module("router", linear(h, config.experts, False), L))
@@ -251,6 +303,7 @@ def modules(config: TransformerConfig | str) -> tuple[Module, ...]:
                     Module("shared_expert_down_projection", linear(fs, h, config.mlp_bias), L)]
         if config.shared_expert_gate:
             out.append(Module("shared_expert_gate", linear(h, 1, False), L))
+        L = config.layers
     else:
         if config.fused_gate_up:     # one h x 2f matrix (Phi-3's gate_up_proj)
             out.append(Module("mlp_gate_up_projection", linear(h, 2 * f, config.mlp_bias), L))
@@ -282,7 +335,7 @@ def active_parameter_count(config: TransformerConfig | str) -> int:
     config = get_model(config)
     idle = config.experts - config.experts_per_token     # experts a token skips, per layer
     unused = sum(m.elements for m in modules(config) if m.name in EXPERT_MODULES)
-    return parameter_count(config) - config.layers * idle * unused
+    return parameter_count(config) - config.sparse_layers * idle * unused
 
 
 def largest_layer(config: TransformerConfig | str, *, fused_experts: bool = False) -> int:

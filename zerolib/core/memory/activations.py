@@ -64,6 +64,15 @@ Conventions and what is left out:
   (GShard, Lepikhin et al. 2020, Sec. 2.2; Switch Transformer, Fedus et al. 2021, Sec. 2.1),
   padded when fewer arrive, so the expert tensors are E x that many tokens wide; tokens beyond a
   buffer are dropped, which this count does not model further.
+- Multi-head latent attention (``kv_lora_rank`` > 0, DeepSeek-V2/V3, transformers'
+  DeepseekV3Attention run eagerly): the down projections' outputs are saved by their RMSNorms and
+  the norms' outputs by the up projections (2 x s x b x rank for the query latent, if any, and
+  for the key/value latent, whole on every tensor-parallel rank as the down projections are);
+  queries and keys are heads x (head_dim + rope_head_dim) wide, values and the output
+  projection's input heads x v_head_dim. Assumption: the rotary key part shared by the heads
+  saves nothing of its own (it is concatenated into the keys counted above), as with RoPE.
+- Dense first layers (``dense_layers``, DeepSeek's first_k_dense_replace): those layers save
+  what a dense gated MLP of ``dense_ffn_hidden`` saves; the others the mixture of experts'.
 - Gated MLP, as eager PyTorch runs ``down(act(gate(x)) * up(x))``: the activation saves its input
   (the gate projection), the product saves both factors (activation output, up projection), the
   down projection saves the product: four f-wide tensors. A fused SwiGLU kernel stores three.
@@ -114,7 +123,8 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
                            kv_heads=None, head_dim=None, post_norms=False, experts=0,
                            experts_per_token=0, qk_norm="none", shared_norm=False,
                            shared_expert_ffn=0, shared_expert_gate=False,
-                           capacity_factor=None) -> Mapping[str, int]:
+                           capacity_factor=None, kv_lora_rank=0, q_lora_rank=0, rope_head_dim=0,
+                           v_head_dim=0) -> Mapping[str, int]:
     """Bytes each saved tensor of one transformer layer takes on one tensor-parallel rank.
 
     Terms that a setting removes are 0 rather than absent, so the names stay the same.
@@ -145,6 +155,8 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
     shared_norm, shared_gate = check_flag(shared_norm, "shared_norm"), check_flag(shared_expert_gate,
                                                                                   "shared_expert_gate")
     fs = check_count(shared_expert_ffn, "shared_expert_ffn")
+    kv_rank, q_rank = check_count(kv_lora_rank, "kv_lora_rank"), check_count(q_lora_rank, "q_lora_rank")
+    rope, v_width = check_count(rope_head_dim, "rope_head_dim"), check_count(v_head_dim, "v_head_dim")
     if capacity_factor is not None:
         if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float)) or not (
                 1 <= capacity_factor <= 64):
@@ -182,7 +194,7 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
              "softmax_output", "attention_dropout_mask", "attention_dropout_output",
              "flash_logsumexp", "attention_output_projection_input", "attention_dropout_mask_after_projection",
              "post_attention_norm_input", "mlp_norm_input", "mlp_input", "router_probabilities",
-             "expert_input", "query_norm_input", "key_norm_input", "shared_expert_gate_projection",
+             "expert_input", "query_norm_input", "key_norm_input", "query_latent", "kv_latent", "shared_expert_gate_projection",
              "shared_expert_activation_output", "shared_expert_up_projection",
              "shared_expert_down_projection_input", "shared_expert_gate_output", "shared_expert_output"]
     names += (["mlp_gate_projection", "mlp_activation_output", "mlp_up_projection", "mlp_down_projection_input"]
@@ -201,6 +213,12 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
     terms["query"] = e * _split(s * b * a * d, t)          # Q and K for QK^T (paper: 4sbh)
     terms["key"] = e * s * b * kv_width
     terms["value"] = e * s * b * kv_width                  # V for the attention over values
+    if kv_rank:     # latent attention: wider queries and keys, values of their own width
+        terms["query"] = e * _split(s * b * a * (d + rope), t)
+        terms["key"] = e * _split(s * b * a * (d + rope), t)
+        terms["value"] = e * _split(s * b * a * (v_width or d), t)
+        terms["query_latent"] = 2 * e * s * b * q_rank          # norm input, up-projection input
+        terms["kv_latent"] = 2 * e * s * b * kv_rank
     if qk_norm != "none":                                   # each norm saves its input
         terms["query_norm_input"] = e * _split(s * b * a * d, t)
         terms["key_norm_input"] = e * s * b * kv_width
@@ -212,7 +230,7 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
             if drop:
                 terms["attention_dropout_mask"] = m * _split(scores, t)
                 terms["attention_dropout_output"] = e * _split(scores, t)
-    terms["attention_output_projection_input"] = e * _split(s * b * a * d, t)
+    terms["attention_output_projection_input"] = e * _split(s * b * a * (v_width if kv_rank else d), t)
     if drop:
         terms["attention_dropout_mask_after_projection"] = m * _split(sbh, pointwise_t)
     if post:
@@ -296,6 +314,8 @@ def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", ten
                   experts_per_token=config.experts_per_token, qk_norm=config.qk_norm,
                   shared_norm=config.shared_norm, shared_expert_ffn=config.shared_expert_ffn,
                   shared_expert_gate=config.shared_expert_gate, capacity_factor=capacity_factor,
+                  kv_lora_rank=config.kv_lora_rank, q_lora_rank=config.q_lora_rank,
+                  rope_head_dim=config.rope_head_dim, v_head_dim=config.v_head_dim,
                   tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
                   flash_attention=flash_attention, element_bytes=element_bytes,
                   mask_bytes=mask_bytes, dropout=drop)
@@ -311,13 +331,26 @@ def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", ten
         kept = layer_activation_bytes(seq_len, micro_batch, config.hidden, config.heads,
                                       recompute="selective", **common)
         transient = everything if recompute == "full" else everything - kept
+    layers_total = config.layers * layer
+    if config.dense_layers:     # DeepSeek's first layers: a dense gated MLP, no experts
+        dense = {**common, "ffn_hidden": config.dense_ffn_hidden, "experts": 0, "experts_per_token": 0,
+                 "shared_expert_ffn": 0, "shared_expert_gate": False}
+        dense_layer = layer_activation_bytes(seq_len, micro_batch, config.hidden, config.heads,
+                                             recompute=recompute, **dense)
+        layers_total = config.sparse_layers * layer + config.dense_layers * dense_layer
+        if recompute != "none":     # the larger of the two kinds of layer being recomputed
+            everything = layer_activation_bytes(seq_len, micro_batch, config.hidden, config.heads,
+                                                recompute="none", **dense)
+            kept = layer_activation_bytes(seq_len, micro_batch, config.hidden, config.heads,
+                                          recompute="selective", **dense)
+            transient = max(transient, everything if recompute == "full" else everything - kept)
 
     s, b, h, v = seq_len, micro_batch, config.hidden, config.vocab
     t = tensor_parallel
     pointwise_t = t if sequence_parallel else 1
     sbh_rank = _split(s * b * h, pointwise_t)
     return MappingProxyType({
-        "transformer_layers": config.layers * layer,
+        "transformer_layers": layers_total,
         "recompute_transient": transient,
         "embedding_dropout_mask": mask_bytes * sbh_rank if drop else 0,
         "embedding_norm_input": element_bytes * sbh_rank if config.embedding_norm else 0,

@@ -116,6 +116,18 @@ MODULE_SPLITS: Mapping[str, SplitRule] = MappingProxyType({
     "shared_expert_up_projection": SplitRule("column", "layer"),
     "shared_expert_down_projection": SplitRule("row", "layer", bias="mlp_bias"),
     "shared_expert_gate": SplitRule("replicated", "layer"),
+    # Latent attention (DeepSeek-V2/V3): the down projections and their norms whole on every
+    # rank, the up projections split by heads (Megatron-LM's MLA: linear_q_down_proj and
+    # linear_kv_down_proj are not tensor-parallel); the first layers' dense MLP as any MLP.
+    "query_down_projection": SplitRule("replicated", "layer"),
+    "query_down_norm": SplitRule("replicated", "layer"),
+    "query_up_projection": SplitRule("column", "layer"),
+    "kv_down_projection": SplitRule("replicated", "layer"),
+    "kv_down_norm": SplitRule("replicated", "layer"),
+    "kv_up_projection": SplitRule("column", "layer"),
+    "dense_mlp_gate_projection": SplitRule("column", "layer"),
+    "dense_mlp_up_projection": SplitRule("column", "layer"),
+    "dense_mlp_down_projection": SplitRule("row", "layer", bias="mlp_bias"),
     "expert_gate_projection": SplitRule("column", "layer"),
     "expert_up_projection": SplitRule("column", "layer"),
     "expert_down_projection": SplitRule("row", "layer", bias="mlp_bias"),
@@ -155,6 +167,11 @@ def _rule(name: str) -> SplitRule:
 def module_splits(model: str | TransformerConfig) -> tuple[ModuleSplit, ...]:
     """Every module of ``model`` (:func:`zerolib.core.catalogue.models.modules`) with its split rule."""
     config = get_model(model)
+    if config.dense_layers:
+        raise ValueError(f"{config.name}: its first {config.dense_layers} layers are dense and the other "
+                         f"{config.sparse_layers} hold experts (dense_layers); zerolib splits and "
+                         f"places only layers that are all alike, so it counts this model's "
+                         f"parameters but cannot place it on GPUs")
     out = []
     for module in modules(config):
         rule = _rule(module.name)
