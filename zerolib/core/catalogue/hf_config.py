@@ -47,10 +47,6 @@ ENCODER_TYPES = frozenset({
 })
 
 
-def _where(source) -> str:
-    return "config" if source is None else str(source)
-
-
 class _Fields:
     """One config's fields, read with errors that name the file and the field."""
 
@@ -61,7 +57,8 @@ class _Fields:
         raise ValueError(f"{self.where}: {message}")
 
     def whole(self, key: str, default=None, *, minimum: int = 1) -> int:
-        value = self.data.get(key, default) if default is not None else self.data.get(key)
+        """A whole-number field; absent or null, ``default`` (None: the field is required)."""
+        value = self.data.get(key)
         if value is None:
             if default is None:
                 self.fail(f"missing field {key}")

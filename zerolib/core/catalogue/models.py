@@ -39,6 +39,15 @@ Shapes beyond the dense Llama block:
   tensors (``MixtralExperts``: ``gate_up_proj`` and ``down_proj``); ``largest_layer(...,
   fused_experts=True)`` gives DeepSpeed's largest module for that layout.
 
+Shapes read from other architectures' config.json (:mod:`zerolib.core.catalogue.hf_config`),
+each checked against transformers: Phi-3's fused ``gate_up_proj`` (``fused_gate_up``); norms on
+queries and keys (``qk_norm``: per head in Qwen3 and Gemma-3, over the projection in OLMo-2);
+BLOOM's norm after the embedding (``embedding_norm``) and ALiBi (no position parameters);
+Falcon-7B's one norm before attention and MLP side by side (``shared_norm``); a shared expert
+beside the routed ones (``shared_expert_ffn``, with Qwen2-MoE's sigmoid ``shared_expert_gate``);
+DeepSeek's multi-head latent attention (``kv_lora_rank``, ``q_lora_rank``, ``rope_head_dim``,
+``v_head_dim``) and its first dense layers (``dense_layers`` of ``dense_ffn_hidden``).
+
 :func:`active_parameter_count` counts the parameters one token's forward pass uses: everything
 except the experts a token is not routed to, i.e. the embedding, attention, norms, the whole
 router, ``experts_per_token`` experts per layer and the output projection (a tied one once). This
@@ -287,10 +296,10 @@ def modules(config: TransformerConfig | str) -> tuple[Module, ...]:
                 Module("dense_mlp_up_projection", linear(h, fd, config.mlp_bias), k),
                 Module("dense_mlp_down_projection", linear(fd, h, config.mlp_bias), k)]
     if config.mixture_of_experts:
-        L = config.sparse_layers   # the layers with experts
-        copies = L * config.experts
+        n = config.sparse_layers   # the layers with experts
+        copies = n * config.experts
         gate_name, up_name, down_name = EXPERT_MODULES
-        out.append(Module("router", linear(h, config.experts, False), L))
+        out.append(Module("router", linear(h, config.experts, False), n))
         if config.gated_mlp:
             out.append(Module(gate_name, linear(h, f, config.mlp_bias), copies))
         out += [Module(up_name, linear(h, f, config.mlp_bias), copies),
@@ -298,12 +307,11 @@ def modules(config: TransformerConfig | str) -> tuple[Module, ...]:
         if config.shared_expert_ffn:    # always active, beside the routed experts
             fs = config.shared_expert_ffn
             if config.gated_mlp:
-                out.append(Module("shared_expert_gate_projection", linear(h, fs, config.mlp_bias), L))
-            out += [Module("shared_expert_up_projection", linear(h, fs, config.mlp_bias), L),
-                    Module("shared_expert_down_projection", linear(fs, h, config.mlp_bias), L)]
+                out.append(Module("shared_expert_gate_projection", linear(h, fs, config.mlp_bias), n))
+            out += [Module("shared_expert_up_projection", linear(h, fs, config.mlp_bias), n),
+                    Module("shared_expert_down_projection", linear(fs, h, config.mlp_bias), n)]
         if config.shared_expert_gate:
-            out.append(Module("shared_expert_gate", linear(h, 1, False), L))
-        L = config.layers
+            out.append(Module("shared_expert_gate", linear(h, 1, False), n))
     else:
         if config.fused_gate_up:     # one h x 2f matrix (Phi-3's gate_up_proj)
             out.append(Module("mlp_gate_up_projection", linear(h, 2 * f, config.mlp_bias), L))
