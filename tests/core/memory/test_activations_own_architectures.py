@@ -3,11 +3,10 @@
 s = 1,024 tokens, b = 2 sequences, 2-byte elements, no dropout, t = 1 unless stated.
 """
 import pytest
-
-from zerolib.core.memory.activations import layer_activation_terms, model_activation_terms
 from conftest import REPO
 
 from zerolib.core.catalogue.hf_config import model_from_config
+from zerolib.core.memory.activations import layer_activation_terms, model_activation_terms
 
 S, B = 1024, 2
 DATA = REPO / "tests" / "data"

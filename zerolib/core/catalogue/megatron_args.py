@@ -119,6 +119,15 @@ def _tokens(source) -> tuple[list[str], str]:
         raise ValueError(f"{where}: cannot split the arguments ({error})") from None
 
 
+def _value(tokens: list[str], index: int, flag: str, inline: str, where: str) -> tuple[str, int]:
+    """(the flag's value, the index of the last token read): ``--flag=value`` or ``--flag value``."""
+    if inline:
+        return inline, index
+    if index + 1 >= len(tokens) or tokens[index + 1].startswith("--"):
+        raise ValueError(f"{where}: {flag} needs a value")
+    return tokens[index + 1], index + 1
+
+
 def _parse(tokens: list[str], where: str) -> dict:
     found: dict = {}
     index = 0
@@ -129,24 +138,14 @@ def _parse(tokens: list[str], where: str) -> dict:
             raise ValueError(f"{where}: {token!r} is not a --flag (Megatron-LM arguments are "
                              f"--name value pairs and --switches)")
         flag = flag.replace("_", "-")
-
-        def value() -> str:
-            nonlocal index
-            if inline:
-                return inline
-            if index + 1 >= len(tokens) or tokens[index + 1].startswith("--"):
-                raise ValueError(f"{where}: {flag} needs a value")
-            index += 1
-            return tokens[index]
-
-        if flag in _REFUSED:
-            why = _REFUSED[flag]
-            if why is None:       # changes no parameter, takes a value
-                value()
-            else:
-                raise ValueError(f"{where}: {flag}: {why}; zerolib cannot express it")
-        elif flag in _WHOLE:
-            text = value()
+        takes_value = (flag in _WHOLE or flag in _CHOICES or flag in _NO_PARAMETER_VALUES
+                       or (flag in _REFUSED and _REFUSED[flag] is None))
+        text = None
+        if flag in _REFUSED and _REFUSED[flag] is not None:
+            raise ValueError(f"{where}: {flag}: {_REFUSED[flag]}; zerolib cannot express it")
+        if takes_value:
+            text, index = _value(tokens, index, flag, inline, where)
+        if flag in _WHOLE:
             try:
                 number = int(text)
             except ValueError:
@@ -157,14 +156,11 @@ def _parse(tokens: list[str], where: str) -> dict:
         elif flag in _SWITCHES:
             found[_SWITCHES[flag]] = True
         elif flag in _CHOICES:
-            text = value()
             if text not in _CHOICES[flag]:
                 raise ValueError(f"{where}: {flag} must be one of {', '.join(_CHOICES[flag])}, "
                                  f"got {text!r}")
             found[flag[2:].replace("-", "_")] = text
-        elif flag in _NO_PARAMETER_VALUES:
-            value()
-        elif flag not in _NO_PARAMETER_SWITCHES:
+        elif not takes_value and flag not in _NO_PARAMETER_SWITCHES:
             raise ValueError(f"{where}: {flag} is not a Megatron-LM argument zerolib knows; if it "
                              f"changes no parameter, leave it out")
         index += 1

@@ -194,8 +194,8 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
              "softmax_output", "attention_dropout_mask", "attention_dropout_output",
              "flash_logsumexp", "attention_output_projection_input", "attention_dropout_mask_after_projection",
              "post_attention_norm_input", "mlp_norm_input", "mlp_input", "router_probabilities",
-             "expert_input", "query_norm_input", "key_norm_input", "query_latent", "kv_latent", "shared_expert_gate_projection",
-             "shared_expert_activation_output", "shared_expert_up_projection",
+             "expert_input", "query_norm_input", "key_norm_input", "query_latent", "kv_latent",
+             "shared_expert_gate_projection", "shared_expert_activation_output", "shared_expert_up_projection",
              "shared_expert_down_projection_input", "shared_expert_gate_output", "shared_expert_output"]
     names += (["mlp_gate_projection", "mlp_activation_output", "mlp_up_projection", "mlp_down_projection_input"]
               if gated else ["mlp_activation_input", "mlp_down_projection_input"])
@@ -302,7 +302,8 @@ def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", ten
     Terms: ``transformer_layers`` (L x one layer), ``recompute_transient`` (one layer being
     recomputed during backward), ``embedding_dropout_mask`` (the embedding output itself is the
     first layer's input, counted there), ``embedding_norm_input`` (BLOOM's norm after the
-    embedding saves its input; the first layer's input is that norm's output), ``final_norm_input``, ``output_projection_input`` and
+    embedding saves its input; the first layer's input is that norm's output),
+    ``final_norm_input``, ``output_projection_input`` and
     ``logits_loss`` (vocabulary x sequence x micro-batch, split over tensor-parallel ranks).
     """
     config = get_model(model)
