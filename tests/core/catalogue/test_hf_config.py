@@ -221,6 +221,19 @@ def test_dict_directory_and_cache_snapshot(tmp_path):
     assert parameter_count(model_from_config(cache)) == EXPECTED["gpt2"][0]
 
 
+def test_hub_name_found_in_the_local_cache_offline(tmp_path, monkeypatch):
+    snapshot = tmp_path / "models--Qwen--Qwen2-0.5B" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    shutil.copy(_path("qwen2-0.5b"), snapshot / "config.json")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.chdir(tmp_path)     # no local Qwen/Qwen2-0.5B folder shadows the name
+    config = model_from_config("Qwen/Qwen2-0.5B")
+    assert config.name == "Qwen/Qwen2-0.5B" and parameter_count(config) == EXPECTED["qwen2-0.5b"][0]
+    with pytest.raises(ValueError, match=r"Qwen/Qwen9: no such file or directory \(nor, as a Hub name, "
+                                         r"in the local cache"):
+        model_from_config("Qwen/Qwen9")
+
+
 def _write(tmp_path, data) -> Path:
     path = tmp_path / "config.json"
     path.write_text(data if isinstance(data, str) else json.dumps(data))

@@ -321,11 +321,29 @@ READERS = {
 NOT_BUILT_FIELDS = ("num_nextn_predict_layers",)
 
 
+def hub_cache() -> Path:
+    """The local Hugging Face Hub cache, where huggingface_hub keeps it: HF_HUB_CACHE, else
+    HF_HOME/hub, else XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "huggingface" / "hub"
+
+
 def _config_file(path: Path) -> Path:
-    """config.json of a file, a model directory or a Hugging Face cache folder."""
+    """config.json of a file, a model directory, a Hugging Face cache folder, or a Hub name
+    (ORG/NAME) already in the local cache (read offline: nothing is downloaded)."""
     if path.is_file():
         return path
     if not path.exists():
+        if len(path.parts) == 2 and not path.is_absolute():     # ORG/NAME: the local Hub cache
+            cached = hub_cache() / f"models--{path.parts[0]}--{path.parts[1]}"
+            if cached.is_dir():
+                return _config_file(cached)
+            raise ValueError(f"{path}: no such file or directory (nor, as a Hub name, in the local "
+                             f"cache {hub_cache()})")
         raise ValueError(f"{path}: no such file or directory")
     if (path / CONFIG_FILE).is_file():
         return path / CONFIG_FILE
@@ -379,7 +397,8 @@ def model_from_config(source, *, name: str | None = None) -> TransformerConfig:
     """The :class:`TransformerConfig` a Hugging Face ``config.json`` describes, exact to the parameter.
 
     ``source``: a path to a ``config.json``, a directory holding one, a local Hugging Face cache
-    folder (``models--ORG--NAME`` or its ``snapshots/HASH``), or the config as a dict. ``name``
+    folder (``models--ORG--NAME`` or its ``snapshots/HASH``), a Hub name ``ORG/NAME`` already in
+    the local cache (:func:`hub_cache`; offline, nothing is downloaded), or the config as a dict. ``name``
     overrides the name read from the path (the cache's ORG/NAME, else the folder's name).
     """
     data, where, file = read_config(source)
