@@ -6,8 +6,9 @@ from zerolib.core.catalogue.hf_config import model_from_config
 from zerolib.core.catalogue.megatron_args import model_from_megatron_args
 from zerolib.core.catalogue.models import TransformerConfig, get_model
 
-CONFIG_HELP = ("a Hugging Face config.json, a model directory holding one, or a local Hub cache "
-               "folder (models--ORG--NAME or its snapshots/HASH); read offline, exact count")
+CONFIG_HELP = ("a Hugging Face config.json, a model directory holding one, a local Hub cache "
+               "folder (models--ORG--NAME or its snapshots/HASH), or ORG/NAME already in that "
+               "cache; read offline, exact count")
 
 
 def add_arguments(group) -> None:
