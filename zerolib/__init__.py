@@ -31,6 +31,8 @@ _EXPORTS = {
     "zerolib.core.step.collectives": ("ring_volume", "collective_seconds"),
     "zerolib.core.catalogue.models": ("MODELS", "TransformerConfig", "get_model", "parameter_count",
                             "active_parameter_count", "largest_layer"),
+    "zerolib.core.catalogue.hf_config": ("model_from_config",),
+    "zerolib.core.catalogue.megatron_args": ("model_from_megatron_args",),
     "zerolib.core.memory.activations": ("layer_activation_bytes", "layer_activation_terms",
                                  "model_activation_terms"),
     "zerolib.core.memory.model_parallel": ("MODULE_SPLITS", "split_table", "parallel_rules", "check_parallel",

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = REPO / "notebooks"
 CHAPTER = ["00-index", "01-bytes-per-parameter", "02-memory-vs-gpu-count", "03-memory-vs-model-size",
            "04-will-it-fit", "05-the-price-of-zero", "06-sharding-groups-and-offload",
-           "07-when-zero-is-not-enough", "09-appendix-checking-the-arithmetic"]
+           "07-when-zero-is-not-enough", "08-size-your-own-model", "09-appendix-checking-the-arithmetic"]
 # Sections of the chapter's final order not yet written: a link to one of them is allowed
 # before it exists.
 PLANNED: set[str] = set()

@@ -76,7 +76,7 @@ def add_arguments(parser) -> None:
 
 
 def requested(args) -> bool:
-    return getattr(args, "model", None) is not None or any(
+    return any(getattr(args, name, None) is not None for name in ("model", "config", "megatron_args")) or any(
         getattr(args, dest, None) is not None for dest in OPTIONS)
 
 

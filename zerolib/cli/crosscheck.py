@@ -12,9 +12,8 @@ The tables are in GiB (2^30 bytes); ``--format json`` gives the exact bytes.
 """
 from __future__ import annotations
 
-import json
 
-from zerolib.cli._output import text_table
+from zerolib.cli._output import json_text, text_table
 from zerolib.core.units import GiB
 
 
@@ -37,13 +36,13 @@ def run(args) -> int:
     techniques, theoretical = korthikanti.technique_table(), megatron.comparison()
     parameters = korthikanti.parameter_table()
     if args.format == "json":
-        print(json.dumps({
+        print(json_text({
             "korthikanti_parameters": parameters.to_dict("records"),
             "korthikanti": [{**row, "share_of_baseline": str(row["share_of_baseline"])}
                             for row in techniques.to_dict("records")],
             "korthikanti_printed": {key: {"where": where, "value": value}
                                     for key, (where, value) in korthikanti.PRINTED.items()},
-            "megatron_theoretical_memory": theoretical.to_dict("records")}, indent=2))
+            "megatron_theoretical_memory": theoretical.to_dict("records")}))
         return 0
     print(render(korthikanti, megatron, parameters, techniques, theoretical))
     return 0

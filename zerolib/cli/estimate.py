@@ -5,6 +5,7 @@ import csv
 import io
 
 from zerolib.cli import _communication as communication_cli
+from zerolib.cli import _own_model as own_model_cli
 from zerolib.cli import _placement as placement_cli
 from zerolib.cli import _working_set as working_set_cli
 from zerolib.cli._arguments import (
@@ -15,7 +16,6 @@ from zerolib.cli._arguments import (
 )
 from zerolib.cli._output import json_text, text_table
 from zerolib.core.catalogue.devices import CAPACITY_BASES, DEVICES, device_at
-from zerolib.core.catalogue.models import get_model
 from zerolib.core.estimate import estimate, estimate_model
 from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.memory.accounting import CATEGORIES, STAGES, STRATEGY_NAMES
@@ -34,6 +34,7 @@ def register(commands) -> None:
                       help="parameter count: 7B, 350M, 1.5T, 7e9 or 7000000000")
     what.add_argument("--model", metavar="NAME",
                       help="a preset from 'zerolib models' (exact count; adds the working set)")
+    own_model_cli.add_arguments(what)
     parser.add_argument("--gpus", required=True, metavar="N",
                         help="GPUs: data-parallel workers (x tensor x pipeline parallel degrees)")
     add_layout_arguments(parser, default="mixed-adam")
@@ -73,8 +74,8 @@ def run(args) -> int:
                                                or "gpus_per_node" in communication):
         raise ValueError("--gpus-per-node needs a --link node or a placement flag (--shard-group, "
                          "--hpz, --offload-optimizer, --offload-params, --host-memory)")
-    if args.model is not None:
-        config = get_model(args.model)      # resolved once, handed down
+    config = own_model_cli.model_from(args)   # resolved once, handed down
+    if config is not None:
         settings = working_set_cli.settings_from(args, config)
         placement = placement_cli.placement_from(args, gpus, settings.tensor_parallel)
         stages = working_set_cli.default_stages(

@@ -6,6 +6,7 @@ import csv
 import io
 import math
 
+from zerolib.cli import _own_model as own_model_cli
 from zerolib.cli._arguments import add_layout_arguments, layout_from
 from zerolib.cli._communication import HOST_LINKS, host_link_from
 from zerolib.cli._output import json_text, text_table
@@ -45,7 +46,9 @@ def register(commands) -> None:
                     "whose peak per GPU fits, with headroom, step time and network share, fastest "
                     "first. " + PLAN_HEADER,
         epilog="Left out: " + "; ".join(PLAN_LEFT_OUT) + ".")
-    parser.add_argument("--model", required=True, metavar="NAME", help="a preset from 'zerolib models'")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model", metavar="NAME", help="a preset from 'zerolib models'")
+    own_model_cli.add_arguments(what)
     parser.add_argument("--gpus", required=True, metavar="N", help="GPUs in all")
     parser.add_argument("--gpus-per-node", required=True, metavar="K",
                         help="GPUs per node (tensor parallelism stays within a node); above "
@@ -167,7 +170,7 @@ def refuse_no_effect(args, options: dict) -> None:
 
 def run(args) -> int:
     top = None if args.top is None else parse_whole(args.top, "--top", maximum=MAX_GPUS)
-    result = plan(args.model, parse_whole(args.gpus, "--gpus", maximum=MAX_GPUS),
+    result = plan(own_model_cli.model_from(args), parse_whole(args.gpus, "--gpus", maximum=MAX_GPUS),
                   parse_whole(args.gpus_per_node, "--gpus-per-node", maximum=MAX_GPUS),
                   args.device, parse_whole(args.seq, "--seq", maximum=MAX_SEQ_LEN),
                   parse_whole(args.global_batch, "--global-batch", maximum=MAX_MICRO_BATCHES),

@@ -224,11 +224,13 @@ def test_get_model_is_forgiving_about_spelling_and_strict_about_names():
 @pytest.mark.parametrize("change, error", [
     ({"hidden": 0}, ValueError), ({"layers": -1}, ValueError), ({"heads": 7}, ValueError),
     ({"kv_heads": 5}, ValueError), ({"vocab": 1.5}, TypeError), ({"hidden": True}, TypeError),
-    ({"norm": "batchnorm"}, ValueError), ({"position_embedding": "alibi"}, ValueError),
+    ({"norm": "batchnorm"}, ValueError), ({"position_embedding": "sinusoidal"}, ValueError),
     ({"tied_embeddings": "no"}, TypeError), ({"name": ""}, TypeError),
     ({"head_dim": 0}, ValueError), ({"head_dim": 64.0}, TypeError), ({"post_norms": 1}, TypeError),
     ({"experts": -1}, ValueError), ({"experts": 2.0}, TypeError), ({"experts": 8}, ValueError),
-    ({"experts_per_token": 2}, ValueError),
+    ({"experts_per_token": 2}, ValueError), ({"qk_norm": "layer"}, ValueError),
+    ({"shared_expert_ffn": 1408}, ValueError), ({"shared_expert_gate": 1}, TypeError),
+    ({"fused_gate_up": "yes"}, TypeError),
 ])
 def test_bad_configs_are_rejected(change, error):
     (name,) = change

@@ -28,7 +28,7 @@ from zerolib.chapter.explorers.base import (
 )
 from zerolib.chapter.style import device_label
 from zerolib.core.catalogue.devices import Device, capacity_text
-from zerolib.core.catalogue.models import MODELS, get_model, parameter_count
+from zerolib.core.catalogue.models import MODELS, TransformerConfig, get_model, parameter_count
 from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.tables import peak_frame
@@ -143,7 +143,8 @@ def peak_table_html(frame: pd.DataFrame, device: Device, unit: str, fewest: dict
 class WillItFitExplorer(Explorer):
     """Will a model train on these GPUs? Its peak per GPU, stage by stage, against the device.
 
-    Controls: ``model`` (a preset of :mod:`zerolib.core.catalogue.models`), ``gpus`` (1 to 1024),
+    Controls: ``model`` (a preset of :mod:`zerolib.core.catalogue.models`, or a model of one's
+    own such as ``zl.model_from_config("config.json")``, listed first), ``gpus`` (1 to 1024),
     ``micro_batch`` (1 to 64), ``seq_len`` (powers of two, 128 to 131,072 tokens, up to the
     model's context where its position embeddings are learned), ``recompute`` (none, selective,
     full), ``flash_attention``, ``device``, ``unit``. ``.data`` is
@@ -158,7 +159,9 @@ class WillItFitExplorer(Explorer):
                  dpi: float = EXPLORER_DPI):
         super().__init__(dpi)
         w = widgets()
-        if not isinstance(model, str) or get_model(model).name not in MODELS:
+        # A model of one's own (zl.model_from_config) joins the presets at the top of the list.
+        own = model if isinstance(model, TransformerConfig) else None
+        if own is None and (not isinstance(model, str) or get_model(model).name not in MODELS):
             raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
         for name, value, high in (("gpus", gpus, MAX_EXPLORER_GPUS),
                                   ("micro_batch", micro_batch, LARGEST_MICRO_BATCH_SHOWN)):
@@ -166,7 +169,7 @@ class WillItFitExplorer(Explorer):
                 raise ValueError(f"{name} must be a whole number from 1 to {high}, got {value!r}")
         if seq_len not in seq_lengths_for(model):
             raise ValueError(f"seq_len must be one of {', '.join(map(str, seq_lengths_for(model)))}"
-                             f" for {model}, got {seq_len!r}")
+                             f" for {model if own is None else own.name}, got {seq_len!r}")
         if recompute not in RECOMPUTE:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
         if not isinstance(flash_attention, bool):
@@ -176,9 +179,11 @@ class WillItFitExplorer(Explorer):
         self._largest = (None, None)    # (settings key, largest micro-batch per stage)
         wide = {"description_width": "initial"}
         self.controls = {
-            "model": w.Dropdown(options=[(f"{name} ({_count_words(parameter_count(config))})", name)
-                                         for name, config in MODELS.items()],
-                                value=get_model(model).name, description="Model"),
+            "model": w.Dropdown(options=[(f"{config.name} ({_count_words(parameter_count(config))})",
+                                          config) for config in ((own,) if own else ())]
+                                + [(f"{name} ({_count_words(parameter_count(config))})", name)
+                                   for name, config in MODELS.items()],
+                                value=own if own else get_model(model).name, description="Model"),
             "gpus": w.IntSlider(value=gpus, min=1, max=MAX_EXPLORER_GPUS, description="GPUs",
                                 continuous_update=True),
             "micro_batch": w.IntSlider(value=micro_batch, min=1, max=LARGEST_MICRO_BATCH_SHOWN,

@@ -39,6 +39,15 @@ Shapes beyond the dense Llama block:
   tensors (``MixtralExperts``: ``gate_up_proj`` and ``down_proj``); ``largest_layer(...,
   fused_experts=True)`` gives DeepSpeed's largest module for that layout.
 
+Shapes read from other architectures' config.json (:mod:`zerolib.core.catalogue.hf_config`),
+each checked against transformers: Phi-3's fused ``gate_up_proj`` (``fused_gate_up``); norms on
+queries and keys (``qk_norm``: per head in Qwen3 and Gemma-3, over the projection in OLMo-2);
+BLOOM's norm after the embedding (``embedding_norm``) and ALiBi (no position parameters);
+Falcon-7B's one norm before attention and MLP side by side (``shared_norm``); a shared expert
+beside the routed ones (``shared_expert_ffn``, with Qwen2-MoE's sigmoid ``shared_expert_gate``);
+DeepSeek's multi-head latent attention (``kv_lora_rank``, ``q_lora_rank``, ``rope_head_dim``,
+``v_head_dim``) and its first dense layers (``dense_layers`` of ``dense_ffn_hidden``).
+
 :func:`active_parameter_count` counts the parameters one token's forward pass uses: everything
 except the experts a token is not routed to, i.e. the embedding, attention, norms, the whole
 router, ``experts_per_token`` experts per layer and the output projection (a tied one once). This
@@ -56,7 +65,8 @@ from types import MappingProxyType
 from zerolib.core.inputs import check_count, check_flag, check_positive_int
 
 NORMS = ("layernorm", "rmsnorm")            # layernorm: weight + bias; rmsnorm: weight only
-POSITION_EMBEDDINGS = ("learned", "rotary")  # rotary has no parameters
+POSITION_EMBEDDINGS = ("learned", "rotary", "alibi", "none")  # only "learned" has parameters
+QK_NORMS = ("none", "head", "projection")  # a norm on each query/key head, or on the whole projection
 MAX_MODEL_SIZE = 2**24   # largest hidden size, layer count, vocabulary... of a description
 
 
@@ -86,6 +96,21 @@ class TransformerConfig:
     post_norms: bool = False    # a norm after attention and after the MLP too (Gemma-2: 4 per layer)
     experts: int = 0            # MLP experts per layer (Mixtral: 8); 0: one dense MLP, no router
     experts_per_token: int = 0  # experts each token is routed to (Mixtral: 2); 0 when dense
+    fused_gate_up: bool = False  # gate and up in one module (Phi-3's gate_up_proj): largest_layer
+    qk_norm: str = "none"       # RMSNorm on queries and keys: per head (Qwen3, Gemma-3) or whole (OLMo-2)
+    embedding_norm: bool = False  # a norm right after the embedding (BLOOM's word_embeddings_layernorm)
+    shared_norm: bool = False   # one norm feeds attention and the MLP side by side (Falcon-7B)
+    shared_expert_ffn: int = 0  # width of the always-active shared expert MLP (Qwen2-MoE); 0: none
+    shared_expert_gate: bool = False  # a hidden x 1 sigmoid gate on the shared expert (Qwen2-MoE)
+    # Multi-head latent attention (DeepSeek-V2/V3): keys and values from a compressed latent of
+    # kv_lora_rank (0: ordinary attention), queries through one of q_lora_rank (0: directly);
+    # head_dim is then the part of a query/key head without rotary embedding (qk_nope_head_dim).
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    rope_head_dim: int = 0      # the rotary part of each query/key head (qk_rope_head_dim)
+    v_head_dim: int = 0         # width of a value head
+    dense_layers: int = 0       # the first layers keep a dense MLP (first_k_dense_replace)
+    dense_ffn_hidden: int = 0   # that dense MLP's width (the experts' is ffn_hidden)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -95,7 +120,8 @@ class TransformerConfig:
                 raise TypeError(f"{name} must be a positive whole number, got {getattr(self, name)!r}")
             check_positive_int(getattr(self, name), name, MAX_MODEL_SIZE)
         for name in ("tied_embeddings", "gated_mlp", "qkv_bias", "output_bias", "mlp_bias",
-                     "fused_qkv", "dropout", "post_norms"):
+                     "fused_qkv", "dropout", "post_norms", "fused_gate_up", "embedding_norm", "shared_norm",
+                     "shared_expert_gate"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.head_dim is None:
@@ -106,7 +132,8 @@ class TransformerConfig:
             if isinstance(self.head_dim, bool) or not isinstance(self.head_dim, int):
                 raise TypeError(f"head_dim must be a positive whole number or None, got {self.head_dim!r}")
             check_positive_int(self.head_dim, "head_dim", MAX_MODEL_SIZE)
-        for name in ("experts", "experts_per_token"):
+        for name in ("experts", "experts_per_token", "shared_expert_ffn", "kv_lora_rank", "q_lora_rank",
+                     "rope_head_dim", "v_head_dim", "dense_layers", "dense_ffn_hidden"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be a whole number, got {value!r}")
@@ -117,6 +144,27 @@ class TransformerConfig:
         if self.experts_per_token > self.experts:
             raise ValueError(f"experts_per_token ({self.experts_per_token}) must be at most experts "
                              f"({self.experts})")
+        if self.kv_lora_rank and not (self.v_head_dim and self.head_dim):
+            raise ValueError("kv_lora_rank (latent attention) needs head_dim and v_head_dim")
+        if (self.q_lora_rank or self.rope_head_dim or self.v_head_dim) and not self.kv_lora_rank:
+            raise ValueError("q_lora_rank, rope_head_dim and v_head_dim need kv_lora_rank "
+                             "(multi-head latent attention)")
+        if self.dense_layers and not (self.experts and self.dense_ffn_hidden
+                                      and self.dense_layers < self.layers):
+            raise ValueError(f"dense_layers ({self.dense_layers}) needs experts, dense_ffn_hidden and "
+                             f"fewer dense layers than layers ({self.layers})")
+        if self.dense_ffn_hidden and not self.dense_layers:
+            raise ValueError("dense_ffn_hidden needs dense_layers")
+        if self.qk_norm not in QK_NORMS:
+            raise ValueError(f"qk_norm must be one of {', '.join(QK_NORMS)}, got {self.qk_norm!r}")
+        if (self.shared_expert_ffn or self.shared_expert_gate) and not self.experts:
+            raise ValueError("shared_expert_ffn and shared_expert_gate need experts (a mixture of experts)")
+        if self.shared_expert_gate and not self.shared_expert_ffn:
+            raise ValueError("shared_expert_gate needs shared_expert_ffn (a shared expert to gate)")
+        if self.shared_norm and self.post_norms:
+            raise ValueError("shared_norm (one norm per layer) and post_norms (four) exclude each other")
+        if self.fused_gate_up and not self.gated_mlp:
+            raise ValueError("fused_gate_up needs gated_mlp (a gate and an up projection to fuse)")
         if self.heads % self.kv_heads:
             raise ValueError(f"kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
         if self.norm not in NORMS:
@@ -147,11 +195,20 @@ class TransformerConfig:
 
     @property
     def norms_per_layer(self) -> int:
-        return 4 if self.post_norms else 2
+        return 4 if self.post_norms else 1 if self.shared_norm else 2
 
     @property
     def mixture_of_experts(self) -> bool:
         return self.experts > 0
+
+    @property
+    def latent_attention(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def sparse_layers(self) -> int:
+        """Layers holding the mixture of experts (all of them unless the first are dense)."""
+        return self.layers - self.dense_layers if self.experts else 0
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -178,7 +235,12 @@ def modules(config: TransformerConfig | str) -> tuple[Module, ...]:
     Names: ``embedding``, ``position_embedding`` (learned only), ``attention_norm``,
     ``qkv_projection`` (fused) or ``query_projection``/``key_projection``/``value_projection``,
     ``attention_output_projection``, ``post_attention_norm`` (post_norms only), ``mlp_norm``, then
-    either ``mlp_gate_projection`` (gated only), ``mlp_up_projection``, ``mlp_down_projection`` or,
+    either ``mlp_gate_projection`` (gated only), ``mlp_up_projection`` (or, fused, one
+    ``mlp_gate_up_projection``), ``mlp_down_projection`` or,
+    (``embedding_norm`` after the embedding with ``embedding_norm``; ``query_norm`` and
+    ``key_norm`` before the output projection with ``qk_norm``; no ``mlp_norm`` with
+    ``shared_norm``; ``shared_expert_*`` projections and ``shared_expert_gate`` after the routed
+    experts with a shared expert)
     with experts, ``router`` and the :data:`EXPERT_MODULES` (``expert_gate_projection`` gated
     only), ``post_mlp_norm`` (post_norms only), ``final_norm``, ``output_projection``.
     """
@@ -194,30 +256,70 @@ def modules(config: TransformerConfig | str) -> tuple[Module, ...]:
     out = [Module("embedding", v * h)]
     if config.position_embedding == "learned":
         out.append(Module("position_embedding", config.max_positions * h))
+    if config.embedding_norm:
+        out.append(Module("embedding_norm", norm))
     out.append(Module("attention_norm", norm, L))
-    if config.fused_qkv:
+    if config.latent_attention:     # DeepSeek-V2/V3 (transformers' DeepseekV3Attention)
+        qk = config.head_width + config.rope_head_dim
+        bias = config.qkv_bias     # attention_bias: on the down projections and the output
+        if config.q_lora_rank:
+            out += [Module("query_down_projection", linear(h, config.q_lora_rank, bias), L),
+                    Module("query_down_norm", config.q_lora_rank, L),
+                    Module("query_up_projection", linear(config.q_lora_rank, config.heads * qk, False), L)]
+        else:
+            out.append(Module("query_projection", linear(h, config.heads * qk, False), L))
+        out += [Module("kv_down_projection", linear(h, config.kv_lora_rank + config.rope_head_dim, bias), L),
+                Module("kv_down_norm", config.kv_lora_rank, L),
+                Module("kv_up_projection", linear(config.kv_lora_rank, config.heads * (
+                    config.head_width + config.v_head_dim), False), L),
+                Module("attention_output_projection", linear(config.heads * config.v_head_dim, h,
+                                                             config.output_bias), L)]
+    elif config.fused_qkv:
         out.append(Module("qkv_projection", linear(h, q + 2 * kv, config.qkv_bias), L))
     else:
         out += [Module("query_projection", linear(h, q, config.qkv_bias), L),
                 Module("key_projection", linear(h, kv, config.qkv_bias), L),
                 Module("value_projection", linear(h, kv, config.qkv_bias), L)]
-    out.append(Module("attention_output_projection", linear(q, h, config.output_bias), L))
+    if config.qk_norm != "none":     # RMSNorm weights only (Qwen3, Gemma-3, OLMo-2)
+        per_head = config.qk_norm == "head"
+        out += [Module("query_norm", config.head_width if per_head else q, L),
+                Module("key_norm", config.head_width if per_head else kv, L)]
+    if not config.latent_attention:
+        out.append(Module("attention_output_projection", linear(q, h, config.output_bias), L))
     if config.post_norms:
         out.append(Module("post_attention_norm", norm, L))
-    out.append(Module("mlp_norm", norm, L))
+    if not config.shared_norm:
+        out.append(Module("mlp_norm", norm, L))
+    if config.dense_layers:         # DeepSeek's first layers: one dense (gated) MLP each
+        fd, k = config.dense_ffn_hidden, config.dense_layers
+        out += [Module("dense_mlp_gate_projection", linear(h, fd, config.mlp_bias), k),
+                Module("dense_mlp_up_projection", linear(h, fd, config.mlp_bias), k),
+                Module("dense_mlp_down_projection", linear(fd, h, config.mlp_bias), k)]
     if config.mixture_of_experts:
-        copies = L * config.experts
+        n = config.sparse_layers   # the layers with experts
+        copies = n * config.experts
         gate_name, up_name, down_name = EXPERT_MODULES
-        out.append(Module("router", linear(h, config.experts, False), L))
+        out.append(Module("router", linear(h, config.experts, False), n))
         if config.gated_mlp:
             out.append(Module(gate_name, linear(h, f, config.mlp_bias), copies))
         out += [Module(up_name, linear(h, f, config.mlp_bias), copies),
                 Module(down_name, linear(f, h, config.mlp_bias), copies)]
+        if config.shared_expert_ffn:    # always active, beside the routed experts
+            fs = config.shared_expert_ffn
+            if config.gated_mlp:
+                out.append(Module("shared_expert_gate_projection", linear(h, fs, config.mlp_bias), n))
+            out += [Module("shared_expert_up_projection", linear(h, fs, config.mlp_bias), n),
+                    Module("shared_expert_down_projection", linear(fs, h, config.mlp_bias), n)]
+        if config.shared_expert_gate:
+            out.append(Module("shared_expert_gate", linear(h, 1, False), n))
     else:
-        if config.gated_mlp:
-            out.append(Module("mlp_gate_projection", linear(h, f, config.mlp_bias), L))
-        out += [Module("mlp_up_projection", linear(h, f, config.mlp_bias), L),
-                Module("mlp_down_projection", linear(f, h, config.mlp_bias), L)]
+        if config.fused_gate_up:     # one h x 2f matrix (Phi-3's gate_up_proj)
+            out.append(Module("mlp_gate_up_projection", linear(h, 2 * f, config.mlp_bias), L))
+        else:
+            if config.gated_mlp:
+                out.append(Module("mlp_gate_projection", linear(h, f, config.mlp_bias), L))
+            out.append(Module("mlp_up_projection", linear(h, f, config.mlp_bias), L))
+        out.append(Module("mlp_down_projection", linear(f, h, config.mlp_bias), L))
     if config.post_norms:
         out.append(Module("post_mlp_norm", norm, L))
     out.append(Module("final_norm", norm))
@@ -241,7 +343,7 @@ def active_parameter_count(config: TransformerConfig | str) -> int:
     config = get_model(config)
     idle = config.experts - config.experts_per_token     # experts a token skips, per layer
     unused = sum(m.elements for m in modules(config) if m.name in EXPERT_MODULES)
-    return parameter_count(config) - config.layers * idle * unused
+    return parameter_count(config) - config.sparse_layers * idle * unused
 
 
 def largest_layer(config: TransformerConfig | str, *, fused_experts: bool = False) -> int:

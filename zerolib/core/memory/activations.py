@@ -45,6 +45,34 @@ Conventions and what is left out:
   each expert's f-wide tensors are split as a dense MLP's (expert tensor parallelism equal to the
   tensor-parallel degree); expert parallelism, which gives each rank whole experts, is not
   modelled.
+- Norms on queries and keys (``qk_norm``: Qwen3 and Gemma-3 per head, OLMo-2 over the whole
+  projection; transformers' modeling files): each RMSNorm saves its input, so Q and K are held
+  twice (the projections' outputs and the normed copies the attention reads).
+- One norm feeding attention and the MLP side by side (``shared_norm``, Falcon-7B's parallel
+  block, transformers' FalconDecoderLayer): the MLP reads the tensor the QKV projection already
+  saved, so the MLP's norm input and input are not stored again (autograd keeps one tensor once).
+- ALiBi (BLOOM, Falcon-RW) adds a constant bias to the scores before the softmax, which saves
+  its output as without it: no term of its own (an assumption about eager attention: the bias is
+  built once per step and not counted).
+- Shared experts (``shared_expert_ffn``, Qwen2-MoE's ``shared_expert``): an always-active MLP of
+  its own width beside the routed ones, saving what a dense MLP of that width saves (its input is
+  the MLP input, already counted); with ``shared_expert_gate`` the sigmoid gate saves its output
+  (one value per token, in the element size) and the product saves the shared output (s x b x h).
+- Capacity factor (``capacity_factor``, a stated setting; None: dropless routing, each expert
+  holds exactly the tokens routed to it, as transformers runs Mixtral and Qwen-MoE). With a
+  factor c each of the E experts holds a fixed buffer of ceil(c x k x s x b / E) token slots
+  (GShard, Lepikhin et al. 2020, Sec. 2.2; Switch Transformer, Fedus et al. 2021, Sec. 2.1),
+  padded when fewer arrive, so the expert tensors are E x that many tokens wide; tokens beyond a
+  buffer are dropped, which this count does not model further.
+- Multi-head latent attention (``kv_lora_rank`` > 0, DeepSeek-V2/V3, transformers'
+  DeepseekV3Attention run eagerly): the down projections' outputs are saved by their RMSNorms and
+  the norms' outputs by the up projections (2 x s x b x rank for the query latent, if any, and
+  for the key/value latent, whole on every tensor-parallel rank as the down projections are);
+  queries and keys are heads x (head_dim + rope_head_dim) wide, values and the output
+  projection's input heads x v_head_dim. Assumption: the rotary key part shared by the heads
+  saves nothing of its own (it is concatenated into the keys counted above), as with RoPE.
+- Dense first layers (``dense_layers``, DeepSeek's first_k_dense_replace): those layers save
+  what a dense gated MLP of ``dense_ffn_hidden`` saves; the others the mixture of experts'.
 - Gated MLP, as eager PyTorch runs ``down(act(gate(x)) * up(x))``: the activation saves its input
   (the gate projection), the product saves both factors (activation output, up projection), the
   down projection saves the product: four f-wide tensors. A fused SwiGLU kernel stores three.
@@ -64,6 +92,7 @@ Conventions and what is left out:
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -92,14 +121,18 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
                            recompute="none", tensor_parallel=1, sequence_parallel=False,
                            flash_attention=False, element_bytes=2, mask_bytes=1, dropout=True,
                            kv_heads=None, head_dim=None, post_norms=False, experts=0,
-                           experts_per_token=0) -> Mapping[str, int]:
+                           experts_per_token=0, qk_norm="none", shared_norm=False,
+                           shared_expert_ffn=0, shared_expert_gate=False,
+                           capacity_factor=None, kv_lora_rank=0, q_lora_rank=0, rope_head_dim=0,
+                           v_head_dim=0) -> Mapping[str, int]:
     """Bytes each saved tensor of one transformer layer takes on one tensor-parallel rank.
 
     Terms that a setting removes are 0 rather than absent, so the names stay the same.
     ``kv_heads`` (default: ``heads``) narrows K and V under grouped-query attention; ``head_dim``
     (default: hidden / heads) sets the width of each head; ``post_norms`` adds Gemma-2's norms
     after attention and after the MLP; ``experts`` and ``experts_per_token`` make the MLP a
-    mixture of experts (see the module doc for what that saves).
+    mixture of experts (see the module doc for what that saves); ``qk_norm``, ``shared_norm``,
+    ``shared_expert_ffn``, ``shared_expert_gate`` and ``capacity_factor`` as the module doc says.
     """
     s = check_positive_int(seq_len, "seq_len")
     b = check_positive_int(micro_batch, "micro_batch")
@@ -117,6 +150,18 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
         check_flag(flash_attention, "flash_attention"), check_flag(dropout, "dropout"),
         check_flag(post_norms, "post_norms"))
     recompute = _check_recompute(recompute)
+    if qk_norm not in ("none", "head", "projection"):
+        raise ValueError(f"qk_norm must be one of none, head, projection, got {qk_norm!r}")
+    shared_norm, shared_gate = check_flag(shared_norm, "shared_norm"), check_flag(shared_expert_gate,
+                                                                                  "shared_expert_gate")
+    fs = check_count(shared_expert_ffn, "shared_expert_ffn")
+    kv_rank, q_rank = check_count(kv_lora_rank, "kv_lora_rank"), check_count(q_lora_rank, "q_lora_rank")
+    rope, v_width = check_count(rope_head_dim, "rope_head_dim"), check_count(v_head_dim, "v_head_dim")
+    if capacity_factor is not None:
+        if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float)) or not (
+                1 <= capacity_factor <= 64):
+            raise ValueError(f"capacity_factor must be a number from 1 to 64, or None for dropless "
+                             f"routing, got {capacity_factor!r}")
     if head_dim is None:
         if h % a:
             raise ValueError(f"hidden ({h}) must be a multiple of heads ({a}) unless head_dim is given")
@@ -132,8 +177,12 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
                          f"for a dense MLP")
 
     sbh = s * b * h
+    # Token slots the experts hold: k per token dropless, else E fixed buffers of the capacity.
+    slots = s * b * k
+    if n_experts and capacity_factor is not None:
+        slots = n_experts * math.ceil(capacity_factor * k * s * b / n_experts)
     # A mixture of experts runs k expert MLPs per token; a dense layer one MLP.
-    sbf = s * b * f * (k if n_experts else 1)
+    sbf = (slots if n_experts else s * b) * f
     # K (or V) width on one rank: its key/value heads x head_dim. With fewer key/value heads
     # than ranks each rank still holds one (Megatron replicates the groups).
     kv_width = d * _split(kv, t)
@@ -145,7 +194,9 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
              "softmax_output", "attention_dropout_mask", "attention_dropout_output",
              "flash_logsumexp", "attention_output_projection_input", "attention_dropout_mask_after_projection",
              "post_attention_norm_input", "mlp_norm_input", "mlp_input", "router_probabilities",
-             "expert_input"]
+             "expert_input", "query_norm_input", "key_norm_input", "query_latent", "kv_latent",
+             "shared_expert_gate_projection", "shared_expert_activation_output", "shared_expert_up_projection",
+             "shared_expert_down_projection_input", "shared_expert_gate_output", "shared_expert_output"]
     names += (["mlp_gate_projection", "mlp_activation_output", "mlp_up_projection", "mlp_down_projection_input"]
               if gated else ["mlp_activation_input", "mlp_down_projection_input"])
     names += ["expert_output", "post_mlp_norm_input", "mlp_dropout_mask", "layer_input"]
@@ -162,6 +213,15 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
     terms["query"] = e * _split(s * b * a * d, t)          # Q and K for QK^T (paper: 4sbh)
     terms["key"] = e * s * b * kv_width
     terms["value"] = e * s * b * kv_width                  # V for the attention over values
+    if kv_rank:     # latent attention: wider queries and keys, values of their own width
+        terms["query"] = e * _split(s * b * a * (d + rope), t)
+        terms["key"] = e * _split(s * b * a * (d + rope), t)
+        terms["value"] = e * _split(s * b * a * (v_width or d), t)
+        terms["query_latent"] = 2 * e * s * b * q_rank          # norm input, up-projection input
+        terms["kv_latent"] = 2 * e * s * b * kv_rank
+    if qk_norm != "none":                                   # each norm saves its input
+        terms["query_norm_input"] = e * _split(s * b * a * d, t)
+        terms["key_norm_input"] = e * s * b * kv_width
     if recompute == "none":                                 # selective recomputes the core
         if flash:
             terms["flash_logsumexp"] = LOGSUMEXP_BYTES * _split(a * s * b, t)
@@ -170,19 +230,31 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
             if drop:
                 terms["attention_dropout_mask"] = m * _split(scores, t)
                 terms["attention_dropout_output"] = e * _split(scores, t)
-    terms["attention_output_projection_input"] = e * _split(s * b * a * d, t)
+    terms["attention_output_projection_input"] = e * _split(s * b * a * (v_width if kv_rank else d), t)
     if drop:
         terms["attention_dropout_mask_after_projection"] = m * _split(sbh, pointwise_t)
     if post:
         terms["post_attention_norm_input"] = e * _split(sbh, pointwise_t)
 
     # MLP block (paper: 19sbh with f = 4h) and the two norms (paper: 4sbh).
-    terms["mlp_norm_input"] = e * _split(sbh, pointwise_t)
-    terms["mlp_input"] = e * _split(sbh, pointwise_t)
+    if not shared_norm:     # one shared norm: the MLP reads the tensor QKV already saved
+        terms["mlp_norm_input"] = e * _split(sbh, pointwise_t)
+        terms["mlp_input"] = e * _split(sbh, pointwise_t)
     if n_experts:
         terms["router_probabilities"] = ROUTER_BYTES * _split(s * b * n_experts, pointwise_t)
-        terms["expert_input"] = e * _split(k * sbh, pointwise_t)
-        terms["expert_output"] = e * _split(k * sbh, pointwise_t)
+        terms["expert_input"] = e * _split(slots * h, pointwise_t)
+        terms["expert_output"] = e * _split(slots * h, pointwise_t)
+    if fs:
+        sbfs = s * b * fs
+        shared_names = (("shared_expert_gate_projection", "shared_expert_activation_output",
+                         "shared_expert_up_projection", "shared_expert_down_projection_input")
+                        if gated else ("shared_expert_activation_output",
+                                       "shared_expert_down_projection_input"))
+        for name in shared_names:
+            terms[name] = e * _split(sbfs, t)
+    if shared_gate:
+        terms["shared_expert_gate_output"] = e * _split(s * b, pointwise_t)
+        terms["shared_expert_output"] = e * _split(sbh, pointwise_t)
     if gated:
         for name in ("mlp_gate_projection", "mlp_activation_output", "mlp_up_projection",
                      "mlp_down_projection_input"):
@@ -217,18 +289,21 @@ def _logits_widths(logits_bytes, element_bytes: int) -> tuple[int, ...]:
 
 def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", tensor_parallel=1,
                            sequence_parallel=False, flash_attention=False, element_bytes=2,
-                           mask_bytes=1, dropout=None, logits_bytes=None) -> Mapping[str, int]:
+                           mask_bytes=1, dropout=None, logits_bytes=None,
+                           capacity_factor=None) -> Mapping[str, int]:
     """Activation bytes of a whole model on one rank, by term.
 
     ``model`` is a preset name or a :class:`zerolib.core.catalogue.models.TransformerConfig`. ``dropout=None``
     uses the model's own (GPT-2 trains with dropout; the Llama family does not).
     ``logits_bytes`` lists the widths of the vocabulary-sized tensors held at once: by default
     ``(element_bytes, 4)`` (the logits, then their fp32 copy for the loss); the paper's Sec. 4.3
-    uses ``(4,)``.
+    uses ``(4,)``. ``capacity_factor`` (None: dropless) sizes the experts' token buffers.
 
     Terms: ``transformer_layers`` (L x one layer), ``recompute_transient`` (one layer being
     recomputed during backward), ``embedding_dropout_mask`` (the embedding output itself is the
-    first layer's input, counted there), ``final_norm_input``, ``output_projection_input`` and
+    first layer's input, counted there), ``embedding_norm_input`` (BLOOM's norm after the
+    embedding saves its input; the first layer's input is that norm's output),
+    ``final_norm_input``, ``output_projection_input`` and
     ``logits_loss`` (vocabulary x sequence x micro-batch, split over tensor-parallel ranks).
     """
     config = get_model(model)
@@ -237,7 +312,11 @@ def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", ten
     widths = _logits_widths(logits_bytes, check_positive_int(element_bytes, "element_bytes"))
     common = dict(ffn_hidden=config.ffn_hidden, gated_mlp=config.gated_mlp, kv_heads=config.kv_heads,
                   head_dim=config.head_width, post_norms=config.post_norms, experts=config.experts,
-                  experts_per_token=config.experts_per_token,
+                  experts_per_token=config.experts_per_token, qk_norm=config.qk_norm,
+                  shared_norm=config.shared_norm, shared_expert_ffn=config.shared_expert_ffn,
+                  shared_expert_gate=config.shared_expert_gate, capacity_factor=capacity_factor,
+                  kv_lora_rank=config.kv_lora_rank, q_lora_rank=config.q_lora_rank,
+                  rope_head_dim=config.rope_head_dim, v_head_dim=config.v_head_dim,
                   tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
                   flash_attention=flash_attention, element_bytes=element_bytes,
                   mask_bytes=mask_bytes, dropout=drop)
@@ -253,15 +332,29 @@ def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", ten
         kept = layer_activation_bytes(seq_len, micro_batch, config.hidden, config.heads,
                                       recompute="selective", **common)
         transient = everything if recompute == "full" else everything - kept
+    layers_total = config.layers * layer
+    if config.dense_layers:     # DeepSeek's first layers: a dense gated MLP, no experts
+        dense = {**common, "ffn_hidden": config.dense_ffn_hidden, "experts": 0, "experts_per_token": 0,
+                 "shared_expert_ffn": 0, "shared_expert_gate": False}
+        dense_layer = layer_activation_bytes(seq_len, micro_batch, config.hidden, config.heads,
+                                             recompute=recompute, **dense)
+        layers_total = config.sparse_layers * layer + config.dense_layers * dense_layer
+        if recompute != "none":     # the larger of the two kinds of layer being recomputed
+            everything = layer_activation_bytes(seq_len, micro_batch, config.hidden, config.heads,
+                                                recompute="none", **dense)
+            kept = layer_activation_bytes(seq_len, micro_batch, config.hidden, config.heads,
+                                          recompute="selective", **dense)
+            transient = max(transient, everything if recompute == "full" else everything - kept)
 
     s, b, h, v = seq_len, micro_batch, config.hidden, config.vocab
     t = tensor_parallel
     pointwise_t = t if sequence_parallel else 1
     sbh_rank = _split(s * b * h, pointwise_t)
     return MappingProxyType({
-        "transformer_layers": config.layers * layer,
+        "transformer_layers": layers_total,
         "recompute_transient": transient,
         "embedding_dropout_mask": mask_bytes * sbh_rank if drop else 0,
+        "embedding_norm_input": element_bytes * sbh_rank if config.embedding_norm else 0,
         "final_norm_input": element_bytes * sbh_rank,
         "output_projection_input": element_bytes * sbh_rank,
         "logits_loss": sum(widths) * s * b * _split(v, t),   # vocabulary-parallel output

@@ -100,6 +100,7 @@ MODULE_SPLITS: Mapping[str, SplitRule] = MappingProxyType({
     "mlp_norm": SplitRule("replicated", "layer"),
     "mlp_gate_projection": SplitRule("column", "layer"),
     "mlp_up_projection": SplitRule("column", "layer"),
+    "mlp_gate_up_projection": SplitRule("column", "layer"),   # Phi-3's fused gate and up
     "mlp_down_projection": SplitRule("row", "layer", bias="mlp_bias"),
     # Gemma-2's norms after attention and the MLP; a mixture of experts' router (replicated, as
     # Megatron-LM keeps it) and each expert's MLP, split like the dense MLP (expert tensor
@@ -107,6 +108,27 @@ MODULE_SPLITS: Mapping[str, SplitRule] = MappingProxyType({
     "post_attention_norm": SplitRule("replicated", "layer"),
     "post_mlp_norm": SplitRule("replicated", "layer"),
     "router": SplitRule("replicated", "layer"),
+    # Norms on queries and keys (Qwen3, Gemma-3 per head; OLMo-2 over the whole projection),
+    # BLOOM's norm after the embedding, a shared expert (split as a dense MLP) and its gate.
+    "query_norm": SplitRule("replicated", "layer"),
+    "key_norm": SplitRule("replicated", "layer"),
+    "embedding_norm": SplitRule("replicated", "first"),
+    "shared_expert_gate_projection": SplitRule("column", "layer"),
+    "shared_expert_up_projection": SplitRule("column", "layer"),
+    "shared_expert_down_projection": SplitRule("row", "layer", bias="mlp_bias"),
+    "shared_expert_gate": SplitRule("replicated", "layer"),
+    # Latent attention (DeepSeek-V2/V3): the down projections and their norms whole on every
+    # rank, the up projections split by heads (Megatron-LM's MLA: linear_q_down_proj and
+    # linear_kv_down_proj are not tensor-parallel); the first layers' dense MLP as any MLP.
+    "query_down_projection": SplitRule("replicated", "layer"),
+    "query_down_norm": SplitRule("replicated", "layer"),
+    "query_up_projection": SplitRule("column", "layer"),
+    "kv_down_projection": SplitRule("replicated", "layer"),
+    "kv_down_norm": SplitRule("replicated", "layer"),
+    "kv_up_projection": SplitRule("column", "layer"),
+    "dense_mlp_gate_projection": SplitRule("column", "layer"),
+    "dense_mlp_up_projection": SplitRule("column", "layer"),
+    "dense_mlp_down_projection": SplitRule("row", "layer", bias="mlp_bias"),
     "expert_gate_projection": SplitRule("column", "layer"),
     "expert_up_projection": SplitRule("column", "layer"),
     "expert_down_projection": SplitRule("row", "layer", bias="mlp_bias"),
@@ -146,6 +168,11 @@ def _rule(name: str) -> SplitRule:
 def module_splits(model: str | TransformerConfig) -> tuple[ModuleSplit, ...]:
     """Every module of ``model`` (:func:`zerolib.core.catalogue.models.modules`) with its split rule."""
     config = get_model(model)
+    if config.dense_layers:
+        raise ValueError(f"{config.name}: its first {config.dense_layers} layers are dense and the other "
+                         f"{config.sparse_layers} hold experts (dense_layers); zerolib splits and "
+                         f"places only layers that are all alike, so it counts this model's "
+                         f"parameters but cannot place it on GPUs")
     out = []
     for module in modules(config):
         rule = _rule(module.name)
@@ -246,7 +273,7 @@ def _rules(config: TransformerConfig, tensor_parallel, pipeline_parallel, schedu
     holds = np.ones(t.shape, dtype=bool)
     rules = dict.fromkeys(RULES, holds)
     rules.update(heads=config.heads % t == 0, kv_heads=config.kv_heads % t == 0,
-                 ffn_hidden=config.ffn_hidden % t == 0)
+                 ffn_hidden=(config.ffn_hidden % t == 0) & (config.shared_expert_ffn % t == 0))
     if gpus_per_node is not None:
         k = check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS)
         rules["node"] = (t <= k) & (k % t == 0)

@@ -88,7 +88,7 @@ def layer_activations_held(layers: int, pipeline_parallel, pipeline_stage, *, sc
 
 
 UNIT_TERMS = ("transformer_layers", "recompute_transient", "embedding_dropout_mask",
-              "final_norm_input", "output_projection_input", "logits_loss")
+              "embedding_norm_input", "final_norm_input", "output_projection_input", "logits_loss")
 
 
 @lru_cache(maxsize=8192)
@@ -178,6 +178,7 @@ def _stage_terms(config, pipeline_parallel, schedule, chunks, micro_batches,
     return {"transformer_layers": held * units["transformer_layers"],
             "recompute_transient": units["recompute_transient"] * np.ones_like(held),
             "embedding_dropout_mask": first * units["embedding_dropout_mask"],
+            "embedding_norm_input": first * units["embedding_norm_input"],   # BLOOM's, first stage
             "final_norm_input": last * units["final_norm_input"],
             "output_projection_input": last * units["output_projection_input"],
             "logits_loss": last * units["logits_loss"]}
