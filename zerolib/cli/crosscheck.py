@@ -12,7 +12,6 @@ The tables are in GiB (2^30 bytes); ``--format json`` gives the exact bytes.
 """
 from __future__ import annotations
 
-
 from zerolib.cli._output import json_text, text_table
 from zerolib.core.units import GiB
 
