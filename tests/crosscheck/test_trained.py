@@ -20,8 +20,11 @@ FITTING = sorted(set(RUNS) - FINDINGS)
 
 def test_every_row_is_expressible_and_consistent():
     # The sources' own products: t x p x d x cp = GPUs (Table 3 and the recipes state them).
-    assert set(RUNS) == {"korthikanti-22b", "korthikanti-175b", "korthikanti-530b",
-                         "korthikanti-1t", "bloom-176b", "nemo-llama-2-70b", "llama-3.1-405b-8k"}
+    narayanan = {f"narayanan-{b}b" for b in ("1.7", "3.6", "7.5", "18.4", "39.1", "76.1", "145.6",
+                                              "310.1", "529.6", "1008")}
+    assert set(RUNS) == narayanan | {"korthikanti-22b", "korthikanti-175b", "korthikanti-530b",
+                                     "korthikanti-1t", "bloom-176b", "nemo-llama-2-70b",
+                                     "llama-3.1-405b-8k"}
     for run in RUNS.values():
         assert run.tensor_parallel * run.pipeline_parallel * run.data_parallel == run.gpus
         assert run.context_parallel == 1 and run.expert_parallel == 1
@@ -35,6 +38,14 @@ def test_parameter_counts_match_the_published_totals():
     h, L = 25_600, 128
     assert trained.judge(RUNS["korthikanti-1t"])["parameters"] == \
         12 * L * h * h + 13 * L * h + (51_200 + 2048) * h + 2 * h
+
+
+def test_narayanan_models_have_the_sizes_table_1_prints():
+    # Table 1's "Number of parameters (billion)", to the one decimal it prints.
+    for name, run in RUNS.items():
+        if name.startswith("narayanan-"):
+            printed = float(name.removeprefix("narayanan-").removesuffix("b"))
+            assert round(trained.judge(run)["parameters"] / 10**9, 1) == printed
 
 
 @pytest.mark.parametrize("name", FITTING)

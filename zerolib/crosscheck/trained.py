@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from types import MappingProxyType
 
 from zerolib.core.catalogue.devices import get_device
@@ -48,7 +48,23 @@ BLOOM = TransformerConfig(
     source="BigScience tr11-176B-ml.slurm (bigscience-workshop/bigscience) and the BLOOM paper "
            "(arXiv 2211.05100): 176,247M parameters")
 
+# Narayanan et al. 2021 (arXiv 2104.04473) Table 1: (billions as printed, heads, hidden size,
+# layers); "All models use a vocabulary size of 51,200 and a sequence length of 2048" (the
+# Megatron-LM README), the same Megatron GPT block as Korthikanti et al.'s.
+NARAYANAN_TABLE1 = (("1.7", 24, 2304, 24), ("3.6", 32, 3072, 30), ("7.5", 32, 4096, 36),
+                    ("18.4", 48, 6144, 40), ("39.1", 64, 8192, 48), ("76.1", 80, 10240, 60),
+                    ("145.6", 96, 12288, 80), ("310.1", 128, 16384, 96),
+                    ("529.6", 128, 20480, 105), ("1008", 160, 25600, 128))
+
+
+def _narayanan(billions: str, heads: int, hidden: int, layers: int) -> TransformerConfig:
+    return replace(gpt(f"narayanan-{billions}b", heads, hidden, layers),
+                   source=f"Narayanan et al. 2021 (arXiv 2104.04473) Table 1, {billions}B row; "
+                          f"s = 2048, v = 51,200")
+
+
 ARCHITECTURES: Mapping[str, TransformerConfig] = MappingProxyType({
+    **{f"narayanan-{row[0]}b": _narayanan(*row) for row in NARAYANAN_TABLE1},
     # Korthikanti et al. Table 3 (the same models as zerolib.crosscheck.korthikanti.RUNS).
     "korthikanti-22b": gpt("22B", 64, 6144, 48),
     "korthikanti-175b": gpt("175B", 96, 12288, 96),
@@ -56,7 +72,9 @@ ARCHITECTURES: Mapping[str, TransformerConfig] = MappingProxyType({
     "korthikanti-1t": gpt("1T", 160, 25600, 128),
     "bloom-176b": BLOOM,
 })
-METRICS = ("mfu", "tflops_per_gpu", "tokens_per_gpu_second")
+# tflops_per_gpu: model FLOPs (6 per parameter and token); hardware_tflops_per_gpu: with the
+# recomputed forward pass counted too (8 under full recomputation), as Narayanan et al.'s Eq. 3.
+METRICS = ("mfu", "tflops_per_gpu", "hardware_tflops_per_gpu", "tokens_per_gpu_second")
 DEFAULT_MFU = 0.5    # the stated kernel efficiency of the throughput comparison
 TFLOPS = 10**12
 
@@ -204,14 +222,17 @@ def planner_check(run: TrainedRun, chunks=(1, 2), mfu: float = DEFAULT_MFU) -> d
 def throughput(run: TrainedRun, mfu: float = DEFAULT_MFU) -> dict:
     """zerolib's predicted step seconds for the row's configuration (the planner's step model at
     ``mfu``), in the unit the source reports, and published / predicted. The model FLOPs of a
-    step are 6 x parameters x tokens (8 with full recomputation, as the step model counts)."""
+    step are 6 x parameters x tokens; hardware FLOPs 8 x with full recomputation (as the step
+    model counts them)."""
     check = planner_check(run, chunks=tuple(sorted({1, 2, run.virtual_chunks})), mfu=mfu)
     seconds = check["step_seconds"]
     tokens = run.global_batch * run.seq_len
     per_gpu_tokens = tokens / seconds / run.gpus
     model_flops = 6 * parameter_count(run.config) * tokens / seconds / run.gpus
+    hardware_flops = model_flops * (8 if run.recompute == "full" else 6) / 6
     peak = get_device(run.device).peak_flops
     predicted = {"mfu": model_flops / peak, "tflops_per_gpu": model_flops / TFLOPS,
+                 "hardware_tflops_per_gpu": hardware_flops / TFLOPS,
                  "tokens_per_gpu_second": per_gpu_tokens}[run.published_metric]
     return {"run": run.run, "mfu": mfu, "step_seconds": seconds,
             "metric": run.published_metric, "published": run.published_value,
