@@ -133,3 +133,28 @@ def test_bad_rows_raise_naming_the_column(tmp_path):
     (tmp_path / trained.CSV_NAME).write_text(f"{header}\n{bad}\n")
     with pytest.raises(ValueError, match=r"gpus \(16\) must equal tensor x pipeline"):
         trained.load(tmp_path)
+
+
+def _md_rows(text: str, width: int) -> dict[str, list[str]]:
+    """The Markdown table rows of data/trained_configurations.md with ``width`` cells, by run."""
+    out = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == width and cells[0] in RUNS:
+            out.setdefault(cells[0], []).append(cells)
+    return out
+
+
+def test_the_md_tables_say_what_zerolib_computes():
+    # The md is written from trained.summary(); if the model changes, rewrite its tables.
+    text = trained.data_file(None, "trained_configurations.md", "x").read_text(encoding="utf-8")
+    frame = trained.summary().set_index("run")
+    memory, speed = _md_rows(text, 8), _md_rows(text, 5)
+    assert set(memory) == set(RUNS) == set(speed)
+    for name, row in frame.iterrows():
+        cells = memory[name][0]
+        assert cells[1] == f"{row['parameters']:,}"
+        assert cells[2].strip("*") == f"{row['peak'] / GiB:.2f}"
+        assert cells[3].strip("*") == f"{row['headroom'] / GiB:.2f}"
+        assert speed[name][0][1] == f"{row['step_seconds']:.2f}"
+        assert speed[name][0][4] == f"{row['ratio']:.2f}"

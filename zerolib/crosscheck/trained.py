@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from types import MappingProxyType
 
+import pandas as pd
+
 from zerolib.core.catalogue.devices import get_device
 from zerolib.core.catalogue.models import MODELS, TransformerConfig, parameter_count
 from zerolib.core.estimate import estimate_model
@@ -237,3 +239,24 @@ def throughput(run: TrainedRun, mfu: float = DEFAULT_MFU) -> dict:
     return {"run": run.run, "mfu": mfu, "step_seconds": seconds,
             "metric": run.published_metric, "published": run.published_value,
             "predicted": predicted, "ratio": run.published_value / predicted}
+
+
+def summary(runs=None, mfu: float = DEFAULT_MFU) -> pd.DataFrame:
+    """One row per run: the verdict, the planner's answer and the throughput ratio, as
+    ``data/trained_configurations.md`` tabulates them (peaks in bytes)."""
+    rows = []
+    for run in load() if runs is None else runs:
+        verdict, check = judge(run), planner_check(run)
+        with_chunks = planner_check(run, chunks=tuple(sorted({1, 2, run.virtual_chunks})), mfu=mfu)
+        speed = throughput(run, mfu)
+        rows.append({"run": run.run, "parameters": verdict["parameters"], "peak": verdict["peak"],
+                     "headroom": verdict["headroom"],
+                     "activations": verdict["working_set"]["activations"],
+                     "persistent": verdict["persistent"], "fits": verdict["fits"],
+                     "default_chunks_cover": check["covered"], "rank": with_chunks["rank"],
+                     "fitting": with_chunks["fitting"], "step_seconds": speed["step_seconds"],
+                     "published": speed["published"], "predicted": speed["predicted"],
+                     "ratio": speed["ratio"]})
+    frame = pd.DataFrame(rows)
+    frame.attrs.update(mfu=mfu)
+    return frame
