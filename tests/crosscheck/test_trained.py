@@ -128,7 +128,8 @@ def test_bloom_published_memory_is_above_zerolibs_peak():
 
 def test_bad_rows_raise_naming_the_column(tmp_path):
     text = (trained.data_file(None, trained.CSV_NAME, "x")).read_text()
-    header, first = text.splitlines()[:2]
+    header = text.splitlines()[0]
+    first = next(line for line in text.splitlines() if line.startswith("korthikanti-22b,"))
     bad = first.replace(",8,a100-80gb,8,1,1,", ",16,a100-80gb,8,1,1,", 1)
     (tmp_path / trained.CSV_NAME).write_text(f"{header}\n{bad}\n")
     with pytest.raises(ValueError, match=r"gpus \(16\) must equal tensor x pipeline"):
@@ -158,3 +159,20 @@ def test_the_md_tables_say_what_zerolib_computes():
         assert cells[3].strip("*") == f"{row['headroom'] / GiB:.2f}"
         assert speed[name][0][1] == f"{row['step_seconds']:.2f}"
         assert speed[name][0][4] == f"{row['ratio']:.2f}"
+
+
+@pytest.mark.parametrize("edit, message", [
+    ((",2048,selective,True,False,", ",2048,selective,yes,False,"),
+     r"sequence_parallel must be True or False, got 'yes'"),
+    ((",8,a100-80gb,8,1,1,1,1,", ",8,a100-80gb,8,1,1,1,2,"),
+     r"context_parallel and expert_parallel must be 1 \(not modelled\), got 1 and 2"),
+    ((",mixed-adam,mfu,", ",mixed-adam,flops,"), r"published_metric must be one of mfu, "),
+])
+def test_bad_values_raise_naming_the_column(tmp_path, edit, message):
+    text = (trained.data_file(None, trained.CSV_NAME, "x")).read_text()
+    lines = text.splitlines()
+    row = next(line for line in lines if line.startswith("korthikanti-22b,"))
+    assert edit[0] in row
+    (tmp_path / trained.CSV_NAME).write_text(f"{lines[0]}\n{row.replace(*edit, 1)}\n")
+    with pytest.raises(ValueError, match=message):
+        trained.load(tmp_path)

@@ -135,7 +135,7 @@ def _value(field, text: str):
         return tuple(name for name in text.split(";") if name)
     if field.name == "published_memory_gb":
         return float(text) if text else None
-    if field.type in ("int",):
+    if field.type == "int":
         return int(text)
     if field.type == "float":
         return float(text)
@@ -150,6 +150,11 @@ def _checked(run: TrainedRun) -> TrainedRun:
     if run.model not in ARCHITECTURES and run.model not in MODELS:
         raise ValueError(f"model must be a preset or one of {', '.join(ARCHITECTURES)}, "
                          f"got {run.model!r} (row {run.run})")
+    if run.context_parallel != 1 or run.expert_parallel != 1:
+        # zerolib's working set does not split sequences or experts over GPUs: such a row
+        # could not be judged under the settings its source states.
+        raise ValueError(f"context_parallel and expert_parallel must be 1 (not modelled), got "
+                         f"{run.context_parallel} and {run.expert_parallel} (row {run.run})")
     t, p, d = run.tensor_parallel, run.pipeline_parallel, run.data_parallel
     if t * p * d * run.context_parallel != run.gpus:
         raise ValueError(f"gpus ({run.gpus}) must equal tensor x pipeline x data x context "
