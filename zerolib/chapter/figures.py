@@ -72,6 +72,10 @@ OTHER_DATA_FILES: tuple[tuple[str, str, str], ...] = (
     ("zeropp_cross_node.csv", "zeropp.md",
      "the ZeRO++ blog's cross-node communication volume, ZeRO against ZeRO++ (3M to 0.75M), "
      "transcribed with its citation"),
+    ("trained_configurations.csv", "trained_configurations.md",
+     "published training configurations (model, GPUs, device, parallel degrees, batch, sequence, "
+     "recomputation, engine and ZeRO stage, throughput or memory), each cited, with what was "
+     "assumed, judged by zerolib's peak, planner and step model"),
 )
 
 
