@@ -94,12 +94,12 @@ def ranking_html(result: Plan, unit: str, top: int = TOP) -> str:
 
     rows = []
     for _, row in result.fits.head(top).iterrows():
-        rows.append(f"<tr>{right(int(row['rank']))}<td>{html.escape(describe_configuration(row))}</td>"
+        rows.append(f"<tr>{right(int(row['rank']))}<td class='prose'>{html.escape(describe_configuration(row))}</td>"
                     f"{right(in_unit(row['peak_bytes'], unit))}"
                     f"{right(in_unit(row['headroom_bytes'], unit))}"
                     f"{right(format_value(row['step_seconds']) + ' s')}</tr>")
     rejected = "".join(
-        f"<tr>{right(f'{r.configurations:,}')}<td>{html.escape(r.reason)}</td></tr>"
+        f"<tr>{right(f'{r.configurations:,}')}<td class='prose'>{html.escape(r.reason)}</td></tr>"
         for r in result.rejected.itertuples())
     return (f"<table><caption>The {min(top, len(result.fits))} fastest of "
             f"{len(result.fits):,} that fit</caption><thead><tr><th>Rank</th>"
@@ -119,6 +119,13 @@ class PlannerExplorer(Explorer):
     d, as ``zerolib plan``; "whole": G = d only), ``unit``.
     ``.plan`` is the :class:`zerolib.core.planner.Plan`, ``.data`` its ``valid`` frame.
     """
+
+    PANEL = (
+        ("Model and cluster", ("model", "gpus", "gpus_per_node", "links", "host_memory",
+                                   "host_link")),
+        ("Training", ("seq_len", "global_batch", "mfu", "shard_groups")),
+        ("Device", ("device", "unit", "capacity")),
+    )
 
     def __init__(self, model: str = "llama-2-70b", gpus: int = 64, gpus_per_node: int = 8,
                  device: str = "a100-80gb", links: str | None = None, seq_len: int = 4096,
@@ -178,14 +185,7 @@ class PlannerExplorer(Explorer):
         self.data = self.plan.valid
         self._start(FIGSIZE, MARGINS, plan_peaks_blocks,
                     lambda ax: draw_plan_peaks(ax, self.data, self.unit))
-        c = self.controls
-        self.widget = self._box([
-            w.HBox([c["model"], c["device"], c["links"]]),
-            w.HBox([c["gpus"], c["gpus_per_node"]]),
-            w.HBox([c["seq_len"], c["global_batch"]]),
-            w.HBox([c["mfu"], c["host_memory"], c["host_link"]]),
-            w.HBox([c["shard_groups"], c["unit"]]),
-        ])
+        self.widget = self._box()
 
     def _inputs(self) -> tuple:
         """Every control the plan depends on (all but the unit, which only changes the figure)."""
