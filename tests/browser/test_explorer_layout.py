@@ -18,20 +18,19 @@ and a screenshot of each explorer goes to test-output/browser/layout-<notebook>.
 from __future__ import annotations
 
 import re
-import shutil
-from pathlib import Path
 
 import nbformat
 import pytest
 from browser_support import (
+    CALLS,
     INSTALL_CHROMIUM,
     INSTALL_PLAYWRIGHT,
-    KERNEL_IDLE_MS,
-    RUN_ALL_MS,
-    WIDGET_UPDATE_MS,
     chromium,
+    explorer_output,
     find_chromium,
     jupyter_lab,
+    layout_notebook,
+    run_explorers,
 )
 from conftest import REPO, missing_optional, optional_import
 
@@ -42,35 +41,6 @@ SCREENSHOTS = REPO / "test-output" / "browser"
 SLIDER_TRACK_PX = 150     # shortest slider track on which one step is a visible move
 PADDING_PX = 4            # least horizontal padding of a table cell
 SHORT_CELL = 24           # data cells of at most this many characters stay on one line
-SETUP = "import zerolib as zl\nfrom zerolib.core.units import GiB\nTiB = 1024 * GiB"
-
-
-def explorer_calls() -> dict[str, str]:
-    """Per notebook with an explorer: the code that builds it, as the notebook has it."""
-    calls = {}
-    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
-        for cell in nbformat.read(path, as_version=4).cells:
-            if cell.cell_type == "code" and re.search(r"^explorer = zl\.\w+Explorer\(",
-                                                      cell.source, re.M):
-                lines = cell.source.splitlines()
-                end = next(i for i, line in enumerate(lines)
-                           if line.startswith(("Image(", "explorer.widget")))
-                calls[path.stem] = "\n".join(lines[:end])
-    return calls
-
-
-CALLS = explorer_calls()
-
-
-def layout_notebook() -> nbformat.NotebookNode:
-    cells = [nbformat.v4.new_code_cell(SETUP)]
-    for stem, call in CALLS.items():
-        cells.append(nbformat.v4.new_markdown_cell(f"# {stem}"))
-        cells.append(nbformat.v4.new_code_cell(f"{call}\nexplorer.widget"))
-    return nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": {
-        "name": "python3", "display_name": "Python 3", "language": "python"}})
-
-
 # --- fixtures -------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -94,27 +64,9 @@ def explorers_page(tmp_path_factory, chromium_path):
         page = browser.new_page()
         errors: list[str] = []
         page.on("pageerror", lambda error: errors.append(str(error)))
-        page.goto(lab.notebook_url("explorers.ipynb"))
-        expect = sync_api.expect
-        expect(page.locator(".jp-StatusBar-Widget")).to_contain_text("| Idle", timeout=KERNEL_IDLE_MS)
-        page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
-        page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
-        images = page.locator(".jp-NotebookPanel:visible img.widget-image")
-        expect(images).to_have_count(len(CALLS), timeout=RUN_ALL_MS)
-        expect(page.locator(".jp-StatusBar-Widget")).to_contain_text("| Idle", timeout=RUN_ALL_MS)
-        for i in range(len(CALLS)):
-            page.wait_for_function("(img) => img.complete && img.naturalWidth > 0",
-                                   arg=images.nth(i).element_handle(), timeout=WIDGET_UPDATE_MS)
+        run_explorers(page, lab, sync_api.expect)
         page.page_errors = errors
         yield page
-
-
-def explorer_output(page, stem: str):
-    index = list(CALLS).index(stem)
-    output = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output",
-                          has=page.locator("img.widget-image")).nth(index)
-    output.scroll_into_view_if_needed()
-    return output
 
 
 # Measured inside the page: everything the checks below read, as plain data.
@@ -134,14 +86,16 @@ MEASURE = """(root) => {
   for (const widget of root.querySelectorAll('.widget-inline-hbox, .widget-toggle-buttons, .widget-checkbox')) {
     if (!visible(widget)) continue;
     const label = widget.querySelector(':scope > .widget-label');
-    const parts = [...widget.children].filter(c => c !== label && visible(c) && !c.classList.contains('widget-readout'));
+    const parts = [...widget.children].filter(
+      c => c !== label && visible(c) && !c.classList.contains('widget-readout'));
     if (label && visible(label) && text(label)) {
       out.labels.push({text: text(label), box: box(label), clipped: label.scrollWidth > label.clientWidth + 1,
                        control: parts.length ? box(parts[0]) : null});
     }
     for (const part of parts) out.controls.push({label: label ? text(label) : '', box: box(part)});
     const edge = box(widget);
-    if (edge.right > out.frame.right + 0.5 || edge.left < out.frame.left - 0.5) out.outside.push(label ? text(label) : text(widget));
+    if (edge.right > out.frame.right + 0.5 || edge.left < out.frame.left - 0.5)
+      out.outside.push(label ? text(label) : text(widget));
   }
   for (const button of root.querySelectorAll('.widget-toggle-button, button.widget-button')) {
     if (!visible(button)) continue;
@@ -155,7 +109,8 @@ MEASURE = """(root) => {
   }
   for (const slider of root.querySelectorAll('.widget-slider')) {
     const track = slider.querySelector('.slider-container') || slider.querySelector('.slider');
-    out.sliders.push({label: text(slider.querySelector('.widget-label') || slider), track: track ? box(track).width : 0});
+    out.sliders.push({label: text(slider.querySelector('.widget-label') || slider),
+                      track: track ? box(track).width : 0});
   }
   for (const select of root.querySelectorAll('.widget-select-multiple select')) {
     const frame = box(select);
@@ -171,7 +126,8 @@ MEASURE = """(root) => {
                     padding: Math.min(parseFloat(s.paddingLeft), parseFloat(s.paddingRight))});
   }
   for (const table of root.querySelectorAll('table')) {
-    if (box(table).right > out.frame.right + 0.5) out.outside.push(`table ${text(table.caption || table).slice(0, 40)}`);
+    if (box(table).right > out.frame.right + 0.5)
+      out.outside.push(`table ${text(table.caption || table).slice(0, 40)}`);
   }
   for (const img of root.querySelectorAll('img.widget-image')) {
     out.images.push({shown: img.getBoundingClientRect().width, natural: img.naturalWidth});
@@ -266,7 +222,8 @@ def test_the_checks_catch_a_broken_layout():
         "sliders": [{"label": "bytes/param", "track": 20}],
         "labels": [{"text": "every...", "box": box, "clipped": True, "control": None, "button": True},
                    {"text": "Unit", "box": box, "clipped": False, "control": below}],
-        "controls": [{"label": "Unit", "box": below}, {"label": "Capacity", "box": {**below, "left": 50, "right": 150}}],
+        "controls": [{"label": "Unit", "box": below},
+                     {"label": "Capacity", "box": {**below, "left": 50, "right": 150}}],
         "multiples": [{"label": "Models", "selected": 5, "hidden": ["13B", "30B", "70B"]}],
         "cells": [{"text": "too big", "lines": 2, "align": "left", "header": False, "th": False, "padding": 0},
                   {"text": "1B", "lines": 1, "align": "left", "header": True, "th": False, "padding": 5},

@@ -29,8 +29,8 @@ from zerolib.chapter.explorers.base import (
 )
 from zerolib.chapter.explorers.gpu_count import MODEL_SIZES
 from zerolib.chapter.style import add_axes, device_label, new_figure, style
-from zerolib.core.placement import TIERS
 from zerolib.core.devices import Device, capacity_text
+from zerolib.core.placement import TIERS
 from zerolib.core.tables import divisors, tier_table
 from zerolib.core.units import GiB, format_count
 
