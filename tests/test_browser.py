@@ -13,6 +13,7 @@ turns that skip into a failure.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -430,6 +431,44 @@ def test_exported_explorer_is_its_saved_picture_and_note_offline(notebook, expor
     output.scroll_into_view_if_needed()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     output.screenshot(path=str(SCREENSHOTS / f"static-{Path(notebook).stem}.png"))
+
+
+WIDGET_JS_HINT = ("set ZEROLIB_WIDGET_JS to a folder filled as the README's static-copy section "
+                  "says (npm install requirejs @jupyter-widgets/html-manager@1)")
+
+
+@pytest.fixture(scope="module")
+def exported_with_widget_js(tmp_path_factory, playwright):
+    """``zerolib html --widget-js DIR``, where DIR is $ZEROLIB_WIDGET_JS (npm's files)."""
+    widget_js = os.environ.get("ZEROLIB_WIDGET_JS")
+    if not widget_js:
+        pytest.skip(WIDGET_JS_HINT)
+    out = tmp_path_factory.mktemp("html-widget-js")
+    script = Path(sys.executable).parent / "zerolib"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "zerolib"]
+    result = subprocess.run([*command, "html", "--notebooks", str(NOTEBOOKS), "--out", str(out),
+                             "--widget-js", widget_js], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.mark.parametrize("notebook", explorer_notebooks())
+def test_rendered_saved_widgets_are_disabled_and_say_so(notebook, exported_with_widget_js, page):
+    """With the widget renderer, an explorer's controls show their setting greyed out, the note
+    says the page is not live, and the plain copy's figure and tables step aside."""
+    page.route("**/*", offline)
+    page.goto((exported_with_widget_js / f"{Path(notebook).stem}.html").as_uri(), wait_until="load")
+    output = page.locator(".jp-OutputArea-output:has(.zerolib-saved-explorer)").first
+    output.locator(".widget-subarea img.widget-image").wait_for(timeout=WIDGET_UPDATE_MS)
+    live = output.locator(".widget-subarea").locator("input:enabled, select:enabled, button:enabled")
+    assert output.locator(".widget-subarea").locator("input, select, button").count() > 0
+    assert live.count() == 0, f"{live.count()} controls look live"
+    assert output.locator(".zerolib-saved-note").is_visible()
+    assert not output.locator(".zerolib-saved-body").is_visible()
+    output.scroll_into_view_if_needed()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    output.screenshot(path=str(SCREENSHOTS / f"static-widget-js-{Path(notebook).stem}.png"))
+    assert not page.page_errors, f"JavaScript errors: {page.page_errors}"
 
 
 def test_exported_index_links_every_page(exported, page):
