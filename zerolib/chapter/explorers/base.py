@@ -215,7 +215,7 @@ class Explorer:
         """The explorer's one layout: the static note, the control panel, the texts, the
         figure and the tables."""
         w = widgets()
-        box = w.VBox([w.HTML(TABLE_CSS), w.HTML(STATIC_NOTE),
+        box = w.VBox([w.HTML(STATIC_NOTE), w.HTML(TABLE_CSS),
                       control_panel(self.controls, self.PANEL),
                       self.status, self.summary, self.image, self.table])
         box.add_class(EXPLORER_CLASS)
