@@ -13,6 +13,7 @@ turns that skip into a failure.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -35,6 +36,7 @@ from browser_support import (
 from conftest import REPO, missing_optional, optional_import
 
 from zerolib.publish.html import markdown_headings
+from zerolib.publish.saved_widgets import saved_widget_html, widget_states
 
 pytestmark = pytest.mark.browser
 
@@ -351,8 +353,10 @@ def test_a_broken_slider_callback_is_caught(lab, page, tmp_path):
 # --- the exported HTML ----------------------------------------------------------------------------
 
 def expected_images(path: Path) -> int:
-    """Images a page must show: PNG/JPEG outputs plus images referenced in markdown cells."""
+    """Images a page must show: PNG/JPEG outputs, images referenced in markdown cells, and each
+    saved explorer's picture."""
     nb = nbformat.read(path, as_version=4)
+    states = widget_states(nb)
     count = 0
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -360,6 +364,8 @@ def expected_images(path: Path) -> int:
         elif cell.cell_type == "code":
             count += sum(1 for o in cell.outputs
                          if {"image/png", "image/jpeg"} & set(o.get("data", {})))
+            count += sum(1 for o in cell.outputs if WIDGET_VIEW in o.get("data", {})
+                         and "<img" in saved_widget_html(states, o["data"][WIDGET_VIEW]["model_id"]))
     return count
 
 
@@ -393,7 +399,8 @@ def test_exported_page_shows_every_figure_and_heading(notebook, exported, page):
         "img", "imgs => imgs.map(i => ({src: i.src.slice(0, 60), ok: i.complete && i.naturalWidth > 0}))")
     broken = [image["src"] for image in images if not image["ok"]]
     assert not broken, f"{html_page.name}: images that did not load: {broken}"
-    # Offline the widget renderer cannot load, so every <img> is a recorded figure or a markdown image.
+    # Offline the widget renderer cannot load, so every <img> is a recorded figure, a markdown
+    # image or a saved explorer's picture.
     assert len(images) == expected_images(NOTEBOOKS / notebook), (
         f"{html_page.name} shows {len(images)} images, the notebook has "
         f"{expected_images(NOTEBOOKS / notebook)}")
@@ -403,6 +410,65 @@ def test_exported_page_shows_every_figure_and_heading(notebook, exported, page):
     assert wanted, f"{notebook} has no headings"
     missing = [heading for heading in wanted if heading not in shown]
     assert not missing, f"{html_page.name} lacks headings {missing}; it shows {shown}"
+
+
+@pytest.mark.parametrize("notebook", explorer_notebooks())
+def test_exported_explorer_is_its_saved_picture_and_note_offline(notebook, exported, page):
+    """Where the widget renderer cannot load, an explorer's output is not an empty Out[N]:."""
+    page.route("**/*", offline)
+    page.goto((exported / f"{Path(notebook).stem}.html").as_uri(), wait_until="load")
+    outputs = page.locator(".jp-OutputArea-output:has(script[type='application/vnd.jupyter.widget-view+json'])")
+    assert outputs.count() >= 1
+    for i in range(outputs.count()):
+        output = outputs.nth(i)
+        text = normalised_text(output)
+        assert "Saved explorer, not live." in text and "Saved settings:" in text, text[:300]
+        picture = output.locator(".zerolib-saved-explorer img")
+        assert picture.count() == 1
+        assert picture.evaluate("i => i.complete && i.naturalWidth > 0")
+        assert output.locator("input, select, button").count() == 0     # nothing that looks live
+    output = outputs.first
+    output.scroll_into_view_if_needed()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    output.screenshot(path=str(SCREENSHOTS / f"static-{Path(notebook).stem}.png"))
+
+
+WIDGET_JS_HINT = ("set ZEROLIB_WIDGET_JS to a folder filled as the README's static-copy section "
+                  "says (npm install requirejs @jupyter-widgets/html-manager@1)")
+
+
+@pytest.fixture(scope="module")
+def exported_with_widget_js(tmp_path_factory, playwright):
+    """``zerolib html --widget-js DIR``, where DIR is $ZEROLIB_WIDGET_JS (npm's files)."""
+    widget_js = os.environ.get("ZEROLIB_WIDGET_JS")
+    if not widget_js:
+        pytest.skip(WIDGET_JS_HINT)
+    out = tmp_path_factory.mktemp("html-widget-js")
+    script = Path(sys.executable).parent / "zerolib"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "zerolib"]
+    result = subprocess.run([*command, "html", "--notebooks", str(NOTEBOOKS), "--out", str(out),
+                             "--widget-js", widget_js], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.mark.parametrize("notebook", explorer_notebooks())
+def test_rendered_saved_widgets_are_disabled_and_say_so(notebook, exported_with_widget_js, page):
+    """With the widget renderer, an explorer's controls show their setting greyed out, the note
+    says the page is not live, and the plain copy's figure and tables step aside."""
+    page.route("**/*", offline)
+    page.goto((exported_with_widget_js / f"{Path(notebook).stem}.html").as_uri(), wait_until="load")
+    output = page.locator(".jp-OutputArea-output:has(.zerolib-saved-explorer)").first
+    output.locator(".widget-subarea img.widget-image").wait_for(timeout=WIDGET_UPDATE_MS)
+    live = output.locator(".widget-subarea").locator("input:enabled, select:enabled, button:enabled")
+    assert output.locator(".widget-subarea").locator("input, select, button").count() > 0
+    assert live.count() == 0, f"{live.count()} controls look live"
+    assert output.locator(".zerolib-saved-note").is_visible()
+    assert not output.locator(".zerolib-saved-body").is_visible()
+    output.scroll_into_view_if_needed()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    output.screenshot(path=str(SCREENSHOTS / f"static-widget-js-{Path(notebook).stem}.png"))
+    assert not page.page_errors, f"JavaScript errors: {page.page_errors}"
 
 
 def test_exported_index_links_every_page(exported, page):

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 import zlib
 
@@ -35,6 +36,34 @@ UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
+def model(name: str, **state) -> dict:
+    return {"model_name": name, "model_module": "@jupyter-widgets/controls",
+            "model_module_version": "2.0.0", "state": state}
+
+
+def saved_explorer() -> dict:
+    """An explorer's saved widgets as a notebook keeps them: a box holding a note, a panel of
+    two controls under a section title, a text, an image (its PNG in a base64 buffer)."""
+    image = model("ImageModel", format="png", layout="IPY_MODEL_l1")
+    image["buffers"] = [{"encoding": "base64", "path": ["value"],
+                         "data": base64.b64encode(png_1x1()).decode()}]
+    return {
+        "m1": model("VBoxModel", children=["IPY_MODEL_note", "IPY_MODEL_panel", "IPY_MODEL_text",
+                                           "IPY_MODEL_image"]),
+        "note": model("HTMLModel", value="<p>Needs a kernel.</p>", description=""),
+        "panel": model("VBoxModel", children=["IPY_MODEL_title", "IPY_MODEL_grid"]),
+        "title": model("HTMLModel", value="<b>Model and GPUs</b>", description=""),
+        "grid": model("GridBoxModel", children=["IPY_MODEL_gpus", "IPY_MODEL_device"]),
+        "gpus": model("IntSliderModel", description="GPUs", value=8, disabled=False),
+        "device": model("DropdownModel", description="Device", index=1, disabled=False,
+                        _options_labels=["A100 40GB", "A100 80GB"]),
+        "text": model("HTMLModel", value="<p><b>8 GPUs</b>: it fits.</p>", description=""),
+        "image": image,
+        "l1": {"model_name": "LayoutModel", "model_module": "@jupyter-widgets/base",
+               "model_module_version": "2.0.0", "state": {}},
+    }
+
+
 @pytest.fixture
 def chapter(tmp_path):
     folder = tmp_path / "notebooks"
@@ -54,14 +83,59 @@ def chapter(tmp_path):
         new_markdown_cell("## A [linked](https://example.org) section"),
     ])
     second = new_notebook(cells=[
-        new_markdown_cell("# 2 · Second"),
+        new_markdown_cell("# 2 · Second\n\nAn explorer follows. It has a slider."),
         new_code_cell("explorer.widget", outputs=[view], execution_count=1),
-    ], metadata={"widgets": {WIDGET_STATE: {"version_major": 2, "version_minor": 0, "state": {
-        "m1": {"model_name": "VBoxModel", "model_module": "@jupyter-widgets/controls",
-               "model_module_version": "2.0.0", "state": {}}}}}})
+    ], metadata={"widgets": {WIDGET_STATE: {"version_major": 2, "version_minor": 0,
+                                            "state": saved_explorer()}}})
     nbformat.write(first, folder / "01-first.ipynb")
     nbformat.write(second, folder / "02-second.ipynb")
     return folder
+
+
+def test_a_saved_explorer_shows_its_picture_its_note_and_its_settings(chapter, tmp_path):
+    """Where the widget renderer cannot load, the explorer's output is not an empty Out[N]:."""
+    page = export_chapter(tmp_path / "html", chapter)[1].path.read_text(encoding="utf-8")
+    saved = page.index('class="zerolib-saved-explorer')
+    view = page.index('<script type="application/vnd.jupyter.widget-view+json">')
+    assert saved < view                        # in the output, before the renderer's place
+    block = page[saved:view]
+    assert f'src="data:image/png;base64,{base64.b64encode(png_1x1()).decode()}"' in block
+    assert "Saved explorer, not live." in block and "run all cells to move the controls" in block
+    assert "<p>Needs a kernel.</p>" in block and "<p><b>8 GPUs</b>: it fits.</p>" in block
+    assert "Saved settings:</b> GPUs: 8 · Device: A100 80GB." in block
+    assert "Model and GPUs" not in block       # a section title of controls not shown here
+    assert "<input" not in block and "<select" not in block and "<button" not in block
+
+
+def test_a_loaded_widget_renderer_draws_the_controls_disabled(chapter, tmp_path):
+    """With the renderer (a CDN or --widget-js) the saved controls show greyed out, not live."""
+    page = export_chapter(tmp_path / "html", chapter)[1].path.read_text(encoding="utf-8")
+    state = json.loads(re.search(r'<script type="application/vnd\.jupyter\.widget-state\+json">'
+                                 r"\s*(.*?)\s*</script>", page, re.S).group(1))["state"]
+    assert state["gpus"]["state"]["disabled"] is True
+    assert state["device"]["state"]["disabled"] is True
+    assert "disabled" not in state["text"]["state"]
+    # Once the renderer has drawn the widget beside the copy, the copy keeps only its note.
+    assert ".jp-OutputArea-output:has(> .widget-subarea) .zerolib-saved-body {display: none;}" in page
+    source = nbformat.read(chapter / "02-second.ipynb", as_version=4)
+    assert source.metadata.widgets[WIDGET_STATE]["state"]["gpus"]["state"]["disabled"] is False
+
+
+def test_the_index_gives_one_line_per_section(chapter, tmp_path):
+    """As 00-index's contents: each section's title and its line; else the page's first sentence."""
+    nbformat.write(new_notebook(cells=[new_markdown_cell(
+        "# The chapter\n\nIntro.\n\n## Contents\n\n1. [The first](01-first.ipynb): what the first\n"
+        "   section teaches, on two lines.\n\nStart with the first.")]), chapter / "00-index.ipynb")
+    out = tmp_path / "html"
+    export_chapter(out, chapter)
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert "<h1>The chapter</h1>" in index and "<title>The chapter</title>" in index
+    items = re.findall(r"<li>(.*?)</li>", index)
+    assert items == [
+        '<a href="00-index.html">Contents</a>: this list, with how to run the notebooks',
+        '<a href="01-first.html">The first</a>: what the first section teaches, on two lines.',
+        '<a href="02-second.html">2 · Second</a>: An explorer follows.',
+    ]
 
 
 def test_markdown_headings_are_plain_text(chapter):

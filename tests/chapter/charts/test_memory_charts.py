@@ -554,14 +554,18 @@ def test_will_it_fit_renders_byte_stable_and_incrementally(will_it_fit):
         assert fast.render() == fast_png.IncrementalPng(figure).render()
 
 
-def test_will_it_fit_labels_the_capacity_line_crosses_get_a_backing():
+def test_will_it_fit_labels_the_capacity_line_would_cross_sit_above_it():
     # Micro-batch 2 on the H100: stage 1 peaks at 82.2 GB, so its two labels (value and "fits",
-    # 36 points above the bar) straddle the 85.9 GB line; stage 3 at 60.6 GB is far below it.
+    # 36 points above the bar) would straddle the 85.9 GB line: they start at the line instead.
+    # Stage 3 at 60.6 GB is far below it and keeps its labels on its bar.
     settings = _settings(micro_batch=2)
     _, artists = will_it_fit_chart.will_it_fit_figure(_frame(settings), "h100-80gb")
+    capacity = 80 * 2**30 / 1e9
     assert artists.peak_labels[1].get_text() == "82.2 GB"
-    assert artists.peak_labels[1].get_bbox_patch() is not None
-    assert artists.verdict_labels[1].get_bbox_patch() is not None
-    assert artists.peak_labels[3].get_bbox_patch() is None
+    assert artists.peak_labels[1].get_position()[1] == pytest.approx(capacity)
+    assert artists.verdict_labels[1].get_position()[1] == pytest.approx(capacity)
+    assert artists.peak_labels[3].get_text() == "60.6 GB"
+    assert artists.peak_labels[3].get_position()[1] == pytest.approx(60.6, abs=0.05)
+    assert all(t.get_bbox_patch() is None for t in artists.peak_labels.values())
     will_it_fit_chart.update_will_it_fit(artists, _frame(), "h100-80gb")
-    assert artists.peak_labels[1].get_bbox_patch() is None            # 61.2 GB: clear again
+    assert artists.peak_labels[1].get_position()[1] == pytest.approx(61.2, abs=0.05)  # clear again

@@ -116,8 +116,8 @@ def test_every_control_re_plans_and_redraws_in_place(explorer, name, value):
     assert bytes(explorer.image.value) == fast_png.IncrementalPng(explorer.figure).render()
     c = explorer.controls
     want = plan(c["model"].value, c["gpus"].value, c["gpus_per_node"].value, c["device"].value,
-                c["seq_len"].value, c["global_batch"].value, links=c["links"].value,
-                mfu=c["mfu"].value, host_memory=c["host_memory"].value,
+                c["seq_len"].value, c["global_batch"].value, links=c["links"].value or None,
+                mfu=c["mfu"].value, host_memory=c["host_memory"].value or None,
                 host_link=c["host_link"].value, shard_groups=c["shard_groups"].value)
     assert explorer.plan.counts() == want.counts()
     assert explorer.status.value == ""

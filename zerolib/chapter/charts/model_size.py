@@ -97,7 +97,7 @@ def _labels_fit(ax, n_models: int, n_stages: int) -> bool:
     return bar_width_pt >= 10
 
 
-_VALUE_LABEL_SIZE = 8  # points
+_VALUE_LABEL_SIZE = 9  # points
 
 
 def _crosses(ax, height: float, text: str, line: float) -> bool:

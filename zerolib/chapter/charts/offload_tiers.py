@@ -25,12 +25,12 @@ from zerolib.chapter.charts.tidy import check_tidy
 from zerolib.chapter.charts.will_it_fit import TOL_MUTED
 from zerolib.chapter.style import (
     DEVICE_COLOR,
-    LABEL_BACKING,
     OKABE_ITO,
     add_axes,
     device_label,
     fix_axis_labels,
     ink,
+    labels_clear_of_line,
     layout_summary,
     make_titles,
     new_figure,
@@ -50,7 +50,7 @@ TIER_COLORS: Mapping[str, str] = MappingProxyType({
 TIER_LABELS: Mapping[str, str] = MappingProxyType({
     "gpu": "GPU memory", "cpu": "CPU memory (host)", "nvme": "NVMe (host SSD)"})
 _WIDTH = 0.64
-_SEGMENT_LABEL_SIZE = 8
+_SEGMENT_LABEL_SIZE = 9   # points: 10 px in the explorer
 _ABOVE_BAR_PT = 34
 
 
@@ -125,6 +125,7 @@ def _apply(artists: OffloadArtists, table, device, unit):
     bottoms = tops - values
     height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
     top = max(float(tops[:, -1].max()) / (1 - _ABOVE_BAR_PT / height_pt), capacity * 1.1)
+    label_at, top = labels_clear_of_line(tops[:, -1], capacity, top, _ABOVE_BAR_PT / height_pt)
     ax.set_ylim(0, top)
     ax.set_ylabel(f"Model state one GPU owns [{unit}]")
     points_per_unit = height_pt / top
@@ -138,14 +139,8 @@ def _apply(artists: OffloadArtists, table, device, unit):
     for i in range(len(options)):
         gpu = values[i, TIERS.index("gpu")]
         fits = bool(grid[i, TIERS.index("gpu")] <= device.capacity)
-        artists.gpu_labels[i].set_y(tops[i, -1])
-        artists.verdict_labels[i].set_y(tops[i, -1])
-        # Where the capacity line runs through the two labels, they get a white backing (only
-        # there: each backing costs a patch on every redraw).
-        crossing = tops[i, -1] <= capacity <= tops[i, -1] + _ABOVE_BAR_PT / points_per_unit
-        for text in (artists.gpu_labels[i], artists.verdict_labels[i]):
-            if crossing != (text.get_bbox_patch() is not None):
-                text.set_bbox(dict(LABEL_BACKING) if crossing else None)
+        artists.gpu_labels[i].set_y(label_at[i])
+        artists.verdict_labels[i].set_y(label_at[i])
         if offered[i]:
             artists.gpu_labels[i].set_text(f"GPU {format_value(gpu)} {unit}")
             artists.verdict_labels[i].set_text("fits" if fits else "too big")

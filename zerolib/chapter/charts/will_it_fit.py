@@ -27,6 +27,7 @@ from zerolib.chapter.style import (
     device_label,
     fix_axis_labels,
     ink,
+    labels_clear_of_line,
     make_titles,
     new_figure,
     plain_number,
@@ -72,13 +73,12 @@ RECOMPUTE_WORDS = MappingProxyType({"none": "no recomputation", "selective": "se
                                     "full": "full recomputation"})
 _COMPONENT_INDEX = MappingProxyType({c: i for i, c in enumerate(COMPONENTS)})
 _STACK_WIDTH = 0.62
-_SEGMENT_LABEL_SIZE = 8        # points; a segment shows its value when at least 12 points tall
+_SEGMENT_LABEL_SIZE = 9        # points (10 px in the explorer); a segment shows its value when at least 12 points tall
 _ZERO_EVERYWHERE = "#777777"   # legend text of a component that is 0 in every bar drawn
 # Room above the tallest bar for its two label lines (value, verdict), in points.
 _ABOVE_BAR_PT = 36
 # The capacity tag sits right of the axes at the line's height; the legend starts beyond it.
 _TAG_OFFSET_PT, _LEGEND_OFFSET_PT = 6, 72
-_PEAK_LABEL_BACKING = MappingProxyType({"facecolor": "white", "edgecolor": "none", "pad": 2.0})
 
 
 def _wrap_strategy(stage: int) -> str:
@@ -182,6 +182,7 @@ def _apply_will_it_fit(artists: WillItFitArtists, frame, device, unit):
 
     height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
     top = max(float(peaks.max()) / (1 - _ABOVE_BAR_PT / height_pt), capacity * 1.08)
+    label_at, top = labels_clear_of_line(peaks, capacity, top, _ABOVE_BAR_PT / height_pt)
     ax.set_ylim(0, top)
     ax.set_ylabel(f"Peak memory per GPU [{unit}]")
     points_per_unit = height_pt / top
@@ -201,17 +202,11 @@ def _apply_will_it_fit(artists: WillItFitArtists, frame, device, unit):
 
     for i, stage in enumerate(stages):
         fits = bool(peak_bytes[i] <= device.capacity)
-        artists.peak_labels[stage].set_y(peaks[i])
+        artists.peak_labels[stage].set_y(label_at[i])
         artists.peak_labels[stage].set_text(f"{format_value(peaks[i])} {unit}")
-        artists.verdict_labels[stage].set_y(peaks[i])
+        artists.verdict_labels[stage].set_y(label_at[i])
         artists.verdict_labels[stage].set_text("fits" if fits else "too big")
         artists.verdict_labels[stage].set_color(OKABE_ITO["bluish green"] if fits else DEVICE_COLOR)
-        # The two labels span _ABOVE_BAR_PT points above the bar; where the capacity line runs
-        # through them, they get a white backing (only then: each backing costs a patch).
-        crossing = peaks[i] <= capacity <= peaks[i] + _ABOVE_BAR_PT / points_per_unit
-        for text in (artists.peak_labels[stage], artists.verdict_labels[stage]):
-            if crossing != (text.get_bbox_patch() is not None):
-                text.set_bbox(dict(_PEAK_LABEL_BACKING) if crossing else None)
 
     artists.device_tag.set_y(capacity)
     artists.device_tag.set_text(f"{format_value(capacity)} {unit}")

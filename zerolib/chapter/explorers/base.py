@@ -19,6 +19,12 @@ from __future__ import annotations
 import html
 from contextlib import contextmanager
 
+from zerolib.chapter.explorers.panel import (
+    EXPLORER_CLASS,
+    TABLE_CSS,
+    control_panel,
+    shown_at_own_size,
+)
 from zerolib.chapter.fast_png import IncrementalPng
 from zerolib.chapter.style import add_axes, new_figure
 from zerolib.core.catalogue.devices import CAPACITY_BASES, DEVICES, device_at, get_device
@@ -92,9 +98,8 @@ class LayoutControls:
         self.sliders = {
             category: w.FloatSlider(value=width, min=0, max=32, step=WIDTH_STEP,
                                     readout_format=".1f",
-                                    description=f"{category} bytes/param",
-                                    style={"description_width": "initial"},
-                                    layout=w.Layout(width="320px"))
+                                    description=category.capitalize(),
+                                    tooltip=f"{category}: bytes per parameter")
             for category, width in zip(CATEGORIES, layout.widths())}
         self._on_change = on_change
         self._syncing = False
@@ -142,7 +147,9 @@ class LayoutControls:
 class Explorer:
     """Shared machinery: the image, the text widgets, observing the controls, redrawing.
 
-    A subclass sets ``controls`` and ``data``, calls :meth:`_start`, and implements
+    A subclass sets ``controls`` and ``data``, calls :meth:`_start`, declares its control panel
+    as ``PANEL`` (titled sections of control names, laid out by
+    :func:`zerolib.chapter.explorers.panel.control_panel`), and implements
     ``_update()`` (recompute ``.data``, update the artists, write the texts; return False when
     there is nothing to draw) and ``_describe()`` (write the texts for the current ``.data``).
     """
@@ -169,6 +176,7 @@ class Explorer:
         write the texts, then watch the controls."""
         self.figure = new_figure(figsize, self.dpi)
         self.artists = draw(add_axes(self.figure, margins))
+        shown_at_own_size(self.image, self.figure)
         self._renderer = IncrementalPng(self.figure, blocks(self.artists))
         self._describe()
         self.image.value = self._renderer.render()
@@ -203,10 +211,15 @@ class Explorer:
             self.image.value = self._renderer.render()
             self.redraws += 1
 
-    def _box(self, rows):
+    def _box(self):
+        """The explorer's one layout: the static note, the control panel, the texts, the
+        figure and the tables."""
         w = widgets()
-        return w.VBox([w.HTML(STATIC_NOTE), *rows, w.HBox([self.controls["capacity"]]),
-                       self.status, self.summary, self.image, self.table])
+        box = w.VBox([w.HTML(STATIC_NOTE), w.HTML(TABLE_CSS),
+                      control_panel(self.controls, self.PANEL),
+                      self.status, self.summary, self.image, self.table])
+        box.add_class(EXPLORER_CLASS)
+        return box
 
     # Current settings every explorer has, read from the controls.
     @property

@@ -51,6 +51,10 @@ BATCH_STEPS = tuple(2**k for k in range(6, 13))        # 64 to 4,096 sequences
 MFU_RANGE = (0.2, 0.6, 0.05)                           # min, max, step
 TiB = 1024 * GiB
 HOST_MEMORIES = (None, 512 * GiB, TiB, 2 * TiB)        # None: not given (offload never fits)
+# A dropdown whose value is None shows no selection (ipywidgets reads None as "nothing chosen"),
+# so the "not given" entries carry these stand-ins and the properties turn them back into None.
+USUAL_NODE = ""
+NO_HOST_MEMORY = 0
 TOP = 8                                                # rows of the ranking shown
 
 
@@ -93,12 +97,12 @@ def ranking_html(result: Plan, unit: str, top: int = TOP) -> str:
 
     rows = []
     for _, row in result.fits.head(top).iterrows():
-        rows.append(f"<tr>{right(int(row['rank']))}<td>{html.escape(describe_configuration(row))}</td>"
+        rows.append(f"<tr>{right(int(row['rank']))}<td class='prose'>{html.escape(describe_configuration(row))}</td>"
                     f"{right(in_unit(row['peak_bytes'], unit))}"
                     f"{right(in_unit(row['headroom_bytes'], unit))}"
                     f"{right(format_value(row['step_seconds']) + ' s')}</tr>")
     rejected = "".join(
-        f"<tr>{right(f'{r.configurations:,}')}<td>{html.escape(r.reason)}</td></tr>"
+        f"<tr>{right(f'{r.configurations:,}')}<td class='prose'>{html.escape(r.reason)}</td></tr>"
         for r in result.rejected.itertuples())
     return (f"<table><caption>The {min(top, len(result.fits))} fastest of "
             f"{len(result.fits):,} that fit</caption><thead><tr><th>Rank</th>"
@@ -118,6 +122,13 @@ class PlannerExplorer(Explorer):
     d, as ``zerolib plan``; "whole": G = d only), ``unit``.
     ``.plan`` is the :class:`zerolib.core.planner.Plan`, ``.data`` its ``valid`` frame.
     """
+
+    PANEL = (
+        ("Model and cluster", ("model", "gpus", "gpus_per_node", "links", "host_memory",
+                                   "host_link")),
+        ("Training", ("seq_len", "global_batch", "mfu", "shard_groups")),
+        ("Device", ("device", "unit", "capacity")),
+    )
 
     def __init__(self, model: str = "llama-2-70b", gpus: int = 64, gpus_per_node: int = 8,
                  device: str = "a100-80gb", links: str | None = None, seq_len: int = 4096,
@@ -149,8 +160,9 @@ class PlannerExplorer(Explorer):
             "gpus_per_node": w.ToggleButtons(options=list(PER_NODE), value=gpus_per_node,
                                              description="GPUs/node",
                                              style={"button_width": "42px"}),
-            "links": w.Dropdown(options=[("the device's usual node", None)]
-                                + [(name, name) for name in NODES], value=links,
+            "links": w.Dropdown(options=[("the device's usual node", USUAL_NODE)]
+                                + [(name, name) for name in NODES],
+                                value=USUAL_NODE if links is None else links,
                                 description="Links", style=wide),
             "seq_len": w.SelectionSlider(options=[(f"{n:,}", n) for n in SEQ_STEPS],
                                          value=seq_len, description="Sequence", style=wide,
@@ -160,8 +172,10 @@ class PlannerExplorer(Explorer):
                                               style=wide, continuous_update=True),
             "mfu": w.FloatSlider(value=mfu, min=MFU_RANGE[0], max=MFU_RANGE[1], step=MFU_RANGE[2],
                                  readout_format=".2f", description="Utilisation", style=wide),
-            "host_memory": w.Dropdown(options=[(_host(m), m) for m in HOST_MEMORIES],
-                                      value=host_memory, description="CPU memory/node",
+            "host_memory": w.Dropdown(options=[(_host(m), NO_HOST_MEMORY if m is None else m)
+                                               for m in HOST_MEMORIES],
+                                      value=NO_HOST_MEMORY if host_memory is None else host_memory,
+                                      description="CPU memory/node",
                                       style=wide),
             "host_link": w.Dropdown(options=[(LINKS[name].label, name) for name in HOST_LINKS],
                                     value=host_link, description="Host link", style=wide),
@@ -174,25 +188,28 @@ class PlannerExplorer(Explorer):
         self.data = self.plan.valid
         self._start(FIGSIZE, MARGINS, plan_peaks_blocks,
                     lambda ax: draw_plan_peaks(ax, self.data, self.unit))
-        c = self.controls
-        self.widget = self._box([
-            w.HBox([c["model"], c["device"], c["links"]]),
-            w.HBox([c["gpus"], c["gpus_per_node"]]),
-            w.HBox([c["seq_len"], c["global_batch"]]),
-            w.HBox([c["mfu"], c["host_memory"], c["host_link"]]),
-            w.HBox([c["shard_groups"], c["unit"]]),
-        ])
+        self.widget = self._box()
 
     def _inputs(self) -> tuple:
         """Every control the plan depends on (all but the unit, which only changes the figure)."""
         return tuple(control.value for name, control in self.controls.items() if name != "unit")
 
+    @property
+    def links(self) -> str | None:
+        """The chosen node's name; None for the device's usual node."""
+        return self.controls["links"].value or None
+
+    @property
+    def host_memory(self) -> int | None:
+        """CPU memory per node in bytes; None when not given."""
+        return self.controls["host_memory"].value or None
+
     def _plan(self) -> Plan:
         c = self.controls
         return plan(c["model"].value, int(c["gpus"].value), int(c["gpus_per_node"].value),
                     c["device"].value, int(c["seq_len"].value), int(c["global_batch"].value),
-                    links=c["links"].value, mfu=float(c["mfu"].value),
-                    host_memory=c["host_memory"].value, host_link=c["host_link"].value,
+                    links=self.links, mfu=float(c["mfu"].value),
+                    host_memory=self.host_memory, host_link=c["host_link"].value,
                     shard_groups=c["shard_groups"].value)
 
     def _update(self) -> bool:

@@ -108,7 +108,7 @@ def stage_table_html(frame: pd.DataFrame, device: Device, unit: str) -> str:
     return (f"<table><caption>Per GPU and step against the {html.escape(device.label)} "
             f"({html.escape(capacity_text(device, unit))})</caption>"
             "<thead><tr><th>Strategy</th><th>Peak memory</th><th>Fits?</th><th>Sent (= received)"
-            "</th><th>All collectives</th><th>Step time</th><th>Waiting for the network</th>"
+            "</th><th>All collectives</th><th>Step time</th><th class='prose'>Waiting for the network</th>"
             f"</tr></thead><tbody>{''.join(cells)}</tbody></table>")
 
 
@@ -121,6 +121,12 @@ class StepTimeExplorer(Explorer):
     (sequences of 4,096 tokens per GPU and step), ``mfu`` (utilisation of the peak),
     ``device``, ``unit``. ``.data`` is :func:`zerolib.core.step.tables.tradeoff_frame`.
     """
+
+    PANEL = (
+        ("Model and cluster", ("model", "gpus", "link", "gpus_per_node")),
+        ("Each step", ("tokens_per_gpu", "mfu")),
+        ("Device", ("device", "unit", "capacity")),
+    )
 
     def __init__(self, model: str = "llama-2-7b", gpus: int = 64, link: str = "dgx-h100",
                  gpus_per_node: int = 0, tokens_per_gpu: int = SEQ_LEN, mfu: float = DEFAULT_MFU,
@@ -167,12 +173,7 @@ class StepTimeExplorer(Explorer):
         self.data = self._frame()
         self._start(FIGSIZE, MARGINS, tradeoff_blocks,
                     lambda ax: draw_memory_vs_step_time(ax, self.data, self.device, self.unit))
-        c = self.controls
-        self.widget = self._box([
-            w.HBox([c["model"], c["device"], c["unit"]]),
-            w.HBox([c["gpus"], c["link"], c["gpus_per_node"]]),
-            w.HBox([c["tokens_per_gpu"], c["mfu"]]),
-        ])
+        self.widget = self._box()
 
     # Current settings, read from the controls.
     @property

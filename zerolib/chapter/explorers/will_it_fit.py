@@ -135,8 +135,8 @@ def peak_table_html(frame: pd.DataFrame, device: Device, unit: str, fewest: dict
         f"<table><caption>Per GPU on {on} against the {html.escape(device.label)} "
         f"({html.escape(capacity_text(device, unit))}), {html.escape(config.name)}</caption>"
         "<thead><tr><th>Strategy</th><th>Peak per GPU</th><th>Fits?</th>"
-        f"<th>Fewest GPUs that fit (micro-batch {settings.micro_batch})</th>"
-        f"<th>Largest micro-batch that fits ({on})</th></tr></thead>"
+        f"<th class='prose'>Fewest GPUs that fit (micro-batch {settings.micro_batch})</th>"
+        f"<th class='prose'>Largest micro-batch that fits ({on})</th></tr></thead>"
         f"<tbody>{''.join(cells)}</tbody></table>")
 
 
@@ -152,6 +152,12 @@ class WillItFitExplorer(Explorer):
     stage, the peak, whether it fits, the fewest GPUs at which it fits (at this micro-batch) and
     the largest micro-batch that fits (on these GPUs), all from :mod:`zerolib.core.memory.working_set`.
     """
+
+    PANEL = (
+        ("Model and run", ("model", "gpus", "micro_batch", "seq_len", "recompute",
+                               "flash_attention")),
+        ("Device", ("device", "unit", "capacity")),
+    )
 
     def __init__(self, model: str = "llama-2-7b", gpus: int = 8, micro_batch: int = 1,
                  seq_len: int = 4096, recompute: str = "selective", flash_attention: bool = True,
@@ -202,12 +208,7 @@ class WillItFitExplorer(Explorer):
         self._start(FIGSIZE, MARGINS, will_it_fit_blocks,
                     lambda ax: draw_will_it_fit(ax, self.data, self.device, self.unit))
         self.controls["model"].observe(self._model_changed, names="value")
-        c = self.controls
-        self.widget = self._box([
-            w.HBox([c["model"], c["device"], c["unit"]]),
-            w.HBox([c["gpus"], c["micro_batch"], c["seq_len"]]),
-            w.HBox([c["recompute"], c["flash_attention"]]),
-        ])
+        self.widget = self._box()
 
     @staticmethod
     def _seq_options(model: str) -> list[tuple[str, int]]:
