@@ -292,7 +292,7 @@ def test_widget_state_numbers_are_written_as_javascript_writes_them():
                  if m["state"].get("max") == 32)["state"]
     assert [(saved[k], type(saved[k])) for k in ("value", "max", "min", "step")] == [
         (2, int), (32, int), (0, int), (0.5, float)]
-    assert b'"max": 32,' in notebooks.to_bytes(out) and b"32.0" not in notebooks.to_bytes(out)
+    assert b'"max": 32,' in notebooks.notebook_bytes(out) and b"32.0" not in notebooks.notebook_bytes(out)
 
 
 def test_substance_ignores_view_state_and_the_kernels_display_name():
@@ -302,7 +302,7 @@ def test_substance_ignores_view_state_and_the_kernels_display_name():
     seen.cells[1].metadata.update(collapsed=True, scrolled=True, jupyter={"outputs_hidden": True})
     state = seen.metadata["widgets"][notebooks.WIDGET_STATE]["state"]
     next(iter(state.values()))["state"]["value"] = 1.0          # was 1: the same number
-    assert notebooks.same_substance(notebooks.to_bytes(nb), notebooks.to_bytes(seen))
+    assert notebooks.same_substance(notebooks.notebook_bytes(nb), notebooks.notebook_bytes(seen))
 
 
 @pytest.mark.parametrize("change", ["source", "output", "tags", "kernel", "widget"])
@@ -320,7 +320,7 @@ def test_substance_sees_what_a_notebook_says(change):
         edited.metadata["kernelspec"]["name"] = "julia"
     else:
         next(iter(edited.metadata["widgets"][notebooks.WIDGET_STATE]["state"].values()))["state"]["value"] = 9
-    assert not notebooks.same_substance(notebooks.to_bytes(nb), notebooks.to_bytes(edited))
+    assert not notebooks.same_substance(notebooks.notebook_bytes(nb), notebooks.notebook_bytes(edited))
 
 
 def test_notebook_without_widgets_is_left_without_widget_metadata():

@@ -72,7 +72,7 @@ def reading(tmp_path_factory, chromium_path, playwright):
     root.mkdir()
     shutil.copy(REPO / "notebooks" / NOTEBOOK, root / NOTEBOOK)
     before = as_committed_before(nbformat.read(root / NOTEBOOK, as_version=4))
-    (root / AS_BEFORE).write_bytes(notebooks.to_bytes(before))
+    (root / AS_BEFORE).write_bytes(notebooks.notebook_bytes(before))
     _git(root, "init", "-q")
     _git(root, "add", ".")
     _git(root, "-c", "user.name=test", "-c", "user.email=test@localhost", "commit", "-qm", "notebooks")
@@ -144,5 +144,5 @@ def test_autosave_of_older_metadata_changes_nothing_of_substance(reading):
     assert (nb.metadata["kernelspec"]["name"], nb.metadata["kernelspec"]["language"]) == ("python3", "python")
     # What JupyterLab wrote is, byte for byte, what the project now commits.
     assert saved == (REPO / "notebooks" / NOTEBOOK).read_bytes()
-    assert saved == notebooks.to_bytes(notebooks.as_jupyterlab_saves(nbformat.reads(before.decode(),
+    assert saved == notebooks.notebook_bytes(notebooks.as_jupyterlab_saves(nbformat.reads(before.decode(),
                                                                                     as_version=4)))
