@@ -146,3 +146,14 @@ def broadcast(**arrays) -> list[np.ndarray]:
         shapes = ", ".join(f"{name} {np.shape(array)}" for name, array in arrays.items())
         raise ValueError(f"{', '.join(arrays)} must broadcast together (numpy rules), "
                          f"got the shapes {shapes}") from None
+
+
+def check_whole(value, name: str, allowed: str, low: int = 1, high: int = MAX_GPUS) -> np.ndarray:
+    """Whole numbers from ``low`` to ``high`` (a scalar or an array) as int64; ``allowed`` says
+    in words what is, for the message (``"a positive whole number of micro-batches"``)."""
+    return _whole_in_range(value, name, low, high, allowed)
+
+
+def check_bits(value, name: str = "bits") -> int:
+    """A communicated width in bits: 1 to 8 x :data:`MAX_WIDTH` (wider would wrap in int64)."""
+    return check_positive_int(value, name, 8 * MAX_WIDTH)

@@ -156,6 +156,14 @@ def interconnect(name: str | Node | Link | Interconnect,
     return Interconnect(link.name, link.label, link)
 
 
+def check_interconnect(ic, name: str = "ic") -> Interconnect:
+    """An :class:`Interconnect` (a name is not one: :func:`interconnect` turns it into one)."""
+    if not isinstance(ic, Interconnect):
+        raise TypeError(f"{name} must be an Interconnect, such as zl.interconnect('dgx-h100'), "
+                        f"got {echo(ic)}")
+    return ic
+
+
 def _nodes(ic: Interconnect, gpus: np.ndarray) -> np.ndarray:
     if ic.gpus_per_node is None:
         return np.ones_like(gpus)
@@ -179,6 +187,7 @@ def spanning_bandwidth(ic: Interconnect, nodes, sharing=1) -> np.ndarray:
 
 def bus_bandwidth(ic: Interconnect, gpus) -> np.ndarray:
     """Bytes per second per GPU and direction that a ring over ``gpus`` GPUs runs at (float64)."""
+    check_interconnect(ic)
     gpus = check_gpus(gpus)
     return spanning_bandwidth(ic, _nodes(ic, gpus))
 

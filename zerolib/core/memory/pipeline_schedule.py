@@ -31,10 +31,20 @@ from types import MappingProxyType
 import numpy as np
 
 from zerolib.core.catalogue.models import get_model
-from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, check_count, check_flag, check_positive_int
+from zerolib.core.inputs import (
+    MAX_BYTES,
+    MAX_GPUS,
+    check_count,
+    check_flag,
+    check_positive_int,
+    check_whole,
+    echo,
+)
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.activations import model_activation_terms
 from zerolib.core.memory.model_parallel import (
+    MAX_CHUNKS,
+    MAX_MICRO_BATCHES,
     ParallelGrid,
     at_stage,
     check_schedule,
@@ -54,8 +64,24 @@ def micro_batches_in_flight(pipeline_parallel, pipeline_stage, *, schedule: str 
     fill the pipeline.
     """
     check_schedule(schedule)
-    p = np.asarray(pipeline_parallel, dtype=np.int64)
-    r = np.asarray(pipeline_stage, dtype=np.int64)
+    p = check_whole(pipeline_parallel, "pipeline_parallel", "a positive whole number of stages")
+    r = check_whole(pipeline_stage, "pipeline_stage", "a pipeline stage index, 0 or more", 0)
+    v = check_positive_int(chunks, "chunks", MAX_CHUNKS)
+    if schedule == "1f1b" and v != 1:
+        raise ValueError(f"chunks must be 1 under the 1f1b schedule, got {echo(chunks)}")
+    if np.any(r >= p):
+        raise ValueError(f"pipeline_stage must be below pipeline_parallel (stages 0 to p - 1), "
+                         f"got {echo(pipeline_stage)} with pipeline_parallel {echo(pipeline_parallel)}")
+    if micro_batches is not None:
+        micro_batches = check_whole(micro_batches, "micro_batches",
+                                    "a positive whole number of micro-batches", 1, MAX_MICRO_BATCHES)
+    return _in_flight(p, r, schedule, v, micro_batches)
+
+
+def _in_flight(p, r, schedule: str, chunks: int, micro_batches) -> np.ndarray:
+    """:func:`micro_batches_in_flight` of checked inputs (the planner's path)."""
+    p = np.asarray(p, dtype=np.int64)
+    r = np.asarray(r, dtype=np.int64)
     if schedule == "interleaved":
         flight = 2 * (p - r - 1) + (chunks - 1) * p + 1
         cap = None if micro_batches is None else np.asarray(micro_batches, dtype=np.int64) * chunks
@@ -79,8 +105,7 @@ def layer_activations_held(layers: int, pipeline_parallel, pipeline_stage, *, sc
     """Copies of one layer's activations (layers x micro-batches) stage r holds at its peak:
     its layers x :func:`micro_batches_in_flight` (1F1B), or L / (p v) layers per chunk pass
     (interleaved). On the first stage with the pipeline full: L, or L (1 + (p - 1) / (p v))."""
-    flight = micro_batches_in_flight(pipeline_parallel, pipeline_stage, schedule=schedule,
-                                     chunks=chunks, micro_batches=micro_batches)
+    flight = _in_flight(pipeline_parallel, pipeline_stage, schedule, chunks, micro_batches)
     p = np.asarray(pipeline_parallel, dtype=np.int64)
     if schedule == "interleaved":
         return flight * (layers // (p * chunks))

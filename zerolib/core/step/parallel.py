@@ -122,7 +122,15 @@ from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.links import BASE_LATENCY, LINKS, Link, get_link
 from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.catalogue.nodes import NODES, Interconnect, interconnect, ring_latency
-from zerolib.core.inputs import MAX_GPUS, check_gpus, check_positive_int, check_stage, echo
+from zerolib.core.inputs import (
+    MAX_GPUS,
+    broadcast,
+    check_gpus,
+    check_positive_int,
+    check_stage,
+    check_whole,
+    echo,
+)
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, get_layout
 from zerolib.core.memory.activations import RECOMPUTE
@@ -315,9 +323,12 @@ def _host_seconds(params, d, stage, codes, group, layout, host_link) -> Mapping[
 def bubble_fraction(pipeline_parallel, micro_batches, chunks=1) -> np.ndarray:
     """The pipeline bubble as a fraction of the ideal time: (p - 1) / (v m) (Narayanan et al.
     2021, Sec. 2.2.1 for 1F1B, v = 1; Sec. 2.2.2 for v model chunks per stage)."""
-    p = np.asarray(pipeline_parallel, dtype=np.float64)
-    m = np.asarray(micro_batches, dtype=np.float64)
-    v = np.asarray(chunks, dtype=np.float64)
+    p = check_whole(pipeline_parallel, "pipeline_parallel", "a positive whole number of stages")
+    m = check_whole(micro_batches, "micro_batches", "a positive whole number of micro-batches",
+                    1, MAX_MICRO_BATCHES)
+    v = check_whole(chunks, "chunks", "a positive whole number of model chunks", 1, MAX_CHUNKS)
+    p, m, v = (a.astype(np.float64) for a in broadcast(pipeline_parallel=p, micro_batches=m,
+                                                       chunks=v))
     return (p - 1) / (v * m)
 
 
