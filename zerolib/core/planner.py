@@ -43,9 +43,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.links import Link
@@ -88,6 +88,9 @@ from zerolib.core.step.parallel import (
     parallel_step_time,
 )
 from zerolib.core.step.time import DEFAULT_MFU, check_mfu
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    import pandas as pd
 
 SCHEDULE_NAMES = {1: "1F1B"}      # v > 1: "interleaved, v chunks"
 # Shard groups a plan tries under stages 1-3: every divisor G of d, or only G = d (the paper's ZeRO).
@@ -542,6 +545,7 @@ class Plan:
     @cached_property
     def valid(self) -> pd.DataFrame:
         """Every runnable configuration, in enumeration order, with ``fits`` and its numbers."""
+        import pandas as pd
         s = self.settings
         c = {name: values[self.runnable] for name, values in self.space.columns.items()}
         frame = pd.DataFrame({
@@ -592,6 +596,7 @@ class Plan:
         """Per reason of :data:`RULES` that rejected anything: how many configurations, one of
         them (the first enumerated; for the memory rules, the one closest to fitting) and, for
         those, its peak or host bytes."""
+        import pandas as pd
         rows = []
         codes = np.bincount(self.reason, minlength=PASSES + 1)
         position = np.full(self.size, -1, dtype=np.int64)

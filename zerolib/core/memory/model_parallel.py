@@ -53,9 +53,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from zerolib.core.catalogue.models import TransformerConfig, get_model, modules
 from zerolib.core.inputs import (
@@ -69,6 +69,9 @@ from zerolib.core.inputs import (
 )
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, ModelState, model_state
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    import pandas as pd
 
 SPLITS = ("column", "row", "vocabulary", "replicated")
 PLACES = ("layer", "first", "last")       # every layer; the first / last pipeline stage
@@ -182,6 +185,7 @@ def module_splits(model: str | TransformerConfig) -> tuple[ModuleSplit, ...]:
 def split_table(model: str | TransformerConfig, tensor_parallel: int = 1,
                 vocab_divisible_by: int = 1) -> pd.DataFrame:
     """One row per module: its split, where it lives, its elements and one rank's share at t."""
+    import pandas as pd
     config = get_model(model)
     t = check_positive_int(tensor_parallel, "tensor_parallel", MAX_GPUS)
     check_parallel(config, t)

@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.links import Link, get_link
@@ -59,6 +59,9 @@ from zerolib.core.step.offload_traffic import (
 )
 from zerolib.core.step.time import DEFAULT_COMPUTE, ComputeSettings, compute_seconds
 from zerolib.core.step.traffic import PHASES
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    import pandas as pd
 
 GROUP_TRAFFIC_COLUMNS = ("gpus", "shard_group", "replicas", "stage", "strategy", "sent_bytes",
                          "inside_node_bytes", "across_nodes_bytes", "cross_node_bytes",
@@ -278,6 +281,7 @@ def group_traffic_table(model: str | TransformerConfig, gpus, link: str | Interc
 
     ``attrs``: model, gpus, layout, interconnect, device, compute, gpus_per_node.
     """
+    import pandas as pd
     config, layout = get_model(model), get_layout(layout)
     gpus = check_single(gpus, check_gpus, "gpus")
     ic = interconnect(link, gpus_per_node)

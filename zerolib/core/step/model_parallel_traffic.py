@@ -43,9 +43,9 @@ from __future__ import annotations
 import numbers
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from zerolib.core.catalogue.models import get_model
 from zerolib.core.inputs import MAX_BYTES, check_flag, check_positive_int, echo
@@ -57,6 +57,9 @@ from zerolib.core.memory.model_parallel import (
     check_schedule,
     stage_layers,
 )
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    import pandas as pd
 
 GROUPS = ("tensor", "pipeline")
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "send")
@@ -198,6 +201,7 @@ def pipeline_traffic(model, seq_len, micro_batch, tensor_parallel, pipeline_para
 
 def traffic_frame(rows) -> pd.DataFrame:
     """Traffic rows as a tidy frame with ``total_bytes`` (calls x tensor_bytes)."""
+    import pandas as pd
     frame = pd.DataFrame([{**asdict(row), "total_bytes": row.total_bytes} for row in rows],
                          columns=[*Traffic.__dataclass_fields__, "total_bytes"])
     return frame

@@ -9,8 +9,9 @@ Bytes are int64, seconds float64.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.models import TransformerConfig, get_model
@@ -21,6 +22,9 @@ from zerolib.core.memory.working_set import DEFAULT_SETTINGS, WorkingSetSettings
 from zerolib.core.step.collectives import KINDS, collective_seconds
 from zerolib.core.step.time import DEFAULT_COMPUTE, ComputeSettings, StepTime, check_mfu, step_time
 from zerolib.core.step.traffic import PHASES, SLOTS, Traffic, traffic
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    import pandas as pd
 
 TRAFFIC_COLUMNS = ("stage", "strategy", "kind", "calls", "handed_bytes", "sent_bytes",
                    "received_bytes")
@@ -47,6 +51,7 @@ def _traffic(model, gpus: int, stages, layout: Layout) -> tuple[Traffic, object]
 def traffic_frame(model, gpus, stages=STAGES, layout: str | Layout = "mixed-adam") -> pd.DataFrame:
     """One row per stage and collective kind: calls, bytes handed over, sent and received per GPU
     in one step. ``model`` is a preset, a TransformerConfig or a bare parameter count."""
+    import pandas as pd
     gpus = check_single(gpus, check_gpus, "gpus")
     stages, layout = _stages(stages), get_layout(layout)
     result, what = _traffic(model, gpus, stages, layout)
@@ -92,6 +97,7 @@ def timeline_frame(model, gpus, link: str | Interconnect, device: str | Device,
     backward starts then, and its collectives start with it; the after-step all-gather starts
     when the backward's compute and collectives are both done.
     """
+    import pandas as pd
     gpus, stages, layout, ic, device, result, what, times = _timed(
         model, gpus, stages, layout, link, device, compute, gpus_per_node)
     rows = []
@@ -135,6 +141,7 @@ def tradeoff_frame(model: str | TransformerConfig, gpus, link: str | Interconnec
     beside the step time and its parts. The tokens per GPU and the recomputation come from
     ``settings`` (sequence length x micro-batch; 8 FLOPs per parameter and token under full
     recomputation), so memory and time describe the same run."""
+    import pandas as pd
     config = get_model(model)
     if settings.tensor_parallel != 1:
         raise ValueError("tensor_parallel must be 1 here: the step model times data-parallel "
