@@ -66,8 +66,9 @@ from zerolib.core.memory.model_parallel import (
 )
 from zerolib.core.memory.pipeline_schedule import (
     UNIT_TERMS,
-    activation_unit_terms,
+    options_key,
     stage_activation_totals,
+    unit_terms,
 )
 from zerolib.core.memory.placement import Placement, offered_stages, place
 from zerolib.core.memory.tables import divisors
@@ -412,11 +413,10 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
     keys, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     units = {name: np.zeros(len(keys), dtype=np.int64) for name in UNIT_TERMS}
     for index, row in enumerate(first.tolist()):
-        terms = activation_unit_terms(
-            s.model, s.seq_len, int(b[row]), int(t[row]), sequence_parallel=bool(sp[row]),
-            recompute=RECOMPUTE[int(rec[row])], flash_attention=ws.flash_attention,
-            element_bytes=ws.element_bytes, mask_bytes=ws.mask_bytes, dropout=ws.dropout,
-            logits_bytes=ws.logits_bytes)
+        # Checked once, in plan_settings: the kernel trusts them.
+        terms = unit_terms(s.model, s.seq_len, int(b[row]), int(t[row]), options_key(
+            bool(sp[row]), RECOMPUTE[int(rec[row])], ws.flash_attention, ws.element_bytes,
+            ws.mask_bytes, ws.dropout, ws.logits_bytes))
         for name in UNIT_TERMS:
             units[name][index] = terms[name]
     per_row = {name: values[inverse] for name, values in units.items()}

@@ -131,6 +131,13 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
         raise ValueError(f"experts_per_token ({k}) must be from 1 to experts ({n_experts}), or both 0 "
                          f"for a dense MLP")
 
+    return _layer_terms(s, b, h, a, f, kv, d, t, e, m, n_experts, k, gated, sp, flash, drop, post,
+                        recompute)
+
+
+def _layer_terms(s, b, h, a, f, kv, d, t, e, m, n_experts, k, gated, sp, flash, drop, post,
+                 recompute) -> Mapping[str, int]:
+    """:func:`layer_activation_terms` of checked Python ints and flags (d: the head width)."""
     sbh = s * b * h
     # A mixture of experts runs k expert MLPs per token; a dense layer one MLP.
     sbf = s * b * f * (k if n_experts else 1)
@@ -207,7 +214,7 @@ def layer_activation_bytes(seq_len, micro_batch, hidden, heads, **options) -> in
     return sum(layer_activation_terms(seq_len, micro_batch, hidden, heads, **options).values())
 
 
-def _logits_widths(logits_bytes, element_bytes: int) -> tuple[int, ...]:
+def logits_widths(logits_bytes, element_bytes: int) -> tuple[int, ...]:
     if logits_bytes is None:
         return (element_bytes, LOSS_FP32_BYTES)
     if isinstance(logits_bytes, (str, bytes)) or not hasattr(logits_bytes, "__iter__"):
@@ -234,35 +241,50 @@ def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", ten
     config = get_model(model)
     drop = config.dropout if dropout is None else check_flag(dropout, "dropout")
     recompute = _check_recompute(recompute)
-    widths = _logits_widths(logits_bytes, check_positive_int(element_bytes, "element_bytes"))
+    widths = logits_widths(logits_bytes, check_positive_int(element_bytes, "element_bytes"))
     common = dict(ffn_hidden=config.ffn_hidden, gated_mlp=config.gated_mlp, kv_heads=config.kv_heads,
                   head_dim=config.head_width, post_norms=config.post_norms, experts=config.experts,
                   experts_per_token=config.experts_per_token,
                   tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
                   flash_attention=flash_attention, element_bytes=element_bytes,
                   mask_bytes=mask_bytes, dropout=drop)
-    layer = layer_activation_bytes(seq_len, micro_batch, config.hidden, config.heads,
-                                   recompute=recompute, **common)
+    # The layer inputs are checked once here; the layer sums of model_terms trust them.
+    layer_activation_terms(seq_len, micro_batch, config.hidden, config.heads, recompute=recompute,
+                           **common)
+    return model_terms(config, int(seq_len), int(micro_batch), int(tensor_parallel),
+                       bool(sequence_parallel), recompute, bool(flash_attention),
+                       int(element_bytes), int(mask_bytes), bool(drop), widths)
+
+
+def model_terms(config, seq_len: int, micro_batch: int, tensor_parallel: int,
+                sequence_parallel: bool, recompute: str, flash_attention: bool,
+                element_bytes: int, mask_bytes: int, dropout: bool,
+                logits_widths: tuple[int, ...]) -> Mapping[str, int]:
+    """:func:`model_activation_terms` of checked inputs (a TransformerConfig, Python ints and
+    flags, ``dropout`` resolved, the logits' widths): the planner's path, per setting."""
+    s, b, h, v, t = seq_len, micro_batch, config.hidden, config.vocab, tensor_parallel
+
+    def layer(how: str) -> int:
+        return sum(_layer_terms(s, b, h, config.heads, config.ffn_hidden, config.kv_heads,
+                                config.head_width, t, element_bytes, mask_bytes, config.experts,
+                                config.experts_per_token, config.gated_mlp, sequence_parallel,
+                                flash_attention, dropout, config.post_norms, how).values())
+
+    one = layer(recompute)
     if recompute == "none":
         transient = 0
     else:
         # The layer being recomputed in backward briefly holds what "none" would have stored
         # (full) or what selective dropped (the attention core).
-        everything = layer_activation_bytes(seq_len, micro_batch, config.hidden, config.heads,
-                                            recompute="none", **common)
-        kept = layer_activation_bytes(seq_len, micro_batch, config.hidden, config.heads,
-                                      recompute="selective", **common)
-        transient = everything if recompute == "full" else everything - kept
-
-    s, b, h, v = seq_len, micro_batch, config.hidden, config.vocab
-    t = tensor_parallel
+        everything = layer("none")
+        transient = everything if recompute == "full" else everything - layer("selective")
     pointwise_t = t if sequence_parallel else 1
     sbh_rank = _split(s * b * h, pointwise_t)
     return MappingProxyType({
-        "transformer_layers": config.layers * layer,
+        "transformer_layers": config.layers * one,
         "recompute_transient": transient,
-        "embedding_dropout_mask": mask_bytes * sbh_rank if drop else 0,
+        "embedding_dropout_mask": mask_bytes * sbh_rank if dropout else 0,
         "final_norm_input": element_bytes * sbh_rank,
         "output_projection_input": element_bytes * sbh_rank,
-        "logits_loss": sum(widths) * s * b * _split(v, t),   # vocabulary-parallel output
+        "logits_loss": sum(logits_widths) * s * b * _split(v, t),   # vocabulary-parallel output
     })

@@ -41,7 +41,7 @@ from zerolib.core.inputs import (
     echo,
 )
 from zerolib.core.intmath import ceil_div
-from zerolib.core.memory.activations import model_activation_terms
+from zerolib.core.memory.activations import LOSS_FP32_BYTES, model_activation_terms, model_terms
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
@@ -121,10 +121,17 @@ UNIT_TERMS = ("transformer_layers", "recompute_transient", "embedding_dropout_ma
 
 
 @lru_cache(maxsize=8192)
-def _unit_terms_cached(config, seq_len, micro_batch, t: int, options: tuple,
-                       vocab_divisible_by: int) -> Mapping[str, int]:
-    terms = dict(model_activation_terms(config, seq_len, micro_batch, tensor_parallel=t,
-                                        **dict(options)))
+def unit_terms(config, seq_len: int, micro_batch: int, t: int, options: tuple,
+               vocab_divisible_by: int = 1) -> Mapping[str, int]:
+    """:func:`activation_unit_terms` of checked inputs (a TransformerConfig, Python ints, the
+    ``options`` of :func:`options_key`, a setting the parallel rules allow), remembered: the
+    planner's path, which checked them once at its door."""
+    o = dict(options)
+    dropout = config.dropout if o["dropout"] is None else o["dropout"]
+    widths = (o["element_bytes"], LOSS_FP32_BYTES) if o["logits_bytes"] is None else o["logits_bytes"]
+    terms = dict(model_terms(config, seq_len, micro_batch, t, o["sequence_parallel"],
+                             o["recompute"], o["flash_attention"], o["element_bytes"],
+                             o["mask_bytes"], dropout, widths))
     terms["transformer_layers"] //= config.layers   # L x one layer
     # The loss's logits follow the vocabulary rows, padded when asked.
     rows = int(vocabulary_rows(config.vocab, t, vocab_divisible_by))
@@ -133,6 +140,22 @@ def _unit_terms_cached(config, seq_len, micro_batch, t: int, options: tuple,
         raise ValueError(f"activations of {config.name} come to more than {MAX_BYTES:,} bytes: "
                          f"lower seq_len or micro_batch")
     return MappingProxyType({name: terms[name] for name in UNIT_TERMS})
+
+
+@lru_cache(maxsize=8192)
+def _unit_terms_cached(config, seq_len, micro_batch, t: int, options: tuple,
+                       vocab_divisible_by: int) -> Mapping[str, int]:
+    # The public path: every check of model_activation_terms once per setting, then the kernel.
+    model_activation_terms(config, seq_len, micro_batch, tensor_parallel=t, **dict(options))
+    return unit_terms.__wrapped__(config, seq_len, micro_batch, t, options, vocab_divisible_by)
+
+
+def options_key(sequence_parallel: bool, recompute: str, flash_attention: bool,
+                element_bytes: int, mask_bytes: int, dropout: bool | None,
+                logits_bytes: tuple[int, ...] | None) -> tuple:
+    """The ``options`` of :func:`unit_terms` (checked values; hashable)."""
+    return tuple(_activation_options(sequence_parallel, recompute, flash_attention, element_bytes,
+                                     mask_bytes, dropout, logits_bytes).items())
 
 
 def activation_unit_terms(model, seq_len, micro_batch, tensor_parallel: int, *,
