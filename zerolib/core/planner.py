@@ -52,14 +52,15 @@ from zerolib.core.catalogue.links import Link
 from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.catalogue.nodes import Interconnect
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, check_count, check_positive_int, echo
-from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, get_layout
+from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, ModelState, get_layout
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
-    largest_module_per_gpu,
-    parallel_rules,
-    parameters_per_gpu,
+    ParallelGrid,
+    largest_module_on,
+    parameters_on,
+    rules_of,
 )
 from zerolib.core.memory.model_parallel import (
     RULES as PARALLEL_RULES,
@@ -70,7 +71,7 @@ from zerolib.core.memory.pipeline_schedule import (
     stage_activation_totals,
     unit_terms,
 )
-from zerolib.core.memory.placement import Placement, offered_stages, place
+from zerolib.core.memory.placement import Placement, offered_stages, tiers_of
 from zerolib.core.memory.tables import divisors
 from zerolib.core.memory.working_set import (
     DEFAULT_SETTINGS,
@@ -323,10 +324,8 @@ def enumerate_space(s: PlanSettings) -> Space:
             sel = (v_b == v) & (sp_b == sp)
             if not np.any(sel):
                 continue
-            rules = parallel_rules(config, t_b[sel], p_b[sel],
-                                   schedule="interleaved" if v > 1 else "1f1b", chunks=v,
-                                   gpus_per_node=s.gpus_per_node, seq_len=s.seq_len,
-                                   sequence_parallel=sp)
+            rules = rules_of(config, t_b[sel], p_b[sel], "interleaved" if v > 1 else "1f1b", v,
+                             s.gpus_per_node, s.seq_len, sp)
             reason_b[sel] = _first_broken(rules, ("heads", "kv_heads", "ffn_hidden", "node",
                                                   "sequence", "layers", "interleaved_layers",
                                                   "schedule"), reason_b[sel])
@@ -400,8 +399,8 @@ def _per_stage_arrays(s: PlanSettings, t, p):
     """Parameters and largest module on one GPU of the first and of the last stage."""
     out = {}
     for key, r in (("first", np.zeros_like(p)), ("last", p - 1)):
-        out[key] = (parameters_per_gpu(s.model, t, p, pipeline_stage=r),
-                    largest_module_per_gpu(s.model, t, p, pipeline_stage=r))
+        grid = ParallelGrid(s.model, t, p, r, "1f1b", 1, None, 1)   # from checked settings
+        out[key] = (parameters_on(grid), largest_module_on(grid))
     return out
 
 
@@ -432,6 +431,12 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
     return out
 
 
+@lru_cache(maxsize=1024)
+def _placement(shard_group: int, gpus_per_node: int, offload: str) -> Placement:
+    """One placement of the plan (made, and so checked, once per plan setting)."""
+    return Placement(shard_group=shard_group, gpus_per_node=gpus_per_node, **OFFLOADS[offload])
+
+
 def _persistent(s: PlanSettings, c, params: np.ndarray):
     """(bytes on the GPU, CPU bytes per node) of the model state of GPUs holding ``params``."""
     gpu = np.zeros(len(params), dtype=np.int64)
@@ -442,8 +447,11 @@ def _persistent(s: PlanSettings, c, params: np.ndarray):
     for key in np.unique(pair):
         sel = pair == key
         g, o = divmod(int(key), len(names))
-        placement = Placement(shard_group=g, gpus_per_node=s.gpus_per_node, **OFFLOADS[names[o]])
-        tiers = place(params[sel], d[sel], stage[sel], s.layout, placement, world=s.gpus)
+        placement = _placement(g, s.gpus_per_node, names[o])
+        # Every (d, G, stage, offload) comes from _variants: valid by construction, so the
+        # checks of place() are not repeated per group.
+        state = ModelState(params[sel], d[sel], stage[sel], s.layout, np.full(int(sel.sum()), g))
+        tiers = tiers_of(state, placement, np.full(int(sel.sum()), s.gpus))
         gpu[sel] = tiers.gpu
         cpu_node[sel] = tiers.per_node("cpu")
     return gpu, cpu_node

@@ -49,8 +49,8 @@ from zerolib.core.memory.model_parallel import (
     at_stage,
     check_schedule,
     parallel_grid,
+    rows_on_rank,
     stage_layers,
-    vocabulary_rows,
 )
 
 
@@ -134,7 +134,7 @@ def unit_terms(config, seq_len: int, micro_batch: int, t: int, options: tuple,
                              o["mask_bytes"], dropout, widths))
     terms["transformer_layers"] //= config.layers   # L x one layer
     # The loss's logits follow the vocabulary rows, padded when asked.
-    rows = int(vocabulary_rows(config.vocab, t, vocab_divisible_by))
+    rows = int(rows_on_rank(config.vocab, t, vocab_divisible_by))
     terms["logits_loss"] = terms["logits_loss"] // ceil_div(config.vocab, t) * rows
     if any(terms[name] > MAX_BYTES for name in UNIT_TERMS):
         raise ValueError(f"activations of {config.name} come to more than {MAX_BYTES:,} bytes: "

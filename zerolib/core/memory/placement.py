@@ -306,9 +306,17 @@ def place(params, gpus, stage, layout: str | Layout = "mixed-adam",
     """
     layout, placement = get_layout(layout), check_placement(placement)
     state = model_state(params, gpus, stage, layout, placement.shard_group)  # checks them all
-    params, gpus, stage = state.params, state.gpus, state.stage
-    check_combination(stage, gpus, placement)
-    world = gpus if world is None else np.broadcast_to(check_gpus(world, "world"), gpus.shape)
+    check_combination(state.stage, state.gpus, placement)
+    world = state.gpus if world is None else np.broadcast_to(check_gpus(world, "world"),
+                                                             state.gpus.shape)
+    return tiers_of(state, placement, world)
+
+
+def tiers_of(state: ModelState, placement: Placement, world: np.ndarray) -> TierState:
+    """:func:`place` of checked inputs: a :class:`ModelState` sharded over
+    ``placement.shard_group``, a combination DeepSpeed offers, ``world`` GPUs in its shape (the
+    planner's path, which made them from what it checked once)."""
+    params, gpus, stage, layout = state.params, state.gpus, state.stage, state.layout
     on_node = gpus_on_node(world, placement.gpus_per_node)
     p = placement
 
