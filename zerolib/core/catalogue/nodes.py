@@ -208,7 +208,10 @@ def spanning_latency(ic: Interconnect, kind: str, gpus, nodes) -> np.ndarray:
     nodes (0 for one GPU): the base latency plus a hop latency per step, the network's for the
     ``nodes`` - 1 steps (per pass) that cross nodes."""
     _check_steps(kind)
-    gpus = check_gpus(gpus)
+    return _spanning(ic, kind, check_gpus(gpus), nodes)
+
+
+def _spanning(ic: Interconnect, kind: str, gpus: np.ndarray, nodes) -> np.ndarray:
     steps = RING_STEPS[kind] * (gpus - 1)
     across = RING_STEPS[kind] * (np.asarray(nodes) - 1)
     inter_hop = ic.network.hop_latency if ic.network is not None else ic.intra.hop_latency
@@ -220,5 +223,10 @@ def ring_latency(ic: Interconnect, kind: str, gpus) -> np.ndarray:
     """Seconds of latency of one ring collective of ``kind`` over ``gpus`` GPUs (0 for one GPU):
     the base latency plus a hop latency per step, the network's for the steps across nodes."""
     _check_steps(kind)
-    gpus = check_gpus(gpus)
-    return spanning_latency(ic, kind, gpus, _nodes(ic, gpus))
+    return latency_of(ic, kind, check_gpus(gpus))
+
+
+def latency_of(ic: Interconnect, kind: str, gpus: np.ndarray) -> np.ndarray:
+    """:func:`ring_latency` of a checked ``kind`` and int64 ``gpus`` (a caller that checked
+    them once, such as the planner's rings)."""
+    return _spanning(ic, kind, gpus, _nodes(ic, gpus))

@@ -126,6 +126,13 @@ def tensor_parallel_traffic(model, seq_len, micro_batch, tensor_parallel, pipeli
     sp = check_flag(sequence_parallel, "sequence_parallel")
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    return tensor_rows(config, s, b, t, p, r, m, bsh, sp, recompute)
+
+
+def tensor_rows(config, s: int, b: int, t: int, p: int, r: int, m: int, bsh: int, sp: bool,
+                recompute: str) -> tuple[Traffic, ...]:
+    """:func:`tensor_parallel_traffic` of checked inputs (``bsh``: bytes of one b x s x h
+    activation): the step model's path, whose caller checked them once."""
     if t == 1:
         return ()
     passes = m * int(stage_layers(config.layers, p, r))   # layer passes per step on this GPU
@@ -181,6 +188,12 @@ def pipeline_traffic(model, seq_len, micro_batch, tensor_parallel, pipeline_para
                                            schedule, chunks, element_bytes)
     sp = check_flag(sequence_parallel, "sequence_parallel")
     split = check_flag(scatter_gather, "scatter_gather") or sp
+    return pipeline_rows(t, p, r, m, bsh, sp, split, schedule, chunks)
+
+
+def pipeline_rows(t: int, p: int, r: int, m: int, bsh: int, sp: bool, split: bool,
+                  schedule: str, chunks: int) -> tuple[Traffic, ...]:
+    """:func:`pipeline_traffic` of checked inputs (see :func:`tensor_rows`)."""
     if p == 1:
         return ()
     message = bsh // t if split and t > 1 else bsh

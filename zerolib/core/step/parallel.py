@@ -121,7 +121,7 @@ import numpy as np
 from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.links import BASE_LATENCY, LINKS, Link, get_link
 from zerolib.core.catalogue.models import TransformerConfig, get_model
-from zerolib.core.catalogue.nodes import NODES, Interconnect, interconnect, ring_latency
+from zerolib.core.catalogue.nodes import NODES, Interconnect, interconnect, latency_of
 from zerolib.core.inputs import (
     MAX_GPUS,
     broadcast,
@@ -138,14 +138,15 @@ from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
     RULES,
-    parallel_rules,
-    parameters_per_gpu,
+    ParallelGrid,
+    parameters_on,
+    rules_of,
 )
 from zerolib.core.memory.placement import Placement
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
 from zerolib.core.step.collectives import CHUNKS_SENT
 from zerolib.core.step.group_traffic import GROUP_SLOTS, GroupTraffic, flat_group_traffic
-from zerolib.core.step.model_parallel_traffic import pipeline_traffic, tensor_parallel_traffic
+from zerolib.core.step.model_parallel_traffic import pipeline_rows, tensor_rows
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS, host_traffic
 from zerolib.core.step.time import DEFAULT_MFU, ComputeSettings, check_mfu, compute_seconds
 from zerolib.core.step.traffic import PHASES, layer_units
@@ -227,13 +228,13 @@ class GroupRing:
     def latency(self, kind: str) -> np.ndarray:
         """Seconds of ring latency per call: the node model's, over the nodes the group spans."""
         if self.ic.gpus_per_node is None:
-            return ring_latency(self.ic, kind, self.size)
+            return latency_of(self.ic, kind, self.size)
         out = np.zeros(self.size.shape)
         per_node = self.per_node
         for g in np.unique(per_node):
             view = Interconnect(self.ic.name, self.ic.label, self.ic.intra, self.ic.network,
                                 int(g), max(self.ic.nics, 1))
-            out = np.where(per_node == g, ring_latency(view, kind, self.size), out)
+            out = np.where(per_node == g, latency_of(view, kind, self.size), out)
         return out
 
 
@@ -347,9 +348,9 @@ def _tensor_rows(config: TransformerConfig, seq_len: int, p: int, r: int,
     collectives on stage r, for any t > 1: the rows' calls and sizes do not depend on t (only
     the group does), and their bytes, b x s x h elements (or 3 fp32 values per token for the
     loss), are exactly proportional to the micro-batch."""
-    rows = tensor_parallel_traffic(config, seq_len, 1, _smallest_tensor_parallel(config), p, r,
-                                   micro_batches=1, sequence_parallel=sequence_parallel,
-                                   recompute=recompute, element_bytes=element_bytes)
+    # Inputs checked by parallel_step_time (or the planner's door): the kernel trusts them.
+    rows = tensor_rows(config, seq_len, 1, _smallest_tensor_parallel(config), p, r, 1,
+                       element_bytes * seq_len * config.hidden, sequence_parallel, recompute)
     return tuple((KIND_OF[row.collective], row.calls, row.tensor_bytes) for row in rows)
 
 
@@ -361,9 +362,8 @@ def _pipeline_sends(config: TransformerConfig, seq_len: int, t: int, p: int, r: 
     exactly proportional to the micro-batch either way."""
     schedule = "interleaved" if chunks > 1 else "1f1b"
     m = p if chunks > 1 else 1     # the interleaved schedule takes micro-batches in groups of p
-    rows = pipeline_traffic(config, seq_len, 1, t, p, r, micro_batches=m,
-                            sequence_parallel=sequence_parallel, schedule=schedule, chunks=chunks,
-                            element_bytes=element_bytes)
+    rows = pipeline_rows(t, p, r, m, element_bytes * seq_len * config.hidden, sequence_parallel,
+                         sequence_parallel, schedule, chunks)
     sends = [row for row in rows if row.collective == "send"]
     if not sends:
         return 0, 0
@@ -485,7 +485,7 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device, *,
     def stage_part(r):
         """Per micro-batch on stage r: compute, tensor, pipeline and exposed ZeRO seconds; the
         backward compute and the per-step ZeRO seconds."""
-        params = parameters_per_gpu(config, t, p, pipeline_stage=r)
+        params = parameters_on(ParallelGrid(config, t, p, r, "1f1b", 1, None, 1))   # checked
         forward, backward = np.zeros(b.shape), np.zeros(b.shape)
         for full in (False, True):   # FLOPs are linear in the tokens: one rate per rule
             here = (rec == 2) == full
@@ -537,10 +537,8 @@ def _check_rules(config, t, p, v, m, s, sp, ic):
             sel = (v == vv) & (sp == flag)
             if not np.any(sel):
                 continue
-            rules = parallel_rules(config, t[sel], p[sel],
-                                   schedule="interleaved" if vv > 1 else "1f1b", chunks=int(vv),
-                                   gpus_per_node=ic.gpus_per_node, seq_len=s,
-                                   sequence_parallel=flag, micro_batches=m[sel])
+            rules = rules_of(config, t[sel], p[sel], "interleaved" if vv > 1 else "1f1b",
+                             int(vv), ic.gpus_per_node, s, bool(flag), m[sel])
             for name, ok in rules.items():
                 if not np.all(ok):
                     raise ValueError(RULES[name])
