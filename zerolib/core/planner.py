@@ -67,12 +67,12 @@ from zerolib.core.memory.model_parallel import (
 )
 from zerolib.core.memory.pipeline_schedule import (
     UNIT_TERMS,
+    activation_totals_of,
     options_key,
-    stage_activation_totals,
     unit_terms,
 )
 from zerolib.core.memory.placement import Placement, offered_stages, tiers_of
-from zerolib.core.memory.tables import divisors
+from zerolib.core.memory.tables import divisors_of
 from zerolib.core.memory.working_set import (
     DEFAULT_SETTINGS,
     MAX_MICRO_BATCH,
@@ -283,12 +283,12 @@ def _zero_variants(d: int, s: PlanSettings) -> tuple[tuple[int, int, str], ...]:
 def _variants(d: int, stages, offloads, shard_groups) -> tuple[tuple[int, int, str], ...]:
     out = []
     for offload in offloads:
-        offered = offered_stages(Placement(**OFFLOADS[offload]))
+        offered = _offered(offload)
         for stage in stages:
             if stage not in offered:
                 continue
             every = stage > 0 and shard_groups == "all"
-            for group in (divisors(d)[::-1] if every else [d]):
+            for group in (divisors_of(d)[::-1] if every else [d]):
                 out.append((stage, group, offload))
     return tuple(out)
 
@@ -306,7 +306,7 @@ def enumerate_space(s: PlanSettings) -> Space:
     """Every configuration of the plan and the first rule of :data:`RULES` it breaks (only the
     rules that need no peak: ``capacity`` and ``host_memory`` come from :func:`plan`)."""
     config, n = s.model, s.gpus
-    pairs = [(t, p) for t in divisors(n) for p in divisors(n // t)]
+    pairs = [(t, p) for t in divisors_of(n) for p in divisors_of(n // t)]
     t_a = np.array([t for t, _ in pairs], dtype=np.int64)
     p_a = np.array([p for _, p in pairs], dtype=np.int64)
     d_a = n // (t_a * p_a)
@@ -426,15 +426,20 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
         schedule = "interleaved" if chunk > 1 else "1f1b"
         sub = {name: values[sel] for name, values in per_row.items()}
         for key, r in (("first", np.zeros_like(p[sel])), ("last", p[sel] - 1)):
-            out[key][sel] = stage_activation_totals(s.model, sub, p[sel], r, schedule=schedule,
-                                                    chunks=int(chunk), micro_batches=m[sel])
+            out[key][sel] = activation_totals_of(s.model, sub, p[sel], r, schedule, int(chunk),
+                                                 m[sel])
     return out
 
 
-@lru_cache(maxsize=1024)
-def _placement(shard_group: int, gpus_per_node: int, offload: str) -> Placement:
-    """One placement of the plan (made, and so checked, once per plan setting)."""
-    return Placement(shard_group=shard_group, gpus_per_node=gpus_per_node, **OFFLOADS[offload])
+@lru_cache(maxsize=64)
+def _offload_placement(gpus_per_node: int, offload: str) -> Placement:
+    """The placement of one offload of the plan (made, and so checked, once)."""
+    return Placement(gpus_per_node=gpus_per_node, **OFFLOADS[offload])
+
+
+@lru_cache(maxsize=64)
+def _offered(offload: str) -> tuple[int, ...]:
+    return tuple(offered_stages(Placement(**OFFLOADS[offload])))
 
 
 def _persistent(s: PlanSettings, c, params: np.ndarray):
@@ -447,7 +452,7 @@ def _persistent(s: PlanSettings, c, params: np.ndarray):
     for key in np.unique(pair):
         sel = pair == key
         g, o = divmod(int(key), len(names))
-        placement = _placement(g, s.gpus_per_node, names[o])
+        placement = _offload_placement(s.gpus_per_node, names[o]).with_shard_group(g)
         # Every (d, G, stage, offload) comes from _variants: valid by construction, so the
         # checks of place() are not repeated per group.
         state = ModelState(params[sel], d[sel], stage[sel], s.layout, np.full(int(sel.sum()), g))

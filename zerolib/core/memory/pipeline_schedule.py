@@ -249,6 +249,13 @@ def stage_activation_totals(model, units: Mapping[str, np.ndarray], pipeline_par
     p = np.asarray(pipeline_parallel, dtype=np.int64)
     r = np.asarray(pipeline_stage, dtype=np.int64)
     m = None if micro_batches is None else np.asarray(micro_batches, dtype=np.int64)
+    return activation_totals_of(config, units, p, r, schedule, chunks, m)
+
+
+def activation_totals_of(config, units: Mapping[str, np.ndarray], p: np.ndarray, r: np.ndarray,
+                         schedule: str, chunks: int, m: np.ndarray | None) -> np.ndarray:
+    """:func:`stage_activation_totals` of checked inputs (a TransformerConfig, int64 arrays):
+    the planner's path."""
     return _total(config, _stage_terms(config, p, schedule, chunks, m, units, r))
 
 

@@ -52,6 +52,7 @@ sharding, and DeepSpeed's estimator's ``additional_buffer_factor`` (see
 """
 from __future__ import annotations
 
+import copy
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -115,6 +116,14 @@ class Placement:
     gpus_per_node: int | None = None        # None: 8, or every GPU when there are fewer
     max_in_cpu: int = OFFLOAD_PARAM_MAX_IN_CPU   # offload_params="nvme": elements kept in CPU
     host_gradient_bytes: float = HOST_GRADIENT_BYTES
+
+    def with_shard_group(self, shard_group: int) -> Placement:
+        """This placement over shard groups of ``shard_group`` GPUs that the caller checked (a
+        divisor of the data-parallel GPUs, as the planner enumerates them): a copy, made
+        without checking the rest of it again."""
+        twin = copy.copy(self)
+        object.__setattr__(twin, "shard_group", int(shard_group))
+        return twin
 
     def __post_init__(self):
         _optional_count(self.shard_group, "shard_group")

@@ -8,6 +8,8 @@ draws from the table alone and never re-runs the arithmetic: ``attrs["layout"]``
 """
 from __future__ import annotations
 
+import math
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -144,9 +146,14 @@ def peak_frame(model: str | TransformerConfig, gpus, stages=STAGES,
 
 def divisors(n: int) -> list[int]:
     """Every G that divides ``n``, ascending: the shard-group sizes of ``n`` GPUs."""
-    n = check_single(n, check_gpus, "gpus")
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted({*small, *(n // d for d in small)})
+    return list(divisors_of(check_single(n, check_gpus, "gpus")))
+
+
+@lru_cache(maxsize=1024)
+def divisors_of(n: int) -> tuple[int, ...]:
+    """:func:`divisors` of a checked count (remembered: a plan asks for each d many times)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted({*small, *(n // d for d in small)}))
 
 
 def group_size_table(params, gpus, stages=STAGES, layout: str | Layout = "mixed-adam",
