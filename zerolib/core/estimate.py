@@ -67,7 +67,12 @@ from zerolib.core.inputs import (
 )
 from zerolib.core.memory.accounting import STAGES, Layout, get_layout, state_bytes
 from zerolib.core.memory.placement import Placement, check_placement, gpus_on_node, place
-from zerolib.core.memory.working_set import DEFAULT_SETTINGS, WorkingSetSettings, stage_rows
+from zerolib.core.memory.working_set import (
+    DEFAULT_SETTINGS,
+    WorkingSetSettings,
+    check_peak_inputs,
+    rows_of,
+)
 from zerolib.core.step.group_time import group_communication_rows
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
 from zerolib.core.step.time import (
@@ -220,8 +225,9 @@ def estimate_model(model: str | TransformerConfig, gpus,
     gpus = check_single(gpus, check_gpus, "gpus")
     device = get_device(device) if device is not None else None
     host_memory = _host_memory(host_memory, placement)
-    rows = stage_rows(config, gpus, check_stages(stages), settings, layout, device, placement,
-                      host_memory)
+    # Checked once here; the rows beneath trust them.
+    rows = rows_of(check_peak_inputs(config, gpus, check_stages(stages), settings, layout,
+                                     placement), device, host_memory)
     result = Estimate(parameter_count(config), gpus, layout, device, tuple(rows), config, settings,
                       placement, host_memory)
     if link is not None and (settings.tensor_parallel != 1 or settings.pipeline_parallel != 1):

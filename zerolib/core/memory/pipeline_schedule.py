@@ -252,6 +252,14 @@ def stage_activation_totals(model, units: Mapping[str, np.ndarray], pipeline_par
     return activation_totals_of(config, units, p, r, schedule, chunks, m)
 
 
+def stage_terms_of(config, units: Mapping[str, int], p, r, schedule: str, chunks: int,
+                   m) -> dict[str, np.ndarray]:
+    """:func:`stage_activation_terms` by term from :func:`unit_terms`, of checked inputs."""
+    terms = _stage_terms(config, p, schedule, chunks, m, units, r)
+    _total(config, terms)   # refused beyond MAX_BYTES, as the public path refuses it
+    return terms
+
+
 def activation_totals_of(config, units: Mapping[str, np.ndarray], p: np.ndarray, r: np.ndarray,
                          schedule: str, chunks: int, m: np.ndarray | None) -> np.ndarray:
     """:func:`stage_activation_totals` of checked inputs (a TransformerConfig, int64 arrays):
