@@ -65,21 +65,10 @@ from zerolib.core.memory.model_parallel import (
 from zerolib.core.memory.model_parallel import (
     RULES as PARALLEL_RULES,
 )
-from zerolib.core.memory.pipeline_schedule import (
-    UNIT_TERMS,
-    activation_totals_of,
-    options_key,
-    unit_terms,
-)
+from zerolib.core.memory.pipeline_schedule import UNIT_TERMS, activation_totals_of, options_key, unit_terms
 from zerolib.core.memory.placement import Placement, offered_stages, tiers_of
 from zerolib.core.memory.tables import divisors_of
-from zerolib.core.memory.working_set import (
-    DEFAULT_SETTINGS,
-    MAX_MICRO_BATCH,
-    MAX_SEQ_LEN,
-    WorkingSetSettings,
-    term_arrays,
-)
+from zerolib.core.memory.working_set import DEFAULT_SETTINGS, MAX_MICRO_BATCH, MAX_SEQ_LEN, WorkingSetSettings, terms_of
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
 from zerolib.core.step.parallel import (
     OFFLOADS,
@@ -283,7 +272,7 @@ def _zero_variants(d: int, s: PlanSettings) -> tuple[tuple[int, int, str], ...]:
 def _variants(d: int, stages, offloads, shard_groups) -> tuple[tuple[int, int, str], ...]:
     out = []
     for offload in offloads:
-        offered = _offered(offload)
+        offered = offered_stages(_offload_placement(None, offload))
         for stage in stages:
             if stage not in offered:
                 continue
@@ -412,10 +401,9 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
     keys, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     units = {name: np.zeros(len(keys), dtype=np.int64) for name in UNIT_TERMS}
     for index, row in enumerate(first.tolist()):
-        # Checked once, in plan_settings: the kernel trusts them.
-        terms = unit_terms(s.model, s.seq_len, int(b[row]), int(t[row]), options_key(
-            bool(sp[row]), RECOMPUTE[int(rec[row])], ws.flash_attention, ws.element_bytes,
-            ws.mask_bytes, ws.dropout, ws.logits_bytes))
+        options = options_key(bool(sp[row]), RECOMPUTE[int(rec[row])], ws.flash_attention,
+                              ws.element_bytes, ws.mask_bytes, ws.dropout, ws.logits_bytes)
+        terms = unit_terms(s.model, s.seq_len, int(b[row]), int(t[row]), options)
         for name in UNIT_TERMS:
             units[name][index] = terms[name]
     per_row = {name: values[inverse] for name, values in units.items()}
@@ -426,20 +414,14 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
         schedule = "interleaved" if chunk > 1 else "1f1b"
         sub = {name: values[sel] for name, values in per_row.items()}
         for key, r in (("first", np.zeros_like(p[sel])), ("last", p[sel] - 1)):
-            out[key][sel] = activation_totals_of(s.model, sub, p[sel], r, schedule, int(chunk),
-                                                 m[sel])
+            out[key][sel] = activation_totals_of(s.model, sub, p[sel], r, schedule, int(chunk), m[sel])
     return out
 
 
 @lru_cache(maxsize=64)
-def _offload_placement(gpus_per_node: int, offload: str) -> Placement:
+def _offload_placement(gpus_per_node: int | None, offload: str) -> Placement:
     """The placement of one offload of the plan (made, and so checked, once)."""
     return Placement(gpus_per_node=gpus_per_node, **OFFLOADS[offload])
-
-
-@lru_cache(maxsize=64)
-def _offered(offload: str) -> tuple[int, ...]:
-    return tuple(offered_stages(Placement(**OFFLOADS[offload])))
 
 
 def _persistent(s: PlanSettings, c, params: np.ndarray):
@@ -453,10 +435,10 @@ def _persistent(s: PlanSettings, c, params: np.ndarray):
         sel = pair == key
         g, o = divmod(int(key), len(names))
         placement = _offload_placement(s.gpus_per_node, names[o]).with_shard_group(g)
-        # Every (d, G, stage, offload) comes from _variants: valid by construction, so the
-        # checks of place() are not repeated per group.
-        state = ModelState(params[sel], d[sel], stage[sel], s.layout, np.full(int(sel.sum()), g))
-        tiers = tiers_of(state, placement, np.full(int(sel.sum()), s.gpus))
+        # From _variants, valid by construction: place()'s checks are not repeated per group.
+        n = int(sel.sum())
+        tiers = tiers_of(ModelState(params[sel], d[sel], stage[sel], s.layout, np.full(n, g)),
+                         placement, np.full(n, s.gpus))
         gpu[sel] = tiers.gpu
         cpu_node[sel] = tiers.per_node("cpu")
     return gpu, cpu_node
@@ -474,8 +456,7 @@ def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
     for key in ("first", "last"):
         params, module = (values[inverse] for values in per_stage[key])
         gpu, cpu_node = _persistent(s, c, params)
-        terms = term_arrays(c["stage"], params, module, activations[key], 0, s.working_set,
-                            s.layout)
+        terms = terms_of(c["stage"], params, module, activations[key], 0, s.working_set, s.layout)
         peaks[key] = gpu + sum(terms.values())
         hosts[key] = cpu_node
     decided_last = peaks["last"] > peaks["first"]    # the first stage on ties, as peaks() does
