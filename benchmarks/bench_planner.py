@@ -19,7 +19,7 @@ import numpy as np
 from timing import median_seconds
 
 from zerolib.core.memory.model_parallel import largest_module_per_gpu, parameters_per_gpu
-from zerolib.core.memory.pipeline_schedule import _unit_terms_cached, stage_activation_terms
+from zerolib.core.memory.pipeline_schedule import _unit_terms_cached, stage_activation_terms, unit_terms
 from zerolib.core.memory.placement import Placement, offered_stages, place
 from zerolib.core.memory.tables import divisors
 from zerolib.core.planner import (
@@ -201,7 +201,7 @@ def vectorised(s):
 def clear_memos():
     """Every memo both sides share, and the planner's own, emptied: each timed run starts cold,
     as a fresh process."""
-    for memo in (_unit_terms_cached, _tensor_rows, _pipeline_sends, _variants, _check_setting):
+    for memo in (_unit_terms_cached, unit_terms, _tensor_rows, _pipeline_sends, _variants, _check_setting):
         memo.cache_clear()
     _MEMORY.clear()
 

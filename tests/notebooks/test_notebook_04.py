@@ -13,6 +13,7 @@ import pytest
 from conftest import REPO
 
 import zerolib as zl
+from zerolib.core.memory.activations import layer_activation_terms
 from zerolib.chapter.explorers import WillItFitExplorer
 from zerolib.core.catalogue.devices import get_device
 from zerolib.core.units import GB
@@ -130,7 +131,7 @@ def test_shapes_prose(cells):
     logits = zl.model_activation_terms(gemma, 4096, 1)["logits_loss"]
     assert logits == 6 * 4096 * 256_000
     assert f"logits and loss {gb(logits, 2)} GB per 4,096-token sequence" in text
-    terms = zl.layer_activation_terms(4096, 1, gemma.hidden, gemma.heads, kv_heads=gemma.kv_heads,
+    terms = layer_activation_terms(4096, 1, gemma.hidden, gemma.heads, kv_heads=gemma.kv_heads,
                                       head_dim=256, post_norms=True, gated_mlp=True, ffn_hidden=gemma.ffn_hidden)
     assert terms["post_attention_norm_input"] == terms["post_mlp_norm_input"] == 2 * 4096 * gemma.hidden
 

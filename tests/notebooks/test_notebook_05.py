@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 
 import zerolib as zl
+from zerolib.core.catalogue.nodes import bus_bandwidth
+from zerolib.core.step.time import step_time
+from zerolib.core.step.traffic import flat_traffic, traffic
 from zerolib.chapter.explorers import StepTimeExplorer
 from zerolib.core.units import format_value
 
@@ -41,7 +44,7 @@ def seconds(value, digits=2) -> str:
 
 def test_traffic_per_stage(nb):
     said = text(nb, "traffic-read")
-    t = zl.flat_traffic(P7, 64, [0, 1, 2, 3])
+    t = flat_traffic(P7, 64, [0, 1, 2, 3])
     kinds = t.by_kind("sent")
     one_pass = kinds["reduce_scatter"][1]
     assert "109,375,000" in said and -(-P7 // 64) == 109_375_000      # ceil(7e9 / 64)
@@ -96,7 +99,7 @@ def test_nvlink_inside_infiniband_across(nb):
     # Every collective but the after-step gather hides across DGX nodes.
     assert (across["exposed_seconds"][[0, 3]] == 0).all() and (across["exposed_seconds"][[1, 2]] > 0).all()
     forward, backward = zl.compute_seconds(zl.parameter_count(LLAMA), "h100-80gb")
-    all_reduce = zl.step_time(zl.traffic(LLAMA, 64, 0), "ib-ndr", "h100-80gb").communication_seconds
+    all_reduce = step_time(traffic(LLAMA, 64, 0), "ib-ndr", "h100-80gb").communication_seconds
     assert f"all-reduce takes {seconds(all_reduce)}, longer than the {seconds(backward)} backward" in said
     assert all_reduce > backward
     assert f"stage 3 sends {seconds(port['communication_seconds'][3])} of traffic" in said
@@ -216,11 +219,11 @@ def test_real_runs(nb):
 
 def test_summary_and_links(nb):
     said = text(nb, "summary")
-    t = zl.flat_traffic(P7, 64, [0, 3]).total_sent
+    t = flat_traffic(P7, 64, [0, 3]).total_sent
     assert f"{gb(t[0])} per step under stages 0-2 and {gb(t[1])}" in said
     for link, gpus, bandwidth in (("dgx-h100", 8, "450 GB/s"), ("dgx-h100", 64, "400 GB/s"),
                                   ("ib-ndr", 64, "50 GB/s")):
-        assert float(zl.bus_bandwidth(zl.interconnect(link), gpus)) == float(bandwidth.split()[0]) * 1e9
+        assert float(bus_bandwidth(zl.interconnect(link), gpus)) == float(bandwidth.split()[0]) * 1e9
         assert bandwidth in said
     forward, backward = zl.compute_seconds(zl.parameter_count(LLAMA), "h100-80gb")
     assert f"the compute is {seconds(forward + backward, 3)} a step" in said

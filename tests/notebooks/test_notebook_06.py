@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import zerolib as zl
+from zerolib.core.memory.placement import OPTIONS
 from zerolib.core.memory.placement import Placement, place
 from zerolib.crosscheck.conventions import megatron_distributed_optimizer as megatron
 from zerolib.crosscheck.conventions import playbook, side_by_side, zero_infinity, zeropp
@@ -201,7 +202,7 @@ def test_explorer_things_to_try(cells):
     # CPU puts 16 B x 70e9 / 64 x 8 = 140 GB in each node.
     e.controls["gpus"].value = 64
     assert e.shard_group == 64
-    assert all(row(o.name)["gpu_fits"] for o in zl.OPTIONS if o.stage == 3)
+    assert all(row(o.name)["gpu_fits"] for o in OPTIONS if o.stage == 3)
     assert row("ZeRO-3")["gpu"] == 17_500_000_000
     assert row("ZeRO-3 + hpZ copy (ZeRO++)")["gpu"] == 35_000_000_000
     assert row("ZeRO-3 + optimizer on CPU")["cpu_per_node"] == 140 * GB

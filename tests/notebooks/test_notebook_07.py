@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 import zerolib as zl
+from zerolib.core.step.model_parallel_traffic import tensor_parallel_traffic
+from zerolib.core.step.parallel import bubble_fraction
 from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.memory.pipeline_schedule import layer_activations_held
 from zerolib.core.planner import PLAN_LEFT_OUT, describe_configuration
@@ -97,7 +99,7 @@ def test_divide_intro(cells):
     # The first stage keeps p micro-batches of L/p layers: L layers' worth.
     for p in (2, 4, 8, 16, 80):
         assert int(layer_activations_held(80, p, 0)) == 80
-    rows = zl.tensor_parallel_traffic(M, 4096, 1, 8, 1, 0, micro_batches=1)
+    rows = tensor_parallel_traffic(M, 4096, 1, 8, 1, 0, micro_batches=1)
     forward = [r for r in rows if r.collective == "all-reduce" and r.phase == "forward"
                and "attention and MLP" in r.what]
     assert forward[0].calls == 2 * 80
@@ -141,7 +143,7 @@ def timed(case):
 def test_time_intro(cells):
     says(cells["time-intro"], "1,024 sequences of 4,096 tokens (Llama 2's 4M tokens)", "40% of peak")
     assert 1024 * 4096 == 4_194_304   # "4M tokens" (Touvron et al., Table 1)
-    assert zl.bubble_fraction(8, 16) == 7 / 16
+    assert bubble_fraction(8, 16) == 7 / 16
 
 
 def test_time_read(cells):

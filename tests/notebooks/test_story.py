@@ -21,6 +21,7 @@ import pytest
 from PIL import Image
 
 import zerolib as zl
+from zerolib.core.memory.activations import layer_activation_terms
 from zerolib.chapter.explorers.base import STATIC_NOTE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -191,7 +192,7 @@ def test_the_5as_over_h_term_is_named_for_what_it_is():
     assert "attention scores, their softmax" not in text
     says(text, "the softmax output (2 bytes an element), its dropout mask (1 byte) and the dropout's output (2 bytes)")
     # The same three tensors are 5as/h x sbh bytes in zerolib's Table 2 terms (a=4, s=64, b=2).
-    terms = zl.layer_activation_terms(64, 2, 64, 4)
+    terms = layer_activation_terms(64, 2, 64, 4)
     three = terms["softmax_output"] + terms["attention_dropout_mask"] + terms["attention_dropout_output"]
     assert three == 5 * 4 * 64 * 64 * 2
 

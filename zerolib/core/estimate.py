@@ -56,14 +56,32 @@ from dataclasses import dataclass
 from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
 from zerolib.core.catalogue.nodes import Interconnect, bus_bandwidth, interconnect
-from zerolib.core.inputs import MAX_BYTES, check_count, check_gpus, check_params, check_single, check_stage
-from zerolib.core.memory.accounting import STAGES, Layout, get_layout, model_state
+from zerolib.core.inputs import (
+    MAX_BYTES,
+    check_count,
+    check_gpus,
+    check_one,
+    check_params,
+    check_single,
+    check_stages,
+)
+from zerolib.core.memory.accounting import STAGES, Layout, get_layout, state_bytes
 from zerolib.core.memory.model_parallel import check_parallel
 from zerolib.core.memory.placement import Placement, check_placement, gpus_on_node, place
-from zerolib.core.memory.working_set import DEFAULT_SETTINGS, WorkingSetSettings, stage_rows
+from zerolib.core.memory.working_set import (
+    DEFAULT_SETTINGS,
+    WorkingSetSettings,
+    check_peak_inputs,
+    rows_of,
+)
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
 from zerolib.core.step.tables import communication_rows
-from zerolib.core.step.time import DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU, ComputeSettings
+from zerolib.core.step.time import (
+    DEFAULT_COMPUTE,
+    DEFAULT_MFU,
+    DEFAULT_TOKENS_PER_GPU,
+    ComputeSettings,
+)
 
 # The traffic options of estimate / estimate_model and their defaults (each needs a link).
 TRAFFIC_DEFAULTS = {"qwz": False, "qgz": False, "host_link": DEFAULT_HOST_LINK}
@@ -128,8 +146,11 @@ def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
                     result.model, result.settings, result.placement, result.host_memory, ic, compute)
 
 
-def _stages(stages) -> tuple[int, ...]:
-    return tuple(check_stage(stages, "stages").ravel().tolist())
+def _compute(tokens_per_gpu, mfu) -> ComputeSettings:
+    """The compute settings (checked when made); the defaults' object is made once."""
+    if tokens_per_gpu is DEFAULT_TOKENS_PER_GPU and mfu is DEFAULT_MFU:
+        return DEFAULT_COMPUTE
+    return ComputeSettings(tokens_per_gpu, mfu)
 
 
 def _host_memory(host_memory, placement) -> int | None:
@@ -151,18 +172,23 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
     the model state against ``device`` (None without one), and with ``host_memory`` the CPU
     tier of a node against it. With ``link``, each stage's communication (a bare count: stage
     3 gathers one flat buffer per pass). See the module doc."""
-    params = check_single(params, check_params, "params")
-    gpus = check_single(gpus, check_gpus, "gpus")
+    params = check_one(params, check_params, "params")
+    gpus = check_one(gpus, check_gpus, "gpus")
     layout = get_layout(layout)
     device = get_device(device) if device is not None else None
-    stages = _stages(stages)
+    stages = check_stages(stages)
     host_memory = _host_memory(host_memory, placement)
-    if placement is None:
-        # parameters, gradients, optimizer, total, cluster_total: one value per stage
-        columns, tiers = model_state(params, gpus, stages, layout).as_dict(), None
-    else:
-        tiers = place(params, gpus, stages, layout, check_placement(placement))
-        columns = {**tiers.gpu_categories(), "total": tiers.gpu}
+    if placement is None:   # Python ints, no arrays: one answer in microseconds
+        capacity = None if device is None else device.capacity
+        rows = [{"stage": stage, **state_bytes(params, gpus, stage, layout)} for stage in stages]
+        for row in rows:
+            row["fits"] = None if capacity is None else row["total"] <= capacity
+        result = Estimate(params, gpus, layout, device, tuple(rows), host_memory=host_memory)
+        return _with_communication(result, params, link, gpus_per_node,
+                                   _compute(tokens_per_gpu, mfu),
+                                   {"qwz": qwz, "qgz": qgz, "host_link": host_link})
+    tiers = place(params, gpus, stages, layout, check_placement(placement))
+    columns = {**tiers.gpu_categories(), "total": tiers.gpu}
     rows = []
     for index, stage in enumerate(stages):
         row = {"stage": stage, **{name: int(values[index]) for name, values in columns.items()}}
@@ -179,7 +205,7 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
     result = Estimate(params, gpus, layout, device, tuple(rows), placement=placement,
                       host_memory=host_memory)
     return _with_communication(result, params, link, gpus_per_node,
-                               ComputeSettings(tokens_per_gpu, mfu),
+                               _compute(tokens_per_gpu, mfu),
                                {"qwz": qwz, "qgz": qgz, "host_link": host_link})
 
 
@@ -200,11 +226,13 @@ def estimate_model(model: str | TransformerConfig, gpus,
     gpus = check_single(gpus, check_gpus, "gpus")
     device = get_device(device) if device is not None else None
     host_memory = _host_memory(host_memory, placement)
-    stages = _stages(stages)
-    if isinstance(settings, WorkingSetSettings):   # (stage_rows names a wrong type)
+    stages = check_stages(stages)
+    if isinstance(settings, WorkingSetSettings):   # (check_peak_inputs names a wrong type)
         # The planner's rule: ZeRO-2/3 under a pipeline is refused, not estimated.
         check_parallel(config, 1, settings.pipeline_parallel, stage=stages)
-    rows = stage_rows(config, gpus, stages, settings, layout, device, placement, host_memory)
+    # Checked once here; the rows beneath trust them.
+    rows = rows_of(check_peak_inputs(config, gpus, stages, settings, layout, placement), device,
+                   host_memory)
     result = Estimate(parameter_count(config), gpus, layout, device, tuple(rows), config, settings,
                       placement, host_memory)
     if link is not None and (settings.tensor_parallel != 1 or settings.pipeline_parallel != 1):

@@ -166,3 +166,50 @@ def broadcast(**arrays) -> list[np.ndarray]:
         raise ValueError(f"{', '.join(arrays)} broadcast to {math.prod(shape):,} values, more "
                          f"than {MAX_ARRAY_SIZE:,} per call (split the work into several calls)")
     return np.broadcast_arrays(*arrays.values())
+
+
+def check_whole(value, name: str, allowed: str, low: int = 1, high: int = MAX_GPUS) -> np.ndarray:
+    """Whole numbers from ``low`` to ``high`` (a scalar or an array) as int64; ``allowed`` says
+    in words what is, for the message (``"a positive whole number of micro-batches"``)."""
+    return whole_in_range(value, name, low, high, allowed)
+
+
+def check_bits(value, name: str = "bits") -> int:
+    """A communicated width in bits: 1 to 8 x :data:`MAX_WIDTH` (wider would wrap in int64)."""
+    return check_positive_int(value, name, 8 * MAX_WIDTH)
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def check_one(value, check, name: str) -> int:
+    """:func:`check_single` with a fast path for a plain Python int or float (one answer of
+    the scalar API costs microseconds, not a trip through numpy): the same checks and the
+    same messages as :func:`check_params` / :func:`check_gpus`; anything else goes through
+    ``check``."""
+    bounds = _SCALAR_BOUNDS.get(check)
+    kind = type(value)
+    if bounds is None or not (kind is int or kind is float) or (
+            kind is int and not -_INT64_MAX <= value <= _INT64_MAX):
+        return check_single(value, check, name)   # arrays, numpy scalars, huge ints, strings...
+    low, high, allowed = bounds
+    if kind is float and (not math.isfinite(value) or value != math.floor(value)):
+        raise ValueError(f"{name} must be {allowed}, got {echo(value)}")
+    if value < low:
+        raise ValueError(f"{name} must be {allowed}, got {echo(value)}")
+    if value > high:
+        raise ValueError(f"{name} must be at most {high:,}, got {echo(value)}")
+    return int(value)
+
+
+_SCALAR_BOUNDS = {check_params: (1, MAX_PARAMS, "a positive whole parameter count"),
+                  check_gpus: (1, MAX_GPUS, "a positive whole number of workers")}
+
+
+def check_stages(stages, name: str = "stages") -> tuple[int, ...]:
+    """ZeRO stages as a tuple of Python ints (:func:`check_stage`'s checks and messages; a
+    tuple or list of plain ints skips numpy)."""
+    if type(stages) in (tuple, list) and stages and all(
+            type(s) is int and STAGES[0] <= s <= STAGES[-1] for s in stages):
+        return tuple(stages)
+    return tuple(check_stage(stages, name).ravel().tolist())

@@ -43,9 +43,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from zerolib.core.catalogue.devices import DEVICES, Device, get_device
 from zerolib.core.catalogue.links import Link
@@ -60,32 +60,23 @@ from zerolib.core.inputs import (
     check_sequence,
     echo,
 )
-from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, get_layout
+from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, ModelState, get_layout
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
-    largest_module_per_gpu,
-    parallel_rules,
-    parameters_per_gpu,
+    ParallelGrid,
+    largest_module_on,
+    parameters_on,
+    rules_of,
 )
 from zerolib.core.memory.model_parallel import (
     RULES as PARALLEL_RULES,
 )
-from zerolib.core.memory.pipeline_schedule import (
-    UNIT_TERMS,
-    activation_unit_terms,
-    stage_activation_totals,
-)
-from zerolib.core.memory.placement import Placement, offered_stages, place
-from zerolib.core.memory.tables import divisors
-from zerolib.core.memory.working_set import (
-    DEFAULT_SETTINGS,
-    MAX_MICRO_BATCH,
-    MAX_SEQ_LEN,
-    WorkingSetSettings,
-    term_arrays,
-)
+from zerolib.core.memory.pipeline_schedule import UNIT_TERMS, activation_totals_of, options_key, unit_terms
+from zerolib.core.memory.placement import Placement, offered_stages, tiers_of
+from zerolib.core.memory.tables import divisors_of
+from zerolib.core.memory.working_set import DEFAULT_SETTINGS, MAX_MICRO_BATCH, MAX_SEQ_LEN, WorkingSetSettings, terms_of
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
 from zerolib.core.step.parallel import (
     OFFLOADS,
@@ -96,6 +87,9 @@ from zerolib.core.step.parallel import (
     parallel_step_time,
 )
 from zerolib.core.step.time import DEFAULT_MFU, check_mfu
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    import pandas as pd
 
 SCHEDULE_NAMES = {1: "1F1B"}      # v > 1: "interleaved, v chunks"
 # Shard groups a plan tries under stages 1-3: every divisor G of d, or only G = d (the paper's ZeRO).
@@ -282,12 +276,12 @@ def _zero_variants(d: int, s: PlanSettings) -> tuple[tuple[int, int, str], ...]:
 def _variants(d: int, stages, offloads, shard_groups) -> tuple[tuple[int, int, str], ...]:
     out = []
     for offload in offloads:
-        offered = offered_stages(Placement(**OFFLOADS[offload]))
+        offered = offered_stages(_offload_placement(None, offload))
         for stage in stages:
             if stage not in offered:
                 continue
             every = stage > 0 and shard_groups == "all"
-            for group in (divisors(d)[::-1] if every else [d]):
+            for group in (divisors_of(d)[::-1] if every else [d]):
                 out.append((stage, group, offload))
     return tuple(out)
 
@@ -305,7 +299,7 @@ def enumerate_space(s: PlanSettings) -> Space:
     """Every configuration of the plan and the first rule of :data:`RULES` it breaks (only the
     rules that need no peak: ``capacity`` and ``host_memory`` come from :func:`plan`)."""
     config, n = s.model, s.gpus
-    pairs = [(t, p) for t in divisors(n) for p in divisors(n // t)]
+    pairs = [(t, p) for t in divisors_of(n) for p in divisors_of(n // t)]
     t_a = np.array([t for t, _ in pairs], dtype=np.int64)
     p_a = np.array([p for _, p in pairs], dtype=np.int64)
     d_a = n // (t_a * p_a)
@@ -323,10 +317,8 @@ def enumerate_space(s: PlanSettings) -> Space:
             sel = (v_b == v) & (sp_b == sp)
             if not np.any(sel):
                 continue
-            rules = parallel_rules(config, t_b[sel], p_b[sel],
-                                   schedule="interleaved" if v > 1 else "1f1b", chunks=v,
-                                   gpus_per_node=s.gpus_per_node, seq_len=s.seq_len,
-                                   sequence_parallel=sp)
+            rules = rules_of(config, t_b[sel], p_b[sel], "interleaved" if v > 1 else "1f1b", v,
+                             s.gpus_per_node, s.seq_len, sp)
             reason_b[sel] = _first_broken(rules, ("heads", "kv_heads", "ffn_hidden", "node",
                                                   "sequence", "layers", "interleaved_layers",
                                                   "schedule"), reason_b[sel])
@@ -400,8 +392,8 @@ def _per_stage_arrays(s: PlanSettings, t, p):
     """Parameters and largest module on one GPU of the first and of the last stage."""
     out = {}
     for key, r in (("first", np.zeros_like(p)), ("last", p - 1)):
-        out[key] = (parameters_per_gpu(s.model, t, p, pipeline_stage=r),
-                    largest_module_per_gpu(s.model, t, p, pipeline_stage=r))
+        grid = ParallelGrid(s.model, t, p, r, "1f1b", 1, None, 1)   # from checked settings
+        out[key] = (parameters_on(grid), largest_module_on(grid))
     return out
 
 
@@ -413,11 +405,9 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
     keys, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     units = {name: np.zeros(len(keys), dtype=np.int64) for name in UNIT_TERMS}
     for index, row in enumerate(first.tolist()):
-        terms = activation_unit_terms(
-            s.model, s.seq_len, int(b[row]), int(t[row]), sequence_parallel=bool(sp[row]),
-            recompute=RECOMPUTE[int(rec[row])], flash_attention=ws.flash_attention,
-            element_bytes=ws.element_bytes, mask_bytes=ws.mask_bytes, dropout=ws.dropout,
-            logits_bytes=ws.logits_bytes)
+        options = options_key(bool(sp[row]), RECOMPUTE[int(rec[row])], ws.flash_attention,
+                              ws.element_bytes, ws.mask_bytes, ws.dropout, ws.logits_bytes)
+        terms = unit_terms(s.model, s.seq_len, int(b[row]), int(t[row]), options)
         for name in UNIT_TERMS:
             units[name][index] = terms[name]
     per_row = {name: values[inverse] for name, values in units.items()}
@@ -428,9 +418,14 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
         schedule = "interleaved" if chunk > 1 else "1f1b"
         sub = {name: values[sel] for name, values in per_row.items()}
         for key, r in (("first", np.zeros_like(p[sel])), ("last", p[sel] - 1)):
-            out[key][sel] = stage_activation_totals(s.model, sub, p[sel], r, schedule=schedule,
-                                                    chunks=int(chunk), micro_batches=m[sel])
+            out[key][sel] = activation_totals_of(s.model, sub, p[sel], r, schedule, int(chunk), m[sel])
     return out
+
+
+@lru_cache(maxsize=64)
+def _offload_placement(gpus_per_node: int | None, offload: str) -> Placement:
+    """The placement of one offload of the plan (made, and so checked, once)."""
+    return Placement(gpus_per_node=gpus_per_node, **OFFLOADS[offload])
 
 
 def _persistent(s: PlanSettings, c, params: np.ndarray):
@@ -443,8 +438,11 @@ def _persistent(s: PlanSettings, c, params: np.ndarray):
     for key in np.unique(pair):
         sel = pair == key
         g, o = divmod(int(key), len(names))
-        placement = Placement(shard_group=g, gpus_per_node=s.gpus_per_node, **OFFLOADS[names[o]])
-        tiers = place(params[sel], d[sel], stage[sel], s.layout, placement, world=s.gpus)
+        placement = _offload_placement(s.gpus_per_node, names[o]).with_shard_group(g)
+        # From _variants, valid by construction: place()'s checks are not repeated per group.
+        n = int(sel.sum())
+        tiers = tiers_of(ModelState(params[sel], d[sel], stage[sel], s.layout, np.full(n, g)),
+                         placement, np.full(n, s.gpus))
         gpu[sel] = tiers.gpu
         cpu_node[sel] = tiers.per_node("cpu")
     return gpu, cpu_node
@@ -462,8 +460,7 @@ def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
     for key in ("first", "last"):
         params, module = (values[inverse] for values in per_stage[key])
         gpu, cpu_node = _persistent(s, c, params)
-        terms = term_arrays(c["stage"], params, module, activations[key], 0, s.working_set,
-                            s.layout)
+        terms = terms_of(c["stage"], params, module, activations[key], 0, s.working_set, s.layout)
         peaks[key] = gpu + sum(terms.values())
         hosts[key] = cpu_node
     decided_last = peaks["last"] > peaks["first"]    # the first stage on ties, as peaks() does
@@ -546,6 +543,7 @@ class Plan:
     @cached_property
     def valid(self) -> pd.DataFrame:
         """Every runnable configuration, in enumeration order, with ``fits`` and its numbers."""
+        import pandas as pd
         s = self.settings
         c = {name: values[self.runnable] for name, values in self.space.columns.items()}
         frame = pd.DataFrame({
@@ -596,6 +594,7 @@ class Plan:
         """Per reason of :data:`RULES` that rejected anything: how many configurations, one of
         them (the first enumerated; for the memory rules, the one closest to fitting) and, for
         those, its peak or host bytes."""
+        import pandas as pd
         rows = []
         codes = np.bincount(self.reason, minlength=PASSES + 1)
         position = np.full(self.size, -1, dtype=np.int64)

@@ -50,7 +50,13 @@ def widgets():
 
 def in_unit(n_bytes, unit: str) -> str:
     """Bytes as a value label in ``unit``: ``'17.5 GB'``."""
-    return f"{format_value(float(n_bytes) / check_unit(unit))} {unit}"
+    return unit_label(unit)(n_bytes)
+
+
+def unit_label(unit: str):
+    """:func:`in_unit` with ``unit`` checked once: the labeller of a table of many values."""
+    per = check_unit(unit)
+    return lambda n_bytes: f"{format_value(float(n_bytes) / per)} {unit}"
 
 
 def device_and_unit(device: str, unit: str, capacity: str = "nominal") -> dict:

@@ -20,7 +20,7 @@ from zerolib.chapter.explorers.base import (
     EXPLORER_DPI,
     Explorer,
     device_and_unit,
-    in_unit,
+    unit_label,
     widgets,
 )
 from zerolib.core.catalogue.devices import DEVICES
@@ -67,6 +67,7 @@ def summary_html(result: Plan, unit: str) -> str:
     """The lines above the figure: the cluster, how many configurations fit, the fastest, and
     that the ranking is a model's."""
     s = result.settings
+    in_unit = unit_label(unit)
     counts = result.counts()
     fits = result.fits
     if len(fits):
@@ -74,11 +75,11 @@ def summary_html(result: Plan, unit: str) -> str:
         verdict = (f"Fastest that fits: {describe_configuration(best)}: {format_value(best['step_seconds'])} s "
                    f"per step ({best['network_wait_fraction']:.0%} waiting for the network, "
                    f"{best['bubble_fraction']:.0%} in the pipeline bubble), "
-                   f"{in_unit(best['peak_bytes'], unit)} per GPU.")
+                   f"{in_unit(best['peak_bytes'])} per GPU.")
     else:
         closest = result.rejected[result.rejected["rule"] == "capacity"]
         verdict = "Nothing fits." + (
-            f" Closest: {closest['example'].iloc[0]}, {in_unit(closest['example_bytes'].iloc[0], unit)}."
+            f" Closest: {closest['example'].iloc[0]}, {in_unit(closest['example_bytes'].iloc[0])}."
             if len(closest) else "")
     ic = s.interconnect
     where = ic.label if ic.network is None else f"{ic.name}, {s.gpus_per_node} GPUs per node"
@@ -95,11 +96,12 @@ def ranking_html(result: Plan, unit: str, top: int = TOP) -> str:
     def right(text):
         return f"<td style='text-align:right'>{text}</td>"
 
+    in_unit = unit_label(unit)
     rows = []
     for _, row in result.fits.head(top).iterrows():
         rows.append(f"<tr>{right(int(row['rank']))}<td class='prose'>{html.escape(describe_configuration(row))}</td>"
-                    f"{right(in_unit(row['peak_bytes'], unit))}"
-                    f"{right(in_unit(row['headroom_bytes'], unit))}"
+                    f"{right(in_unit(row['peak_bytes']))}"
+                    f"{right(in_unit(row['headroom_bytes']))}"
                     f"{right(format_value(row['step_seconds']) + ' s')}</tr>")
     rejected = "".join(
         f"<tr>{right(f'{r.configurations:,}')}<td class='prose'>{html.escape(r.reason)}</td></tr>"

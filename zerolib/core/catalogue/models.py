@@ -244,7 +244,8 @@ def modules(config: TransformerConfig | str) -> tuple[Module, ...]:
     with experts, ``router`` and the :data:`EXPERT_MODULES` (``expert_gate_projection`` gated
     only), ``post_mlp_norm`` (post_norms only), ``final_norm``, ``output_projection``.
     """
-    config = get_model(config)
+    if not isinstance(config, TransformerConfig):   # a resolved config needs no look-up
+        config = get_model(config)
     h, f, v = config.hidden, config.ffn_hidden, config.vocab
     q, kv = config.query_width, config.kv_hidden   # heads x head width, kv_heads x head width
     norm = 2 * h if config.norm == "layernorm" else h

@@ -156,6 +156,14 @@ def interconnect(name: str | Node | Link | Interconnect,
     return Interconnect(link.name, link.label, link)
 
 
+def check_interconnect(ic, name: str = "ic") -> Interconnect:
+    """An :class:`Interconnect` (a name is not one: :func:`interconnect` turns it into one)."""
+    if not isinstance(ic, Interconnect):
+        raise TypeError(f"{name} must be an Interconnect, such as zl.interconnect('dgx-h100'), "
+                        f"got {echo(ic)}")
+    return ic
+
+
 def _nodes(ic: Interconnect, gpus: np.ndarray) -> np.ndarray:
     if ic.gpus_per_node is None:
         return np.ones_like(gpus)
@@ -179,6 +187,7 @@ def spanning_bandwidth(ic: Interconnect, nodes, sharing=1) -> np.ndarray:
 
 def bus_bandwidth(ic: Interconnect, gpus) -> np.ndarray:
     """Bytes per second per GPU and direction that a ring over ``gpus`` GPUs runs at (float64)."""
+    check_interconnect(ic)
     gpus = check_gpus(gpus)
     return spanning_bandwidth(ic, _nodes(ic, gpus))
 
@@ -199,7 +208,10 @@ def spanning_latency(ic: Interconnect, kind: str, gpus, nodes) -> np.ndarray:
     nodes (0 for one GPU): the base latency plus a hop latency per step, the network's for the
     ``nodes`` - 1 steps (per pass) that cross nodes."""
     _check_steps(kind)
-    gpus = check_gpus(gpus)
+    return _spanning(ic, kind, check_gpus(gpus), nodes)
+
+
+def _spanning(ic: Interconnect, kind: str, gpus: np.ndarray, nodes) -> np.ndarray:
     steps = RING_STEPS[kind] * (gpus - 1)
     across = RING_STEPS[kind] * (np.asarray(nodes) - 1)
     inter_hop = ic.network.hop_latency if ic.network is not None else ic.intra.hop_latency
@@ -211,5 +223,10 @@ def ring_latency(ic: Interconnect, kind: str, gpus) -> np.ndarray:
     """Seconds of latency of one ring collective of ``kind`` over ``gpus`` GPUs (0 for one GPU):
     the base latency plus a hop latency per step, the network's for the steps across nodes."""
     _check_steps(kind)
-    gpus = check_gpus(gpus)
-    return spanning_latency(ic, kind, gpus, _nodes(ic, gpus))
+    return latency_of(ic, kind, check_gpus(gpus))
+
+
+def latency_of(ic: Interconnect, kind: str, gpus: np.ndarray) -> np.ndarray:
+    """:func:`ring_latency` of a checked ``kind`` and int64 ``gpus`` (a caller that checked
+    them once, such as the planner's rings)."""
+    return _spanning(ic, kind, gpus, _nodes(ic, gpus))

@@ -83,6 +83,9 @@ class Layout:
             check_width(sum(w for _, w in items), f"{category} bytes per parameter")
             frozen[category] = items
         object.__setattr__(self, "parts", MappingProxyType(frozen))
+        # Bits per category, asked for on every call of the scalar API: summed once here.
+        object.__setattr__(self, "_bits", {c: int(round(sum(w for _, w in frozen[c]) * 8))
+                                           for c in CATEGORIES})
 
     def __deepcopy__(self, memo) -> Layout:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry layouts)
@@ -102,7 +105,7 @@ class Layout:
 
     def bits_per_param(self, category: str) -> int:
         """The same width in bits: a whole number (widths are multiples of 1/8 byte)."""
-        return int(round(self.bytes_per_param(category) * 8))
+        return self._bits[category]
 
     @property
     def parameters(self) -> float:
@@ -238,6 +241,21 @@ class ModelState:
         return {"parameters": self.parameters, "gradients": self.gradients,
                 "optimizer": self.optimizer, "total": self.total,
                 "cluster_total": self.cluster_total}
+
+
+def state_bytes(params: int, gpus: int, stage: int, layout: Layout) -> dict[str, int]:
+    """:func:`model_state` of one checked setting in Python ints (no arrays): parameters,
+    gradients, optimizer, total and cluster_total bytes. The scalar API's path: the same
+    numbers, in microseconds (a test compares the two over many settings)."""
+    shard = -(-params // gpus)     # ceil(params / gpus) elements of a partitioned category
+    out = {}
+    for category in CATEGORIES:
+        elements = shard if stage >= _FIRST_PARTITIONED[category] else params
+        bits = layout.bits_per_param(category)
+        out[category] = elements * (bits // 8) if bits % 8 == 0 else -(-(elements * bits) // 8)
+    out["total"] = out["parameters"] + out["gradients"] + out["optimizer"]
+    out["cluster_total"] = out["total"] * gpus
+    return out
 
 
 def check_shard_group(shard_group, gpus: np.ndarray) -> np.ndarray:

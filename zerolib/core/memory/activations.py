@@ -176,6 +176,15 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
         raise ValueError(f"experts_per_token ({k}) must be from 1 to experts ({n_experts}), or both 0 "
                          f"for a dense MLP")
 
+    return _layer_terms(s, b, h, a, f, kv, d, t, e, m, n_experts, k, gated, sp, flash, drop, post,
+                        recompute, qk_norm, shared_norm, shared_gate, fs, kv_rank, q_rank, rope,
+                        v_width, capacity_factor)
+
+
+def _layer_terms(s, b, h, a, f, kv, d, t, e, m, n_experts, k, gated, sp, flash, drop, post,
+                 recompute, qk_norm="none", shared_norm=False, shared_gate=False, fs=0, kv_rank=0,
+                 q_rank=0, rope=0, v_width=0, capacity_factor=None) -> Mapping[str, int]:
+    """:func:`layer_activation_terms` of checked Python ints and flags (d: the head width)."""
     sbh = s * b * h
     # Token slots the experts hold: k per token dropless, else E fixed buffers of the capacity.
     slots = s * b * k
@@ -279,7 +288,7 @@ def layer_activation_bytes(seq_len, micro_batch, hidden, heads, **options) -> in
     return sum(layer_activation_terms(seq_len, micro_batch, hidden, heads, **options).values())
 
 
-def _logits_widths(logits_bytes, element_bytes: int) -> tuple[int, ...]:
+def logits_widths(logits_bytes, element_bytes: int) -> tuple[int, ...]:
     if logits_bytes is None:
         return (element_bytes, LOSS_FP32_BYTES)
     if isinstance(logits_bytes, (str, bytes)) or not hasattr(logits_bytes, "__iter__"):
@@ -309,7 +318,7 @@ def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", ten
     config = get_model(model)
     drop = config.dropout if dropout is None else check_flag(dropout, "dropout")
     recompute = _check_recompute(recompute)
-    widths = _logits_widths(logits_bytes, check_positive_int(element_bytes, "element_bytes"))
+    widths = logits_widths(logits_bytes, check_positive_int(element_bytes, "element_bytes"))
     common = dict(ffn_hidden=config.ffn_hidden, gated_mlp=config.gated_mlp, kv_heads=config.kv_heads,
                   head_dim=config.head_width, post_norms=config.post_norms, experts=config.experts,
                   experts_per_token=config.experts_per_token, qk_norm=config.qk_norm,
@@ -320,42 +329,58 @@ def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", ten
                   tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
                   flash_attention=flash_attention, element_bytes=element_bytes,
                   mask_bytes=mask_bytes, dropout=drop)
-    layer = layer_activation_bytes(seq_len, micro_batch, config.hidden, config.heads,
-                                   recompute=recompute, **common)
+    # The layer inputs are checked once here; the layer sums of model_terms trust them.
+    layer_activation_terms(seq_len, micro_batch, config.hidden, config.heads, recompute=recompute,
+                           **common)
+    return model_terms(config, int(seq_len), int(micro_batch), int(tensor_parallel),
+                       bool(sequence_parallel), recompute, bool(flash_attention),
+                       int(element_bytes), int(mask_bytes), bool(drop), widths, capacity_factor)
+
+
+def model_terms(config, seq_len: int, micro_batch: int, tensor_parallel: int,
+                sequence_parallel: bool, recompute: str, flash_attention: bool,
+                element_bytes: int, mask_bytes: int, dropout: bool,
+                logits_widths: tuple[int, ...], capacity_factor=None) -> Mapping[str, int]:
+    """:func:`model_activation_terms` of checked inputs (a TransformerConfig, Python ints and
+    flags, ``dropout`` resolved, the logits' widths): the planner's path, per setting."""
+    s, b, h, v, t = seq_len, micro_batch, config.hidden, config.vocab, tensor_parallel
+
+    shape = dict(f=config.ffn_hidden, n_experts=config.experts, k=config.experts_per_token,
+                 fs=config.shared_expert_ffn, shared_gate=config.shared_expert_gate)
+
+    def layer(how: str, **override) -> int:
+        o = {**shape, **override}
+        return sum(_layer_terms(s, b, h, config.heads, o["f"], config.kv_heads, config.head_width, t,
+                                element_bytes, mask_bytes, o["n_experts"], o["k"], config.gated_mlp,
+                                sequence_parallel, flash_attention, dropout, config.post_norms, how,
+                                config.qk_norm, config.shared_norm, o["shared_gate"], o["fs"],
+                                config.kv_lora_rank, config.q_lora_rank, config.rope_head_dim,
+                                config.v_head_dim, capacity_factor).values())
+
+    one = layer(recompute)
     if recompute == "none":
         transient = 0
     else:
         # The layer being recomputed in backward briefly holds what "none" would have stored
         # (full) or what selective dropped (the attention core).
-        everything = layer_activation_bytes(seq_len, micro_batch, config.hidden, config.heads,
-                                            recompute="none", **common)
-        kept = layer_activation_bytes(seq_len, micro_batch, config.hidden, config.heads,
-                                      recompute="selective", **common)
-        transient = everything if recompute == "full" else everything - kept
-    layers_total = config.layers * layer
+        everything = layer("none")
+        transient = everything if recompute == "full" else everything - layer("selective")
+    layers_total = config.layers * one
     if config.dense_layers:     # DeepSeek's first layers: a dense gated MLP, no experts
-        dense = {**common, "ffn_hidden": config.dense_ffn_hidden, "experts": 0, "experts_per_token": 0,
-                 "shared_expert_ffn": 0, "shared_expert_gate": False}
-        dense_layer = layer_activation_bytes(seq_len, micro_batch, config.hidden, config.heads,
-                                             recompute=recompute, **dense)
-        layers_total = config.sparse_layers * layer + config.dense_layers * dense_layer
+        dense = dict(f=config.dense_ffn_hidden, n_experts=0, k=0, fs=0, shared_gate=False)
+        layers_total = config.sparse_layers * one + config.dense_layers * layer(recompute, **dense)
         if recompute != "none":     # the larger of the two kinds of layer being recomputed
-            everything = layer_activation_bytes(seq_len, micro_batch, config.hidden, config.heads,
-                                                recompute="none", **dense)
-            kept = layer_activation_bytes(seq_len, micro_batch, config.hidden, config.heads,
-                                          recompute="selective", **dense)
-            transient = max(transient, everything if recompute == "full" else everything - kept)
-
-    s, b, h, v = seq_len, micro_batch, config.hidden, config.vocab
-    t = tensor_parallel
+            everything = layer("none", **dense)
+            transient = max(transient, everything if recompute == "full"
+                            else everything - layer("selective", **dense))
     pointwise_t = t if sequence_parallel else 1
     sbh_rank = _split(s * b * h, pointwise_t)
     return MappingProxyType({
         "transformer_layers": layers_total,
         "recompute_transient": transient,
-        "embedding_dropout_mask": mask_bytes * sbh_rank if drop else 0,
+        "embedding_dropout_mask": mask_bytes * sbh_rank if dropout else 0,
         "embedding_norm_input": element_bytes * sbh_rank if config.embedding_norm else 0,
         "final_norm_input": element_bytes * sbh_rank,
         "output_projection_input": element_bytes * sbh_rank,
-        "logits_loss": sum(widths) * s * b * _split(v, t),   # vocabulary-parallel output
+        "logits_loss": sum(logits_widths) * s * b * _split(v, t),   # vocabulary-parallel output
     })

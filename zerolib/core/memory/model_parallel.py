@@ -53,9 +53,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from zerolib.core.catalogue.models import TransformerConfig, get_model, modules
 from zerolib.core.inputs import (
@@ -70,6 +70,9 @@ from zerolib.core.inputs import (
 )
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, ModelState, model_state
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    import pandas as pd
 
 SPLITS = ("column", "row", "vocabulary", "replicated")
 PLACES = ("layer", "first", "last")       # every layer; the first / last pipeline stage
@@ -167,7 +170,10 @@ def _rule(name: str) -> SplitRule:
 
 def module_splits(model: str | TransformerConfig) -> tuple[ModuleSplit, ...]:
     """Every module of ``model`` (:func:`zerolib.core.catalogue.models.modules`) with its split rule."""
-    config = get_model(model)
+    return _module_splits(get_model(model))
+
+
+def _module_splits(config: TransformerConfig) -> tuple[ModuleSplit, ...]:
     if config.dense_layers:
         raise ValueError(f"{config.name}: its first {config.dense_layers} layers are dense and the other "
                          f"{config.sparse_layers} hold experts (dense_layers); zerolib splits and "
@@ -210,6 +216,7 @@ def module_splits(model: str | TransformerConfig) -> tuple[ModuleSplit, ...]:
 def split_table(model: str | TransformerConfig, tensor_parallel: int = 1,
                 vocab_divisible_by: int = 1) -> pd.DataFrame:
     """One row per module: its split, where it lives, its elements and one rank's share at t."""
+    import pandas as pd
     config = get_model(model)
     t = check_positive_int(tensor_parallel, "tensor_parallel", MAX_GPUS)
     check_parallel(config, t)
@@ -269,29 +276,43 @@ def _rules(config: TransformerConfig, tensor_parallel, pipeline_parallel, schedu
     if stage is not None:
         arrays["stage"] = check_stage(stage)
     shaped = dict(zip(arrays, broadcast(**arrays)))
-    t, p = shaped["tensor_parallel"], shaped["pipeline_parallel"]
+    if gpus_per_node is not None:
+        gpus_per_node = check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS)
+    if seq_len is not None and check_flag(sequence_parallel, "sequence_parallel"):
+        seq_len = check_positive_int(seq_len, "seq_len")
+    return rules_of(config, shaped["tensor_parallel"], shaped["pipeline_parallel"], schedule, v,
+                    gpus_per_node, seq_len, sequence_parallel, shaped.get("micro_batches"),
+                    shaped.get("gpus"), shaped.get("stage")), shaped
+
+
+def rules_of(config: TransformerConfig, t: np.ndarray, p: np.ndarray, schedule: str, v: int,
+             gpus_per_node: int | None = None, seq_len: int | None = None,
+             sequence_parallel: bool = False, micro_batches: np.ndarray | None = None,
+             gpus: np.ndarray | None = None, stage: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """:func:`parallel_rules` of checked inputs (int64 arrays of one shape, Python scalars):
+    the planner's path, which checked them once at its door."""
     holds = np.ones(t.shape, dtype=bool)
     rules = dict.fromkeys(RULES, holds)
     rules.update(heads=config.heads % t == 0, kv_heads=config.kv_heads % t == 0,
                  ffn_hidden=(config.ffn_hidden % t == 0) & (config.shared_expert_ffn % t == 0))
     if gpus_per_node is not None:
-        k = check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS)
+        k = gpus_per_node
         rules["node"] = (t <= k) & (k % t == 0)
-    if seq_len is not None and check_flag(sequence_parallel, "sequence_parallel"):
-        rules["sequence"] = check_positive_int(seq_len, "seq_len") % t == 0
+    if seq_len is not None and sequence_parallel:
+        rules["sequence"] = seq_len % t == 0
     rules["layers"] = p <= config.layers
     if schedule == "interleaved":
         rules["interleaved_layers"] = config.layers % (p * v) == 0
         rules["schedule"] = (p >= 2) & (v >= 2)
-        if "micro_batches" in shaped:
-            rules["micro_batches"] = shaped["micro_batches"] % p == 0
+        if micro_batches is not None:
+            rules["micro_batches"] = micro_batches % p == 0
     else:
         rules["schedule"] = holds & (v == 1)
-    if "stage" in shaped:
-        rules["pipeline_zero"] = (p == 1) | (shaped["stage"] <= PIPELINE_STAGES[-1])
-    if "gpus" in shaped:
-        rules["gpus"] = shaped["gpus"] % (t * p) == 0
-    return {name: np.broadcast_to(ok, t.shape) for name, ok in rules.items()}, shaped
+    if stage is not None:
+        rules["pipeline_zero"] = (p == 1) | (stage <= PIPELINE_STAGES[-1])
+    if gpus is not None:
+        rules["gpus"] = gpus % (t * p) == 0
+    return {name: np.broadcast_to(ok, t.shape) for name, ok in rules.items()}
 
 
 def parallel_rules(model, tensor_parallel=1, pipeline_parallel=1, *, schedule: str = "1f1b",
@@ -342,14 +363,19 @@ def vocabulary_rows(vocab: int, tensor_parallel, vocab_divisible_by: int = 1) ->
     the same V_padded / t rows, and the padding rows are real parameters.
     """
     k = check_positive_int(vocab_divisible_by, "vocab_divisible_by", MAX_VOCAB_DIVISOR)
+    return rows_on_rank(vocab, tensor_parallel, k)
+
+
+def rows_on_rank(vocab: int, tensor_parallel, vocab_divisible_by: int) -> np.ndarray:
+    """:func:`vocabulary_rows` of a checked ``vocab_divisible_by`` (the callers' door checked it)."""
     t = np.asarray(tensor_parallel, dtype=np.int64)
-    return ceil_div(np.int64(vocab), k * t) * k
+    return ceil_div(np.int64(vocab), vocab_divisible_by * t) * vocab_divisible_by
 
 
 def _rank_elements(piece: ModuleSplit, t: np.ndarray, vocab_divisible_by: int) -> np.ndarray:
     """One module's elements on one rank of a t-way group (exact for valid t)."""
     if piece.split == "vocabulary":
-        return vocabulary_rows(piece.rows, t, vocab_divisible_by) * piece.row_width
+        return rows_on_rank(piece.rows, t, vocab_divisible_by) * piece.row_width
     if piece.split == "replicated":
         return np.full(np.shape(t), piece.replicated, dtype=np.int64)
     if np.any(piece.sharded % t):
@@ -411,7 +437,7 @@ def _place_sums(grid: ParallelGrid) -> dict[str, np.ndarray]:
     """Per-rank elements of one layer and of the first / last stage's own modules."""
     sums = {place: np.zeros(grid.t.shape, dtype=np.int64) for place in PLACES}
     shared = np.zeros(grid.t.shape, dtype=np.int64)
-    for piece in module_splits(grid.config):
+    for piece in _module_splits(grid.config):
         share = _rank_elements(piece, grid.t, grid.vocab_divisible_by) * piece.per_layer
         if piece.shared:
             shared = shared + share
@@ -439,6 +465,12 @@ def parameters_per_gpu(model, tensor_parallel=1, pipeline_parallel=1, *, pipelin
     """
     grid = parallel_grid(model, tensor_parallel, pipeline_parallel, pipeline_stage, schedule, chunks,
                          vocab_divisible_by=vocab_divisible_by)
+    return parameters_on(grid)
+
+
+def parameters_on(grid: ParallelGrid) -> np.ndarray:
+    """:func:`parameters_per_gpu` of a checked grid (a :class:`ParallelGrid` made from checked
+    values: the planner's path)."""
     sums = _place_sums(grid)
     return at_stage(grid, lambda r: (stage_layers(grid.config.layers, grid.p, r) * sums["layer"]
                                      + np.where(r == 0, sums["first"], 0)
@@ -453,10 +485,15 @@ def largest_module_per_gpu(model, tensor_parallel=1, pipeline_parallel=1, *, pip
     A tied output layer counts as a module, as in :func:`zerolib.core.catalogue.models.largest_layer`."""
     grid = parallel_grid(model, tensor_parallel, pipeline_parallel, pipeline_stage, schedule, chunks,
                          vocab_divisible_by=vocab_divisible_by)
+    return largest_module_on(grid)
+
+
+def largest_module_on(grid: ParallelGrid) -> np.ndarray:
+    """:func:`largest_module_per_gpu` of a checked grid (see :func:`parameters_on`)."""
     best = {place: np.zeros(grid.t.shape, dtype=np.int64) for place in PLACES}
-    for piece in module_splits(grid.config):
+    for piece in _module_splits(grid.config):
         best[piece.place] = np.maximum(best[piece.place],
-                                       _rank_elements(piece, grid.t, vocab_divisible_by))
+                                       _rank_elements(piece, grid.t, grid.vocab_divisible_by))
     return at_stage(grid, lambda r: np.maximum.reduce([best["layer"], np.where(r == 0, best["first"], 0),
                                                        np.where(r == grid.p - 1, best["last"], 0)]))
 

@@ -31,16 +31,26 @@ from types import MappingProxyType
 import numpy as np
 
 from zerolib.core.catalogue.models import get_model
-from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, check_count, check_flag, check_positive_int
+from zerolib.core.inputs import (
+    MAX_BYTES,
+    MAX_GPUS,
+    check_count,
+    check_flag,
+    check_positive_int,
+    check_whole,
+    echo,
+)
 from zerolib.core.intmath import ceil_div
-from zerolib.core.memory.activations import model_activation_terms
+from zerolib.core.memory.activations import LOSS_FP32_BYTES, model_activation_terms, model_terms
 from zerolib.core.memory.model_parallel import (
+    MAX_CHUNKS,
+    MAX_MICRO_BATCHES,
     ParallelGrid,
     at_stage,
     check_schedule,
     parallel_grid,
+    rows_on_rank,
     stage_layers,
-    vocabulary_rows,
 )
 
 
@@ -54,8 +64,24 @@ def micro_batches_in_flight(pipeline_parallel, pipeline_stage, *, schedule: str 
     fill the pipeline.
     """
     check_schedule(schedule)
-    p = np.asarray(pipeline_parallel, dtype=np.int64)
-    r = np.asarray(pipeline_stage, dtype=np.int64)
+    p = check_whole(pipeline_parallel, "pipeline_parallel", "a positive whole number of stages")
+    r = check_whole(pipeline_stage, "pipeline_stage", "a pipeline stage index, 0 or more", 0)
+    v = check_positive_int(chunks, "chunks", MAX_CHUNKS)
+    if schedule == "1f1b" and v != 1:
+        raise ValueError(f"chunks must be 1 under the 1f1b schedule, got {echo(chunks)}")
+    if np.any(r >= p):
+        raise ValueError(f"pipeline_stage must be below pipeline_parallel (stages 0 to p - 1), "
+                         f"got {echo(pipeline_stage)} with pipeline_parallel {echo(pipeline_parallel)}")
+    if micro_batches is not None:
+        micro_batches = check_whole(micro_batches, "micro_batches",
+                                    "a positive whole number of micro-batches", 1, MAX_MICRO_BATCHES)
+    return _in_flight(p, r, schedule, v, micro_batches)
+
+
+def _in_flight(p, r, schedule: str, chunks: int, micro_batches) -> np.ndarray:
+    """:func:`micro_batches_in_flight` of checked inputs (the planner's path)."""
+    p = np.asarray(p, dtype=np.int64)
+    r = np.asarray(r, dtype=np.int64)
     if schedule == "interleaved":
         flight = 2 * (p - r - 1) + (chunks - 1) * p + 1
         cap = None if micro_batches is None else np.asarray(micro_batches, dtype=np.int64) * chunks
@@ -79,8 +105,7 @@ def layer_activations_held(layers: int, pipeline_parallel, pipeline_stage, *, sc
     """Copies of one layer's activations (layers x micro-batches) stage r holds at its peak:
     its layers x :func:`micro_batches_in_flight` (1F1B), or L / (p v) layers per chunk pass
     (interleaved). On the first stage with the pipeline full: L, or L (1 + (p - 1) / (p v))."""
-    flight = micro_batches_in_flight(pipeline_parallel, pipeline_stage, schedule=schedule,
-                                     chunks=chunks, micro_batches=micro_batches)
+    flight = _in_flight(pipeline_parallel, pipeline_stage, schedule, chunks, micro_batches)
     p = np.asarray(pipeline_parallel, dtype=np.int64)
     if schedule == "interleaved":
         return flight * (layers // (p * chunks))
@@ -92,18 +117,41 @@ UNIT_TERMS = ("transformer_layers", "recompute_transient", "embedding_dropout_ma
 
 
 @lru_cache(maxsize=8192)
-def _unit_terms_cached(config, seq_len, micro_batch, t: int, options: tuple,
-                       vocab_divisible_by: int) -> Mapping[str, int]:
-    terms = dict(model_activation_terms(config, seq_len, micro_batch, tensor_parallel=t,
-                                        **dict(options)))
+def unit_terms(config, seq_len: int, micro_batch: int, t: int, options: tuple,
+               vocab_divisible_by: int = 1) -> Mapping[str, int]:
+    """:func:`activation_unit_terms` of checked inputs (a TransformerConfig, Python ints, the
+    ``options`` of :func:`options_key`, a setting the parallel rules allow), remembered: the
+    planner's path, which checked them once at its door."""
+    o = dict(options)
+    dropout = config.dropout if o["dropout"] is None else o["dropout"]
+    widths = (o["element_bytes"], LOSS_FP32_BYTES) if o["logits_bytes"] is None else o["logits_bytes"]
+    terms = dict(model_terms(config, seq_len, micro_batch, t, o["sequence_parallel"],
+                             o["recompute"], o["flash_attention"], o["element_bytes"],
+                             o["mask_bytes"], dropout, widths))
     terms["transformer_layers"] //= config.layers   # L x one layer
     # The loss's logits follow the vocabulary rows, padded when asked.
-    rows = int(vocabulary_rows(config.vocab, t, vocab_divisible_by))
+    rows = int(rows_on_rank(config.vocab, t, vocab_divisible_by))
     terms["logits_loss"] = terms["logits_loss"] // ceil_div(config.vocab, t) * rows
     if any(terms[name] > MAX_BYTES for name in UNIT_TERMS):
         raise ValueError(f"activations of {config.name} come to more than {MAX_BYTES:,} bytes: "
                          f"lower seq_len or micro_batch")
     return MappingProxyType({name: terms[name] for name in UNIT_TERMS})
+
+
+@lru_cache(maxsize=8192)
+def _unit_terms_cached(config, seq_len, micro_batch, t: int, options: tuple,
+                       vocab_divisible_by: int) -> Mapping[str, int]:
+    # The public path: every check of model_activation_terms once per setting, then the kernel.
+    model_activation_terms(config, seq_len, micro_batch, tensor_parallel=t, **dict(options))
+    return unit_terms.__wrapped__(config, seq_len, micro_batch, t, options, vocab_divisible_by)
+
+
+def options_key(sequence_parallel: bool, recompute: str, flash_attention: bool,
+                element_bytes: int, mask_bytes: int, dropout: bool | None,
+                logits_bytes: tuple[int, ...] | None) -> tuple:
+    """The ``options`` of :func:`unit_terms` (checked values; hashable)."""
+    return tuple(_activation_options(sequence_parallel, recompute, flash_attention, element_bytes,
+                                     mask_bytes, dropout, logits_bytes).items())
 
 
 def activation_unit_terms(model, seq_len, micro_batch, tensor_parallel: int, *,
@@ -198,6 +246,21 @@ def stage_activation_totals(model, units: Mapping[str, np.ndarray], pipeline_par
     p = np.asarray(pipeline_parallel, dtype=np.int64)
     r = np.asarray(pipeline_stage, dtype=np.int64)
     m = None if micro_batches is None else np.asarray(micro_batches, dtype=np.int64)
+    return activation_totals_of(config, units, p, r, schedule, chunks, m)
+
+
+def stage_terms_of(config, units: Mapping[str, int], p, r, schedule: str, chunks: int,
+                   m) -> dict[str, np.ndarray]:
+    """:func:`stage_activation_terms` by term from :func:`unit_terms`, of checked inputs."""
+    terms = _stage_terms(config, p, schedule, chunks, m, units, r)
+    _total(config, terms)   # refused beyond MAX_BYTES, as the public path refuses it
+    return terms
+
+
+def activation_totals_of(config, units: Mapping[str, np.ndarray], p: np.ndarray, r: np.ndarray,
+                         schedule: str, chunks: int, m: np.ndarray | None) -> np.ndarray:
+    """:func:`stage_activation_totals` of checked inputs (a TransformerConfig, int64 arrays):
+    the planner's path."""
     return _total(config, _stage_terms(config, p, schedule, chunks, m, units, r))
 
 

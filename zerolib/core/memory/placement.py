@@ -52,6 +52,7 @@ sharding, and DeepSpeed's estimator's ``additional_buffer_factor`` (see
 """
 from __future__ import annotations
 
+import copy
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -112,6 +113,14 @@ class Placement:
     gpus_per_node: int | None = None        # None: 8, or every GPU when there are fewer
     max_in_cpu: int = OFFLOAD_PARAM_MAX_IN_CPU   # offload_params="nvme": elements kept in CPU
     host_gradient_bytes: float = HOST_GRADIENT_BYTES
+
+    def with_shard_group(self, shard_group: int) -> Placement:
+        """This placement over shard groups of ``shard_group`` GPUs that the caller checked (a
+        divisor of the data-parallel GPUs, as the planner enumerates them): a copy, made
+        without checking the rest of it again."""
+        twin = copy.copy(self)
+        object.__setattr__(twin, "shard_group", int(shard_group))
+        return twin
 
     def __post_init__(self):
         _optional_count(self.shard_group, "shard_group")
@@ -303,9 +312,17 @@ def place(params, gpus, stage, layout: str | Layout = "mixed-adam",
     """
     layout, placement = get_layout(layout), check_placement(placement)
     state = model_state(params, gpus, stage, layout, placement.shard_group)  # checks them all
-    params, gpus, stage = state.params, state.gpus, state.stage
-    check_combination(stage, gpus, placement)
-    world = gpus if world is None else np.broadcast_to(check_gpus(world, "world"), gpus.shape)
+    check_combination(state.stage, state.gpus, placement)
+    world = state.gpus if world is None else np.broadcast_to(check_gpus(world, "world"),
+                                                             state.gpus.shape)
+    return tiers_of(state, placement, world)
+
+
+def tiers_of(state: ModelState, placement: Placement, world: np.ndarray) -> TierState:
+    """:func:`place` of checked inputs: a :class:`ModelState` sharded over
+    ``placement.shard_group``, a combination DeepSpeed offers, ``world`` GPUs in its shape (the
+    planner's path, which made them from what it checked once)."""
+    params, gpus, stage, layout = state.params, state.gpus, state.stage, state.layout
     on_node = gpus_on_node(world, placement.gpus_per_node)
     p = placement
 

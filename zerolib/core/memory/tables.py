@@ -8,8 +8,11 @@ draws from the table alone and never re-runs the arithmetic: ``attrs["layout"]``
 """
 from __future__ import annotations
 
+import math
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.models import TransformerConfig, get_model
@@ -26,6 +29,9 @@ from zerolib.core.memory.accounting import (
 from zerolib.core.memory.feasibility import fewest_gpus
 from zerolib.core.memory.placement import OPTIONS, TIERS, Option, gpus_on_node, place
 from zerolib.core.memory.working_set import DEFAULT_SETTINGS, TERMS, WorkingSetSettings, peaks
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    import pandas as pd
 
 COLUMNS = ("params", "gpus", "stage", "strategy", *CATEGORIES, "total", "cluster_total")
 GROUP_COLUMNS = ("params", "gpus", "shard_group", "replicas", "stage", "strategy", *CATEGORIES,
@@ -54,6 +60,7 @@ def memory_table(params, gpus, stages=STAGES, layout: str | Layout = "mixed-adam
     Rows are ordered by params, then gpus, then stage. ``cluster_total`` sums all workers.
     At most :data:`MAX_ROWS` rows.
     """
+    import pandas as pd
     params, gpus = check_params(params), check_gpus(gpus)
     stages = check_stage(stages, "stages")
     _check_rows(params.size, gpus.size, stages.size)
@@ -74,6 +81,7 @@ def fewest_gpus_table(params, layout: str | Layout = "mixed-adam",
                       max_gpus: int = 1024) -> pd.DataFrame:
     """Per model and stage: the fewest workers whose model state fits ``device`` (<NA> if none
     up to max_gpus)."""
+    import pandas as pd
     params, stages = check_params(params), check_stage(stages, "stages")
     _check_rows(params.size, stages.size)
     params, stages = _distinct(params), _distinct(stages)
@@ -96,6 +104,7 @@ def stage_savings(params, gpus, layouts=("mixed-adam",)) -> pd.DataFrame:
     One row per (layout, stage); ``saved`` is 0 for stage 0. Shows where the savings move when
     one category's width changes (e.g. fp32 gradients make stage 2 save more).
     """
+    import pandas as pd
     if isinstance(layouts, (str, Layout)):
         layouts = (layouts,)
     params = check_single(params, check_params, "params")
@@ -118,6 +127,7 @@ def peak_frame(model: str | TransformerConfig, gpus, stages=STAGES,
     (parameters, gradients, optimizer, then the working-set terms), bytes. Summing ``bytes``
     over a stage gives its peak. ``attrs`` holds the model, settings and layout.
     """
+    import pandas as pd
     config, layout = get_model(model), get_layout(layout)
     gpus = check_single(gpus, check_gpus, "gpus")
     records = []
@@ -136,9 +146,14 @@ def peak_frame(model: str | TransformerConfig, gpus, stages=STAGES,
 
 def divisors(n: int) -> list[int]:
     """Every G that divides ``n``, ascending: the shard-group sizes of ``n`` GPUs."""
-    n = check_single(n, check_gpus, "gpus")
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted({*small, *(n // d for d in small)})
+    return list(divisors_of(check_single(n, check_gpus, "gpus")))
+
+
+@lru_cache(maxsize=1024)
+def divisors_of(n: int) -> tuple[int, ...]:
+    """:func:`divisors` of a checked count (remembered: a plan asks for each d many times)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted({*small, *(n // d for d in small)}))
 
 
 def group_size_table(params, gpus, stages=STAGES, layout: str | Layout = "mixed-adam",
@@ -146,6 +161,7 @@ def group_size_table(params, gpus, stages=STAGES, layout: str | Layout = "mixed-
     """Per shard-group size G (every divisor of ``gpus`` unless given) and stage: bytes per GPU
     with the state sharded over G and replicated over gpus / G (HSDP, MiCS). G = gpus is the
     ZeRO of :func:`memory_table`, G = 1 plain data parallelism. ``attrs``: layout."""
+    import pandas as pd
     params = check_single(params, check_params, "params")
     gpus = check_single(gpus, check_gpus, "gpus")
     groups = np.asarray(divisors(gpus) if shard_groups is None
@@ -168,6 +184,7 @@ def tier_table(params, gpus, layout: str | Layout = "mixed-adam", shard_group=No
     GPU on that tier and per node. An option the setting does not allow (hpZ inside a smaller
     shard group) has ``offered`` False, 0 bytes and the reason in ``note``. ``attrs``: params,
     gpus, gpus_on_node, shard_group, layout."""
+    import pandas as pd
     params = check_single(params, check_params, "params")
     gpus = check_single(gpus, check_gpus, "gpus")
     layout = get_layout(layout)

@@ -95,18 +95,19 @@ from zerolib.core.inputs import (
     check_stage,
 )
 from zerolib.core.intmath import ceil_div, last_true
-from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, get_layout, model_state
+from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, ModelState, get_layout
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.feasibility import fewest_gpus
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
     SCHEDULES,
+    ParallelGrid,
     check_parallel,
-    largest_module_per_gpu,
-    parameters_per_gpu,
+    largest_module_on,
+    parameters_on,
 )
-from zerolib.core.memory.pipeline_schedule import stage_activation_terms
+from zerolib.core.memory.pipeline_schedule import options_key, stage_terms_of, unit_terms
 from zerolib.core.memory.placement import Placement, check_placement, place
 from zerolib.core.units import GiB
 
@@ -209,6 +210,20 @@ def _check_settings(settings) -> WorkingSetSettings:
     return settings
 
 
+def _check_parallel_settings(config: TransformerConfig, s: WorkingSetSettings,
+                             placement: Placement | None = None) -> None:
+    """The rules of :func:`zerolib.core.memory.model_parallel.check_parallel` for the settings'
+    t and p (each setting was checked when the settings were made): once, at the door. They are
+    the planner's rules, in its words: what it rejects, this refuses."""
+    if config.position_embedding == "learned" and s.seq_len > config.max_positions:
+        raise ValueError(f"seq_len must be at most {config.max_positions} for {config.name} "
+                         f"(learned position embeddings), got {s.seq_len}")
+    check_parallel(config, s.tensor_parallel, s.pipeline_parallel, schedule=s.pipeline_schedule,
+                   chunks=s.pipeline_chunks, micro_batches=s.micro_batches,
+                   gpus_per_node=None if placement is None else placement.gpus_per_node,
+                   seq_len=s.seq_len, sequence_parallel=s.sequence_parallel)
+
+
 def _pipeline_stages(s: WorkingSetSettings) -> tuple[int, ...]:
     """The pipeline stages that can be the most loaded: the first and the last."""
     return (0,) if s.pipeline_parallel == 1 else (0, s.pipeline_parallel - 1)
@@ -216,9 +231,10 @@ def _pipeline_stages(s: WorkingSetSettings) -> tuple[int, ...]:
 
 def _on_gpu(config: TransformerConfig, s: WorkingSetSettings, pipeline_stage: int) -> tuple[int, int]:
     """(parameters, largest module's elements) on one GPU of ``pipeline_stage``."""
-    where = dict(pipeline_stage=pipeline_stage, schedule=s.pipeline_schedule, chunks=s.pipeline_chunks)
-    return (int(parameters_per_gpu(config, s.tensor_parallel, s.pipeline_parallel, **where)),
-            int(largest_module_per_gpu(config, s.tensor_parallel, s.pipeline_parallel, **where)))
+    # The settings were checked when made, the parallel rules at the door (check_peak_inputs).
+    grid = ParallelGrid(config, np.int64(s.tensor_parallel), np.int64(s.pipeline_parallel),
+                        np.int64(pipeline_stage), s.pipeline_schedule, s.pipeline_chunks, None, 1)
+    return int(parameters_on(grid)), int(largest_module_on(grid))
 
 
 def _activations(config: TransformerConfig, s: WorkingSetSettings,
@@ -228,15 +244,16 @@ def _activations(config: TransformerConfig, s: WorkingSetSettings,
     if config.position_embedding == "learned" and s.seq_len > config.max_positions:
         raise ValueError(f"seq_len must be at most {config.max_positions} for {config.name} "
                          f"(learned position embeddings), got {s.seq_len}")
+    units = unit_terms(config, s.seq_len, s.micro_batch, s.tensor_parallel, options_key(
+        s.sequence_parallel, s.recompute, s.flash_attention, s.element_bytes, s.mask_bytes,
+        s.dropout, s.logits_bytes))
+    micro_batches = None if s.micro_batches is None else np.int64(s.micro_batches)
     out = {}
     for pipeline_stage in pipeline_stages or _pipeline_stages(s):
-        acts = stage_activation_terms(
-            config, s.seq_len, s.micro_batch, s.tensor_parallel, s.pipeline_parallel, pipeline_stage,
-            schedule=s.pipeline_schedule, chunks=s.pipeline_chunks, micro_batches=s.micro_batches,
-            recompute=s.recompute, sequence_parallel=s.sequence_parallel,
-            flash_attention=s.flash_attention, element_bytes=s.element_bytes,
-            mask_bytes=s.mask_bytes, dropout=s.dropout, logits_bytes=s.logits_bytes)
-        out[pipeline_stage] = (sum(v for k, v in acts.items() if k != "logits_loss"), acts["logits_loss"])
+        acts = stage_terms_of(config, units, np.int64(s.pipeline_parallel), np.int64(pipeline_stage),
+                              s.pipeline_schedule, s.pipeline_chunks, micro_batches)
+        out[pipeline_stage] = (int(sum(v for k, v in acts.items() if k != "logits_loss")),
+                               int(acts["logits_loss"]))
     return out
 
 
@@ -247,7 +264,13 @@ def term_arrays(stage, params, module, activations, logits_loss,
     ``params`` one GPU holds, its largest ``module`` (elements) and its ``activations`` and
     ``logits_loss`` bytes (see the module doc); 0 where a term does not apply. The one place
     the buffer terms are computed: :func:`peaks` and the planner (vectorised) both use it."""
-    s, layout = _check_settings(s), get_layout(layout)
+    return terms_of(stage, params, module, activations, logits_loss, _check_settings(s),
+                    get_layout(layout))
+
+
+def terms_of(stage, params, module, activations, logits_loss, s: WorkingSetSettings,
+             layout: Layout) -> dict[str, np.ndarray]:
+    """:func:`term_arrays` of checked settings and a Layout (the planner's and the peaks' path)."""
     stage, params, module, activations, logits_loss = np.broadcast_arrays(
         *(np.asarray(v, dtype=np.int64) for v in (stage, params, module, activations, logits_loss)))
     grad_bits, param_bits = layout.bits_per_param("gradients"), layout.bits_per_param("parameters")
@@ -278,7 +301,7 @@ def _terms(config: TransformerConfig, stage: int, s: WorkingSetSettings, layout:
     (parameters, largest module) (:func:`term_arrays` at one point)."""
     params, module = on_gpu
     terms = {name: int(value) for name, value in
-             term_arrays(stage, params, module, *activations, s, layout).items()}
+             terms_of(stage, params, module, *activations, s, layout).items()}
     total = sum(terms.values())
     if total > MAX_BYTES:
         raise ValueError(f"the working set of {config.name} comes to {total:,} bytes, beyond "
@@ -297,6 +320,7 @@ def working_set(model: str | TransformerConfig, stage, settings: WorkingSetSetti
     config = get_model(model)
     stage = check_single(stage, check_stage, "stage")
     settings, layout = _check_settings(settings), get_layout(layout)
+    _check_parallel_settings(config, settings)
     candidates = _pipeline_stages(settings) if pipeline_stage is None else (
         check_count(pipeline_stage, "pipeline_stage", settings.pipeline_parallel - 1),)
     activations = _activations(config, settings, candidates)
@@ -343,25 +367,37 @@ def peaks(model: str | TransformerConfig, gpus, stages=STAGES,
     (first or last) where that sum is larger. The activations are computed once for all stages.
     With a ``placement`` the persistent part is what stays on the GPU, and each Peak carries
     every tier's bytes."""
+    return peaks_of(*check_peak_inputs(model, gpus, stages, settings, layout, placement))
+
+
+def check_peak_inputs(model, gpus, stages=STAGES, settings: WorkingSetSettings = DEFAULT_SETTINGS,
+                      layout: str | Layout = "mixed-adam", placement: Placement | None = None):
+    """The door of :func:`peaks` (and of ``estimate_model``): every input checked once, as
+    ``(config, gpus, stages, settings, layout, placement)`` for :func:`peaks_of`."""
     config = get_model(model)
     gpus = check_single(gpus, check_gpus, "gpus")
     settings, layout = _check_settings(settings), get_layout(layout)
     stages = [int(s) for s in np.atleast_1d(check_stage(stages, "stages"))]
-    data_parallel = _data_parallel(gpus, settings)
+    _data_parallel(gpus, settings)
     if placement is not None:
         placement = check_placement(placement)
-    # The planner's rules, in its words: what it rejects, this refuses.
-    check_parallel(config, settings.tensor_parallel, settings.pipeline_parallel,
-                   schedule=settings.pipeline_schedule, chunks=settings.pipeline_chunks,
-                   gpus_per_node=None if placement is None else placement.gpus_per_node,
-                   seq_len=settings.seq_len, sequence_parallel=settings.sequence_parallel,
-                   micro_batches=settings.micro_batches)
+    _check_parallel_settings(config, settings, placement)
+    return config, gpus, stages, settings, layout, placement
+
+
+def peaks_of(config: TransformerConfig, gpus: int, stages: list[int], settings: WorkingSetSettings,
+             layout: Layout, placement: Placement | None) -> tuple[Peak, ...]:
+    """:func:`peaks` of what :func:`check_peak_inputs` checked."""
+    data_parallel = gpus // (settings.tensor_parallel * settings.pipeline_parallel)
     activations = _activations(config, settings)
     candidates = []
     for pipeline_stage in _pipeline_stages(settings):
         on_gpu = _on_gpu(config, settings, pipeline_stage)
-        if placement is None:
-            state = model_state(on_gpu[0], data_parallel, stages, layout)
+        if placement is None:   # checked inputs: the state is made, not checked again
+            n = len(stages)
+            state = ModelState(np.full(n, on_gpu[0], dtype=np.int64),
+                               np.full(n, data_parallel, dtype=np.int64),
+                               np.array(stages, dtype=np.int64), layout)
             on_device = ({c: getattr(state, c) for c in CATEGORIES}, state.total, None)
         else:
             tiers = place(on_gpu[0], data_parallel, stages, layout, placement, world=gpus)
@@ -413,6 +449,7 @@ def fewest_gpus_for_peak(model, stage, settings: WorkingSetSettings = DEFAULT_SE
     """
     config = get_model(model)
     settings, layout = _check_settings(settings), get_layout(layout)
+    _check_parallel_settings(config, settings)
     grid = settings.tensor_parallel * settings.pipeline_parallel
     max_gpus = check_single(max_gpus, check_gpus, "max_gpus")
     stages = check_stage(stage)
@@ -468,12 +505,19 @@ def stage_rows(model, gpus, stages=STAGES, settings: WorkingSetSettings = DEFAUL
     ``host_memory`` (CPU memory per node, bytes) ``host_fits`` judges the CPU tier per node
     against it, and ``fits`` needs both the GPU peak and the host to fit (NVMe is not judged).
     """
-    gpus = check_single(gpus, check_gpus, "gpus")
+    checked = check_peak_inputs(model, gpus, stages, settings, layout, placement)
     device = get_device(device) if device is not None else None
     if host_memory is not None:
         host_memory = check_count(host_memory, "host_memory", MAX_BYTES)
+    return rows_of(checked, device, host_memory)
+
+
+def rows_of(checked: tuple, device: Device | None, host_memory: int | None) -> list[dict]:
+    """:func:`stage_rows` of what :func:`check_peak_inputs` returned, a Device (or None) and
+    checked ``host_memory``."""
+    gpus = checked[1]
     rows = []
-    for result in peaks(model, gpus, stages, settings, layout, placement):
+    for result in peaks_of(*checked):
         row = {"stage": result.stage, "pipeline_stage": result.pipeline_stage, **result.persistent,
                "cluster_total": result.persistent["total"] * gpus,
                "working_set": dict(result.working_set), "peak": result.total}

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zerolib.core.catalogue.nodes import Interconnect, spanning_latency
-from zerolib.core.inputs import broadcast, check_gpus, check_params
+from zerolib.core.inputs import broadcast, check_bits, check_gpus, check_params
 from zerolib.core.intmath import ceil_div
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather")
@@ -113,6 +113,7 @@ def ring_volume(kind: str, elements, gpus, bits: int) -> RingVolume:
     ``elements`` is the whole buffer (E above, before padding), ``bits`` the communicated width.
     """
     _check_kind(kind)
+    bits = check_bits(bits)
     elements, gpus = broadcast(elements=check_params(elements, "elements"), gpus=check_gpus(gpus))
     chunk = ceil_div(elements, gpus)
     alone = gpus == 1

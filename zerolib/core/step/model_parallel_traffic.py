@@ -43,9 +43,9 @@ from __future__ import annotations
 import numbers
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from zerolib.core.catalogue.models import get_model
 from zerolib.core.inputs import MAX_BYTES, check_flag, check_positive_int, echo
@@ -57,6 +57,9 @@ from zerolib.core.memory.model_parallel import (
     check_schedule,
     stage_layers,
 )
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    import pandas as pd
 
 GROUPS = ("tensor", "pipeline")
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "send")
@@ -123,6 +126,13 @@ def tensor_parallel_traffic(model, seq_len, micro_batch, tensor_parallel, pipeli
     sp = check_flag(sequence_parallel, "sequence_parallel")
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    return tensor_rows(config, s, b, t, p, r, m, bsh, sp, recompute)
+
+
+def tensor_rows(config, s: int, b: int, t: int, p: int, r: int, m: int, bsh: int, sp: bool,
+                recompute: str) -> tuple[ParallelTraffic, ...]:
+    """:func:`tensor_parallel_traffic` of checked inputs (``bsh``: bytes of one b x s x h
+    activation): the step model's path, whose caller checked them once."""
     if t == 1:
         return ()
     passes = m * int(stage_layers(config.layers, p, r))   # layer passes per step on this GPU
@@ -178,6 +188,12 @@ def pipeline_traffic(model, seq_len, micro_batch, tensor_parallel, pipeline_para
                                            schedule, chunks, element_bytes)
     sp = check_flag(sequence_parallel, "sequence_parallel")
     split = check_flag(scatter_gather, "scatter_gather") or sp
+    return pipeline_rows(t, p, r, m, bsh, sp, split, schedule, chunks)
+
+
+def pipeline_rows(t: int, p: int, r: int, m: int, bsh: int, sp: bool, split: bool,
+                  schedule: str, chunks: int) -> tuple[ParallelTraffic, ...]:
+    """:func:`pipeline_traffic` of checked inputs (see :func:`tensor_rows`)."""
     if p == 1:
         return ()
     message = bsh // t if split and t > 1 else bsh
@@ -198,6 +214,7 @@ def pipeline_traffic(model, seq_len, micro_batch, tensor_parallel, pipeline_para
 
 def traffic_frame(rows) -> pd.DataFrame:
     """ParallelTraffic rows as a tidy frame with ``total_bytes`` (calls x tensor_bytes)."""
+    import pandas as pd
     frame = pd.DataFrame([{**asdict(row), "total_bytes": row.total_bytes} for row in rows],
                          columns=[*ParallelTraffic.__dataclass_fields__, "total_bytes"])
     return frame

@@ -123,7 +123,15 @@ from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.links import LINKS, Link, get_link
 from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.catalogue.nodes import NODES, Interconnect, interconnect
-from zerolib.core.inputs import MAX_GPUS, check_gpus, check_positive_int, check_stage, echo
+from zerolib.core.inputs import (
+    MAX_GPUS,
+    broadcast,
+    check_gpus,
+    check_positive_int,
+    check_stage,
+    check_whole,
+    echo,
+)
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, get_layout
 from zerolib.core.memory.activations import RECOMPUTE
@@ -131,13 +139,17 @@ from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
     RULES,
-    parallel_rules,
-    parameters_per_gpu,
+    ParallelGrid,
+    parameters_on,
+    rules_of,
 )
 from zerolib.core.memory.placement import Placement
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
 from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing
-from zerolib.core.step.model_parallel_traffic import pipeline_traffic, tensor_parallel_traffic
+from zerolib.core.step.model_parallel_traffic import (
+    pipeline_rows,
+    tensor_rows,
+)
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS, host_traffic
 from zerolib.core.step.time import (
     DEFAULT_MFU,
@@ -261,9 +273,12 @@ def _host_seconds(params, d, stage, codes, group, layout, host_link) -> Mapping[
 def bubble_fraction(pipeline_parallel, micro_batches, chunks=1) -> np.ndarray:
     """The pipeline bubble as a fraction of the ideal time: (p - 1) / (v m) (Narayanan et al.
     2021, Sec. 2.2.1 for 1F1B, v = 1; Sec. 2.2.2 for v model chunks per stage)."""
-    p = np.asarray(pipeline_parallel, dtype=np.float64)
-    m = np.asarray(micro_batches, dtype=np.float64)
-    v = np.asarray(chunks, dtype=np.float64)
+    p = check_whole(pipeline_parallel, "pipeline_parallel", "a positive whole number of stages")
+    m = check_whole(micro_batches, "micro_batches", "a positive whole number of micro-batches",
+                    1, MAX_MICRO_BATCHES)
+    v = check_whole(chunks, "chunks", "a positive whole number of model chunks", 1, MAX_CHUNKS)
+    p, m, v = (a.astype(np.float64) for a in broadcast(pipeline_parallel=p, micro_batches=m,
+                                                       chunks=v))
     return (p - 1) / (v * m)
 
 
@@ -282,9 +297,9 @@ def _tensor_rows(config: TransformerConfig, seq_len: int, p: int, r: int,
     collectives on stage r, for any t > 1: the rows' calls and sizes do not depend on t (only
     the group does), and their bytes, b x s x h elements (or 3 fp32 values per token for the
     loss), are exactly proportional to the micro-batch."""
-    rows = tensor_parallel_traffic(config, seq_len, 1, _smallest_tensor_parallel(config), p, r,
-                                   micro_batches=1, sequence_parallel=sequence_parallel,
-                                   recompute=recompute, element_bytes=element_bytes)
+    # Inputs checked by parallel_step_time (or the planner's door): the kernel trusts them.
+    rows = tensor_rows(config, seq_len, 1, _smallest_tensor_parallel(config), p, r, 1,
+                       element_bytes * seq_len * config.hidden, sequence_parallel, recompute)
     return tuple((KIND_OF[row.collective], row.calls, row.tensor_bytes) for row in rows)
 
 
@@ -296,9 +311,8 @@ def _pipeline_sends(config: TransformerConfig, seq_len: int, t: int, p: int, r: 
     exactly proportional to the micro-batch either way."""
     schedule = "interleaved" if chunks > 1 else "1f1b"
     m = p if chunks > 1 else 1     # the interleaved schedule takes micro-batches in groups of p
-    rows = pipeline_traffic(config, seq_len, 1, t, p, r, micro_batches=m,
-                            sequence_parallel=sequence_parallel, schedule=schedule, chunks=chunks,
-                            element_bytes=element_bytes)
+    rows = pipeline_rows(t, p, r, m, element_bytes * seq_len * config.hidden, sequence_parallel,
+                         sequence_parallel, schedule, chunks)
     sends = [row for row in rows if row.collective == "send"]
     if not sends:
         return 0, 0
@@ -463,7 +477,7 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
     def stage_part(r):
         """Per micro-batch on stage r: compute, tensor, pipeline and exposed ZeRO seconds; the
         backward compute and the per-step ZeRO seconds."""
-        params = parameters_per_gpu(config, t, p, pipeline_stage=r)
+        params = parameters_on(ParallelGrid(config, t, p, r, "1f1b", 1, None, 1))   # checked
         forward, backward = np.zeros(b.shape), np.zeros(b.shape)
         for full in (False, True):   # FLOPs are linear in the tokens: one rate per rule
             here = (rec == 2) == full
@@ -515,10 +529,8 @@ def _check_rules(config, t, p, v, m, s, sp, ic):
             sel = (v == vv) & (sp == flag)
             if not np.any(sel):
                 continue
-            rules = parallel_rules(config, t[sel], p[sel],
-                                   schedule="interleaved" if vv > 1 else "1f1b", chunks=int(vv),
-                                   gpus_per_node=ic.gpus_per_node, seq_len=s,
-                                   sequence_parallel=flag, micro_batches=m[sel])
+            rules = rules_of(config, t[sel], p[sel], "interleaved" if vv > 1 else "1f1b",
+                             int(vv), ic.gpus_per_node, s, bool(flag), m[sel])
             for name, ok in rules.items():
                 if not np.all(ok):
                     raise ValueError(RULES[name])

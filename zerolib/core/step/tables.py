@@ -10,8 +10,9 @@ Bytes are int64, seconds float64.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.links import Link, get_link
@@ -40,6 +41,9 @@ from zerolib.core.step.traffic import (
     check_aligned,
 )
 from zerolib.core.step.traffic import traffic as traffic_of
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    import pandas as pd
 
 TRAFFIC_COLUMNS = ("stage", "strategy", "kind", "calls", "handed_bytes", "sent_bytes",
                    "received_bytes")
@@ -70,6 +74,7 @@ def _traffic(model, gpus: int, stages, layout: Layout) -> tuple[Traffic, object]
 def traffic_frame(model, gpus, stages=STAGES, layout: str | Layout = "mixed-adam") -> pd.DataFrame:
     """One row per stage and collective kind: calls, bytes handed over, sent and received per GPU
     in one step. ``model`` is a preset, a TransformerConfig or a bare parameter count."""
+    import pandas as pd
     gpus = check_single(gpus, check_gpus, "gpus")
     stages, layout = _stages(stages), get_layout(layout)
     result, what = _traffic(model, gpus, stages, layout)
@@ -115,6 +120,7 @@ def timeline_frame(model, gpus, link: str | Interconnect, device: str | Device,
     backward starts then, and its collectives start with it; the after-step all-gather starts
     when the backward's compute and collectives are both done.
     """
+    import pandas as pd
     gpus, stages, layout, ic, device, result, what, times = _timed(
         model, gpus, stages, layout, link, device, compute, gpus_per_node)
     rows = []
@@ -158,6 +164,7 @@ def tradeoff_frame(model: str | TransformerConfig, gpus, link: str | Interconnec
     beside the step time and its parts. The tokens per GPU and the recomputation come from
     ``settings`` (sequence length x micro-batch; 8 FLOPs per parameter and token under full
     recomputation), so memory and time describe the same run."""
+    import pandas as pd
     config = get_model(model)
     if settings.tensor_parallel != 1:
         raise ValueError("tensor_parallel must be 1 here: the step model times data-parallel "

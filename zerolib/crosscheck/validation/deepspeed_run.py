@@ -22,13 +22,15 @@ import os
 import platform
 import types
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from zerolib.core.memory.accounting import STAGES, model_state
 from zerolib.crosscheck.deepspeed_estimator import estimate_zero2, estimate_zero3
 from zerolib.crosscheck.validation.records import write_csv
 from zerolib.crosscheck.validation.setups import ModelSpec
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    pass
 
 # The file the run writes into data/ (the notebook reads it with zerolib.crosscheck.validation.report).
 RECORD_FILE = "deepspeed_measured.csv"
@@ -357,6 +359,7 @@ def buffers_path(out: Path) -> Path:
 
 def record(rows: list[dict], buffers: list[dict], out: Path) -> tuple[Path, Path]:
     """Write both CSVs (atomically, deterministic): ``out`` and its ``_buffers`` list."""
+    import pandas as pd
     write_csv(pd.DataFrame(rows, columns=list(COLUMNS)), out)
     write_csv(pd.DataFrame(buffers, columns=list(BUFFER_COLUMNS)), buffers_path(out))
     return out, buffers_path(out)

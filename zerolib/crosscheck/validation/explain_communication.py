@@ -23,8 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.working_set import (
@@ -41,6 +40,9 @@ from zerolib.crosscheck.validation.setups import (
     ModelSpec,
     fsdp_shard_elements,
 )
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    import pandas as pd
 
 COMPARED_KINDS = (*KINDS, "broadcast")   # the ZeRO schedules' three, and the broadcasts
 ENGINES = ("pytorch", "deepspeed")
@@ -325,6 +327,7 @@ def compare_communication(measured: pd.DataFrame) -> pd.DataFrame:
     tidy frame in a fixed row order with stage, layout, predicted and explained calls and
     bytes, what is left unexplained, the mechanisms (``effects``) and their ``explanation``.
     """
+    import pandas as pd
     rows = []
     for record in measured.to_dict("records"):
         engine, strategy, precision = record["engine"], record["strategy"], record["precision"]
