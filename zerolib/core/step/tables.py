@@ -312,6 +312,8 @@ def group_traffic_table(model: str | TransformerConfig, gpus, link: str | Interc
 
     ``attrs``: model, gpus, layout, interconnect, device, compute, gpus_per_node.
     """
+    import pandas as pd
+
     config, layout = get_model(model), get_layout(layout)
     gpus = check_single(gpus, check_gpus, "gpus")
     ic = interconnect(link, gpus_per_node)
