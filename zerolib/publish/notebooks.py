@@ -12,7 +12,7 @@ A notebook is executed top to bottom in a fresh kernel of the current interprete
 - the versions of the packages that shape the recorded bytes (PNG from matplotlib, tables from
   pandas...) are recorded in ``metadata.zerolib``, so a byte comparison knows when it is fair.
 
-Writes are atomic and happen only when the bytes change.
+Writes are atomic and happen only when the bytes change; an interrupted write's debris goes either way.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import nbformat
 
-from zerolib._io import atomic_write
+from zerolib._io import write_files
 from zerolib.paths import NOTEBOOK_DIR
 
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -207,13 +207,13 @@ def rerun(path: str | Path, timeout: int = 600) -> bytes:
 
 
 def refresh(path: str | Path, timeout: int = 600) -> bool:
-    """Re-execute ``path`` in place; True when its bytes changed (only then is it written)."""
+    """Re-execute ``path`` in place; True when its bytes changed (only then is it written).
+
+    Either way, temporary files an interrupted earlier write of ``path`` left are removed.
+    """
     path = Path(path)
-    data = rerun(path, timeout)
-    if path.read_bytes() == data:
-        return False
-    atomic_write(path, data)
-    return True
+    [(_, status)] = write_files({path.name: rerun(path, timeout)}, root=path.parent)
+    return status == "wrote"
 
 
 def is_current(path: str | Path, timeout: int = 600) -> bool:
