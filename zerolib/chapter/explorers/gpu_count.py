@@ -98,7 +98,7 @@ class GpuCountExplorer(Explorer):
         low, high = gpus
         if low not in GPU_RANGE_STEPS or high not in GPU_RANGE_STEPS or low > high:
             raise ValueError(f"gpus must be a (low, high) pair from {GPU_RANGE_STEPS}")
-        self._layout = LayoutControls(layout, self.redraw)
+        self._layout = LayoutControls(layout, self.redraw, self.reporting)
         self._fewest_key = None
         self.controls = {
             "params": w.SelectionSlider(options=[(format_count(p), p) for p in MODEL_SIZES],

@@ -160,7 +160,7 @@ class PlacementExplorer(Explorer):
         self.data = self._table()
         # Registered before the redraw observer (_start), so the shard group follows the GPU
         # count before the one redraw that change causes.
-        self.controls["gpus"].observe(self._gpus_changed, names="value")
+        self.controls["gpus"].observe(self.reporting(self._gpus_changed), names="value")
         self._start(FIGSIZE, MARGINS, offload_blocks,
                     lambda ax: draw_offload_tiers(ax, self.data, self.device, self.unit))
         c = self.controls

@@ -196,7 +196,7 @@ class WillItFitExplorer(Explorer):
         self.data = self._frame()
         self._start(FIGSIZE, MARGINS, will_it_fit_blocks,
                     lambda ax: draw_will_it_fit(ax, self.data, self.device, self.unit))
-        self.controls["model"].observe(self._model_changed, names="value")
+        self.controls["model"].observe(self.reporting(self._model_changed), names="value")
         c = self.controls
         self.widget = self._box([
             w.HBox([c["model"], c["device"], c["unit"]]),
