@@ -26,7 +26,7 @@ from zerolib.chapter.explorers.base import (
     widgets,
 )
 from zerolib.chapter.explorers.gpu_count import MODEL_SIZES
-from zerolib.chapter.style import device_label
+from zerolib.chapter.style import device_label, gpus_text
 from zerolib.core.devices import Device, capacity_text
 from zerolib.core.tables import divisors, tier_table
 from zerolib.core.units import GiB, format_count
@@ -77,9 +77,9 @@ def summary_html(table: pd.DataFrame, device: Device, unit: str, host_memory: in
     both = [r["option"] for r in rows if r["gpu_fits"] and r["host_fits"]]
     gpu_only = [r["option"] for r in rows if r["gpu_fits"] and not r["host_fits"]]
     return (
-        f"<p><b>{format_count(a['params'])} parameters</b> on <b>{gpus:,} GPUs</b>, sharded over "
+        f"<p><b>{format_count(a['params'])} parameters</b> on <b>{gpus_text(gpus)}</b>, sharded over "
         f"groups of {group:,} ({gpus // group:,} replica{'s' if gpus // group != 1 else ''}), "
-        f"{a['gpus_on_node']} GPUs per node with {html.escape(_size(host_memory))} of CPU memory "
+        f"{gpus_text(a['gpus_on_node'])} per node with {html.escape(_size(host_memory))} of CPU memory "
         f"each."
         f"<br>The GPU's share and the node's CPU memory both fit under: "
         f"{html.escape(_and(both))}."
