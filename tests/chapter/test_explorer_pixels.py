@@ -102,3 +102,16 @@ def test_a_block_that_cannot_be_compared_is_drawn_afresh():
     explorer = zl.GpuCountExplorer()
     explorer.artists.subtitle.set_agg_filter(lambda image, dpi: (image, 0, 0))
     assert explorer._renderer.render() == full_render(explorer)
+
+
+def test_settings_the_recorder_cannot_compare_draw_everything_afresh():
+    # Path effects set in rcParams are objects the cache key cannot hold: nothing is re-used.
+    import matplotlib
+    from matplotlib import patheffects
+
+    explorer = zl.GpuCountExplorer()
+    renderer = explorer._renderer
+    with matplotlib.rc_context({"path.effects": [patheffects.Normal()]}):
+        before = renderer.full_draws
+        assert renderer.render() == full_render(explorer)
+        assert renderer.full_draws == before + 1

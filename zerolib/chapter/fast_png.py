@@ -171,7 +171,7 @@ class IncrementalPng:
         self.compress_level = compress_level
         self._kept: OrderedDict[tuple, _Kept] = OrderedDict()   # drawing calls -> pixels
         self._recorder: _Recorder | None = None
-        self._rc: tuple = ()
+        self._rc: tuple | None = ()
         self._reused = 0
         self.full_draws = 0     # renders that re-used nothing
 
@@ -183,7 +183,11 @@ class IncrementalPng:
         """The figure's pixels (RGBA) as they are now, re-using texts drawn before."""
         canvas = self.figure.canvas
         with style():
-            self._rc, self._reused = _rc_key(), 0
+            try:
+                self._rc = _rc_key()
+            except _Uncacheable:      # e.g. path effects set in rcParams: draw everything afresh
+                self._rc = None
+            self._reused = 0
             texts = list(dict.fromkeys([*self.blocks, *tick_labels(self.figure)])) if self.blocks else []
             for text in texts:
                 # An instance attribute shadows the class's draw: the parent calls it in order.
@@ -217,7 +221,7 @@ class IncrementalPng:
 
     def _draw_block(self, block, renderer):
         draw = type(block).draw
-        if (not isinstance(renderer, RendererAgg) or block.get_rasterized()
+        if (self._rc is None or not isinstance(renderer, RendererAgg) or block.get_rasterized()
                 or block.get_agg_filter() is not None):
             return draw(block, renderer)      # inside a recorded block, or not comparable
         try:
