@@ -97,6 +97,16 @@ def test_tick_labels_that_change_show_whole():
     assert np.array_equal(pixels(image), pixels(zl.render_png(explorer.figure, dpi=explorer.dpi)))
 
 
+def test_the_step_time_subtitle_keeps_no_fragment_of_a_label():
+    # Found by random control sequences against the earlier cache (which pasted a label's
+    # fragment back into the subtitle); four changes suffice.
+    explorer = zl.StepTimeExplorer()
+    for name, value in [("tokens_per_gpu", 65536), ("device", "t4-16gb"), ("model", "gpt2"),
+                        ("model", "llama-2-7b")]:
+        explorer.controls[name].value = value
+        assert bytes(explorer.image.value) == full_render(explorer), (name, value)
+
+
 def test_a_block_that_cannot_be_compared_is_drawn_afresh():
     # A text drawn through a filter is not recorded; it must still appear as in a full draw.
     explorer = zl.GpuCountExplorer()
