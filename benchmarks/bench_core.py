@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 from timing import median_seconds
 
-from zerolib.core.accounting import model_state
+from zerolib.core.memory.accounting import model_state
 
 POINTS = 10**6
 

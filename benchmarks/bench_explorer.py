@@ -16,7 +16,6 @@ import time
 from zerolib.chapter import fast_png
 from zerolib.chapter.charts import gpu_count as gpu_count_chart
 from zerolib.chapter.charts import model_size as model_size_chart
-from zerolib.chapter.charts import offload_tiers as offload_tiers_chart
 from zerolib.chapter.charts import plan_peaks as plan_peaks_chart
 from zerolib.chapter.charts import tradeoff as tradeoff_chart
 from zerolib.chapter.charts import will_it_fit as will_it_fit_chart
@@ -28,9 +27,11 @@ from zerolib.chapter.explorers import (
     StepTimeExplorer,
     WillItFitExplorer,
 )
-from zerolib.core.accounting import STAGES
-from zerolib.core.step_tables import tradeoff_frame
-from zerolib.core.tables import memory_table, peak_frame, tier_table
+from zerolib.chapter.explorers.placement import explorer_figure as placement_figure
+from zerolib.chapter.explorers.planner import NO_HOST_MEMORY, USUAL_NODE
+from zerolib.core.memory.accounting import STAGES
+from zerolib.core.memory.tables import memory_table, peak_frame, tier_table
+from zerolib.core.step.tables import tradeoff_frame
 
 ROUNDS = 6  # passes over each explorer's list of changes
 
@@ -82,9 +83,9 @@ def planner_changes():
     """Every control of the planner explorer; each change re-plans and moves points or the line."""
     return [("gpus", 128), ("gpus", 64), ("gpus_per_node", 4), ("gpus_per_node", 8),
             ("device", "h100-80gb"), ("device", "a100-80gb"), ("links", "dgx-h100"),
-            ("links", None), ("seq_len", 8192), ("seq_len", 4096), ("global_batch", 512),
+            ("links", USUAL_NODE), ("seq_len", 8192), ("seq_len", 4096), ("global_batch", 512),
             ("global_batch", 1024), ("mfu", 0.5), ("mfu", 0.4), ("host_memory", 2**40),
-            ("host_memory", None), ("unit", "GiB"), ("unit", "GB"), ("model", "llama-2-13b"),
+            ("host_memory", NO_HOST_MEMORY), ("unit", "GiB"), ("unit", "GB"), ("model", "llama-2-13b"),
             ("model", "llama-2-70b")]
 
 
@@ -97,8 +98,7 @@ def rebuild(explorer, kind):
     elif kind == "placement":
         table = tier_table(explorer.params, explorer.gpus, shard_group=explorer.shard_group,
                            gpus_per_node=int(explorer.controls["gpus_per_node"].value))
-        figure, _ = offload_tiers_chart.offload_tiers_figure(table, explorer.device, explorer.unit,
-                                                             dpi=explorer.dpi)
+        figure, _ = placement_figure(table, explorer.device, explorer.unit, dpi=explorer.dpi)
     elif kind == "step_time":
         frame = tradeoff_frame(explorer.model, explorer.gpus, explorer.link, explorer.device,
                                explorer.settings, explorer.mfu, STAGES, explorer.layout,

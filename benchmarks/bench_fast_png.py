@@ -20,8 +20,8 @@ from zerolib.chapter.charts import will_it_fit as will_it_fit_chart
 from zerolib.chapter.explorers.base import EXPLORER_DPI
 from zerolib.chapter.fast_png import IncrementalPng, encode_png
 from zerolib.chapter.style import style
-from zerolib.core.tables import peak_frame
-from zerolib.core.working_set import WorkingSetSettings
+from zerolib.core.memory.tables import peak_frame
+from zerolib.core.memory.working_set import WorkingSetSettings
 
 ROUNDS = 8
 SETTINGS = [WorkingSetSettings(micro_batch=b, recompute=r, seq_len=s)

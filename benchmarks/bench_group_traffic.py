@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from timing import median_seconds
 
-from zerolib.core.group_traffic import flat_group_traffic
+from zerolib.core.step.traffic import flat_group_traffic
 
 POINTS = 10**6
 WIDTH = 2          # bytes per element: 16-bit parameters and gradients

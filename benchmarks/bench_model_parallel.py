@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 from timing import median_seconds
 
-from zerolib.core.model_parallel import parameters_per_gpu
-from zerolib.core.pipeline_schedule import (
+from zerolib.core.memory.model_parallel import parameters_per_gpu
+from zerolib.core.memory.pipeline_schedule import (
     _unit_terms_cached,
     activation_bytes_per_gpu,
     stage_activation_terms,

@@ -18,19 +18,10 @@ from functools import cache
 import numpy as np
 from timing import median_seconds
 
-from zerolib.core.collectives import CHUNKS_SENT
-from zerolib.core.communication import layer_units
-from zerolib.core.model_parallel import largest_module_per_gpu, parameters_per_gpu
-from zerolib.core.model_parallel_traffic import _check_setting
-from zerolib.core.offload_traffic import host_traffic
-from zerolib.core.parallel_step import (
-    _pipeline_sends,
-    _ring_constants,
-    _tensor_rows,
-    send_seconds,
-)
-from zerolib.core.pipeline_schedule import _unit_terms_cached, stage_activation_terms
-from zerolib.core.placement import Placement, offered_stages, place
+from zerolib.core.memory.model_parallel import largest_module_per_gpu, parameters_per_gpu
+from zerolib.core.memory.pipeline_schedule import _unit_terms_cached, stage_activation_terms, unit_terms
+from zerolib.core.memory.placement import Placement, offered_stages, place
+from zerolib.core.memory.tables import divisors
 from zerolib.core.planner import (
     _MEMORY,
     OFFLOADS,
@@ -40,7 +31,12 @@ from zerolib.core.planner import (
     plan_from,
     plan_settings,
 )
-from zerolib.core.tables import divisors
+from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing
+from zerolib.core.step.model_parallel_traffic import _check_setting
+from zerolib.core.step.offload_traffic import host_traffic
+from zerolib.core.step.parallel import _pipeline_sends, _tensor_rows
+from zerolib.core.step.time import send_seconds
+from zerolib.core.step.traffic import layer_units
 
 SETTING = dict(model="llama-2-70b", gpus=1024, gpus_per_node=8, device="h100-80gb", seq_len=4096,
                global_batch=1024, host_memory=2 * 2**40)
@@ -79,10 +75,18 @@ def python_plan(s):
         seconds = host_traffic(params, d, stage, layout, placement).seconds(s.host_link)
         return {phase: float(value) for phase, value in seconds.items()}
 
+    @cache
+    def ring_constants(size, stride):
+        """({kind: latency}, bus bandwidth) of one ring, as Python floats (the package's one
+        ring model, asked once per distinct ring)."""
+        timing = {kind: ring_timing(ic, kind, size, stride) for kind in CHUNKS_SENT}
+        return ({kind: float(latency) for kind, (latency, _) in timing.items()},
+                float(timing["all_reduce"][1]))
+
     def ring(size, stride, kind, sent, calls):
         if size == 1 or sent == 0:
             return 0.0
-        latency, bandwidth = _ring_constants(ic, size, stride)
+        latency, bandwidth = ring_constants(size, stride)
         return calls * latency[kind] + sent / bandwidth
 
     def stage_time(t, p, d, r, v, b, sp, rec, stage, m, group, offload):
@@ -93,7 +97,7 @@ def python_plan(s):
         tensor = 0.0
         if t > 1:
             for kind, calls, size in _tensor_rows(config, seq, p, r, sp, rec, ws.element_bytes):
-                latency, bandwidth = _ring_constants(ic, t, 1)
+                latency, bandwidth = ring_constants(t, 1)
                 sent = CHUNKS_SENT[kind] * (t - 1) * -(-(size * b) // t)
                 tensor += calls * (latency[kind] + sent / bandwidth)
         pipe = 0.0
@@ -197,8 +201,7 @@ def vectorised(s):
 def clear_memos():
     """Every memo both sides share, and the planner's own, emptied: each timed run starts cold,
     as a fresh process."""
-    for memo in (_unit_terms_cached, _tensor_rows, _pipeline_sends, _ring_constants, _variants,
-                 _check_setting):
+    for memo in (_unit_terms_cached, unit_terms, _tensor_rows, _pipeline_sends, _variants, _check_setting):
         memo.cache_clear()
     _MEMORY.clear()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -26,6 +27,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import nbformat
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 INSTALL_CHROMIUM = "apt-get install -y chromium (Debian/Ubuntu), or set ZEROLIB_CHROMIUM to a Chromium binary"
 INSTALL_PLAYWRIGHT = "pip install -e '.[test]'"
 
@@ -42,10 +46,67 @@ RUN_ALL_MS = 120_000
 WIDGET_UPDATE_MS = 20_000
 
 
+# --- one notebook holding every chapter explorer ---------------------------------------------------
+
+SETUP = "import zerolib as zl\nfrom zerolib.core.units import GiB\nTiB = 1024 * GiB"
+
+
+def explorer_calls() -> dict[str, str]:
+    """Per notebook with an explorer: the code that builds it, as the notebook has it."""
+    calls = {}
+    for path in sorted(NOTEBOOK_DIR.glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code" and re.search(r"^explorer = zl\.\w+Explorer\(",
+                                                      cell.source, re.M):
+                lines = cell.source.splitlines()
+                end = next(i for i, line in enumerate(lines)
+                           if line.startswith(("Image(", "explorer.widget")))
+                calls[path.stem] = "\n".join(lines[:end])
+    return calls
+
+
+CALLS = explorer_calls()
+
+
+def layout_notebook() -> nbformat.NotebookNode:
+    """One notebook building every chapter explorer, each in its own cell, as its notebook does."""
+    cells = [nbformat.v4.new_code_cell(SETUP)]
+    for stem, call in CALLS.items():
+        cells.append(nbformat.v4.new_markdown_cell(f"# {stem}"))
+        cells.append(nbformat.v4.new_code_cell(f"{call}\nexplorer.widget"))
+    return nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}})
+
+
+def run_explorers(page, lab, expect, name: str = "explorers.ipynb"):
+    """Open the explorers' notebook, Run All once the kernel is idle, wait for every image."""
+    page.goto(lab.notebook_url(name))
+    expect(page.locator(".jp-StatusBar-Widget")).to_contain_text("| Idle", timeout=KERNEL_IDLE_MS)
+    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
+    page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
+    images = page.locator(".jp-NotebookPanel:visible img.widget-image")
+    expect(images).to_have_count(len(CALLS), timeout=RUN_ALL_MS)
+    expect(page.locator(".jp-StatusBar-Widget")).to_contain_text("| Idle", timeout=RUN_ALL_MS)
+    for i in range(len(CALLS)):
+        page.wait_for_function("(img) => img.complete && img.naturalWidth > 0",
+                               arg=images.nth(i).element_handle(), timeout=WIDGET_UPDATE_MS)
+
+
+def explorer_output(page, stem: str):
+    """The output area of the explorer built by notebook ``stem``'s call, scrolled into view."""
+    output = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output",
+                          has=page.locator("img.widget-image")).nth(list(CALLS).index(stem))
+    output.scroll_into_view_if_needed()
+    return output
+
+
 def find_chromium() -> str | None:
     """The Chromium binary: $ZEROLIB_CHROMIUM if set (and only it), else chromium on PATH, else
-    Debian's /usr/bin/chromium; None when there is none."""
+    Debian's /usr/bin/chromium; None when there is none. ``ZEROLIB_CHROMIUM=none`` hides every
+    Chromium (CI's first phase meets the README as a newcomer without one)."""
     override = os.environ.get("ZEROLIB_CHROMIUM")
+    if override == "none":
+        return None
     candidates = [override] if override else [shutil.which("chromium"),
                                               shutil.which("chromium-browser"), "/usr/bin/chromium"]
     for candidate in candidates:

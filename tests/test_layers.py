@@ -1,6 +1,16 @@
 """The package's layers hold: every import points down, no two packages import each other, and
 the core needs nothing beyond numpy and pandas. Read from the source (an AST walk), so a lazy
-import inside a function counts as much as one at the top."""
+import inside a function counts as much as one at the top.
+
+The layers, bottom up: the base (``_io``, ``paths``); ``core/``, itself in floors: the shared
+basics (``parse``, ``units``, ``inputs``, ``intmath``), the catalogue (models, devices, links,
+nodes: facts with sources), the memory arithmetic (bytes per GPU: layouts and accounting,
+placement, activations, model-parallel splits, the pipeline schedule, working set, feasibility,
+tables), the step (seconds per step: collectives, the data-parallel schedule and its timing,
+offload's and model parallelism's traffic, the 3-D step time, tables), then the two entry points
+(``estimate``, ``planner``); ``chapter/`` (style and the PNG renderer, charts, the published
+figures, explorers); ``crosscheck/``; ``publish/``; ``cli/``. Memory never imports the step.
+Private names between modules: ``tests/test_names.py``."""
 from __future__ import annotations
 
 import ast
@@ -17,15 +27,20 @@ PACKAGE = Path(__file__).resolve().parents[1] / "zerolib"
 # other; two parts may not import each other.
 RANKS = (
     ("zerolib._io", 0), ("zerolib.paths", 0),
+    # the core's shared basics, then its three rooms, then the two entry points on top
     ("zerolib.core", 1),
-    ("zerolib.chapter", 2), ("zerolib.chapter.style", 2), ("zerolib.chapter.fast_png", 2),
-    ("zerolib.chapter.charts", 3),
-    ("zerolib.chapter.figures", 4),
-    ("zerolib.chapter.explorers", 5),
-    ("zerolib.crosscheck", 6),
-    ("zerolib.publish", 7),
-    ("zerolib.cli", 8),
-    ("zerolib.__main__", 9),
+    ("zerolib.core.catalogue", 2),
+    ("zerolib.core.memory", 3),
+    ("zerolib.core.step", 4),
+    ("zerolib.core.estimate", 5), ("zerolib.core.planner", 5),
+    ("zerolib.chapter", 6), ("zerolib.chapter.style", 6), ("zerolib.chapter.fast_png", 6),
+    ("zerolib.chapter.charts", 7),
+    ("zerolib.chapter.figures", 8),
+    ("zerolib.chapter.explorers", 9),
+    ("zerolib.crosscheck", 10),
+    ("zerolib.publish", 11),
+    ("zerolib.cli", 12),
+    ("zerolib.__main__", 13),
 )
 # Third-party packages each layer may use (besides the standard library and zerolib).
 ALLOWED = {
@@ -124,17 +139,24 @@ def test_each_layer_uses_only_its_own_third_party_packages(layer):
 
 def test_the_check_catches_an_upward_import(tmp_path, monkeypatch):
     """The walk is not vacuous: a core module importing the chapter is reported."""
-    bad = PACKAGE / "core" / "accounting.py"
+    bad = PACKAGE / "core" / "memory" / "accounting.py"
     tree = imports(bad) | {"zerolib.chapter.style"}
     assert rank("zerolib.chapter.style") > rank(module_name(bad))
     assert any(rank(t) is not None and rank(t) > rank(module_name(bad)) for t in tree)
+
+
+def test_memory_never_imports_step():
+    """The memory arithmetic answers "bytes per GPU" without the step's time model."""
+    assert sorted(f"{s} imports {t}" for s, t in own_imports()
+                  if s.startswith("zerolib.core.memory") and t.startswith("zerolib.core.step")) == []
 
 
 def test_layer_sizes_and_longest_module(capsys):
     """Not a rule: prints what the closing note quotes (modules per layer, the longest one)."""
     per_layer = defaultdict(int)
     for name in MODULES:
-        per_layer[".".join(name.split(".")[:2])] += 1
+        depth = 3 if name.startswith("zerolib.core.") and name.count(".") >= 3 else 2
+        per_layer[".".join(name.split(".")[:depth])] += 1
     lengths = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in MODULES.items()}
     longest = max(lengths, key=lengths.get)
     with capsys.disabled():

@@ -8,9 +8,10 @@ layers, imports pointing down only:
 - :mod:`zerolib.crosscheck`: the ZeRO paper, DeepSpeed's estimator, real PyTorch/DeepSpeed runs;
 - :mod:`zerolib.publish`: notebook re-execution and HTML export;
 
-and the command line (:mod:`zerolib.cli`) on top. The names a reader needs are importable from
-the top level, loaded on first use (so ``import zerolib`` stays light), and each is the very
-object its module defines, however it is imported:
+and the command line (:mod:`zerolib.cli`) on top. The names a reader of the chapter and a user
+of the API need (``docs/api.md`` lists and explains each) are importable from the top level,
+loaded on first use (so ``import zerolib`` stays light), and each is the very object its module
+defines, however it is imported; everything else is imported from its module:
 
 >>> import zerolib as zl
 >>> int(zl.model_state(1_000_000_000, 4, 3).total)   # bytes per worker, ZeRO stage 3
@@ -20,74 +21,75 @@ from importlib import import_module
 
 __version__ = "0.1.0"
 
-_EXPORTS = {
-    "zerolib.core.units": ("GB", "GiB", "to_unit", "format_bytes", "format_count", "format_value"),
-    "zerolib.core.parse": ("parse_count", "parse_whole", "parse_size"),
-    "zerolib.core.accounting": ("CATEGORIES", "STAGES", "PARTITIONED", "STRATEGY_NAMES", "LAYOUTS",
-                                "Layout", "get_layout", "model_state"),
-    "zerolib.core.devices": ("DEVICES", "get_device", "capacity_text", "device_at", "CAPACITY_BASES"),
-    "zerolib.core.links": ("LINKS", "get_link"),
-    "zerolib.core.nodes": ("NODES", "interconnect", "bus_bandwidth", "ring_latency"),
-    "zerolib.core.collectives": ("ring_volume", "collective_seconds"),
-    "zerolib.core.models": ("MODELS", "TransformerConfig", "get_model", "parameter_count",
-                            "active_parameter_count", "largest_layer"),
-    "zerolib.core.activations": ("layer_activation_bytes", "layer_activation_terms",
-                                 "model_activation_terms"),
-    "zerolib.core.model_parallel": ("MODULE_SPLITS", "split_table", "parallel_rules", "check_parallel",
-                                    "parameters_per_gpu", "largest_module_per_gpu",
-                                    "model_state_per_gpu", "stage_layers"),
-    "zerolib.core.pipeline_schedule": ("micro_batches_in_flight", "layer_activations_held",
-                                       "stage_activation_terms", "activation_bytes_per_gpu"),
-    "zerolib.core.model_parallel_traffic": ("tensor_parallel_traffic", "pipeline_traffic",
-                                            "traffic_frame"),
-    "zerolib.core.feasibility": ("model_state_fits", "fewest_gpus", "largest_model"),
-    "zerolib.core.working_set": ("WorkingSetSettings", "TERMS", "working_set", "peak", "peaks",
-                                 "peak_fits", "fewest_gpus_for_peak", "largest_micro_batch",
-                                 "stage_rows"),
-    "zerolib.core.placement": ("Placement", "TIERS", "OPTIONS", "place", "offered_stages"),
-    "zerolib.core.communication": ("volume", "traffic", "flat_traffic", "layer_units", "SLOTS"),
-    "zerolib.core.step": ("ComputeSettings", "compute_seconds", "step_time"),
-    "zerolib.core.group_traffic": ("group_traffic", "GROUP_SLOTS"),
-    "zerolib.core.offload_traffic": ("host_traffic", "HOST_SLOTS"),
-    "zerolib.core.group_step": ("group_step_time", "group_traffic_table"),
-    "zerolib.core.step_tables": ("traffic_frame", "timeline_frame", "tradeoff_frame"),
-    "zerolib.core.tables": ("memory_table", "fewest_gpus_table", "stage_savings", "peak_frame",
-                            "divisors", "group_size_table", "tier_table"),
-    "zerolib.core.estimate": ("estimate", "estimate_model"),
-    "zerolib.core.parallel_step": ("parallel_step_time", "cluster_interconnect", "bubble_fraction",
-                                   "shard_group_traffic"),
-    "zerolib.core.planner": ("plan", "describe_configuration", "PLAN_HEADER", "PLAN_LEFT_OUT"),
-    "zerolib.chapter.style": ("render_png", "render_svg"),
-    "zerolib.chapter.figures": ("FigureOptions", "published_figure", "published_data"),
-    "zerolib.chapter.charts.gpu_count": ("gpu_count_figure",),
-    "zerolib.chapter.charts.model_size": ("model_size_figure",),
-    "zerolib.chapter.charts.will_it_fit": ("will_it_fit_figure",),
-    "zerolib.chapter.charts.measured": ("measured_vs_predicted_figure",),
-    "zerolib.chapter.charts.group_size": ("group_size_figure",),
-    "zerolib.chapter.charts.offload_tiers": ("offload_tiers_figure",),
-    "zerolib.chapter.charts.conventions": ("conventions_figure",),
-    "zerolib.chapter.charts.step_timeline": ("step_timeline_figure",),
-    "zerolib.chapter.charts.tradeoff": ("memory_vs_step_time_figure",),
-    "zerolib.chapter.charts.group_traffic": ("group_tradeoff_figure",),
-    "zerolib.chapter.charts.plan_peaks": ("plan_peaks_figure",),
-    "zerolib.chapter.explorers": ("GpuCountExplorer", "ModelSizeExplorer", "WillItFitExplorer",
-                                  "PlacementExplorer", "StepTimeExplorer", "PlannerExplorer"),
-}
+# One entry per module: (module, the names it lends the top level). A tuple of pairs, not a
+# dict, so that nothing merges silently; docs/api.md says what each name is, and a test holds
+# that no name is registered twice and that every name there is here.
+_EXPORTS = (
+    # what a setting costs: the two entry points
+    ("zerolib.core.estimate", ("estimate", "estimate_model")),
+    ("zerolib.core.planner", ("plan", "describe_configuration", "PLAN_HEADER", "PLAN_LEFT_OUT")),
+    # units and numbers people type
+    ("zerolib.core.units", ("GB", "GiB", "format_bytes", "format_count")),
+    ("zerolib.core.parse", ("parse_count", "parse_size")),
+    # the catalogues
+    ("zerolib.core.catalogue.models", ("MODELS", "get_model", "parameter_count",
+                                       "active_parameter_count", "largest_layer")),
+    ("zerolib.core.catalogue.devices", ("DEVICES", "get_device", "device_at")),
+    ("zerolib.core.catalogue.links", ("LINKS", "get_link")),
+    ("zerolib.core.catalogue.nodes", ("NODES", "interconnect")),
+    # your own model: a config.json or a Megatron-LM launch's arguments
+    ("zerolib.core.catalogue.hf_config", ("model_from_config",)),
+    ("zerolib.core.catalogue.megatron_args", ("model_from_megatron_args",)),
+    # memory: model state, where it lives, the working set, the searches
+    ("zerolib.core.memory.accounting", ("CATEGORIES", "STAGES", "PARTITIONED", "STRATEGY_NAMES",
+                                        "LAYOUTS", "Layout", "get_layout", "model_state")),
+    ("zerolib.core.memory.placement", ("Placement", "place")),
+    ("zerolib.core.memory.activations", ("layer_activation_bytes", "model_activation_terms")),
+    ("zerolib.core.memory.model_parallel", ("split_table", "parameters_per_gpu")),
+    ("zerolib.core.memory.pipeline_schedule", ("activation_bytes_per_gpu",)),
+    ("zerolib.core.memory.working_set", ("WorkingSetSettings", "working_set", "peak", "peaks",
+                                         "fewest_gpus_for_peak", "largest_micro_batch",
+                                         "stage_rows")),
+    ("zerolib.core.memory.feasibility", ("model_state_fits", "fewest_gpus", "largest_model")),
+    ("zerolib.core.memory.tables", ("memory_table", "fewest_gpus_table", "stage_savings",
+                                    "peak_frame", "group_size_table", "tier_table")),
+    # the step: what it communicates and how long it takes
+    ("zerolib.core.step.traffic", ("volume", "SLOTS")),
+    ("zerolib.core.step.time", ("ComputeSettings", "compute_seconds")),
+    ("zerolib.core.step.tables", ("traffic_frame", "timeline_frame", "tradeoff_frame",
+                                  "group_traffic_table")),
+    ("zerolib.core.step.parallel", ("parallel_step_time", "cluster_interconnect")),
+    # the chapter: figures and explorers
+    ("zerolib.chapter.style", ("render_png",)),
+    ("zerolib.chapter.figures", ("FigureOptions", "published_figure", "published_data")),
+    ("zerolib.chapter.charts.will_it_fit", ("will_it_fit_figure",)),
+    ("zerolib.chapter.charts.measured", ("measured_vs_predicted_figure",)),
+    ("zerolib.chapter.charts.group_size", ("group_size_figure",)),
+    ("zerolib.chapter.charts.offload_tiers", ("offload_tiers_figure",)),
+    ("zerolib.chapter.charts.conventions", ("conventions_figure",)),
+    ("zerolib.chapter.charts.step_timeline", ("step_timeline_figure",)),
+    ("zerolib.chapter.charts.tradeoff", ("memory_vs_step_time_figure",)),
+    ("zerolib.chapter.charts.group_traffic", ("group_tradeoff_figure",)),
+    ("zerolib.chapter.charts.plan_peaks", ("plan_peaks_figure",)),
+    ("zerolib.chapter.explorers", ("GpuCountExplorer", "ModelSizeExplorer", "WillItFitExplorer",
+                                   "PlacementExplorer", "StepTimeExplorer", "PlannerExplorer")),
+)
 # Whole modules of the cross-checks, used as namespaces (``zl.paper.figure1_comparison()``).
-_MODULES = {
-    "paper": "zerolib.crosscheck.paper",
-    "deepspeed_estimator": "zerolib.crosscheck.deepspeed_estimator",
-    "korthikanti": "zerolib.crosscheck.korthikanti",
-    "megatron_theoretical_memory": "zerolib.crosscheck.conventions.megatron_theoretical_memory",
-    "report": "zerolib.crosscheck.validation.report",
-    "megatron_distributed_optimizer": "zerolib.crosscheck.conventions.megatron_distributed_optimizer",
-    "playbook": "zerolib.crosscheck.conventions.playbook",
-    "zero_infinity": "zerolib.crosscheck.conventions.zero_infinity",
-    "side_by_side": "zerolib.crosscheck.conventions.side_by_side",
-    "communication_report": "zerolib.crosscheck.validation.comm_report",
-    "zeropp": "zerolib.crosscheck.conventions.zeropp",
-}
-_OWNER = {name: module for module, names in _EXPORTS.items() for name in names}
+_MODULE_ENTRIES = (
+    ("paper", "zerolib.crosscheck.paper"),
+    ("deepspeed_estimator", "zerolib.crosscheck.deepspeed_estimator"),
+    ("report", "zerolib.crosscheck.validation.report"),
+    ("communication_report", "zerolib.crosscheck.validation.comm_report"),
+    ("megatron_distributed_optimizer", "zerolib.crosscheck.conventions.megatron_distributed_optimizer"),
+    ("playbook", "zerolib.crosscheck.conventions.playbook"),
+    ("zero_infinity", "zerolib.crosscheck.conventions.zero_infinity"),
+    ("side_by_side", "zerolib.crosscheck.conventions.side_by_side"),
+    ("zeropp", "zerolib.crosscheck.conventions.zeropp"),
+)
+
+
+_OWNER = {name: module for module, names in _EXPORTS for name in names}
+_MODULES = dict(_MODULE_ENTRIES)
 __all__ = sorted([*_OWNER, *_MODULES])
 
 

@@ -3,9 +3,9 @@ change of the capacity reading reaches every caption, table and plan that judges
 import pytest
 
 from zerolib.chapter import explorers
-from zerolib.core.accounting import STAGES
-from zerolib.core.devices import device_at
-from zerolib.core.working_set import fewest_gpus_for_peak, largest_micro_batch
+from zerolib.core.memory.accounting import STAGES
+from zerolib.core.catalogue.devices import device_at
+from zerolib.core.memory.working_set import fewest_gpus_for_peak, largest_micro_batch
 
 
 @pytest.mark.parametrize("gpus, words", [((1, 1), "on 1 GPU"), ((2, 2), "on 2 GPUs")])

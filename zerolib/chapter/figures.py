@@ -20,16 +20,16 @@ from matplotlib.figure import Figure
 from zerolib._io import remove_stale_temporaries, stale_temporaries, write_files
 from zerolib.chapter.charts import gpu_count, model_size, step_timeline, tradeoff
 from zerolib.chapter.style import render_png, render_svg
-from zerolib.core.accounting import STAGES, Layout, get_layout
-from zerolib.core.devices import Device, capacity_text, get_device
-from zerolib.core.inputs import MAX_FIGURE_POINTS, check_gpus, check_params, check_stage
-from zerolib.core.models import TransformerConfig, get_model, parameter_count
-from zerolib.core.nodes import Interconnect, bus_bandwidth, interconnect
-from zerolib.core.step import DEFAULT_MFU, ComputeSettings, check_mfu
-from zerolib.core.step_tables import timeline_frame, tradeoff_frame
-from zerolib.core.tables import memory_table
+from zerolib.core.catalogue.devices import Device, capacity_text, get_device
+from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
+from zerolib.core.catalogue.nodes import Interconnect, bus_bandwidth, interconnect
+from zerolib.core.inputs import MAX_FIGURE_POINTS, MAX_FIGURE_SIZES, check_gpus, check_params, check_stage
+from zerolib.core.memory.accounting import STAGES, Layout, get_layout
+from zerolib.core.memory.tables import memory_table
+from zerolib.core.memory.working_set import DEFAULT_SETTINGS
+from zerolib.core.step.tables import timeline_frame, tradeoff_frame
+from zerolib.core.step.time import DEFAULT_MFU, ComputeSettings, check_mfu
 from zerolib.core.units import GB, check_unit, format_count
-from zerolib.core.working_set import DEFAULT_SETTINGS
 from zerolib.paths import REPO_ROOT
 
 GPU_COUNT = "memory-vs-gpu-count"
@@ -73,6 +73,10 @@ OTHER_DATA_FILES: tuple[tuple[str, str, str], ...] = (
     ("zeropp_cross_node.csv", "zeropp.md",
      "the ZeRO++ blog's cross-node communication volume, ZeRO against ZeRO++ (3M to 0.75M), "
      "transcribed with its citation"),
+    ("trained_configurations.csv", "trained_configurations.md",
+     "published training configurations (model, GPUs, device, parallel degrees, batch, sequence, "
+     "recomputation, engine and ZeRO stage, throughput or memory), each cited, with what was "
+     "assumed, judged by zerolib's peak, planner and step model"),
 )
 
 
@@ -96,10 +100,10 @@ class FigureOptions:
     mfu: float = DEFAULT_MFU
 
     def __post_init__(self):
-        for name in ("gpus", "model_sizes"):   # counted before any array is built
-            values = getattr(self, name)
-            if hasattr(values, "__len__") and len(values) > MAX_FIGURE_POINTS:
-                raise ValueError(f"{name} must hold at most {MAX_FIGURE_POINTS} values")
+        for name, most in (("gpus", MAX_FIGURE_POINTS), ("model_sizes", MAX_FIGURE_SIZES)):
+            values = getattr(self, name)    # counted before any array is built
+            if hasattr(values, "__len__") and len(values) > most:
+                raise ValueError(f"{name} must hold at most {most} values")
         params = check_params(self.params, "params")
         gpus = check_gpus(self.gpus, "gpus")
         sizes = check_params(self.model_sizes, "model_sizes")
@@ -282,12 +286,13 @@ def _step_sentence(options: FigureOptions) -> str:
             f"{compute.flops_per_param_token} FLOPs per parameter and token at {compute.mfu:.0%} "
             f"of the device's peak ({options.step_device.peak_flops / 10**12:g} TFLOP/s dense "
             f"{options.step_device.peak_dtype}). The overlap model and every constant are in "
-            "`zerolib/core/step.py`, `zerolib/core/nodes.py` and `zerolib/core/links.py`.")
+            "`zerolib/core/step/time.py`, `zerolib/core/catalogue/nodes.py` and `zerolib/core/catalogue/links.py`.")
 
 
 def _span(values) -> str:
     values = list(values)
-    if values == list(range(values[0], values[-1] + 1)) and len(values) > 2:
+    # Step by step, not against a list of the whole range: 1,16777216 is two values.
+    if len(values) > 2 and all(b - a == 1 for a, b in zip(values, values[1:])):
         return f"every count from {values[0]} to {values[-1]}"
     return ", ".join(str(v) for v in values)
 
@@ -372,10 +377,14 @@ def _csv(table) -> bytes:
     return table.to_csv(index=False, lineterminator="\n").encode("utf-8")
 
 
-def build(options: FigureOptions = DEFAULTS, png: bool = True) -> dict[str, bytes]:
-    """Every output file, path relative to the output root -> bytes. Nothing is written."""
+def build(options: FigureOptions = DEFAULTS, png: bool = True,
+          progress: Callable[[int, int, str], None] | None = None) -> dict[str, bytes]:
+    """Every output file, path relative to the output root -> bytes. Nothing is written.
+    ``progress(done, total, name)`` is called as each figure starts and once at the end."""
     files: dict[str, bytes] = {}
-    for name, published in PUBLISHED.items():
+    for index, (name, published) in enumerate(PUBLISHED.items()):
+        if progress is not None:
+            progress(index, len(PUBLISHED), name)
         table = published.data(options)
         figure = published.draw(table, options, PNG_DPI)
         if png:
@@ -384,6 +393,8 @@ def build(options: FigureOptions = DEFAULTS, png: bool = True) -> dict[str, byte
         files[f"data/{name}.csv"] = _csv(table)
     files[VERSIONS_FILE] = versions_text().encode("utf-8")
     files[DATA_README] = data_readme(options).encode("utf-8")
+    if progress is not None:
+        progress(len(PUBLISHED), len(PUBLISHED), "done")
     return files
 
 
@@ -415,7 +426,8 @@ def _recorded_versions(root: Path) -> str | None:
     return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
-def check(options: FigureOptions = DEFAULTS, root: Path | None = None) -> tuple[list[str], list[str]]:
+def check(options: FigureOptions = DEFAULTS, root: Path | None = None,
+          progress: Callable[[int, int, str], None] | None = None) -> tuple[list[str], list[str]]:
     """Regenerate (in a temporary folder) and compare with the files under ``root``.
 
     Returns ``(problems, notes)``: one line per stale or missing file and per temporary file an
@@ -426,7 +438,7 @@ def check(options: FigureOptions = DEFAULTS, root: Path | None = None) -> tuple[
     same_software = _recorded_versions(root) == versions_text()
     problems, notes = [], []
     with tempfile.TemporaryDirectory(prefix="zerolib-figures-check-") as scratch:
-        write(build(options, png=same_software), Path(scratch))
+        write(build(options, png=same_software, progress=progress), Path(scratch))
         for relative in expected_files(options):
             committed, fresh = root / relative, Path(scratch) / relative
             if not committed.is_file():

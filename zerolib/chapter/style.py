@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 import matplotlib
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.transforms import offset_copy
 
-from zerolib.core.accounting import Layout, get_layout
-from zerolib.core.devices import Device, capacity_text, get_device
+from zerolib.core.catalogue.devices import Device, capacity_text, get_device
+from zerolib.core.memory.accounting import Layout, get_layout
 
 # Okabe & Ito, "Color Universal Design" (2008): eight colours that stay distinguishable under
 # the common colour-vision deficiencies. One colour per strategy, the same in every figure.
@@ -174,3 +175,27 @@ def show_device_and_titles(artists, device: Device, unit: str, capacity: float,
 # A white backing for a value label a reference line crosses (only those: each costs a patch).
 LABEL_BACKING = MappingProxyType({"facecolor": "white", "edgecolor": "none", "alpha": 0.85,
                                   "pad": 0.6})
+
+
+def ink(colour: str) -> str:
+    """Black or white, whichever has the higher WCAG contrast ratio on ``colour``."""
+    channels = np.array(matplotlib.colors.to_rgb(colour))
+    linear = np.where(channels <= 0.04045, channels / 12.92, ((channels + 0.055) / 1.055) ** 2.4)
+    luminance = float(linear @ [0.2126, 0.7152, 0.0722])
+    return "#000000" if (luminance + 0.05) / 0.05 >= 1.05 / (luminance + 0.05) else "#ffffff"
+
+
+def labels_clear_of_line(tops, line: float, top: float, band: float):
+    """Where the labels above bars start (data units), and the axis top that keeps them in view.
+
+    The labels span ``band`` (a fraction of the axes' height) above each bar's top in ``tops``.
+    Where the ``line`` (the device's capacity) would run through them, they start at the line
+    instead and so sit above it, readable, rather than on it; the axis grows when it must.
+    """
+    tops = np.asarray(tops, dtype=float)
+
+    def crossing(axis_top):
+        return (tops <= line) & (line <= tops + band * axis_top)
+    if crossing(top).any():
+        top = max(top, line / (1 - band))   # a label starting at the line ends inside the axes
+    return np.where(crossing(top), line, tops), top

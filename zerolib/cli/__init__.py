@@ -10,21 +10,16 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from importlib import import_module
 
-from zerolib.cli import (
-    estimate,
-    figures,
-    html,
-    measure_deepspeed,
-    models,
-    notebooks,
-    plan,
-    validate,
-    validate_communication,
-)
+from zerolib.cli._flags import flag_table, name_flags
 
-SUBCOMMANDS = (estimate, plan, models, figures, notebooks, html, validate, validate_communication,
-               measure_deepspeed)
+# The subcommands, in the order `zerolib --help` lists them. Each module is imported when its
+# command runs (or when every command's help is asked for): one command does not pay for the
+# imports of the others (pandas, the planner, the cross-checks).
+COMMANDS = {name: f"zerolib.cli.{name.replace('-', '_')}" for name in (
+    "estimate", "plan", "models", "figures", "notebooks", "html", "lab", "validate",
+    "validate-communication", "measure-deepspeed", "crosscheck")}
 _LONG_WORD = re.compile(r"\S{201,}")
 
 
@@ -40,14 +35,23 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def __getattr__(name):   # PEP 562: SUBCOMMANDS, the modules, imported when asked for
+    if name == "SUBCOMMANDS":
+        return tuple(import_module(module) for module in COMMANDS.values())
+    raise AttributeError(f"module 'zerolib.cli' has no attribute {name!r}")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``zerolib`` parser with every subcommand, or with ``only`` that one (what parsing
+    a command line that names it needs)."""
     parser = OneLineParser(
         prog="zerolib",
         description="Per-GPU training memory under the ZeRO stages: estimates, figures, checks.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     commands.required = True
-    for module in SUBCOMMANDS:
-        module.register(commands)
+    for name, module in COMMANDS.items():
+        if only is None or name == only:
+            import_module(module).register(commands)
     return parser
 
 
@@ -82,8 +86,9 @@ def attach_negative_values(argv: list[str], parser: argparse.ArgumentParser) -> 
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    # The top level takes no option but --help, so a command is the first word or absent.
+    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(attach_negative_values(argv, parser))
     try:
         return int(args.func(args) or 0)
@@ -95,9 +100,17 @@ def main(argv=None) -> int:
         reason = error.strerror or type(error).__name__
         print(f"zerolib {args.command}: error: {one_line(reason + where)}", file=sys.stderr)
         return 2
-    except (ValueError, TypeError) as error:
-        print(f"zerolib {args.command}: error: {one_line(error)}", file=sys.stderr)
+    except (ValueError, TypeError) as error:   # the API names arguments; add the flags
+        message = name_flags(one_line(error), flag_table(_subparser(parser, args.command)))
+        print(f"zerolib {args.command}: error: {message}", file=sys.stderr)
         return 2
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[command]
+    raise LookupError(command)
 
 
 def run() -> None:

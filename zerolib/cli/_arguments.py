@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zerolib.core.accounting import LAYOUTS, Layout
-from zerolib.core.inputs import MAX_FIGURE_POINTS, MAX_GPUS, STAGES, echo
-from zerolib.core.parse import parse_count, parse_whole
+from zerolib.core.inputs import MAX_FIGURE_POINTS, MAX_FIGURE_SIZES, MAX_GPUS, MAX_WIDTH, STAGES, echo
+from zerolib.core.memory.accounting import LAYOUTS, Layout
+from zerolib.core.parse import parse_count, parse_whole, parse_width
 
 
 def gpu_count(text: str, name: str) -> int:
@@ -58,8 +58,8 @@ def gpu_list(text: str, name: str) -> tuple[int, ...]:
 def size_list(text: str, name: str) -> tuple[int, ...]:
     """``"1B,7B,13B"`` -> parameter counts (sizes are separated by commas, so no digit groups)."""
     parts = text.split(",")
-    if not text.strip() or len(parts) > MAX_FIGURE_POINTS:
-        raise ValueError(f"{name} must be up to {MAX_FIGURE_POINTS} model sizes like 1B,7B,70B, got {echo(text)}")
+    if not text.strip() or len(parts) > MAX_FIGURE_SIZES:
+        raise ValueError(f"{name} must be up to {MAX_FIGURE_SIZES} model sizes like 1B,7B,70B, got {echo(text)}")
     return tuple(parse_count(part, name) for part in parts)
 
 
@@ -69,16 +69,19 @@ def bytes_triplet(text: str) -> Layout:
     example = "three numbers PARAMETERS,GRADIENTS,OPTIMIZER like 2,2,12"
     if len(parts) != 3:
         raise ValueError(f"--bytes must be {example}, got {echo(text)}")
-    try:  # ASCII only: float() would also read other scripts' digits
-        widths = [float(part) for part in parts if part.isascii()]
-    except ValueError:
-        widths = []
-    if len(widths) != 3:
-        raise ValueError(f"--bytes must be {example}, got {echo(text)}")
-    try:  # the layout checks each width; the message gains the flag's name
-        return Layout.custom(*widths)
-    except ValueError as error:
-        raise ValueError(f"--bytes {error}") from None
+    # Each width parsed exactly (never through float(): 1e-400 is not 0, 1_0 is not 10); the
+    # names are the ones the layout's own check uses, after the flag.
+    names = ("parameters width of 'parameters'", "gradients width of 'gradients'",
+             "optimizer width of 'optimizer state'")
+    widths = []
+    for part, name in zip(parts, names):
+        try:
+            widths.append(parse_width(part, name, maximum=MAX_WIDTH))
+        except ValueError as error:
+            if str(error).startswith(f"{name} must be a number of bytes per parameter like"):
+                raise ValueError(f"--bytes must be {example}, got {echo(text)}") from None
+            raise ValueError(f"--bytes {error}") from None
+    return Layout.custom(*widths)
 
 
 def add_layout_arguments(parser, default: str | None) -> None:

@@ -6,13 +6,13 @@ Kept apart from ``estimate.py`` so that file only gains a few calls.
 """
 from __future__ import annotations
 
-from zerolib.core.collectives import KINDS
+from zerolib.core.catalogue.links import LINKS, get_link
+from zerolib.core.catalogue.nodes import NODES, interconnect
 from zerolib.core.inputs import MAX_GPUS
-from zerolib.core.links import LINKS, get_link
-from zerolib.core.nodes import NODES, interconnect
-from zerolib.core.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS
 from zerolib.core.parse import parse_fraction, parse_whole
-from zerolib.core.step import DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU, MAX_TOKENS_PER_GPU
+from zerolib.core.step.collectives import KINDS
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS
+from zerolib.core.step.time import DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU, MAX_TOKENS_PER_GPU, MIN_MFU
 from zerolib.core.units import to_unit
 
 OPTIONS = {"tokens_per_gpu": "--tokens-per-gpu",
@@ -70,7 +70,7 @@ def options_from(args) -> dict:
         out["tokens_per_gpu"] = parse_whole(args.tokens_per_gpu, "--tokens-per-gpu",
                                             maximum=MAX_TOKENS_PER_GPU)
     if args.mfu is not None:
-        out["mfu"] = parse_fraction(args.mfu, "--mfu")
+        out["mfu"] = parse_fraction(args.mfu, "--mfu", minimum=MIN_MFU)
     out.update(qwz=bool(args.qwz), qgz=bool(args.qgz))
     if args.host_link is not None:
         if args.offload_optimizer is None and args.offload_params is None:

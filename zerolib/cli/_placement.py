@@ -1,22 +1,22 @@
 """The placement options of ``zerolib estimate`` (``--shard-group``, ``--hpz``, offload ...).
 
 Kept apart from ``estimate.py`` so that file only gains a few calls: these functions add the
-arguments, turn them into a :class:`zerolib.core.placement.Placement` (numbers parsed with
+arguments, turn them into a :class:`zerolib.core.memory.placement.Placement` (numbers parsed with
 :mod:`zerolib.core.parse`), pick the stages a placement is offered at when ``--stage`` is not
 given, and add the per-tier columns to the table and the CSV.
 """
 from __future__ import annotations
 
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
-from zerolib.core.parse import parse_size, parse_whole
-from zerolib.core.placement import (
+from zerolib.core.memory.placement import (
     Placement,
     gpus_on_node,
     offered_stages,
 )
+from zerolib.core.parse import parse_size, parse_whole
 from zerolib.core.units import to_unit
 
-DEVICES = ("cpu", "nvme")
+OFFLOAD_TARGETS = ("cpu", "nvme")
 # dest -> flag, for the messages
 OPTIONS = {"shard_group": "--shard-group", "hpz": "--hpz", "offload_optimizer": "--offload-optimizer",
            "offload_params": "--offload-params",
@@ -35,10 +35,10 @@ def add_arguments(parser) -> None:
                        help="shard over groups of G GPUs (G divides --gpus), replicated across groups")
     group.add_argument("--hpz", action="store_true", default=None,
                        help="ZeRO++ hpZ (stage 3): a 16-bit parameter copy sharded within each node")
-    group.add_argument("--offload-optimizer", choices=DEVICES,
+    group.add_argument("--offload-optimizer", choices=OFFLOAD_TARGETS,
                        help="optimizer state and fp32 gradients to CPU memory (stages 1-3) or "
                             "NVMe (stage 3)")
-    group.add_argument("--offload-params", choices=DEVICES,
+    group.add_argument("--offload-params", choices=OFFLOAD_TARGETS,
                        help="16-bit parameters to CPU memory or NVMe (stage 3 only)")
     group.add_argument("--host-memory", metavar="SIZE",
                        help="CPU memory per node, e.g. 1TiB, 2TB: judge the offloaded host "
@@ -95,6 +95,36 @@ def describe(result: dict, unit: str) -> str:
     host = "" if memory is None else f"; host memory {to_unit(memory, unit):,.2f} {unit} per node"
     return (f"Placement: {text}; {fields['gpus_per_node']} GPUs per node{host}. Category columns "
             "and 'per GPU' are what stays on the GPU.")
+
+
+def host_note(result: dict, unit: str) -> str | None:
+    """What the CPU/GPU and NVMe/GPU columns hold, item by item (None when nothing is offloaded):
+    a bare "CPU/GPU 2.00 GB" beside parameters on NVMe does not say it is DeepSpeed's
+    ``max_in_cpu`` share kept in pinned memory."""
+    fields = result["placement"]
+    gradients = "fp32 gradients" if fields["host_gradient_bytes"] == 4 else "gradients"
+    names = {"parameters": "16-bit parameters", "gradients": gradients, "optimizer": "optimizer state"}
+    parts = []
+    for tier in _offloads(result):
+        items = [item for item in names if any(row["tiers"][tier][item] for row in result["stages"])]
+        said = [names[item] for item in items]
+        label = said[0] if len(said) == 1 else f"{', '.join(said[:-1])} and {said[-1]}"
+        if tier == "cpu" and fields["offload_params"] == "nvme" and "parameters" in items:
+            kept = max(row["tiers"]["cpu"]["parameters"] for row in result["stages"])
+            label = label.replace(
+                "16-bit parameters",
+                f"{to_unit(kept, unit):,.2f} {unit} of the 16-bit parameters (with parameters on "
+                f"NVMe DeepSpeed keeps up to offload_param.max_in_cpu = {fields['max_in_cpu']:,} "
+                f"elements of each GPU's shard in pinned CPU memory)")
+        if tier == "nvme" and fields["offload_params"] == "nvme" and "parameters" in items:
+            label = label.replace("16-bit parameters", "the rest of the 16-bit parameters")
+        parts.append(f"{'CPU' if tier == 'cpu' else 'NVMe'}/GPU holds {label}")
+    if not parts:
+        return None
+    judged = ("; host fits compares CPU/node with --host-memory"
+              if result.get("host_memory") is not None else "")
+    return (f"Host columns: {'; '.join(parts)}; /node is that times the {fields['gpus_per_node']} "
+            f"GPUs of a node{judged}.")
 
 
 def _offloads(result: dict) -> list[str]:

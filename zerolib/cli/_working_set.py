@@ -1,7 +1,7 @@
 """The working-set options of ``zerolib estimate`` (``--model``, ``--seq``, ``--micro-batch`` ...).
 
 Kept apart from ``estimate.py`` so that file only gains a few calls: these functions add the
-arguments, turn them into :class:`zerolib.core.working_set.WorkingSetSettings`, compute the
+arguments, turn them into :class:`zerolib.core.memory.working_set.WorkingSetSettings`, compute the
 stage rows that carry ``working_set`` and ``peak``, and add table / CSV columns.
 """
 from __future__ import annotations
@@ -9,18 +9,18 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from zerolib.core.activations import RECOMPUTE
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
-from zerolib.core.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES, SCHEDULES
-from zerolib.core.parse import parse_size, parse_whole
-from zerolib.core.units import to_unit
-from zerolib.core.working_set import (
+from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES, PIPELINE_STAGES, SCHEDULES
+from zerolib.core.memory.working_set import (
     MAX_ELEMENTS,
     MAX_MICRO_BATCH,
     MAX_SEQ_LEN,
     TERMS,
     WorkingSetSettings,
 )
+from zerolib.core.parse import parse_size, parse_whole
+from zerolib.core.units import to_unit
 
 LABELS = {"activations": "activations", "logits_loss": "logits+loss", "ddp_buckets": "DDP buckets",
           "reduce_bucket": "reduce bucket", "allgather_bucket": "all-gather bucket",
@@ -76,7 +76,7 @@ def add_arguments(parser) -> None:
 
 
 def requested(args) -> bool:
-    return getattr(args, "model", None) is not None or any(
+    return any(getattr(args, name, None) is not None for name in ("model", "config", "megatron_args")) or any(
         getattr(args, dest, None) is not None for dest in OPTIONS)
 
 
@@ -121,6 +121,40 @@ def settings_from(args, config):
     return replace(settings, **changes)
 
 
+# Flags whose setting only some ZeRO stages read (dest -> those stages): given with none of
+# them shown, they would change nothing (term_arrays in zerolib.core.memory.working_set).
+STAGE_FLAGS = {"ddp_bucket_view": (0,), "overlap_comm": (1, 2), "reduce_bucket_size": (1, 2, 3),
+               "prefetch_bucket_size": (3,), "max_live_parameters": (3,)}
+PIPELINE_FLAGS = ("pipeline_schedule", "pipeline_chunks", "micro_batches")
+
+
+def refuse_no_effect(args, settings: WorkingSetSettings, stages) -> None:
+    """A flag that would change nothing is refused in one line, not silently accepted."""
+    if settings.pipeline_parallel == 1:
+        given = [OPTIONS[dest] for dest in PIPELINE_FLAGS if getattr(args, dest) is not None]
+        if given:
+            verb = "needs" if len(given) == 1 else "need"
+            raise ValueError(f"{', '.join(given)} {verb} --pipeline-parallel of 2 or more (without "
+                             "a pipeline it changes nothing)")
+    if settings.sequence_parallel and settings.tensor_parallel == 1:
+        raise ValueError("--sequence-parallel needs --tensor-parallel of 2 or more (without tensor "
+                         "parallelism there is nothing to split along the sequence)")
+    for dest, read_by in STAGE_FLAGS.items():
+        if getattr(args, dest) is not None and not set(read_by) & set(stages):
+            which = ", ".join(map(str, read_by[:-1])) + (" or " if len(read_by) > 1 else "") + str(
+                read_by[-1])
+            raise ValueError(f"{OPTIONS[dest]} changes only ZeRO stage {which}, and none of "
+                             f"those is shown (stage {', '.join(map(str, stages))})")
+
+
+def default_stages(settings: WorkingSetSettings, chosen_by_default: bool, stages):
+    """Without ``--stage`` and with a pipeline, only the ZeRO stages that run under one (the
+    planner's rule); the others, asked for by name, are refused by that rule."""
+    if not chosen_by_default or settings.pipeline_parallel == 1:
+        return stages
+    return tuple(stage for stage in stages if stage in PIPELINE_STAGES) or stages
+
+
 def without_model(args) -> None:
     """Working-set flags need an architecture: a bare --params count has none."""
     given = [flag for dest, flag in OPTIONS.items() if getattr(args, dest, None) is not None]
@@ -155,7 +189,8 @@ def describe(result: dict) -> str:
         flight = "" if s["micro_batches"] is None else f", {s['micro_batches']} micro-batches per step"
         stages = sorted({row["pipeline_stage"] for row in result["stages"]})
         parts.append(f"pipeline parallel {s['pipeline_parallel']} ({s['pipeline_schedule']}{chunks}"
-                     f"{flight}; most loaded: stage {', '.join(map(str, stages))})")
+                     f"{flight}; most loaded: stage {', '.join(map(str, stages))}; ZeRO stages "
+                     f"2 and 3 do not run with it)")
     return "Working set: " + ", ".join(parts) + "; fits is judged on the peak."
 
 

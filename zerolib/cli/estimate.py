@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 
 from zerolib.cli import _communication as communication_cli
+from zerolib.cli import _own_model as own_model_cli
 from zerolib.cli import _placement as placement_cli
 from zerolib.cli import _working_set as working_set_cli
 from zerolib.cli._arguments import (
@@ -14,13 +14,13 @@ from zerolib.cli._arguments import (
     layout_from,
     stage_number,
 )
-from zerolib.cli._output import text_table
-from zerolib.core.accounting import CATEGORIES, STAGES, STRATEGY_NAMES
-from zerolib.core.devices import CAPACITY_BASES, DEVICES, device_at
+from zerolib.cli._output import json_text, text_table
+from zerolib.core.catalogue.devices import CAPACITY_BASES, DEVICES, device_at
 from zerolib.core.estimate import estimate, estimate_model
-from zerolib.core.models import get_model
-from zerolib.core.parse import parse_count
-from zerolib.core.placement import DEFAULT_GPUS_PER_NODE
+from zerolib.core.inputs import MAX_GPUS
+from zerolib.core.memory.accounting import CATEGORIES, STAGES, STRATEGY_NAMES
+from zerolib.core.memory.placement import DEFAULT_GPUS_PER_NODE
+from zerolib.core.parse import parse_count, parse_whole
 from zerolib.core.units import UNITS, to_unit
 
 
@@ -34,6 +34,7 @@ def register(commands) -> None:
                       help="parameter count: 7B, 350M, 1.5T, 7e9 or 7000000000")
     what.add_argument("--model", metavar="NAME",
                       help="a preset from 'zerolib models' (exact count; adds the working set)")
+    own_model_cli.add_arguments(what)
     parser.add_argument("--gpus", required=True, metavar="N",
                         help="GPUs: data-parallel workers (x tensor x pipeline parallel degrees)")
     add_layout_arguments(parser, default="mixed-adam")
@@ -42,8 +43,9 @@ def register(commands) -> None:
     parser.add_argument("--capacity", choices=CAPACITY_BASES,
                         help="read the device's capacity as its nominal GiB (default), the same "
                              "figure in decimal GB, or what nvidia-smi reports (needs --device)")
-    parser.add_argument("--unit", default="GB", choices=list(UNITS),
-                        help="unit of the table (GB = 10^9 bytes, GiB = 2^30); JSON and CSV are in bytes")
+    parser.add_argument("--unit", choices=list(UNITS),
+                        help="unit of the table (GB = 10^9 bytes, GiB = 2^30; default GB); JSON "
+                             "and CSV are in bytes")
     parser.add_argument("--format", default="table", choices=("table", "json", "csv"))
     working_set_cli.add_arguments(parser)
     placement_cli.add_arguments(parser)
@@ -52,7 +54,8 @@ def register(commands) -> None:
                         help="GPUs per node: with a --link node, its GPU count (default: the "
                              "node's own); with a placement flag, the GPUs sharing a node's CPU "
                              f"memory and NVMe (default {DEFAULT_GPUS_PER_NODE}, or --gpus when "
-                             "fewer; --gpus must fill whole nodes)")
+                             "fewer; --gpus must fill whole nodes). Above --gpus: the run's GPUs "
+                             "sit on one such node, and only they share its CPU memory and NVMe")
     parser.set_defaults(func=run)
 
 
@@ -65,16 +68,19 @@ def run(args) -> int:
     gpus = gpu_count(args.gpus, "--gpus")
     host_memory = placement_cli.host_memory_from(args)
     communication = communication_cli.options_from(args)
+    refuse_no_effect(args)
     stages = communication_cli.default_stages(args, stages)
     if args.gpus_per_node is not None and not (placement_cli.requested(args)
                                                or "gpus_per_node" in communication):
         raise ValueError("--gpus-per-node needs a --link node or a placement flag (--shard-group, "
                          "--hpz, --offload-optimizer, --offload-params, --host-memory)")
-    if args.model is not None:
-        config = get_model(args.model)      # resolved once, handed down
+    config = own_model_cli.model_from(args)   # resolved once, handed down
+    if config is not None:
         settings = working_set_cli.settings_from(args, config)
         placement = placement_cli.placement_from(args, gpus, settings.tensor_parallel)
-        stages = placement_cli.default_stages(placement, stages) or STAGES
+        stages = working_set_cli.default_stages(
+            settings, args.stage is None, placement_cli.default_stages(placement, stages) or STAGES)
+        working_set_cli.refuse_no_effect(args, settings, stages)
         result = estimate_model(config, gpus, settings, layout, device, stages, placement,
                                 host_memory, **communication)
     else:
@@ -83,13 +89,44 @@ def run(args) -> int:
         stages = placement_cli.default_stages(placement, stages) or STAGES
         result = estimate(parse_count(args.params, "--params"), gpus, layout, device, stages,
                           placement, host_memory, **communication)
-    print(render(result.as_dict(), args.format, args.unit))
+    print(render(result.as_dict(), args.format, args.unit or "GB", partial_node_note(args, gpus)))
     return 0
 
 
-def render(result: dict, form: str, unit: str) -> str:
+def refuse_no_effect(args) -> None:
+    """Flags of the table, the compute time or the host judgement that would change nothing."""
+    if args.unit is not None and args.format != "table":
+        raise ValueError(f"--unit changes only the table; {args.format.upper()} is in bytes")
+    if args.device is None:
+        given = [flag for flag, value in (("--mfu", args.mfu), ("--tokens-per-gpu",
+                                                                  args.tokens_per_gpu))
+                 if value is not None]
+        if given:
+            verb = "needs" if len(given) == 1 else "need"
+            raise ValueError(f"{', '.join(given)} {verb} --device (the compute time is the "
+                             "device's peak FLOP/s x mfu; without a device no time is computed)")
+    if (args.host_memory is not None and args.offload_optimizer is None
+            and args.offload_params is None):
+        raise ValueError("--host-memory needs --offload-optimizer or --offload-params (it judges "
+                         "the CPU memory offload uses; without offload that is nothing)")
+
+
+def partial_node_note(args, gpus: int) -> str | None:
+    """What ``--gpus-per-node`` above ``--gpus`` means, said in the table (JSON and CSV carry
+    both numbers): the run sits on one node, using some of its GPUs."""
+    if args.gpus_per_node is None:
+        return None
+    per_node = parse_whole(args.gpus_per_node, "--gpus-per-node", maximum=MAX_GPUS)
+    if per_node <= gpus:
+        return None
+    return (f"Node: --gpus-per-node {per_node:,} is above --gpus {gpus:,}: the run's {gpus:,} "
+            f"GPUs sit on one node of {per_node:,}; only they share its CPU memory and NVMe, "
+            f"and its rings join only them.")
+
+
+def render(result: dict, form: str, unit: str, note: str | None = None) -> str:
     if form == "json":
-        return json.dumps(result, indent=2)
+        return json_text(result)
     columns = [*CATEGORIES, "total", "cluster_total"]
     if form == "csv":
         out = io.StringIO()
@@ -115,6 +152,8 @@ def render(result: dict, form: str, unit: str) -> str:
              f"({layout['parameters']:g} + {layout['gradients']:g} + {layout['optimizer']:g} bytes per parameter)"]
     if device:
         lines[0] += f"; {device['name']} holds {to_unit(device['capacity'], unit):,.1f} {unit}"
+    if note:
+        lines.append(note)
     extra_headers, extra_cells = [], [[] for _ in result["stages"]]
     if working_set_cli.has_working_set(result):
         extra_headers, extra_cells = working_set_cli.table_columns(result, unit)
@@ -124,6 +163,8 @@ def render(result: dict, form: str, unit: str) -> str:
         extra_headers = extra_headers + tier_headers
         extra_cells = [a + b for a, b in zip(extra_cells, tier_cells)]
         lines.append(placement_cli.describe(result, unit))
+        note = placement_cli.host_note(result, unit)
+        lines += [note] if note else []
     comm_headers, comm_cells = [], [[] for _ in result["stages"]]
     if communication_cli.has_communication(result):
         comm_headers, comm_cells = communication_cli.table_columns(result, unit)

@@ -16,7 +16,9 @@ from zerolib.cli._arguments import (
     output_folder,
     size_list,
 )
-from zerolib.core.devices import DEVICES
+from zerolib.cli._output import progress_bar
+from zerolib.core.catalogue.devices import DEVICES
+from zerolib.core.inputs import MAX_FIGURE_POINTS, MAX_FIGURE_SIZES
 from zerolib.core.parse import parse_count
 from zerolib.core.units import UNITS
 
@@ -38,10 +40,11 @@ def register(commands) -> None:
     variant.add_argument("--params", metavar="COUNT",
                          help="model size of the GPU-count figure (default: 7B)")
     variant.add_argument("--gpus", metavar="LIST",
-                         help="GPU counts of the GPU-count figure, e.g. 1-64 or 1,2,4,8 "
-                              "(default: 1-64)")
+                         help="GPU counts of the GPU-count figure, e.g. 1-64 or 1,2,4,8, at "
+                              f"most {MAX_FIGURE_POINTS:,} (default: 1-64)")
     variant.add_argument("--sizes", metavar="LIST",
-                         help="model sizes of the model-size figure (default: 1B,7B,13B,30B,70B)")
+                         help="model sizes of the model-size figure, at most "
+                              f"{MAX_FIGURE_SIZES} (default: 1B,7B,13B,30B,70B)")
     variant.add_argument("--sizes-gpus", metavar="N",
                          help="GPU count of the model-size figure (default: 64)")
     variant.add_argument("--device", choices=list(DEVICES),
@@ -83,7 +86,7 @@ def run(args) -> int:
     root = figures.repo_root() if args.out is None else output_folder(args.out)
 
     if args.check:
-        problems, notes = figures.check(options, root)
+        problems, notes = figures.check(options, root, progress_bar(sys.stderr, "checking"))
         for note in notes:
             print(f"note: {note}")
         for problem in problems:
@@ -96,6 +99,7 @@ def run(args) -> int:
         print(f"figures and data are up to date under {root}")
         return 0
 
-    for relative, status in figures.write(figures.build(options), root):
+    files = figures.build(options, progress=progress_bar(sys.stderr, "drawing"))
+    for relative, status in figures.write(files, root):
         print(f"{status:9} {root / relative}")
     return 0

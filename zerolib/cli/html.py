@@ -9,7 +9,8 @@ def register(commands) -> None:
     parser = commands.add_parser(
         "html", help="export every notebook to a static HTML page",
         description="Export the chapter's notebooks, with their recorded outputs, to HTML pages "
-                    "(figures embedded, readable offline) plus an index.html. Nothing is executed.")
+                    "(figures embedded, readable offline; each explorer as it was saved) plus an "
+                    "index.html of the chapter's contents. Nothing is executed.")
     parser.add_argument("--out", default="build/html", metavar="DIR",
                         help="folder for the pages (default: build/html)")
     parser.add_argument("--notebooks", default=str(NOTEBOOK_DIR), metavar="DIR",
@@ -17,7 +18,8 @@ def register(commands) -> None:
     parser.add_argument("--widget-js", metavar="DIR",
                         help="folder with require.js (npm: requirejs) and the dist/ files of "
                              "@jupyter-widgets/html-manager 1.x (embed-amd.js ...), copied beside "
-                             "the pages so the widgets render offline")
+                             "the pages so the saved widgets render offline, their controls "
+                             "disabled (the README gives the npm commands)")
     parser.set_defaults(func=run)
 
 

@@ -10,13 +10,16 @@ def register(commands) -> None:
         "notebooks", help="re-execute the notebooks in place (or --check them)",
         description="Execute each notebook top to bottom in a fresh kernel and save it with its "
                     "outputs and widget state, without timing metadata, with stable widget ids "
-                    "and a normalised kernelspec, so a rerun gives the same bytes.")
+                    "and the metadata JupyterLab writes on saving, so a rerun gives the same bytes "
+                    "and opening a notebook in JupyterLab rewrites nothing.")
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help="notebooks to run: a number (01), a name (01-bytes-per-parameter) "
                              "or a path; default: every notebook")
     parser.add_argument("--check", action="store_true",
-                        help="re-execute in memory and list the notebooks whose bytes would "
-                             "change (exit 1 if any); nothing is written")
+                        help="re-execute in memory and list the notebooks that would change "
+                             "in substance: sources, outputs, figures, widget state, metadata, "
+                             "not an editor's view state or kernel display name (exit 1 if any); "
+                             "nothing is written")
     parser.add_argument("--dir", type=Path, default=None, metavar="DIR",
                         help="folder of the notebooks (default: the repository's notebooks/)")
     parser.add_argument("--timeout", type=int, default=600, metavar="SECONDS",

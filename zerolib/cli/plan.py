@@ -4,20 +4,20 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import math
 
+from zerolib.cli import _own_model as own_model_cli
 from zerolib.cli._arguments import add_layout_arguments, layout_from
 from zerolib.cli._communication import HOST_LINKS, host_link_from
-from zerolib.cli._output import text_table
-from zerolib.core.accounting import STAGES
-from zerolib.core.activations import RECOMPUTE
-from zerolib.core.devices import DEVICES
+from zerolib.cli._output import json_text, text_table
+from zerolib.core.catalogue.devices import DEVICES
+from zerolib.core.catalogue.links import LINKS
+from zerolib.core.catalogue.nodes import NODES
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, echo
-from zerolib.core.links import LINKS
-from zerolib.core.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES
-from zerolib.core.nodes import NODES
-from zerolib.core.offload_traffic import DEFAULT_HOST_LINK
+from zerolib.core.memory.accounting import STAGES
+from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES
+from zerolib.core.memory.working_set import MAX_SEQ_LEN, WorkingSetSettings
 from zerolib.core.parse import parse_fraction, parse_size, parse_whole
 from zerolib.core.planner import (
     DEFAULT_LINKS,
@@ -29,9 +29,9 @@ from zerolib.core.planner import (
     SHARD_GROUPS,
     plan,
 )
-from zerolib.core.step import DEFAULT_MFU
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
+from zerolib.core.step.time import DEFAULT_MFU, MIN_MFU
 from zerolib.core.units import UNITS, to_unit
-from zerolib.core.working_set import MAX_SEQ_LEN, WorkingSetSettings
 
 DEFAULT_TOP = 20
 SEQUENCE_PARALLEL = {"both": (False, True), "on": (True,), "off": (False,)}
@@ -46,10 +46,13 @@ def register(commands) -> None:
                     "whose peak per GPU fits, with headroom, step time and network share, fastest "
                     "first. " + PLAN_HEADER,
         epilog="Left out: " + "; ".join(PLAN_LEFT_OUT) + ".")
-    parser.add_argument("--model", required=True, metavar="NAME", help="a preset from 'zerolib models'")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model", metavar="NAME", help="a preset from 'zerolib models'")
+    own_model_cli.add_arguments(what)
     parser.add_argument("--gpus", required=True, metavar="N", help="GPUs in all")
     parser.add_argument("--gpus-per-node", required=True, metavar="K",
-                        help="GPUs per node (tensor parallelism stays within a node)")
+                        help="GPUs per node (tensor parallelism stays within a node); above "
+                             "--gpus, the run's GPUs sit on one such node")
     parser.add_argument("--device", required=True, choices=list(DEVICES))
     parser.add_argument("--seq", required=True, metavar="TOKENS", help="sequence length")
     parser.add_argument("--global-batch", required=True, metavar="B",
@@ -82,7 +85,7 @@ def register(commands) -> None:
                              "default all three)")
     parser.add_argument("--sequence-parallel", choices=list(SEQUENCE_PARALLEL), default="both",
                         help="with tensor parallelism: try both (default), on or off")
-    parser.add_argument("--shard-groups", choices=list(SHARD_GROUPS), default="all",
+    parser.add_argument("--shard-groups", choices=list(SHARD_GROUPS),
                         help="stages 1-3: every shard group G dividing d (default), or G = d only")
     parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True,
                         help="flash-style attention, no s x s scores stored (default: on)")
@@ -92,8 +95,8 @@ def register(commands) -> None:
     parser.add_argument("--top", metavar="N",
                         help=f"fitting configurations shown (default: {DEFAULT_TOP} in the table, "
                              "all in JSON and CSV)")
-    parser.add_argument("--unit", default="GB", choices=list(UNITS),
-                        help="unit of the table (JSON and CSV are in bytes)")
+    parser.add_argument("--unit", choices=list(UNITS),
+                        help="unit of the table (default GB; JSON and CSV are in bytes)")
     parser.add_argument("--format", default="table", choices=("table", "json", "csv"),
                         help="table (header, ranking, rejections), json (all of it) or csv (the "
                              "fitting configurations only)")
@@ -121,9 +124,9 @@ def options_from(args) -> dict:
     """Keyword arguments for :func:`zerolib.core.planner.plan` from the flags."""
     options = {"layout": layout_from(args), "links": args.links,
                "sequence_parallel": SEQUENCE_PARALLEL[args.sequence_parallel],
-               "shard_groups": args.shard_groups}
+               "shard_groups": args.shard_groups or "all"}
     if args.mfu is not None:
-        options["mfu"] = parse_fraction(args.mfu, "--mfu")
+        options["mfu"] = parse_fraction(args.mfu, "--mfu", minimum=MIN_MFU)
     if args.host_link is not None:
         options["host_link"] = host_link_from(args.host_link)
     if args.host_memory is not None:
@@ -146,22 +149,38 @@ def options_from(args) -> dict:
         working_set = WorkingSetSettings(flash_attention=args.flash, reserve_bytes=parse_size(
             args.reserve, "--reserve", maximum=MAX_BYTES))
     options["working_set"] = working_set
+    refuse_no_effect(args, options)
     return options
+
+
+def refuse_no_effect(args, options: dict) -> None:
+    """Flags that would change nothing in this plan are refused in one line."""
+    if args.unit is not None and args.format != "table":
+        raise ValueError(f"--unit changes only the table; {args.format.upper()} is in bytes")
+    if set(options.get("offload", OFFLOADS)) == {"none"}:
+        given = [flag for flag, value in (("--host-link", args.host_link),
+                                          ("--host-memory", args.host_memory)) if value is not None]
+        if given:
+            verb = "needs" if len(given) == 1 else "need"
+            raise ValueError(f"{', '.join(given)} {verb} an offload in --offload (with none, no "
+                             "state leaves the GPU)")
+    if args.shard_groups is not None and set(options.get("stages", STAGES)) == {0}:
+        raise ValueError("--shard-groups changes only ZeRO stages 1-3, and --stages is 0 alone")
 
 
 def run(args) -> int:
     top = None if args.top is None else parse_whole(args.top, "--top", maximum=MAX_GPUS)
-    result = plan(args.model, parse_whole(args.gpus, "--gpus", maximum=MAX_GPUS),
+    result = plan(own_model_cli.model_from(args), parse_whole(args.gpus, "--gpus", maximum=MAX_GPUS),
                   parse_whole(args.gpus_per_node, "--gpus-per-node", maximum=MAX_GPUS),
                   args.device, parse_whole(args.seq, "--seq", maximum=MAX_SEQ_LEN),
                   parse_whole(args.global_batch, "--global-batch", maximum=MAX_MICRO_BATCHES),
                   **options_from(args))
     if args.format == "json":
-        print(json.dumps(as_json(result, top), indent=2))
+        print(json_text(as_json(result, top)))
     elif args.format == "csv":
         print(as_csv(result, top))
     else:
-        print(as_table(result, DEFAULT_TOP if top is None else top, args.unit))
+        print(as_table(result, DEFAULT_TOP if top is None else top, args.unit or "GB"))
     return 0
 
 
@@ -197,6 +216,30 @@ def as_csv(result, top=None) -> str:
     return out.getvalue().rstrip("\n")
 
 
+# What tells two fitting configurations apart besides their recomputation and what it changes
+# (the peak, its headroom and stage): rows equal in these and in step time are one choice shown
+# twice, since selective recomputation's repeated FLOPs are not counted.
+_TWIN_KEY = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_parallel",
+             "chunks", "schedule", "stage", "shard_group", "micro_batch", "micro_batches",
+             "offload", "step_seconds")
+
+
+def tied_rows(fits, top: int) -> list[list[dict]]:
+    """The first ``top`` distinct configurations of ``fits`` (ranked), each as the list of its
+    rows that differ only in recomputation and tie on step time, best-ranked first."""
+    group = fits.groupby(list(_TWIN_KEY), sort=False, dropna=False, observed=True).ngroup()
+    first = list(dict.fromkeys(group.to_numpy().tolist()))[:top]
+    chosen = fits[group.isin(first).to_numpy()]
+    by_group: dict[int, list[dict]] = {g: [] for g in first}
+    for g, record in zip(group[chosen.index].tolist(), _rows(chosen, None)):
+        by_group[g].append(record)
+    return list(by_group.values())
+
+
+def _ranks(ranks: list[int]) -> str:
+    if len(ranks) == 2 and ranks[1] == ranks[0] + 1:
+        return f"{ranks[0]}-{ranks[1]}"
+    return ",".join(str(r) for r in ranks)
 
 
 def as_table(result, top: int, unit: str) -> str:
@@ -213,6 +256,9 @@ def as_table(result, top: int, unit: str) -> str:
                                             f"memory per node")
         + (f", offload over {s.host_link.label}" if set(s.offload) - {"none"} else "") + ".",
         PLAN_HEADER, "Left out: " + "; ".join(PLAN_LEFT_OUT) + ".",
+        *([f"The run's {s.gpus:,} GPUs sit on one node of {s.gpus_per_node:,} (--gpus-per-node "
+           f"is above --gpus)."]
+          if s.gpus < s.gpus_per_node else []),
         f"{counts['configurations']:,} configurations: {counts['fit']:,} fit, "
         f"{counts['rejected']:,} rejected; fits means the peak per GPU is at most "
         f"{to_unit(s.device.capacity, unit):,.1f} {unit}.", ""]
@@ -221,20 +267,31 @@ def as_table(result, top: int, unit: str) -> str:
         headers = ["rank", "t", "SP", "p", "schedule", "d", "ZeRO", "group", "recompute",
                    "micro-batch", "offload", f"peak [{unit}]", f"headroom [{unit}]", "step [s]",
                    "network", "bubble"]
-        rows = []
-        for r in _rows(fits, top):
-            rows.append([r["rank"], r["tensor_parallel"], "yes" if r["sequence_parallel"] else "no",
+        rows, shown, extra_peak = [], 0, 0
+        for twins in tied_rows(fits, top):
+            r = twins[0]
+            shown += len(twins)
+            extra_peak = max(extra_peak, *(t["peak_bytes"] - r["peak_bytes"] for t in twins))
+            rows.append([_ranks([t["rank"] for t in twins]), r["tensor_parallel"],
+                         "yes" if r["sequence_parallel"] else "no",
                          r["pipeline_parallel"], r["schedule"], r["data_parallel"], r["stage"],
-                         r["shard_group"], r["recompute"],
+                         r["shard_group"], "|".join(str(t["recompute"]) for t in twins),
                          f"{r['micro_batch']} x {r['micro_batches']}", r["offload"],
                          f"{to_unit(r['peak_bytes'], unit):,.2f}",
                          f"{to_unit(r['headroom_bytes'], unit):,.2f}", f"{r['step_seconds']:,.2f}",
                          f"{r['network_wait_fraction']:.1%}", f"{r['bubble_fraction']:.1%}"])
         lines.append(text_table(headers, rows))
-        if len(fits) > top:
-            lines.append(f"... {len(fits) - top:,} more fit (--top N shows more)")
+        if len(fits) > shown:
+            lines.append(f"... {len(fits) - shown:,} more fit (--top N shows more)")
         lines.append("micro-batch b x m: b sequences per micro-batch, m micro-batches per step "
                      "and pipeline; network and bubble: shares of the step.")
+        if shown > len(rows):
+            lines.append(
+                f"recompute a|b: one configuration under two recomputations that tie on step "
+                f"time (the FLOPs selective recomputation repeats are not counted, see Left out), "
+                f"shown once with both ranks; peak and headroom are the first-named's, the other's "
+                f"peak is at most {to_unit(extra_peak, unit):,.2f} {unit} higher; JSON and CSV "
+                f"list each.")
     else:
         lines.append("Nothing fits.")
     if len(result.rejected):

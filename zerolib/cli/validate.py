@@ -7,12 +7,11 @@ PyTorch and transformers are the optional ``validate`` extra and are imported on
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 
 from zerolib.cli._arguments import add_run_arguments, worker_counts
-from zerolib.cli._output import text_table
-from zerolib.core.accounting import CATEGORIES
+from zerolib.cli._output import json_text, text_table
+from zerolib.core.memory.accounting import CATEGORIES
 from zerolib.crosscheck.validation import INSTALL_HINT
 from zerolib.crosscheck.validation.effects import MECHANISMS
 from zerolib.crosscheck.validation.setups import (
@@ -110,7 +109,7 @@ def render(result, form: str) -> str:
         if result.tensor_parallel is not None:
             out["tensor_parallel"] = result.tensor_parallel.to_dict("records")
             out["tensor_parallel_totals"] = parallel_totals(result.tensor_parallel).to_dict("records")
-        return json.dumps(out, indent=2)
+        return json_text(out)
     tables = []
     if result.sharded is not None:
         tables.append(_sharded_table(result.sharded))
@@ -162,7 +161,7 @@ def _activation_table(frame) -> str:
     title = (f"Activations one GPT block saves for backward (seq_len {first['seq_len']}, "
              f"micro_batch {first['micro_batch']}, hidden {first['hidden']}, heads "
              f"{first['heads']}): measured with saved_tensors_hooks against "
-             f"zerolib.core.activations.layer_activation_bytes (Korthikanti et al., MLSys 2023, Table 2).")
+             f"zerolib.core.memory.activations.layer_activation_bytes (Korthikanti et al., MLSys 2023, Table 2).")
     headers = ["case", "dtype", "dropout", "attention", "recompute", "measured [B]",
                "formula [B]", "difference", "unexplained [B]", "explained by"]
     return title + "\n" + text_table(headers, rows)
@@ -185,7 +184,7 @@ def _shipped_table(frame) -> str:
     versions = frame.iloc[0]
     title = (f"Activations one transformers block saves for backward (transformers "
              f"{versions['transformers_version']}, torch {versions['torch_version']}, bf16; {shapes}): "
-             f"measured with saved_tensors_hooks against zerolib.core.activations.layer_activation_bytes.")
+             f"measured with saved_tensors_hooks against zerolib.core.memory.activations.layer_activation_bytes.")
     headers = ["case", "attention", "cache", "micro-batch", "measured [B]", "formula [B]", "difference",
                "unexplained [B]", "explained by"]
     return title + "\n" + text_table(headers, rows)
@@ -212,8 +211,8 @@ def _tensor_parallel_table(frame) -> str:
     title = (f"Tensor parallelism (torch.distributed.tensor.parallel, bf16) on a Llama-style model "
              f"(hidden {c.hidden}, {c.layers} layers, {c.heads} heads, {c.kv_heads} key/value heads, "
              f"MLP {c.ffn_hidden}, vocabulary {c.vocab}): per rank, the parameters against "
-             f"zerolib.core.model_parallel and one block's saved activations against "
-             f"zerolib.core.activations. Rows with unexplained bytes: "
+             f"zerolib.core.memory.model_parallel and one block's saved activations against "
+             f"zerolib.core.memory.activations. Rows with unexplained bytes: "
              f"{int((frame['unexplained_bytes'] != 0).sum())} of {len(frame)}.")
     headers = ["W", "rank", "kind", "measured [B]", "zerolib [B]", "difference",
                "unexplained [B]", "explained by"]

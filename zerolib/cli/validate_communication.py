@@ -7,12 +7,11 @@ PyTorch (the ``validate`` extra) or DeepSpeed (the ``deepspeed`` extra) is impor
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import sys
 
 from zerolib.cli._arguments import add_run_arguments, worker_counts
-from zerolib.cli._output import text_table
+from zerolib.cli._output import json_text, text_table
 from zerolib.crosscheck.validation import DEEPSPEED_INSTALL_HINT, INSTALL_HINT
 from zerolib.crosscheck.validation.effects import MECHANISMS
 from zerolib.crosscheck.validation.explain_communication import COMPARED_KINDS, ENGINES
@@ -84,7 +83,7 @@ def run(args) -> int:
 def render(frame, form: str) -> str:
     """The comparison as a text table (one row per run and rank) or JSON records."""
     if form == "json":
-        return json.dumps(frame.to_dict("records"), indent=2)
+        return json_text(frame.to_dict("records"))
     keys = ["engine", "strategy", "precision", "model", "workers", "rank"]
     rows = []
     for key, group in frame.groupby(keys, sort=False):

@@ -11,15 +11,15 @@ term), ``peak`` and ``pipeline_stage`` (the most-loaded stage's index), ``fits``
 on the peak, and the object gains ``model``, ``tensor_parallel``, ``pipeline_parallel`` and
 ``working_set_settings``.
 
-With a ``placement`` (:mod:`zerolib.core.placement`: shard group, hpZ, offload) the object gains
+With a ``placement`` (:mod:`zerolib.core.memory.placement`: shard group, hpZ, offload) the object gains
 ``placement`` and ``host_memory`` (CPU memory per node in bytes, or null), each row's category
 bytes and ``total`` are what stays on the GPU, and each row gains ``tiers``: per tier ("gpu",
 "cpu", "nvme") the bytes per GPU of each item ("parameters", "hpz_secondary", "gradients",
 "optimizer"), their ``total`` and ``per_node``. With ``host_memory`` a row gains ``host_fits``
 (the node's CPU tier against it) and ``fits`` needs both.
 
-With a ``link`` (a node or a link of :mod:`zerolib.core.nodes` / :mod:`zerolib.core.links`)
-each stage row also carries ``communication`` (:func:`zerolib.core.group_step.group_communication_rows`:
+With a ``link`` (a node or a link of :mod:`zerolib.core.catalogue.nodes` / :mod:`zerolib.core.catalogue.links`)
+each stage row also carries ``communication`` (:func:`zerolib.core.step.tables.communication_rows`:
 per collective kind the calls, bytes handed, sent and received per GPU and seconds; totals;
 compute, exposed and step seconds and the network-wait fraction when a device is given), and
 the object gains ``interconnect`` (with the ``bus_bandwidth`` of a ring over all its GPUs,
@@ -27,7 +27,7 @@ bytes per second) and ``compute_settings`` (tokens per GPU, mfu, FLOPs per param
 
 The ``communication`` object follows the placement: a shard group's all-gathers and
 reduce-scatter run inside the group and each gradient shard is all-reduced across the replicas
-(:mod:`zerolib.core.group_traffic`), hpZ gathers the backward pass from its in-node copy, and
+(:mod:`zerolib.core.step.traffic`), hpZ gathers the backward pass from its in-node copy, and
 ``qwz`` / ``qgz`` (ZeRO++'s quantised weights and gradients) change the widths and turn the
 reduce-scatter into two all-to-alls; each collective is timed on the link its ring uses.
 Besides the keys above it holds:
@@ -44,7 +44,7 @@ Besides the keys above it holds:
 - ``host``: null without offload; else the PCIe link and NVMe link with their ``bandwidth``,
   ``to_gpu_bytes``, ``to_host_bytes``, ``nvme_read_bytes``, ``nvme_write_bytes``, ``seconds``
   and ``transfers`` (each transfer's ``name``, ``label``, ``phase``, ``direction``, ``bytes``;
-  :mod:`zerolib.core.offload_traffic`).
+  :mod:`zerolib.core.step.offload_traffic`).
 
 ``communication_seconds`` is the collectives alone; ``exposed_seconds`` and ``step_seconds``
 include the host transfers that do not hide behind compute.
@@ -53,16 +53,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zerolib.core.accounting import STAGES, Layout, get_layout, model_state
-from zerolib.core.devices import Device, get_device
-from zerolib.core.group_step import group_communication_rows
-from zerolib.core.inputs import MAX_BYTES, check_count, check_gpus, check_params, check_single, check_stage
-from zerolib.core.models import TransformerConfig, get_model, parameter_count
-from zerolib.core.nodes import Interconnect, bus_bandwidth, interconnect
-from zerolib.core.offload_traffic import DEFAULT_HOST_LINK
-from zerolib.core.placement import Placement, check_placement, gpus_on_node, place
-from zerolib.core.step import DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU, ComputeSettings
-from zerolib.core.working_set import DEFAULT_SETTINGS, WorkingSetSettings, stage_rows
+from zerolib.core.catalogue.devices import Device, get_device
+from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
+from zerolib.core.catalogue.nodes import Interconnect, bus_bandwidth, interconnect
+from zerolib.core.inputs import (
+    MAX_BYTES,
+    check_count,
+    check_gpus,
+    check_one,
+    check_params,
+    check_single,
+    check_stages,
+)
+from zerolib.core.memory.accounting import STAGES, Layout, get_layout, state_bytes
+from zerolib.core.memory.model_parallel import check_parallel
+from zerolib.core.memory.placement import Placement, check_placement, gpus_on_node, place
+from zerolib.core.memory.working_set import (
+    DEFAULT_SETTINGS,
+    WorkingSetSettings,
+    check_peak_inputs,
+    rows_of,
+)
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
+from zerolib.core.step.tables import communication_rows
+from zerolib.core.step.time import (
+    DEFAULT_COMPUTE,
+    DEFAULT_MFU,
+    DEFAULT_TOKENS_PER_GPU,
+    ComputeSettings,
+)
 
 # The traffic options of estimate / estimate_model and their defaults (each needs a link).
 TRAFFIC_DEFAULTS = {"qwz": False, "qgz": False, "host_link": DEFAULT_HOST_LINK}
@@ -117,8 +136,8 @@ def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
         return result
     ic = interconnect(link, gpus_per_node)
     stages = [row["stage"] for row in result.stages]
-    rows = group_communication_rows(what, result.gpus, stages, result.layout, ic, result.device,
-                                    compute, result.placement, **traffic_options)
+    rows = communication_rows(what, result.gpus, stages, result.layout, ic, result.device,
+                              compute, result.placement, **traffic_options)
     by_stage = dict(zip(sorted(stages), rows))
     with_rows = tuple({**row, "communication": {
         **by_stage[row["stage"]], "qwz": traffic_options["qwz"], "qgz": traffic_options["qgz"]}}
@@ -127,8 +146,11 @@ def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
                     result.model, result.settings, result.placement, result.host_memory, ic, compute)
 
 
-def _stages(stages) -> tuple[int, ...]:
-    return tuple(check_stage(stages, "stages").ravel().tolist())
+def _compute(tokens_per_gpu, mfu) -> ComputeSettings:
+    """The compute settings (checked when made); the defaults' object is made once."""
+    if tokens_per_gpu is DEFAULT_TOKENS_PER_GPU and mfu is DEFAULT_MFU:
+        return DEFAULT_COMPUTE
+    return ComputeSettings(tokens_per_gpu, mfu)
 
 
 def _host_memory(host_memory, placement) -> int | None:
@@ -150,18 +172,23 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
     the model state against ``device`` (None without one), and with ``host_memory`` the CPU
     tier of a node against it. With ``link``, each stage's communication (a bare count: stage
     3 gathers one flat buffer per pass). See the module doc."""
-    params = check_single(params, check_params, "params")
-    gpus = check_single(gpus, check_gpus, "gpus")
+    params = check_one(params, check_params, "params")
+    gpus = check_one(gpus, check_gpus, "gpus")
     layout = get_layout(layout)
     device = get_device(device) if device is not None else None
-    stages = _stages(stages)
+    stages = check_stages(stages)
     host_memory = _host_memory(host_memory, placement)
-    if placement is None:
-        # parameters, gradients, optimizer, total, cluster_total: one value per stage
-        columns, tiers = model_state(params, gpus, stages, layout).as_dict(), None
-    else:
-        tiers = place(params, gpus, stages, layout, check_placement(placement))
-        columns = {**tiers.gpu_categories(), "total": tiers.gpu}
+    if placement is None:   # Python ints, no arrays: one answer in microseconds
+        capacity = None if device is None else device.capacity
+        rows = [{"stage": stage, **state_bytes(params, gpus, stage, layout)} for stage in stages]
+        for row in rows:
+            row["fits"] = None if capacity is None else row["total"] <= capacity
+        result = Estimate(params, gpus, layout, device, tuple(rows), host_memory=host_memory)
+        return _with_communication(result, params, link, gpus_per_node,
+                                   _compute(tokens_per_gpu, mfu),
+                                   {"qwz": qwz, "qgz": qgz, "host_link": host_link})
+    tiers = place(params, gpus, stages, layout, check_placement(placement))
+    columns = {**tiers.gpu_categories(), "total": tiers.gpu}
     rows = []
     for index, stage in enumerate(stages):
         row = {"stage": stage, **{name: int(values[index]) for name, values in columns.items()}}
@@ -178,7 +205,7 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
     result = Estimate(params, gpus, layout, device, tuple(rows), placement=placement,
                       host_memory=host_memory)
     return _with_communication(result, params, link, gpus_per_node,
-                               ComputeSettings(tokens_per_gpu, mfu),
+                               _compute(tokens_per_gpu, mfu),
                                {"qwz": qwz, "qgz": qgz, "host_link": host_link})
 
 
@@ -191,7 +218,7 @@ def estimate_model(model: str | TransformerConfig, gpus,
                    mfu: float = DEFAULT_MFU, qwz: bool = False, qgz: bool = False,
                    host_link: str = DEFAULT_HOST_LINK) -> Estimate:
     """The breakdown of a model preset: persistent state and working set per stage, ``fits``
-    judged on the peak (see :func:`zerolib.core.working_set.stage_rows`). With ``link``, each
+    judged on the peak (see :func:`zerolib.core.memory.working_set.stage_rows`). With ``link``, each
     stage's communication, per layer for stage 3; ``tokens_per_gpu`` defaults to the working
     set's sequence length x micro-batch, and full recomputation there costs 8 FLOPs per
     parameter and token instead of 6."""
@@ -199,8 +226,13 @@ def estimate_model(model: str | TransformerConfig, gpus,
     gpus = check_single(gpus, check_gpus, "gpus")
     device = get_device(device) if device is not None else None
     host_memory = _host_memory(host_memory, placement)
-    rows = stage_rows(config, gpus, _stages(stages), settings, layout, device, placement,
-                      host_memory)
+    stages = check_stages(stages)
+    if isinstance(settings, WorkingSetSettings):   # (check_peak_inputs names a wrong type)
+        # The planner's rule: ZeRO-2/3 under a pipeline is refused, not estimated.
+        check_parallel(config, 1, settings.pipeline_parallel, stage=stages)
+    # Checked once here; the rows beneath trust them.
+    rows = rows_of(check_peak_inputs(config, gpus, stages, settings, layout, placement), device,
+                   host_memory)
     result = Estimate(parameter_count(config), gpus, layout, device, tuple(rows), config, settings,
                       placement, host_memory)
     if link is not None and (settings.tensor_parallel != 1 or settings.pipeline_parallel != 1):

@@ -19,7 +19,15 @@ MAX_WIDTH = 64  # bytes per parameter in one category
 # Largest byte count accepted or produced anywhere (extra bytes, a reserve, a working set, a
 # peak): 2**62, so that a sum of two such values still fits int64 exactly.
 MAX_BYTES = 2**62
-MAX_FIGURE_POINTS = 4096  # GPU counts or model sizes along one axis of a figure
+# Values in the broadcast of the array arguments of one call (:func:`broadcast`; and
+# configurations in one plan):
+# 10**7 keeps a call to seconds and its memory to about 80 MB per int64 array; model_state on
+# 10**8 took 23 s and 3.1 GB.
+MAX_ARRAY_SIZE = 10_000_000
+MAX_FIGURE_POINTS = 4096  # GPU counts along the axis of a figure (one line per stage)
+# Model sizes along the model-size figure's axis: a group of bars each, so 4,096 took 20 s to
+# draw and could not be read; 64 draw in a few seconds.
+MAX_FIGURE_SIZES = 64
 STAGES = (0, 1, 2, 3)  # 0 = plain data parallelism, 1-3 = ZeRO stages
 
 
@@ -41,7 +49,7 @@ def _as_array(value, name: str) -> np.ndarray:
     return array
 
 
-def _whole_in_range(value, name: str, low: int, high: int, allowed: str) -> np.ndarray:
+def whole_in_range(value, name: str, low: int, high: int, allowed: str) -> np.ndarray:
     """Whole numbers in [low, high] as int64; any other value names what is allowed."""
     array = _as_array(value, name)
     if np.issubdtype(array.dtype, np.floating) and (
@@ -63,12 +71,12 @@ def _finite(value: numbers.Real) -> bool:
 
 def check_params(value, name: str = "params") -> np.ndarray:
     """Parameter counts: whole, positive, finite, at most 10**15."""
-    return _whole_in_range(value, name, 1, MAX_PARAMS, "a positive whole parameter count")
+    return whole_in_range(value, name, 1, MAX_PARAMS, "a positive whole parameter count")
 
 
 def check_gpus(value, name: str = "gpus") -> np.ndarray:
     """Worker counts: positive integers (not booleans, not fractions)."""
-    return _whole_in_range(value, name, 1, MAX_GPUS, "a positive whole number of workers")
+    return whole_in_range(value, name, 1, MAX_GPUS, "a positive whole number of workers")
 
 
 def check_stage(value, name: str = "stage") -> np.ndarray:
@@ -130,6 +138,14 @@ def check_width(value, name: str) -> float:
     return float(value)
 
 
+def check_sequence(values, name: str, allowed: str) -> tuple:
+    """``values`` (a list, tuple, range or array) as a tuple; a single value or a string (whose
+    letters would be read one by one) is a TypeError naming ``name`` and what it takes."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, range, np.ndarray)):
+        raise TypeError(f"{name} must be a list or tuple of {allowed}, got {echo(values)}")
+    return tuple(values)
+
+
 def check_single(value, check, name: str) -> int:
     """One number, validated by ``check`` (:func:`check_params`, :func:`check_gpus`...)."""
     array = check(value, name)
@@ -141,8 +157,59 @@ def check_single(value, check, name: str) -> int:
 def broadcast(**arrays) -> list[np.ndarray]:
     """``np.broadcast_arrays`` of checked inputs; shapes that do not fit name the arguments."""
     try:
-        return np.broadcast_arrays(*arrays.values())
+        shape = np.broadcast_shapes(*(np.shape(array) for array in arrays.values()))
     except ValueError:
         shapes = ", ".join(f"{name} {np.shape(array)}" for name, array in arrays.items())
         raise ValueError(f"{', '.join(arrays)} must broadcast together (numpy rules), "
                          f"got the shapes {shapes}") from None
+    if math.prod(shape) > MAX_ARRAY_SIZE:   # before any array of that shape is built
+        raise ValueError(f"{', '.join(arrays)} broadcast to {math.prod(shape):,} values, more "
+                         f"than {MAX_ARRAY_SIZE:,} per call (split the work into several calls)")
+    return np.broadcast_arrays(*arrays.values())
+
+
+def check_whole(value, name: str, allowed: str, low: int = 1, high: int = MAX_GPUS) -> np.ndarray:
+    """Whole numbers from ``low`` to ``high`` (a scalar or an array) as int64; ``allowed`` says
+    in words what is, for the message (``"a positive whole number of micro-batches"``)."""
+    return whole_in_range(value, name, low, high, allowed)
+
+
+def check_bits(value, name: str = "bits") -> int:
+    """A communicated width in bits: 1 to 8 x :data:`MAX_WIDTH` (wider would wrap in int64)."""
+    return check_positive_int(value, name, 8 * MAX_WIDTH)
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def check_one(value, check, name: str) -> int:
+    """:func:`check_single` with a fast path for a plain Python int or float (one answer of
+    the scalar API costs microseconds, not a trip through numpy): the same checks and the
+    same messages as :func:`check_params` / :func:`check_gpus`; anything else goes through
+    ``check``."""
+    bounds = _SCALAR_BOUNDS.get(check)
+    kind = type(value)
+    if bounds is None or not (kind is int or kind is float) or (
+            kind is int and not -_INT64_MAX <= value <= _INT64_MAX):
+        return check_single(value, check, name)   # arrays, numpy scalars, huge ints, strings...
+    low, high, allowed = bounds
+    if kind is float and (not math.isfinite(value) or value != math.floor(value)):
+        raise ValueError(f"{name} must be {allowed}, got {echo(value)}")
+    if value < low:
+        raise ValueError(f"{name} must be {allowed}, got {echo(value)}")
+    if value > high:
+        raise ValueError(f"{name} must be at most {high:,}, got {echo(value)}")
+    return int(value)
+
+
+_SCALAR_BOUNDS = {check_params: (1, MAX_PARAMS, "a positive whole parameter count"),
+                  check_gpus: (1, MAX_GPUS, "a positive whole number of workers")}
+
+
+def check_stages(stages, name: str = "stages") -> tuple[int, ...]:
+    """ZeRO stages as a tuple of Python ints (:func:`check_stage`'s checks and messages; a
+    tuple or list of plain ints skips numpy)."""
+    if type(stages) in (tuple, list) and stages and all(
+            type(s) is int and STAGES[0] <= s <= STAGES[-1] for s in stages):
+        return tuple(stages)
+    return tuple(check_stage(stages, name).ravel().tolist())

@@ -106,12 +106,40 @@ def parse_count(value, name: str = "params") -> int:
                        example="a count like 7B, 350M, 1.5T, 7e9 or 7,000,000,000")
 
 
+# A width is a small plain decimal: no digit groups (``1_0`` is not 10), no suffix.
+_WIDTH = re.compile(r"^\s*(?P<sign>[+-]?)(?P<whole>[0-9]+)?(?:\.(?P<fraction>[0-9]*))?"
+                    r"(?:[eE](?P<exponent>[+-]?[0-9]{1,4}))?\s*$", re.ASCII)
+_NOT_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
+
+
+def parse_width(text: str, name: str, *, maximum: int) -> float:
+    """Bytes per parameter of one category from text such as ``2``, ``0.5``, ``1.25e1``:
+    parsed exactly, never through a float, so ``1e-400`` is refused rather than read as 0. It
+    must be a whole number of bits (a multiple of 0.125) from 0 to ``maximum``; the float
+    returned is then exact. The messages are :func:`zerolib.core.inputs.check_width`'s."""
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be text such as '2' or '0.5', got {type(text).__name__}")
+    if text.strip().lower() in _NOT_FINITE:
+        raise ValueError(f"{name} must be a finite, non-negative number of bytes, got {echo(text)}")
+    exact, _ = _decimal(text, _WIDTH, name, "a number of bytes per parameter like 2 or 0.5")
+    if exact < 0:
+        raise ValueError(f"{name} must be a finite, non-negative number of bytes, got {echo(text)}")
+    if exact > maximum:
+        raise ValueError(f"{name} must be at most {maximum} bytes per parameter, got {echo(text)}")
+    if (exact * 8).denominator != 1:
+        raise ValueError(f"{name} must be a whole number of bits (a multiple of 0.125 bytes), "
+                         f"got {echo(text)}")
+    return float(exact)
+
+
 _FRACTION = re.compile(rf"^\s*{_NUMBER}\s*(?P<percent>%?)\s*$", re.ASCII)
 
 
-def parse_fraction(value, name: str, *, example: str = "a fraction like 0.4 or 40%") -> float:
+def parse_fraction(value, name: str, *, example: str = "a fraction like 0.4 or 40%",
+                   minimum: float = 0.0) -> float:
     """A number above 0 and at most 1, from ``0.4``, ``40%``, ``4e-1`` or a number (a
-    utilisation). Parsed exactly, then returned as a float."""
+    utilisation), and at least ``minimum`` when one is given. Parsed exactly, then returned as
+    a float."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be {example}, not a boolean")
     if isinstance(value, str):
@@ -124,4 +152,6 @@ def parse_fraction(value, name: str, *, example: str = "a fraction like 0.4 or 4
         raise ValueError(f"{name} must be {example}, got {echo(value)}")
     if not 0 < exact <= 1:
         raise ValueError(f"{name} must be above 0 and at most 1 (or 100%), got {echo(value)}")
+    if exact < Fraction(str(minimum)):   # far smaller would make derived times infinite
+        raise ValueError(f"{name} must be at least {minimum:g} ({minimum:.1%}), got {echo(value)}")
     return float(exact)

@@ -13,9 +13,9 @@ the key/value heads and the MLP width, stay within a node and divide the sequenc
 parallelism; p at most the layers; the interleaved schedule's divisibility; d x b must divide B,
 so each pipeline runs m = B / (d b) micro-batches per step; ZeRO stages 2-3 without pipeline
 parallelism; offload only with the node's CPU memory known), computes the peak per GPU of every
-configuration that can run exactly as :func:`zerolib.core.working_set.peaks` does (tests check
+configuration that can run exactly as :func:`zerolib.core.memory.working_set.peaks` does (tests check
 it configuration by configuration), and the step time of each with
-:func:`zerolib.core.parallel_step.parallel_step_time`: each collective on the ring it uses (a
+:func:`zerolib.core.step.parallel.parallel_step_time`: each collective on the ring it uses (a
 shard group's gathers and reduce-scatters inside the group, its replicas' all-reduce across
 them), offload's PCIe copies on ``host_link``.
 
@@ -43,29 +43,42 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
-from zerolib.core.accounting import CATEGORIES, STAGES, Layout, get_layout
-from zerolib.core.activations import RECOMPUTE
-from zerolib.core.devices import Device, get_device
-from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, check_count, check_positive_int, echo
-from zerolib.core.links import Link
-from zerolib.core.model_parallel import (
+from zerolib.core.catalogue.devices import DEVICES, Device, get_device
+from zerolib.core.catalogue.links import Link
+from zerolib.core.catalogue.models import TransformerConfig, get_model
+from zerolib.core.catalogue.nodes import Interconnect
+from zerolib.core.inputs import (
+    MAX_ARRAY_SIZE,
+    MAX_BYTES,
+    MAX_GPUS,
+    check_count,
+    check_positive_int,
+    check_sequence,
+    echo,
+)
+from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, ModelState, get_layout
+from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
-    largest_module_per_gpu,
-    parallel_rules,
-    parameters_per_gpu,
+    ParallelGrid,
+    largest_module_on,
+    parameters_on,
+    rules_of,
 )
-from zerolib.core.model_parallel import (
+from zerolib.core.memory.model_parallel import (
     RULES as PARALLEL_RULES,
 )
-from zerolib.core.models import TransformerConfig, get_model
-from zerolib.core.nodes import Interconnect
-from zerolib.core.offload_traffic import DEFAULT_HOST_LINK
-from zerolib.core.parallel_step import (
+from zerolib.core.memory.pipeline_schedule import UNIT_TERMS, activation_totals_of, options_key, unit_terms
+from zerolib.core.memory.placement import Placement, offered_stages, tiers_of
+from zerolib.core.memory.tables import divisors_of
+from zerolib.core.memory.working_set import DEFAULT_SETTINGS, MAX_MICRO_BATCH, MAX_SEQ_LEN, WorkingSetSettings, terms_of
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
+from zerolib.core.step.parallel import (
     OFFLOADS,
     PARTS,
     PIPELINE_STAGES,
@@ -73,21 +86,10 @@ from zerolib.core.parallel_step import (
     cluster_interconnect,
     parallel_step_time,
 )
-from zerolib.core.pipeline_schedule import (
-    UNIT_TERMS,
-    activation_unit_terms,
-    stage_activation_totals,
-)
-from zerolib.core.placement import Placement, offered_stages, place
-from zerolib.core.step import DEFAULT_MFU, check_mfu
-from zerolib.core.tables import divisors
-from zerolib.core.working_set import (
-    DEFAULT_SETTINGS,
-    MAX_MICRO_BATCH,
-    MAX_SEQ_LEN,
-    WorkingSetSettings,
-    term_arrays,
-)
+from zerolib.core.step.time import DEFAULT_MFU, check_mfu
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    import pandas as pd
 
 SCHEDULE_NAMES = {1: "1F1B"}      # v > 1: "interleaved, v chunks"
 # Shard groups a plan tries under stages 1-3: every divisor G of d, or only G = d (the paper's ZeRO).
@@ -102,8 +104,7 @@ RULES: Mapping[str, str] = MappingProxyType({
     "global_batch": "data_parallel x micro_batch must divide the global batch (each pipeline "
                     "runs a whole number of micro-batches per step)",
     "micro_batches": PARALLEL_RULES["micro_batches"],
-    "pipeline_zero": "ZeRO stages 2 and 3 do not run with pipeline parallelism (DeepSpeed's "
-                     "PipelineEngine refuses them; Megatron-LM's distributed optimizer is stage 1)",
+    "pipeline_zero": PARALLEL_RULES["pipeline_zero"],
     "host_unknown": "offloaded state needs the node's CPU memory (host_memory): unknown, so "
                     "never reported as fitting",
     "capacity": "the peak per GPU is above the device's capacity",
@@ -132,15 +133,11 @@ PLAN_LEFT_OUT = (
     "them), and NVMe offload (not planned)",
 )
 
-# The node a device usually comes in, for plans that name no links.
+# The node a device usually comes in, for plans that name no links: each catalogue entry says
+# (Device.node), so a device added to the catalogue is planned with no edit here.
 DEFAULT_LINKS: Mapping[str, str] = MappingProxyType({
-    "v100-32gb": "dgx-2", "a100-40gb": "dgx-a100", "a100-80gb": "dgx-a100",
-    "h100-80gb": "dgx-h100",
-    "h200-141gb": "dgx-h100",   # HGX/DGX H200: the same NVLink 4 and 8 x 400 Gb/s ports
-    "b200-180gb": "dgx-b200", "mi300x-192gb": "mi300x-8", "l40s-48gb": "pcie-8x-l40s",
-    "a10-24gb": "pcie-4x-a10",
-})
-MAX_SPACE = 20_000_000      # configurations in one plan
+    device.name: device.node for device in DEVICES.values() if device.node is not None})
+MAX_SPACE = MAX_ARRAY_SIZE  # configurations in one plan: each is a row of every array
 MAX_PLAN_MICRO_BATCH = 1024  # largest micro-batch a plan enumerates up to
 
 # Which kinds of parallelism a configuration combines (the chapter's figure colours them).
@@ -159,10 +156,10 @@ def links_for(device: str | Device, links=None) -> str | Interconnect:
     if links is not None:
         return links
     device = get_device(device)
-    if device.name not in DEFAULT_LINKS:
+    if device.node is None:
         raise ValueError(f"links must be given for {device.name} (no usual node for it): a node "
                          f"such as dgx-h100, or two links like pcie4-x16,roce-100g")
-    return DEFAULT_LINKS[device.name]
+    return device.node
 
 
 def schedule_name(chunks: int) -> str:
@@ -170,7 +167,7 @@ def schedule_name(chunks: int) -> str:
 
 
 def _choices(values, allowed, name) -> tuple:
-    values = tuple(values)
+    values = check_sequence(values, name, ", ".join(map(str, allowed)))
     if not values:
         raise ValueError(f"{name} must name at least one of {', '.join(map(str, allowed))}")
     for value in values:
@@ -245,7 +242,8 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         host_memory = check_count(host_memory, "host_memory", MAX_BYTES)
     max_micro_batch = check_positive_int(max_micro_batch, "max_micro_batch",
                                          min(MAX_PLAN_MICRO_BATCH, MAX_MICRO_BATCH))
-    chunks = tuple(check_positive_int(v, "chunks", MAX_CHUNKS) for v in chunks)
+    chunks = tuple(check_positive_int(v, "chunks", MAX_CHUNKS) for v in check_sequence(
+        chunks, "chunks", f"whole numbers, 1 (1F1B) to {MAX_CHUNKS} (interleaved)"))
     if not chunks:
         raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: interleaved)")
     return PlanSettings(
@@ -256,7 +254,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         _choices(recompute, RECOMPUTE, "recompute"), tuple(dict.fromkeys(chunks)),
         _choices(offload, tuple(OFFLOADS), "offload"),
         _choices(sequence_parallel, (False, True), "sequence_parallel"),
-        _choices((shard_groups,), SHARD_GROUPS, "shard_groups")[0], working_set)
+        _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set)
 
 
 # --- the space, level by level ------------------------------------------------------------------
@@ -278,12 +276,12 @@ def _zero_variants(d: int, s: PlanSettings) -> tuple[tuple[int, int, str], ...]:
 def _variants(d: int, stages, offloads, shard_groups) -> tuple[tuple[int, int, str], ...]:
     out = []
     for offload in offloads:
-        offered = offered_stages(Placement(**OFFLOADS[offload]))
+        offered = offered_stages(_offload_placement(None, offload))
         for stage in stages:
             if stage not in offered:
                 continue
             every = stage > 0 and shard_groups == "all"
-            for group in (divisors(d)[::-1] if every else [d]):
+            for group in (divisors_of(d)[::-1] if every else [d]):
                 out.append((stage, group, offload))
     return tuple(out)
 
@@ -301,7 +299,7 @@ def enumerate_space(s: PlanSettings) -> Space:
     """Every configuration of the plan and the first rule of :data:`RULES` it breaks (only the
     rules that need no peak: ``capacity`` and ``host_memory`` come from :func:`plan`)."""
     config, n = s.model, s.gpus
-    pairs = [(t, p) for t in divisors(n) for p in divisors(n // t)]
+    pairs = [(t, p) for t in divisors_of(n) for p in divisors_of(n // t)]
     t_a = np.array([t for t, _ in pairs], dtype=np.int64)
     p_a = np.array([p for _, p in pairs], dtype=np.int64)
     d_a = n // (t_a * p_a)
@@ -319,10 +317,8 @@ def enumerate_space(s: PlanSettings) -> Space:
             sel = (v_b == v) & (sp_b == sp)
             if not np.any(sel):
                 continue
-            rules = parallel_rules(config, t_b[sel], p_b[sel],
-                                   schedule="interleaved" if v > 1 else "1f1b", chunks=v,
-                                   gpus_per_node=s.gpus_per_node, seq_len=s.seq_len,
-                                   sequence_parallel=sp)
+            rules = rules_of(config, t_b[sel], p_b[sel], "interleaved" if v > 1 else "1f1b", v,
+                             s.gpus_per_node, s.seq_len, sp)
             reason_b[sel] = _first_broken(rules, ("heads", "kv_heads", "ffn_hidden", "node",
                                                   "sequence", "layers", "interleaved_layers",
                                                   "schedule"), reason_b[sel])
@@ -396,8 +392,8 @@ def _per_stage_arrays(s: PlanSettings, t, p):
     """Parameters and largest module on one GPU of the first and of the last stage."""
     out = {}
     for key, r in (("first", np.zeros_like(p)), ("last", p - 1)):
-        out[key] = (parameters_per_gpu(s.model, t, p, pipeline_stage=r),
-                    largest_module_per_gpu(s.model, t, p, pipeline_stage=r))
+        grid = ParallelGrid(s.model, t, p, r, "1f1b", 1, None, 1)   # from checked settings
+        out[key] = (parameters_on(grid), largest_module_on(grid))
     return out
 
 
@@ -409,11 +405,9 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
     keys, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     units = {name: np.zeros(len(keys), dtype=np.int64) for name in UNIT_TERMS}
     for index, row in enumerate(first.tolist()):
-        terms = activation_unit_terms(
-            s.model, s.seq_len, int(b[row]), int(t[row]), sequence_parallel=bool(sp[row]),
-            recompute=RECOMPUTE[int(rec[row])], flash_attention=ws.flash_attention,
-            element_bytes=ws.element_bytes, mask_bytes=ws.mask_bytes, dropout=ws.dropout,
-            logits_bytes=ws.logits_bytes)
+        options = options_key(bool(sp[row]), RECOMPUTE[int(rec[row])], ws.flash_attention,
+                              ws.element_bytes, ws.mask_bytes, ws.dropout, ws.logits_bytes)
+        terms = unit_terms(s.model, s.seq_len, int(b[row]), int(t[row]), options)
         for name in UNIT_TERMS:
             units[name][index] = terms[name]
     per_row = {name: values[inverse] for name, values in units.items()}
@@ -424,9 +418,14 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
         schedule = "interleaved" if chunk > 1 else "1f1b"
         sub = {name: values[sel] for name, values in per_row.items()}
         for key, r in (("first", np.zeros_like(p[sel])), ("last", p[sel] - 1)):
-            out[key][sel] = stage_activation_totals(s.model, sub, p[sel], r, schedule=schedule,
-                                                    chunks=int(chunk), micro_batches=m[sel])
+            out[key][sel] = activation_totals_of(s.model, sub, p[sel], r, schedule, int(chunk), m[sel])
     return out
+
+
+@lru_cache(maxsize=64)
+def _offload_placement(gpus_per_node: int | None, offload: str) -> Placement:
+    """The placement of one offload of the plan (made, and so checked, once)."""
+    return Placement(gpus_per_node=gpus_per_node, **OFFLOADS[offload])
 
 
 def _persistent(s: PlanSettings, c, params: np.ndarray):
@@ -439,8 +438,11 @@ def _persistent(s: PlanSettings, c, params: np.ndarray):
     for key in np.unique(pair):
         sel = pair == key
         g, o = divmod(int(key), len(names))
-        placement = Placement(shard_group=g, gpus_per_node=s.gpus_per_node, **OFFLOADS[names[o]])
-        tiers = place(params[sel], d[sel], stage[sel], s.layout, placement, world=s.gpus)
+        placement = _offload_placement(s.gpus_per_node, names[o]).with_shard_group(g)
+        # From _variants, valid by construction: place()'s checks are not repeated per group.
+        n = int(sel.sum())
+        tiers = tiers_of(ModelState(params[sel], d[sel], stage[sel], s.layout, np.full(n, g)),
+                         placement, np.full(n, s.gpus))
         gpu[sel] = tiers.gpu
         cpu_node[sel] = tiers.per_node("cpu")
     return gpu, cpu_node
@@ -458,8 +460,7 @@ def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
     for key in ("first", "last"):
         params, module = (values[inverse] for values in per_stage[key])
         gpu, cpu_node = _persistent(s, c, params)
-        terms = term_arrays(c["stage"], params, module, activations[key], 0, s.working_set,
-                            s.layout)
+        terms = terms_of(c["stage"], params, module, activations[key], 0, s.working_set, s.layout)
         peaks[key] = gpu + sum(terms.values())
         hosts[key] = cpu_node
     decided_last = peaks["last"] > peaks["first"]    # the first stage on ties, as peaks() does
@@ -470,7 +471,7 @@ def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
 
 def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Step time and its parts of the configurations ``c``
-    (:func:`zerolib.core.parallel_step.parallel_step_time`)."""
+    (:func:`zerolib.core.step.parallel.parallel_step_time`)."""
     times = parallel_step_time(
         s.model, s.interconnect, s.device, seq_len=s.seq_len, micro_batch=c["micro_batch"],
         tensor_parallel=c["tensor_parallel"], pipeline_parallel=c["pipeline_parallel"],
@@ -542,6 +543,7 @@ class Plan:
     @cached_property
     def valid(self) -> pd.DataFrame:
         """Every runnable configuration, in enumeration order, with ``fits`` and its numbers."""
+        import pandas as pd
         s = self.settings
         c = {name: values[self.runnable] for name, values in self.space.columns.items()}
         frame = pd.DataFrame({
@@ -592,6 +594,7 @@ class Plan:
         """Per reason of :data:`RULES` that rejected anything: how many configurations, one of
         them (the first enumerated; for the memory rules, the one closest to fitting) and, for
         those, its peak or host bytes."""
+        import pandas as pd
         rows = []
         codes = np.bincount(self.reason, minlength=PASSES + 1)
         position = np.full(self.size, -1, dtype=np.int64)
@@ -633,7 +636,7 @@ class Plan:
     def settings_for(self, row) -> tuple[WorkingSetSettings, Placement]:
         """The :class:`WorkingSetSettings` and :class:`Placement` of one configuration (a row of
         :attr:`valid` or :attr:`fits`, or a :meth:`configuration` dict): what
-        :func:`zerolib.core.working_set.peaks` takes for the same setting."""
+        :func:`zerolib.core.memory.working_set.peaks` takes for the same setting."""
         s = self.settings
         ws = replace(s.working_set, seq_len=s.seq_len, micro_batch=int(row["micro_batch"]),
                      recompute=str(row["recompute"]), tensor_parallel=int(row["tensor_parallel"]),

@@ -12,7 +12,7 @@ documentation (docs/code-docs/source/memory.rst) still prints the old numbers (1
 t5-3b example), so both are here: ``formula="v0.14.3"`` (the code, default) and
 ``formula="v0.14.2"`` (the code up to v0.14.2, which the documented examples reproduce).
 
-Conventions that differ from the chapter (zerolib.core.accounting):
+Conventions that differ from the chapter (zerolib.core.memory.accounting):
 - DeepSpeed assumes mixed-precision Adam with fp16 parameters (2 bytes) and counts 18 bytes per
   parameter for the partitioned part (2 fp16 grads + 4 fp32 grads + 4 fp32 params + 8 Adam).
 - "per GPU" and "per CPU" are separate pools; "per CPU" is the host RAM of one node, and most CPU
@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
-from zerolib.core.accounting import model_state
 from zerolib.core.inputs import (
     broadcast,
     check_flag,
@@ -39,14 +38,18 @@ from zerolib.core.inputs import (
     check_params,
     check_single,
 )
-from zerolib.core.units import GiB
-from zerolib.core.working_set import (
+from zerolib.core.memory.accounting import model_state
+from zerolib.core.memory.working_set import (
     ALLGATHER_BUCKET_SIZE,
     REDUCE_BUCKET_SIZE,
     STAGE3_MAX_LIVE_PARAMETERS,
     STAGE3_PARAM_PERSISTENCE_THRESHOLD,
     STAGE3_PREFETCH_BUCKET_SIZE,
 )
+from zerolib.core.units import GiB
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    pass
 
 # The DeepSpeed release whose source these functions mirror (and that measure_deepspeed ran).
 DEEPSPEED_VERSION = "0.19.8"
@@ -291,6 +294,7 @@ BUFFER_DEFAULTS = (
 def buffer_defaults(element_bytes: int = 2):
     """DeepSpeed's buffer defaults as a table: config key, elements, bytes at ``element_bytes``
     per element (2 for bf16/fp16, 4 for fp32), stages, what the buffer is."""
+    import pandas as pd
     if isinstance(element_bytes, bool) or element_bytes not in (2, 4):
         raise ValueError(f"element_bytes must be 2 (bf16/fp16) or 4 (fp32), got {element_bytes!r}")
     return pd.DataFrame({
@@ -326,6 +330,7 @@ def convention_gap(total_params, largest_layer_params, num_gpus_per_node=1, num_
     which the documentation prints, and ZeRO-3), one row per term of :data:`GAP_TERMS`, in
     bytes: the rows above the last add up to the last. A term an estimator lacks is 0.
     """
+    import pandas as pd
     params = check_single(total_params, check_params, "total_params")
     largest = check_single(largest_layer_params, check_params, "largest_layer_params")
     per_node = check_single(num_gpus_per_node, check_gpus, "num_gpus_per_node")

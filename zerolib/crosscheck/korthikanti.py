@@ -11,8 +11,9 @@ Megatron-LM GPTs: pre-LayerNorm blocks with biases, a fused QKV projection, an M
 position embeddings, tied input and output embeddings, dropout; activations in 16 bits, dropout
 masks in one byte and the logits in fp32 (Sec. 4.1 and 4.3), attention without a fused kernel.
 
-:data:`PRINTED` holds what the paper prints about these models; ``tests/test_korthikanti.py``
-checks each against zerolib (and where it does not reproduce, says so).
+:data:`PRINTED` holds what the paper prints about these models; ``tests/crosscheck/test_korthikanti.py``
+checks each against zerolib (and where it does not reproduce, says so); ``zerolib crosscheck``
+prints :func:`technique_table` beside them.
 """
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ from types import MappingProxyType
 
 import pandas as pd
 
-from zerolib.core.activations import layer_activation_bytes
-from zerolib.core.model_parallel import parameters_per_gpu
-from zerolib.core.models import TransformerConfig, parameter_count
-from zerolib.core.pipeline_schedule import stage_activation_terms
+from zerolib.core.catalogue.models import TransformerConfig, parameter_count
+from zerolib.core.memory.activations import layer_activation_bytes
+from zerolib.core.memory.model_parallel import parameters_per_gpu
+from zerolib.core.memory.pipeline_schedule import stage_activation_terms
 
 SEQ_LEN = 2048            # Sec. 6
 VOCAB = 51_200            # Sec. 6 (GPT-2's 50,257 padded to a multiple of 1024)

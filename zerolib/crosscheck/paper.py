@@ -27,9 +27,9 @@ from decimal import (
 import numpy as np
 import pandas as pd
 
-from zerolib.core.accounting import Layout, get_layout, model_state
-from zerolib.core.devices import Device, get_device
-from zerolib.core.feasibility import largest_model, model_state_fits
+from zerolib.core.catalogue.devices import Device, get_device
+from zerolib.core.memory.accounting import Layout, get_layout, model_state
+from zerolib.core.memory.feasibility import largest_model, model_state_fits
 from zerolib.core.units import GB
 from zerolib.paths import data_file
 

@@ -8,14 +8,18 @@ nbconvert's lab template does the rendering from the recorded outputs (nothing i
 - links between notebooks (``02-memory-vs-gpu-count.ipynb``) are pointed at the exported pages;
 - the random uuid nbconvert gives each widget ``<div>`` is replaced by a counter, so an export of
   the same notebooks gives the same bytes;
-- an ``index.html`` lists the pages with their titles.
+- every displayed widget (an explorer) is written out as it was saved, in plain HTML
+  (:mod:`zerolib.publish.saved_widgets`): a note that it is not live, the settings its controls
+  showed, its texts, figure and tables; so a page never shows an empty ``Out[N]:``;
+- an ``index.html`` gives the chapter's contents, one line per section: the lines of
+  ``00-index``'s "Contents" list where the chapter has one, else each page's first sentence.
 
-The pages load require.js and the widget renderer from CDNs by default; where those cannot be
-reached the static figures and tables still show and only the live widgets stay blank.
-``widget_js`` is a folder holding ``require.js`` (npm package ``requirejs``) and the files of
+The pages load require.js and the widget renderer from CDNs by default; ``widget_js`` is a
+folder holding ``require.js`` (npm package ``requirejs``) and the files of
 ``@jupyter-widgets/html-manager``'s ``dist/`` (``embed-amd.js`` and the fonts it loads beside it,
-version 1.x for ipywidgets 8); it is copied next to the pages (``_static/``) and used instead, so
-the recorded widget state (the explorers' last image) renders offline too.
+version 1.x for ipywidgets 8), copied next to the pages (``_static/``) and used instead. Where
+the renderer loads, it draws the saved widgets with every control disabled (greyed out: they
+cannot redraw anything in a static page) and the plain copy keeps only its note.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ import nbformat
 
 from zerolib._io import write_files
 from zerolib.paths import NOTEBOOK_DIR
+from zerolib.publish.saved_widgets import inert_state, saved_widget_html, widget_states
 
 WIDGET_JS_FILES = ("require.js", "embed-amd.js")
 STATIC_DIR = "_static"
@@ -37,6 +42,18 @@ STATIC_DIR = "_static"
 # and a script that looks it up with document.getElementById('<that uuid>').
 _DIV_UUID = re.compile(
     r"getElementById\('([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})'\)")
+_WIDGET_VIEW = re.compile(
+    r'<script type="application/vnd\.jupyter\.widget-view\+json">\s*(\{.*?\})\s*</script>', re.S)
+# The plain copy of a saved explorer, and what changes once the widget renderer has drawn the
+# live copy beside it (a .widget-subarea in the same output): the copy keeps only its note.
+SAVED_CSS = """<style>
+.zerolib-saved-explorer {border-left: 3px solid #bbb; padding: 0.2em 0 0.2em 0.8em;}
+.zerolib-saved-note {color: #444;}
+.zerolib-saved-explorer img {max-width: none;}
+.zerolib-saved-explorer table {border-collapse: collapse; margin: 0.4em 0 0.8em;}
+.zerolib-saved-explorer th, .zerolib-saved-explorer td {padding: 0.2em 0.6em;}
+.jp-OutputArea-output:has(> .widget-subarea) .zerolib-saved-body {display: none;}
+</style>"""
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
 _INLINE = ((re.compile(r"!?\[([^\]]*)\]\([^)]*\)"), r"\1"),   # [text](url) -> text
            (re.compile(r"(\*\*|__|\*|`)"), ""),               # emphasis and code marks
@@ -51,7 +68,7 @@ class Page:
     headings: tuple[str, ...]  # every markdown heading, as plain text, in order
 
 
-def find_notebooks(directory: str | Path | None = None) -> list[Path]:
+def notebooks_to_export(directory: str | Path | None = None) -> list[Path]:
     """Every ``*.ipynb`` in ``directory`` (default: the chapter's ``notebooks/``), sorted by name."""
     directory = Path(directory) if directory is not None else NOTEBOOK_DIR
     if not directory.is_dir():
@@ -103,18 +120,84 @@ def _link_pages(page: str, stems: set[str]) -> str:
     return re.sub(r'href="(\./)?([^"/#?]+)\.ipynb(#[^"]*)?"', swap, page)
 
 
-def _index_page(pages: list[Page]) -> str:
-    items = "\n".join(f'<li><a href="{html.escape(p.path.name)}">{html.escape(p.title)}</a></li>'
-                      for p in pages)
+def _with_saved_widgets(page: str, states: dict) -> str:
+    """Put each displayed widget's plain copy before its view (the renderer draws there)."""
+    import json
+
+    def insert(match: re.Match) -> str:
+        try:
+            model_id = json.loads(match.group(1)).get("model_id", "")
+        except ValueError:
+            return match.group(0)
+        return saved_widget_html(states, model_id) + "\n" + match.group(0)
+    page, count = _WIDGET_VIEW.subn(insert, page)
+    return page.replace("</head>", SAVED_CSS + "\n</head>", 1) if count else page
+
+
+_CONTENTS_ITEM = re.compile(r"^\s*\d+\.\s+\[([^\]]+)\]\((?:\./)?([^)#/]+)\.ipynb[^)]*\)\s*:?\s*(.*)$")
+_SENTENCE = re.compile(r"^(.+?[.!?])(\s|$)", re.S)
+
+
+def contents_lines(nb: nbformat.NotebookNode) -> dict[str, tuple[str, str]]:
+    """An index notebook's "Contents" list: notebook stem -> (its title there, its line)."""
+    lines: dict[str, tuple[str, str]] = {}
+    for cell in nb.cells:
+        if cell.cell_type != "markdown" or not re.search(r"^#+\s+Contents\s*$", cell.source, re.M):
+            continue
+        items, current = [], None
+        for line in cell.source.split("\n"):
+            if re.match(r"^\s*\d+\.\s", line):
+                current = [line]
+                items.append(current)
+            elif current is not None and line.strip() and line.startswith((" ", "\t")):
+                current.append(line.strip())    # an item's continuation lines
+            else:
+                current = None
+        for item in items:
+            match = _CONTENTS_ITEM.match(" ".join(item))
+            if match:
+                lines[match.group(2)] = (plain_text(match.group(1)), plain_text(match.group(3)))
+    return lines
+
+
+def first_sentence(nb: nbformat.NotebookNode) -> str:
+    """The first sentence of a notebook's first paragraph that is not a heading."""
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for paragraph in re.split(r"\n\s*\n", cell.source):
+            if paragraph.strip() and not _HEADING.match(paragraph.strip().split("\n")[0]):
+                text = plain_text(paragraph)
+                match = _SENTENCE.match(text)
+                return match.group(1) if match else text
+    return ""
+
+
+def _index_page(pages: list[Page], contents: dict[str, tuple[str, str]], title: str) -> str:
+    """The chapter's contents: one line per section, its title linking to its page."""
+    items = []
+    for p in pages:
+        name, line = contents.get(p.notebook.stem, (p.title, ""))
+        if not line:
+            line = first_sentence(nbformat.read(p.notebook, as_version=4))
+        items.append(f'<li><a href="{html.escape(p.path.name)}">{html.escape(name)}</a>'
+                     + (f": {html.escape(line)}" if line else "") + "</li>")
+    body = "\n".join(items)
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\" />\n"
-            "<title>ZeRO memory chapter</title>\n</head>\n<body>\n<h1>ZeRO memory chapter</h1>\n"
-            f"<ol>\n{items}\n</ol>\n</body>\n</html>\n")
+            f"<title>{html.escape(title)}</title>\n"
+            "<style>body {max-width: 50em; margin: 2em auto; padding: 0 1em; font-family: sans-serif;"
+            " line-height: 1.5;} li {margin-bottom: 0.6em;}</style>\n</head>\n<body>\n"
+            f"<h1>{html.escape(title)}</h1>\n<h2>Contents</h2>\n<ol>\n{body}\n</ol>\n</body>\n</html>\n")
+
+
+INDEX_NOTEBOOK = "00-index"
+DEFAULT_TITLE = "ZeRO memory chapter"
 
 
 def export_chapter(out_dir: str | Path, notebook_dir: str | Path | None = None,
                    widget_js: str | Path | None = None) -> list[Page]:
     """Write one HTML page per notebook plus ``index.html`` into ``out_dir``; return the pages."""
-    notebooks = find_notebooks(notebook_dir)
+    notebooks = notebooks_to_export(notebook_dir)
     out_dir = Path(out_dir)
     require_js_url = widget_renderer_url = None
     if widget_js is not None:
@@ -136,11 +219,18 @@ def export_chapter(out_dir: str | Path, notebook_dir: str | Path | None = None,
     for notebook in notebooks:
         nb = nbformat.read(notebook, as_version=4)
         body, _ = exporter.from_notebook_node(
-            nb, resources={"metadata": {"name": notebook.stem, "path": str(notebook.parent)}})
+            inert_state(nb),
+            resources={"metadata": {"name": notebook.stem, "path": str(notebook.parent)}})
         page = Path(out_dir) / f"{notebook.stem}.html"
-        files[page] = _link_pages(_stable_div_ids(body), stems)
+        body = _with_saved_widgets(_stable_div_ids(body), widget_states(nb))
+        files[page] = _link_pages(body, stems)
         headings = markdown_headings(nb)
         pages.append(Page(notebook, page, headings[0] if headings else notebook.stem, headings))
-    files[out_dir / "index.html"] = _index_page(pages)
+    index = next((p for p in pages if p.notebook.stem == INDEX_NOTEBOOK), None)
+    contents = contents_lines(nbformat.read(index.notebook, as_version=4)) if index else {}
+    if index is not None:
+        contents.setdefault(INDEX_NOTEBOOK, ("Contents", "this list, with how to run the notebooks"))
+    files[out_dir / "index.html"] = _index_page(pages, contents,
+                                                index.title if index else DEFAULT_TITLE)
     write_files(files, only_changed=False)
     return pages

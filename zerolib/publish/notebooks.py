@@ -8,11 +8,18 @@ A notebook is executed top to bottom in a fresh kernel of the current interprete
   widgets, and GitHub refuses ``metadata.widgets`` without its ``state`` key);
 - widget model ids, random uuids on every run, are renumbered in a fixed order (outputs first,
   in cell order, then the models they reference) into ids derived from the notebook's name;
-- the kernelspec is ``python3`` by name and display name;
+- the metadata is what JupyterLab writes when it saves the notebook in this project's
+  environment (JupyterLab 4.6, ipykernel's ``python3`` kernelspec): the kernelspec's display name
+  "Python 3 (ipykernel)", and the widget state's whole numbers as JavaScript writes them (``12``,
+  not ``12.0``), so opening a notebook and letting autosave run rewrites nothing;
 - the versions of the packages that shape the recorded bytes (PNG from matplotlib, tables from
   pandas...) are recorded in ``metadata.zerolib``, so a byte comparison knows when it is fair.
 
-Writes are atomic and happen only when the bytes change; an interrupted write's debris goes either way.
+Writes are atomic and happen only when the bytes change. The checks (``is_current``,
+``zerolib notebooks --check``) compare what matters, :func:`substance`: cell sources, outputs and
+figures, the widget state, the metadata; not an editor's view state (collapsed outputs, scroll)
+nor the kernelspec's display name, which JupyterLab rewrites to whatever kernel it ran. An
+interrupted write's debris goes either way.
 """
 from __future__ import annotations
 
@@ -31,7 +38,12 @@ from zerolib.paths import NOTEBOOK_DIR
 
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-KERNELSPEC = {"display_name": "python3", "language": "python", "name": "python3"}
+# ipykernel's kernelspec (ipykernel/kernelspec.py, get_kernel_dict): JupyterLab writes its
+# display name into the notebook as soon as the kernel starts.
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+# Cell metadata an editor writes for its view (collapsed or scrolled outputs, hidden sources,
+# trust): not what a notebook says.
+VIEW_STATE_KEYS = ("collapsed", "scrolled", "jupyter", "trusted")
 # Packages whose versions change the recorded bytes (PNG drawing and encoding, tables, reprs).
 VERSIONED_PACKAGES = ("matplotlib", "pillow", "numpy", "pandas", "ipywidgets")
 # Namespace of the deterministic widget ids (uuid5 of "<notebook stem>/<index>").
@@ -182,10 +194,45 @@ def package_versions() -> dict[str, str]:
     return {name: importlib.metadata.version(name) for name in VERSIONED_PACKAGES}
 
 
-def normalise(nb: nbformat.NotebookNode, namespace: str) -> nbformat.NotebookNode:
-    """Stable ids, no timing metadata, normalised kernelspec, recorded package versions."""
-    nb = renumber_widgets(nb, namespace)
+def _as_javascript_writes(value):
+    """``value`` with whole floats as ints: JupyterLab's JSON comes from JavaScript, which has one
+    number type and writes 12.0 as 12."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return type(value)((k, _as_javascript_writes(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [_as_javascript_writes(item) for item in value]
+    return value
+
+
+def as_jupyterlab_saves(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """A copy of ``nb`` with the metadata JupyterLab writes on saving it (see the module doc):
+    ipykernel's kernelspec and the widget state's numbers as JavaScript writes them."""
+    nb = copy.deepcopy(nb)
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    if "widgets" in nb.metadata:
+        nb.metadata["widgets"] = nbformat.from_dict(_as_javascript_writes(nb.metadata["widgets"]))
+    return nb
+
+
+def substance(nb: nbformat.NotebookNode) -> dict:
+    """What the checks compare: every cell's type, id, source, tags and other metadata (without
+    :data:`VIEW_STATE_KEYS`), execution count and outputs (figures included), and the notebook's
+    metadata without the kernelspec's display name. Numbers compare by value (12 == 12.0)."""
+    metadata = copy.deepcopy(dict(nb.metadata))
+    metadata["kernelspec"] = {k: v for k, v in metadata.get("kernelspec", {}).items()
+                              if k != "display_name"}
+    cells = [{"cell_type": cell.cell_type, "id": cell.get("id"), "source": cell.source,
+              "metadata": {k: v for k, v in cell.metadata.items() if k not in VIEW_STATE_KEYS},
+              "execution_count": cell.get("execution_count"), "outputs": cell.get("outputs"),
+              "attachments": cell.get("attachments")} for cell in nb.cells]
+    return {"nbformat": (nb.nbformat, nb.nbformat_minor), "metadata": metadata, "cells": cells}
+
+
+def normalise(nb: nbformat.NotebookNode, namespace: str) -> nbformat.NotebookNode:
+    """Stable ids, no timing metadata, the metadata JupyterLab writes, recorded package versions."""
+    nb = as_jupyterlab_saves(renumber_widgets(nb, namespace))
     nb.metadata["zerolib"] = {"executed_with": package_versions()}
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
@@ -193,7 +240,7 @@ def normalise(nb: nbformat.NotebookNode, namespace: str) -> nbformat.NotebookNod
     return nb
 
 
-def to_bytes(nb: nbformat.NotebookNode) -> bytes:
+def notebook_bytes(nb: nbformat.NotebookNode) -> bytes:
     """The file's bytes, as nbformat writes them (sorted keys, one-space indent, final newline)."""
     text = nbformat.writes(nb)
     return (text if text.endswith("\n") else text + "\n").encode("utf-8")
@@ -203,7 +250,7 @@ def rerun(path: str | Path, timeout: int = 600) -> bytes:
     """The bytes ``path`` has after a deterministic re-execution (nothing is written)."""
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
-    return to_bytes(normalise(execute(nb, path.parent, timeout), path.stem))
+    return notebook_bytes(normalise(execute(nb, path.parent, timeout), path.stem))
 
 
 def refresh(path: str | Path, timeout: int = 600) -> bool:
@@ -216,7 +263,14 @@ def refresh(path: str | Path, timeout: int = 600) -> bool:
     return status == "wrote"
 
 
+def same_substance(a: bytes, b: bytes) -> bool:
+    """True when two notebook files say the same (:func:`substance`), whatever their bytes."""
+    return substance(nbformat.reads(a.decode("utf-8"), as_version=4)) == substance(
+        nbformat.reads(b.decode("utf-8"), as_version=4))
+
+
 def is_current(path: str | Path, timeout: int = 600) -> bool:
-    """True when re-executing ``path`` would leave its bytes unchanged."""
+    """True when re-executing ``path`` would change nothing of substance (:func:`substance`): an
+    editor's save that rewrote only view state or the kernel's display name does not count."""
     path = Path(path)
-    return path.read_bytes() == rerun(path, timeout)
+    return same_substance(path.read_bytes(), rerun(path, timeout))

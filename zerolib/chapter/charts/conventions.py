@@ -27,7 +27,7 @@ from zerolib.chapter.style import (
     plain_number,
     style,
 )
-from zerolib.core.accounting import STRATEGY_NAMES
+from zerolib.core.memory.accounting import STRATEGY_NAMES
 from zerolib.core.units import check_unit, format_value
 
 FIGSIZE = (10.0, 6.4)

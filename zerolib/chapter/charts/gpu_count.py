@@ -1,6 +1,6 @@
 """Figure: per-GPU model state against the number of data-parallel GPUs, one line per stage.
 
-:func:`draw_memory_vs_gpu_count` draws a :func:`zerolib.core.tables.memory_table` of one model
+:func:`draw_memory_vs_gpu_count` draws a :func:`zerolib.core.memory.tables.memory_table` of one model
 size into an Axes and returns the artists; :func:`update_memory_vs_gpu_count` changes the same
 artists (line data, end labels, the device line, titles, axis limits) for a new table, device
 or unit. The published figure, the notebooks and the explorer all draw through these.
@@ -22,8 +22,8 @@ from zerolib.chapter.style import (
     show_device_and_titles,
     style,
 )
-from zerolib.core.devices import Device, get_device
-from zerolib.core.tables import COLUMNS
+from zerolib.core.catalogue.devices import Device, get_device
+from zerolib.core.memory.tables import COLUMNS
 from zerolib.core.units import check_unit, format_count
 
 FIGSIZE = (8.0, 5.6)  # inches: every rendering has the same pixels and text size
@@ -33,7 +33,7 @@ MARGINS = (0.95, 0.95, 1.4, 0.8)
 
 
 def _check(table) -> pd.DataFrame:
-    return check_tidy(table, COLUMNS, ("layout",), "zerolib.core.tables.memory_table")
+    return check_tidy(table, COLUMNS, ("layout",), "zerolib.core.memory.tables.memory_table")
 
 
 # What :func:`draw_memory_vs_gpu_count` drew; :func:`update_memory_vs_gpu_count` changes it.
@@ -102,7 +102,7 @@ def draw_memory_vs_gpu_count(ax, table: pd.DataFrame, device: str | Device = "a1
                              unit: str = "GB") -> GpuCountArtists:
     """Per-GPU model state against GPU count: one line per stage, the device's capacity dashed.
 
-    ``table`` holds one model size (:func:`zerolib.core.tables.memory_table`, whose ``attrs`` name the layout).
+    ``table`` holds one model size (:func:`zerolib.core.memory.tables.memory_table`, whose ``attrs`` name the layout).
     """
     table = _check(table)
     single_value(table, "params", "GPU-count")

@@ -1,6 +1,6 @@
 """Figure: per-GPU model state against the shard-group size G, for a fixed number of GPUs.
 
-:func:`draw_group_size` draws a :func:`zerolib.core.tables.group_size_table` (one model, one GPU
+:func:`draw_group_size` draws a :func:`zerolib.core.memory.tables.group_size_table` (one model, one GPU
 count N, every divisor G of N) into an Axes, one line per stage, and returns the artists;
 :func:`update_group_size` changes the same artists for a new table, device or unit. G = 1 is
 plain data parallelism whatever the stage, G = N the ZeRO of the earlier figures; in between,
@@ -28,8 +28,8 @@ from zerolib.chapter.style import (
     show_device_and_titles,
     style,
 )
-from zerolib.core.devices import Device, get_device
-from zerolib.core.tables import GROUP_COLUMNS
+from zerolib.core.catalogue.devices import Device, get_device
+from zerolib.core.memory.tables import GROUP_COLUMNS
 from zerolib.core.units import check_unit
 
 FIGSIZE = (8.0, 5.6)
@@ -38,7 +38,7 @@ MAX_TICKS = 13   # label every G up to this many; powers of two beyond
 
 
 def _check(table) -> pd.DataFrame:
-    return check_tidy(table, GROUP_COLUMNS, ("layout",), "zerolib.core.tables.group_size_table")
+    return check_tidy(table, GROUP_COLUMNS, ("layout",), "zerolib.core.memory.tables.group_size_table")
 
 
 # What :func:`draw_group_size` drew; :func:`update_group_size` changes it.

@@ -1,6 +1,6 @@
 """Figure: the shard group's trade, per-GPU memory beside traffic and step time against G.
 
-:func:`draw_group_traffic` draws a :func:`zerolib.core.group_step.group_traffic_table` into
+:func:`draw_group_traffic` draws a :func:`zerolib.core.step.tables.group_traffic_table` into
 two Axes: the bytes that leave each node per step (what the network carries; the collectives
 of a group inside a node add none) and the time, one colour per stage: the step (solid), all
 collectives back to back (dotted: what the overlap has to hide) and the compute alone (grey).
@@ -32,9 +32,9 @@ from zerolib.chapter.style import (
     plain_number,
     style,
 )
-from zerolib.core.devices import Device
-from zerolib.core.group_step import GROUP_TRAFFIC_COLUMNS
-from zerolib.core.models import parameter_count
+from zerolib.core.catalogue.devices import Device
+from zerolib.core.catalogue.models import parameter_count
+from zerolib.core.step.tables import GROUP_TRAFFIC_COLUMNS
 from zerolib.core.units import check_unit, format_value
 
 # Three panels stacked over one axis of G (inches): left, right margins; each panel's height,
@@ -52,7 +52,7 @@ BACK_TO_BACK = (0, (1, 1.6))
 def _check(table) -> pd.DataFrame:
     return check_tidy(table, GROUP_TRAFFIC_COLUMNS, ("model", "gpus", "interconnect", "device",
                                                       "compute"),
-                      "zerolib.core.group_step.group_traffic_table")
+                      "zerolib.core.step.tables.group_traffic_table")
 
 
 @dataclass(eq=False)
@@ -188,8 +188,8 @@ def group_tradeoff_figure(memory_table: pd.DataFrame, traffic_table: pd.DataFram
                           device: str | Device = "a100-80gb", unit: str = "GB",
                           dpi: float = 100
                           ) -> tuple[Figure, tuple[GroupSizeArtists, GroupTrafficArtists]]:
-    """A new Figure: model state per GPU (a :func:`zerolib.core.tables.group_size_table`),
-    bytes sent per GPU and step time (a :func:`~zerolib.core.group_step.group_traffic_table`
+    """A new Figure: model state per GPU (a :func:`zerolib.core.memory.tables.group_size_table`),
+    bytes sent per GPU and step time (a :func:`~zerolib.core.step.tables.group_traffic_table`
     of the same model size and GPU count) against the shard group G."""
     traffic_table = _check(traffic_table)
     gpus = single_value(traffic_table, "gpus", "group-traffic")

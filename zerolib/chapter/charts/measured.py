@@ -23,7 +23,7 @@ from zerolib.chapter.style import (
     new_figure,
     style,
 )
-from zerolib.core.accounting import CATEGORIES, STRATEGY_NAMES
+from zerolib.core.memory.accounting import CATEGORIES, STRATEGY_NAMES
 from zerolib.core.units import format_relative
 
 MEASURED_COLUMNS = ("panel", "stage", "rank", "category", "measured_bytes", "predicted_bytes",

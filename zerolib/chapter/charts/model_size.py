@@ -1,6 +1,6 @@
 """Figure: per-GPU model state of several model sizes at one GPU count, as grouped bars.
 
-:func:`draw_memory_vs_model_size` draws a :func:`zerolib.core.tables.memory_table` of one GPU
+:func:`draw_memory_vs_model_size` draws a :func:`zerolib.core.memory.tables.memory_table` of one GPU
 count into an Axes (log scale, a value label on every bar) and returns the artists;
 :func:`update_memory_vs_model_size` changes the same artists for a new table, device or unit.
 """
@@ -36,9 +36,9 @@ from zerolib.chapter.style import (
     show_device_and_titles,
     style,
 )
-from zerolib.core.accounting import STRATEGY_NAMES
-from zerolib.core.devices import Device, get_device
-from zerolib.core.tables import COLUMNS
+from zerolib.core.catalogue.devices import Device, get_device
+from zerolib.core.memory.accounting import STRATEGY_NAMES
+from zerolib.core.memory.tables import COLUMNS
 from zerolib.core.units import check_unit, format_count, format_value
 
 FIGSIZE = (9.0, 5.8)  # inches
@@ -46,7 +46,7 @@ MARGINS = (0.95, 0.25, 1.4, 0.8)  # left, right, bottom, top (inches)
 
 
 def _check(table) -> pd.DataFrame:
-    return check_tidy(table, COLUMNS, ("layout",), "zerolib.core.tables.memory_table")
+    return check_tidy(table, COLUMNS, ("layout",), "zerolib.core.memory.tables.memory_table")
 
 
 @dataclass(eq=False)
@@ -97,7 +97,7 @@ def _labels_fit(ax, n_models: int, n_stages: int) -> bool:
     return bar_width_pt >= 10
 
 
-_VALUE_LABEL_SIZE = 8  # points
+_VALUE_LABEL_SIZE = 9  # points
 
 
 def _crosses(ax, height: float, text: str, line: float) -> bool:
@@ -192,7 +192,7 @@ def draw_memory_vs_model_size(ax, table: pd.DataFrame, device: str | Device = "a
                               unit: str = "GB") -> ModelSizeArtists:
     """Grouped bars: per-GPU model state of each model under each stage, on a log scale.
 
-    ``table`` holds one GPU count (:func:`zerolib.core.tables.memory_table`, whose ``attrs`` name the layout).
+    ``table`` holds one GPU count (:func:`zerolib.core.memory.tables.memory_table`, whose ``attrs`` name the layout).
     """
     table = _check(table)
     single_value(table, "gpus", "model-size")

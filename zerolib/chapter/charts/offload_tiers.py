@@ -1,7 +1,7 @@
 """Figure: where the model state lives, one stacked bar per option (GPU, CPU memory, NVMe).
 
-:func:`draw_offload_tiers` draws a :func:`zerolib.core.tables.tier_table` (one model, one GPU
-count, the options of :data:`zerolib.core.placement.OPTIONS`) into an Axes and returns the
+:func:`draw_offload_tiers` draws a :func:`zerolib.core.memory.tables.tier_table` (one model, one GPU
+count, the options of :data:`zerolib.core.memory.placement.OPTIONS`) into an Axes and returns the
 artists; :func:`update_offload_tiers` changes the same artists for a new table, device or unit.
 Each bar is the model state one GPU owns, per tier, bottom to top: what stays in GPU memory,
 what its process keeps in the node's CPU memory, what it keeps on NVMe. The dashed line is the
@@ -22,15 +22,16 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from matplotlib.transforms import blended_transform_factory, offset_copy
 
 from zerolib.chapter.charts.tidy import check_tidy
-from zerolib.chapter.charts.will_it_fit import TOL_MUTED, _ink
+from zerolib.chapter.charts.will_it_fit import TOL_MUTED
 from zerolib.chapter.style import (
     DEVICE_COLOR,
-    LABEL_BACKING,
     OKABE_ITO,
     add_axes,
     device_label,
     fix_axis_labels,
     gpus_text,
+    ink,
+    labels_clear_of_line,
     layout_summary,
     make_titles,
     new_figure,
@@ -38,9 +39,9 @@ from zerolib.chapter.style import (
     show_device_and_titles,
     style,
 )
-from zerolib.core.devices import Device, get_device
-from zerolib.core.placement import TIERS
-from zerolib.core.tables import TIER_COLUMNS
+from zerolib.core.catalogue.devices import Device, get_device
+from zerolib.core.memory.placement import TIERS
+from zerolib.core.memory.tables import TIER_COLUMNS
 from zerolib.core.units import check_unit, format_count, format_value
 
 FIGSIZE = (12.0, 6.4)
@@ -50,13 +51,13 @@ TIER_COLORS: Mapping[str, str] = MappingProxyType({
 TIER_LABELS: Mapping[str, str] = MappingProxyType({
     "gpu": "GPU memory", "cpu": "CPU memory (host)", "nvme": "NVMe (host SSD)"})
 _WIDTH = 0.64
-_SEGMENT_LABEL_SIZE = 8
+_SEGMENT_LABEL_SIZE = 9   # points: 10 px in the explorer
 _ABOVE_BAR_PT = 34
 
 
 def _check(table) -> pd.DataFrame:
     return check_tidy(table, TIER_COLUMNS, ("params", "gpus", "gpus_on_node", "layout"),
-                      "zerolib.core.tables.tier_table")
+                      "zerolib.core.memory.tables.tier_table")
 
 
 def _grid(table) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -65,7 +66,7 @@ def _grid(table) -> tuple[list[str], np.ndarray, np.ndarray]:
     tier_index = {t: i for i, t in enumerate(TIERS)}
     if len(table) != len(options) * len(TIERS) or table.duplicated(["option", "tier"]).any():
         raise ValueError("table must hold every tier exactly once for every option (use "
-                         "zerolib.core.tables.tier_table)")
+                         "zerolib.core.memory.tables.tier_table)")
     grid = np.zeros((len(options), len(TIERS)), dtype=np.int64)
     rows = table["option"].map({o: i for i, o in enumerate(options)}).to_numpy()
     grid[rows, table["tier"].map(tier_index).to_numpy()] = table["bytes"].to_numpy()
@@ -125,6 +126,7 @@ def _apply(artists: OffloadArtists, table, device, unit):
     bottoms = tops - values
     height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
     top = max(float(tops[:, -1].max()) / (1 - _ABOVE_BAR_PT / height_pt), capacity * 1.1)
+    label_at, top = labels_clear_of_line(tops[:, -1], capacity, top, _ABOVE_BAR_PT / height_pt)
     ax.set_ylim(0, top)
     ax.set_ylabel(f"Model state one GPU owns [{unit}]")
     points_per_unit = height_pt / top
@@ -138,14 +140,8 @@ def _apply(artists: OffloadArtists, table, device, unit):
     for i in range(len(options)):
         gpu = values[i, TIERS.index("gpu")]
         fits = bool(grid[i, TIERS.index("gpu")] <= device.capacity)
-        artists.gpu_labels[i].set_y(tops[i, -1])
-        artists.verdict_labels[i].set_y(tops[i, -1])
-        # Where the capacity line runs through the two labels, they get a white backing (only
-        # there: each backing costs a patch on every redraw).
-        crossing = tops[i, -1] <= capacity <= tops[i, -1] + _ABOVE_BAR_PT / points_per_unit
-        for text in (artists.gpu_labels[i], artists.verdict_labels[i]):
-            if crossing != (text.get_bbox_patch() is not None):
-                text.set_bbox(dict(LABEL_BACKING) if crossing else None)
+        artists.gpu_labels[i].set_y(label_at[i])
+        artists.verdict_labels[i].set_y(label_at[i])
         if offered[i]:
             artists.gpu_labels[i].set_text(f"GPU {format_value(gpu)} {unit}")
             artists.verdict_labels[i].set_text("fits" if fits else "too big")
@@ -176,7 +172,7 @@ def draw_offload_tiers(ax, table: pd.DataFrame, device: str | Device = "a100-80g
                                 edgecolor="white", linewidth=0.8, label=TIER_LABELS[tier], zorder=3)
             segment_labels[tier] = [ax.text(xi, 0, "", ha="center", va="center",
                                             fontsize=_SEGMENT_LABEL_SIZE,
-                                            color=_ink(TIER_COLORS[tier]), zorder=4, clip_on=True)
+                                            color=ink(TIER_COLORS[tier]), zorder=4, clip_on=True)
                                     for xi in x]
         value_at = offset_copy(ax.transData, figure, y=3, units="points")
         verdict_at = offset_copy(ax.transData, figure, y=16, units="points")

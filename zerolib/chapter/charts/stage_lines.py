@@ -22,7 +22,7 @@ from zerolib.chapter.style import (
     make_titles,
     plain_number,
 )
-from zerolib.core.accounting import STRATEGY_NAMES
+from zerolib.core.memory.accounting import STRATEGY_NAMES
 from zerolib.core.units import format_value
 
 

@@ -1,9 +1,9 @@
 """Figure: one training step per strategy, as a timeline of compute and collectives.
 
-:func:`draw_step_timeline` draws a :func:`zerolib.core.step_tables.timeline_frame`: per
+:func:`draw_step_timeline` draws a :func:`zerolib.core.step.tables.timeline_frame`: per
 strategy two lanes, the GPU's compute (forward, backward, waiting for the network) and the
 network (each collective of the schedule, with its bytes per GPU), placed in time by the
-overlap model of :mod:`zerolib.core.step`. The model, GPUs, interconnect and compute settings
+overlap model of :mod:`zerolib.core.step.time`. The model, GPUs, interconnect and compute settings
 named in the titles come from the frame's ``attrs``.
 """
 from __future__ import annotations
@@ -18,22 +18,23 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from matplotlib.transforms import blended_transform_factory, offset_copy
 
 from zerolib.chapter.charts.tidy import check_tidy
-from zerolib.chapter.charts.will_it_fit import TOL_MUTED, _ink
+from zerolib.chapter.charts.will_it_fit import TOL_MUTED
 from zerolib.chapter.style import (
     STRATEGY_COLORS,
     add_axes,
     fix_axis_labels,
     gpus_text,
+    ink,
     legend_below,
     make_titles,
     new_figure,
     plain_number,
     style,
 )
-from zerolib.core.accounting import STRATEGY_NAMES
-from zerolib.core.collectives import KIND_LABELS
-from zerolib.core.communication import SLOTS
-from zerolib.core.step_tables import TIMELINE_COLUMNS
+from zerolib.core.memory.accounting import STRATEGY_NAMES
+from zerolib.core.step.collectives import KIND_LABELS
+from zerolib.core.step.tables import TIMELINE_COLUMNS
+from zerolib.core.step.traffic import SLOTS
 from zerolib.core.units import GB, format_count, format_value
 
 FIGSIZE = (11.0, 6.4)   # inches
@@ -93,7 +94,7 @@ def step_timeline_titles(attrs: Mapping) -> tuple[str, str]:
 def draw_step_timeline(ax, frame: pd.DataFrame):
     """Two lanes per strategy (compute above, network below), blocks placed in time; the step
     time and the share spent waiting at the right. Returns the Axes."""
-    made_by = "zerolib.core.step_tables.timeline_frame"
+    made_by = "zerolib.core.step.tables.timeline_frame"
     frame = check_tidy(frame, TIMELINE_COLUMNS, ("model", "gpus", "interconnect", "device",
                                                  "compute", "layout", "bus_bandwidth",
                                                  "step_seconds"), made_by)
@@ -116,7 +117,7 @@ def draw_step_timeline(ax, frame: pd.DataFrame):
             text = _block_text(row, end - start)
             if _fits(text, (end - start) * points_per_ms):
                 ax.text((start + end) / 2, y, text, ha="center", va="center",
-                        fontsize=_LABEL_SIZE, linespacing=1.05, color=_ink(color), zorder=4,
+                        fontsize=_LABEL_SIZE, linespacing=1.05, color=ink(color), zorder=4,
                         clip_on=True)
         right = offset_copy(blended_transform_factory(ax.transAxes, ax.transData), figure, x=8,
                             units="points")

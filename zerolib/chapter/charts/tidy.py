@@ -1,4 +1,4 @@
-"""Reading the tidy tables of :mod:`zerolib.core.tables` for a chart: checks and reshaping.
+"""Reading the tidy tables of :mod:`zerolib.core.memory.tables` for a chart: checks and reshaping.
 
 A chart draws what a table holds and what its ``attrs`` say about it (the layout, the model,
 the settings); it never recomputes the numbers.

@@ -1,6 +1,6 @@
 """Figure: the trade ZeRO makes, per-GPU memory against step time, one point per stage.
 
-:func:`draw_memory_vs_step_time` draws a :func:`zerolib.core.step_tables.tradeoff_frame` and
+:func:`draw_memory_vs_step_time` draws a :func:`zerolib.core.step.tables.tradeoff_frame` and
 returns the artists; :func:`update_memory_vs_step_time` changes the same artists (points, the
 segment from compute time to step time that shows the wait for the network, labels, the
 device line, titles, limits) for a new frame, device or unit. The published figure, the
@@ -32,9 +32,9 @@ from zerolib.chapter.style import (
     show_device_and_titles,
     style,
 )
-from zerolib.core.accounting import STRATEGY_NAMES
-from zerolib.core.devices import Device, get_device
-from zerolib.core.step_tables import TRADEOFF_COLUMNS
+from zerolib.core.catalogue.devices import Device, get_device
+from zerolib.core.memory.accounting import STRATEGY_NAMES
+from zerolib.core.step.tables import TRADEOFF_COLUMNS
 from zerolib.core.units import GB, check_unit, format_value
 
 FIGSIZE = (8.8, 5.8)  # inches
@@ -45,7 +45,7 @@ COMPUTE_COLOR = "#777777"
 def _check(frame) -> pd.DataFrame:
     return check_tidy(frame, TRADEOFF_COLUMNS, ("model", "gpus", "interconnect", "device",
                                                 "compute", "layout", "bus_bandwidth"),
-                      "zerolib.core.step_tables.tradeoff_frame")
+                      "zerolib.core.step.tables.tradeoff_frame")
 
 
 def tradeoff_titles(attrs) -> tuple[str, str]:

@@ -1,6 +1,6 @@
 """Figure: will it fit? The peak per GPU, stage by stage, as stacked bars against the device.
 
-:func:`draw_will_it_fit` draws a :func:`zerolib.core.tables.peak_frame` (persistent state, then
+:func:`draw_will_it_fit` draws a :func:`zerolib.core.memory.tables.peak_frame` (persistent state, then
 each working-set term, per stage) and returns the artists; :func:`update_will_it_fit` changes
 the same artists for a new frame, device or unit. The model, settings and layout named in the
 title come from the frame's ``attrs``.
@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -27,17 +26,19 @@ from zerolib.chapter.style import (
     add_axes,
     device_label,
     fix_axis_labels,
+    ink,
+    labels_clear_of_line,
     make_titles,
     new_figure,
     plain_number,
     show_device_and_titles,
     style,
 )
-from zerolib.core.accounting import CATEGORIES, STRATEGY_NAMES, Layout
-from zerolib.core.devices import Device, get_device
-from zerolib.core.tables import COMPONENTS, PEAK_COLUMNS
+from zerolib.core.catalogue.devices import Device, get_device
+from zerolib.core.memory.accounting import CATEGORIES, STRATEGY_NAMES, Layout
+from zerolib.core.memory.tables import COMPONENTS, PEAK_COLUMNS
+from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.units import GB, GiB, check_unit, format_value
-from zerolib.core.working_set import WorkingSetSettings
 
 FIGSIZE = (10.4, 6.0)  # inches
 MARGINS = (0.95, 4.35, 0.8, 0.8)  # left, right (capacity tag, then the legend), bottom, top
@@ -72,21 +73,12 @@ RECOMPUTE_WORDS = MappingProxyType({"none": "no recomputation", "selective": "se
                                     "full": "full recomputation"})
 _COMPONENT_INDEX = MappingProxyType({c: i for i, c in enumerate(COMPONENTS)})
 _STACK_WIDTH = 0.62
-_SEGMENT_LABEL_SIZE = 8        # points; a segment shows its value when at least 12 points tall
+_SEGMENT_LABEL_SIZE = 9        # points (10 px in the explorer); a segment shows its value when at least 12 points tall
 _ZERO_EVERYWHERE = "#777777"   # legend text of a component that is 0 in every bar drawn
 # Room above the tallest bar for its two label lines (value, verdict), in points.
 _ABOVE_BAR_PT = 36
 # The capacity tag sits right of the axes at the line's height; the legend starts beyond it.
 _TAG_OFFSET_PT, _LEGEND_OFFSET_PT = 6, 72
-_PEAK_LABEL_BACKING = MappingProxyType({"facecolor": "white", "edgecolor": "none", "pad": 2.0})
-
-
-def _ink(colour: str) -> str:
-    """Black or white, whichever has the higher WCAG contrast ratio on ``colour``."""
-    channels = np.array(matplotlib.colors.to_rgb(colour))
-    linear = np.where(channels <= 0.04045, channels / 12.92, ((channels + 0.055) / 1.055) ** 2.4)
-    luminance = float(linear @ [0.2126, 0.7152, 0.0722])
-    return "#000000" if (luminance + 0.05) / 0.05 >= 1.05 / (luminance + 0.05) else "#ffffff"
 
 
 def _wrap_strategy(stage: int) -> str:
@@ -122,7 +114,7 @@ def will_it_fit_titles(model: str, gpus: int, settings: WorkingSetSettings,
 
 def _check_peak_frame(frame):
     """(model name, gpus, stages, bytes grid [stage, component]) of a ``peak_frame``."""
-    made_by = "zerolib.core.tables.peak_frame"
+    made_by = "zerolib.core.memory.tables.peak_frame"
     frame = check_tidy(frame, PEAK_COLUMNS, ("model", "settings", "layout"), made_by)
     models = frame["model"].unique()
     if len(models) != 1:
@@ -190,6 +182,7 @@ def _apply_will_it_fit(artists: WillItFitArtists, frame, device, unit):
 
     height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
     top = max(float(peaks.max()) / (1 - _ABOVE_BAR_PT / height_pt), capacity * 1.08)
+    label_at, top = labels_clear_of_line(peaks, capacity, top, _ABOVE_BAR_PT / height_pt)
     ax.set_ylim(0, top)
     ax.set_ylabel(f"Peak memory per GPU [{unit}]")
     points_per_unit = height_pt / top
@@ -209,17 +202,11 @@ def _apply_will_it_fit(artists: WillItFitArtists, frame, device, unit):
 
     for i, stage in enumerate(stages):
         fits = bool(peak_bytes[i] <= device.capacity)
-        artists.peak_labels[stage].set_y(peaks[i])
+        artists.peak_labels[stage].set_y(label_at[i])
         artists.peak_labels[stage].set_text(f"{format_value(peaks[i])} {unit}")
-        artists.verdict_labels[stage].set_y(peaks[i])
+        artists.verdict_labels[stage].set_y(label_at[i])
         artists.verdict_labels[stage].set_text("fits" if fits else "too big")
         artists.verdict_labels[stage].set_color(OKABE_ITO["bluish green"] if fits else DEVICE_COLOR)
-        # The two labels span _ABOVE_BAR_PT points above the bar; where the capacity line runs
-        # through them, they get a white backing (only then: each backing costs a patch).
-        crossing = peaks[i] <= capacity <= peaks[i] + _ABOVE_BAR_PT / points_per_unit
-        for text in (artists.peak_labels[stage], artists.verdict_labels[stage]):
-            if crossing != (text.get_bbox_patch() is not None):
-                text.set_bbox(dict(_PEAK_LABEL_BACKING) if crossing else None)
 
     artists.device_tag.set_y(capacity)
     artists.device_tag.set_text(f"{format_value(capacity)} {unit}")
@@ -232,7 +219,7 @@ def draw_will_it_fit(ax, frame: pd.DataFrame, device: str | Device = "a100-80gb"
                      unit: str = "GB") -> WillItFitArtists:
     """One stacked bar per stage: persistent state, then each working-set term, to the peak.
 
-    ``frame`` is :func:`zerolib.core.tables.peak_frame` (its ``attrs`` name the settings); the
+    ``frame`` is :func:`zerolib.core.memory.tables.peak_frame` (its ``attrs`` name the settings); the
     dashed line is the device's capacity (also written at the line's right end, in ``unit``).
     Above each bar: its peak and whether it fits (peak <= capacity, in bytes).
     """
@@ -249,7 +236,7 @@ def draw_will_it_fit(ax, frame: pd.DataFrame, device: str | Device = "a100-80gb"
                                      linewidth=0.8, label=COMPONENT_LABELS[component], zorder=3)
             segment_labels[component] = [
                 ax.text(xi, 0, "", ha="center", va="center", fontsize=_SEGMENT_LABEL_SIZE,
-                        color=_ink(COMPONENT_COLORS[component]), zorder=4, clip_on=True)
+                        color=ink(COMPONENT_COLORS[component]), zorder=4, clip_on=True)
                 for xi in x]
         value_at = offset_copy(ax.transData, figure, y=3, units="points")
         verdict_at = offset_copy(ax.transData, figure, y=17, units="points")

@@ -21,10 +21,16 @@ import html
 import math
 from contextlib import contextmanager
 
+from zerolib.chapter.explorers.panel import (
+    EXPLORER_CLASS,
+    TABLE_CSS,
+    control_panel,
+    shown_at_own_size,
+)
 from zerolib.chapter.fast_png import IncrementalPng
 from zerolib.chapter.style import add_axes, new_figure
-from zerolib.core.accounting import CATEGORIES, LAYOUTS, Layout, get_layout
-from zerolib.core.devices import CAPACITY_BASES, DEVICES, device_at, get_device
+from zerolib.core.catalogue.devices import CAPACITY_BASES, DEVICES, device_at, get_device
+from zerolib.core.memory.accounting import CATEGORIES, LAYOUTS, Layout, get_layout
 from zerolib.core.units import UNITS, check_unit, format_value
 
 EXPLORER_DPI = 80   # 640 x 448 pixels for the GPU-count figure: readable, quick to redraw
@@ -48,14 +54,20 @@ def widgets():
 
 def in_unit(n_bytes, unit: str) -> str:
     """Bytes as a value label in ``unit``: ``'17.5 GB'``."""
-    return f"{format_value(float(n_bytes) / check_unit(unit))} {unit}"
+    return unit_label(unit)(n_bytes)
+
+
+def unit_label(unit: str):
+    """:func:`in_unit` with ``unit`` checked once: the labeller of a table of many values."""
+    per = check_unit(unit)
+    return lambda n_bytes: f"{format_value(float(n_bytes) / per)} {unit}"
 
 
 def device_and_unit(device: str, unit: str, capacity: str = "nominal") -> dict:
     """The device dropdown, the reading of its capacity and the unit buttons every explorer has.
 
     ``capacity`` says which reading of the device's "80GB" a fit is judged against
-    (:data:`zerolib.core.devices.CAPACITY_BASES`): the vendor's GiB, the same figure in decimal
+    (:data:`zerolib.core.catalogue.devices.CAPACITY_BASES`): the vendor's GiB, the same figure in decimal
     GB, or what nvidia-smi reports.
     """
     w = widgets()
@@ -97,9 +109,8 @@ class LayoutControls:
         self.sliders = {
             category: w.FloatSlider(value=width, min=0, max=32, step=WIDTH_STEP,
                                     readout_format=".1f",
-                                    description=f"{category} bytes/param",
-                                    style={"description_width": "initial"},
-                                    layout=w.Layout(width="320px"))
+                                    description=category.capitalize(),
+                                    tooltip=f"{category}: bytes per parameter")
             for category, width in zip(CATEGORIES, layout.widths())}
         self._on_change = on_change
         self._syncing = False
@@ -163,7 +174,9 @@ class LayoutControls:
 class Explorer:
     """Shared machinery: the image, the text widgets, observing the controls, redrawing.
 
-    A subclass sets ``controls`` and ``data``, calls :meth:`_start`, and implements
+    A subclass sets ``controls`` and ``data``, calls :meth:`_start`, declares its control panel
+    as ``PANEL`` (titled sections of control names, laid out by
+    :func:`zerolib.chapter.explorers.panel.control_panel`), and implements
     ``_update()`` (recompute ``.data``, update the artists, write the texts; return False when
     there is nothing to draw) and ``_describe()`` (write the texts for the current ``.data``).
     """
@@ -204,6 +217,7 @@ class Explorer:
         write the texts, then watch the controls."""
         self.figure = new_figure(figsize, self.dpi)
         self.artists = draw(add_axes(self.figure, margins))
+        shown_at_own_size(self.image, self.figure)
         self._renderer = IncrementalPng(self.figure, blocks(self.artists))
         self._describe()
         self.image.value = self._renderer.render()
@@ -236,10 +250,15 @@ class Explorer:
             self.image.value = self._renderer.render()
             self.redraws += 1
 
-    def _box(self, rows):
+    def _box(self):
+        """The explorer's one layout: the static note, the control panel, the texts, the
+        figure and the tables."""
         w = widgets()
-        return w.VBox([w.HTML(STATIC_NOTE), *rows, w.HBox([self.controls["capacity"]]),
-                       self.status, self.summary, self.image, self.table])
+        box = w.VBox([w.HTML(STATIC_NOTE), w.HTML(TABLE_CSS),
+                      control_panel(self.controls, self.PANEL),
+                      self.status, self.summary, self.image, self.table])
+        box.add_class(EXPLORER_CLASS)
+        return box
 
     # Current settings every explorer has, read from the controls.
     @property

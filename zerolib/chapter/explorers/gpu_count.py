@@ -27,10 +27,10 @@ from zerolib.chapter.explorers.base import (
 )
 from zerolib.chapter.fast_png import text_blocks
 from zerolib.chapter.style import device_label, gpus_text, layout_summary
-from zerolib.core.accounting import STAGES, STRATEGY_NAMES, Layout, model_state
-from zerolib.core.devices import Device, capacity_text
+from zerolib.core.catalogue.devices import Device, capacity_text
 from zerolib.core.inputs import MAX_GPUS
-from zerolib.core.tables import fewest_gpus_table, memory_table
+from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, model_state
+from zerolib.core.memory.tables import fewest_gpus_table, memory_table
 from zerolib.core.units import format_count
 
 # Model sizes a reader can pick (parameters). The chapter's five, plus common sizes around them.
@@ -76,7 +76,7 @@ def fewest_gpus_html(params: int, layout: Layout, device: Device, unit: str) -> 
         f"{html.escape(device.label)} "
         f"({html.escape(capacity_text(device, unit))}), "
         f"{format_count(params)} parameters</caption>"
-        "<thead><tr><th>Strategy</th><th>Fewest GPUs</th><th>Model state per GPU there</th></tr></thead>"
+        "<thead><tr><th>Strategy</th><th>Fewest GPUs</th><th class='prose'>Model state per GPU there</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>")
 
 
@@ -87,6 +87,12 @@ class GpuCountExplorer(Explorer):
     ``parameters_bytes``/``gradients_bytes``/``optimizer_bytes``, ``device``, ``unit``. The table
     lists, per strategy, the fewest GPUs at which it fits the chosen device.
     """
+
+    PANEL = (
+        ("Model and GPUs", ("params", "gpus")),
+        ("Bytes per parameter", ("layout", "parameters_bytes", "gradients_bytes", "optimizer_bytes")),
+        ("Device", ("device", "unit", "capacity")),
+    )
 
     def __init__(self, params: int = 7 * 10**9, gpus: tuple[int, int] = (1, 64),
                  layout: str | Layout = "mixed-adam", device: str = "a100-80gb",
@@ -113,12 +119,7 @@ class GpuCountExplorer(Explorer):
         self.data = self._table()
         self._start(FIGSIZE, MARGINS, text_blocks,
                     lambda ax: draw_memory_vs_gpu_count(ax, self.data, self.device, self.unit))
-        c = self.controls
-        self.widget = self._box([
-            w.HBox([c["params"], c["gpus"]]),
-            w.HBox([c["layout"], c["device"], c["unit"]]),
-            w.HBox([c["parameters_bytes"], c["gradients_bytes"], c["optimizer_bytes"]]),
-        ])
+        self.widget = self._box()
 
     # Current settings, read from the controls.
     @property

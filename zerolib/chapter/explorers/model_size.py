@@ -28,9 +28,9 @@ from zerolib.chapter.explorers.gpu_count import MODEL_SIZES
 from zerolib.chapter.fast_png import text_blocks
 from zerolib.chapter.figures import DEFAULTS as PUBLISHED
 from zerolib.chapter.style import device_label, layout_summary
-from zerolib.core.accounting import STAGES, STRATEGY_NAMES, Layout
-from zerolib.core.devices import Device, capacity_text
-from zerolib.core.tables import memory_table
+from zerolib.core.catalogue.devices import Device, capacity_text
+from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout
+from zerolib.core.memory.tables import memory_table
 from zerolib.core.units import format_count
 
 CHAPTER_SIZES = PUBLISHED.model_sizes   # the five of the chapter's model-size figure
@@ -60,10 +60,10 @@ def fits_table_html(table: pd.DataFrame, device: Device, unit: str) -> str:
         rows.append(f"<tr><td>{format_count(int(params))}</td>{''.join(cells)}"
                     f"<td>{html.escape(verdict)}</td></tr>")
     capacity = capacity_text(device, unit)
-    headers = "".join(f"<th>{html.escape(STRATEGY_NAMES[s])}</th>" for s in STAGES)
-    return (f"<table><caption>Per GPU on {gpus} GPU{'s' if gpus != 1 else ''} against the "
+    headers = "".join(f"<th class='prose'>{html.escape(STRATEGY_NAMES[s])}</th>" for s in STAGES)
+    return (f"<table class='prose-last'><caption>Per GPU on {gpus} GPU{'s' if gpus != 1 else ''} against the "
             f"{html.escape(device.label)} ({html.escape(capacity)})</caption>"
-            f"<thead><tr><th>Model</th>{headers}<th>Least partitioning whose model state fits</th>"
+            f"<thead><tr><th>Model</th>{headers}<th class='prose'>Least partitioning whose model state fits</th>"
             "</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
 
@@ -100,6 +100,12 @@ class ModelSizeExplorer(Explorer):
     says which strategy makes which model's state fit the chosen device.
     """
 
+    PANEL = (
+        ("GPUs and models", ("gpus", "models")),
+        ("Bytes per parameter", ("layout", "parameters_bytes", "gradients_bytes", "optimizer_bytes")),
+        ("Device", ("device", "unit", "capacity")),
+    )
+
     def __init__(self, gpus: int = 64, models=CHAPTER_SIZES, layout: str | Layout = "mixed-adam",
                  device: str = "a100-80gb", unit: str = "GB", dpi: float = EXPLORER_DPI):
         super().__init__(dpi)
@@ -119,11 +125,7 @@ class ModelSizeExplorer(Explorer):
         self.data = self._table()
         self._start(FIGSIZE, MARGINS, text_blocks,
                     lambda ax: draw_memory_vs_model_size(ax, self.data, self.device, self.unit))
-        c = self.controls
-        self.widget = self._box([
-            w.HBox([w.VBox([c["gpus"], c["layout"], c["device"], c["unit"]]), c["models"]]),
-            w.HBox([c["parameters_bytes"], c["gradients_bytes"], c["optimizer_bytes"]]),
-        ])
+        self.widget = self._box()
 
     @property
     def gpus(self) -> int:

@@ -2,14 +2,16 @@
 size, GPU count, shard group, node size, host memory, device and unit.
 
 :func:`summary_html` and :func:`options_table_html` are pure (tested without widgets): they read
-the drawn :func:`zerolib.core.tables.tier_table` and judge the GPU tier against the device and
+the drawn :func:`zerolib.core.memory.tables.tier_table` and judge the GPU tier against the device and
 each node's CPU memory against the host memory.
 """
 from __future__ import annotations
 
 import html
+from dataclasses import replace
 
 import pandas as pd
+from matplotlib.transforms import offset_copy
 
 from zerolib.chapter.charts.offload_tiers import (
     FIGSIZE,
@@ -26,9 +28,10 @@ from zerolib.chapter.explorers.base import (
     widgets,
 )
 from zerolib.chapter.explorers.gpu_count import MODEL_SIZES
-from zerolib.chapter.style import device_label, gpus_text
-from zerolib.core.devices import Device, capacity_text
-from zerolib.core.tables import divisors, tier_table
+from zerolib.chapter.style import add_axes, device_label, gpus_text, new_figure, style
+from zerolib.core.catalogue.devices import Device, capacity_text
+from zerolib.core.memory.placement import TIERS
+from zerolib.core.memory.tables import divisors, tier_table
 from zerolib.core.units import GiB, format_count
 
 GPU_COUNTS = tuple(2**k for k in range(11))          # 1 to 1,024
@@ -37,6 +40,34 @@ GPUS_PER_NODE = (1, 2, 4, 8, 16)
 # the ZeRO-Infinity paper 1.5 TB).
 TiB = 1024 * GiB
 HOST_MEMORIES = (256 * GiB, 512 * GiB, TiB, 1536 * GiB, 2 * TiB, 4 * TiB)
+# The published figure is 12 inches wide, its legend right of the bars: 960 pixels at the
+# explorer's resolution, wider than JupyterLab's output area beside its file browser in a
+# 1,280-pixel window. The explorer draws it 10.5 inches wide (840 pixels), the legend in one row
+# under the options' names, so the bars keep the room their labels need.
+EXPLORER_FIGSIZE = (10.5, FIGSIZE[1] + 0.5)
+EXPLORER_MARGINS = (MARGINS[0], 0.35, MARGINS[2] + 0.5, MARGINS[3])
+LEGEND_BELOW_PT = 64      # under the four lines of the options' names
+
+
+def _legend_below(artists):
+    """The same legend entries, in one row under the axes."""
+    ax = artists.ax
+    artists.legend.remove()
+    handles = [*(artists.bars[tier] for tier in reversed(TIERS)), artists.device_line]
+    with style():
+        legend = ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                           bbox_transform=offset_copy(ax.transAxes, ax.figure,
+                                                      y=-LEGEND_BELOW_PT, units="points"),
+                           ncols=len(handles), frameon=False, handlelength=2.2,
+                           borderaxespad=0.0, columnspacing=1.5)
+    return replace(artists, legend=legend)
+
+
+def explorer_figure(table: pd.DataFrame, device, unit: str, dpi: float = EXPLORER_DPI):
+    """A new Figure drawn as the explorer draws it (narrower, the legend below), and its artists."""
+    figure = new_figure(EXPLORER_FIGSIZE, dpi)
+    return figure, _legend_below(draw_offload_tiers(add_axes(figure, EXPLORER_MARGINS), table,
+                                                    device, unit))
 
 
 def _size(n_bytes: int) -> str:
@@ -97,11 +128,12 @@ def options_table_html(table: pd.DataFrame, device: Device, unit: str, host_memo
     cells = []
     for r in option_rows(table, device, host_memory):
         if not r["offered"]:
-            cells.append(f"<tr><td>{html.escape(r['option'])}</td><td colspan='5'>not offered: "
+            cells.append(f"<tr><td class='prose'>{html.escape(r['option'])}</td><td class='prose' "
+                         f"colspan='5'>not offered: "
                          f"{html.escape(r['note'])}</td></tr>")
             continue
         cells.append(
-            f"<tr><td>{html.escape(r['option'])}</td>{right(in_unit(r['gpu'], unit))}"
+            f"<tr><td class='prose'>{html.escape(r['option'])}</td>{right(in_unit(r['gpu'], unit))}"
             f"<td>{'fits' if r['gpu_fits'] else 'too big'}</td>"
             f"{right(in_unit(r['cpu_per_node'], unit))}"
             f"<td>{'fits' if r['host_fits'] else 'too big'}</td>"
@@ -120,8 +152,14 @@ class PlacementExplorer(Explorer):
 
     Controls: ``params`` (model size), ``gpus`` (1 to 1,024), ``shard_group`` (a divisor of the
     GPU count; the options follow the GPU count), ``gpus_per_node``, ``host_memory`` (CPU memory
-    per node), ``device``, ``unit``. ``.data`` is :func:`zerolib.core.tables.tier_table`.
+    per node), ``device``, ``unit``. ``.data`` is :func:`zerolib.core.memory.tables.tier_table`.
     """
+
+    PANEL = (
+        ("Model and cluster", ("params", "gpus", "shard_group", "gpus_per_node",
+                                   "host_memory")),
+        ("Device", ("device", "unit", "capacity")),
+    )
 
     def __init__(self, params: int = 70 * 10**9, gpus: int = 64, shard_group: int | None = None,
                  gpus_per_node: int = 8, host_memory: int = 1024 * GiB, device: str = "a100-80gb",
@@ -161,14 +199,9 @@ class PlacementExplorer(Explorer):
         # Registered before the redraw observer (_start), so the shard group follows the GPU
         # count before the one redraw that change causes.
         self.controls["gpus"].observe(self.reporting(self._gpus_changed), names="value")
-        self._start(FIGSIZE, MARGINS, offload_blocks,
-                    lambda ax: draw_offload_tiers(ax, self.data, self.device, self.unit))
-        c = self.controls
-        self.widget = self._box([
-            w.HBox([c["params"], c["gpus"], c["shard_group"]]),
-            w.HBox([c["gpus_per_node"], c["host_memory"]]),
-            w.HBox([c["device"], c["unit"]]),
-        ])
+        self._start(EXPLORER_FIGSIZE, EXPLORER_MARGINS, offload_blocks,
+                    lambda ax: _legend_below(draw_offload_tiers(ax, self.data, self.device, self.unit)))
+        self.widget = self._box()
 
     @staticmethod
     def _group_options(gpus: int) -> list[tuple[str, int]]:

@@ -20,15 +20,14 @@ from zerolib.chapter.explorers.base import (
     EXPLORER_DPI,
     Explorer,
     device_and_unit,
-    in_unit,
+    unit_label,
     widgets,
 )
-from zerolib.core.devices import DEVICES
-from zerolib.core.links import LINKS
-from zerolib.core.nodes import NODES
-from zerolib.core.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS
+from zerolib.core.catalogue.devices import DEVICES
+from zerolib.core.catalogue.links import LINKS
+from zerolib.core.catalogue.models import MODELS
+from zerolib.core.catalogue.nodes import NODES
 from zerolib.core.planner import (
-    DEFAULT_LINKS,
     PLAN_HEADER,
     PLAN_LEFT_OUT,
     SHARD_GROUPS,
@@ -36,18 +35,26 @@ from zerolib.core.planner import (
     describe_configuration,
     plan,
 )
-from zerolib.core.step import DEFAULT_MFU
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS
+from zerolib.core.step.time import DEFAULT_MFU
 from zerolib.core.units import GiB, format_value
 
-MODELS = ("llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-70b", "mixtral-8x7b",
-          "llama-3.1-405b")
 GPU_STEPS = tuple(2**k for k in range(3, 11))          # 8 to 1,024
 PER_NODE = (4, 8, 16)
 SEQ_STEPS = tuple(2**k for k in range(10, 16))         # 1,024 to 32,768 tokens
+# The catalogue's presets that plan at every sequence the slider offers (a learned position
+# table ends at its context: GPT-2's at 1,024).
+PLANNED_MODELS = tuple(name for name, config in MODELS.items()
+                       if config.position_embedding != "learned"
+                       or config.max_positions >= SEQ_STEPS[-1])
 BATCH_STEPS = tuple(2**k for k in range(6, 13))        # 64 to 4,096 sequences
 MFU_RANGE = (0.2, 0.6, 0.05)                           # min, max, step
 TiB = 1024 * GiB
 HOST_MEMORIES = (None, 512 * GiB, TiB, 2 * TiB)        # None: not given (offload never fits)
+# A dropdown whose value is None shows no selection (ipywidgets reads None as "nothing chosen"),
+# so the "not given" entries carry these stand-ins and the properties turn them back into None.
+USUAL_NODE = ""
+NO_HOST_MEMORY = 0
 TOP = 8                                                # rows of the ranking shown
 
 
@@ -60,6 +67,7 @@ def summary_html(result: Plan, unit: str) -> str:
     """The lines above the figure: the cluster, how many configurations fit, the fastest, and
     that the ranking is a model's."""
     s = result.settings
+    in_unit = unit_label(unit)
     counts = result.counts()
     fits = result.fits
     if len(fits):
@@ -67,11 +75,11 @@ def summary_html(result: Plan, unit: str) -> str:
         verdict = (f"Fastest that fits: {describe_configuration(best)}: {format_value(best['step_seconds'])} s "
                    f"per step ({best['network_wait_fraction']:.0%} waiting for the network, "
                    f"{best['bubble_fraction']:.0%} in the pipeline bubble), "
-                   f"{in_unit(best['peak_bytes'], unit)} per GPU.")
+                   f"{in_unit(best['peak_bytes'])} per GPU.")
     else:
         closest = result.rejected[result.rejected["rule"] == "capacity"]
         verdict = "Nothing fits." + (
-            f" Closest: {closest['example'].iloc[0]}, {in_unit(closest['example_bytes'].iloc[0], unit)}."
+            f" Closest: {closest['example'].iloc[0]}, {in_unit(closest['example_bytes'].iloc[0])}."
             if len(closest) else "")
     ic = s.interconnect
     where = ic.label if ic.network is None else f"{ic.name}, {s.gpus_per_node} GPUs per node"
@@ -88,14 +96,15 @@ def ranking_html(result: Plan, unit: str, top: int = TOP) -> str:
     def right(text):
         return f"<td style='text-align:right'>{text}</td>"
 
+    in_unit = unit_label(unit)
     rows = []
     for _, row in result.fits.head(top).iterrows():
-        rows.append(f"<tr>{right(int(row['rank']))}<td>{html.escape(describe_configuration(row))}</td>"
-                    f"{right(in_unit(row['peak_bytes'], unit))}"
-                    f"{right(in_unit(row['headroom_bytes'], unit))}"
+        rows.append(f"<tr>{right(int(row['rank']))}<td class='prose'>{html.escape(describe_configuration(row))}</td>"
+                    f"{right(in_unit(row['peak_bytes']))}"
+                    f"{right(in_unit(row['headroom_bytes']))}"
                     f"{right(format_value(row['step_seconds']) + ' s')}</tr>")
     rejected = "".join(
-        f"<tr>{right(f'{r.configurations:,}')}<td>{html.escape(r.reason)}</td></tr>"
+        f"<tr>{right(f'{r.configurations:,}')}<td class='prose'>{html.escape(r.reason)}</td></tr>"
         for r in result.rejected.itertuples())
     return (f"<table><caption>The {min(top, len(result.fits))} fastest of "
             f"{len(result.fits):,} that fit</caption><thead><tr><th>Rank</th>"
@@ -116,6 +125,13 @@ class PlannerExplorer(Explorer):
     ``.plan`` is the :class:`zerolib.core.planner.Plan`, ``.data`` its ``valid`` frame.
     """
 
+    PANEL = (
+        ("Model and cluster", ("model", "gpus", "gpus_per_node", "links", "host_memory",
+                                   "host_link")),
+        ("Training", ("seq_len", "global_batch", "mfu", "shard_groups")),
+        ("Device", ("device", "unit", "capacity")),
+    )
+
     def __init__(self, model: str = "llama-2-70b", gpus: int = 64, gpus_per_node: int = 8,
                  device: str = "a100-80gb", links: str | None = None, seq_len: int = 4096,
                  global_batch: int = 1024, mfu: float = DEFAULT_MFU, host_memory: int | None = None,
@@ -123,7 +139,7 @@ class PlannerExplorer(Explorer):
                  dpi: float = EXPLORER_DPI):
         super().__init__(dpi)
         w = widgets()
-        for name, value, allowed in (("model", model, MODELS), ("gpus", gpus, GPU_STEPS),
+        for name, value, allowed in (("model", model, PLANNED_MODELS), ("gpus", gpus, GPU_STEPS),
                                      ("gpus_per_node", gpus_per_node, PER_NODE),
                                      ("seq_len", seq_len, SEQ_STEPS),
                                      ("global_batch", global_batch, BATCH_STEPS),
@@ -137,17 +153,18 @@ class PlannerExplorer(Explorer):
         wide = {"description_width": "initial"}
         controls = device_and_unit(device, unit)
         controls["device"].options = [(d.label, d.name) for d in DEVICES.values()
-                                      if d.name in DEFAULT_LINKS]
+                                      if d.node is not None]
         controls["device"].value = device
         self.controls = {
-            "model": w.Dropdown(options=list(MODELS), value=model, description="Model"),
+            "model": w.Dropdown(options=list(PLANNED_MODELS), value=model, description="Model"),
             "gpus": w.SelectionSlider(options=[(f"{n:,}", n) for n in GPU_STEPS], value=gpus,
                                       description="GPUs", continuous_update=True),
             "gpus_per_node": w.ToggleButtons(options=list(PER_NODE), value=gpus_per_node,
                                              description="GPUs/node",
                                              style={"button_width": "42px"}),
-            "links": w.Dropdown(options=[("the device's usual node", None)]
-                                + [(name, name) for name in NODES], value=links,
+            "links": w.Dropdown(options=[("the device's usual node", USUAL_NODE)]
+                                + [(name, name) for name in NODES],
+                                value=USUAL_NODE if links is None else links,
                                 description="Links", style=wide),
             "seq_len": w.SelectionSlider(options=[(f"{n:,}", n) for n in SEQ_STEPS],
                                          value=seq_len, description="Sequence", style=wide,
@@ -157,8 +174,10 @@ class PlannerExplorer(Explorer):
                                               style=wide, continuous_update=True),
             "mfu": w.FloatSlider(value=mfu, min=MFU_RANGE[0], max=MFU_RANGE[1], step=MFU_RANGE[2],
                                  readout_format=".2f", description="Utilisation", style=wide),
-            "host_memory": w.Dropdown(options=[(_host(m), m) for m in HOST_MEMORIES],
-                                      value=host_memory, description="CPU memory/node",
+            "host_memory": w.Dropdown(options=[(_host(m), NO_HOST_MEMORY if m is None else m)
+                                               for m in HOST_MEMORIES],
+                                      value=NO_HOST_MEMORY if host_memory is None else host_memory,
+                                      description="CPU memory/node",
                                       style=wide),
             "host_link": w.Dropdown(options=[(LINKS[name].label, name) for name in HOST_LINKS],
                                     value=host_link, description="Host link", style=wide),
@@ -171,25 +190,28 @@ class PlannerExplorer(Explorer):
         self.data = self.plan.valid
         self._start(FIGSIZE, MARGINS, plan_peaks_blocks,
                     lambda ax: draw_plan_peaks(ax, self.data, self.unit))
-        c = self.controls
-        self.widget = self._box([
-            w.HBox([c["model"], c["device"], c["links"]]),
-            w.HBox([c["gpus"], c["gpus_per_node"]]),
-            w.HBox([c["seq_len"], c["global_batch"]]),
-            w.HBox([c["mfu"], c["host_memory"], c["host_link"]]),
-            w.HBox([c["shard_groups"], c["unit"]]),
-        ])
+        self.widget = self._box()
 
     def _inputs(self) -> tuple:
         """Every control the plan depends on (all but the unit, which only changes the figure)."""
         return tuple(control.value for name, control in self.controls.items() if name != "unit")
 
+    @property
+    def links(self) -> str | None:
+        """The chosen node's name; None for the device's usual node."""
+        return self.controls["links"].value or None
+
+    @property
+    def host_memory(self) -> int | None:
+        """CPU memory per node in bytes; None when not given."""
+        return self.controls["host_memory"].value or None
+
     def _plan(self) -> Plan:
         c = self.controls
         return plan(c["model"].value, int(c["gpus"].value), int(c["gpus_per_node"].value),
                     self.device, int(c["seq_len"].value), int(c["global_batch"].value),
-                    links=c["links"].value, mfu=float(c["mfu"].value),
-                    host_memory=c["host_memory"].value, host_link=c["host_link"].value,
+                    links=self.links, mfu=float(c["mfu"].value),
+                    host_memory=self.host_memory, host_link=c["host_link"].value,
                     shard_groups=c["shard_groups"].value)
 
     def _update(self) -> bool:

@@ -2,7 +2,7 @@
 a cluster the reader chooses.
 
 :func:`summary_html` and :func:`stage_table_html` are pure (tested without widgets): they read
-the drawn :func:`zerolib.core.step_tables.tradeoff_frame` and judge the **peak** (model state +
+the drawn :func:`zerolib.core.step.tables.tradeoff_frame` and judge the **peak** (model state +
 working set) against the device and the step time against the compute alone.
 """
 from __future__ import annotations
@@ -26,15 +26,15 @@ from zerolib.chapter.explorers.base import (
     widgets,
 )
 from zerolib.chapter.style import gpus_text
-from zerolib.core.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
-from zerolib.core.devices import Device, capacity_text
-from zerolib.core.links import LINKS
-from zerolib.core.models import MODELS, get_model
-from zerolib.core.nodes import NODES
-from zerolib.core.step import DEFAULT_MFU
-from zerolib.core.step_tables import tradeoff_frame
+from zerolib.core.catalogue.devices import Device, capacity_text
+from zerolib.core.catalogue.links import LINKS
+from zerolib.core.catalogue.models import MODELS, get_model
+from zerolib.core.catalogue.nodes import NODES
+from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
+from zerolib.core.memory.working_set import WorkingSetSettings
+from zerolib.core.step.tables import tradeoff_frame
+from zerolib.core.step.time import DEFAULT_MFU
 from zerolib.core.units import GB, format_value
-from zerolib.core.working_set import WorkingSetSettings
 
 GPU_STEPS = tuple(2**k for k in range(11))                 # 1 to 1,024
 PER_NODE_STEPS = (0, 1, 2, 4, 8, 16, 32)                   # 0: the node's own
@@ -109,7 +109,7 @@ def stage_table_html(frame: pd.DataFrame, device: Device, unit: str) -> str:
     return (f"<table><caption>Per GPU and step against the {html.escape(device.label)} "
             f"({html.escape(capacity_text(device, unit))})</caption>"
             "<thead><tr><th>Strategy</th><th>Peak memory</th><th>Fits?</th><th>Sent (= received)"
-            "</th><th>All collectives</th><th>Step time</th><th>Waiting for the network</th>"
+            "</th><th>All collectives</th><th>Step time</th><th class='prose'>Waiting for the network</th>"
             f"</tr></thead><tbody>{''.join(cells)}</tbody></table>")
 
 
@@ -117,11 +117,17 @@ class StepTimeExplorer(Explorer):
     """What ZeRO costs in time for what it saves in memory, on a cluster the reader picks.
 
     Controls: ``model`` (a preset), ``gpus`` (1 to 1,024, powers of two), ``link`` (a node of
-    :data:`zerolib.core.nodes.NODES` or a link of :data:`zerolib.core.links.LINKS`),
+    :data:`zerolib.core.catalogue.nodes.NODES` or a link of :data:`zerolib.core.catalogue.links.LINKS`),
     ``gpus_per_node`` (0 = the node's own; ignored for a bare link), ``tokens_per_gpu``
     (sequences of 4,096 tokens per GPU and step), ``mfu`` (utilisation of the peak),
-    ``device``, ``unit``. ``.data`` is :func:`zerolib.core.step_tables.tradeoff_frame`.
+    ``device``, ``unit``. ``.data`` is :func:`zerolib.core.step.tables.tradeoff_frame`.
     """
+
+    PANEL = (
+        ("Model and cluster", ("model", "gpus", "link", "gpus_per_node")),
+        ("Each step", ("tokens_per_gpu", "mfu")),
+        ("Device", ("device", "unit", "capacity")),
+    )
 
     def __init__(self, model: str = "llama-2-7b", gpus: int = 64, link: str = "dgx-h100",
                  gpus_per_node: int = 0, tokens_per_gpu: int = SEQ_LEN, mfu: float = DEFAULT_MFU,
@@ -168,12 +174,7 @@ class StepTimeExplorer(Explorer):
         self.data = self._frame()
         self._start(FIGSIZE, MARGINS, tradeoff_blocks,
                     lambda ax: draw_memory_vs_step_time(ax, self.data, self.device, self.unit))
-        c = self.controls
-        self.widget = self._box([
-            w.HBox([c["model"], c["device"], c["unit"]]),
-            w.HBox([c["gpus"], c["link"], c["gpus_per_node"]]),
-            w.HBox([c["tokens_per_gpu"], c["mfu"]]),
-        ])
+        self.widget = self._box()
 
     # Current settings, read from the controls.
     @property

@@ -1,7 +1,7 @@
 """The will-it-fit explorer: a model's peak per GPU, stage by stage, against the device.
 
 :func:`peak_rows`, :func:`summary_html` and :func:`peak_table_html` are pure (tested without
-widgets): they read the drawn :func:`zerolib.core.tables.peak_frame` and judge the **peak**
+widgets): they read the drawn :func:`zerolib.core.memory.tables.peak_frame` and judge the **peak**
 (model state + working set) against the device.
 """
 from __future__ import annotations
@@ -27,21 +27,21 @@ from zerolib.chapter.explorers.base import (
     widgets,
 )
 from zerolib.chapter.style import device_label
-from zerolib.core.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
-from zerolib.core.activations import RECOMPUTE
-from zerolib.core.devices import Device, capacity_text
-from zerolib.core.models import MODELS, get_model, parameter_count
-from zerolib.core.tables import peak_frame
-from zerolib.core.units import format_value
-from zerolib.core.working_set import (
+from zerolib.core.catalogue.devices import Device, capacity_text
+from zerolib.core.catalogue.models import MODELS, TransformerConfig, get_model, parameter_count
+from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
+from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.tables import peak_frame
+from zerolib.core.memory.working_set import (
     WorkingSetSettings,
     fewest_gpus_for_peak,
     largest_micro_batch,
 )
+from zerolib.core.units import format_value
 
 # The explorer's ranges.
 SEQ_LENGTHS = tuple(2**k for k in range(7, 18))   # 128 to 131,072 tokens
-MAX_MICRO_BATCH = 64   # also the bound of the largest-micro-batch search ("64 or more")
+LARGEST_MICRO_BATCH_SHOWN = 64   # also the bound of the largest-micro-batch search ("64 or more")
 MAX_EXPLORER_GPUS = 1024
 
 
@@ -124,7 +124,7 @@ def peak_table_html(frame: pd.DataFrame, device: Device, unit: str, fewest: dict
         most = largest[stage]
         if most == 0:
             most = "none"
-        elif most == MAX_MICRO_BATCH:
+        elif most == LARGEST_MICRO_BATCH_SHOWN:
             most = f"{most} or more"       # the search stops at the slider's end
         cells.append(
             f"<tr><td>{html.escape(STRATEGY_NAMES[stage])}</td>{right(in_unit(row['peak'], unit))}"
@@ -135,22 +135,29 @@ def peak_table_html(frame: pd.DataFrame, device: Device, unit: str, fewest: dict
         f"<table><caption>Per GPU on {on} against the {html.escape(device.label)} "
         f"({html.escape(capacity_text(device, unit))}), {html.escape(config.name)}</caption>"
         "<thead><tr><th>Strategy</th><th>Peak per GPU</th><th>Fits?</th>"
-        f"<th>Fewest GPUs that fit (micro-batch {settings.micro_batch})</th>"
-        f"<th>Largest micro-batch that fits ({on})</th></tr></thead>"
+        f"<th class='prose'>Fewest GPUs that fit (micro-batch {settings.micro_batch})</th>"
+        f"<th class='prose'>Largest micro-batch that fits ({on})</th></tr></thead>"
         f"<tbody>{''.join(cells)}</tbody></table>")
 
 
 class WillItFitExplorer(Explorer):
     """Will a model train on these GPUs? Its peak per GPU, stage by stage, against the device.
 
-    Controls: ``model`` (a preset of :mod:`zerolib.core.models`), ``gpus`` (1 to 1024),
+    Controls: ``model`` (a preset of :mod:`zerolib.core.catalogue.models`, or a model of one's
+    own such as ``zl.model_from_config("config.json")``, listed first), ``gpus`` (1 to 1024),
     ``micro_batch`` (1 to 64), ``seq_len`` (powers of two, 128 to 131,072 tokens, up to the
     model's context where its position embeddings are learned), ``recompute`` (none, selective,
     full), ``flash_attention``, ``device``, ``unit``. ``.data`` is
-    :func:`zerolib.core.tables.peak_frame` (bytes per stage and component). The table gives, per
+    :func:`zerolib.core.memory.tables.peak_frame` (bytes per stage and component). The table gives, per
     stage, the peak, whether it fits, the fewest GPUs at which it fits (at this micro-batch) and
-    the largest micro-batch that fits (on these GPUs), all from :mod:`zerolib.core.working_set`.
+    the largest micro-batch that fits (on these GPUs), all from :mod:`zerolib.core.memory.working_set`.
     """
+
+    PANEL = (
+        ("Model and run", ("model", "gpus", "micro_batch", "seq_len", "recompute",
+                               "flash_attention")),
+        ("Device", ("device", "unit", "capacity")),
+    )
 
     def __init__(self, model: str = "llama-2-7b", gpus: int = 8, micro_batch: int = 1,
                  seq_len: int = 4096, recompute: str = "selective", flash_attention: bool = True,
@@ -158,15 +165,17 @@ class WillItFitExplorer(Explorer):
                  dpi: float = EXPLORER_DPI):
         super().__init__(dpi)
         w = widgets()
-        if not isinstance(model, str) or get_model(model).name not in MODELS:
+        # A model of one's own (zl.model_from_config) joins the presets at the top of the list.
+        own = model if isinstance(model, TransformerConfig) else None
+        if own is None and (not isinstance(model, str) or get_model(model).name not in MODELS):
             raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
         for name, value, high in (("gpus", gpus, MAX_EXPLORER_GPUS),
-                                  ("micro_batch", micro_batch, MAX_MICRO_BATCH)):
+                                  ("micro_batch", micro_batch, LARGEST_MICRO_BATCH_SHOWN)):
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
                 raise ValueError(f"{name} must be a whole number from 1 to {high}, got {value!r}")
         if seq_len not in seq_lengths_for(model):
             raise ValueError(f"seq_len must be one of {', '.join(map(str, seq_lengths_for(model)))}"
-                             f" for {model}, got {seq_len!r}")
+                             f" for {model if own is None else own.name}, got {seq_len!r}")
         if recompute not in RECOMPUTE:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
         if not isinstance(flash_attention, bool):
@@ -176,12 +185,14 @@ class WillItFitExplorer(Explorer):
         self._largest = (None, None)    # (settings key, largest micro-batch per stage)
         wide = {"description_width": "initial"}
         self.controls = {
-            "model": w.Dropdown(options=[(f"{name} ({_count_words(parameter_count(config))})", name)
-                                         for name, config in MODELS.items()],
-                                value=get_model(model).name, description="Model"),
+            "model": w.Dropdown(options=[(f"{config.name} ({_count_words(parameter_count(config))})",
+                                          config) for config in ((own,) if own else ())]
+                                + [(f"{name} ({_count_words(parameter_count(config))})", name)
+                                   for name, config in MODELS.items()],
+                                value=own if own else get_model(model).name, description="Model"),
             "gpus": w.IntSlider(value=gpus, min=1, max=MAX_EXPLORER_GPUS, description="GPUs",
                                 continuous_update=True),
-            "micro_batch": w.IntSlider(value=micro_batch, min=1, max=MAX_MICRO_BATCH,
+            "micro_batch": w.IntSlider(value=micro_batch, min=1, max=LARGEST_MICRO_BATCH_SHOWN,
                                        description="Micro-batch", style=wide,
                                        continuous_update=True),
             "seq_len": w.SelectionSlider(options=self._seq_options(model), value=seq_len,
@@ -197,12 +208,7 @@ class WillItFitExplorer(Explorer):
         self._start(FIGSIZE, MARGINS, will_it_fit_blocks,
                     lambda ax: draw_will_it_fit(ax, self.data, self.device, self.unit))
         self.controls["model"].observe(self.reporting(self._model_changed), names="value")
-        c = self.controls
-        self.widget = self._box([
-            w.HBox([c["model"], c["device"], c["unit"]]),
-            w.HBox([c["gpus"], c["micro_batch"], c["seq_len"]]),
-            w.HBox([c["recompute"], c["flash_attention"]]),
-        ])
+        self.widget = self._box()
 
     @staticmethod
     def _seq_options(model: str) -> list[tuple[str, int]]:
@@ -257,7 +263,7 @@ class WillItFitExplorer(Explorer):
         if largest_key != self._largest[0]:
             self._largest = (largest_key, {
                 stage: largest_micro_batch(self.model, self.gpus, stage, settings, self.layout,
-                                           device, max_micro_batch=MAX_MICRO_BATCH)
+                                           device, max_micro_batch=LARGEST_MICRO_BATCH_SHOWN)
                 for stage in STAGES})
         return self._fewest[1], self._largest[1]
 

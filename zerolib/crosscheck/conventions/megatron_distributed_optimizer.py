@@ -34,13 +34,10 @@ from types import MappingProxyType
 
 import pandas as pd
 
-from zerolib.core.accounting import Layout, get_layout, model_state
-from zerolib.core.inputs import check_gpus
+from zerolib.core.memory.accounting import Layout, get_layout, model_state
 from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
 
 SOURCE = "Megatron-LM distributed optimizer"
-CITATION = ("NVIDIA Megatron-LM, docs/user-guide/features/dist_optimizer.md, table of bytes per "
-            "parameter (commit 1a8ab71f)")
 CSV = "megatron_distributed_optimizer.csv"
 COLUMNS = ("row_label", "param_dtype", "grad_dtype", "column", "printed")
 NON_DISTRIBUTED, DISTRIBUTED = "Non-distributed optim", "Distributed optim"
@@ -53,7 +50,7 @@ FP16_LAYOUT = Layout("megatron-fp16", {
     "optimizer": (("fp32 main parameters", 4), ("fp32 main gradients", 4),
                   ("fp32 exp_avg", 4), ("fp32 exp_avg_sq", 4)),
 }, "Megatron-LM, fp16 parameters and gradients (fp32 main gradients sharded with Adam)")
-LAYOUTS: Mapping[tuple[str, str], Layout] = MappingProxyType({
+DTYPE_LAYOUTS: Mapping[tuple[str, str], Layout] = MappingProxyType({
     ("fp16", "fp16"): FP16_LAYOUT,
     ("bf16", "fp32"): get_layout("bf16-fp32-grads"),
     ("fp32", "fp32"): get_layout("fp32-adam"),
@@ -97,39 +94,26 @@ def parse_cell(text: str) -> tuple[int, int]:
     raise ValueError(f"{CSV}: cannot read the cell {text!r} (expected 'A' or 'A + B/d')")
 
 
-def bytes_per_parameter(param_dtype: str, grad_dtype: str, d, distributed: bool = True,
-                        data_dir=None) -> Fraction:
-    """Megatron's printed formula for one row at data-parallel size ``d`` (exact)."""
-    table = {(r["param_dtype"], r["grad_dtype"], r["column"]): parse_cell(r["printed"])
-             for r in load(data_dir).to_dict("records")}
-    key = (param_dtype, grad_dtype, DISTRIBUTED if distributed else NON_DISTRIBUTED)
-    if key not in table:
-        raise ValueError(f"(param_dtype, grad_dtype) must be one of {sorted(LAYOUTS)}, got "
-                         f"{(param_dtype, grad_dtype)!r}")
-    replicated, sharded = table[key]
-    return replicated + Fraction(sharded, int(check_gpus(d, "d")))
-
-
 def comparison(data_dir=None, data_parallel=DATA_PARALLEL):
     """Every printed cell at each ``d``: Megatron's bytes per parameter beside zerolib's (stage 0
     or 1 of the row's layout) and the chapter's mixed-adam, with the difference named."""
     rows = []
     for cell in load(data_dir).to_dict("records"):
         key = (cell["param_dtype"], cell["grad_dtype"])
-        if key not in LAYOUTS:
+        if key not in DTYPE_LAYOUTS:
             raise ValueError(f"{CSV}: no layout for {key}")
         replicated, sharded = parse_cell(cell["printed"])
         stage = STAGE[cell["column"]]
         for d in data_parallel:
-            ours = int(model_state(PARAMS, d, stage, LAYOUTS[key]).total)
+            ours = int(model_state(PARAMS, d, stage, DTYPE_LAYOUTS[key]).total)
             chapter = int(model_state(PARAMS, d, stage, CHAPTER_LAYOUT).total)
             printed_value = replicated + Fraction(sharded, d)
             rows.append(row(
                 SOURCE, "bytes per parameter", f"{cell['row_label'].replace('`', '')}, "
                 f"{cell['column']}, d = {d}", cell["printed"], "bytes per parameter",
                 exact(ours, PARAMS), None,
-                f"zerolib stage {stage}, layout {LAYOUTS[key].name} "
-                f"({' + '.join(f'{w:g}' for w in LAYOUTS[key].widths())} B)",
+                f"zerolib stage {stage}, layout {DTYPE_LAYOUTS[key].name} "
+                f"({' + '.join(f'{w:g}' for w in DTYPE_LAYOUTS[key].widths())} B)",
                 exact(chapter, PARAMS), _CHAPTER_DIFFERENCE[key],
                 printed_value=exact(printed_value.numerator, printed_value.denominator)))
     return frame(rows)
@@ -139,7 +123,7 @@ def table(data_dir=None):
     """The table as the source prints it, with zerolib's (replicated, sharded) bytes beside."""
     records = []
     for cell in load(data_dir).to_dict("records"):
-        layout = LAYOUTS[(cell["param_dtype"], cell["grad_dtype"])]
+        layout = DTYPE_LAYOUTS[(cell["param_dtype"], cell["grad_dtype"])]
         p, g, o = layout.widths()
         zerolib = f"{p + g + o:g}" if STAGE[cell["column"]] == 0 else f"{p + g:g} + {o:g}/d"
         records.append({"parameters, gradients": cell["row_label"].replace("`", ""),

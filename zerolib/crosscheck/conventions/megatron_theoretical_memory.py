@@ -9,7 +9,7 @@ models (no mixture of experts, no multi-token prediction, no latent attention), 
 fractions where the original uses floats; the results are bytes.
 
 Where Megatron-LM's estimate counts differently from zerolib (each is named, and
-``tests/test_megatron_convention.py`` shows the two agree once these are accounted for):
+``tests/crosscheck/test_megatron_theoretical_memory.py`` shows the two agree once these are accounted for):
 
 ``final-norm-per-stage``
     the final norm is part of the "transformer block", which is divided by p: every stage is
@@ -44,19 +44,33 @@ Where Megatron-LM's estimate counts differently from zerolib (each is named, and
 ``overhead-5-percent``
     without sequence parallelism the total is multiplied by 1.05, "buffer for optimizer and
     miscellaneous temporaries".
+``recompute-transient``
+    under selective recomputation zerolib also counts the attention tensors of the one layer
+    rebuilt in backward (5 a s^2 b / t); the estimate leaves them out.
+
+:func:`comparison` sets the estimate beside zerolib's for Korthikanti et al.'s four GPTs
+(``zerolib crosscheck`` prints it).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
 
+import pandas as pd
+
+from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.inputs import check_flag, check_positive_int
 from zerolib.core.intmath import ceil_div
-from zerolib.core.models import TransformerConfig, get_model
+from zerolib.core.memory.accounting import model_state
+from zerolib.core.memory.model_parallel import parameters_per_gpu
+from zerolib.core.memory.pipeline_schedule import stage_activation_terms
+from zerolib.crosscheck.korthikanti import LOGITS_BYTES, RUNS, SEQ_LEN
 
 COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128   # megatron/training/arguments.py default
 OVERHEAD = Fraction(105, 100)        # compute_activation_memory_without_sp, step 9
+COMPARISON_COLUMNS = ("model", "item", "megatron_bytes", "zerolib_bytes", "difference_bytes",
+                      "differs_by")
 
 
 @dataclass(frozen=True)
@@ -179,3 +193,36 @@ def activation_bytes(a: MegatronArgs, num_microbatches: int | None = None) -> Fr
     if p == 1:
         memory += (Fraction(s * b * a.padded_vocab_size, t) + s * b * h) * 2
     return memory * OVERHEAD
+
+
+def comparison() -> pd.DataFrame:
+    """Korthikanti et al.'s four GPTs as they ran (Table 3: sequence parallelism, selective
+    recomputation, their schedule): per GPU of the first pipeline stage, Megatron-LM's weights
+    and optimizer state and its activations beside zerolib's, in bytes (Megatron-LM's rounded
+    down to whole bytes), with the conventions that make them differ."""
+    rows = []
+    for name, run in RUNS.items():
+        t, p, b = run.tensor_parallel, run.pipeline_parallel, run.micro_batch
+        args = args_for(run.model, SEQ_LEN, b, t, p, chunks=run.chunks if run.chunks > 1 else None,
+                        sequence_parallel=True, recompute="selective")
+        parameters = int(parameters_per_gpu(run.model, t, p, pipeline_stage=0, schedule=run.schedule,
+                                            chunks=run.chunks))
+        ours = {"weights and optimizer": int(model_state(parameters, 1, 0, "bf16-fp32-grads").total),
+                "activations": sum(stage_activation_terms(
+                    run.model, SEQ_LEN, b, t, p, 0, schedule=run.schedule, chunks=run.chunks,
+                    micro_batches=run.micro_batches, sequence_parallel=True, recompute="selective",
+                    dropout=True, logits_bytes=LOGITS_BYTES).values())}
+        theirs = {"weights and optimizer": weight_and_optimizer_bytes(args),
+                  "activations": activation_bytes(args, run.micro_batches)}
+        # The named conventions (above) behind each difference; zerolib also keeps the layer
+        # selective recomputation rebuilds in backward (its recompute_transient term).
+        differs_by = {"weights and optimizer": "no-linear-biases" + (" final-norm-per-stage" if p > 1 else ""),
+                      "activations": "token-ids embedding-dropout"
+                                     + (" interleave-penalty" if run.chunks > 1 else "")
+                                     + " recompute-transient"}
+        for item in ours:
+            megatron = int(theirs[item])
+            rows.append({"model": name, "item": item, "megatron_bytes": megatron,
+                         "zerolib_bytes": ours[item], "difference_bytes": ours[item] - megatron,
+                         "differs_by": differs_by[item]})
+    return pd.DataFrame(rows, columns=list(COMPARISON_COLUMNS))

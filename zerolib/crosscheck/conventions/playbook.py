@@ -36,16 +36,14 @@ from types import MappingProxyType
 
 import pandas as pd
 
-from zerolib.core.accounting import PARTITIONED, Layout, get_layout, model_state
-from zerolib.core.activations import layer_activation_bytes, model_activation_terms
-from zerolib.core.models import TransformerConfig, get_model, modules, parameter_count
+from zerolib.core.catalogue.models import TransformerConfig, get_model, modules, parameter_count
+from zerolib.core.memory.accounting import PARTITIONED, Layout, get_layout, model_state
+from zerolib.core.memory.activations import layer_activation_bytes, model_activation_terms
 from zerolib.core.units import GB, GiB
 from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
 from zerolib.crosscheck.paper import PrintRule
 
 SOURCE = "Ultra-Scale Playbook"
-CITATION = ("Hugging Face, The Ultra-Scale Playbook (2025), Space nanotron/ultrascale-playbook; "
-            "mirror vinjn/nanotron-ultrascale-playbook at commit e3bcfc5c")
 TABLE_CSV = "ultrascale_playbook_memory_table.csv"
 MODEL_CSV = "ultrascale_playbook_model_memory.csv"
 ZERO_CSV = "ultrascale_playbook_zero_figure.csv"

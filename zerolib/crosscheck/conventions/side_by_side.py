@@ -11,13 +11,13 @@ from types import MappingProxyType
 
 import pandas as pd
 
-from zerolib.core.accounting import STAGES, model_state
+from zerolib.core.catalogue.models import TransformerConfig, get_model, largest_layer, parameter_count
 from zerolib.core.inputs import check_gpus, check_single
-from zerolib.core.models import TransformerConfig, get_model, largest_layer, parameter_count
+from zerolib.core.memory.accounting import STAGES, model_state
 from zerolib.core.units import GiB
 from zerolib.crosscheck.conventions import megatron_distributed_optimizer as megatron
 from zerolib.crosscheck.conventions import playbook, zero_infinity
-from zerolib.crosscheck.deepspeed_estimator import estimate_zero2, estimate_zero3
+from zerolib.crosscheck.deepspeed_estimator import DEEPSPEED_VERSION, estimate_zero2, estimate_zero3
 
 CONVENTIONS = ("ZeRO paper (the chapter)", "DeepSpeed estimator", "Megatron-LM",
                "Ultra-Scale Playbook plots", "ZeRO-Infinity paper")
@@ -25,7 +25,7 @@ COLUMNS = ("convention", "stage", "bytes", "bytes_per_parameter", "counts")
 # What each convention counts, in a few words (the figure's legend and the table's last column).
 COUNTS: Mapping[str, str] = MappingProxyType({
     CONVENTIONS[0]: "2 + 2 + 12 B per parameter, ceil(P / N) per GPU",
-    CONVENTIONS[1]: "v0.19.8 code: 2 + 18 / N B, + 4 B x largest layer at stage 3",
+    CONVENTIONS[1]: f"v{DEEPSPEED_VERSION} code: 2 + 18 / N B, + 4 B x largest layer at stage 3",
     CONVENTIONS[2]: "bf16 parameters, fp32 gradients: 18, or 6 + 12 / d B",
     CONVENTIONS[3]: "norms left out, Adam moments only (12 B), GiB rounded, then / N",
     CONVENTIONS[4]: "20 B per parameter (fp32 gradients too)",
@@ -54,7 +54,7 @@ def model_state_by_convention(model: str | TransformerConfig = "llama-3-8b", gpu
     add(CONVENTIONS[1], 2, estimate_zero2(params, gpus, 1, cpu_offload=False).per_gpu)
     add(CONVENTIONS[1], 3, estimate_zero3(params, largest_layer(config), gpus, 1, cpu_offload=False,
                                           cpu_offload_params=False).per_gpu)
-    bf16 = megatron.LAYOUTS[("bf16", "fp32")]
+    bf16 = megatron.DTYPE_LAYOUTS[("bf16", "fp32")]
     for stage in (0, 1):
         add(CONVENTIONS[2], stage, model_state(params, gpus, stage, bf16).total)
     for stage in STAGES:

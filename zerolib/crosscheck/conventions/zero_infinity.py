@@ -36,15 +36,13 @@ from types import MappingProxyType
 
 import pandas as pd
 
-from zerolib.core.accounting import Layout, model_state
-from zerolib.core.activations import layer_activation_bytes
+from zerolib.core.memory.accounting import Layout, model_state
+from zerolib.core.memory.activations import layer_activation_bytes
 from zerolib.core.units import GiB
 from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
 from zerolib.crosscheck.paper import PrintRule
 
 SOURCE = "ZeRO-Infinity paper"
-CITATION = ("Rajbhandari, Ruwase, Rasley, Smith, He, ZeRO-Infinity, SC21 (arXiv 2104.07857), "
-            "Figure 2(a)")
 CSV = "zero_infinity_figure2a.csv"
 COLUMNS = ("params_t", "layers", "hidden_printed", "hidden", "attention_heads", "model_states_tb",
            "activations_tb_per_node", "activation_checkpoints_tb_per_node",
@@ -77,7 +75,7 @@ DIFFERENCES: Mapping[str, str] = MappingProxyType({
     "printed-at-5-bytes": "printed 1.95 = 1.25 x 1.5625: the one cell inconsistent with the other "
                           "rows' 4 bytes per element of the largest layer",
 })
-ITEMS = ("parameters", "model states", "activations", "activation checkpoints",
+FIGURE_ITEMS = ("parameters", "model states", "activations", "activation checkpoints",
          "model-state working memory", "activation working memory")
 
 
@@ -122,7 +120,7 @@ def values(layers: int, hidden: int, heads: int) -> dict[str, tuple]:
     }
 
 
-_COLUMN_OF = dict(zip(ITEMS, ("params_t", "model_states_tb", "activations_tb_per_node",
+_COLUMN_OF = dict(zip(FIGURE_ITEMS, ("params_t", "model_states_tb", "activations_tb_per_node",
                               "activation_checkpoints_tb_per_node",
                               "model_state_working_memory_gb", "activation_working_memory_gb")))
 _UNITS = {TRILLION: "trillions", TiB: "TiB (labelled TB)", GiB: "GiB (labelled GB)"}
@@ -152,4 +150,4 @@ def figure_table(data_dir=None) -> pd.DataFrame:
              zip(table["printed"], table["reproduced_as_printed"], table["agrees"])]
     wide = pd.DataFrame({"params [T]": model, "item": table["item"], "cell": cells}).pivot(
         index="params [T]", columns="item", values="cell")
-    return wide.reindex(pd.unique(model))[[i for i in ITEMS if i != "parameters"]]
+    return wide.reindex(pd.unique(model))[[i for i in FIGURE_ITEMS if i != "parameters"]]

@@ -8,7 +8,7 @@ the nodes with M, M and M under ZeRO (stage 3), 0.5M, 0 and 0.25M under ZeRO++, 
 
 The blog's convention: the bytes crossing between nodes, per node, each collective counted as
 its whole buffer (the many-GPU limit). zerolib counts the bytes that leave one node exactly
-(:mod:`zerolib.core.group_traffic`, ``cross_node``): a ring over n GPUs carries (n - 1)/n of
+(:mod:`zerolib.core.step.traffic`, ``cross_node``): a ring over n GPUs carries (n - 1)/n of
 the buffer across each node boundary, qgZ's all-to-all across n nodes (n - 1)/n of the node's
 partial sums. Dividing zerolib's count by that factor reproduces every cell exactly, for a
 parameter count that splits evenly (no padding).
@@ -22,18 +22,15 @@ from types import MappingProxyType
 
 import pandas as pd
 
-from zerolib.core.group_traffic import group_traffic
 from zerolib.core.inputs import check_gpus, check_params, check_single
+from zerolib.core.step.traffic import group_traffic
 from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
 
 SOURCE = "ZeRO++ blog"
-CITATION = ("DeepSpeed team, 'DeepSpeed ZeRO++: A leap in speed for LLM and chat model training "
-            "with 4X less communication', Microsoft Research blog, 2023 (DeepSpeed "
-            "blogs/zeropp), table 'Communication Volume'")
 CSV = "zeropp_cross_node.csv"
-ITEMS = ("forward_all_gather", "backward_all_gather", "gradient_reduce_scatter")
-COLUMNS = ("system", *ITEMS, "total")
-SLOTS = MappingProxyType({   # zerolib's slots behind each column of the blog's table
+BLOG_COLUMNS = ("forward_all_gather", "backward_all_gather", "gradient_reduce_scatter")
+COLUMNS = ("system", *BLOG_COLUMNS, "total")
+SLOTS_PER_COLUMN = MappingProxyType({   # zerolib's slots behind each column of the blog's table
     "forward_all_gather": ("forward_all_gather",),
     "backward_all_gather": ("backward_all_gather",),
     "gradient_reduce_scatter": ("gradient_reduce_scatter", "gradient_all_to_all_node",
@@ -60,7 +57,7 @@ def _in_m(printed: str) -> Decimal:
     return Decimal(text)
 
 
-def traffic(system: str, gpus: int = GPUS, gpus_per_node: int = GPUS_PER_NODE,
+def system_traffic(system: str, gpus: int = GPUS, gpus_per_node: int = GPUS_PER_NODE,
             params: int = PARAMS):
     """zerolib's stage-3 traffic for the blog's two systems: ZeRO, or ZeRO++ (hpZ over a node,
     qwZ, qgZ)."""
@@ -89,15 +86,15 @@ def comparison(gpus: int = GPUS, gpus_per_node: int = GPUS_PER_NODE, params: int
     rows = []
     for record in load(data_dir).to_dict("records"):
         system = record["system"]
-        result = traffic(system, gpus, per_node, params)
+        result = system_traffic(system, gpus, per_node, params)
         if system == "ZeRO++":
             # hpZ's gather stays in the node; qgZ crosses once, from node to node.
             factors = {**factors, "backward_all_gather": Fraction(per_node - 1, per_node),
                        "gradient_reduce_scatter": Fraction(nodes - 1, nodes)}
         setting = f"{gpus} GPUs in {nodes} nodes of {per_node}, {params:,} parameters"
         total_reproduced = total_chapter = Fraction(0)
-        for item in ITEMS:
-            crossing = sum(int(result.cross_node[s]) for s in SLOTS[item])
+        for item in BLOG_COLUMNS:
+            crossing = sum(int(result.cross_node[s]) for s in SLOTS_PER_COLUMN[item])
             chapter = Fraction(crossing, m_bytes)
             reproduced = chapter / factors[item]
             total_reproduced += reproduced
@@ -109,7 +106,7 @@ def comparison(gpus: int = GPUS, gpus_per_node: int = GPUS_PER_NODE, params: int
 
 
 def _row(system, item, setting, printed, reproduced: Fraction, chapter: Fraction) -> dict:
-    how = ("bytes leaving one node per step (zerolib.core.group_traffic cross_node) / M, "
+    how = ("bytes leaving one node per step (zerolib.core.step.traffic cross_node) / M, "
            "divided by the ring factor (n - 1)/n")
     return row(SOURCE, f"{system}: {item.replace('_', ' ')}", setting, printed,
                "M (2 bytes x parameters)",

@@ -26,7 +26,7 @@ from zerolib.crosscheck.validation.harness import build_linear_stack, join_gloo,
 from zerolib.crosscheck.validation.records import COMMUNICATION_PYTORCH_FILE, with_versions, write_csv
 from zerolib.crosscheck.validation.runner import versions
 from zerolib.crosscheck.validation.setups import COMMUNICATION_STRATEGIES, TINY_MODELS, check_workers
-from zerolib.crosscheck.validation.sharded_run import BATCH, SEED, _wrap
+from zerolib.crosscheck.validation.sharded_run import BATCH, SEED, wrap
 
 MEASURED_COLUMNS = ("engine", "strategy", "precision", "model", "workers", "rank", "kind",
                     "measured_calls", "measured_bytes")
@@ -34,7 +34,7 @@ MEASURED_COLUMNS = ("engine", "strategy", "precision", "model", "workers", "rank
 
 def _measure_one(strategy, spec, rank: int, workers: int) -> list[dict]:
     model, layers = build_linear_stack(spec, SEED)
-    wrapped, optimizer, _ = _wrap(strategy, model, layers, workers)
+    wrapped, optimizer, _ = wrap(strategy, model, layers, workers)
     generator = torch.Generator().manual_seed(SEED + rank)
     inputs = torch.randn(BATCH, spec.widths[0], generator=generator)
 

@@ -6,7 +6,7 @@ Launches 2 and 4 ranks on 127.0.0.1 (torch.multiprocessing, DeepSpeed's CPU acce
 gloo backend), trains small Linear stacks for two steps under each stage with AdamW, and on every
 rank counts the bytes of distinct tensor storages reachable from the DeepSpeed engine, sorted
 into parameters, gradients, optimizer state, fp32 master weights, reduce buckets and other.
-Beside each measurement it writes the chapter's formula (zerolib.core.accounting.model_state) and
+Beside each measurement it writes the chapter's formula (zerolib.core.memory.accounting.model_state) and
 DeepSpeed's own estimator (zerolib.crosscheck.deepspeed_estimator) for the same model, plus the versions used.
 What the numbers show is explained in data/deepspeed_convention.md.
 
@@ -22,13 +22,15 @@ import os
 import platform
 import types
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from zerolib.core.accounting import STAGES, model_state
+from zerolib.core.memory.accounting import STAGES, model_state
 from zerolib.crosscheck.deepspeed_estimator import estimate_zero2, estimate_zero3
 from zerolib.crosscheck.validation.records import write_csv
 from zerolib.crosscheck.validation.setups import ModelSpec
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    pass
 
 # The file the run writes into data/ (the notebook reads it with zerolib.crosscheck.validation.report).
 RECORD_FILE = "deepspeed_measured.csv"
@@ -42,7 +44,7 @@ MICRO_BATCH = 4
 # Measured on the second step, so the optimizer state of the first step exists.
 DEEPSPEED_PHASES = ("after_forward", "before_reduction", "after_backward", "before_optimizer_step",
           "after_step")
-# Precision -> the chapter's layout for the same training recipe (zerolib.core.accounting.LAYOUTS).
+# Precision -> the chapter's layout for the same training recipe (zerolib.core.memory.accounting.LAYOUTS).
 PRECISIONS = {"fp32": "fp32-adam", "bf16": "mixed-adam"}
 
 MEASURED_CATEGORIES = ("parameters", "gradients", "optimizer", "master_weights", "buckets", "other")
@@ -357,6 +359,7 @@ def buffers_path(out: Path) -> Path:
 
 def record(rows: list[dict], buffers: list[dict], out: Path) -> tuple[Path, Path]:
     """Write both CSVs (atomically, deterministic): ``out`` and its ``_buffers`` list."""
+    import pandas as pd
     write_csv(pd.DataFrame(rows, columns=list(COLUMNS)), out)
     write_csv(pd.DataFrame(buffers, columns=list(BUFFER_COLUMNS)), buffers_path(out))
     return out, buffers_path(out)

@@ -1,7 +1,7 @@
 """Saved activations of a real GPT block beside Korthikanti et al.'s terms, worked out by hand.
 
 Each tensor autograd saves (one distinct storage, labelled by ``block.GPTBlock``) is matched to
-the terms of ``zerolib.core.activations.layer_activation_terms`` it stands for. Where PyTorch on the
+the terms of ``zerolib.core.memory.activations.layer_activation_terms`` it stands for. Where PyTorch on the
 CPU saves something the paper's list does not, the size of that extra follows from the shapes
 alone (``expected_extras``):
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from zerolib.core.activations import layer_activation_terms
+from zerolib.core.memory.activations import layer_activation_terms
 from zerolib.crosscheck.validation.effects import Effect, describe
 from zerolib.crosscheck.validation.effects import keys as effect_keys
 

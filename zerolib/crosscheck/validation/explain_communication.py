@@ -3,15 +3,15 @@ from the model's tensor shapes, the worker count and the engine's documented set
 
 The compared quantity is what each rank **hands** to each kind of collective in one training
 step (after warm-up steps), summed over its calls: the buffer of an all-reduce, a reduce-scatter
-or a broadcast, the rank's own chunk of an all-gather (:mod:`zerolib.core.collectives`). The
+or a broadcast, the rank's own chunk of an all-gather (:mod:`zerolib.core.step.collectives`). The
 ring's wire bytes follow from it by nccl-tests' factors; a gloo run cannot show them (gloo's
 algorithms are not NCCL's), so they are not compared.
 
-zerolib's prediction is :func:`zerolib.core.group_traffic.group_traffic` for the run's layers
+zerolib's prediction is :func:`zerolib.core.step.traffic.traffic` for the run's layers
 (one unit per Linear layer, weight and bias), layout and shard group (all ranks but for HSDP,
 whose gathers and reduce-scatters run in its shard group and whose shards are all-reduced
 across the replicas; with the group of all ranks it is exactly
-:func:`zerolib.core.communication.traffic`): the layout gives the communicated widths (fp32
+:func:`zerolib.core.step.traffic.traffic`): the layout gives the communicated widths (fp32
 runs: ``fp32-adam``, 4 + 4 bytes; FSDP2's bf16 policy: ``bf16-fp32-grads``, bf16 parameters
 and fp32 gradients; DeepSpeed bf16: ``mixed-adam``, 16-bit both).
 
@@ -23,17 +23,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from zerolib.core.collectives import KINDS
-from zerolib.core.group_traffic import group_traffic
 from zerolib.core.intmath import ceil_div
-from zerolib.core.working_set import (
+from zerolib.core.memory.working_set import (
     STAGE3_MAX_LIVE_PARAMETERS,
     STAGE3_PARAM_PERSISTENCE_THRESHOLD,
     STAGE3_PREFETCH_BUCKET_SIZE,
 )
+from zerolib.core.step.collectives import KINDS
+from zerolib.core.step.traffic import group_traffic
 from zerolib.crosscheck.validation.deepspeed_run import DEEPSPEED_MODELS
 from zerolib.crosscheck.validation.setups import (
     COMMUNICATION_STRATEGIES,
@@ -41,6 +40,9 @@ from zerolib.crosscheck.validation.setups import (
     ModelSpec,
     fsdp_shard_elements,
 )
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    import pandas as pd
 
 COMPARED_KINDS = (*KINDS, "broadcast")   # the ZeRO schedules' three, and the broadcasts
 ENGINES = ("pytorch", "deepspeed")
@@ -70,7 +72,7 @@ class DeepSpeedConfig:
 
 
 # DeepSpeed 0.19.8 defaults (deepspeed/runtime/zero/config.py), in elements; the others are
-# zerolib.core.working_set's (REDUCE_BUCKET_SIZE, STAGE3_*).
+# zerolib.core.memory.working_set's (REDUCE_BUCKET_SIZE, STAGE3_*).
 STAGE3_MAX_REUSE_DISTANCE = 1_000_000_000
 ALIGNMENT_FACTOR = 2   # stage_1_and_2.py: nccl_start_alignment_factor (4-byte alignment / fp16)
 
@@ -325,6 +327,7 @@ def compare_communication(measured: pd.DataFrame) -> pd.DataFrame:
     tidy frame in a fixed row order with stage, layout, predicted and explained calls and
     bytes, what is left unexplained, the mechanisms (``effects``) and their ``explanation``.
     """
+    import pandas as pd
     rows = []
     for record in measured.to_dict("records"):
         engine, strategy, precision = record["engine"], record["strategy"], record["precision"]

@@ -1,6 +1,6 @@
 """Why a real sharded run holds more or less than zerolib predicts, worked out from shapes alone.
 
-``zerolib.core.accounting.model_state`` is the chapter's idealisation: a partitioned category holds
+``zerolib.core.memory.accounting.model_state`` is the chapter's idealisation: a partitioned category holds
 ceil(N / W) elements per worker, nothing else exists, and "at rest" equals "peak". Each real
 difference has a mechanism whose size follows from the model's tensor shapes, the worker count
 and the rank, without looking at the run:
@@ -26,8 +26,8 @@ from math import prod
 import numpy as np
 import pandas as pd
 
-from zerolib.core.accounting import CATEGORIES, model_state
 from zerolib.core.intmath import ceil_div
+from zerolib.core.memory.accounting import CATEGORIES, model_state
 from zerolib.crosscheck.validation.effects import Effect, describe
 from zerolib.crosscheck.validation.effects import keys as effect_keys
 from zerolib.crosscheck.validation.setups import (

@@ -5,7 +5,7 @@ formula, every byte attributed.
 one-layer model on the CPU, and lists each distinct storage autograd saves while the block runs,
 with the module that was running and the op that saved it. Here, in plain Python, each case's
 expected list is written out from the implementation: per saved tensor, what it is, the terms of
-``zerolib.core.activations.layer_activation_terms`` it stands for and, where the implementation
+``zerolib.core.memory.activations.layer_activation_terms`` it stands for and, where the implementation
 saves more than a careful one (Korthikanti et al., MLSys 2023, Sec. 4.1), the mechanism and its size,
 worked out from the shapes alone. The comparison pairs each measured storage with the next
 expected item of the same module and op; whatever is left over on either side is unexplained.
@@ -38,9 +38,9 @@ from types import MappingProxyType
 
 import pandas as pd
 
-from zerolib.core.activations import layer_activation_terms
+from zerolib.core.catalogue.models import get_model
 from zerolib.core.inputs import check_positive_int
-from zerolib.core.models import get_model
+from zerolib.core.memory.activations import layer_activation_terms
 from zerolib.crosscheck.validation.effects import MECHANISMS, Effect, describe
 from zerolib.crosscheck.validation.effects import keys as effect_keys
 
@@ -100,7 +100,6 @@ BLOCKS: Mapping[str, ShippedBlock] = MappingProxyType({block.name: block for blo
     ShippedBlock("llama-sdpa", description="the same with the default attention, sdpa (the CPU "
                  "flash kernel)", attention="sdpa", **_LLAMA),
 )})
-BLOCK_NAMES = tuple(BLOCKS)
 
 
 def case_name(block: str, micro_batch: int) -> str:
@@ -246,7 +245,7 @@ SHARED_BY_LAYERS = frozenset({"rotary-cos-sin"})
 
 def at_shape(block: ShippedBlock, model, seq_len: int) -> ShippedBlock:
     """``block``'s implementation at the shape of ``model`` (a preset name or TransformerConfig of
-    zerolib.core.models): its hidden size, heads, key/value heads, head width and MLP width."""
+    zerolib.core.catalogue.models): its hidden size, heads, key/value heads, head width and MLP width."""
     config = get_model(model)
     if config.gated_mlp != block.gated_mlp or config.experts:
         raise ValueError(f"model must have the MLP of the {block.name} block (gated: {block.gated_mlp}, "

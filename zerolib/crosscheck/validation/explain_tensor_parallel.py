@@ -1,7 +1,7 @@
 """The tensor-parallel run beside zerolib's numbers, every difference worked out by hand.
 
 Parameters: each rank's local shards, per zerolib module name, against
-:func:`zerolib.core.model_parallel.split_table` (column- and row-parallel matrices split t
+:func:`zerolib.core.memory.model_parallel.split_table` (column- and row-parallel matrices split t
 ways, norms whole, vocabulary rows ceil(V / t) on the most-loaded rank). One mechanism:
 
 - ``uneven-vocabulary-shard``: DTensor's ``Shard(0)`` cuts the vocabulary rows like
@@ -11,7 +11,7 @@ ways, norms whole, vocabulary rows ceil(V / t) on the most-loaded rank). One mec
   a narrower view of that storage, so the memory it holds is the most-loaded rank's after all.
 
 Activations: each tensor autograd saves in one decoder block, against
-:func:`zerolib.core.activations.layer_activation_terms` (Korthikanti et al.'s (MLSys 2023) terms for a
+:func:`zerolib.core.memory.activations.layer_activation_terms` (Korthikanti et al.'s (MLSys 2023) terms for a
 Llama block: norms and projection inputs whole on every rank, the rest split t ways, K and V
 at kv_heads / t heads, flash attention, no dropout). Mechanisms, all sized from the shapes:
 
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from zerolib.core.activations import layer_activation_terms
-from zerolib.core.model_parallel import parameters_per_gpu, split_table, vocabulary_rows
-from zerolib.core.models import TransformerConfig
+from zerolib.core.catalogue.models import TransformerConfig
+from zerolib.core.memory.activations import layer_activation_terms
+from zerolib.core.memory.model_parallel import parameters_per_gpu, split_table, vocabulary_rows
 from zerolib.crosscheck.validation.effects import Effect, describe
 from zerolib.crosscheck.validation.effects import keys as effect_keys
 from zerolib.crosscheck.validation.setups import fsdp_rows
@@ -56,7 +56,7 @@ class RunShape:
 
 
 SHAPE = RunShape()
-KINDS = ("parameters", "activations")
+MODULE_KINDS = ("parameters", "activations")
 
 # Block labels in forward order, with the formula terms each saved storage stands for.
 LABEL_TERMS = {
@@ -181,7 +181,7 @@ def compare_tensor_parallel(measured: pd.DataFrame) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     modules = [piece for piece in split_table(TINY_LLAMA).module]
     order = {label: index for index, label in enumerate([*modules, *LABEL_TERMS, NOT_SAVED])}
-    frame["_kind"] = frame["kind"].map(KINDS.index)
+    frame["_kind"] = frame["kind"].map(MODULE_KINDS.index)
     frame["_item"] = frame["item"].map(lambda label: order.get(label, len(order)))
     frame = frame.sort_values(["workers", "rank", "_kind", "_item", "item", "terms"], kind="stable")
     return frame.drop(columns=["_kind", "_item"]).reset_index(drop=True)

@@ -1,6 +1,6 @@
 """A tiny Llama-style model for the tensor-parallel run (needs PyTorch).
 
-Module names are zerolib's (:func:`zerolib.core.models.modules`), so a measured parameter maps to
+Module names are zerolib's (:func:`zerolib.core.catalogue.models.modules`), so a measured parameter maps to
 its split rule by name: ``embedding``, per layer ``attention_norm``, ``query_projection``,
 ``key_projection``, ``value_projection``, ``attention_output_projection``, ``mlp_norm``,
 ``mlp_gate_projection``, ``mlp_up_projection``, ``mlp_down_projection``, then ``final_norm``
@@ -13,7 +13,7 @@ positions, grouped-query attention through ``F.scaled_dot_product_attention(enab
 internally (read from ``grad_fn._saved_*``): RMSNorm's fp32 copy of its input, its per-token
 1/rms and its normalised fp32 values; the attention kernel's output and log-sum-exp.
 
-:data:`PLAN` is the tensor-parallel plan (``torch.distributed.tensor.parallel``): the vocabulary
+:func:`tensor_parallel_plan` is the tensor-parallel plan (``torch.distributed.tensor.parallel``): the vocabulary
 -parallel embedding and output layer, column-parallel Q, K, V, gate and up projections,
 row-parallel attention-output and down projections; the norms stay whole on every rank.
 """
@@ -25,7 +25,7 @@ from torch import nn
 from torch.distributed.tensor import Replicate
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
-from zerolib.core.models import TransformerConfig
+from zerolib.core.catalogue.models import TransformerConfig
 
 ROPE_THETA = 10_000.0
 
@@ -127,7 +127,7 @@ class TinyLlama(nn.Module):
         self.output_projection = nn.Linear(config.hidden, config.vocab, bias=False)
 
 
-def plan(config: TransformerConfig) -> dict:
+def tensor_parallel_plan(config: TransformerConfig) -> dict:
     """``parallelize_module``'s plan for :class:`TinyLlama` (module path -> style)."""
     out = {"embedding": RowwiseParallel(input_layouts=Replicate()),
            "output_projection": ColwiseParallel(output_layouts=Replicate())}

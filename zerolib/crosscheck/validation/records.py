@@ -8,10 +8,12 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from zerolib._io import atomic_write
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    import pandas as pd
 
 SHARDED_FILE = "validation_sharded.csv"
 ACTIVATIONS_FILE = "validation_activations.csv"
@@ -48,6 +50,7 @@ def write_csv(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
 
 def read_csv(path: str | os.PathLike) -> pd.DataFrame:
     """A recorded file as written (empty text stays empty, not NaN)."""
+    import pandas as pd
     return pd.read_csv(path, keep_default_na=False)
 
 

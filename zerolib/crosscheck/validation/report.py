@@ -15,10 +15,10 @@ from types import MappingProxyType
 
 import pandas as pd
 
-from zerolib.core.accounting import CATEGORIES
-from zerolib.core.models import get_model
+from zerolib.core.catalogue.models import get_model
+from zerolib.core.memory.accounting import CATEGORIES
+from zerolib.core.memory.working_set import REDUCE_BUCKET_SIZE
 from zerolib.core.units import format_relative
-from zerolib.core.working_set import REDUCE_BUCKET_SIZE
 from zerolib.crosscheck.validation.deepspeed_run import (
     DEEPSPEED_PHASES,  # its moments, in order
     buffers_path,
@@ -371,15 +371,6 @@ def shipped_mechanisms(shipped: pd.DataFrame) -> pd.DataFrame:
     order = [key for key in MECHANISMS if key in wide.index]
     cases = list(pd.unique(shipped["case"]))
     return wide.loc[order, cases].rename_axis(index="mechanism", columns="bytes added")
-
-
-def shipped_case(shipped: pd.DataFrame, case: str) -> pd.DataFrame:
-    """One case's saved tensors: where each was saved, what it is, measured beside the formula."""
-    chosen = _choose(shipped, case=case)
-    return (chosen[["module", "saved_by", "item", "terms", "saved_dtype", "saved_shape",
-                    "measured_bytes", "formula_bytes", "effects"]]
-            .replace({"terms": {"": "-"}, "effects": {"": "-"}})
-            .reset_index(drop=True))
 
 
 def shipped_extras(block: str, model, seq_len: int, micro_batch: int = 1) -> pd.DataFrame:

@@ -116,7 +116,7 @@ STRATEGIES: Mapping[str, Strategy] = MappingProxyType({s.name: s for s in (
 )})
 
 # The strategies whose collectives the communication runs count: all of them (HSDP's against
-# zerolib's group traffic, zerolib.core.group_traffic, on the runs with two groups or more).
+# zerolib's group traffic, zerolib.core.step.traffic, on the runs with two groups or more).
 COMMUNICATION_STRATEGIES: Mapping[str, Strategy] = STRATEGIES
 
 # Every run is compared with zerolib's all-fp32 AdamW layout: 4 + 4 + 8 bytes per parameter. Under

@@ -35,7 +35,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from zerolib.core.accounting import CATEGORIES
+from zerolib.core.memory.accounting import CATEGORIES
 from zerolib.crosscheck.validation.harness import build_linear_stack, join_gloo, spawn
 from zerolib.crosscheck.validation.setups import STRATEGIES, TINY_MODELS, ModelSpec, Strategy
 
@@ -88,7 +88,7 @@ def _mesh(strategy: Strategy, workers: int):
                             mesh_dim_names=("replicate", "shard"))
 
 
-def _wrap(strategy: Strategy, model: nn.Sequential, layers: list[nn.Linear], workers: int):
+def wrap(strategy: Strategy, model: nn.Sequential, layers: list[nn.Linear], workers: int):
     """(module to call, optimizer, optimizer state dict) for this strategy."""
     if strategy.kind in ("ddp", "zero1"):
         wrapped = DistributedDataParallel(model, gradient_as_bucket_view=True)
@@ -119,7 +119,7 @@ def _rows(strategy, spec, workers, rank, phase, snapshot, where) -> list[dict]:
 
 def _measure_one(strategy: Strategy, spec: ModelSpec, rank: int, workers: int) -> list[dict]:
     model, layers = build_linear_stack(spec, SEED)  # the same initial weights on every rank
-    wrapped, optimizer, state = _wrap(strategy, model, layers, workers)
+    wrapped, optimizer, state = wrap(strategy, model, layers, workers)
     sharded = list(model.parameters())  # FSDP2: the DTensor shards; otherwise the parameters
     generator = torch.Generator().manual_seed(SEED + rank)  # each rank its own batch
     inputs = torch.randn(BATCH, spec.widths[0], generator=generator)

@@ -3,8 +3,8 @@
 ``measure_tensor_parallel(workers)`` starts ``workers`` processes through the shared harness
 (gloo on 127.0.0.1), builds :class:`llama_block.TinyLlama` from
 ``explain_tensor_parallel.TINY_LLAMA`` with the same weights on every rank, applies
-``torch.distributed.tensor.parallel.parallelize_module`` with ``llama_block.plan`` on a 1-D
-device mesh of all ranks, and on each rank records
+``torch.distributed.tensor.parallel.parallelize_module`` with
+``llama_block.tensor_parallel_plan`` on a 1-D device mesh of all ranks, and on each rank records
 
 - ``parameters``: every parameter's local shard (a DTensor's ``to_local()``; a replicated norm
   weight as is), summed per zerolib module name over the layers;
@@ -24,7 +24,7 @@ from torch.distributed.tensor.parallel import parallelize_module
 
 from zerolib.crosscheck.validation.explain_tensor_parallel import SHAPE, TINY_LLAMA
 from zerolib.crosscheck.validation.harness import join_gloo, spawn
-from zerolib.crosscheck.validation.llama_block import TinyLlama, plan
+from zerolib.crosscheck.validation.llama_block import TinyLlama, tensor_parallel_plan
 
 SEED = 0
 
@@ -87,7 +87,7 @@ def _rank(rank: int, workers: int) -> list[dict]:
     mesh = init_device_mesh("cpu", (workers,))
     torch.manual_seed(SEED)                                  # the same initial weights everywhere
     model = TinyLlama(TINY_LLAMA).to(torch.bfloat16)
-    parallelize_module(model, mesh, plan(TINY_LLAMA))
+    parallelize_module(model, mesh, tensor_parallel_plan(TINY_LLAMA))
     rows = _parameter_rows(model, rank, workers) + _activation_rows(model, rank, workers)
     dist.barrier()
     return rows

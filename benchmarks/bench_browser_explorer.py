@@ -1,0 +1,138 @@
+"""Explorer latency in the browser: a key press on a slider to the new image on screen.
+
+Real JupyterLab in headless Chromium (the browser tests' helpers, tests/browser_support.py):
+one notebook builds every chapter explorer as its notebook does; for each, the slider its
+browser test moves gets five key presses (right, left, right, left, right). Each is timed
+inside the page, from the keydown event to the first frame after the new image has loaded
+(kernel round trip, recompute, redraw, PNG, transfer, decode). Printed per explorer: the median
+of the five, beside the in-kernel time of one redraw of the same slider (``bench_explorer``
+measures that against rebuilding the figure), and their ratio: what the browser and the widget
+messages add. Target: the slowest explorer under 100 ms.
+
+Skips, saying why, without Chromium or Playwright.
+"""
+from __future__ import annotations
+
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from browser_support import (  # noqa: E402  (the helpers live beside the browser tests)
+    CALLS,
+    chromium,
+    explorer_output,
+    find_chromium,
+    jupyter_lab,
+    layout_notebook,
+    run_explorers,
+)
+
+MOVES = ("ArrowRight", "ArrowLeft", "ArrowRight", "ArrowLeft", "ArrowRight")
+TARGET_MS = 100.0
+# The slider each explorer's browser test moves (tests/test_browser.py), by its label.
+SLIDERS = {"02-memory-vs-gpu-count": "Model size", "03-memory-vs-model-size": "GPUs",
+           "04-will-it-fit": "Micro-batch", "05-the-price-of-zero": "GPUs",
+           "06-sharding-groups-and-offload": "GPUs", "07-when-zero-is-not-enough": "GPUs"}
+NAMES = {"02-memory-vs-gpu-count": "gpu_count", "03-memory-vs-model-size": "model_size",
+         "04-will-it-fit": "will_it_fit", "05-the-price-of-zero": "step_time",
+         "06-sharding-groups-and-offload": "placement", "07-when-zero-is-not-enough": "planner"}
+
+# Armed before the key press: resolves with the milliseconds from the keydown to the first
+# animation frame after the image's new source has loaded.
+ARM = """(img) => { window.__latency = new Promise((resolve) => {
+  let start = null;
+  document.addEventListener('keydown', () => { start = performance.now(); }, {capture: true, once: true});
+  const old = img.src;
+  const observer = new MutationObserver(() => {
+    if (img.src === old) return;
+    observer.disconnect();
+    const shown = () => requestAnimationFrame(() => resolve(performance.now() - start));
+    if (img.complete && img.naturalWidth > 0) shown(); else img.addEventListener('load', shown, {once: true});
+  });
+  observer.observe(img, {attributes: true, attributeFilter: ['src']});
+}); }"""
+
+
+def kernel_redraw_ms(stem: str) -> float:
+    """The same moves in this interpreter: the explorer's own redraw, median milliseconds."""
+    import zerolib as zl  # noqa: F401  (the calls read zl)
+    from zerolib.core.units import GiB
+    scope = {"zl": zl, "GiB": GiB, "TiB": 1024 * GiB}
+    exec(CALLS[stem], scope)
+    explorer = scope["explorer"]
+    control = next(c for c in explorer.controls.values()
+                   if getattr(c, "description", None) == SLIDERS[stem])
+    values = [o[1] if isinstance(o, tuple) else o for o in getattr(control, "options", ())]
+    times = []
+    for move in MOVES:
+        step = 1 if move == "ArrowRight" else -1
+        if values:
+            new = values[values.index(control.value) + step]
+        else:
+            new = control.value + step * (control.step or 1)
+        start = time.perf_counter()
+        control.value = new
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def browser_latencies(page) -> dict[str, list[float]]:
+    results = {}
+    for stem in CALLS:
+        output = explorer_output(page, stem)
+        image = output.locator("img.widget-image")
+        label = page.locator(".widget-label", has_text=re.compile(rf"^\s*{re.escape(SLIDERS[stem])}\s*$"))
+        handle = output.locator(".widget-slider", has=label).locator(".noUi-handle").first
+        times = []
+        for move in MOVES:
+            page.evaluate(ARM, image.element_handle())
+            handle.focus()
+            page.keyboard.press(move)
+            times.append(page.evaluate("() => window.__latency"))
+            page.wait_for_timeout(300)    # let the kernel settle between moves
+        results[stem] = times
+    return results
+
+
+def main() -> int:
+    executable = find_chromium()
+    try:
+        from playwright.sync_api import expect, sync_playwright
+    except ImportError:
+        print("explorer_browser_latency: skipped (playwright is not installed: pip install -e '.[test]')")
+        return 0
+    if executable is None:
+        print("explorer_browser_latency: skipped (Chromium is not installed: apt-get install -y chromium)")
+        return 0
+    import nbformat
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        root = work / "notebooks"
+        root.mkdir()
+        nbformat.write(layout_notebook(), root / "explorers.ipynb")
+        with sync_playwright() as driver, jupyter_lab(root, work) as lab, \
+                chromium(driver, work / "profile", executable) as browser:
+            page = browser.new_page()
+            run_explorers(page, lab, expect)
+            latencies = browser_latencies(page)
+    slowest = 0.0
+    for stem, times in latencies.items():
+        browser_ms = statistics.median(times)
+        kernel_ms = kernel_redraw_ms(stem)
+        slowest = max(slowest, browser_ms)
+        print(f"explorer_browser_{NAMES[stem]}: {browser_ms / kernel_ms:.1f}x (key press to new image "
+              f"in Chromium, median of {len(times)}: {browser_ms:.0f} ms, against the in-kernel "
+              f"redraw {kernel_ms:.0f} ms; moves {', '.join(f'{t:.0f}' for t in times)} ms; "
+              f"target < {TARGET_MS:.0f} ms)")
+    print(f"explorer_browser_slowest: {slowest:.0f} ms (target < {TARGET_MS:.0f} ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

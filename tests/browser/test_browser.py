@@ -1,0 +1,478 @@
+"""The chapter where its readers read it: live in JupyterLab, and as exported static HTML.
+
+Real JupyterLab, real headless Chromium (Debian's, driven by Playwright's Python API):
+
+- every notebook with an explorer is opened, run top to bottom, and a slider is moved; the
+  explorer's image must be redrawn (new bytes) and its table must show what the new value means;
+  screenshots before and after go to test-output/browser/;
+- ``zerolib html`` exports the chapter; every page is opened offline and every image must have
+  loaded and every heading of the notebook must be on the page.
+
+Skips with an install hint without Chromium or Playwright; CI sets ZEROLIB_REQUIRE_OPTIONAL=1, which
+turns that skip into a failure.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+from browser_support import (
+    INSTALL_CHROMIUM,
+    INSTALL_PLAYWRIGHT,
+    KERNEL_IDLE_MS,
+    RUN_ALL_MS,
+    WIDGET_UPDATE_MS,
+    chromium,
+    find_chromium,
+    jupyter_lab,
+)
+from conftest import REPO, missing_optional, optional_import
+
+from zerolib.publish.html import markdown_headings
+from zerolib.publish.saved_widgets import saved_widget_html, widget_states
+
+pytestmark = pytest.mark.browser
+
+NOTEBOOKS = REPO / "notebooks"
+SCREENSHOTS = REPO / "test-output" / "browser"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+# --- what each explorer is checked for -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class ExplorerCheck:
+    """One slider step in a notebook's explorer, and what the explorer must say afterwards.
+
+    ``shows`` are texts (whitespace-normalised) that the explorer's summary or table must show
+    after the step and must not show before it; their numbers are worked out by hand below.
+    """
+    notebook: str
+    slider: str           # the slider's description label
+    before: str           # its readout as the notebook leaves it
+    after: str            # its readout after one ArrowRight
+    shows: tuple[str, ...]
+
+
+# Worked out by hand. Mixed-precision Adam: 2 + 2 + 12 = 16 bytes per parameter (P); a
+# partitioned category holds ceil(P / N) elements on each of N GPUs. The A100 80GB holds
+# 80 GiB = 85,899,345,920 bytes = 85.9 GB. The explorers print three significant digits.
+EXPLORERS = {check.notebook: check for check in (
+    # Notebook 2 leaves the explorer at 70B on 1 to 1024 GPUs; one step right is 175B (the next
+    # size offered). At 1024 GPUs ceil(175e9 / 1024) = 170,898,438: plain DP 16P = 2,800 GB;
+    # stage 1 4P + 12 x 170,898,438 = 700 + 2.05 = 702 GB; stage 2 2P + 14 x ... = 350 + 2.39 =
+    # 352 GB; stage 3 16 x 170,898,438 = 2.73 GB.
+    # Fewest GPUs on the A100: stages 0-2 never (their replicated parts alone, 2,800 / 700 / 350
+    # GB, exceed 85.9 GB); stage 3 at 33 GPUs: 16 x ceil(175e9 / 33) = 16 x 5,303,030,304 =
+    # 84.8 GB, while 32 GPUs need 16 x 5,468,750,000 = 87.5 GB.
+    ExplorerCheck(
+        "02-memory-vs-gpu-count.ipynb", "Model size", "70B", "175B", (
+            "175B parameters on 1 to 1024 GPUs",
+            "Per GPU at 1024 GPUs: Plain data parallelism: 2,800 GB; ZeRO stage 1 (optimizer): "
+            "702 GB; ZeRO stage 2 (+ gradients): 352 GB; ZeRO stage 3 (+ parameters): 2.73 GB",
+            "ZeRO stage 2 (+ gradients) never at least 350 GB at any GPU count",
+            "ZeRO stage 3 (+ parameters) 33 84.8 GB",
+        )),
+    # Notebook 3 leaves the explorer at 8 GPUs with the 1B 7B 13B 30B 70B models; one step right
+    # is 9 GPUs. 70B: ceil(70e9 / 9) = 7,777,777,778; plain DP 1,120 GB; stage 1 280 + 93.3 =
+    # 373 GB; stage 2 140 + 108.9 = 249 GB; stage 3 124 GB (140 GB at 8 GPUs): nothing fits.
+    # 30B: ceil(30e9 / 9) = 3,333,333,334; 480 GB; 120 + 40.0 = 160 GB; 60 + 46.7 = 107 GB;
+    # stage 3 53.3 GB (60.0 at 8 GPUs), the least partitioning that fits.
+    ExplorerCheck(
+        "03-memory-vs-model-size.ipynb", "GPUs", "8", "9", (
+            "Per GPU on 9 GPUs against the A100 80GB",
+            "30B 480 GB (too big) 160 GB (too big) 107 GB (too big) 53.3 GB (state fits) "
+            "ZeRO stage 3 (+ parameters)",
+            "70B 1,120 GB (too big) 373 GB (too big) 249 GB (too big) 124 GB (too big) "
+            "none: add GPUs or pick a smaller layout",
+            "70B under ZeRO stage 3: 124 GB of model state per GPU",
+        )),
+    # Notebook 4 leaves the explorer at Llama-2-7B (P = 6,738,415,616) on 8 H100 80GB, sequence
+    # 4096, micro-batch 2, selective recomputation, flash attention; one step right is micro-batch
+    # 3. Per sequence: activations 32 x (16sbh + 8sbf) + 4asb + 4sbh = 20,200,292,352 bytes and
+    # logits + loss 6 x 4096 x 32,000 = 786,432,000 (s = 4096, h = 4096, f = 11008, a = 32), so
+    # micro-batch 3 holds 60.6 GB and 2.36 GB, and every peak grows by 20.99 GB per micro-batch
+    # from micro-batch 1: plain DP 144.43 -> 186 GB; stage 1 61.20 -> 103 GB; stage 2 49.4 ->
+    # 91.4 GB; stage 3 39.61 -> 81.6 GB (under 85.9: fits).
+    # Fewest GPUs at micro-batch 3 (working set 66.11 GB, 68.11 GB with stage 3's 2 GB of
+    # gathered parameters; 19.79 GB left of 85.90): stage 1's replicated 4P = 26.95 GB alone is
+    # over it: never; stage 2 needs 2P + 14 ceil(P/N) <= 19.79 GB, ceil(P/N) <= 0.451e9, N = 15;
+    # stage 3 needs 16 ceil(P/N) <= 17.79 GB, ceil(P/N) <= 1.112e9, N = 7. The largest micro-batch
+    # on 8 GPUs does not depend on the micro-batch: stage 1 (85.90 - 40.21) / 20.99 = 2.18 -> 2;
+    # stage 3 (85.90 - 18.62) / 20.99 = 3.2 -> 3; plain DP none.
+    ExplorerCheck(
+        "04-will-it-fit.ipynb", "Micro-batch", "2", "3", (
+            "sequence 4,096 · micro-batch 3 · selective recomputation",
+            "activations (60.6 GB) and the logits and loss (2.36 GB)",
+            "Plain data parallelism 186 GB too big never none",
+            "ZeRO stage 1 (optimizer) 103 GB too big never 2",
+            "ZeRO stage 2 (+ gradients) 91.4 GB too big 15 2",
+            "ZeRO stage 3 (+ parameters) 81.6 GB fits 7 3",
+            "Fewest GPUs that fit (micro-batch 3)",
+        )),
+    # Notebook 6 starts the explorer at 16 GPUs; one step right is 32 (four nodes of 8). ZeRO-3:
+    # 16 B x 70e9 / 32 = 35.0 GB. Optimizer on the CPU: 2 B x 70e9 / 32 = 4.375 GB on each GPU;
+    # each node's 8 GPUs keep 16 B x 70e9 / 32 x 8 = 280 GB of CPU memory, under 1 TiB.
+    ExplorerCheck(
+        "06-sharding-groups-and-offload.ipynb", "GPUs", "16", "32", (
+            "70B parameters on 32 GPUs, sharded over groups of 32 (1 replica)",
+            "ZeRO-3 35.0 GB fits 0 GB fits 0 GB",
+            "ZeRO-3 + optimizer on CPU 4.38 GB fits 280 GB fits 0 GB",
+        )),
+    # Notebook 5 leaves the explorer at Llama-2-7B on 64 H100 80GB in DGX H100 nodes; one step
+    # right is 128 GPUs (16 nodes, still 400 GB/s across them). ceil(P / 128) = 52,643,872
+    # elements: a ring pass sends 127 x 52,643,872 x 2 = 13.37 GB, two passes 26.74 GB, three
+    # 40.11 GB. Stage 1 holds 4P + 12 x 52,643,872 = 27.58 GB of state + 24.15 GB of working set
+    # = 51.7 GB; its after-step gather takes 13.37e9 / 400e9 s + (8.4 + 112 x 3.4 + 15 x 14.0) us
+    # = 0.0340 s of a 0.4524 s step: 8 %. Stage 3 holds 16P / 128 = 0.84 GB + 26.15 GB of working
+    # set (2 GB of it gathered parameters) = 27.0 GB, and its traffic hides behind compute.
+    # Notebook 7 leaves the planner explorer at Llama-2-70B on 64 A100 80GB (DGX A100 nodes,
+    # sequence 4,096, global batch 1,024, 40% of peak); one step right is 128 GPUs. The fastest
+    # that fits is then t 2 x d 64 under ZeRO-3, 16 micro-batches of one sequence per step. One
+    # GPU holds 80 layers of (2 x 8192^2 + 2 x 8192 x 1024 + 3 x 8192 x 28672) / 2 + 2 x 8192 =
+    # 427,835,392, half the embedding and of the output layer (131,072,000 each) and the final
+    # norm: 34,488,983,552 parameters; compute 16 x 6 x that x 4096 / (0.4 x 312e12) = 108.667 s.
+    # Each micro-batch all-reduces 2 x 4096 x 8192 = 67,108,864 bytes 322 times over 2 GPUs on
+    # NVLink 3 (4 per layer, the embedding's, the output layer's): 8.4 + 2 x 3.4 us + 67,108,864
+    # / 300e9 s = 238.9 us, and 3 loss all-reduces of 16 KB: 76.97 ms, 1.232 s for 16. ZeRO-3's
+    # gathers (67.9 GB per pass at 100 GB/s: 0.68 s) hide behind each micro-batch's 2.26 s of
+    # forward compute. Step 108.667 + 1.232 = 109.9 s: "110 s".
+    ExplorerCheck(
+        "07-when-zero-is-not-enough.ipynb", "GPUs", "64", "128", (
+            "llama-2-70b on 128 A100 80GB",
+            "Fastest that fits: t 2 x p 1 (1F1B) x d 64, ZeRO-3, selective recomputation, "
+            "micro-batch 1 x 16, no offload: 110 s per step",
+        )),
+    ExplorerCheck(
+        "05-the-price-of-zero.ipynb", "GPUs", "64", "128", (
+            "llama-2-7b on 128 GPUs",
+            "ZeRO stage 1 (optimizer) 51.7 GB fits 26.7 GB 0.068 s 0.45 s 8%",
+            "ZeRO stage 3 (+ parameters) 27.0 GB fits 40.1 GB 0.16 s 0.42 s 0%",
+        )),
+)}
+
+
+def has_widget_output(path: Path) -> bool:
+    nb = nbformat.read(path, as_version=4)
+    return any(WIDGET_VIEW in output.get("data", {})
+               for cell in nb.cells if cell.cell_type == "code" for output in cell.outputs)
+
+
+def explorer_notebooks() -> list[str]:
+    return sorted(p.name for p in NOTEBOOKS.glob("*.ipynb") if has_widget_output(p))
+
+
+# --- fixtures -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def chromium_path() -> str:
+    path = find_chromium()
+    if path is None:
+        missing_optional(f"Chromium is not installed: {INSTALL_CHROMIUM}")
+    return path
+
+
+@pytest.fixture(scope="module")
+def playwright(chromium_path):
+    sync_api = optional_import("playwright.sync_api", INSTALL_PLAYWRIGHT)
+    with sync_api.sync_playwright() as driver:
+        yield driver
+
+
+@pytest.fixture(scope="module")
+def browser(playwright, chromium_path, tmp_path_factory):
+    with chromium(playwright, tmp_path_factory.mktemp("chromium-profile"), chromium_path) as context:
+        yield context
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, chromium_path, playwright):
+    """JupyterLab serving a temporary copy of notebooks/ (the checkout stays untouched)."""
+    work = tmp_path_factory.mktemp("jupyterlab")
+    root = work / "notebooks"
+    shutil.copytree(NOTEBOOKS, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    with jupyter_lab(root, work) as server:
+        yield server
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.page_errors = errors
+    try:
+        yield page
+    finally:
+        page.close()
+
+
+# --- driving JupyterLab ---------------------------------------------------------------------------
+
+def open_and_run_all(page, lab, notebook: str) -> None:
+    """Open ``notebook``, wait for an idle kernel, Run > Run All Cells, wait until every cell ran."""
+    from playwright.sync_api import expect
+
+    page.goto(lab.notebook_url(notebook))
+    # Pressing Run All before the kernel is ready opens a modal "Select Kernel" dialog instead.
+    expect(page.locator(".jp-StatusBar-Widget")).to_contain_text("| Idle", timeout=KERNEL_IDLE_MS)
+    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
+    page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
+    # Every code cell shows an execution count ("[7]:"), none is queued or running ("[*]:").
+    page.wait_for_function(
+        """() => {
+            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+            return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+        }""", timeout=RUN_ALL_MS)
+    expect(page.locator(".jp-StatusBar-Widget")).to_contain_text("| Idle", timeout=RUN_ALL_MS)
+    stderr = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
+    assert stderr.count() == 0, f"{notebook} printed errors or warnings:\n" + "\n".join(
+        stderr.all_inner_texts())
+
+
+def image_digest(page, image) -> str:
+    """SHA-256 of the bytes behind an <img> (the widget's blob: URL), read inside the page."""
+    src = image.get_attribute("src")
+    return page.evaluate(
+        """async (src) => {
+            const bytes = await (await fetch(src)).arrayBuffer();
+            const digest = await crypto.subtle.digest('SHA-256', bytes);
+            return [...new Uint8Array(digest)].map(b => b.toString(16).padStart(2, '0')).join('');
+        }""", src)
+
+
+def wait_for_loaded(page, image) -> None:
+    image.wait_for(state="visible", timeout=WIDGET_UPDATE_MS)
+    page.wait_for_function("(img) => img.complete && img.naturalWidth > 0",
+                           arg=image.element_handle(), timeout=WIDGET_UPDATE_MS)
+
+
+def slider(explorer, description: str):
+    """The slider whose description label reads ``description``."""
+    found = explorer.locator(".widget-slider", has=explorer.page.locator(
+        ".widget-label", has_text=re.compile(rf"^\s*{re.escape(description)}\s*$")))
+    assert found.count() == 1, f"expected one slider labelled {description!r}, found {found.count()}"
+    return found
+
+
+def normalised_text(locator) -> str:
+    return " ".join(locator.inner_text().split())
+
+
+def move_slider_and_check(page, lab, check: ExplorerCheck, shots: Path,
+                          update_ms: int = WIDGET_UPDATE_MS) -> None:
+    """The whole reader's path through one explorer; raises AssertionError when it does not work."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import expect
+
+    open_and_run_all(page, lab, check.notebook)
+    notebook = page.locator(".jp-NotebookPanel:visible")
+    image = notebook.locator("img.widget-image")
+    assert image.count() == 1, f"{check.notebook}: expected one explorer image, found {image.count()}"
+    wait_for_loaded(page, image)
+    explorer = notebook.locator(".jp-OutputArea-output", has=page.locator("img.widget-image"))
+    explorer.scroll_into_view_if_needed()
+    control = slider(explorer, check.slider)
+    readout = control.locator(".widget-readout")
+    expect(readout).to_have_text(check.before, timeout=update_ms)
+    before_src, before_digest = image.get_attribute("src"), image_digest(page, image)
+    before_text = normalised_text(explorer)
+    explorer.screenshot(path=str(shots / f"{Path(check.notebook).stem}-before.png"))
+
+    control.locator(".noUi-handle").first.focus()
+    page.keyboard.press("ArrowRight")
+    expect(readout).to_have_text(check.after, timeout=update_ms)
+    try:
+        page.wait_for_function("([img, old]) => img.getAttribute('src') !== old",
+                               arg=[image.element_handle(), before_src], timeout=update_ms)
+    except PlaywrightTimeout:
+        raise AssertionError(f"{check.notebook}: the image was not redrawn within {update_ms} ms "
+                             f"after moving {check.slider!r} from {check.before} to {check.after}") from None
+    wait_for_loaded(page, image)
+    # The text widgets change in the same callback as the image; give their messages a moment.
+    try:
+        page.wait_for_function("([el, want]) => el.innerText.replace(/\\s+/g, ' ').includes(want)",
+                               arg=[explorer.element_handle(), check.shows[0]], timeout=2_000)
+    except PlaywrightTimeout:
+        pass  # reported below, with every text that is missing
+    explorer.screenshot(path=str(shots / f"{Path(check.notebook).stem}-after.png"))
+    assert image_digest(page, image) != before_digest, "the redrawn image has the same bytes"
+    after_text = normalised_text(explorer)
+    problems = [f"shown before the move already: {want!r}" for want in check.shows if want in before_text]
+    problems += [f"not shown after the move: {want!r}" for want in check.shows if want not in after_text]
+    assert not problems, (f"{check.notebook}, {check.slider} {check.before} -> {check.after}:\n"
+                          + "\n".join(problems) + f"\nexplorer text after: {after_text}")
+    assert not page.page_errors, f"JavaScript errors: {page.page_errors}"
+
+
+# --- tests ----------------------------------------------------------------------------------------
+
+def test_every_explorer_notebook_has_a_check():
+    """A notebook that gains an explorer must gain a browser check too."""
+    assert explorer_notebooks(), "no notebook in notebooks/ shows a widget"
+    assert set(explorer_notebooks()) == set(EXPLORERS)
+
+
+@pytest.mark.parametrize("notebook", sorted(EXPLORERS))
+def test_explorer_slider_redraws_the_figure(notebook, lab, page):
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    move_slider_and_check(page, lab, EXPLORERS[notebook], SCREENSHOTS)
+
+
+# Broken on purpose in a temporary copy: every callback that the chapter's code (not ipywidgets
+# itself) registers on a slider raises instead of redrawing, as a bug in an explorer would.
+SABOTAGE = """import ipywidgets
+_original_observe = ipywidgets.Widget.observe
+def _broken_observe(self, handler, *args, **kwargs):
+    if "Slider" in type(self).__name__ and not handler.__module__.startswith(("ipywidgets", "traitlets")):
+        def handler(change):
+            raise RuntimeError("slider callback broken on purpose by test_browser.py")
+    return _original_observe(self, handler, *args, **kwargs)
+ipywidgets.Widget.observe = _broken_observe"""
+
+
+def test_a_broken_slider_callback_is_caught(lab, page, tmp_path):
+    """The check above fails when the explorer's callback is broken (in a sabotaged copy)."""
+    check = EXPLORERS[min(EXPLORERS)]
+    nb = nbformat.read(lab.root_dir / check.notebook, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(SABOTAGE))
+    sabotaged = f"sabotaged-{check.notebook}"
+    nbformat.write(nb, lab.root_dir / sabotaged)
+    broken = ExplorerCheck(sabotaged, check.slider, check.before, check.after, check.shows)
+    with pytest.raises(AssertionError, match="not redrawn"):
+        move_slider_and_check(page, lab, broken, tmp_path, update_ms=5_000)
+
+
+# --- the exported HTML ----------------------------------------------------------------------------
+
+def expected_images(path: Path) -> int:
+    """Images a page must show: PNG/JPEG outputs, images referenced in markdown cells, and each
+    saved explorer's picture."""
+    nb = nbformat.read(path, as_version=4)
+    states = widget_states(nb)
+    count = 0
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            count += len(re.findall(r"!\[[^\]]*\]\([^)]+\)|<img\s", cell.source))
+        elif cell.cell_type == "code":
+            count += sum(1 for o in cell.outputs
+                         if {"image/png", "image/jpeg"} & set(o.get("data", {})))
+            count += sum(1 for o in cell.outputs if WIDGET_VIEW in o.get("data", {})
+                         and "<img" in saved_widget_html(states, o["data"][WIDGET_VIEW]["model_id"]))
+    return count
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, playwright):
+    """``zerolib html`` run as a reader would run it, into a temporary folder."""
+    out = tmp_path_factory.mktemp("html")
+    script = Path(sys.executable).parent / "zerolib"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "zerolib"]
+    result = subprocess.run([*command, "html", "--notebooks", str(NOTEBOOKS), "--out", str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def offline(route) -> None:
+    """Serve only local files: the exported pages must not need the network to show figures."""
+    if route.request.url.startswith(("file:", "data:", "blob:")):
+        route.continue_()
+    else:
+        route.abort()
+
+
+@pytest.mark.parametrize("notebook", sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")))
+def test_exported_page_shows_every_figure_and_heading(notebook, exported, page):
+    html_page = exported / f"{Path(notebook).stem}.html"
+    assert html_page.is_file(), f"zerolib html wrote no {html_page.name}"
+    page.route("**/*", offline)
+    page.goto(html_page.as_uri(), wait_until="load")
+    images = page.eval_on_selector_all(
+        "img", "imgs => imgs.map(i => ({src: i.src.slice(0, 60), ok: i.complete && i.naturalWidth > 0}))")
+    broken = [image["src"] for image in images if not image["ok"]]
+    assert not broken, f"{html_page.name}: images that did not load: {broken}"
+    # Offline the widget renderer cannot load, so every <img> is a recorded figure, a markdown
+    # image or a saved explorer's picture.
+    assert len(images) == expected_images(NOTEBOOKS / notebook), (
+        f"{html_page.name} shows {len(images)} images, the notebook has "
+        f"{expected_images(NOTEBOOKS / notebook)}")
+    shown = [" ".join(text.replace("¶", "").split())
+             for text in page.locator("h1, h2, h3, h4, h5, h6").all_inner_texts()]
+    wanted = list(markdown_headings(nbformat.read(NOTEBOOKS / notebook, as_version=4)))
+    assert wanted, f"{notebook} has no headings"
+    missing = [heading for heading in wanted if heading not in shown]
+    assert not missing, f"{html_page.name} lacks headings {missing}; it shows {shown}"
+
+
+@pytest.mark.parametrize("notebook", explorer_notebooks())
+def test_exported_explorer_is_its_saved_picture_and_note_offline(notebook, exported, page):
+    """Where the widget renderer cannot load, an explorer's output is not an empty Out[N]:."""
+    page.route("**/*", offline)
+    page.goto((exported / f"{Path(notebook).stem}.html").as_uri(), wait_until="load")
+    outputs = page.locator(".jp-OutputArea-output:has(script[type='application/vnd.jupyter.widget-view+json'])")
+    assert outputs.count() >= 1
+    for i in range(outputs.count()):
+        output = outputs.nth(i)
+        text = normalised_text(output)
+        assert "Saved explorer, not live." in text and "Saved settings:" in text, text[:300]
+        picture = output.locator(".zerolib-saved-explorer img")
+        assert picture.count() == 1
+        assert picture.evaluate("i => i.complete && i.naturalWidth > 0")
+        assert output.locator("input, select, button").count() == 0     # nothing that looks live
+    output = outputs.first
+    output.scroll_into_view_if_needed()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    output.screenshot(path=str(SCREENSHOTS / f"static-{Path(notebook).stem}.png"))
+
+
+WIDGET_JS_HINT = ("set ZEROLIB_WIDGET_JS to a folder filled as the README's static-copy section "
+                  "says (npm install requirejs @jupyter-widgets/html-manager@1)")
+
+
+@pytest.fixture(scope="module")
+def exported_with_widget_js(tmp_path_factory, playwright):
+    """``zerolib html --widget-js DIR``, where DIR is $ZEROLIB_WIDGET_JS (npm's files)."""
+    widget_js = os.environ.get("ZEROLIB_WIDGET_JS")
+    if not widget_js:
+        pytest.skip(WIDGET_JS_HINT)
+    out = tmp_path_factory.mktemp("html-widget-js")
+    script = Path(sys.executable).parent / "zerolib"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "zerolib"]
+    result = subprocess.run([*command, "html", "--notebooks", str(NOTEBOOKS), "--out", str(out),
+                             "--widget-js", widget_js], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.mark.parametrize("notebook", explorer_notebooks())
+def test_rendered_saved_widgets_are_disabled_and_say_so(notebook, exported_with_widget_js, page):
+    """With the widget renderer, an explorer's controls show their setting greyed out, the note
+    says the page is not live, and the plain copy's figure and tables step aside."""
+    page.route("**/*", offline)
+    page.goto((exported_with_widget_js / f"{Path(notebook).stem}.html").as_uri(), wait_until="load")
+    output = page.locator(".jp-OutputArea-output:has(.zerolib-saved-explorer)").first
+    output.locator(".widget-subarea img.widget-image").wait_for(timeout=WIDGET_UPDATE_MS)
+    live = output.locator(".widget-subarea").locator("input:enabled, select:enabled, button:enabled")
+    assert output.locator(".widget-subarea").locator("input, select, button").count() > 0
+    assert live.count() == 0, f"{live.count()} controls look live"
+    assert output.locator(".zerolib-saved-note").is_visible()
+    assert not output.locator(".zerolib-saved-body").is_visible()
+    output.scroll_into_view_if_needed()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    output.screenshot(path=str(SCREENSHOTS / f"static-widget-js-{Path(notebook).stem}.png"))
+    assert not page.page_errors, f"JavaScript errors: {page.page_errors}"
+
+
+def test_exported_index_links_every_page(exported, page):
+    page.route("**/*", offline)
+    page.goto((exported / "index.html").as_uri())
+    links = page.eval_on_selector_all("a", "links => links.map(a => a.getAttribute('href'))")
+    assert links == [f"{p.stem}.html" for p in sorted(NOTEBOOKS.glob("*.ipynb"))]

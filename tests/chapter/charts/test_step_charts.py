@@ -1,0 +1,70 @@
+"""The price of ZeRO as figures: the step-timeline and memory-vs-step-time charts draw the
+step tables and update in place.
+
+Worked out by hand for the chapter's setting: Llama-2-7B (P = 6,738,415,616 parameters, layers
+that all divide by 64) on 64 H100 80GB in DGX H100 nodes (NVLink 4 inside at 450 GB/s, 8 NDR
+ports of 50 GB/s per node: 400 GB/s across), 4,096 tokens per GPU, 40 % of 989.5 TFLOP/s,
+mixed-precision Adam (16-bit parameters and gradients).
+- Compute: 6 x P x 4096 / (0.4 x 989.5e12) = 0.418401 s; forward a third (0.139467 s).
+- One ring pass: 63 x P/64 x 2 bytes = 13,266,255,744 bytes per GPU: 0.0331656 s at 400 GB/s.
+- Ring latency over 8 nodes: all-gather or reduce-scatter 8.4 + 56 x 3.4 + 7 x 14.0 = 296.8 us,
+  all-reduce 8.4 + 112 x 3.4 + 14 x 14.0 = 585.2 us.
+- Stage 0: an all-reduce of two passes, 0.0669165 s, hidden in the 0.278934 s backward.
+- Stages 1-2: reduce-scatter hidden; the all-gather after the step (0.0334624 s) is not:
+  step 0.451864 s, 7.4 % waiting.
+- Stage 3: 35 layers (embedding, 32 blocks, final norm, output projection) gathered per pass:
+  forward 0.0331656 + 35 x 296.8e-6 = 0.0435536 s, hidden in 0.139467 s; backward twice that,
+  hidden in 0.278934 s: step 0.418401 s.
+- Peaks (zerolib estimate --model llama-2-7b --gpus 64, flash attention, no recomputation):
+  144.44, 52.37, 39.10 and 27.84 GB.
+"""
+
+import pytest
+
+from zerolib.chapter.charts.step_timeline import step_timeline_figure
+from zerolib.chapter.charts.tradeoff import (
+    memory_vs_step_time_figure,
+    update_memory_vs_step_time,
+)
+from zerolib.chapter.figures import MEMORY_VS_STEP_TIME, STEP_TIMELINE, published_data
+from zerolib.chapter.style import render_png
+from zerolib.core.step.tables import timeline_frame, tradeoff_frame
+
+
+@pytest.fixture(scope="module")
+def timeline():
+    return timeline_frame("llama-2-7b", 64, "dgx-h100", "h100-80gb")
+
+
+@pytest.fixture(scope="module")
+def tradeoff():
+    return tradeoff_frame("llama-2-7b", 64, "dgx-h100", "h100-80gb")
+
+
+def test_the_published_figures_draw_these_frames(timeline, tradeoff):
+    assert published_data(STEP_TIMELINE).equals(timeline)
+    assert published_data(MEMORY_VS_STEP_TIME).equals(tradeoff)
+
+
+def test_timeline_figure_labels_what_it_shows(timeline):
+    figure, ax = step_timeline_figure(timeline)
+    texts = [t.get_text() for t in ax.texts]
+    assert "452 ms" in texts and "7% waiting" in texts        # stages 1-2: 0.451864 s
+    assert texts.count("418 ms") == 2                          # stages 0 and 3
+    assert "39.8 GB sent" in texts                             # stage 3: 3 x 13.27 GB
+    assert "all-reduce\n26.5 GB" in texts                      # stage 0's block label
+    assert "llama-2-7b on 64 H100 80GB" in ax.get_title(loc="left")
+    assert render_png(figure) == render_png(step_timeline_figure(timeline)[0])
+
+
+def test_tradeoff_figure_and_update_in_place(tradeoff):
+    figure, artists = memory_vs_step_time_figure(tradeoff)
+    labels = [artists.labels[s].get_text() for s in range(4)]
+    assert labels[3] == "27.8 GB · 0.42 s · 0% waiting"
+    assert labels[1] == "52.4 GB · 0.45 s · 7% waiting"
+    slow = tradeoff_frame("llama-2-7b", 64, "ib-ndr", "h100-80gb")
+    update_memory_vs_step_time(artists, slow, unit="GiB")
+    # 27.84e9 / 2^30 = 25.9 GiB; stage 3 over one NDR port per GPU takes 0.889 s, 53 % waiting.
+    assert artists.labels[3].get_text() == "25.9 GiB · 0.89 s · 53% waiting"
+    fresh, _ = memory_vs_step_time_figure(slow, unit="GiB")
+    assert render_png(figure) == render_png(fresh)

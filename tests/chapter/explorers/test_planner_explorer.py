@@ -1,0 +1,178 @@
+"""The planner's figure and explorer: the chart draws what the plan holds and updates in place;
+the explorer re-plans on every control, redraws the same figure, and its texts say what the plan
+says (including that it ranks by a model)."""
+import html
+
+import IPython.display
+import numpy as np
+import pytest
+
+import zerolib as zl
+from zerolib.chapter import fast_png
+from zerolib.chapter.charts.plan_peaks import (
+    FAMILIES,
+    draw_plan_peaks,
+    plan_peaks_figure,
+    plan_titles,
+    update_plan_peaks,
+)
+from zerolib.chapter.explorers.planner import PlannerExplorer, ranking_html, summary_html
+from zerolib.chapter.style import add_axes, new_figure
+from zerolib.core.planner import PLAN_HEADER, describe_configuration, plan
+
+
+@pytest.fixture(autouse=True)
+def no_display(monkeypatch):
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("display() called from an explorer")
+    monkeypatch.setattr(IPython.display, "display", refuse)
+
+
+@pytest.fixture(scope="module")
+def a100():
+    return plan("llama-2-70b", 64, 8, "a100-80gb", 4096, 1024)
+
+
+def test_the_chart_draws_every_configuration(a100):
+    figure, artists = plan_peaks_figure(a100.valid)
+    valid = a100.valid
+    drawn = sum(len(artists.points[name].get_offsets()) for name in FAMILIES)
+    assert drawn == len(valid)
+    # Each family's points are its configurations at (step seconds, peak in GB).
+    family = valid["family"].astype(str).to_numpy()
+    for name in FAMILIES:
+        sel = family == name
+        want = np.column_stack([valid["step_seconds"].to_numpy()[sel],
+                                valid["peak_bytes"].to_numpy()[sel] / 1e9])
+        assert np.allclose(artists.points[name].get_offsets(), want)
+    # The ring is on the planner's first; the dashed line at the capacity.
+    best = a100.fits.iloc[0]
+    assert np.allclose(artists.best.get_offsets(), [[best["step_seconds"], best["peak_bytes"] / 1e9]])
+    assert artists.device_line.get_ydata()[0] == pytest.approx(85.899345920)
+    title, subtitle = plan_titles(valid)
+    assert title == "Every runnable configuration of llama-2-70b on 64 A100 80GB"
+    assert subtitle.startswith(f"{a100.counts()['fit']:,} of {a100.counts()['runnable']:,} fit")
+
+
+def test_the_chart_updates_in_place_to_what_a_fresh_draw_gives(a100):
+    other = plan("llama-2-13b", 64, 8, "h100-80gb", 2048, 512, shard_groups="whole")
+    figure, artists = plan_peaks_figure(a100.valid, dpi=60)
+    update_plan_peaks(artists, other.valid, "GiB")
+    fresh, _ = plan_peaks_figure(other.valid, "GiB", dpi=60)
+    assert fast_png.IncrementalPng(figure).render() == fast_png.IncrementalPng(fresh).render()
+
+
+def test_offloaded_configurations_are_drawn_at_their_step_time():
+    offloaded = plan("llama-2-70b", 8, 8, "a100-80gb", 4096, 64, max_micro_batch=1,
+                     host_memory=4 * 2**40)
+    valid = offloaded.valid
+    assert (valid["offload"] != "none").any() and valid["step_seconds"].notna().all()
+    figure = new_figure((9.6, 6.4))
+    artists = draw_plan_peaks(add_axes(figure, (0.95, 0.35, 1.45, 0.8)), valid)
+    assert sum(len(artists.points[name].get_offsets()) for name in FAMILIES) == len(valid)
+    assert "offload" not in plan_titles(valid)[1]
+
+
+def test_the_chart_checks_its_frame(a100):
+    with pytest.raises(ValueError, match="Plan.valid"):
+        plan_peaks_figure(a100.valid.drop(columns=["peak_bytes"]))
+
+
+def test_summary_and_ranking_say_what_the_plan_says(a100):
+    best = a100.fits.iloc[0]
+    summary = summary_html(a100, "GB")
+    assert f"<b>{a100.counts()['fit']:,} fit</b>" in summary
+    assert describe_configuration(best) in summary and html.escape(PLAN_HEADER) in summary
+    assert "221 s per step" in summary        # 220.5 s, three significant digits
+    table = ranking_html(a100, "GB")
+    assert table.count("<tr><td style='text-align:right'>") >= 8
+    for record in a100.rejected.itertuples():
+        assert f"{record.configurations:,}" in table
+    nothing = plan("llama-3.1-405b", 64, 8, "a100-80gb", 4096, 1024, shard_groups="whole")
+    assert "Nothing fits. Closest:" in summary_html(nothing, "GB")
+
+
+@pytest.fixture
+def explorer():
+    return PlannerExplorer()
+
+
+def test_the_explorer_starts_at_the_plan(explorer, a100):
+    assert explorer.plan.counts() == a100.counts()
+    assert explorer.data.equals(a100.valid)
+    first = bytes(explorer.image.value)
+    assert first == bytes(PlannerExplorer().image.value)          # deterministic
+    assert first == fast_png.IncrementalPng(explorer.figure).render()
+
+
+@pytest.mark.parametrize("name, value", [
+    ("gpus", 128), ("gpus_per_node", 4), ("device", "h100-80gb"), ("links", "dgx-h100"),
+    ("seq_len", 8192), ("global_batch", 512), ("mfu", 0.5), ("host_memory", 2**40),
+    ("shard_groups", "whole"), ("unit", "GiB"), ("model", "llama-2-13b")])
+def test_every_control_re_plans_and_redraws_in_place(explorer, name, value):
+    figure, image = explorer.figure, bytes(explorer.image.value)
+    explorer.controls[name].value = value
+    assert explorer.figure is figure and bytes(explorer.image.value) != image
+    assert bytes(explorer.image.value) == fast_png.IncrementalPng(explorer.figure).render()
+    c = explorer.controls
+    want = plan(c["model"].value, c["gpus"].value, c["gpus_per_node"].value, c["device"].value,
+                c["seq_len"].value, c["global_batch"].value, links=c["links"].value or None,
+                mfu=c["mfu"].value, host_memory=c["host_memory"].value or None,
+                host_link=c["host_link"].value, shard_groups=c["shard_groups"].value)
+    assert explorer.plan.counts() == want.counts()
+    assert explorer.status.value == ""
+
+
+def test_the_host_link_times_offloaded_configurations(explorer):
+    explorer.controls["host_memory"].value = 2**40
+    before, image = explorer.plan.valid, bytes(explorer.image.value)
+    explorer.controls["host_link"].value = "pcie5-x16"
+    after = explorer.plan.valid
+    assert after.attrs["plan"].host_link.name == "pcie5-x16"
+    assert bytes(explorer.image.value) != image
+    # PCIe 5.0 moves offload's copies twice as fast: no offloaded step is slower, some are
+    # faster; nothing else moves.
+    offloaded = (before["offload"] != "none").to_numpy()
+    step_before, step_after = before["step_seconds"].to_numpy(), after["step_seconds"].to_numpy()
+    assert (step_after[offloaded] <= step_before[offloaded]).all()
+    assert (step_after[offloaded] < step_before[offloaded]).any()
+    assert (step_after[~offloaded] == step_before[~offloaded]).all()
+
+
+def test_the_unit_alone_does_not_re_plan(explorer):
+    plan_before = explorer.plan
+    explorer.controls["unit"].value = "GiB"
+    assert explorer.plan is plan_before and "GiB" in explorer.table.value
+
+
+def test_the_model_menu_is_every_preset_that_plans_at_every_sequence_offered(explorer):
+    """The menu follows the catalogue: a preset is offered unless a plan at some sequence the
+    slider offers refuses it (each one tried here)."""
+    def plans_everywhere(name):
+        try:
+            for seq in explorer.controls["seq_len"].options:
+                plan(name, 8, 8, "a100-80gb", seq[1], 1024, stages=(3,), recompute=("full",),
+                     max_micro_batch=1)
+        except ValueError:
+            return False
+        return True
+
+    offered = list(explorer.controls["model"].options)
+    assert offered == [name for name in zl.MODELS if plans_everywhere(name)]
+    # GPT-2's learned position table ends at 1,024 tokens; the slider goes to 32,768.
+    assert "gpt2" not in offered and {"llama-2-70b", "gemma-2-9b", "qwen2.5-7b"} <= set(offered)
+
+
+def test_bad_starting_values_are_rejected():
+    with pytest.raises(ValueError, match="gpus"):
+        PlannerExplorer(gpus=48)
+    with pytest.raises(ValueError, match="model"):
+        PlannerExplorer(model="gpt-5")
+    with pytest.raises(ValueError, match="device"):
+        PlannerExplorer(device="tpu")
+    with pytest.raises(ValueError, match="host_link"):
+        PlannerExplorer(host_link="nvlink4")
+
+
+def test_top_level_names():
+    assert zl.PlannerExplorer is PlannerExplorer and zl.plan is plan

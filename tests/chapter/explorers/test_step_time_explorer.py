@@ -1,0 +1,112 @@
+"""The step-time explorer, driven headlessly: its starting table, controls and image.
+
+Worked out by hand for the chapter's setting: Llama-2-7B (P = 6,738,415,616 parameters, layers
+that all divide by 64) on 64 H100 80GB in DGX H100 nodes (NVLink 4 inside at 450 GB/s, 8 NDR
+ports of 50 GB/s per node: 400 GB/s across), 4,096 tokens per GPU, 40 % of 989.5 TFLOP/s,
+mixed-precision Adam (16-bit parameters and gradients).
+- Compute: 6 x P x 4096 / (0.4 x 989.5e12) = 0.418401 s; forward a third (0.139467 s).
+- One ring pass: 63 x P/64 x 2 bytes = 13,266,255,744 bytes per GPU: 0.0331656 s at 400 GB/s.
+- Ring latency over 8 nodes: all-gather or reduce-scatter 8.4 + 56 x 3.4 + 7 x 14.0 = 296.8 us,
+  all-reduce 8.4 + 112 x 3.4 + 14 x 14.0 = 585.2 us.
+- Stage 0: an all-reduce of two passes, 0.0669165 s, hidden in the 0.278934 s backward.
+- Stages 1-2: reduce-scatter hidden; the all-gather after the step (0.0334624 s) is not:
+  step 0.451864 s, 7.4 % waiting.
+- Stage 3: 35 layers (embedding, 32 blocks, final norm, output projection) gathered per pass:
+  forward 0.0331656 + 35 x 296.8e-6 = 0.0435536 s, hidden in 0.139467 s; backward twice that,
+  hidden in 0.278934 s: step 0.418401 s.
+- Peaks (zerolib estimate --model llama-2-7b --gpus 64, flash attention, no recomputation):
+  144.44, 52.37, 39.10 and 27.84 GB.
+"""
+import re
+
+import IPython.display
+import pytest
+
+from zerolib.chapter import explorers, fast_png
+from zerolib.core.step.tables import tradeoff_frame
+
+
+@pytest.fixture(autouse=True)
+def no_display(monkeypatch):
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("display() called from an explorer")
+    monkeypatch.setattr(IPython.display, "display", refuse)
+
+
+@pytest.fixture(scope="module")
+def tradeoff():
+    return tradeoff_frame("llama-2-7b", 64, "dgx-h100", "h100-80gb")
+
+
+def cells(table_html, strategy) -> list[str]:
+    start = table_html.index(f"<td>{strategy}</td>")
+    row = table_html[start:table_html.index("</tr>", start)]
+    return re.findall(r"<td[^>]*>([^<]*)</td>", row)
+
+
+@pytest.fixture
+def explorer():
+    return explorers.StepTimeExplorer()
+
+
+def test_explorer_starts_at_the_chapter_setting(explorer, tradeoff):
+    assert explorer.data.equals(tradeoff)
+    table = explorer.table.value
+    assert cells(table, "Plain data parallelism") == [
+        "Plain data parallelism", "144 GB", "too big", "26.5 GB", "0.067 s", "0.42 s", "0%"]
+    assert cells(table, "ZeRO stage 1 (optimizer)")[1:] == [
+        "52.4 GB", "fits", "26.5 GB", "0.067 s", "0.45 s", "7%"]
+    assert cells(table, "ZeRO stage 3 (+ parameters)")[1:] == [
+        "27.8 GB", "fits", "39.8 GB", "0.13 s", "0.42 s", "0%"]
+    summary = explorer.summary.value
+    assert "bus bandwidth 400 GB/s" in summary and "0.42 s of compute" in summary
+    assert "Fastest of them: ZeRO stage 3 (+ parameters), 0.42 s" in summary
+
+
+def test_explorer_link_and_gpus_per_node(explorer):
+    figure, image = explorer.figure, bytes(explorer.image.value)
+    explorer.controls["link"].value = "ib-ndr"
+    assert explorer.figure is figure and bytes(explorer.image.value) != image
+    assert explorer.controls["gpus_per_node"].disabled
+    # One NDR port per GPU: stage 0's all-reduce (0.532 s) outlasts the 0.279 s backward.
+    assert cells(explorer.table.value, "Plain data parallelism")[-2:] == ["0.67 s", "38%"]
+    explorer.controls["gpus_per_node"].value = 4       # ignored for a bare link
+    assert explorer.gpus_per_node is None and explorer.status.value == ""
+    explorer.controls["link"].value = "dgx-h100"
+    assert not explorer.controls["gpus_per_node"].disabled
+    # Nodes of 4 with 4 ports: 200 GB/s across; the gather after the step takes 0.0666 s.
+    assert explorer.data.attrs["bus_bandwidth"] == 200e9
+    assert cells(explorer.table.value, "ZeRO stage 2 (+ gradients)")[-2:] == ["0.49 s", "14%"]
+
+
+def test_explorer_tokens_utilisation_device_model_unit(explorer):
+    explorer.controls["tokens_per_gpu"].value = 16384
+    # Four sequences per GPU: 4 x 20.99 GB of activations and logits; nothing fits an H100.
+    assert "No strategy's peak fits" in explorer.summary.value.replace("&#x27;", "'")
+    explorer.controls["tokens_per_gpu"].value = 4096
+    explorer.controls["mfu"].value = 0.8
+    # Compute halves to 0.209 s; the after-step gather is now 14 % of stage 1's step.
+    assert cells(explorer.table.value, "ZeRO stage 1 (optimizer)")[-1] == "14%"
+    explorer.controls["device"].value = "a100-80gb"
+    assert "312 TFLOP/s" in explorer.summary.value
+    explorer.controls["unit"].value = "GiB"
+    assert cells(explorer.table.value, "ZeRO stage 3 (+ parameters)")[1] == "25.9 GiB"
+    explorer.controls["model"].value = "gpt2"        # 1,024-token context: 4 sequences per GPU
+    assert explorer.settings.seq_len == 1024 and explorer.settings.micro_batch == 4
+
+
+def test_explorer_image_is_deterministic_and_a_full_render():
+    first, second = explorers.StepTimeExplorer(), explorers.StepTimeExplorer()
+    assert bytes(first.image.value) == bytes(second.image.value)
+    for name, value in (("link", "pcie-8x-l40s"), ("gpus", 1024), ("unit", "GiB")):
+        first.controls[name].value = value
+        assert bytes(first.image.value) == fast_png.IncrementalPng(first.figure).render()
+
+
+def test_explorer_bad_starting_values():
+    for kwargs, name in (({"gpus": 3}, "gpus"), ({"link": "nvlink9"}, "link"),
+                         ({"gpus_per_node": 3}, "gpus_per_node"),
+                         ({"tokens_per_gpu": 1000}, "tokens_per_gpu"), ({"mfu": 0.9}, "mfu"),
+                         ({"model": "gpt-5"}, "model"), ({"device": "tpu"}, "device")):
+        with pytest.raises(ValueError, match=name):
+            explorers.StepTimeExplorer(**kwargs)

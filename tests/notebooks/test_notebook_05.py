@@ -1,0 +1,236 @@
+"""Notebook 05 (the price of ZeRO): every number and conclusion its prose states, recomputed
+from zerolib (or worked out by hand in a comment) and found in the markdown cell that states it.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+import zerolib as zl
+from zerolib.core.catalogue.nodes import bus_bandwidth
+from zerolib.core.step.time import step_time
+from zerolib.core.step.traffic import flat_traffic, traffic
+from zerolib.chapter.explorers import StepTimeExplorer
+from zerolib.core.units import format_value
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "05-the-price-of-zero.ipynb"
+P7 = 7_000_000_000
+LLAMA = "llama-2-7b"
+
+
+@pytest.fixture(scope="module")
+def nb():
+    return nbformat.read(NOTEBOOK, as_version=4)
+
+
+def text(nb, cell_id) -> str:
+    """A markdown cell's text with line breaks as spaces (sentences wrap across lines)."""
+    (cell,) = [c for c in nb.cells if c.get("id") == cell_id]
+    assert cell.cell_type == "markdown"
+    return " ".join(cell.source.split())
+
+
+def gb(n_bytes) -> str:
+    return f"{float(n_bytes) / 1e9:.2f} GB"
+
+
+def seconds(value, digits=2) -> str:
+    return f"{float(value):.{digits}f} s"
+
+
+def test_traffic_per_stage(nb):
+    said = text(nb, "traffic-read")
+    t = flat_traffic(P7, 64, [0, 1, 2, 3])
+    kinds = t.by_kind("sent")
+    one_pass = kinds["reduce_scatter"][1]
+    assert "109,375,000" in said and -(-P7 // 64) == 109_375_000      # ceil(7e9 / 64)
+    assert one_pass == 63 * 109_375_000 * 2
+    assert f"63 × 109,375,000 × 2 = {gb(one_pass)}" in said
+    assert f"all-reduces (two passes): {gb(kinds['all_reduce'][0])}" in said
+    assert f"reduce-scatter {gb(one_pass)} and all-gather {gb(kinds['all_gather'][1])}" in said
+    # "the same": stages 1 and 2 send what plain data parallelism sends.
+    assert t.total_sent[1] == t.total_sent[2] == t.total_sent[0]
+    assert f"the same {gb(t.total_sent[1])}" in said
+    assert f"{gb(t.total_sent[3])}, 1.5x" in said and t.total_sent[3] / t.total_sent[0] == 1.5
+
+
+def test_the_papers_limit(nb):
+    said = text(nb, "limit-read")
+    for gpus, digits in ((8, 3), (64, 4), (16384, 4)):
+        elements = zl.volume(P7, gpus, [0, 3]).elements
+        expected = [f"{v:.{digits}f}".rstrip("0").rstrip(".") + "Ψ" for v in elements / P7]
+        assert all(e in said for e in expected), (gpus, expected)
+        assert 2 * elements[1] == 3 * elements[0]            # exactly 1.5x
+    assert "1.5x the others at every GPU count" in said
+
+
+@pytest.fixture(scope="module")
+def timeline():
+    return zl.published_data("step-timeline")
+
+
+def test_the_timeline(nb, timeline):
+    said = text(nb, "timeline-read")
+    compute = timeline[timeline["lane"] == "compute"].set_index(["stage", "block"])
+    forward = compute.loc[(0, "forward")]
+    backward = compute.loc[(0, "backward")]
+    ms = lambda row: f"{format_value((row['end_seconds'] - row['start_seconds']) * 1000)} ms"  # noqa: E731
+    assert f"forward pass takes {ms(forward)}" in said and f"backward pass {ms(backward)}" in said
+    wait = compute.loc[(1, "waiting_after_step")]
+    assert f"the GPU waits {ms(wait)}" in said
+    assert not any(b.startswith("waiting") for s, b in compute.index if s in (0, 3))  # hidden
+    assert "1.5x as much" in said
+
+
+def test_nvlink_inside_infiniband_across(nb):
+    said = text(nb, "compare-read")
+    inside = zl.tradeoff_frame(LLAMA, 8, "dgx-h100", "h100-80gb")
+    across = zl.tradeoff_frame(LLAMA, 64, "dgx-h100", "h100-80gb")
+    port = zl.tradeoff_frame(LLAMA, 64, "ib-ndr", "h100-80gb")
+    for frame, words in ((inside, "NVLink's {} GB/s"), (across, "still runs at {} GB/s"),
+                         (port, "runs at {} GB/s")):
+        assert words.format(f"{frame.attrs['bus_bandwidth'] / 1e9:g}") in said
+    assert inside.attrs["bus_bandwidth"] / port.attrs["bus_bandwidth"] == 9   # "a ninth"
+    assert "a ninth of NVLink's rate" in said
+    # Every collective but the after-step gather hides across DGX nodes.
+    assert (across["exposed_seconds"][[0, 3]] == 0).all() and (across["exposed_seconds"][[1, 2]] > 0).all()
+    forward, backward = zl.compute_seconds(zl.parameter_count(LLAMA), "h100-80gb")
+    all_reduce = step_time(traffic(LLAMA, 64, 0), "ib-ndr", "h100-80gb").communication_seconds
+    assert f"all-reduce takes {seconds(all_reduce)}, longer than the {seconds(backward)} backward" in said
+    assert all_reduce > backward
+    assert f"stage 3 sends {seconds(port['communication_seconds'][3])} of traffic" in said
+    assert (f"{seconds(port['step_seconds'][0])} under plain data parallelism and "
+            f"{seconds(port['step_seconds'][3])} under stage 3 against "
+            f"{seconds(forward + backward)} of compute") in said
+
+
+def test_compute_and_overlap(nb):
+    said = text(nb, "overlap")
+    p = zl.parameter_count(LLAMA)
+    flops = 6 * p * 4096
+    assert f"6 × {p:,} × 4,096 = {flops / 1e14:.2f} × 10¹⁴ FLOPs" in said
+    assert zl.get_device("h100-80gb").peak_flops == 989_500_000_000_000 and "989.5 TFLOP/s" in said
+    forward, backward = zl.compute_seconds(p, "h100-80gb")
+    assert f"{seconds(forward + backward, 3)} per step" in said
+
+
+def test_the_trade(nb):
+    said = text(nb, "tradeoff-read")
+    frame = zl.published_data("memory-vs-step-time")
+    memory = frame["memory_bytes"].to_numpy() / 1e9
+    device = zl.get_device("h100-80gb")
+    assert f"({format_value(memory[0])} GB against the H100's {device.capacity / 1e9:.1f} GB)" in said
+    assert memory[0] * 1e9 > device.capacity
+    assert f"least memory, {format_value(memory[3])} GB" in said and memory.argmin() == 3
+    assert f"{seconds(frame['step_seconds'][3])}, the compute alone" in said
+    assert frame["step_seconds"][3] == frame["compute_seconds"][3]
+    assert f"Stages 1 and 2 take {seconds(frame['step_seconds'][1])}" in said
+    assert f"{frame['network_wait_fraction'][1]:.0%}".replace("%", " %") in said
+
+
+def cells(table_html, strategy) -> list[str]:
+    start = table_html.index(f"<td>{strategy}</td>")
+    return re.findall(r"<td[^>]*>([^<]*)</td>", table_html[start:table_html.index("</tr>", start)])
+
+
+STAGE_NAMES = {0: "Plain data parallelism", 1: "ZeRO stage 1 (optimizer)",
+               2: "ZeRO stage 2 (+ gradients)", 3: "ZeRO stage 3 (+ parameters)"}
+
+
+def explorer_after(**changes) -> StepTimeExplorer:
+    explorer = StepTimeExplorer()
+    for name, value in changes.items():
+        explorer.controls[name].value = value
+    return explorer
+
+
+def table(explorer, stage) -> list[str]:
+    return cells(explorer.table.value, STAGE_NAMES[stage])
+
+
+def pct(cell: str) -> str:
+    return cell.replace("%", " %")
+
+
+def test_things_to_try(nb):
+    said = text(nb, "explorer-read")
+    e = explorer_after(link="ib-ndr")
+    assert e.data.attrs["bus_bandwidth"] == 50e9 and "falls to 50 GB/s" in said
+    rows = {s: table(e, s) for s in range(4)}
+    assert (f"Plain data parallelism takes {rows[0][5]} ({pct(rows[0][6])} waiting), stages 1 and "
+            f"2 {rows[1][5]} ({pct(rows[1][6])}) and stage 3 {rows[3][5]} ({pct(rows[3][6])})") in said
+    assert rows[1][5] == rows[2][5]
+    assert "Fastest of them: ZeRO stage 1 (optimizer)" in e.summary.value
+    assert "stage 1 is the fastest strategy that fits" in said
+
+    e = explorer_after(gpus=8)
+    assert e.data.attrs["bus_bandwidth"] == 450e9
+    assert f"Stage 1 now needs {table(e, 1)[1]}, stage 3 {table(e, 3)[1]}" in said
+    assert f"stages 1 and 2 wait {pct(table(e, 1)[6])}" in said
+
+    e = explorer_after(mfu=0.8)
+    assert f"the compute halves to {format_value(float(e.data['compute_seconds'][0]))} s" in said
+    assert f"now spend {pct(table(e, 1)[6])} of a step waiting, stage 3 still {pct(table(e, 3)[6])}" in said
+
+    e = explorer_after(tokens_per_gpu=16384)
+    assert "No strategy&#x27;s peak fits the H100 80GB" in e.summary.value
+    assert f"(stage 3 needs {table(e, 3)[1]})" in said
+    e.controls["device"].value = "b200-180gb"
+    fits = [table(e, s)[2] for s in range(4)]
+    assert fits == ["too big", "fits", "fits", "fits"] and "stages 1 to 3 fit again" in said
+    assert f"the compute of {format_value(float(e.data['compute_seconds'][0]))} s" in said
+    assert f"last all-gather ({pct(table(e, 1)[6])})" in said and table(e, 3)[6] == "0%"
+
+    e = explorer_after(device="l40s-48gb", link="pcie-8x-l40s")
+    assert e.data.attrs["bus_bandwidth"] == 31.5e9 and "31.5 GB/s bounds the ring" in said
+    assert [table(e, s)[2] for s in range(4)] == ["too big", "too big", "fits", "fits"]
+    assert (f"stage 3 ({table(e, 3)[5]}, {pct(table(e, 3)[6])} waiting) is faster than stage 2 "
+            f"({table(e, 2)[5]}, {pct(table(e, 2)[6])})") in said
+    assert float(e.data["step_seconds"][3]) < float(e.data["step_seconds"][2])
+
+
+def test_real_runs(nb):
+    report = zl.communication_report
+    pytorch = report.recorded("pytorch")
+    ddp = pytorch[pytorch["strategy"] == "ddp"]
+    assert (ddp["difference_bytes"] == 0).all() and (ddp["measured_calls"] == ddp["predicted_calls"]).all()
+    assert "DDP hands exactly what zerolib predicts" in text(nb, "runs-pytorch-read")
+    # On a ring of many GPUs: the all-reduce sends 2(N - 1)/N Psi, a chain broadcast Psi, against
+    # stage 1's 2(N - 1)/N Psi: (2 + 1) / 2 = 1.5 in the limit (worked out here for N = 10^6).
+    n = 10**6
+    assert abs((2 * (n - 1) / n + 1) / (2 * (n - 1) / n) - 1.5) < 1e-5
+    assert "on many GPUs it sends 1.5x what stage 1 needs" in text(nb, "runs-pytorch-read")
+    deepspeed = report.recorded("deepspeed")
+    said = text(nb, "runs-deepspeed-read")
+    for stage in ("stage1", "stage2"):
+        rows = deepspeed[(deepspeed["strategy"] == stage) & (deepspeed["kind"] == "all_reduce")]
+        assert rows["effects"].str.contains("bucket-all-reduce").all()
+    assert "stages 1 and 2 reduce the gradients with an all-reduce" in said
+    gathers = deepspeed[deepspeed["kind"] == "all_gather"].groupby("strategy")
+    assert (gathers.get_group("stage3")["measured_bytes"] * 2
+            == gathers.get_group("stage3-release")["measured_bytes"].to_numpy()).all()
+    for engine in ("pytorch", "deepspeed"):
+        assert report.unexplained(engine)[1:] == (0, 0)
+
+
+def test_summary_and_links(nb):
+    said = text(nb, "summary")
+    t = flat_traffic(P7, 64, [0, 3]).total_sent
+    assert f"{gb(t[0])} per step under stages 0-2 and {gb(t[1])}" in said
+    for link, gpus, bandwidth in (("dgx-h100", 8, "450 GB/s"), ("dgx-h100", 64, "400 GB/s"),
+                                  ("ib-ndr", 64, "50 GB/s")):
+        assert float(bus_bandwidth(zl.interconnect(link), gpus)) == float(bandwidth.split()[0]) * 1e9
+        assert bandwidth in said
+    forward, backward = zl.compute_seconds(zl.parameter_count(LLAMA), "h100-80gb")
+    assert f"the compute is {seconds(forward + backward, 3)} a step" in said
+    frame = zl.published_data("memory-vs-step-time")
+    assert f"wait {frame['network_wait_fraction'][1]:.0%}".replace("%", " %") in said
+    slow = zl.tradeoff_frame(LLAMA, 64, "ib-ndr", "h100-80gb")
+    assert f"stage 3 takes {seconds(slow['step_seconds'][3])}" in said
+    assert "0 bytes unexplained" in said
+    assert "](04-will-it-fit.ipynb)" in said and "](06-sharding-groups-and-offload.ipynb)" in said
+    assert np.isclose(t[1] / t[0], 1.5) and "1.5x" in said

@@ -1,0 +1,433 @@
+"""Notebook 06's prose: every number and judgement a markdown cell states, recomputed with zerolib.
+
+Each test reads one markdown cell (by id), normalises its whitespace and checks the phrases that
+carry numbers against values computed here, so a change in the library that moves a number makes
+the sentence fail until the text (and the executed notebook) follow.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+import zerolib as zl
+from zerolib.core.memory.placement import OPTIONS
+from zerolib.core.memory.placement import Placement, place
+from zerolib.crosscheck.conventions import megatron_distributed_optimizer as megatron
+from zerolib.crosscheck.conventions import playbook, side_by_side, zero_infinity, zeropp
+from zerolib.crosscheck.deepspeed_estimator import estimate_zero3
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "06-sharding-groups-and-offload.ipynb"
+GB = 10**9
+TiB = 2**40
+P = zl.parameter_count("llama-2-70b")                         # 68,976,648,192
+FULL = zl.WorkingSetSettings(seq_len=4096, micro_batch=1, recompute="full")
+
+
+@pytest.fixture(scope="module")
+def cells():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    return {c.id: " ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown"}
+
+
+def gb(n_bytes, places=2) -> str:
+    return f"{n_bytes / GB:,.{places}f}"
+
+
+def says(text: str, *phrases: str):
+    for phrase in phrases:
+        assert phrase in text, f"expected {phrase!r} in: {text[:300]}..."
+
+
+def stage3_at(group: int) -> int:
+    return int(zl.model_state(P, 64, 3, shard_group=group).total)
+
+
+def peak(gpus, placement, host_memory=None):
+    (row,) = zl.stage_rows("llama-2-70b", gpus, [3], FULL, device="a100-80gb",
+                           placement=placement, host_memory=host_memory)
+    return row
+
+
+def test_groups_read(cells):
+    text = cells["groups-read"]
+    capacity = zl.get_device("a100-80gb").capacity
+    assert stage3_at(16) <= capacity < stage3_at(8)              # "only stage 3 ... with 16"
+    says(text, f"{gb(capacity, 1)} GB", f"{gb(stage3_at(16))} GB per GPU with a shard group of 16",
+         f"{gb(stage3_at(8))} GB with 8")
+    # Stages 1 and 2 keep the parameters (and gradients) whole: 4 P and 2 P bytes.
+    says(text, f"{gb(4 * P, 1)} and {gb(2 * P)} GB")
+    assert int(zl.model_state(P, 64, 2).total) > capacity and int(zl.model_state(P, 64, 1).total) > capacity
+    says(text, "four replicas")
+    assert 64 // 16 == 4
+
+
+def test_group_figure_read(cells):
+    text = cells["group-figure-read"]
+    says(text, f"{gb(stage3_at(64))} GB per GPU at stage 3",
+         f"({gb(stage3_at(32))}, {gb(stage3_at(16))}, {gb(stage3_at(8))} GB)")
+    fits16, too_big8 = peak(64, Placement(shard_group=16)), peak(64, Placement(shard_group=8))
+    assert fits16["fits"] and not too_big8["fits"]
+    says(text, f"the peak is {gb(fits16['peak'])} GB with a group of 16, which fits",
+         f"{gb(too_big8['peak'])} GB with a group of 8, which does not")
+
+
+def test_hpz_read(cells):
+    text = cells["hpz-read"]
+    state = place(P, 64, 3, placement=Placement(hpz_partition=8))
+    secondary = int(state.bytes["gpu"]["hpz_secondary"])
+    assert secondary == stage3_at(64)          # "as much as the whole stage-3 state"
+    says(text, f"costs {gb(secondary)} GB per GPU", f"{gb(state.gpu)} GB per GPU in all")
+    assert int(state.gpu) == stage3_at(32)     # "the same as a shard group of 32"
+
+
+def test_tier_read(cells):
+    text = cells["tier-read"]
+    opt = place(P, 8, 3, placement=Placement(offload_optimizer="cpu"))
+    both = place(P, 8, 3, placement=Placement(offload_optimizer="cpu", offload_params="cpu"))
+    nvme = place(P, 8, 3, placement=Placement(offload_optimizer="nvme", offload_params="nvme"))
+    says(text, f"leaves {gb(opt.gpu)} GB on the GPU", f"puts {gb(opt.cpu)} GB per GPU in CPU memory",
+         f"{gb(opt.per_node('cpu'), 1)} GB for the node",
+         f"{gb(both.per_node('cpu'), 1)} GB in the node's CPU memory",
+         f"{gb(nvme.per_node('cpu'), 1)} GB per node", f"drives hold {gb(nvme.per_node('nvme'), 1)} GB")
+    assert int(both.gpu) == 0
+    assert int(nvme.per_node("cpu")) == 8 * 2 * 10**9      # the first 1e9 parameters, 2 B each
+    hpz = place(P, 8, 3, placement=Placement(hpz_partition=8))
+    says(text, f"hpZ costs {gb(hpz.bytes['gpu']['hpz_secondary'])} GB more per GPU")
+    zero_offload = place(P, 8, 2, placement=Placement(offload_optimizer="cpu"))
+    says(text, f"still keeps all {gb(zero_offload.gpu)} GB of 16-bit parameters")
+
+
+def test_fit_read(cells):
+    text = cells["fit-read"]
+    plain, opt = peak(8, Placement()), peak(8, Placement(offload_optimizer="cpu"), TiB)
+    nvme = peak(8, Placement(offload_optimizer="nvme", offload_params="nvme"), TiB)
+    opt_2tib = peak(8, Placement(offload_optimizer="cpu"), 2 * TiB)
+    node = opt["tiers"]["cpu"]["per_node"]
+    assert not plain["fits"] and opt["host_fits"] is False and opt_2tib["fits"] is True
+    assert nvme["fits"] is True
+    says(text, f"the peak is {gb(plain['peak'])} GB: too big", f"falls to {gb(opt['peak'])} GB",
+         f"must hold {gb(node, 1)} GB, {gb(node - TiB, 1)} GB more than 1 TiB ({gb(TiB, 1)} GB)",
+         f"the GPU needs {gb(nvme['peak'], 1)} GB and the CPU memory "
+         f"{gb(nvme['tiers']['cpu']['per_node'], 1)} GB")
+
+
+def test_deepspeed_read(cells):
+    text = cells["deepspeed-read"]
+    largest = zl.largest_layer("llama-2-70b")
+    assert largest == 32_000 * 8_192
+    opt = estimate_zero3(P, largest, 8, 1, cpu_offload=True, cpu_offload_params=False)
+    both = estimate_zero3(P, largest, 8, 1, cpu_offload=True, cpu_offload_params=True)
+    ours_opt = place(P, 8, 3, placement=Placement(offload_optimizer="cpu"))
+    ours_both = place(P, 8, 3, placement=Placement(offload_optimizer="cpu", offload_params="cpu"))
+    assert opt.per_gpu - int(ours_opt.gpu) == both.per_gpu - int(ours_both.gpu) == 4 * largest
+    says(text, f"32,000 × 8,192 embedding, {gb(4 * largest)} GB",
+         f"{gb(opt.per_cpu, 1)} GB against {gb(ours_opt.per_node('cpu'), 1)} GB",
+         f"{gb(both.per_cpu, 1)} GB against {gb(ours_both.per_node('cpu'), 1)} GB")
+    assert opt.per_cpu == int(int(ours_opt.per_node("cpu")) * 1.5)
+    says(text, "(32 bytes on 8 GPUs")
+    assert max(4 * 8, 16) == 32
+
+
+def test_conventions_read(cells):
+    text = cells["conventions-read"]
+    table = side_by_side.model_state_by_convention("llama-3-8b", 8)
+    stage0, stage3 = table[table["stage"] == 0], table[table["stage"] == 3]
+    says(text, f"span {gb(stage0['bytes'].min(), 1)} GB (the Playbook's plots) to "
+               f"{gb(stage0['bytes'].max(), 1)} GB (the ZeRO-Infinity paper)",
+         f"span {gb(stage3['bytes'].min(), 1)} to {gb(stage3['bytes'].max(), 1)} GB")
+    assert stage0.loc[stage0["bytes"].idxmin(), "convention"] == "Ultra-Scale Playbook plots"
+    assert stage0.loc[stage0["bytes"].idxmax(), "convention"] == "ZeRO-Infinity paper"
+
+
+def test_megatron_read(cells):
+    text = cells["megatron-read"]
+    says(text, "20 bytes", "16 plus a separate fp32 copy", "(6 + 12/*d*)", "(8 + 8/*d*)")
+    assert megatron.comparison()["agrees"].all()
+    assert [megatron.parse_cell(c) for c in megatron.load()["printed"]] == [
+        (20, 0), (4, 16), (18, 0), (6, 12), (16, 0), (8, 8)]
+
+
+def test_playbook_read(cells):
+    text = cells["playbook-read"]
+    table = playbook.comparison()
+    says(text, f"All {len(table)} plotted and printed values")
+    assert table["agrees"].all()
+    panels = playbook.zero_figure_panels().set_index(["panel", "component"])
+    zero3 = panels.loc[("DP=8 Zero-3", "parameters")]
+    exact = zero3["plots' convention, exact [GiB]"]
+    says(text, f"{zero3['plotted [GiB]']}, is 15 / 8", f"is {exact:.4f} GiB",
+         f"{zero3['chapter [GiB]']:.3f} GiB")
+    opt = panels.loc[("DP=8 Zero-1", "optimizer")]
+    says(text, f"{opt['plotted [GiB]']} GiB plotted against {opt['chapter [GiB]']:.3f} GiB")
+
+
+def test_infinity_read(cells):
+    text = cells["infinity-read"]
+    table = zero_infinity.comparison()
+    says(text, f"{table['agrees'].sum()} of the {len(table)} values")
+    (bad,) = table[~table["agrees"]].to_dict("records")
+    says(text, f"printed {bad['printed']} GB where 4 bytes × 10,240 × 40,960 is "
+               f"{bad['reproduced']} GiB ({bad['reproduced_as_printed']})")
+    assert 4 * 10_240 * 40_960 / 2**30 == bad["reproduced"] == 1.5625
+
+
+def test_hsdp_read(cells):
+    text = cells["hsdp-read"]
+    sharded = zl.report.load_sharded()
+    hsdp = sharded[sharded["strategy"] == "hsdp"]
+    says(text, f"All {len(hsdp)} HSDP rows are explained")
+    assert (hsdp["unexplained_bytes"] == 0).all()
+    says(text, "ceil(2,606 / 2) = 1,303", "(1,354 elements)", "(1,354 or 1,252 elements)")
+    measured = {r: set(hsdp[hsdp["rank"] == r]["measured_bytes"]) for r in range(4)}
+    assert measured[0] == measured[2] and measured[1] == measured[3]
+
+
+def test_explorer_things_to_try(cells):
+    """Each 'thing to try', done on the explorer the notebook starts, shows what it predicts."""
+    text = cells["explorer-read"]
+    e = zl.PlacementExplorer(params=70 * 10**9, gpus=16, gpus_per_node=8, host_memory=TiB,
+                             device="a100-80gb")
+    assert "<b>70B parameters</b> on <b>16 GPUs</b>" in e.summary.value
+
+    def row(option):
+        from zerolib.chapter.explorers.placement import option_rows
+        rows = {r["option"]: r for r in option_rows(e.data, e.device, e.host_memory)}
+        return rows[option]
+
+    # 64 GPUs: 16 B x 70e9 / 64 = 17.5 GB; hpZ adds 2 B x 70e9 / 8 = 17.5 GB; the optimizer on the
+    # CPU puts 16 B x 70e9 / 64 x 8 = 140 GB in each node.
+    e.controls["gpus"].value = 64
+    assert e.shard_group == 64
+    assert all(row(o.name)["gpu_fits"] for o in OPTIONS if o.stage == 3)
+    assert row("ZeRO-3")["gpu"] == 17_500_000_000
+    assert row("ZeRO-3 + hpZ copy (ZeRO++)")["gpu"] == 35_000_000_000
+    assert row("ZeRO-3 + optimizer on CPU")["cpu_per_node"] == 140 * GB
+    says(text, "ZeRO-3 alone needs 17.5 GB per GPU, its hpZ copy 35.0 GB",
+         "optimizer offload needs only 140 GB of each node's CPU memory")
+
+    # 405B on 64: 16 B x 405e9 / 64 = 101.25 GB; offloaded, 2 B x 405e9 / 64 = 12.66 GB on the
+    # GPU and 16 B x 405e9 / 64 x 8 = 810 GB per node, under 1 TiB = 1,099.5 GB.
+    e.controls["params"].value = 405 * 10**9
+    big, off = row("ZeRO-3"), row("ZeRO-3 + optimizer on CPU")
+    assert big["gpu"] == 101_250_000_000 and not big["gpu_fits"]
+    assert off["gpu"] == 12_656_250_000 and off["cpu_per_node"] == 810 * GB and off["host_fits"]
+    says(text, "ZeRO-3 alone is too big (101 GB)", "the GPU holds 12.7 GB and each node 810 GB")
+
+    # Back at 70B on 16, group 8: 16 B x 70e9 / 8 = 140 GB; offloaded, 2 B x 70e9 / 8 = 17.5 GB
+    # per GPU and 16 B x 70e9 / 8 x 8 = 1,120 GB per node, over 1,099.5 GB.
+    e.controls["params"].value = 70 * 10**9
+    e.controls["gpus"].value = 16
+    e.controls["shard_group"].value = 8
+    three, off = row("ZeRO-3"), row("ZeRO-3 + optimizer on CPU")
+    assert three["gpu"] == 140 * GB and not three["gpu_fits"]
+    assert off["gpu"] == 17_500_000_000 and off["cpu_per_node"] == 1_120 * GB and not off["host_fits"]
+    assert not row("ZeRO-3 + hpZ copy (ZeRO++)")["offered"]
+    says(text, "ZeRO-3 needs 140.0 GB per GPU and no longer fits",
+         "each GPU holds 17.5 GB but each node 1,120 GB, more than its 1 TiB (1,099.5 GB)",
+         "hpZ is not offered")
+
+    e.controls["host_memory"].value = 2 * TiB
+    off = row("ZeRO-3 + optimizer on CPU")
+    assert off["gpu_fits"] and off["host_fits"]
+    says(text, "fits both, 17.5 GB on each GPU and 1,120 GB of the node's 2,199 GB")
+
+    # One node of 16: the hpZ copy is 2 B x 70e9 / 16 = 8.75 GB on top of 70 GB = 78.75 GB; the
+    # node's CPU memory holds 16 x 16 B x 70e9 / 16 = 1,120 GB.
+    e.controls["host_memory"].value = TiB
+    e.controls["shard_group"].value = 16
+    before = row("ZeRO-3 + optimizer on CPU")
+    e.controls["gpus_per_node"].value = 16
+    after, hpz = row("ZeRO-3 + optimizer on CPU"), row("ZeRO-3 + hpZ copy (ZeRO++)")
+    assert after["gpu"] == before["gpu"] and after["cpu_per_node"] == 2 * before["cpu_per_node"]
+    assert hpz["gpu"] == 78_750_000_000 and hpz["gpu_fits"] and not after["host_fits"]
+    says(text, "now sharded over 16 (78.8 GB, which fits)",
+         "1,120 GB with the optimizer offloaded: over 1 TiB again")
+    assert e.status.value == ""
+
+
+def test_summary(cells):
+    text = cells["summary"]
+    says(text, f"stage 3 needs {gb(stage3_at(16))} GB per GPU with a group of 16",
+         f"({gb(peak(64, Placement(shard_group=16))['peak'])} GB)",
+         f"({gb(peak(64, Placement(shard_group=8))['peak'])} GB)",
+         f"({gb(2 * P // 8)} GB for a node of 8 here)",
+         f"leaves {gb(place(P, 8, 3, placement=Placement(offload_optimizer='cpu')).gpu)} GB",
+         "6 of 6 cells at every *d*, 116 of 116, 29 of 30")
+    assert re.search(r"\[5 · The price of ZeRO\]\(05-the-price-of-zero\.ipynb\)", text)
+    assert re.search(r"\[7 · When ZeRO is not enough\]\(07-when-zero-is-not-enough\.ipynb\)", text)
+
+
+# --- traffic: the group size, ZeRO++, offload, the HSDP run's collectives -----------------------
+
+@pytest.fixture(scope="module")
+def traffic():
+    return zl.group_traffic_table("llama-2-70b", 64, "dgx-a100", "a100-80gb")
+
+
+def at(table, stage, group, column):
+    (value,) = table[(table["stage"] == stage) & (table["shard_group"] == group)][column]
+    return value
+
+
+def test_traffic_intro(cells):
+    text = cells["traffic-intro"]
+    ic = zl.interconnect("dgx-a100")
+    assert (ic.gpus_per_node, ic.nics, ic.network.bandwidth) == (8, 8, 200 * 10**9 // 8)
+    says(text, "eight 200 Gb/s InfiniBand ports out", "4,096 tokens per GPU and 40 %",
+         "shared by eight rings at once")
+    compute = zl.ComputeSettings()
+    assert (compute.tokens_per_gpu, compute.mfu) == (4096, 0.4)
+
+
+def test_traffic_read(cells, traffic):
+    text = cells["traffic-read"]
+    sent = {g: at(traffic, 3, g, "sent_bytes") for g in (8, 64)}
+    says(text, f"{gb(sent[64])} GB per step sharded over all 64",
+         f"({gb(sent[8])} GB in groups of 8)")
+    assert sent[8] < sent[64]
+    says(text, f"{gb(at(traffic, 3, 8, 'inside_node_bytes'))} GB of it stays on NVLink",
+         f"{gb(at(traffic, 3, 8, 'cross_node_bytes'))} GB leave each node, against "
+         f"{gb(at(traffic, 3, 64, 'cross_node_bytes'))} GB over all 64")
+    crossing16 = at(traffic, 3, 16, "cross_node_bytes")
+    says(text, f"{gb(crossing16)} GB leave each node, more than with no groups at all")
+    assert crossing16 > at(traffic, 3, 1, "cross_node_bytes")
+    stage3 = traffic[traffic["stage"] == 3]
+    says(text, f"at most {stage3['communication_seconds'].max():.2f} s back to back",
+         f"computes for {stage3['compute_seconds'].iloc[0]:.2f} s a step")
+    assert np.allclose(stage3["step_seconds"], stage3["compute_seconds"])   # hides at every G
+
+
+def test_traffic_figure_read(cells, traffic):
+    text = cells["traffic-figure-read"]
+    fits = [g for g in (1, 2, 4, 8, 16, 32, 64) if stage3_at(g) <= zl.get_device("a100-80gb").capacity]
+    assert fits == [16, 32, 64]
+    crossing = {g: at(traffic, 3, g, "cross_node_bytes") for g in fits}
+    assert min(crossing, key=crossing.get) == 64 and crossing[16] > crossing[64]
+    says(text, f"{at(traffic, 1, 8, 'exposed_seconds'):.2f} s in groups of 8 and "
+               f"{at(traffic, 1, 64, 'exposed_seconds'):.2f} s over all 64")
+    assert at(traffic, 2, 8, "exposed_seconds") == at(traffic, 1, 8, "exposed_seconds")
+
+
+def pct(fraction) -> str:
+    """A share as the prose writes it: '31 %'."""
+    return f"{100 * fraction:.0f} %"
+
+
+def seven_table(gpus=1024, link="dgx-h100", gpu="h100-80gb", **options):
+    table = zl.group_traffic_table("llama-2-7b", gpus, link, gpu, **options)
+    return table[table["stage"] == 3].set_index("shard_group")
+
+
+def test_worth_it_read_and_things_to_try(cells):
+    text = cells["worth-it-read"]
+    seven = seven_table()
+    full, group = seven.loc[1024], seven.loc[64]
+    says(text, f"take {full['communication_seconds']:.2f} s back to back against "
+               f"{full['compute_seconds']:.2f} s of compute",
+         f"the step takes {full['step_seconds']:.2f} s, {pct(full['network_wait_fraction'])} of it "
+         "waiting",
+         f"they take {group['communication_seconds']:.2f} s and hide: "
+         f"{group['step_seconds']:.2f} s a step")
+    assert group["exposed_seconds"] == 0
+    p7 = zl.parameter_count("llama-2-7b")
+    state = zl.model_state(p7, 1024, 3, shard_group=[64, 1024]).total
+    says(text, f"{gb(state[0])} GB of model state per GPU instead of {gb(state[1])} GB")
+    hiding = [int(g) for g in seven.index if seven.loc[g, "exposed_seconds"] == 0]
+    assert hiding == [4, 8, 16, 32, 64, 128, 256, 512]
+    says(text, "Every group from 4 to 512 hides them")
+    # Things to try.
+    longer = seven_table(compute=zl.ComputeSettings(16384))
+    assert (longer["exposed_seconds"] == 0).all()
+    says(text, f"{longer['compute_seconds'].iloc[0]:.2f} s of compute hides every group's")
+    fewer = seven_table(128)
+    assert (fewer["exposed_seconds"] == 0).all()
+    says(text, f"take {fewer['communication_seconds'].min():.2f} to "
+               f"{fewer['communication_seconds'].max():.2f} s at every G and all hide")
+    b200 = seven_table(link="dgx-b200", gpu="b200-180gb")
+    hide = [int(g) for g in b200.index if b200.loc[g, "exposed_seconds"] == 0]
+    assert hide == [32, 64, 128]
+    says(text, f"the compute shrinks to {b200['compute_seconds'].iloc[0]:.2f} s",
+         "only groups of 32, 64 and 128 hide everything",
+         f"({b200.loc[64, 'step_seconds']:.2f} s a step)",
+         f"all 1,024 takes {b200.loc[1024, 'step_seconds']:.2f} s, "
+         f"{pct(b200.loc[1024, 'network_wait_fraction'])} of it waiting")
+
+
+def test_zeropp_traffic_read(cells):
+    text = cells["zeropp-traffic-read"]
+    table = zeropp.comparison()
+    says(text, f"All {int(table['agrees'].sum())} cells agree")
+    assert table["agrees"].all()
+    chapter = dict(zip(table["item"], table["chapter"]))
+    zero, plus = chapter["ZeRO: total"], chapter["ZeRO++: total"]
+    says(text, f"{zero:.3f}M leave each node per step under ZeRO and {plus:.3f}M under ZeRO++",
+         f"{zero / plus:.1f}x less")
+
+
+@pytest.fixture(scope="module")
+def moved():
+    options = {"stage 3": Placement(), "optimizer on CPU": Placement(offload_optimizer="cpu"),
+               "parameters": Placement(offload_optimizer="cpu", offload_params="cpu"),
+               "nvme": Placement(offload_optimizer="nvme", offload_params="nvme")}
+    out = {}
+    for name, placement in options.items():
+        (row,) = zl.estimate_model("llama-2-70b", 8, FULL, device="a100-80gb", stages=[3],
+                                   placement=placement, link="dgx-a100").stages
+        out[name] = row["communication"]
+    return out
+
+
+def test_offload_traffic(cells, moved):
+    says(cells["offload-traffic-intro"], "PCIe 4.0 x16 link (31.5 GB/s each way)")
+    assert zl.get_link("pcie4-x16").bandwidth == 31_500_000_000
+    text = cells["offload-traffic-read"]
+    cpu = moved["optimizer on CPU"]
+    assert cpu["host"]["to_gpu_bytes"] == cpu["host"]["to_host_bytes"]
+    says(text, f"{gb(cpu['host']['to_gpu_bytes'])} GB each way per step",
+         f"{cpu['exposed_seconds']:.2f} s of waiting, a step of {cpu['step_seconds']:.2f} s instead "
+         f"of {moved['stage 3']['step_seconds']:.2f} s")
+    params = moved["parameters"]
+    assert params["exposed_seconds"] == 0
+    says(text, f"({gb(params['host']['to_gpu_bytes'])} GB a step)")
+    nvme = moved["nvme"]["host"]
+    says(text, f"NVMe reads {gb(nvme['nvme_read_bytes'])} GB and writes "
+               f"{gb(nvme['nvme_write_bytes'])} GB per GPU per step",
+         f"{moved['nvme']['exposed_seconds']:.2f} s of waiting even at PCIe 4.0 speed, a step of "
+         f"{moved['nvme']['step_seconds']:.2f} s",
+         f"the same bytes take {(nvme['nvme_read_bytes'] + nvme['nvme_write_bytes']) / 1.6e9:.0f} s")
+
+
+def test_hsdp_traffic_read(cells):
+    text = cells["hsdp-traffic-read"]
+    runs = zl.communication_report.recorded("pytorch")
+    rank0 = runs[(runs["model"] == "uneven") & (runs["workers"] == 4) & (runs["rank"] == 0)]
+
+    def cell(strategy, kind, column):
+        (value,) = rank0[(rank0["strategy"] == strategy) & (rank0["kind"] == kind)][column]
+        return int(value)
+
+    says(text, f"each rank gathers {cell('hsdp', 'all_gather', 'measured_bytes'):,} bytes per step "
+               f"against {cell('fsdp2-reshard', 'all_gather', 'measured_bytes'):,}",
+         f"{cell('hsdp', 'all_reduce', 'measured_calls')} calls and "
+         f"{cell('hsdp', 'all_reduce', 'measured_bytes'):,} bytes",
+         f"against zerolib's {cell('hsdp', 'all_reduce', 'predicted_calls')} calls and "
+         f"{cell('hsdp', 'all_reduce', 'predicted_bytes'):,} bytes")
+    hsdp = runs[runs["strategy"] == "hsdp"]
+    assert (hsdp["unexplained_bytes"] == 0).all() and (hsdp["unexplained_calls"] == 0).all()
+
+
+def test_summary_traffic(cells, traffic, moved):
+    text = cells["summary"]
+    says(text, f"{gb(at(traffic, 3, 8, 'cross_node_bytes'))} GB a step in groups of one node",
+         f"{gb(at(traffic, 3, 16, 'cross_node_bytes'))} GB in groups of 16",
+         f"{gb(at(traffic, 3, 64, 'cross_node_bytes'))} GB over all 64",
+         f"waits {pct(seven_table().loc[1024, 'network_wait_fraction'])} of a step",
+         "from 3M to 0.75M per step",
+         f"moves {gb(moved['optimizer on CPU']['host']['to_gpu_bytes'])} GB each way per GPU and "
+         f"waits {moved['optimizer on CPU']['exposed_seconds']:.2f} s",
+         f"NVMe reads {gb(moved['nvme']['host']['nvme_read_bytes'])} GB and writes "
+         f"{gb(moved['nvme']['host']['nvme_write_bytes'])} GB per GPU")

@@ -1,0 +1,335 @@
+"""Careless and hostile input, and interrupted writes: each case that once gave a wrong number,
+froze an explorer, printed a traceback or left debris, reproduced and held to its fix.
+
+Expected values are whole-number arithmetic done here with Python ints, independently of the
+int64 code under test.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zerolib import _io
+from zerolib.cli import main as cli_main
+from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, MAX_PARAMS
+from zerolib.core.memory.accounting import Layout, model_state
+from zerolib.core.memory.feasibility import fewest_gpus, largest_model, model_state_fits
+from zerolib.core.memory.tables import MAX_ROWS, memory_table
+from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN, WorkingSetSettings, peak
+from zerolib.core.parse import parse_count, parse_size, parse_whole
+
+REPO = Path(__file__).resolve().parents[1]
+ZEROLIB = Path(sys.executable).parent / "zerolib"
+INT64_MAX = 2**63 - 1
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    """The command line in this process: (exit status, stdout, stderr); a traceback fails the test."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = cli_main(list(argv))
+        except SystemExit as leaving:   # argparse's own usage errors
+            status = leaving.code
+    return status, out.getvalue(), err.getvalue()
+
+
+def refused(argv, *phrases: str) -> str:
+    status, out, err = run(*argv)
+    assert status == 2 and out == "", (argv, status, out, err)
+    assert err.count("\n") == 1 and err.startswith("zerolib"), err
+    for phrase in phrases:
+        assert phrase in err, (phrase, err)
+    return err
+
+
+# --- 1. totals over all GPUs are exact, however large -------------------------------------------
+
+def test_cluster_total_at_the_limits_is_exact_not_wrapped():
+    # 10**12 parameters x 16 bytes on 2**20 GPUs: 1.6777216e19 bytes, beyond int64 (9.22e18).
+    status, out, _ = run("estimate", "--params", "1T", "--gpus", "1048576", "--stage", "0",
+                         "--format", "json")
+    assert status == 0
+    (row,) = json.loads(out)["stages"]
+    assert row["total"] == 10**12 * 16
+    assert row["cluster_total"] == 10**12 * 16 * 2**20 == 16_777_216_000_000_000_000
+    status, out, _ = run("estimate", "--params", "1T", "--gpus", "1048576", "--stage", "0")
+    assert out.strip().split("\n")[-1].split()[-1] == "16,777,216,000.00"   # all GPUs, in GB
+    # 70B on 2**24 GPUs, stage 0: 70e9 x 16 x 16,777,216 = 1.8790e22 bytes.
+    state = model_state(70 * 10**9, 2**24, 0)
+    assert int(state.cluster_total) == 70 * 10**9 * 16 * 2**24
+    table = memory_table(70 * 10**9, [1, 2**24], [0])
+    assert table["cluster_total"].tolist() == [70 * 10**9 * 16, 70 * 10**9 * 16 * 2**24]
+    assert f",{70 * 10**9 * 16 * 2**24}\n" in table.to_csv(index=False)   # exact in the CSV
+
+
+@settings(max_examples=300, deadline=None)
+@given(params=st.integers(1, MAX_PARAMS), gpus=st.integers(1, MAX_GPUS), stage=st.integers(0, 3),
+       bits=st.tuples(*[st.integers(0, 8 * 64)] * 3))
+def test_per_worker_and_cluster_totals_equal_python_integer_arithmetic(params, gpus, stage, bits):
+    layout = Layout.custom(*(b / 8 for b in bits))
+    partitioned = {0: (), 1: (2,), 2: (1, 2), 3: (0, 1, 2)}[stage]
+    share = -(-params // gpus)
+    expected = sum(-(-(share if i in partitioned else params) * b // 8) for i, b in enumerate(bits))
+    state = model_state(params, gpus, stage, layout)
+    assert int(state.total) == expected
+    assert int(state.cluster_total) == expected * gpus
+
+
+# --- 2. digit groups only where they group thousands --------------------------------------------
+
+@pytest.mark.parametrize("text", ["1,5B", "1,5", ",,7,,B", "1_000_", "7,00,000", "1__000", "_7",
+                                  "7,000,000,00", "1,000.5,0"])
+def test_separators_outside_thousands_are_refused(text):
+    with pytest.raises(ValueError, match="params must be a count like 7B"):
+        parse_count(text)
+
+
+def test_thousands_separators_are_read():
+    assert parse_count("7,000,000,000") == parse_count("7_000_000_000") == 7 * 10**9
+    assert parse_count("1,500.5K") == 1_500_500
+    refused(["estimate", "--params", "1,5B", "--gpus", "8"], "--params", "1,5B")
+
+
+# --- 3. extra bytes and working-set quantities are bounded and exact ----------------------------
+
+@pytest.mark.parametrize("call", [
+    lambda extra: model_state_fits(7e9, 8, 3, extra_bytes=extra),
+    lambda extra: fewest_gpus(7e9, 3, extra_bytes=extra),
+    lambda extra: largest_model(8, 3, extra_bytes=extra),
+])
+def test_extra_bytes_near_the_int64_maximum_are_refused_not_wrapped(call):
+    with pytest.raises(ValueError, match="extra_bytes must be at most"):
+        call(INT64_MAX)
+    assert call(MAX_BYTES) in (False, None, 0)   # the largest accepted: nothing fits
+
+
+@pytest.mark.parametrize("field, value", [("seq_len", MAX_SEQ_LEN + 1), ("micro_batch", MAX_MICRO_BATCH + 1),
+                                          ("reserve_bytes", MAX_BYTES + 1), ("reduce_bucket_size", 10**18),
+                                          ("mask_bytes", 17), ("seq_len", 10**30)])
+def test_every_working_set_quantity_has_an_upper_bound(field, value):
+    with pytest.raises(ValueError, match=f"{field} must be at most"):
+        WorkingSetSettings(**{field: value})
+
+
+def test_a_working_set_beyond_the_byte_limit_is_a_value_error():
+    # Attention scores without flash: heads x s^2 x b x 2 bytes = 32 x (2**24)**2 x 2**16 x 2 > 2**62.
+    settings_ = WorkingSetSettings(seq_len=MAX_SEQ_LEN, micro_batch=MAX_MICRO_BATCH, flash_attention=False)
+    with pytest.raises(ValueError, match="activations of llama-2-7b come to more than 4,611,686,018,427,387,904"):
+        peak("llama-2-7b", 8, 3, settings_)
+
+
+def test_seq_on_the_command_line_is_bounded():
+    refused(["estimate", "--model", "llama-2-7b", "--gpus", "8", "--seq", "1e30"],
+            "--seq must be at most 16,777,216")
+
+
+def test_sizes_are_parsed_exactly():
+    # Every two-decimal size in GB from 0.01 to 49.95: cents x 10**7 bytes, never one byte more.
+    wrong = [cents for cents in range(1, 4996)
+             if parse_size(f"{cents // 100}.{cents % 100:02d}GB", "--reserve", maximum=MAX_BYTES)
+             != cents * 10**7]
+    assert wrong == []
+    assert parse_size("1.07GB", "--reserve", maximum=MAX_BYTES) == 1_070_000_000
+    assert parse_size("0.1KiB", "--reserve", maximum=MAX_BYTES) == 103      # 102.4, rounded up
+    with pytest.raises(ValueError, match="--reserve must be at most"):
+        parse_size("9999999TiB", "--reserve", maximum=MAX_BYTES)
+
+
+# --- 4. every public name is the object itself, however it is imported --------------------------
+
+def test_every_public_name_is_the_same_object_in_any_import_order():
+    code = (
+        "import importlib, zerolib\n"
+        "owner = zerolib._OWNER\n"
+        "for name in zerolib.__all__:\n"
+        "    if name in zerolib._MODULES:\n"
+        "        continue\n"
+        "    module = importlib.import_module(owner[name])\n"
+        "    exec(f'from zerolib import {name} as value', globals())\n"
+        "    assert value is getattr(module, name), name\n"
+        "    assert getattr(zerolib, name) is value, name\n"
+        "from zerolib import estimate\n"
+        "assert callable(estimate) and estimate.__module__ == 'zerolib.core.estimate'\n"
+    )
+    for first in ("", "import zerolib.core.estimate, zerolib.core.memory.tables\n",
+                  "from zerolib.core import estimate as m\n"):
+        result = subprocess.run([sys.executable, "-c", first + code], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+
+
+# --- 5. explorers accept any value a control can hold -------------------------------------------
+
+def test_widths_typed_off_the_slider_steps_are_rounded_to_whole_bits():
+    from zerolib.chapter.explorers import GpuCountExplorer
+    explorer = GpuCountExplorer()
+    image = bytes(explorer.image.value)
+    explorer.controls["optimizer_bytes"].value = 0.3        # ipywidgets clamps, does not round
+    assert explorer.layout.widths() == (2.0, 2.0, 0.25)      # 0.3 bytes -> 2 bits
+    assert explorer.status.value == "" and bytes(explorer.image.value) != image
+    explorer.controls["gradients_bytes"].value = 2.05
+    assert explorer.layout.widths() == (2.0, 2.0, 0.25)      # 2.05 -> 16.4 bits -> 16 bits
+    explorer.controls["params"].value = 13 * 10**9            # every later change still draws
+    assert explorer.status.value == "" and "13B parameters" in explorer.summary.value
+
+
+# --- 6. bounded sizes, ranges described without being built -------------------------------------
+
+def test_huge_tables_are_refused_at_once():
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=f"at most {MAX_ROWS:,} rows"):
+        memory_table(7e9, np.arange(1, 2**24 + 1))
+    assert time.perf_counter() - start < 5
+
+
+def test_two_far_apart_gpu_counts_do_not_build_a_range(tmp_path):
+    start = time.perf_counter()
+    status, out, err = run("figures", "--out", str(tmp_path), "--gpus", "1,16777216")
+    assert status == 0, err
+    assert time.perf_counter() - start < 30
+    assert (tmp_path / "data" / "memory-vs-gpu-count.csv").read_text().count("\n") == 1 + 2 * 4
+    refused(["figures", "--out", str(tmp_path), "--gpus", "1-16777216"], "at most 4096 GPU counts")
+
+
+# --- 7. file-system errors: one line, the path, status 2 ----------------------------------------
+
+def test_file_system_errors_are_one_line_naming_the_path(tmp_path):
+    a_file = tmp_path / "plain"
+    a_file.write_text("x")
+    refused(["figures", "--out", str(a_file / "sub")], str(a_file))
+    occupied = tmp_path / "occupied"
+    (occupied / "figures" / "memory-vs-gpu-count.svg").mkdir(parents=True)   # a folder where a file goes
+    refused(["figures", "--out", str(occupied)], "memory-vs-gpu-count.svg")
+    refused(["html", "--out", "/proc/zerolib-cannot-write-here"], "/proc/zerolib-cannot-write-here")
+    refused(["figures", "--out", str(a_file)], "must be a folder")
+
+
+# --- 8. interrupted writes leave nothing that goes unnoticed -------------------------------------
+
+def test_leftover_temporaries_are_reported_by_check_and_removed_by_the_next_write(tmp_path):
+    assert run("figures", "--out", str(tmp_path))[0] == 0
+    leftover = tmp_path / "figures" / ".memory-vs-gpu-count.png.k1ll3d.zerolib-tmp"
+    leftover.write_bytes(b"half a PNG")
+    status, out, _ = run("figures", "--check", "--out", str(tmp_path))
+    assert status == 1 and "left over from an interrupted write: figures/" in out
+    assert run("figures", "--out", str(tmp_path))[0] == 0
+    assert not leftover.exists()
+    assert run("figures", "--check", "--out", str(tmp_path))[0] == 0
+
+
+def test_git_ignores_the_temporaries():
+    result = subprocess.run(["git", "check-ignore", "-q", "figures/.x.png.abc.zerolib-tmp"], cwd=REPO)
+    assert result.returncode == 0
+
+
+def test_a_set_of_files_is_written_all_or_nothing(tmp_path):
+    _io.write_files({"a.txt": "old a", "b.txt": "old b"}, tmp_path)
+    (tmp_path / "c.txt").mkdir()                       # the third file cannot be written
+    with pytest.raises(OSError):
+        _io.write_files({"a.txt": "new a", "b.txt": "new b", "c.txt": "new c"}, tmp_path)
+    assert (tmp_path / "a.txt").read_text() == "old a" and (tmp_path / "b.txt").read_text() == "old b"
+    assert _io.stale_temporaries(tmp_path) == []
+
+
+def test_atomic_write_keeps_the_mode_and_leaves_nothing_behind(tmp_path):
+    target = tmp_path / "page.html"
+    target.write_text("old")
+    os.chmod(target, 0o640)
+    _io.atomic_write(target, "new")
+    assert target.read_text() == "new" and (target.stat().st_mode & 0o777) == 0o640
+    _io.atomic_write(tmp_path / "fresh.csv", b"1,2\n")
+    assert ((tmp_path / "fresh.csv").stat().st_mode & 0o777) == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh.csv", "page.html"]
+
+
+# --- 9. messages that help ----------------------------------------------------------------------
+
+def test_empty_model_names_the_presets():
+    refused(["estimate", "--model", "", "--gpus", "8"], "model must be one of gpt2,", "got ''")
+
+
+@pytest.mark.parametrize("argv, phrase", [
+    (["estimate", "--params", "-inf", "--gpus", "8"], "--params must be"),
+    (["estimate", "--params", "7B", "--gpus", "-8"], "--gpus must be a positive whole number"),
+    (["estimate", "--params", "7B", "--gpus", "8", "--bytes", "-1,2,3"], "--bytes"),
+])
+def test_negative_looking_values_are_read_as_values(argv, phrase):
+    err = refused(argv, phrase)
+    assert "expected one argument" not in err
+
+
+def test_long_inputs_name_the_flag_and_are_cut_short():
+    err = refused(["estimate", "--params", "9" * 5000, "--gpus", "8"], "--params")
+    assert "digits" not in err.lower() or "at most 100 characters" in err
+    err = refused(["estimate", "--params", "x" * 100_000, "--gpus", "8"], "--params")
+    assert len(err) < 300
+    err = refused(["estimate", "--params", "7B", "--gpus", "8", "--layout", "y" * 100_000])
+    assert len(err) < 800
+
+
+def test_empty_values_are_refused_not_defaulted(tmp_path):
+    refused(["estimate", "--params", "7B", "--gpus", "8", "--bytes", ""], "--bytes must be three numbers")
+    refused(["figures", "--out", ""], "--out must name a folder")
+    refused(["html", "--out", " "], "--out must name a folder")
+
+
+@pytest.mark.parametrize("argv", [["estimate", "--params", "7B", "--gpus", "٨"],
+                                  ["estimate", "--params", "٧B", "--gpus", "8"],
+                                  ["estimate", "--params", "7B", "--gpus", "8", "--bytes", "٢,2,12"],
+                                  ["estimate", "--model", "llama-2-7b", "--gpus", "8", "--seq", "٤٠٩٦"]])
+def test_one_rule_for_non_ascii_digits_everywhere(argv):
+    refused(argv)
+    with pytest.raises(ValueError):
+        parse_whole("٨", "--gpus", maximum=MAX_GPUS)
+
+
+# --- the command line never shows a traceback ---------------------------------------------------
+
+TOKENS = st.sampled_from(["--params", "--gpus", "--stage", "--bytes", "--layout", "--device", "--unit",
+                          "--format", "--model", "--seq", "--micro-batch", "--recompute", "--reserve",
+                          "--tensor-parallel", "--flash", "--no-flash", "--sequence-parallel", "--help"])
+VALUES = st.one_of(st.sampled_from(["7B", "1.5T", "8", "0", "-1", "1e30", "nan", "inf", "", " ", "2,2,12",
+                                    "mixed-adam", "a100-80gb", "json", "csv", "GiB", "llama-2-7b",
+                                    "gpt2", "full", "2GiB", "3", "1,5B", "٨"]),
+                   st.text(max_size=12))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(TOKENS, VALUES), max_size=10))
+def test_fuzzed_estimate_arguments_exit_0_with_output_or_2_with_one_line(argv):
+    status, out, err = run("estimate", *argv)
+    if "--help" in argv and status == 0:
+        return
+    assert status in (0, 2), (argv, status, err)
+    if status == 0:
+        assert out.strip() and err == ""
+    else:
+        assert out == "" and err.count("\n") == 1 and "Traceback" not in err, (argv, err)
+
+
+def test_the_installed_command_agrees_with_the_in_process_one():
+    result = subprocess.run([str(ZEROLIB), "estimate", "--params", "-inf", "--gpus", "8"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1
+
+
+# --- 10. the browser tests keep the server's token off the command line -------------------------
+
+def test_the_jupyterlab_token_is_not_on_the_command_line(tmp_path):
+    from browser_support import lab_command, write_server_token
+    command = lab_command(8888, tmp_path)
+    path = write_server_token(tmp_path / "config", "s3cr3t")
+    assert not any("s3cr3t" in part or "IdentityProvider" in part for part in command)
+    assert json.loads(path.read_text()) == {"IdentityProvider": {"token": "s3cr3t"}}
+    assert path.stat().st_mode & 0o777 == 0o600

@@ -1,0 +1,35 @@
+"""``--config PATH`` and ``--megatron-args ARGS``: a model of one's own wherever ``--model``
+takes a preset."""
+from __future__ import annotations
+
+from zerolib.core.catalogue.hf_config import model_from_config
+from zerolib.core.catalogue.megatron_args import model_from_megatron_args
+from zerolib.core.catalogue.models import TransformerConfig, get_model
+
+CONFIG_HELP = ("a Hugging Face config.json, a model directory holding one, a local Hub cache "
+               "folder (models--ORG--NAME or its snapshots/HASH), or ORG/NAME already in that "
+               "cache; read offline, exact count")
+
+
+def add_arguments(group) -> None:
+    """The options naming a model other than a preset, in the group ``--model`` belongs to."""
+    group.add_argument("--config", metavar="PATH", help=CONFIG_HELP)
+    group.add_argument("--megatron-args", metavar="ARGS",
+                       help="the model arguments of a Megatron-LM launch in one quoted string "
+                            "(\"--num-layers 32 --hidden-size 4096 ... --vocab-size 50257\"), or "
+                            "a file holding them; built as Megatron-LM builds it (padded vocabulary)")
+
+
+def given(args) -> bool:
+    return getattr(args, "config", None) is not None or getattr(args, "megatron_args", None) is not None
+
+
+def model_from(args) -> TransformerConfig | None:
+    """The model the command line names: a preset (``--model``), a config file, or None."""
+    if getattr(args, "model", None) is not None:
+        return get_model(args.model)
+    if getattr(args, "config", None) is not None:
+        return model_from_config(args.config)
+    if getattr(args, "megatron_args", None) is not None:
+        return model_from_megatron_args(args.megatron_args)
+    return None

@@ -1,0 +1,223 @@
+"""A model from the arguments of a Megatron-LM launch, built as Megatron-LM builds it.
+
+:func:`model_from_megatron_args` takes the command-line arguments of ``pretrain_gpt.py`` (a
+string such as ``"--num-layers 96 --hidden-size 12288 ..."``, a list of them, or a file holding
+them, as a launch script writes them) and returns the catalogue's
+:class:`~zerolib.core.catalogue.models.TransformerConfig` of Megatron-LM's GPT model (Megatron
+Core ``GPTModel``: ``megatron/core/models/gpt/gpt_model.py`` and the transformer layer spec),
+with Megatron-LM's defaults from ``megatron/training/arguments.py`` (``validate_args``):
+
+- the vocabulary is padded up to a multiple of ``--make-vocab-size-divisible-by`` (128) x
+  ``--tensor-model-parallel-size`` (``_vocab_size_with_padding``): the embedding and the output
+  layer hold the padded rows, so the count is what Megatron-LM allocates;
+- ``--ffn-hidden-size`` defaults to 4h, or with ``--swiglu`` to int(4h x 2/3 / 64) x 64;
+- ``--kv-channels`` to h / heads; ``--num-query-groups`` to the heads without
+  ``--group-query-attention``;
+- biases on every linear layer unless ``--disable-bias-linear`` (``add_bias_linear`` is True by
+  default), on the QKV projection also with ``--add-qkv-bias``;
+- ``--position-embedding-type learned_absolute`` (the default) is a ``--max-position-embeddings``
+  x h table; ``rope`` (or ``--use-rotary-position-embeddings``) and ``none`` have no parameters;
+- the output layer shares the embedding unless ``--untie-embeddings-and-output-weights``;
+- ``--normalization`` LayerNorm (default; weight and bias) or RMSNorm (weight);
+- QKV is one fused ``linear_qkv`` and, with ``--swiglu``, gate and up one ``linear_fc1``.
+
+Flags that change no parameter (learning rates, batch sizes, parallel sizes other than the
+tensor-parallel degree's padding, precision, checkpointing, data paths...) are read and left
+out; a flag that changes the architecture in a way zerolib cannot express (experts, latent
+attention, ...) is refused with one line naming it, and so is any flag zerolib does not know,
+so that nothing is silently approximated. ``--vocab-size`` is needed: Megatron-LM reads the
+vocabulary from its tokenizer, which is not here.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+from zerolib.core.catalogue.models import MAX_MODEL_SIZE, TransformerConfig
+from zerolib.core.intmath import ceil_div
+
+MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128   # megatron/training/arguments.py default
+
+# Flags taking a whole number that shape the model.
+_WHOLE = {
+    "--num-layers": "num_layers", "--hidden-size": "hidden_size",
+    "--ffn-hidden-size": "ffn_hidden_size", "--num-attention-heads": "num_attention_heads",
+    "--kv-channels": "kv_channels", "--num-query-groups": "num_query_groups",
+    "--max-position-embeddings": "max_position_embeddings", "--seq-length": "seq_length",
+    "--vocab-size": "vocab_size", "--make-vocab-size-divisible-by": "make_vocab_size_divisible_by",
+    "--tensor-model-parallel-size": "tensor_model_parallel_size",
+}
+_SWITCHES = {
+    "--swiglu": "swiglu", "--group-query-attention": "group_query_attention",
+    "--untie-embeddings-and-output-weights": "untie", "--disable-bias-linear": "no_bias",
+    "--add-qkv-bias": "qkv_bias", "--use-rotary-position-embeddings": "rotary",
+}
+_CHOICES = {"--normalization": ("LayerNorm", "RMSNorm"),
+            "--position-embedding-type": ("learned_absolute", "rope", "none")}
+# Architecture flags zerolib cannot express: refused, never approximated.
+_REFUSED = {
+    "--num-experts": "a mixture of experts from Megatron-LM arguments",
+    "--moe-ffn-hidden-size": "a mixture of experts from Megatron-LM arguments",
+    "--multi-latent-attention": "multi-head latent attention",
+    "--qk-layernorm": "query/key norms from Megatron-LM arguments",
+    "--apply-residual-connection-post-layernorm": "post-norm residuals",
+    "--mtp-num-layers": "multi-token prediction layers",
+    "--num-layers-per-virtual-pipeline-stage": None,
+}
+# Flags (taking a value) that change no parameter.
+_NO_PARAMETER_VALUES = frozenset("""
+    --micro-batch-size --global-batch-size --rampup-batch-size --train-iters --train-samples
+    --lr --min-lr --lr-decay-style --lr-decay-iters --lr-decay-samples --lr-warmup-iters
+    --lr-warmup-fraction --lr-warmup-samples --weight-decay --clip-grad --adam-beta1 --adam-beta2
+    --adam-eps --init-method-std --attention-dropout --hidden-dropout --seed --split --data-path
+    --vocab-file --merge-file --tokenizer-type --tokenizer-model --save --load --save-interval
+    --eval-interval --eval-iters --log-interval --tensorboard-dir --wandb-project --wandb-exp-name
+    --pipeline-model-parallel-size --context-parallel-size --expert-model-parallel-size
+    --virtual-pipeline-model-parallel-size --num-workers --distributed-backend
+    --recompute-granularity --recompute-method --recompute-num-layers --rotary-base
+    --rotary-percent --rotary-scaling-factor --norm-epsilon --attention-backend --optimizer
+    --loss-scale --initial-loss-scale --min-loss-scale --loss-scale-window --hysteresis
+    --data-cache-path --exit-interval --exit-duration-in-mins --ckpt-format --transformer-impl
+    --distributed-timeout-minutes --dataloader-type --log-throughput --use-mcore-models
+    --main-grads-dtype --main-params-dtype --exp-avg-dtype --exp-avg-sq-dtype
+""".split())
+_NO_PARAMETER_SWITCHES = frozenset("""
+    --bf16 --fp16 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce
+    --overlap-param-gather --use-flash-attn --no-masked-softmax-fusion --no-bias-gelu-fusion
+    --no-bias-dropout-fusion --no-gradient-accumulation-fusion --no-async-tensor-model-parallel-allreduce
+    --log-timers-to-tensorboard --log-validation-ppl-to-tensorboard --log-memory-to-tensorboard
+    --log-params-norm --log-num-zeros-in-grad --log-theoretical-memory --no-load-optim
+    --no-load-rng --use-checkpoint-args --mock-data --accumulate-allreduce-grads-in-fp32
+    --attention-softmax-in-fp32 --no-rope-fusion --use-legacy-models --no-position-embedding
+    --disable-vision-class-token --apply-query-key-layer-scaling --swap-attention --tp-comm-overlap
+    --manual-gc --check-for-nan-in-loss-and-grad --deterministic-mode --bias-swiglu-fusion
+""".split())
+
+
+def _tokens(source) -> tuple[list[str], str]:
+    """(the arguments, where they come from) of a string, a list or a file holding them."""
+    if isinstance(source, (list, tuple)):
+        if not all(isinstance(item, str) for item in source):
+            raise TypeError("megatron_args as a list must hold strings")
+        return list(source), "megatron-args"
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"megatron_args must be a string of arguments, a list of them or a file "
+                        f"holding them, got {type(source).__name__}")
+    text, where = str(source), "megatron-args"
+    path = Path(text).expanduser()
+    if not text.lstrip().startswith("-") and "\n" not in text:
+        if not path.is_file():
+            raise ValueError(f"{text}: no such file (give Megatron-LM arguments such as "
+                             f"'--num-layers 32 ...', or a file holding them)")
+        text, where = path.read_text(encoding="utf-8"), str(path)
+    # A launch script's lines: comments dropped, backslash line continuations joined.
+    lines = [line.split("#", 1)[0] for line in text.replace("\\\n", " ").splitlines()]
+    try:
+        return shlex.split(" ".join(lines)), where
+    except ValueError as error:
+        raise ValueError(f"{where}: cannot split the arguments ({error})") from None
+
+
+def _value(tokens: list[str], index: int, flag: str, inline: str, where: str) -> tuple[str, int]:
+    """(the flag's value, the index of the last token read): ``--flag=value`` or ``--flag value``."""
+    if inline:
+        return inline, index
+    if index + 1 >= len(tokens) or tokens[index + 1].startswith("--"):
+        raise ValueError(f"{where}: {flag} needs a value")
+    return tokens[index + 1], index + 1
+
+
+def _parse(tokens: list[str], where: str) -> dict:
+    found: dict = {}
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        flag, _, inline = token.partition("=")
+        if not flag.startswith("--"):
+            raise ValueError(f"{where}: {token!r} is not a --flag (Megatron-LM arguments are "
+                             f"--name value pairs and --switches)")
+        flag = flag.replace("_", "-")
+        takes_value = (flag in _WHOLE or flag in _CHOICES or flag in _NO_PARAMETER_VALUES
+                       or (flag in _REFUSED and _REFUSED[flag] is None))
+        text = None
+        if flag in _REFUSED and _REFUSED[flag] is not None:
+            raise ValueError(f"{where}: {flag}: {_REFUSED[flag]}; zerolib cannot express it")
+        if takes_value:
+            text, index = _value(tokens, index, flag, inline, where)
+        if flag in _WHOLE:
+            try:
+                number = int(text)
+            except ValueError:
+                raise ValueError(f"{where}: {flag} must be a whole number, got {text!r}") from None
+            if not 1 <= number <= MAX_MODEL_SIZE:
+                raise ValueError(f"{where}: {flag} must be from 1 to {MAX_MODEL_SIZE:,}, got {number}")
+            found[_WHOLE[flag]] = number
+        elif flag in _SWITCHES:
+            found[_SWITCHES[flag]] = True
+        elif flag in _CHOICES:
+            if text not in _CHOICES[flag]:
+                raise ValueError(f"{where}: {flag} must be one of {', '.join(_CHOICES[flag])}, "
+                                 f"got {text!r}")
+            found[flag[2:].replace("-", "_")] = text
+        elif not takes_value and flag not in _NO_PARAMETER_SWITCHES:
+            raise ValueError(f"{where}: {flag} is not a Megatron-LM argument zerolib knows; if it "
+                             f"changes no parameter, leave it out")
+        index += 1
+    return found
+
+
+def padded_vocabulary(vocab: int, tensor_parallel: int = 1,
+                      divisible_by: int = MAKE_VOCAB_SIZE_DIVISIBLE_BY) -> int:
+    """Megatron-LM's ``_vocab_size_with_padding``: up to a multiple of divisible_by x t."""
+    multiple = divisible_by * tensor_parallel
+    return ceil_div(vocab, multiple) * multiple
+
+
+def model_from_megatron_args(source, *, name: str = "megatron-gpt") -> TransformerConfig:
+    """The GPT model Megatron-LM builds from these arguments (see the module doc)."""
+    tokens, where = _tokens(source)
+    a = _parse(tokens, where)
+    for key, flag in (("num_layers", "--num-layers"), ("hidden_size", "--hidden-size"),
+                      ("num_attention_heads", "--num-attention-heads"),
+                      ("max_position_embeddings", "--max-position-embeddings"),
+                      ("vocab_size", "--vocab-size")):
+        if key not in a:
+            extra = (" (Megatron-LM reads it from the tokenizer; give its size)"
+                     if key == "vocab_size" else "")
+            raise ValueError(f"{where}: missing {flag}{extra}")
+    h, heads = a["hidden_size"], a["num_attention_heads"]
+    swiglu = a.get("swiglu", False)
+    ffn = a.get("ffn_hidden_size", int((4 * h * 2 / 3) / 64) * 64 if swiglu else 4 * h)
+    if "kv_channels" not in a and h % heads:
+        raise ValueError(f"{where}: --hidden-size {h} is not a multiple of --num-attention-heads "
+                         f"{heads} and no --kv-channels is given")
+    kv_channels = a.get("kv_channels", h // heads)
+    if "num_query_groups" in a and not a.get("group_query_attention"):
+        raise ValueError(f"{where}: --num-query-groups needs --group-query-attention")
+    groups = a.get("num_query_groups", 1) if a.get("group_query_attention") else heads
+    if heads % groups:
+        raise ValueError(f"{where}: --num-query-groups ({groups}) must divide "
+                         f"--num-attention-heads ({heads})")
+    position = a.get("position_embedding_type", "rope" if a.get("rotary") else "learned_absolute")
+    t = a.get("tensor_model_parallel_size", 1)
+    vocab = padded_vocabulary(a["vocab_size"], t,
+                              a.get("make_vocab_size_divisible_by", MAKE_VOCAB_SIZE_DIVISIBLE_BY))
+    bias = not a.get("no_bias", False)
+    try:
+        return TransformerConfig(
+            name, hidden=h, layers=a["num_layers"], heads=heads, kv_heads=groups, ffn_hidden=ffn,
+            vocab=vocab, max_positions=a["max_position_embeddings"],
+            tied_embeddings=not a.get("untie", False), gated_mlp=swiglu,
+            norm="rmsnorm" if a.get("normalization") == "RMSNorm" else "layernorm",
+            position_embedding={"learned_absolute": "learned", "rope": "rotary",
+                                "none": "none"}[position],
+            qkv_bias=bias or a.get("qkv_bias", False), output_bias=bias, mlp_bias=bias,
+            fused_qkv=True, fused_gate_up=swiglu,
+            head_dim=None if kv_channels * heads == h else kv_channels,
+            source=f"Megatron-LM arguments from {where}: vocabulary {a['vocab_size']:,} padded to "
+                   f"{vocab:,} (a multiple of "
+                   f"{a.get('make_vocab_size_divisible_by', MAKE_VOCAB_SIZE_DIVISIBLE_BY)} x {t}); "
+                   f"position embedding {position}")
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{where}: {error}") from None

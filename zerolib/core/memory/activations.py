@@ -1,0 +1,386 @@
+"""Activations saved for the backward pass, term by term (Korthikanti et al., MLSys 2023).
+
+Source: V. Korthikanti, J. Casper, S. Lym, L. McAfee, M. Andersch, M. Shoeybi, B. Catanzaro,
+"Reducing Activation Recomputation in Large Transformer Models", MLSys 2023, arXiv 2205.05198.
+Sec. 4.1 lists what one GPT block stores (16-bit activations, 1-byte dropout masks, MLP of 4h);
+Table 2 sums it per layer, with s = sequence length, b = micro-batch, h = hidden, a = heads,
+t = tensor-parallel degree:
+
+    no parallelism                        sbh (34 + 5as/h)
+    tensor parallel                       sbh (10 + 24/t + 5as/(ht))
+    tensor + sequence parallel            sbh (34/t + 5as/(ht))
+    tensor parallel + selective recompute sbh (10 + 24/t)
+    tensor + sequence + selective         sbh (34/t)
+    full recomputation                    2 sbh
+
+Here every one of those bytes is a named term whose width is a parameter (``element_bytes`` for
+activations, ``mask_bytes`` for dropout masks), so the same list also covers gated MLPs
+(SwiGLU with inner size f), grouped-query attention (narrower K and V), models trained without
+dropout, and flash-style attention, which stores no s x s matrix: only the output (already
+counted as the output projection's input) and one fp32 log-sum-exp per head and token.
+
+Conventions and what is left out:
+- Bytes are per tensor-parallel rank (the most-loaded one: a split tensor holds ceil(n / t)).
+- Without sequence parallelism the norm inputs, the dropout masks after attention and MLP, and
+  the inputs of the QKV and first MLP projections are replicated on every tensor-parallel rank
+  (the paper's "10"); with it they are split along the sequence.
+- Grouped-query attention: K and V are kv_heads x head_dim wide; a rank holds its share of
+  the key/value heads, but at least one (with fewer heads than ranks they are replicated).
+- Per-token norm statistics (mean / reciprocal std, fp32) are ignored, as in the paper.
+- A head width of its own (``head_dim``, Gemma-2: 256 on a hidden size of 3,584 with 16 heads):
+  Q and the attention output projection's input are heads x head_dim wide, K and V kv_heads x
+  head_dim; the s x s terms do not depend on it. Without ``head_dim``, hidden / heads.
+- Norms after attention and after the MLP (``post_norms``, Gemma-2's four RMSNorms per layer):
+  each saves its input, the attention output projection's output and the MLP's output (s x b x h
+  each, replicated across tensor-parallel ranks unless sequence parallelism splits them).
+- Mixture of experts (``experts`` > 0, ``experts_per_token`` = k): routing with a capacity factor
+  of 1 and no token dropped, so each token passes through exactly k experts and each of them saves
+  for that token what a dense MLP saves. Per token that is the MLP's input (the router's input,
+  saved by the router's matmul, as in a dense layer), the router's probabilities (the softmax over
+  the experts' logits, kept in fp32 as Mixtral computes them: 4 B x experts), the k copies of the
+  input dispatched to the experts (their first projections save them), the expert MLP's f-wide
+  tensors k times, and the k expert outputs (weighting them by the routing probabilities saves
+  them for the probabilities' gradient). So the MLP's f-wide terms scale by k. Left out, like the
+  norm statistics: the k routing weights and expert indices per token. Under tensor parallelism
+  each expert's f-wide tensors are split as a dense MLP's (expert tensor parallelism equal to the
+  tensor-parallel degree); expert parallelism, which gives each rank whole experts, is not
+  modelled.
+- Norms on queries and keys (``qk_norm``: Qwen3 and Gemma-3 per head, OLMo-2 over the whole
+  projection; transformers' modeling files): each RMSNorm saves its input, so Q and K are held
+  twice (the projections' outputs and the normed copies the attention reads).
+- One norm feeding attention and the MLP side by side (``shared_norm``, Falcon-7B's parallel
+  block, transformers' FalconDecoderLayer): the MLP reads the tensor the QKV projection already
+  saved, so the MLP's norm input and input are not stored again (autograd keeps one tensor once).
+- ALiBi (BLOOM, Falcon-RW) adds a constant bias to the scores before the softmax, which saves
+  its output as without it: no term of its own (an assumption about eager attention: the bias is
+  built once per step and not counted).
+- Shared experts (``shared_expert_ffn``, Qwen2-MoE's ``shared_expert``): an always-active MLP of
+  its own width beside the routed ones, saving what a dense MLP of that width saves (its input is
+  the MLP input, already counted); with ``shared_expert_gate`` the sigmoid gate saves its output
+  (one value per token, in the element size) and the product saves the shared output (s x b x h).
+- Capacity factor (``capacity_factor``, a stated setting; None: dropless routing, each expert
+  holds exactly the tokens routed to it, as transformers runs Mixtral and Qwen-MoE). With a
+  factor c each of the E experts holds a fixed buffer of ceil(c x k x s x b / E) token slots
+  (GShard, Lepikhin et al. 2020, Sec. 2.2; Switch Transformer, Fedus et al. 2021, Sec. 2.1),
+  padded when fewer arrive, so the expert tensors are E x that many tokens wide; tokens beyond a
+  buffer are dropped, which this count does not model further.
+- Multi-head latent attention (``kv_lora_rank`` > 0, DeepSeek-V2/V3, transformers'
+  DeepseekV3Attention run eagerly): the down projections' outputs are saved by their RMSNorms and
+  the norms' outputs by the up projections (2 x s x b x rank for the query latent, if any, and
+  for the key/value latent, whole on every tensor-parallel rank as the down projections are);
+  queries and keys are heads x (head_dim + rope_head_dim) wide, values and the output
+  projection's input heads x v_head_dim. Assumption: the rotary key part shared by the heads
+  saves nothing of its own (it is concatenated into the keys counted above), as with RoPE.
+- Dense first layers (``dense_layers``, DeepSeek's first_k_dense_replace): those layers save
+  what a dense gated MLP of ``dense_ffn_hidden`` saves; the others the mixture of experts'.
+- Gated MLP, as eager PyTorch runs ``down(act(gate(x)) * up(x))``: the activation saves its input
+  (the gate projection), the product saves both factors (activation output, up projection), the
+  down projection saves the product: four f-wide tensors. A fused SwiGLU kernel stores three.
+- Full recomputation stores each layer's input (2sbh, as Table 2); under sequence parallelism that
+  input is already split along the sequence, so 2sbh/t (the paper's Table 2 row has no t because
+  it stores the unsplit input).
+- Model level (Sec. 4.3): the embedding's dropout mask, the final norm's input, the output
+  projection's input, and the vocabulary-sized logits. The paper counts the logits once in fp32
+  (4sbv/t); by default here they are counted in the element size (the projection's output) plus
+  an fp32 copy for the loss (the upcast whose log-softmax the loss keeps for backward), as in
+  Hugging Face's loss; ``logits_bytes=(4,)`` gives the paper's convention. Gradient buffers that
+  exist only for a moment during backward (the logits' gradient, one layer's activation
+  gradients) are not counted.
+- During backward, the layer being recomputed holds its full activations (full recomputation)
+  or its recomputed attention core (selective): one layer's worth, counted as
+  ``recompute_transient``. Table 2 does not include it (it lists what is *stored*).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from zerolib.core.catalogue.models import get_model
+from zerolib.core.inputs import check_count, check_flag, check_positive_int
+from zerolib.core.intmath import ceil_div
+
+RECOMPUTE = ("none", "selective", "full")
+LOGSUMEXP_BYTES = 4  # flash attention keeps its softmax statistics in fp32 (one per head, token)
+LOSS_FP32_BYTES = 4  # the loss upcasts the logits to fp32
+ROUTER_BYTES = 4     # Mixtral's router softmax runs in fp32 (transformers: softmax(logits.float()))
+
+
+def _check_recompute(recompute) -> str:
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    return recompute
+
+
+def _split(n: int, t: int) -> int:
+    """Elements of a tensor split t ways on the most-loaded rank."""
+    return ceil_div(n, t)
+
+
+def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=None, gated_mlp=False,
+                           recompute="none", tensor_parallel=1, sequence_parallel=False,
+                           flash_attention=False, element_bytes=2, mask_bytes=1, dropout=True,
+                           kv_heads=None, head_dim=None, post_norms=False, experts=0,
+                           experts_per_token=0, qk_norm="none", shared_norm=False,
+                           shared_expert_ffn=0, shared_expert_gate=False,
+                           capacity_factor=None, kv_lora_rank=0, q_lora_rank=0, rope_head_dim=0,
+                           v_head_dim=0) -> Mapping[str, int]:
+    """Bytes each saved tensor of one transformer layer takes on one tensor-parallel rank.
+
+    Terms that a setting removes are 0 rather than absent, so the names stay the same.
+    ``kv_heads`` (default: ``heads``) narrows K and V under grouped-query attention; ``head_dim``
+    (default: hidden / heads) sets the width of each head; ``post_norms`` adds Gemma-2's norms
+    after attention and after the MLP; ``experts`` and ``experts_per_token`` make the MLP a
+    mixture of experts (see the module doc for what that saves); ``qk_norm``, ``shared_norm``,
+    ``shared_expert_ffn``, ``shared_expert_gate`` and ``capacity_factor`` as the module doc says.
+    """
+    s = check_positive_int(seq_len, "seq_len")
+    b = check_positive_int(micro_batch, "micro_batch")
+    h = check_positive_int(hidden, "hidden")
+    a = check_positive_int(heads, "heads")
+    f = 4 * h if ffn_hidden is None else check_positive_int(ffn_hidden, "ffn_hidden")
+    kv = a if kv_heads is None else check_positive_int(kv_heads, "kv_heads")
+    t = check_positive_int(tensor_parallel, "tensor_parallel")
+    e = check_positive_int(element_bytes, "element_bytes")
+    m = check_count(mask_bytes, "mask_bytes")
+    n_experts = check_count(experts, "experts")
+    k = check_count(experts_per_token, "experts_per_token")
+    gated, sp, flash, drop, post = (
+        check_flag(gated_mlp, "gated_mlp"), check_flag(sequence_parallel, "sequence_parallel"),
+        check_flag(flash_attention, "flash_attention"), check_flag(dropout, "dropout"),
+        check_flag(post_norms, "post_norms"))
+    recompute = _check_recompute(recompute)
+    if qk_norm not in ("none", "head", "projection"):
+        raise ValueError(f"qk_norm must be one of none, head, projection, got {qk_norm!r}")
+    shared_norm, shared_gate = check_flag(shared_norm, "shared_norm"), check_flag(shared_expert_gate,
+                                                                                  "shared_expert_gate")
+    fs = check_count(shared_expert_ffn, "shared_expert_ffn")
+    kv_rank, q_rank = check_count(kv_lora_rank, "kv_lora_rank"), check_count(q_lora_rank, "q_lora_rank")
+    rope, v_width = check_count(rope_head_dim, "rope_head_dim"), check_count(v_head_dim, "v_head_dim")
+    if capacity_factor is not None:
+        if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float)) or not (
+                1 <= capacity_factor <= 64):
+            raise ValueError(f"capacity_factor must be a number from 1 to 64, or None for dropless "
+                             f"routing, got {capacity_factor!r}")
+    if head_dim is None:
+        if h % a:
+            raise ValueError(f"hidden ({h}) must be a multiple of heads ({a}) unless head_dim is given")
+        d = h // a
+    else:
+        d = check_positive_int(head_dim, "head_dim")
+    if a % kv:
+        raise ValueError(f"kv_heads ({kv}) must divide heads ({a})")
+    if a % t:
+        raise ValueError(f"tensor_parallel ({t}) must divide heads ({a})")
+    if (n_experts == 0) != (k == 0) or k > n_experts:
+        raise ValueError(f"experts_per_token ({k}) must be from 1 to experts ({n_experts}), or both 0 "
+                         f"for a dense MLP")
+
+    return _layer_terms(s, b, h, a, f, kv, d, t, e, m, n_experts, k, gated, sp, flash, drop, post,
+                        recompute, qk_norm, shared_norm, shared_gate, fs, kv_rank, q_rank, rope,
+                        v_width, capacity_factor)
+
+
+def _layer_terms(s, b, h, a, f, kv, d, t, e, m, n_experts, k, gated, sp, flash, drop, post,
+                 recompute, qk_norm="none", shared_norm=False, shared_gate=False, fs=0, kv_rank=0,
+                 q_rank=0, rope=0, v_width=0, capacity_factor=None) -> Mapping[str, int]:
+    """:func:`layer_activation_terms` of checked Python ints and flags (d: the head width)."""
+    sbh = s * b * h
+    # Token slots the experts hold: k per token dropless, else E fixed buffers of the capacity.
+    slots = s * b * k
+    if n_experts and capacity_factor is not None:
+        slots = n_experts * math.ceil(capacity_factor * k * s * b / n_experts)
+    # A mixture of experts runs k expert MLPs per token; a dense layer one MLP.
+    sbf = (slots if n_experts else s * b) * f
+    # K (or V) width on one rank: its key/value heads x head_dim. With fewer key/value heads
+    # than ranks each rank still holds one (Megatron replicates the groups).
+    kv_width = d * _split(kv, t)
+    scores = a * s * s * b                     # one s x s matrix per head
+    # Replicated across tensor-parallel ranks unless sequence parallelism splits them.
+    pointwise_t = t if sp else 1
+
+    names = ["attention_norm_input", "qkv_input", "query", "key", "value",
+             "softmax_output", "attention_dropout_mask", "attention_dropout_output",
+             "flash_logsumexp", "attention_output_projection_input", "attention_dropout_mask_after_projection",
+             "post_attention_norm_input", "mlp_norm_input", "mlp_input", "router_probabilities",
+             "expert_input", "query_norm_input", "key_norm_input", "query_latent", "kv_latent",
+             "shared_expert_gate_projection", "shared_expert_activation_output", "shared_expert_up_projection",
+             "shared_expert_down_projection_input", "shared_expert_gate_output", "shared_expert_output"]
+    names += (["mlp_gate_projection", "mlp_activation_output", "mlp_up_projection", "mlp_down_projection_input"]
+              if gated else ["mlp_activation_input", "mlp_down_projection_input"])
+    names += ["expert_output", "post_mlp_norm_input", "mlp_dropout_mask", "layer_input"]
+    terms = dict.fromkeys(names, 0)
+
+    if recompute == "full":
+        # Only the layer's input is kept; the rest is recomputed in backward.
+        terms["layer_input"] = e * _split(sbh, pointwise_t)
+        return MappingProxyType(terms)
+
+    # Attention block (paper Sec. 4.1: 11sbh + 5as^2b).
+    terms["attention_norm_input"] = e * _split(sbh, pointwise_t)
+    terms["qkv_input"] = e * _split(sbh, pointwise_t)
+    terms["query"] = e * _split(s * b * a * d, t)          # Q and K for QK^T (paper: 4sbh)
+    terms["key"] = e * s * b * kv_width
+    terms["value"] = e * s * b * kv_width                  # V for the attention over values
+    if kv_rank:     # latent attention: wider queries and keys, values of their own width
+        terms["query"] = e * _split(s * b * a * (d + rope), t)
+        terms["key"] = e * _split(s * b * a * (d + rope), t)
+        terms["value"] = e * _split(s * b * a * (v_width or d), t)
+        terms["query_latent"] = 2 * e * s * b * q_rank          # norm input, up-projection input
+        terms["kv_latent"] = 2 * e * s * b * kv_rank
+    if qk_norm != "none":                                   # each norm saves its input
+        terms["query_norm_input"] = e * _split(s * b * a * d, t)
+        terms["key_norm_input"] = e * s * b * kv_width
+    if recompute == "none":                                 # selective recomputes the core
+        if flash:
+            terms["flash_logsumexp"] = LOGSUMEXP_BYTES * _split(a * s * b, t)
+        else:
+            terms["softmax_output"] = e * _split(scores, t)
+            if drop:
+                terms["attention_dropout_mask"] = m * _split(scores, t)
+                terms["attention_dropout_output"] = e * _split(scores, t)
+    terms["attention_output_projection_input"] = e * _split(s * b * a * (v_width if kv_rank else d), t)
+    if drop:
+        terms["attention_dropout_mask_after_projection"] = m * _split(sbh, pointwise_t)
+    if post:
+        terms["post_attention_norm_input"] = e * _split(sbh, pointwise_t)
+
+    # MLP block (paper: 19sbh with f = 4h) and the two norms (paper: 4sbh).
+    if not shared_norm:     # one shared norm: the MLP reads the tensor QKV already saved
+        terms["mlp_norm_input"] = e * _split(sbh, pointwise_t)
+        terms["mlp_input"] = e * _split(sbh, pointwise_t)
+    if n_experts:
+        terms["router_probabilities"] = ROUTER_BYTES * _split(s * b * n_experts, pointwise_t)
+        terms["expert_input"] = e * _split(slots * h, pointwise_t)
+        terms["expert_output"] = e * _split(slots * h, pointwise_t)
+    if fs:
+        sbfs = s * b * fs
+        shared_names = (("shared_expert_gate_projection", "shared_expert_activation_output",
+                         "shared_expert_up_projection", "shared_expert_down_projection_input")
+                        if gated else ("shared_expert_activation_output",
+                                       "shared_expert_down_projection_input"))
+        for name in shared_names:
+            terms[name] = e * _split(sbfs, t)
+    if shared_gate:
+        terms["shared_expert_gate_output"] = e * _split(s * b, pointwise_t)
+        terms["shared_expert_output"] = e * _split(sbh, pointwise_t)
+    if gated:
+        for name in ("mlp_gate_projection", "mlp_activation_output", "mlp_up_projection",
+                     "mlp_down_projection_input"):
+            terms[name] = e * _split(sbf, t)
+    else:
+        terms["mlp_activation_input"] = e * _split(sbf, t)          # GeLU input
+        terms["mlp_down_projection_input"] = e * _split(sbf, t)     # GeLU output
+    if post:
+        terms["post_mlp_norm_input"] = e * _split(sbh, pointwise_t)
+    if drop:
+        terms["mlp_dropout_mask"] = m * _split(sbh, pointwise_t)
+    return MappingProxyType(terms)
+
+
+def layer_activation_bytes(seq_len, micro_batch, hidden, heads, **options) -> int:
+    """Bytes of activations one transformer layer saves for backward, per tensor-parallel rank.
+
+    Takes the arguments of :func:`layer_activation_terms`. With the paper's GPT block
+    (``ffn_hidden`` = 4 x hidden, 2-byte elements, 1-byte dropout masks) this is Korthikanti et
+    al.'s Table 2 exactly, e.g. ``sbh(34 + 5as/h)`` with no parallelism and no recomputation.
+    """
+    return sum(layer_activation_terms(seq_len, micro_batch, hidden, heads, **options).values())
+
+
+def logits_widths(logits_bytes, element_bytes: int) -> tuple[int, ...]:
+    if logits_bytes is None:
+        return (element_bytes, LOSS_FP32_BYTES)
+    if isinstance(logits_bytes, (str, bytes)) or not hasattr(logits_bytes, "__iter__"):
+        raise TypeError(f"logits_bytes must be a tuple of byte widths like (2, 4), got {logits_bytes!r}")
+    return tuple(check_positive_int(w, "logits_bytes entry") for w in logits_bytes)
+
+
+def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", tensor_parallel=1,
+                           sequence_parallel=False, flash_attention=False, element_bytes=2,
+                           mask_bytes=1, dropout=None, logits_bytes=None,
+                           capacity_factor=None) -> Mapping[str, int]:
+    """Activation bytes of a whole model on one rank, by term.
+
+    ``model`` is a preset name or a :class:`zerolib.core.catalogue.models.TransformerConfig`. ``dropout=None``
+    uses the model's own (GPT-2 trains with dropout; the Llama family does not).
+    ``logits_bytes`` lists the widths of the vocabulary-sized tensors held at once: by default
+    ``(element_bytes, 4)`` (the logits, then their fp32 copy for the loss); the paper's Sec. 4.3
+    uses ``(4,)``. ``capacity_factor`` (None: dropless) sizes the experts' token buffers.
+
+    Terms: ``transformer_layers`` (L x one layer), ``recompute_transient`` (one layer being
+    recomputed during backward), ``embedding_dropout_mask`` (the embedding output itself is the
+    first layer's input, counted there), ``embedding_norm_input`` (BLOOM's norm after the
+    embedding saves its input; the first layer's input is that norm's output),
+    ``final_norm_input``, ``output_projection_input`` and
+    ``logits_loss`` (vocabulary x sequence x micro-batch, split over tensor-parallel ranks).
+    """
+    config = get_model(model)
+    drop = config.dropout if dropout is None else check_flag(dropout, "dropout")
+    recompute = _check_recompute(recompute)
+    widths = logits_widths(logits_bytes, check_positive_int(element_bytes, "element_bytes"))
+    common = dict(ffn_hidden=config.ffn_hidden, gated_mlp=config.gated_mlp, kv_heads=config.kv_heads,
+                  head_dim=config.head_width, post_norms=config.post_norms, experts=config.experts,
+                  experts_per_token=config.experts_per_token, qk_norm=config.qk_norm,
+                  shared_norm=config.shared_norm, shared_expert_ffn=config.shared_expert_ffn,
+                  shared_expert_gate=config.shared_expert_gate, capacity_factor=capacity_factor,
+                  kv_lora_rank=config.kv_lora_rank, q_lora_rank=config.q_lora_rank,
+                  rope_head_dim=config.rope_head_dim, v_head_dim=config.v_head_dim,
+                  tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
+                  flash_attention=flash_attention, element_bytes=element_bytes,
+                  mask_bytes=mask_bytes, dropout=drop)
+    # The layer inputs are checked once here; the layer sums of model_terms trust them.
+    layer_activation_terms(seq_len, micro_batch, config.hidden, config.heads, recompute=recompute,
+                           **common)
+    return model_terms(config, int(seq_len), int(micro_batch), int(tensor_parallel),
+                       bool(sequence_parallel), recompute, bool(flash_attention),
+                       int(element_bytes), int(mask_bytes), bool(drop), widths, capacity_factor)
+
+
+def model_terms(config, seq_len: int, micro_batch: int, tensor_parallel: int,
+                sequence_parallel: bool, recompute: str, flash_attention: bool,
+                element_bytes: int, mask_bytes: int, dropout: bool,
+                logits_widths: tuple[int, ...], capacity_factor=None) -> Mapping[str, int]:
+    """:func:`model_activation_terms` of checked inputs (a TransformerConfig, Python ints and
+    flags, ``dropout`` resolved, the logits' widths): the planner's path, per setting."""
+    s, b, h, v, t = seq_len, micro_batch, config.hidden, config.vocab, tensor_parallel
+
+    shape = dict(f=config.ffn_hidden, n_experts=config.experts, k=config.experts_per_token,
+                 fs=config.shared_expert_ffn, shared_gate=config.shared_expert_gate)
+
+    def layer(how: str, **override) -> int:
+        o = {**shape, **override}
+        return sum(_layer_terms(s, b, h, config.heads, o["f"], config.kv_heads, config.head_width, t,
+                                element_bytes, mask_bytes, o["n_experts"], o["k"], config.gated_mlp,
+                                sequence_parallel, flash_attention, dropout, config.post_norms, how,
+                                config.qk_norm, config.shared_norm, o["shared_gate"], o["fs"],
+                                config.kv_lora_rank, config.q_lora_rank, config.rope_head_dim,
+                                config.v_head_dim, capacity_factor).values())
+
+    one = layer(recompute)
+    if recompute == "none":
+        transient = 0
+    else:
+        # The layer being recomputed in backward briefly holds what "none" would have stored
+        # (full) or what selective dropped (the attention core).
+        everything = layer("none")
+        transient = everything if recompute == "full" else everything - layer("selective")
+    layers_total = config.layers * one
+    if config.dense_layers:     # DeepSeek's first layers: a dense gated MLP, no experts
+        dense = dict(f=config.dense_ffn_hidden, n_experts=0, k=0, fs=0, shared_gate=False)
+        layers_total = config.sparse_layers * one + config.dense_layers * layer(recompute, **dense)
+        if recompute != "none":     # the larger of the two kinds of layer being recomputed
+            everything = layer("none", **dense)
+            transient = max(transient, everything if recompute == "full"
+                            else everything - layer("selective", **dense))
+    pointwise_t = t if sequence_parallel else 1
+    sbh_rank = _split(s * b * h, pointwise_t)
+    return MappingProxyType({
+        "transformer_layers": layers_total,
+        "recompute_transient": transient,
+        "embedding_dropout_mask": mask_bytes * sbh_rank if dropout else 0,
+        "embedding_norm_input": element_bytes * sbh_rank if config.embedding_norm else 0,
+        "final_norm_input": element_bytes * sbh_rank,
+        "output_projection_input": element_bytes * sbh_rank,
+        "logits_loss": sum(logits_widths) * s * b * _split(v, t),   # vocabulary-parallel output
+    })

@@ -1,0 +1,312 @@
+"""Pipeline schedules: how many micro-batches a stage keeps in flight, and the activation bytes
+on one GPU of each stage (with tensor and sequence parallelism and recomputation).
+
+Activations at a stage's peak (Korthikanti et al., MLSys 2023, arXiv 2205.05198, Sec. 4.2.3; the
+schedules of Megatron-LM ``megatron/core/pipeline_parallel/schedules.py``): under 1F1B, stage
+r runs p - r - 1 warm-up forward passes before its first backward pass, so it holds the
+activations of min(p - r, m) micro-batches (m micro-batches per step): the first stage holds
+p micro-batches of L / p layers, "L layers worth of activations regardless of p". Under the
+interleaved schedule rank r runs 2(p - r - 1) + (v - 1) p warm-up forward passes of model
+chunks (micro-batches taken in groups of p per chunk), so it holds min(2(p - r - 1) + (v - 1)p
++ 1, m v) chunk passes of L / (p v) layers: on rank 0 that is L (1 + (p - 1) / (p v)) layers,
+Korthikanti et al.'s factor (their m is v here, the number of model chunks, not the number of
+micro-batches). The embedding's activations are held once per in-flight micro-batch of the
+first chunk: min(p, m) under 1F1B, min(2p, m) interleaved (rank 0's chunk 0 at the moment its
+activations peak); the output layer's and the loss's once (the last stage runs each
+micro-batch's backward pass right after its forward pass). One layer being recomputed in
+backward (``recompute_transient``) is counted once per GPU.
+
+Most loaded: the first stage holds at least the layers and the micro-batches in flight of any
+middle stage, plus the embedding's activations; the last stage holds the output layer's and the
+loss's. ``pipeline_stage=None`` takes the larger of the two (a test checks it against every
+stage). Vectorised over ``tensor_parallel``, ``pipeline_parallel``, ``pipeline_stage`` and
+``micro_batches``; results are exact int64.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+from types import MappingProxyType
+
+import numpy as np
+
+from zerolib.core.catalogue.models import get_model
+from zerolib.core.inputs import (
+    MAX_BYTES,
+    MAX_GPUS,
+    check_count,
+    check_flag,
+    check_positive_int,
+    check_whole,
+    echo,
+)
+from zerolib.core.intmath import ceil_div
+from zerolib.core.memory.activations import LOSS_FP32_BYTES, model_activation_terms, model_terms
+from zerolib.core.memory.model_parallel import (
+    MAX_CHUNKS,
+    MAX_MICRO_BATCHES,
+    ParallelGrid,
+    at_stage,
+    check_schedule,
+    parallel_grid,
+    rows_on_rank,
+    stage_layers,
+)
+
+
+def micro_batches_in_flight(pipeline_parallel, pipeline_stage, *, schedule: str = "1f1b",
+                            chunks: int = 1, micro_batches=None) -> np.ndarray:
+    """Forward passes whose backward pass is still to come on stage r at its peak.
+
+    1F1B: min(p - r, m) micro-batches. Interleaved: min(2(p - r - 1) + (v - 1) p + 1, m v)
+    passes of one model chunk each (Megatron-LM ``get_pp_rank_microbatches``: warm-up passes,
+    plus the one that starts the steady state). ``micro_batches`` None: as many as it takes to
+    fill the pipeline.
+    """
+    check_schedule(schedule)
+    p = check_whole(pipeline_parallel, "pipeline_parallel", "a positive whole number of stages")
+    r = check_whole(pipeline_stage, "pipeline_stage", "a pipeline stage index, 0 or more", 0)
+    v = check_positive_int(chunks, "chunks", MAX_CHUNKS)
+    if schedule == "1f1b" and v != 1:
+        raise ValueError(f"chunks must be 1 under the 1f1b schedule, got {echo(chunks)}")
+    if np.any(r >= p):
+        raise ValueError(f"pipeline_stage must be below pipeline_parallel (stages 0 to p - 1), "
+                         f"got {echo(pipeline_stage)} with pipeline_parallel {echo(pipeline_parallel)}")
+    if micro_batches is not None:
+        micro_batches = check_whole(micro_batches, "micro_batches",
+                                    "a positive whole number of micro-batches", 1, MAX_MICRO_BATCHES)
+    return _in_flight(p, r, schedule, v, micro_batches)
+
+
+def _in_flight(p, r, schedule: str, chunks: int, micro_batches) -> np.ndarray:
+    """:func:`micro_batches_in_flight` of checked inputs (the planner's path)."""
+    p = np.asarray(p, dtype=np.int64)
+    r = np.asarray(r, dtype=np.int64)
+    if schedule == "interleaved":
+        flight = 2 * (p - r - 1) + (chunks - 1) * p + 1
+        cap = None if micro_batches is None else np.asarray(micro_batches, dtype=np.int64) * chunks
+    else:
+        flight = p - r
+        cap = None if micro_batches is None else np.asarray(micro_batches, dtype=np.int64)
+    return flight if cap is None else np.minimum(flight, cap)
+
+
+def embedding_micro_batches(pipeline_parallel, *, schedule: str = "1f1b", micro_batches=None) -> np.ndarray:
+    """Micro-batches whose embedding activations the first stage holds at its peak:
+    min(p, m) under 1F1B; min(2p, m) interleaved (its first chunk's passes then in flight)."""
+    check_schedule(schedule)
+    p = np.asarray(pipeline_parallel, dtype=np.int64)
+    flight = 2 * p if schedule == "interleaved" else p
+    return flight if micro_batches is None else np.minimum(flight, np.asarray(micro_batches, dtype=np.int64))
+
+
+def layer_activations_held(layers: int, pipeline_parallel, pipeline_stage, *, schedule: str = "1f1b",
+                           chunks: int = 1, micro_batches=None) -> np.ndarray:
+    """Copies of one layer's activations (layers x micro-batches) stage r holds at its peak:
+    its layers x :func:`micro_batches_in_flight` (1F1B), or L / (p v) layers per chunk pass
+    (interleaved). On the first stage with the pipeline full: L, or L (1 + (p - 1) / (p v))."""
+    flight = _in_flight(pipeline_parallel, pipeline_stage, schedule, chunks, micro_batches)
+    p = np.asarray(pipeline_parallel, dtype=np.int64)
+    if schedule == "interleaved":
+        return flight * (layers // (p * chunks))
+    return flight * stage_layers(layers, p, pipeline_stage)
+
+
+UNIT_TERMS = ("transformer_layers", "recompute_transient", "embedding_dropout_mask",
+              "embedding_norm_input", "final_norm_input", "output_projection_input", "logits_loss")
+
+
+@lru_cache(maxsize=8192)
+def unit_terms(config, seq_len: int, micro_batch: int, t: int, options: tuple,
+               vocab_divisible_by: int = 1) -> Mapping[str, int]:
+    """:func:`activation_unit_terms` of checked inputs (a TransformerConfig, Python ints, the
+    ``options`` of :func:`options_key`, a setting the parallel rules allow), remembered: the
+    planner's path, which checked them once at its door."""
+    o = dict(options)
+    dropout = config.dropout if o["dropout"] is None else o["dropout"]
+    widths = (o["element_bytes"], LOSS_FP32_BYTES) if o["logits_bytes"] is None else o["logits_bytes"]
+    terms = dict(model_terms(config, seq_len, micro_batch, t, o["sequence_parallel"],
+                             o["recompute"], o["flash_attention"], o["element_bytes"],
+                             o["mask_bytes"], dropout, widths))
+    terms["transformer_layers"] //= config.layers   # L x one layer
+    # The loss's logits follow the vocabulary rows, padded when asked.
+    rows = int(rows_on_rank(config.vocab, t, vocab_divisible_by))
+    terms["logits_loss"] = terms["logits_loss"] // ceil_div(config.vocab, t) * rows
+    if any(terms[name] > MAX_BYTES for name in UNIT_TERMS):
+        raise ValueError(f"activations of {config.name} come to more than {MAX_BYTES:,} bytes: "
+                         f"lower seq_len or micro_batch")
+    return MappingProxyType({name: terms[name] for name in UNIT_TERMS})
+
+
+@lru_cache(maxsize=8192)
+def _unit_terms_cached(config, seq_len, micro_batch, t: int, options: tuple,
+                       vocab_divisible_by: int) -> Mapping[str, int]:
+    # The public path: every check of model_activation_terms once per setting, then the kernel.
+    model_activation_terms(config, seq_len, micro_batch, tensor_parallel=t, **dict(options))
+    return unit_terms.__wrapped__(config, seq_len, micro_batch, t, options, vocab_divisible_by)
+
+
+def options_key(sequence_parallel: bool, recompute: str, flash_attention: bool,
+                element_bytes: int, mask_bytes: int, dropout: bool | None,
+                logits_bytes: tuple[int, ...] | None) -> tuple:
+    """The ``options`` of :func:`unit_terms` (checked values; hashable)."""
+    return tuple(_activation_options(sequence_parallel, recompute, flash_attention, element_bytes,
+                                     mask_bytes, dropout, logits_bytes).items())
+
+
+def activation_unit_terms(model, seq_len, micro_batch, tensor_parallel: int, *,
+                          sequence_parallel=False, recompute="none", flash_attention=False,
+                          element_bytes=2, mask_bytes=1, dropout=None, logits_bytes=None,
+                          vocab_divisible_by: int = 1) -> Mapping[str, int]:
+    """The bytes :func:`stage_activation_terms` multiplies by the schedule, at one
+    tensor-parallel degree: ``transformer_layers`` is one layer's activations (the others are
+    the model-level terms of :func:`zerolib.core.memory.activations.model_activation_terms`, the
+    logits over the rank's vocabulary rows). Pure, and remembered per setting."""
+    # Checked before the memo, whose keys would take True for 1 and 2.0 for 2.
+    options = _activation_options(
+        check_flag(sequence_parallel, "sequence_parallel"), recompute,
+        check_flag(flash_attention, "flash_attention"),
+        check_positive_int(element_bytes, "element_bytes"), check_count(mask_bytes, "mask_bytes"),
+        None if dropout is None else check_flag(dropout, "dropout"),
+        tuple(logits_bytes) if isinstance(logits_bytes, list) else logits_bytes)
+    key = (get_model(model), check_positive_int(seq_len, "seq_len"),
+           check_positive_int(micro_batch, "micro_batch"),
+           check_positive_int(tensor_parallel, "tensor_parallel", MAX_GPUS), tuple(options.items()),
+           vocab_divisible_by)
+    try:
+        hash(key)
+    except TypeError:   # an odd argument: computed (and checked) without the memo
+        return _unit_terms_cached.__wrapped__(*key)
+    return _unit_terms_cached(*key)
+
+
+def _activation_options(sequence_parallel, recompute, flash_attention, element_bytes, mask_bytes,
+                        dropout, logits_bytes) -> dict:
+    return dict(sequence_parallel=sequence_parallel, recompute=recompute,
+                flash_attention=flash_attention, element_bytes=element_bytes,
+                mask_bytes=mask_bytes, dropout=dropout, logits_bytes=logits_bytes)
+
+
+def _term_arrays(grid: ParallelGrid, seq_len, micro_batch, options) -> dict[str, np.ndarray]:
+    """Each unit term as an array over the grid's t (one activation count per distinct t)."""
+    out = {name: np.zeros(grid.t.shape, dtype=np.int64) for name in UNIT_TERMS}
+    for t in np.unique(grid.t):
+        terms = activation_unit_terms(grid.config, seq_len, micro_batch, int(t),
+                                      vocab_divisible_by=grid.vocab_divisible_by, **options)
+        for name in UNIT_TERMS:
+            out[name] = np.where(grid.t == t, terms[name], out[name])
+    return out
+
+
+def _too_large(config):
+    raise ValueError(f"activations of {config.name} come to more than {MAX_BYTES:,} bytes: "
+                     f"lower seq_len or micro_batch")
+
+
+def _total(config, terms: dict[str, np.ndarray]) -> np.ndarray:
+    """The terms' sum, refused before it could pass MAX_BYTES (each term is at most that)."""
+    total = np.zeros(np.shape(terms["transformer_layers"]), dtype=np.int64)
+    for value in terms.values():
+        if np.any(value > MAX_BYTES - total):
+            _too_large(config)
+        total = total + value
+    return total
+
+
+def _stage_terms(config, pipeline_parallel, schedule, chunks, micro_batches,
+                 units: Mapping[str, np.ndarray], r: np.ndarray) -> dict[str, np.ndarray]:
+    p = pipeline_parallel
+    held = layer_activations_held(config.layers, p, r, schedule=schedule, chunks=chunks,
+                                  micro_batches=micro_batches)
+    first = np.where(r == 0, embedding_micro_batches(p, schedule=schedule,
+                                                     micro_batches=micro_batches), 0)
+    last = (r == p - 1).astype(np.int64)
+    if np.any(units["transformer_layers"] > MAX_BYTES // np.maximum(held, 1)):
+        _too_large(config)
+    return {"transformer_layers": held * units["transformer_layers"],
+            "recompute_transient": units["recompute_transient"] * np.ones_like(held),
+            "embedding_dropout_mask": first * units["embedding_dropout_mask"],
+            "embedding_norm_input": first * units["embedding_norm_input"],   # BLOOM's, first stage
+            "final_norm_input": last * units["final_norm_input"],
+            "output_projection_input": last * units["output_projection_input"],
+            "logits_loss": last * units["logits_loss"]}
+
+
+def stage_activation_totals(model, units: Mapping[str, np.ndarray], pipeline_parallel,
+                            pipeline_stage, *, schedule: str = "1f1b", chunks: int = 1,
+                            micro_batches=None) -> np.ndarray:
+    """Activation bytes on one GPU of stage r from :func:`activation_unit_terms` given as arrays
+    (one entry per setting, broadcast with ``pipeline_parallel``, ``pipeline_stage`` and
+    ``micro_batches``): the schedule's multiples of each term, summed. The vectorised path of
+    :func:`activation_bytes_per_gpu` for settings that differ in more than t and p (a planner's
+    space); the settings must obey the rules of :func:`zerolib.core.memory.model_parallel.parallel_rules`."""
+    config = get_model(model)
+    check_schedule(schedule)
+    units = {name: np.asarray(units[name], dtype=np.int64) for name in UNIT_TERMS}
+    p = np.asarray(pipeline_parallel, dtype=np.int64)
+    r = np.asarray(pipeline_stage, dtype=np.int64)
+    m = None if micro_batches is None else np.asarray(micro_batches, dtype=np.int64)
+    return activation_totals_of(config, units, p, r, schedule, chunks, m)
+
+
+def stage_terms_of(config, units: Mapping[str, int], p, r, schedule: str, chunks: int,
+                   m) -> dict[str, np.ndarray]:
+    """:func:`stage_activation_terms` by term from :func:`unit_terms`, of checked inputs."""
+    terms = _stage_terms(config, p, schedule, chunks, m, units, r)
+    _total(config, terms)   # refused beyond MAX_BYTES, as the public path refuses it
+    return terms
+
+
+def activation_totals_of(config, units: Mapping[str, np.ndarray], p: np.ndarray, r: np.ndarray,
+                         schedule: str, chunks: int, m: np.ndarray | None) -> np.ndarray:
+    """:func:`stage_activation_totals` of checked inputs (a TransformerConfig, int64 arrays):
+    the planner's path."""
+    return _total(config, _stage_terms(config, p, schedule, chunks, m, units, r))
+
+
+def stage_activation_terms(model, seq_len, micro_batch, tensor_parallel=1, pipeline_parallel=1,
+                           pipeline_stage=0, *, schedule: str = "1f1b", chunks: int = 1,
+                           micro_batches=None, sequence_parallel=False, recompute="none",
+                           flash_attention=False, element_bytes=2, mask_bytes=1, dropout=None,
+                           logits_bytes=None, vocab_divisible_by: int = 1) -> Mapping[str, int]:
+    """Activation bytes on one GPU of pipeline stage r at its peak, by term (the names of
+    :func:`zerolib.core.memory.activations.model_activation_terms`, which this equals at p = 1).
+
+    ``transformer_layers`` is :func:`layer_activations_held` copies of one layer;
+    ``embedding_dropout_mask`` lives on the first stage (:func:`embedding_micro_batches`
+    copies), the final norm's and output layer's inputs and the logits on the last (one copy).
+    """
+    grid = parallel_grid(model, tensor_parallel, pipeline_parallel, pipeline_stage, schedule, chunks,
+                         micro_batches, vocab_divisible_by)
+    for name, value in (("tensor_parallel", grid.t), ("pipeline_parallel", grid.p)):
+        if value.ndim:
+            raise TypeError(f"{name} must be a single number here, got an array "
+                            f"(activation_bytes_per_gpu takes arrays)")
+    options = _activation_options(sequence_parallel, recompute, flash_attention, element_bytes,
+                                  mask_bytes, dropout, logits_bytes)
+    units = _term_arrays(grid, seq_len, micro_batch, options)
+    terms = _stage_terms(grid.config, grid.p, grid.schedule, grid.chunks, grid.micro_batches, units,
+                         grid.pipeline_stage)
+    _total(grid.config, terms)
+    return MappingProxyType({name: int(value) for name, value in terms.items()})
+
+
+def activation_bytes_per_gpu(model, seq_len, micro_batch, tensor_parallel=1, pipeline_parallel=1, *,
+                             pipeline_stage=None, schedule: str = "1f1b", chunks: int = 1,
+                             micro_batches=None, sequence_parallel=False, recompute="none",
+                             flash_attention=False, element_bytes=2, mask_bytes=1, dropout=None,
+                             logits_bytes=None, vocab_divisible_by: int = 1) -> np.ndarray:
+    """Total activation bytes (all terms of :func:`stage_activation_terms`) on one GPU,
+    vectorised over ``tensor_parallel``, ``pipeline_parallel``, ``pipeline_stage`` and
+    ``micro_batches``; ``pipeline_stage=None`` takes the larger of the first and last stage.
+
+    A peak adds model state and buffers to this per stage: call it at ``pipeline_stage=0`` and
+    ``pipeline_parallel - 1`` and keep the larger sum (the module doc says why two suffice).
+    """
+    grid = parallel_grid(model, tensor_parallel, pipeline_parallel, pipeline_stage, schedule, chunks,
+                         micro_batches, vocab_divisible_by)
+    options = _activation_options(sequence_parallel, recompute, flash_attention, element_bytes,
+                                  mask_bytes, dropout, logits_bytes)
+    units = _term_arrays(grid, seq_len, micro_batch, options)
+    return at_stage(grid, lambda r: _total(grid.config, _stage_terms(
+        grid.config, grid.p, grid.schedule, grid.chunks, grid.micro_batches, units, r)))

@@ -1,0 +1,212 @@
+"""Tidy DataFrames: where the arithmetic leaves the library for tables and figures.
+
+Each table carries what a figure's title and labels need in ``DataFrame.attrs``, so a chart
+draws from the table alone and never re-runs the arithmetic: ``attrs["layout"]`` (the
+:class:`~zerolib.core.memory.accounting.Layout` the bytes were computed with) on every table, and on
+:func:`peak_frame` also ``attrs["model"]`` (the TransformerConfig) and ``attrs["settings"]``
+(the WorkingSetSettings).
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from zerolib.core.catalogue.devices import Device, get_device
+from zerolib.core.catalogue.models import TransformerConfig, get_model
+from zerolib.core.inputs import check_gpus, check_params, check_single, check_stage
+from zerolib.core.memory.accounting import (
+    CATEGORIES,
+    STAGES,
+    STRATEGY_NAMES,
+    Layout,
+    check_shard_group,
+    get_layout,
+    model_state,
+)
+from zerolib.core.memory.feasibility import fewest_gpus
+from zerolib.core.memory.placement import OPTIONS, TIERS, Option, gpus_on_node, place
+from zerolib.core.memory.working_set import DEFAULT_SETTINGS, TERMS, WorkingSetSettings, peaks
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    import pandas as pd
+
+COLUMNS = ("params", "gpus", "stage", "strategy", *CATEGORIES, "total", "cluster_total")
+GROUP_COLUMNS = ("params", "gpus", "shard_group", "replicas", "stage", "strategy", *CATEGORIES,
+                 "total", "cluster_total")
+TIER_COLUMNS = ("option", "stage", "offered", "tier", "bytes", "per_node", "note")
+PEAK_COLUMNS = ("model", "gpus", "stage", "strategy", "layer", "component", "bytes")
+COMPONENTS = (*CATEGORIES, *TERMS)   # a peak's parts, bottom to top of a stacked bar
+MAX_ROWS = 2**21                     # rows of one table: enough for any figure, bounded in memory
+_STRATEGY_NAMES = np.array([STRATEGY_NAMES[s] for s in STAGES])   # indexed by stage
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    return np.unique(values.ravel())
+
+
+def _check_rows(*counts: int) -> None:
+    rows = int(np.prod(counts, dtype=object))
+    if rows > MAX_ROWS:
+        raise ValueError(f"a table of {' x '.join(f'{c:,}' for c in counts)} = {rows:,} rows is too "
+                         f"large: at most {MAX_ROWS:,} rows (fewer GPU counts or model sizes)")
+
+
+def memory_table(params, gpus, stages=STAGES, layout: str | Layout = "mixed-adam") -> pd.DataFrame:
+    """One row per model size x worker count x stage; bytes per worker per category.
+
+    Rows are ordered by params, then gpus, then stage. ``cluster_total`` sums all workers.
+    At most :data:`MAX_ROWS` rows.
+    """
+    import pandas as pd
+    params, gpus = check_params(params), check_gpus(gpus)
+    stages = check_stage(stages, "stages")
+    _check_rows(params.size, gpus.size, stages.size)
+    params, gpus, stages = _distinct(params), _distinct(gpus), _distinct(stages)
+    layout = get_layout(layout)
+    grid_params, grid_gpus, grid_stage = (a.ravel() for a in np.meshgrid(params, gpus, stages,
+                                                                         indexing="ij"))
+    state = model_state(grid_params, grid_gpus, grid_stage, layout)
+    table = pd.DataFrame({"params": grid_params, "gpus": grid_gpus, "stage": grid_stage,
+                          **state.as_dict()})
+    table.insert(3, "strategy", _STRATEGY_NAMES[grid_stage])
+    table.attrs["layout"] = layout
+    return table
+
+
+def fewest_gpus_table(params, layout: str | Layout = "mixed-adam",
+                      device: str | Device = "a100-80gb", stages=STAGES,
+                      max_gpus: int = 1024) -> pd.DataFrame:
+    """Per model and stage: the fewest workers whose model state fits ``device`` (<NA> if none
+    up to max_gpus)."""
+    import pandas as pd
+    params, stages = check_params(params), check_stage(stages, "stages")
+    _check_rows(params.size, stages.size)
+    params, stages = _distinct(params), _distinct(stages)
+    layout = get_layout(layout)
+    grid_params, grid_stage = (a.ravel() for a in np.meshgrid(params, stages, indexing="ij"))
+    fewest = fewest_gpus(grid_params, grid_stage, layout, device, max_gpus=max_gpus)
+    table = pd.DataFrame({
+        "params": grid_params, "stage": grid_stage, "strategy": _STRATEGY_NAMES[grid_stage],
+        "device": get_device(device).name,
+        "fewest_gpus": pd.array(fewest, dtype="Int64"),
+    })
+    table.loc[table["fewest_gpus"] == 0, "fewest_gpus"] = pd.NA  # 0 = never fits
+    table.attrs["layout"] = layout
+    return table
+
+
+def stage_savings(params, gpus, layouts=("mixed-adam",)) -> pd.DataFrame:
+    """Per layout and stage: bytes per worker and the bytes that stage saves over the one before.
+
+    One row per (layout, stage); ``saved`` is 0 for stage 0. Shows where the savings move when
+    one category's width changes (e.g. fp32 gradients make stage 2 save more).
+    """
+    import pandas as pd
+    if isinstance(layouts, (str, Layout)):
+        layouts = (layouts,)
+    params = check_single(params, check_params, "params")
+    gpus = check_single(gpus, check_gpus, "gpus")
+    frames = []
+    for layout in layouts:
+        table = memory_table(params, gpus, STAGES, layout)
+        table = table[["stage", "strategy", "total"]].assign(layout=get_layout(layout).name)
+        table["saved"] = (-table["total"].diff()).fillna(0).astype(np.int64)
+        frames.append(table)
+    return pd.concat(frames, ignore_index=True)[["layout", "stage", "strategy", "total", "saved"]]
+
+
+def peak_frame(model: str | TransformerConfig, gpus, stages=STAGES,
+               settings: WorkingSetSettings = DEFAULT_SETTINGS,
+               layout: str | Layout = "mixed-adam") -> pd.DataFrame:
+    """Tidy rows for a stacked bar per stage: one row per (stage, component), in bytes.
+
+    Columns: model, gpus, stage, strategy, layer ("persistent" or "working set"), component
+    (parameters, gradients, optimizer, then the working-set terms), bytes. Summing ``bytes``
+    over a stage gives its peak. ``attrs`` holds the model, settings and layout.
+    """
+    import pandas as pd
+    config, layout = get_model(model), get_layout(layout)
+    gpus = check_single(gpus, check_gpus, "gpus")
+    records = []
+    for result in peaks(config, gpus, stages, settings, layout):
+        common = {"model": config.name, "gpus": gpus, "stage": result.stage,
+                  "strategy": STRATEGY_NAMES[result.stage]}
+        records += [{**common, "layer": "persistent", "component": c, "bytes": result.persistent[c]}
+                    for c in CATEGORIES]
+        records += [{**common, "layer": "working set", "component": t, "bytes": result.working_set[t]}
+                    for t in TERMS]
+    frame = pd.DataFrame.from_records(records)
+    frame["bytes"] = frame["bytes"].astype("int64")
+    frame.attrs.update(model=config, settings=settings, layout=layout)
+    return frame
+
+
+def divisors(n: int) -> list[int]:
+    """Every G that divides ``n``, ascending: the shard-group sizes of ``n`` GPUs."""
+    return list(divisors_of(check_single(n, check_gpus, "gpus")))
+
+
+@lru_cache(maxsize=1024)
+def divisors_of(n: int) -> tuple[int, ...]:
+    """:func:`divisors` of a checked count (remembered: a plan asks for each d many times)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted({*small, *(n // d for d in small)}))
+
+
+def group_size_table(params, gpus, stages=STAGES, layout: str | Layout = "mixed-adam",
+                     shard_groups=None) -> pd.DataFrame:
+    """Per shard-group size G (every divisor of ``gpus`` unless given) and stage: bytes per GPU
+    with the state sharded over G and replicated over gpus / G (HSDP, MiCS). G = gpus is the
+    ZeRO of :func:`memory_table`, G = 1 plain data parallelism. ``attrs``: layout."""
+    import pandas as pd
+    params = check_single(params, check_params, "params")
+    gpus = check_single(gpus, check_gpus, "gpus")
+    groups = np.asarray(divisors(gpus) if shard_groups is None
+                        else _distinct(check_gpus(shard_groups, "shard_groups")))
+    stages = _distinct(check_stage(stages, "stages"))
+    _check_rows(groups.size, stages.size)
+    layout = get_layout(layout)
+    grid_group, grid_stage = (a.ravel() for a in np.meshgrid(groups, stages, indexing="ij"))
+    state = model_state(params, gpus, grid_stage, layout, shard_group=grid_group)
+    table = pd.DataFrame({"params": params, "gpus": gpus, "shard_group": grid_group,
+                          "replicas": gpus // grid_group, "stage": grid_stage,
+                          "strategy": _STRATEGY_NAMES[grid_stage], **state.as_dict()})
+    table.attrs["layout"] = layout
+    return table
+
+
+def tier_table(params, gpus, layout: str | Layout = "mixed-adam", shard_group=None,
+               gpus_per_node=None, options: tuple[Option, ...] = OPTIONS) -> pd.DataFrame:
+    """Per option (:data:`zerolib.core.memory.placement.OPTIONS`) and tier (gpu, cpu, nvme): bytes per
+    GPU on that tier and per node. An option the setting does not allow (hpZ inside a smaller
+    shard group) has ``offered`` False, 0 bytes and the reason in ``note``. ``attrs``: params,
+    gpus, gpus_on_node, shard_group, layout."""
+    import pandas as pd
+    params = check_single(params, check_params, "params")
+    gpus = check_single(gpus, check_gpus, "gpus")
+    layout = get_layout(layout)
+    on_node = int(gpus_on_node(gpus, gpus_per_node))   # checks gpus fill whole nodes
+    if shard_group is not None:
+        shard_group = check_single(check_shard_group(shard_group, np.asarray(gpus)), check_gpus,
+                                   "shard_group")
+    records = []
+    for option in options:
+        try:
+            tiers = place(params, gpus, option.stage, layout,
+                          option.placement(gpus, shard_group, gpus_per_node))
+            offered, note = True, ""
+        except ValueError as error:
+            tiers, offered, note = None, False, str(error)
+        for tier in TIERS:
+            per_gpu = int(tiers.total(tier)) if offered else 0
+            per_node = int(tiers.per_node(tier)) if offered else 0
+            records.append({"option": option.name, "stage": option.stage, "offered": offered,
+                            "tier": tier, "bytes": per_gpu, "per_node": per_node, "note": note})
+    table = pd.DataFrame.from_records(records, columns=list(TIER_COLUMNS))
+    table[["bytes", "per_node"]] = table[["bytes", "per_node"]].astype("int64")
+    table.attrs.update(params=params, gpus=gpus, gpus_on_node=on_node, shard_group=shard_group,
+                       layout=layout)
+    return table

@@ -1,0 +1,578 @@
+"""How long one training step takes under tensor, pipeline and data parallelism (ZeRO) together.
+
+:mod:`zerolib.core.step.time` times the collectives of data parallelism alone. This module
+composes the same schedule (:mod:`zerolib.core.step.traffic`) with what model parallelism
+communicates, :mod:`zerolib.core.step.model_parallel_traffic`'s rows, every collective timed on
+its ring by the one ring model (:func:`zerolib.core.step.collectives.ring_timing`) and every pipeline
+message by :func:`zerolib.core.step.time.send_seconds`, and adds the pipeline's idle time.
+Vectorised: every argument broadcasts, so a planner's whole space is one call.
+
+**Where each group sits.** GPUs are numbered tensor-parallel rank fastest, then data-parallel,
+then pipeline (Megatron-LM's default ``order="tp-cp-ep-dp-pp"``,
+``megatron/core/parallel_state.py`` ``initialize_model_parallel``):
+
+- a tensor-parallel group is t neighbouring GPUs, inside one node (the planner's rule), so its
+  collectives run on the node's intra-node link;
+- a data-parallel group is d GPUs t apart: inside one node when t x d <= GPUs per node K,
+  otherwise across nodes with g = K / t of its GPUs on each. Across nodes its ring leaves a node
+  through the node's ports, which the t groups of a node share (they reduce at the same time):
+  bus bandwidth min(intra-node rate, node's ports x g / K). At t = 1 that is the node model's
+  own (``nodes.bus_bandwidth``); latency is the node model's ring latency over d / g nodes;
+- a pipeline's consecutive stages are t x d GPUs apart; once the pipeline spans more than one
+  node its slowest hop crosses the network, at each GPU's share of the node's ports (one port
+  per GPU on a DGX), with one base latency plus one network hop per message (NCCL's
+  constants, :mod:`zerolib.core.catalogue.links`).
+
+**Per micro-batch**, on the heavier of the first and the last pipeline stage (their parameters
+are the most of any stage, :mod:`zerolib.core.memory.model_parallel`):
+
+- compute: 2 FLOPs per parameter and token forward, 4 backward (6 with full recomputation) at
+  the device's peak x ``mfu`` (:func:`zerolib.core.step.time.compute_seconds`, the same rule), for the
+  stage's parameters on this GPU and the micro-batch's b x s tokens;
+- tensor-parallel collectives (all-reduces, or all-gathers and reduce-scatters under sequence
+  parallelism) over t GPUs: each layer's next operation needs the result, so none of it
+  overlaps compute (Megatron-LM's optional communication overlap is not modelled);
+- the pipeline's point-to-point messages the stage sends (activations forward, their gradients
+  backward, per model chunk), not overlapped either;
+- ZeRO's per-micro-batch collectives: DeepSpeed communicates gradients "during non gradient
+  accumulation boundaries as well" under stages 2 and 3 (``runtime/engine.py``
+  ``allreduce_gradients``, DeepSpeed 0.19.8): the stage-2/3 gradient reduce-scatter and the
+  stage-3 backward all-gather overlap that micro-batch's backward, the stage-3 forward
+  all-gather its forward (:mod:`zerolib.core.step.time`'s overlap assumption); the excess is exposed.
+
+**Per step**, with m micro-batches per pipeline and v model chunks per stage: the pipeline runs
+m micro-batches plus the bubble of (p - 1) / v micro-batch times (Narayanan et al. 2021, arXiv
+2104.04473, Sec. 2.2: bubble fraction (p - 1)/m of the ideal time for 1F1B, and (1/v)(p - 1)/m
+for the interleaved schedule). Stages 0 and 1 reduce the gradients once per step, at the last
+micro-batch (DeepSpeed: "Communicate only at gradient accumulation boundaries"; PyTorch DDP
+under ``no_sync``), overlapping that micro-batch's backward; stages 1 and 2 all-gather the
+updated parameters after the optimizer step, overlapping nothing. So
+
+    step = (m + (p - 1)/v) x T_mb + exposed per-step collectives,
+
+with T_mb the micro-batch time above. It splits into compute (m micro-batches' FLOPs), network
+(the tensor-parallel, pipeline and exposed data-parallel time of the m micro-batches, plus the
+exposed per-step collectives) and the bubble ((p - 1)/v x T_mb, idle waiting for other stages):
+``network_wait_fraction`` and ``bubble_fraction`` are those parts over the step.
+
+**Shard groups** (:mod:`zerolib.core.step.traffic`, whose bytes and calls are used as they
+are): with the state sharded over G of the d data-parallel GPUs, the all-gathers and the
+gradient reduce-scatter run inside the group, a ring of G GPUs t apart (G consecutive
+data-parallel ranks); each GPU then all-reduces its gradient shard with the GPUs at the same
+place in the other d / G groups, a ring of d / G GPUs G x t apart, each node's ports shared by
+the rings that leave it at once (every GPU of a node is in one); stage 0's all-reduce runs over
+all d GPUs t apart. Stage 3 gathers and reduces one call per layer unit. The replicas'
+all-reduce runs **once per step**, in the last micro-batch's backward, after that micro-batch's
+reduce-scatter (stage 1: after the one reduce-scatter of the step): DeepSpeed's MiCS skips it
+"if not self.is_gradient_accumulation_boundary" (``runtime/zero/mics.py``
+``allreduce_mics_shard_grads``, called from ``partition_grads`` layer by layer during the
+backward; MiCS was removed after DeepSpeed 0.19, issue deepspeedai/DeepSpeed#8489, and 0.19.8
+refuses ``mics_shard_size``), and PyTorch FSDP2 does the same for HSDP under
+``set_requires_all_reduce(False)`` on the other micro-batches ("gradient accumulation with only
+reduce-scatter but not all-reduce for HSDP"; FSDP2's default would all-reduce every
+micro-batch). :func:`zerolib.core.step.time.step_time` times a step of one micro-batch, where that is the
+same place: in the backward, overlapping its compute. With G = d every time is exactly the
+one the whole group gives.
+
+**Offload** (the planner's options, DeepSpeed's ``offload_optimizer`` and ``offload_param`` to
+the CPU): each GPU's host copies are :mod:`zerolib.core.step.offload_traffic`'s (ZeRO-Offload's
+bytes: the reduced gradient partition down at the gradient width, the updated 16-bit
+partition up, the parameter shard up before each pass), for the parameters this GPU holds
+(:func:`zerolib.core.memory.model_parallel.parameters_per_gpu` of its pipeline stage), on a PCIe
+``host_link`` at full duplex, added to the collectives of the phase they run in, as
+:func:`zerolib.core.step.time.step_time` adds them. When, in DeepSpeed 0.19.8:
+
+- the gradient partition goes down **every micro-batch** under stages 2 and 3, during the
+  backward (``stage3.py`` ``partition_grads`` copies each reduced partition into the
+  CPU-resident ``grad_partitions_flat_buffer`` on every micro-step; ``stage_1_and_2.py``
+  ``copy_grads_in_partition`` through ``async_accumulate_grad_in_cpu_via_gpu`` while gradients
+  accumulate), and **once per step** under stage 1, which reduces only at the accumulation
+  boundary (``engine.py`` ``allreduce_gradients``), joining that reduction;
+- the parameter shard comes up **every micro-batch**, before each layer's forward and again
+  before its backward (``partition_parameters.py`` ``all_gather_coalesced`` copies
+  ``ds_tensor`` to the GPU on every gather), overlapping the pass that needs it;
+- the updated 16-bit partition comes up **once per step**, after the CPU's optimizer step
+  (``stage_1_and_2.py`` ``step``: ``bit16_partitions[partition_id].data.copy_(...)``;
+  ``stage3.py`` ``_reassign_or_swap_out_partitioned_parameters``), hidden behind nothing; with
+  the parameters on the host too the CPU updates them in place and nothing comes up.
+
+Left out of offload's time: the CPU's optimizer step itself; DeepSpeed's read-back of the
+accumulated gradient partition from the second micro-batch on (it adds on the GPU: up as many
+bytes as go down, which costs time only where parameters come up in the same pass); its fp32
+conversion before the last micro-batch's copy (4 bytes per gradient where ZeRO-Offload counts
+the gradient's own width).
+
+Left out: Megatron-LM's and DeepSpeed's communication overlaps beyond the ones stated; the middle
+pipeline stages (fewer parameters than the first or last, and at most one more message per
+micro-batch); contention between the tensor-parallel, pipeline and data-parallel traffic of one
+node (each is timed as if it had its links to itself); kernel efficiency per shape (one ``mfu``
+for every matrix); the optimizer step's own time (GPU or CPU); ZeRO++ (not planned); and the
+network effects :mod:`zerolib.core.catalogue.nodes` leaves out.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from types import MappingProxyType
+
+import numpy as np
+
+from zerolib.core.catalogue.devices import Device, get_device
+from zerolib.core.catalogue.links import LINKS, Link, get_link
+from zerolib.core.catalogue.models import TransformerConfig, get_model
+from zerolib.core.catalogue.nodes import NODES, Interconnect, interconnect
+from zerolib.core.inputs import (
+    MAX_GPUS,
+    broadcast,
+    check_gpus,
+    check_positive_int,
+    check_stage,
+    check_whole,
+    echo,
+)
+from zerolib.core.intmath import ceil_div
+from zerolib.core.memory.accounting import Layout, get_layout
+from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.model_parallel import (
+    MAX_CHUNKS,
+    MAX_MICRO_BATCHES,
+    RULES,
+    ParallelGrid,
+    parameters_on,
+    rules_of,
+)
+from zerolib.core.memory.placement import Placement
+from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
+from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing
+from zerolib.core.step.model_parallel_traffic import (
+    pipeline_rows,
+    tensor_rows,
+)
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS, host_traffic
+from zerolib.core.step.time import (
+    DEFAULT_MFU,
+    ComputeSettings,
+    check_mfu,
+    compute_seconds,
+    schedule_seconds,
+    send_seconds,
+)
+from zerolib.core.step.traffic import STEP_PHASES, Traffic, flat_traffic, layer_units
+
+KIND_OF = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter"}
+PARTS = ("compute", "tensor", "pipeline", "data_parallel", "bubble")
+# DeepSpeed 0.19.8 runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+# parallelism"; Megatron-LM's distributed optimizer is stage 1.
+PIPELINE_STAGES = (0, 1)
+# Offload as DeepSpeed offers it, to the node's CPU memory (each entry: the Placement fields).
+OFFLOADS: Mapping[str, Mapping[str, str]] = MappingProxyType({
+    "none": MappingProxyType({}),
+    "optimizer": MappingProxyType({"offload_optimizer": "cpu"}),
+    "optimizer+parameters": MappingProxyType({"offload_optimizer": "cpu", "offload_params": "cpu"}),
+})
+
+
+def cluster_interconnect(links: str | Interconnect, gpus_per_node: int | None = None) -> Interconnect:
+    """The interconnect a plan runs on: a node of :data:`zerolib.core.catalogue.nodes.NODES` (with
+    ``gpus_per_node`` GPUs; one port per GPU where the node has that), ``"INTRA,NETWORK"`` (two
+    links of :data:`zerolib.core.catalogue.links.LINKS`: GPUs joined by INTRA inside a node of
+    ``gpus_per_node`` and one NETWORK port per GPU), or one link joining every GPU alike."""
+    if isinstance(links, str) and "," in links:
+        parts = [part.strip().lower() for part in links.split(",")]
+        if len(parts) != 2 or not all(parts):
+            raise ValueError(f"links must be a node ({', '.join(NODES)}), a link, or two links "
+                             f"INTRA,NETWORK like nvlink4,ib-ndr; got {echo(links)}")
+        intra, network = get_link(parts[0]), get_link(parts[1])
+        if network.kind != "network":
+            raise ValueError(f"the second of two links must be a network link, got {network.name}")
+        if gpus_per_node is None:
+            raise ValueError("two links INTRA,NETWORK need gpus_per_node")
+        k = check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS)
+        return Interconnect(f"{intra.name},{network.name}", f"{intra.label} inside, "
+                            f"{network.label} across", intra, network, k, k)
+    if isinstance(links, str) and links.strip().lower() in LINKS:
+        return interconnect(links)   # one link, every GPU alike: no nodes
+    return interconnect(links, gpus_per_node)
+
+
+def check_host_link(host_link: str | Link) -> Link:
+    """The PCIe link offload copies run on (a name of :data:`zerolib.core.catalogue.links.LINKS`)."""
+    try:
+        link = get_link(host_link, "host_link")
+    except ValueError:   # name the PCIe links, the only ones allowed here
+        raise ValueError(f"host_link must be a PCIe link ({', '.join(HOST_LINKS)}), got "
+                         f"{echo(host_link)}") from None
+    if link.kind != "pcie":
+        raise ValueError(f"host_link must be a PCIe link ({', '.join(HOST_LINKS)}), got {link.name}")
+    return link
+
+
+def _checked_node(data_parallel) -> int:
+    """A node size under which :mod:`zerolib.core.step.traffic`'s and
+    :mod:`zerolib.core.memory.placement`'s node checks hold for every data-parallel group of
+    ``data_parallel``: their least common multiple (each d divides it, so every ring "sits inside
+    one node" there). The rings are placed on the cluster by
+    :func:`zerolib.core.step.collectives.ring_timing` instead; only the bytes, calls and rings, which
+    do not depend on the node, are read."""
+    node = math.lcm(*np.unique(data_parallel).tolist())
+    if node > MAX_GPUS:
+        raise ValueError(f"data_parallel degrees of one call must divide one cluster of at most "
+                         f"{MAX_GPUS:,} GPUs (their least common multiple is {node:,})")
+    return node
+
+
+def shard_group_traffic(params, data_parallel, stage, layout: str | Layout = "mixed-adam",
+                        shard_group=None) -> Traffic:
+    """ZeRO's collectives per GPU and step for ``params`` on each GPU, sharded over a group of
+    ``shard_group`` of the ``data_parallel`` GPUs (None: all of them): exactly
+    :func:`zerolib.core.step.traffic.flat_traffic`'s (one flat buffer per pass). Read its
+    ``sent``, ``calls``, ``ring_gpus`` and ``ring_stride``: it is placed on a node of every GPU
+    of the call (:func:`_checked_node`), so its ``cross_node``, ``ring_nodes`` and ``sharing``
+    say nothing about the cluster; :func:`parallel_step_time` places each ring on it."""
+    d = check_gpus(data_parallel, "data_parallel")
+    return flat_traffic(params, d, stage, layout, shard_group, gpus_per_node=_checked_node(d))
+
+
+def offload_seconds(params, data_parallel, stage, offload="none", shard_group=None,
+                    layout: str | Layout = "mixed-adam",
+                    host_link: str | Link = DEFAULT_HOST_LINK) -> Mapping[str, np.ndarray]:
+    """Seconds of one pass of each phase's host copies per GPU (forward, backward, after_step;
+    float64, broadcast): :func:`zerolib.core.step.offload_traffic.host_traffic`'s bytes for
+    ``offload`` (names of :data:`OFFLOADS`) of ``params`` on each GPU, sharded over
+    ``shard_group`` of the ``data_parallel`` GPUs, at ``host_link``'s rate both ways at once. 0
+    where nothing is offloaded. When each runs in a step is :func:`parallel_step_time`'s."""
+    d = check_gpus(data_parallel, "data_parallel")
+    params, d, stage, codes = np.broadcast_arrays(params, d, check_stage(stage),
+                                                  _codes(offload, tuple(OFFLOADS), "offload"))
+    group = None if shard_group is None else check_gpus(shard_group, "shard_group")
+    return _host_seconds(params, d, stage, codes, group, layout, check_host_link(host_link))
+
+
+def _host_seconds(params, d, stage, codes, group, layout, host_link) -> Mapping[str, np.ndarray]:
+    """:func:`offload_seconds` for offload codes (indices into :data:`OFFLOADS`)."""
+    params, d, stage, codes = np.broadcast_arrays(params, d, stage, codes)
+    group = d if group is None else np.broadcast_to(group, d.shape)
+    out = {phase: np.zeros(d.shape) for phase in STEP_PHASES}
+    moved = np.flatnonzero(codes.ravel() > 0)
+    if not len(moved):
+        return MappingProxyType(out)
+    node = _checked_node(d.ravel()[moved])
+    names = tuple(OFFLOADS)
+    for (g, code), rows in _groups((group.ravel()[moved], codes.ravel()[moved])):
+        at = moved[rows]
+        placement = Placement(shard_group=g, gpus_per_node=node, **OFFLOADS[names[code]])
+        seconds = host_traffic(params.ravel()[at], d.ravel()[at], stage.ravel()[at], layout,
+                               placement).seconds(host_link)
+        for phase in STEP_PHASES:
+            out[phase].ravel()[at] = seconds[phase]
+    return MappingProxyType(out)
+
+
+def bubble_fraction(pipeline_parallel, micro_batches, chunks=1) -> np.ndarray:
+    """The pipeline bubble as a fraction of the ideal time: (p - 1) / (v m) (Narayanan et al.
+    2021, Sec. 2.2.1 for 1F1B, v = 1; Sec. 2.2.2 for v model chunks per stage)."""
+    p = check_whole(pipeline_parallel, "pipeline_parallel", "a positive whole number of stages")
+    m = check_whole(micro_batches, "micro_batches", "a positive whole number of micro-batches",
+                    1, MAX_MICRO_BATCHES)
+    v = check_whole(chunks, "chunks", "a positive whole number of model chunks", 1, MAX_CHUNKS)
+    p, m, v = (a.astype(np.float64) for a in broadcast(pipeline_parallel=p, micro_batches=m,
+                                                       chunks=v))
+    return (p - 1) / (v * m)
+
+
+# --- the per-micro-batch traffic, from model_parallel_traffic's rows -----------------------------
+
+def _smallest_tensor_parallel(config: TransformerConfig) -> int:
+    """The smallest t > 1 that divides the heads, key/value heads and MLP width (0: none)."""
+    common = math.gcd(config.heads, config.kv_heads, config.ffn_hidden)
+    return next((t for t in range(2, common + 1) if common % t == 0), 0)
+
+
+@lru_cache(maxsize=4096)
+def _tensor_rows(config: TransformerConfig, seq_len: int, p: int, r: int,
+                 sequence_parallel: bool, recompute: str, element_bytes: int):
+    """(kind, calls per micro-batch, bytes per call at micro-batch 1) of the tensor-parallel
+    collectives on stage r, for any t > 1: the rows' calls and sizes do not depend on t (only
+    the group does), and their bytes, b x s x h elements (or 3 fp32 values per token for the
+    loss), are exactly proportional to the micro-batch."""
+    # Inputs checked by parallel_step_time (or the planner's door): the kernel trusts them.
+    rows = tensor_rows(config, seq_len, 1, _smallest_tensor_parallel(config), p, r, 1,
+                       element_bytes * seq_len * config.hidden, sequence_parallel, recompute)
+    return tuple((KIND_OF[row.collective], row.calls, row.tensor_bytes) for row in rows)
+
+
+@lru_cache(maxsize=4096)
+def _pipeline_sends(config: TransformerConfig, seq_len: int, t: int, p: int, r: int,
+                    sequence_parallel: bool, chunks: int, element_bytes: int):
+    """(messages per micro-batch, bytes per message at micro-batch 1) stage r sends. A message
+    is b s h elements, or b s h / t under sequence parallelism, where t divides s (the rules):
+    exactly proportional to the micro-batch either way."""
+    schedule = "interleaved" if chunks > 1 else "1f1b"
+    m = p if chunks > 1 else 1     # the interleaved schedule takes micro-batches in groups of p
+    rows = pipeline_rows(t, p, r, m, element_bytes * seq_len * config.hidden, sequence_parallel,
+                         sequence_parallel, schedule, chunks)
+    sends = [row for row in rows if row.collective == "send"]
+    if not sends:
+        return 0, 0
+    if len({row.tensor_bytes for row in sends}) != 1 or any(row.calls % m for row in sends):
+        raise ValueError("pipeline messages of one stage differ in size")   # not expected
+    return sum(row.calls for row in sends) // m, sends[0].tensor_bytes
+
+
+def _codes(value, allowed, name) -> np.ndarray:
+    array = np.asarray(value, dtype=object)
+    flat = array.ravel()
+    for item in set(flat.tolist()):
+        if item not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {echo(item)}")
+    codes = np.zeros(array.shape, dtype=np.int64)
+    for index, item in enumerate(allowed):
+        codes[array == item] = index
+    return codes
+
+
+@dataclass(frozen=True)
+class ParallelStepTime:
+    """Seconds of one step per setting (float64 arrays, broadcast like the inputs). ``parts``
+    holds :data:`PARTS`, which add up to the step."""
+
+    parts: Mapping[str, np.ndarray] = field(repr=False)
+    micro_batch_seconds: np.ndarray = field(repr=False)   # T_mb, on the slowest stage
+
+    @property
+    def step_seconds(self) -> np.ndarray:
+        return sum(self.parts.values())
+
+    @property
+    def network_seconds(self) -> np.ndarray:
+        return self.parts["tensor"] + self.parts["pipeline"] + self.parts["data_parallel"]
+
+    @property
+    def network_wait_fraction(self) -> np.ndarray:
+        return self.network_seconds / self.step_seconds
+
+    @property
+    def bubble_fraction(self) -> np.ndarray:
+        return self.parts["bubble"] / self.step_seconds
+
+
+def _groups(columns):
+    """(key, row indices) for each distinct row of ``columns`` (whole-number arrays of one
+    shape, flattened): the per-key work runs once per distinct key, over its rows at once."""
+    code = np.zeros(np.size(columns[0]), dtype=np.int64)
+    levels = []
+    for column in columns:    # one int64 code per row (mixed radix), then one 1-D unique
+        values, inverse = np.unique(np.ravel(column), return_inverse=True)
+        code = code * len(values) + np.ravel(inverse)
+        levels.append(values)
+    keys, inverse = np.unique(code, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.cumsum(np.bincount(inverse, minlength=len(keys)))[:-1]
+    for key, rows in zip(keys.tolist(), np.split(order, bounds)):
+        point = []
+        for values in reversed(levels):
+            key, digit = divmod(key, len(values))
+            point.append(int(values[digit]))
+        yield tuple(reversed(point)), rows
+
+
+@dataclass(frozen=True, eq=False)
+class ParallelSettings:
+    """A 3-D layout and how it trains, checked once when built: :func:`parallel_step_time`'s
+    settings (see there). The per-setting values broadcast together and are kept as int64 (or
+    bool) arrays of one shape, ``recompute`` and ``offload`` as their names' indices into
+    :data:`zerolib.core.memory.activations.RECOMPUTE` and :data:`OFFLOADS`; ``layout``,
+    ``mfu`` and ``host_link`` resolved. The functions beneath trust it."""
+
+    seq_len: int
+    micro_batch: np.ndarray
+    tensor_parallel: np.ndarray
+    pipeline_parallel: np.ndarray
+    data_parallel: np.ndarray
+    stage: np.ndarray
+    micro_batches: np.ndarray
+    chunks: np.ndarray = 1
+    sequence_parallel: np.ndarray = False
+    recompute: np.ndarray = "none"
+    shard_group: np.ndarray | None = None
+    offload: np.ndarray = "none"
+    layout: Layout | str = "mixed-adam"
+    mfu: float = DEFAULT_MFU
+    element_bytes: int = 2
+    host_link: Link | str = DEFAULT_HOST_LINK
+
+    def __post_init__(self):
+        put = object.__setattr__
+        put(self, "layout", get_layout(self.layout))
+        put(self, "mfu", check_mfu(self.mfu))
+        put(self, "host_link", check_host_link(self.host_link))
+        put(self, "seq_len", check_positive_int(self.seq_len, "seq_len", MAX_SEQ_LEN))
+        put(self, "element_bytes", check_positive_int(self.element_bytes, "element_bytes", 16))
+        arrays = np.broadcast_arrays(
+            check_gpus(self.micro_batch, "micro_batch"),
+            check_gpus(self.tensor_parallel, "tensor_parallel"),
+            check_gpus(self.pipeline_parallel, "pipeline_parallel"),
+            check_gpus(self.data_parallel, "data_parallel"), check_stage(self.stage),
+            check_gpus(self.micro_batches, "micro_batches"), check_gpus(self.chunks, "chunks"),
+            _flags(self.sequence_parallel, "sequence_parallel"),
+            _codes(self.recompute, RECOMPUTE, "recompute"),
+            _codes(self.offload, tuple(OFFLOADS), "offload"))
+        names = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
+                 "micro_batches", "chunks", "sequence_parallel", "recompute", "offload")
+        for name, array in zip(names, arrays):
+            put(self, name, np.array(array))
+        b, p, zero = self.micro_batch, self.pipeline_parallel, self.stage
+        if self.shard_group is not None:
+            put(self, "shard_group", np.broadcast_to(check_gpus(self.shard_group, "shard_group"), b.shape))
+        if (np.any(b > MAX_MICRO_BATCH) or np.any(self.micro_batches > MAX_MICRO_BATCHES)
+                or np.any(self.chunks > MAX_CHUNKS)):
+            raise ValueError(f"micro_batch must be at most {MAX_MICRO_BATCH:,}, micro_batches at most "
+                             f"{MAX_MICRO_BATCHES:,} and chunks at most {MAX_CHUNKS:,}")
+        if np.any((p > 1) & (zero > PIPELINE_STAGES[-1])):
+            raise ValueError("ZeRO stages 2 and 3 do not run with pipeline parallelism (DeepSpeed's "
+                             "PipelineEngine: 'ZeRO-2 and ZeRO-3 are incompatible with pipeline "
+                             "parallelism'); use stage 0 or 1 with pipeline_parallel > 1")
+
+    def __deepcopy__(self, memo) -> ParallelSettings:
+        return self  # immutable
+
+
+def parallel_step_time(model, link: str | Interconnect, device: str | Device,
+                       settings: ParallelSettings | None = None, *,
+                       gpus_per_node: int | None = None, **options) -> ParallelStepTime:
+    """The step time of every setting (see the module doc), broadcast over ``micro_batch``,
+    ``tensor_parallel``, ``pipeline_parallel``, ``data_parallel``, ``stage``, ``micro_batches``
+    (per step and pipeline), ``chunks`` (1: 1F1B; 2 or more: interleaved), ``sequence_parallel``,
+    ``recompute`` (names of :data:`zerolib.core.memory.activations.RECOMPUTE`), ``shard_group`` (a
+    divisor of ``data_parallel``; None: all of them) and ``offload`` (names of
+    :data:`OFFLOADS`, its copies on ``host_link``, a PCIe link of
+    :data:`zerolib.core.catalogue.links.LINKS`); ``seq_len``, ``layout``, ``mfu`` and
+    ``element_bytes`` hold for all. Give them as a :class:`ParallelSettings` (checked once, when
+    built) or as keywords (``options``: its fields, checked here).
+
+    ``link`` is :func:`cluster_interconnect`'s (``gpus_per_node`` for a node). Settings must
+    obey :func:`zerolib.core.memory.model_parallel.parallel_rules` and keep stages 2-3 without a
+    pipeline (:data:`PIPELINE_STAGES`); anything else is a ValueError naming the rule.
+    """
+    if settings is None:
+        settings = ParallelSettings(**options)
+    elif options:
+        raise TypeError(f"give the settings or keywords, not both (got {', '.join(options)})")
+    elif not isinstance(settings, ParallelSettings):
+        raise TypeError(f"settings must be a ParallelSettings, got {type(settings).__name__}")
+    config = get_model(model)
+    ic = link if isinstance(link, Interconnect) else cluster_interconnect(link, gpus_per_node)
+    device = get_device(device)
+    st = settings
+    layout, mfu, host_link, s, e = st.layout, st.mfu, st.host_link, st.seq_len, st.element_bytes
+    b, t, p, d, zero = (st.micro_batch, st.tensor_parallel, st.pipeline_parallel, st.data_parallel,
+                        st.stage)
+    m, v, sp, rec, off = st.micro_batches, st.chunks, st.sequence_parallel, st.recompute, st.offload
+    shard_group = st.shard_group
+    _check_rules(config, t, p, v, m, s, sp, ic)
+    units = len(layer_units(config))    # stage 3 (p = 1 only) gathers these one call each
+
+    def stage_part(r):
+        """Per micro-batch on stage r: compute, tensor, pipeline and exposed ZeRO seconds; the
+        backward compute and the per-step ZeRO seconds."""
+        params = parameters_on(ParallelGrid(config, t, p, r, "1f1b", 1, None, 1))   # checked
+        forward, backward = np.zeros(b.shape), np.zeros(b.shape)
+        for full in (False, True):   # FLOPs are linear in the tokens: one rate per rule
+            here = (rec == 2) == full
+            if np.any(here):
+                fwd, bwd = compute_seconds(params, device, ComputeSettings(s, mfu, full))
+                forward, backward = np.where(here, fwd * b, forward), np.where(here, bwd * b, backward)
+        tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
+        pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
+        slots = _zero_slots(ic, params, d, t, zero, layout, shard_group, units)
+        host = _host_seconds(params, d, zero, off, shard_group, layout, host_link)
+        # Every micro-batch: the forward's gathers and parameter fetches overlap its forward;
+        # the backward's gathers, stages 2-3's reduce-scatter and gradient copy its backward.
+        gather_f = slots["forward_all_gather"] + host["forward"]
+        in_backward = slots["backward_all_gather"] + np.where(
+            zero >= 2, slots["gradient_reduce_scatter"] + host["backward"], 0.0)
+        per_mb = np.maximum(gather_f - forward, 0.0) + np.maximum(in_backward - backward, 0.0)
+        # Once per step, in the last micro-batch's backward, after what it does every time:
+        # stage 0's all-reduce, stage 1's reduce-scatter and gradient copy, the replicas'
+        # all-reduce; then, hidden behind nothing, the after-step copy and all-gather.
+        once = (slots["gradient_all_reduce"]
+                + np.where(zero == 1, slots["gradient_reduce_scatter"] + host["backward"], 0.0)
+                + slots["replica_all_reduce"])
+        last = (np.maximum(in_backward + once - backward, 0.0)
+                - np.maximum(in_backward - backward, 0.0))
+        per_step = last + slots["parameter_all_gather"] + host["after_step"]
+        return forward + backward, tensor, pipe, per_mb, per_step
+
+    first, last = stage_part(np.zeros(b.shape, dtype=np.int64)), stage_part(p - 1)
+    pick_last = sum(last[:4]) > sum(first[:4])
+    compute, tensor, pipe, per_mb, per_step = (np.where(pick_last, y, x) for x, y in zip(first, last))
+    micro = compute + tensor + pipe + per_mb
+    parts = {"compute": m * compute, "tensor": m * tensor, "pipeline": m * pipe,
+             "data_parallel": m * per_mb + per_step,
+             "bubble": (p - 1) / v * micro}
+    return ParallelStepTime(MappingProxyType(parts), micro)
+
+
+def _flags(value, name: str) -> np.ndarray:
+    array = np.asarray(value)
+    if array.dtype != bool:
+        raise TypeError(f"{name} must be True or False (or an array of them), got {echo(value)}")
+    return array
+
+
+def _check_rules(config, t, p, v, m, s, sp, ic):
+    """Refuse what :func:`zerolib.core.memory.model_parallel.parallel_rules` refuses, naming the rule."""
+    for vv in np.unique(v):
+        for flag in (False, True):
+            sel = (v == vv) & (sp == flag)
+            if not np.any(sel):
+                continue
+            rules = rules_of(config, t[sel], p[sel], "interleaved" if vv > 1 else "1f1b",
+                             int(vv), ic.gpus_per_node, s, bool(flag), m[sel])
+            for name, ok in rules.items():
+                if not np.all(ok):
+                    raise ValueError(RULES[name])
+
+
+def _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec):
+    """Seconds of the tensor-parallel collectives per micro-batch on stage r: each row's calls
+    x (ring latency + its bytes, proportional to the micro-batch, at the bus bandwidth)."""
+    shape, flat_t, flat_b = np.shape(b), np.ravel(t), np.ravel(b)
+    calls = {}    # (kind, bytes at micro-batch 1) -> calls per micro-batch of every setting
+    for (pp, rr, flag, code), rows in _groups((p, r, sp.astype(np.int64), rec)):
+        for kind, count, size in _tensor_rows(config, s, pp, rr, bool(flag), RECOMPUTE[code], e):
+            calls.setdefault((kind, size), np.zeros(flat_t.shape, dtype=np.int64))[rows] += count
+    timing = {kind: ring_timing(ic, kind, flat_t) for kind in CHUNKS_SENT}
+    out = np.zeros(flat_t.shape)
+    for (kind, size), count in calls.items():
+        latency, bandwidth = timing[kind]
+        sent = CHUNKS_SENT[kind] * (flat_t - 1) * ceil_div(size * flat_b, flat_t)
+        out += count * (latency + sent / bandwidth)
+    return np.where(flat_t > 1, out, 0.0).reshape(shape)
+
+
+def _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v):
+    """Seconds of the point-to-point messages stage r sends per micro-batch."""
+    k = ic.gpus_per_node
+    count = np.zeros(np.size(b), dtype=np.int64)
+    size = np.zeros(np.size(b), dtype=np.int64)
+    for (tt, pp, rr, flag, vv), rows in _groups((t, p, r, sp.astype(np.int64), v)):
+        if pp > 1:
+            count[rows], size[rows] = _pipeline_sends(config, s, tt, pp, rr, bool(flag), vv, e)
+    crosses = (k is not None) & (np.ravel(t * d * p) > (k or 0))
+    out = count * send_seconds(ic, size * np.ravel(b), crosses)
+    return out.reshape(np.shape(b))
+
+
+def _zero_slots(ic, params, d, t, zero, layout, shard_group, units):
+    """Seconds per slot of :data:`zerolib.core.step.traffic.GROUP_SLOTS`, one pass of each:
+    bytes and calls from :func:`shard_group_traffic` (stage 3: one call per layer unit), each
+    on the ring it uses with the data-parallel ranks t apart
+    (:func:`zerolib.core.step.time.schedule_seconds`)."""
+    traffic = shard_group_traffic(params, d, zero, layout, shard_group)
+    three = zero == 3
+    calls = {name: np.where(three & (count > 0), units, count) for name, count in traffic.calls.items()}
+    seconds, _ = schedule_seconds(traffic, ic, spacing=t, calls=calls)
+    return seconds

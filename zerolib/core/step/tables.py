@@ -1,0 +1,350 @@
+"""The price of ZeRO as tables: traffic per stage and collective, the step's timeline,
+per-GPU memory against step time, and traffic and step time per shard-group size; plus the
+per-stage ``communication`` object of ``zerolib estimate``. Every number comes from the one
+schedule (:mod:`zerolib.core.step.traffic`) timed by :mod:`zerolib.core.step.time`.
+
+Each frame carries what a chart's title needs in ``attrs``: ``model`` (a TransformerConfig, or
+the parameter count of a bare model), ``gpus``, ``layout``, and for the timed frames
+``interconnect``, ``device`` and ``compute`` (a :class:`~zerolib.core.step.time.ComputeSettings`).
+Bytes are int64, seconds float64.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from zerolib.core.catalogue.devices import Device, get_device
+from zerolib.core.catalogue.links import Link, get_link
+from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
+from zerolib.core.catalogue.nodes import Interconnect, bus_bandwidth, interconnect
+from zerolib.core.inputs import check_flag, check_gpus, check_single, check_stage
+from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
+from zerolib.core.memory.placement import DEFAULT_PLACEMENT, Placement, check_placement
+from zerolib.core.memory.tables import divisors
+from zerolib.core.memory.working_set import DEFAULT_SETTINGS, WorkingSetSettings, peaks
+from zerolib.core.step.collectives import KINDS
+from zerolib.core.step.offload_traffic import (
+    DEFAULT_HOST_LINK,
+    DIRECTIONS,
+    HOST_SLOTS,
+    HostTraffic,
+    host_traffic,
+)
+from zerolib.core.step.time import DEFAULT_COMPUTE, ComputeSettings, StepTime, check_mfu, step_time
+from zerolib.core.step.traffic import (
+    GROUP_KINDS,
+    GROUP_SLOTS,
+    SLOTS,
+    STEP_PHASES,
+    Traffic,
+    check_aligned,
+)
+from zerolib.core.step.traffic import traffic as traffic_of
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
+    import pandas as pd
+
+TRAFFIC_COLUMNS = ("stage", "strategy", "kind", "calls", "handed_bytes", "sent_bytes",
+                   "received_bytes")
+TIMELINE_COLUMNS = ("stage", "strategy", "lane", "block", "label", "start_seconds",
+                    "end_seconds", "sent_bytes", "calls")
+TRADEOFF_COLUMNS = ("stage", "strategy", "memory_bytes", "compute_seconds",
+                    "communication_seconds", "exposed_seconds", "step_seconds",
+                    "network_wait_fraction", "sent_bytes")
+GROUP_TRAFFIC_COLUMNS = ("gpus", "shard_group", "replicas", "stage", "strategy", "sent_bytes",
+                         "inside_node_bytes", "across_nodes_bytes", "cross_node_bytes",
+                         "communication_seconds", "compute_seconds", "exposed_seconds",
+                         "step_seconds", "network_wait_fraction")
+COMPUTE_BLOCKS = {"forward": "forward", "backward": "backward"}
+
+
+def _stages(stages) -> tuple[int, ...]:
+    return tuple(sorted(set(check_stage(stages, "stages").ravel().tolist())))
+
+
+def _traffic(model, gpus: int, stages, layout: Layout) -> tuple[Traffic, object]:
+    if isinstance(model, (str, TransformerConfig)):
+        config = get_model(model)
+        return traffic_of(config, gpus, list(stages), layout), config
+    result = traffic_of(model, gpus, list(stages), layout)
+    return result, int(result.params[0])
+
+
+def traffic_frame(model, gpus, stages=STAGES, layout: str | Layout = "mixed-adam") -> pd.DataFrame:
+    """One row per stage and collective kind: calls, bytes handed over, sent and received per GPU
+    in one step. ``model`` is a preset, a TransformerConfig or a bare parameter count."""
+    import pandas as pd
+    gpus = check_single(gpus, check_gpus, "gpus")
+    stages, layout = _stages(stages), get_layout(layout)
+    result, what = _traffic(model, gpus, stages, layout)
+    calls, handed, sent = (result.by_kind(w) for w in ("calls", "handed", "sent"))
+    rows = [{"stage": stage, "strategy": STRATEGY_NAMES[stage], "kind": kind,
+             "calls": int(calls[kind][i]), "handed_bytes": int(handed[kind][i]),
+             "sent_bytes": int(sent[kind][i]), "received_bytes": int(sent[kind][i])}
+            for i, stage in enumerate(stages) for kind in KINDS]
+    frame = pd.DataFrame(rows, columns=list(TRAFFIC_COLUMNS))
+    for column in ("calls", "handed_bytes", "sent_bytes", "received_bytes"):
+        frame[column] = frame[column].astype(np.int64)
+    frame.attrs.update(model=what, gpus=gpus, layout=layout, layers=result.layers)
+    return frame
+
+
+def _timed(model, gpus, stages, layout, link, device, compute, gpus_per_node):
+    gpus = check_single(gpus, check_gpus, "gpus")
+    stages, layout = _stages(stages), get_layout(layout)
+    ic = interconnect(link, gpus_per_node)
+    device = get_device(device)
+    if not isinstance(compute, ComputeSettings):
+        raise TypeError(f"compute must be a ComputeSettings, got {type(compute).__name__}")
+    result, what = _traffic(model, gpus, stages, layout)
+    return gpus, stages, layout, ic, device, result, what, step_time(result, ic, device, compute)
+
+
+def _attrs(frame, what, gpus, layout, ic, device, compute, result: Traffic):
+    frame.attrs.update(model=what, gpus=gpus, layout=layout, interconnect=ic, device=device,
+                       compute=compute, layers=result.layers,
+                       bus_bandwidth=float(bus_bandwidth(ic, gpus)))
+    return frame
+
+
+def timeline_frame(model, gpus, link: str | Interconnect, device: str | Device,
+                   compute: ComputeSettings = DEFAULT_COMPUTE, stages=STAGES,
+                   layout: str | Layout = "mixed-adam",
+                   gpus_per_node: int | None = None) -> pd.DataFrame:
+    """The blocks of one step per stage, placed in time as the overlap model of
+    :mod:`zerolib.core.step.time` has them: lane "compute" (forward, backward, and "waiting" where
+    the GPU waits for the network) and lane "network" (one block per collective slot in use).
+
+    Phase by phase: the forward ends when both its compute and its gathers are done; the
+    backward starts then, and its collectives start with it; the after-step all-gather starts
+    when the backward's compute and collectives are both done.
+    """
+    import pandas as pd
+    gpus, stages, layout, ic, device, result, what, times = _timed(
+        model, gpus, stages, layout, link, device, compute, gpus_per_node)
+    rows = []
+    for i, stage in enumerate(stages):
+        common = {"stage": stage, "strategy": STRATEGY_NAMES[stage]}
+
+        def block(lane, name, label, start, end, sent=0, calls=0, common=common):
+            rows.append({**common, "lane": lane, "block": name, "label": label,
+                         "start_seconds": float(start), "end_seconds": float(end),
+                         "sent_bytes": int(sent), "calls": int(calls)})
+
+        start = 0.0
+        for phase in STEP_PHASES:
+            compute_time = float(times.compute[phase][i]) if phase in times.compute else 0.0
+            if compute_time:
+                block("compute", phase, COMPUTE_BLOCKS[phase], start, start + compute_time)
+            network = start
+            for slot in SLOTS:
+                if slot.phase == phase and result.calls[slot.name][i]:
+                    seconds = float(times.slot_seconds[slot.name][i])
+                    block("network", slot.name, slot.label, network, network + seconds,
+                          result.sent[slot.name][i], result.calls[slot.name][i])
+                    network += seconds
+            end = max(start + compute_time, network)
+            if end > start + compute_time:
+                block("compute", f"waiting_{phase}", "waiting for the network",
+                      start + compute_time, end)
+            start = end
+    frame = pd.DataFrame(rows, columns=list(TIMELINE_COLUMNS))
+    frame.attrs["step_seconds"] = {stage: float(times.step_seconds[i])
+                                   for i, stage in enumerate(stages)}
+    return _attrs(frame, what, gpus, layout, ic, device, compute, result)
+
+
+def tradeoff_frame(model: str | TransformerConfig, gpus, link: str | Interconnect,
+                   device: str | Device, settings: WorkingSetSettings = DEFAULT_SETTINGS,
+                   mfu: float = DEFAULT_COMPUTE.mfu, stages=STAGES,
+                   layout: str | Layout = "mixed-adam",
+                   gpus_per_node: int | None = None) -> pd.DataFrame:
+    """Per stage: the peak memory per GPU (model state + working set, :mod:`working_set`)
+    beside the step time and its parts. The tokens per GPU and the recomputation come from
+    ``settings`` (sequence length x micro-batch; 8 FLOPs per parameter and token under full
+    recomputation), so memory and time describe the same run."""
+    import pandas as pd
+    config = get_model(model)
+    if settings.tensor_parallel != 1:
+        raise ValueError("tensor_parallel must be 1 here: the step model times data-parallel "
+                         "collectives only (tensor-parallel traffic is not modelled)")
+    compute = ComputeSettings(settings.seq_len * settings.micro_batch, check_mfu(mfu),
+                              settings.recompute == "full")
+    gpus, stages, layout, ic, device, result, what, times = _timed(
+        config, gpus, stages, layout, link, device, compute, gpus_per_node)
+    memory = [p.total for p in peaks(config, gpus, stages, settings, layout)]
+    frame = pd.DataFrame({
+        "stage": list(stages), "strategy": [STRATEGY_NAMES[s] for s in stages],
+        "memory_bytes": np.array(memory, dtype=np.int64),
+        "compute_seconds": times.compute_seconds,
+        "communication_seconds": times.communication_seconds,
+        "exposed_seconds": times.exposed_seconds, "step_seconds": times.step_seconds,
+        "network_wait_fraction": times.network_wait_fraction,
+        "sent_bytes": result.total_sent.astype(np.int64),
+    }, columns=list(TRADEOFF_COLUMNS))
+    frame.attrs["settings"] = settings
+    return _attrs(frame, what, gpus, layout, ic, device, compute, result)
+
+
+# --- the estimate's communication object -------------------------------------------------------
+
+def _node_size(ic: Interconnect | None, placement: Placement, gpus: int) -> int:
+    """The node size the rings are placed on: the interconnect's; without nodes (a single link
+    joins every GPU alike, or no link) the placement's, else all GPUs as one node."""
+    if ic is not None and ic.gpus_per_node is not None:
+        if placement.gpus_per_node not in (None, ic.gpus_per_node):
+            raise ValueError(f"placement.gpus_per_node ({placement.gpus_per_node}) differs from "
+                             f"the GPUs per node of {ic.name} ({ic.gpus_per_node})")
+        return ic.gpus_per_node
+    return gpus if placement.gpus_per_node is None else placement.gpus_per_node
+
+
+def _link_name(ic: Interconnect, spans_nodes: bool) -> str:
+    return ic.network.name if spans_nodes and ic.network is not None else ic.intra.name
+
+
+def _float(value) -> float | None:
+    return None if value is None else float(value)
+
+
+def communication_rows(model, gpus, stages=STAGES, layout: str | Layout = "mixed-adam",
+                       link: str | Interconnect | None = None,
+                       device: str | Device | None = None,
+                       compute: ComputeSettings = DEFAULT_COMPUTE,
+                       placement: Placement | None = None, qwz: bool = False,
+                       qgz: bool = False, gpus_per_node: int | None = None,
+                       host_link: str | Link = DEFAULT_HOST_LINK,
+                       nvme_link: str | Link | None = None) -> list[dict]:
+    """Per stage, the ``communication`` object of ``zerolib estimate``'s JSON: per collective
+    kind (:data:`zerolib.core.step.traffic.GROUP_KINDS`) the calls and bytes handed, sent and
+    received per GPU (and seconds with a link); the totals; with a link and a device with a
+    peak, compute, exposed and step seconds and the network-wait fraction (None where they
+    cannot be computed); ``shard_group``, ``replicas``, ``cross_node_bytes`` (bytes leaving a
+    node per step; None without nodes), ``host_seconds``, ``schedule`` (one entry per
+    collective in use: its ring, link, bus bandwidth, calls, bytes and seconds) and ``host``
+    (None without offload: the bytes per direction, their seconds and each transfer)."""
+    gpus = check_single(gpus, check_gpus, "gpus")
+    stages = tuple(sorted(set(check_stage(stages, "stages").ravel().tolist())))
+    layout = get_layout(layout)
+    placement = check_placement(placement)
+    ic = None if link is None else interconnect(link, gpus_per_node)
+    per_node = _node_size(ic, placement, gpus)
+    traffic = traffic_of(model, gpus, list(stages), layout, placement.shard_group,
+                            placement.hpz_partition, check_flag(qwz, "qwz"),
+                            check_flag(qgz, "qgz"), per_node)
+    params = (parameter_count(get_model(model)) if isinstance(model, (str, TransformerConfig))
+              else int(traffic.params[0]))
+    host = host_traffic(params, gpus, list(stages), layout, placement) if placement.offloads else None
+    times = None
+    if ic is not None:
+        times = step_time(traffic, ic, device, compute, host, host_link, nvme_link)
+    calls, handed, sent = (traffic.by_kind(w) for w in ("calls", "handed", "sent"))
+    rows = []
+    for i in range(len(stages)):
+        collectives = {kind: {"calls": int(calls[kind][i]), "handed_bytes": int(handed[kind][i]),
+                              "sent_bytes": int(sent[kind][i]),
+                              "received_bytes": int(sent[kind][i]),
+                              "seconds": None if times is None
+                              else float(times.kind_seconds(kind)[i])}
+                       for kind in GROUP_KINDS}
+        row = {"collectives": collectives, "sent_bytes": int(traffic.total_sent[i]),
+               "received_bytes": int(traffic.total_sent[i]),
+               "communication_seconds": None if times is None
+               else float(times.communication_seconds[i])}
+        for key in ("compute_seconds", "exposed_seconds", "step_seconds", "network_wait_fraction"):
+            value = None if times is None else getattr(times, key)
+            row[key] = None if value is None else float(value[i])
+        row.update(shard_group=int(traffic.shard_group[i]), replicas=int(traffic.replicas[i]),
+                   cross_node_bytes=(int(traffic.total_cross_node[i])
+                                     if ic is not None and ic.network is not None else None),
+                   host_seconds=None if times is None else float(times.host_seconds[i]),
+                   schedule=_schedule(traffic, times, ic, i),
+                   host=None if host is None else _host(host, times, host_link, nvme_link, i))
+        rows.append(row)
+    return rows
+
+
+def _schedule(traffic: Traffic, times: StepTime | None, ic, i: int) -> list[dict]:
+    entries = []
+    for slot in GROUP_SLOTS:
+        name = slot.name
+        if not traffic.calls[name][i]:
+            continue
+        spans = bool(traffic.ring_nodes[name][i] > 1) and ic is not None and ic.network is not None
+        entries.append({
+            "name": name, "label": slot.ring_label, "phase": slot.phase, "kind": slot.kind,
+            "ring": traffic.ring(slot), "ring_gpus": int(traffic.ring_gpus[name][i]),
+            "link": None if ic is None else _link_name(ic, spans),
+            "bus_bandwidth": None if times is None else float(times.slot_bandwidth[name][i]),
+            "calls": int(traffic.calls[name][i]), "handed_bytes": int(traffic.handed[name][i]),
+            "sent_bytes": int(traffic.sent[name][i]),
+            "received_bytes": int(traffic.sent[name][i]),
+            "cross_node_bytes": (int(traffic.cross_node[name][i])
+                                 if ic is not None and ic.network is not None else None),
+            "seconds": None if times is None else float(times.slot_seconds[name][i])})
+    return entries
+
+
+def _host(host: HostTraffic, times: StepTime | None, host_link, nvme_link, i: int) -> dict:
+    link = get_link(host_link)
+    nvme = link if nvme_link is None else get_link(nvme_link)
+    directions = host.by_direction()
+    return {"link": link.name, "bandwidth": link.bandwidth, "nvme_link": nvme.name,
+            "nvme_bandwidth": nvme.bandwidth,
+            **{f"{d}_bytes": int(directions[d][i]) for d in DIRECTIONS},
+            "seconds": None if times is None else float(times.host_seconds[i]),
+            "transfers": [{"name": s.name, "label": s.label, "phase": s.phase,
+                           "direction": s.direction, "bytes": int(host.bytes[s.name][i])}
+                          for s in HOST_SLOTS if host.bytes[s.name][i]]}
+
+
+# --- the group-size sweep ----------------------------------------------------------------------
+
+def group_traffic_table(model: str | TransformerConfig, gpus, link: str | Interconnect,
+                        device: str | Device, compute: ComputeSettings = DEFAULT_COMPUTE,
+                        stages=STAGES, layout: str | Layout = "mixed-adam", shard_groups=None,
+                        gpus_per_node: int | None = None) -> pd.DataFrame:
+    """Per shard-group size G and stage: the bytes each GPU sends in one step, split into rings
+    inside a node and rings across nodes, the bytes leaving each node, and the step's times on
+    ``link`` (a node: groups placed on its nodes) with ``device``'s compute. G runs over every
+    divisor of ``gpus`` that sits inside a node or spans whole nodes (or ``shard_groups``).
+
+    ``attrs``: model, gpus, layout, interconnect, device, compute, gpus_per_node.
+    """
+    config, layout = get_model(model), get_layout(layout)
+    gpus = check_single(gpus, check_gpus, "gpus")
+    ic = interconnect(link, gpus_per_node)
+    device = get_device(device)
+    per_node = _node_size(ic, DEFAULT_PLACEMENT, gpus)
+    if shard_groups is None:
+        groups = np.array([g for g in divisors(gpus)
+                           if g in (1, gpus) or per_node % g == 0 or g % per_node == 0])
+    else:
+        groups = np.unique(check_gpus(shard_groups, "shard_groups").ravel())
+        check_aligned(groups, np.asarray(gpus), per_node, "shard_groups")
+    stages = np.unique(check_stage(stages, "stages").ravel())
+    group_grid, stage_grid = (a.ravel() for a in np.meshgrid(groups, stages, indexing="ij"))
+    traffic = traffic_of(config, gpus, stage_grid, layout, group_grid,
+                            gpus_per_node=per_node)
+    times = step_time(traffic, ic, device, compute)
+    inside = traffic.inside_node("sent")
+    spans = ic.network is not None
+    table = pd.DataFrame({
+        "gpus": gpus, "shard_group": group_grid, "replicas": gpus // group_grid,
+        "stage": stage_grid, "strategy": [STRATEGY_NAMES[int(s)] for s in stage_grid],
+        "sent_bytes": traffic.total_sent,
+        "inside_node_bytes": inside if spans else traffic.total_sent,
+        "across_nodes_bytes": traffic.total_sent - inside if spans else 0,
+        "cross_node_bytes": traffic.total_cross_node if spans else 0,
+        "communication_seconds": times.communication_seconds,
+        "compute_seconds": times.compute_seconds, "exposed_seconds": times.exposed_seconds,
+        "step_seconds": times.step_seconds,
+        "network_wait_fraction": times.network_wait_fraction,
+    }, columns=list(GROUP_TRAFFIC_COLUMNS))
+    for column in ("gpus", "shard_group", "replicas", "stage", "sent_bytes", "inside_node_bytes",
+                   "across_nodes_bytes", "cross_node_bytes"):
+        table[column] = table[column].astype(np.int64)
+    table.attrs.update(model=config, gpus=gpus, layout=layout, interconnect=ic, device=device,
+                       compute=compute, gpus_per_node=per_node)
+    return table

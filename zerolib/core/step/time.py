@@ -1,0 +1,262 @@
+"""How long one training step takes: compute, communication, and how much of it overlaps.
+
+**Compute.** Training a transformer costs about 6 FLOPs per parameter and token: 2 for the
+forward pass, 4 for the backward (Kaplan et al. 2020, arXiv:2001.08361, Sec. 2.1, C = 6N per
+token; all parameters are counted here, embeddings included, and the attention's
+sequence-squared term is left out). Full activation recomputation runs the forward pass again
+inside the backward: 8 per parameter and token (Narayanan et al. 2021, arXiv:2104.04473,
+appendix: 96Bslh^2 = 4 x 24Bslh^2 with recomputation). A GPU reaches a fraction ``mfu`` of its
+peak (:mod:`zerolib.core.catalogue.devices`) on the FLOPs it executes: without recomputation this is the
+model FLOPs utilisation of Chowdhery et al. 2022 (PaLM, Sec. 4.1); with full recomputation the
+GPU executes 8/6 as many FLOPs at that rate (Korthikanti et al., MLSys 2023, Sec. 6.3, call the rate
+on executed FLOPs the hardware FLOPs utilisation). The default, 0.4, sits in the range large
+runs publish: 38-43 % for Llama 3 405B on H100 (arXiv:2407.21783, Table 4), 46.2 % for PaLM
+540B. The optimizer step's own compute is left out (it reads each parameter once, against the
+thousands of FLOPs each parameter costs per sequence).
+
+**Communication.** Each slot of the schedule (:data:`zerolib.core.step.traffic.GROUP_SLOTS`)
+takes calls x ring latency + bytes sent / bus bandwidth, on the ring it uses. **One ring model**
+times every collective of the package, data parallelism alone or beside tensor and pipeline
+parallelism: a ring over ``size`` GPUs whose ranks are ``stride`` apart (ranks fill nodes in
+order, :func:`zerolib.core.step.collectives.ring_timing`) with ``per_node`` of them on a node
+stays inside one node when size x stride <= K GPUs per node and runs at the intra-node link's
+rate; otherwise it leaves each node through the node's ports, shared by the K / per_node rings
+that leave it at once: bus bandwidth min(intra-node rate, ports x port rate x per_node / K). A
+shard group of G <= K GPUs sits in a node; the all-reduce across its replicas (ranks G apart)
+shares the ports min(G, K) ways; with tensor parallelism t every data-parallel ring's ranks are t
+times further apart. Latency is NCCL's base plus a hop per ring step, the network's for the
+steps that cross nodes (:func:`zerolib.core.catalogue.nodes.spanning_latency`). With a single link
+(no nodes) every ring runs on it alike. A point-to-point message (a pipeline's) pays the base
+latency, one hop, and its bytes at the link's rate (across nodes, each GPU's share of its node's
+ports). Collectives share one network and run one after another.
+
+**Offload** adds each phase's host transfers (:mod:`zerolib.core.step.offload_traffic`) to that
+phase's communication, after its collectives (the GPU's PCIe path also carries the network's
+traffic on most servers): the gradient copies hide behind the backward pass, the parameter
+fetches behind the pass that needs them, the after-step copies and NVMe reads and writes hide
+behind nothing.
+
+**Overlap** (the stated assumption). A collective can run while the GPU computes something that
+does not need its result:
+
+- the stage-3 all-gathers of the forward pass overlap the forward compute (each layer's
+  gather is issued ahead of it, **prefetched**, while the layer before computes);
+- the gradient all-reduce (stage 0), the gradient reduce-scatters (stages 1-3), the stage-3
+  backward all-gathers, the all-reduce across a shard group's replicas and qgZ's all-to-alls
+  overlap the backward compute (gradients are reduced bucket by bucket
+  as the backward pass produces them; the next layer's parameters are prefetched);
+- the stage 1-2 all-gather of the updated parameters runs after the optimizer step and before
+  the next forward pass, which needs them: it overlaps nothing (DeepSpeed's behaviour; engines
+  that start the next forward on the first gathered bucket hide part of it, not modelled).
+
+Within a phase, communication hides behind compute up to the compute's length and the rest is
+exposed: ``exposed = max(0, forward comm - forward compute) + max(0, backward comm - backward
+compute) + after-step comm``; step time = compute + exposed; the **network-wait fraction** is
+exposed / step time. The tails are left out: the first layer's gather has no compute before it
+to hide behind, and the last bucket's reduction none after it.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+
+from zerolib.core.catalogue.devices import Device, get_device
+from zerolib.core.catalogue.links import BASE_LATENCY, Link
+from zerolib.core.catalogue.nodes import Interconnect, interconnect
+from zerolib.core.inputs import check_flag, check_positive_int
+from zerolib.core.step.collectives import across_bandwidth, ring_timing
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HostTraffic
+from zerolib.core.step.traffic import GROUP_SLOTS, STEP_PHASES, Traffic
+
+FORWARD_FLOPS = 2          # per parameter and token
+BACKWARD_FLOPS = 4
+RECOMPUTE_FLOPS = 2        # full recomputation: the forward again, inside the backward
+DEFAULT_MFU = 0.4
+# Lowest utilisation accepted: 0.1 %. Far below any real run, and high enough that every time
+# derived from it stays finite (10**15 parameters x 2**40 tokens x 8 FLOPs at 0.1 % of the
+# slowest catalogued GPU is about 10**17 s; 1e-320 would overflow float64 to infinity).
+MIN_MFU = 0.001
+DEFAULT_TOKENS_PER_GPU = 4096
+MAX_TOKENS_PER_GPU = 2**40  # tokens one GPU processes in one step
+
+
+def check_mfu(value, name: str = "mfu") -> float:
+    """A utilisation: a number above 0 and at most 1, and at least :data:`MIN_MFU`."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.floating)):
+        raise TypeError(f"{name} must be a number above 0 and at most 1, got {value!r}")
+    if not math.isfinite(value) or not 0 < value <= 1:
+        raise ValueError(f"{name} must be a number above 0 and at most 1, got {value!r}")
+    if value < MIN_MFU:
+        raise ValueError(f"{name} must be at least {MIN_MFU:g} (0.1%), got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class ComputeSettings:
+    """How much each GPU computes per step and how fast."""
+
+    tokens_per_gpu: int = DEFAULT_TOKENS_PER_GPU   # tokens one GPU processes per step
+    mfu: float = DEFAULT_MFU                       # fraction of the device's peak reached
+    full_recompute: bool = False                   # 8 instead of 6 FLOPs per parameter and token
+
+    def __post_init__(self):
+        check_positive_int(self.tokens_per_gpu, "tokens_per_gpu", MAX_TOKENS_PER_GPU)
+        object.__setattr__(self, "mfu", check_mfu(self.mfu))
+        check_flag(self.full_recompute, "full_recompute")
+
+    def __deepcopy__(self, memo) -> ComputeSettings:
+        return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
+
+    @property
+    def flops_per_param_token(self) -> int:
+        return FORWARD_FLOPS + BACKWARD_FLOPS + (RECOMPUTE_FLOPS if self.full_recompute else 0)
+
+    def as_dict(self) -> dict:
+        return {"tokens_per_gpu": self.tokens_per_gpu, "mfu": self.mfu,
+                "full_recompute": self.full_recompute,
+                "flops_per_param_token": self.flops_per_param_token}
+
+
+DEFAULT_COMPUTE = ComputeSettings()
+
+
+def _rate(device: Device, settings: ComputeSettings) -> float:
+    if not device.peak_flops:
+        raise ValueError(f"device {device.name} has no peak FLOP/s in the catalogue")
+    return device.peak_flops * settings.mfu
+
+
+def compute_seconds(params, device: str | Device, settings: ComputeSettings = DEFAULT_COMPUTE):
+    """(forward, backward) compute seconds of one step on one GPU (float64, broadcast over
+    ``params``): FLOPs per parameter and token x parameters x tokens / (peak x mfu)."""
+    device = get_device(device)
+    if not isinstance(settings, ComputeSettings):
+        raise TypeError(f"settings must be a ComputeSettings, got {type(settings).__name__}")
+    work = np.asarray(params, dtype=np.float64) * settings.tokens_per_gpu / _rate(device, settings)
+    backward = BACKWARD_FLOPS + (RECOMPUTE_FLOPS if settings.full_recompute else 0)
+    return FORWARD_FLOPS * work, backward * work
+
+
+# --- timing on the links: a schedule on its rings, a pipeline message -----------------------------
+
+def send_seconds(ic: Interconnect, message_bytes, crosses_nodes) -> np.ndarray:
+    """Seconds of one point-to-point message between pipeline stages: NCCL's base latency and
+    one hop of the link it takes, plus the bytes at that link's rate (across nodes: each GPU's
+    share of its node's ports)."""
+    message = np.asarray(message_bytes, dtype=np.float64)
+    crosses = np.asarray(crosses_nodes, dtype=bool) & (ic.network is not None)
+    inside = BASE_LATENCY + ic.intra.hop_latency + message / ic.intra.bandwidth
+    if ic.network is None:
+        return np.broadcast_to(inside, np.broadcast(inside, crosses).shape).copy()
+    across = (BASE_LATENCY + ic.network.hop_latency
+              + message / across_bandwidth(ic, np.ones_like(message)))
+    return np.where(crosses, across, inside)
+
+
+def schedule_seconds(traffic: Traffic, ic: Interconnect, spacing=1, calls=None
+                     ) -> tuple[Mapping[str, np.ndarray], Mapping[str, np.ndarray]]:
+    """(seconds, bus bandwidth) of each slot of ``traffic`` on the ring it uses, its ranks
+    ``spacing`` times further apart than the traffic's own (tensor parallelism's t), with
+    ``calls`` per slot in place of the traffic's where given. A slot no setting uses costs 0."""
+    seconds, bandwidth = {}, {}
+    for slot in GROUP_SLOTS:
+        name = slot.name
+        count = traffic.calls[name] if calls is None else calls[name]
+        latency, bandwidth[name] = ring_timing(ic, slot.kind, traffic.ring_gpus[name],
+                                               traffic.ring_stride[name] * spacing)
+        seconds[name] = (np.asarray(count, dtype=np.float64) * latency
+                         + np.asarray(traffic.sent[name], dtype=np.float64) / bandwidth[name])
+    return MappingProxyType(seconds), MappingProxyType(bandwidth)
+
+
+# --- the step ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds of one step per setting (float64 arrays broadcast like the traffic).
+
+    ``compute`` and ``exposed`` are None when no device was given (no compute time).
+    """
+
+    slot_seconds: Mapping[str, np.ndarray] = field(repr=False)
+    slot_bandwidth: Mapping[str, np.ndarray] = field(repr=False)
+    host: Mapping[str, np.ndarray] = field(repr=False)                # per phase
+    compute: Mapping[str, np.ndarray] | None = field(repr=False)      # forward, backward
+    exposed: Mapping[str, np.ndarray] | None = field(repr=False)      # per phase of STEP_PHASES
+
+    @property
+    def communication_seconds(self) -> np.ndarray:
+        """All collectives back to back (what the step would take without any overlap, minus
+        the compute; host transfers not included)."""
+        return sum(self.slot_seconds.values())
+
+    @property
+    def host_seconds(self) -> np.ndarray:
+        """All host transfers of the step (PCIe copies and NVMe)."""
+        return sum(self.host.values())
+
+    def kind_seconds(self, kind: str) -> np.ndarray:
+        return sum(self.slot_seconds[s.name] for s in GROUP_SLOTS if s.kind == kind)
+
+    def phase_communication(self, phase: str) -> np.ndarray:
+        return sum(self.slot_seconds[s.name] for s in GROUP_SLOTS if s.phase == phase)
+
+    @property
+    def compute_seconds(self) -> np.ndarray | None:
+        return None if self.compute is None else self.compute["forward"] + self.compute["backward"]
+
+    @property
+    def exposed_seconds(self) -> np.ndarray | None:
+        return None if self.exposed is None else sum(self.exposed.values())
+
+    @property
+    def step_seconds(self) -> np.ndarray | None:
+        return None if self.compute is None else self.compute_seconds + self.exposed_seconds
+
+    @property
+    def network_wait_fraction(self) -> np.ndarray | None:
+        return None if self.compute is None else self.exposed_seconds / self.step_seconds
+
+
+def _check_node(traffic: Traffic, ic: Interconnect) -> None:
+    # A shard group's validity depends on where the nodes fall: the traffic's must be these.
+    if traffic.grouped and ic.gpus_per_node not in (None, traffic.gpus_per_node):
+        raise ValueError(f"the traffic was placed on nodes of {traffic.gpus_per_node} GPUs, the "
+                         f"interconnect {ic.name} has {ic.gpus_per_node} per node: give "
+                         "group_traffic the interconnect's gpus_per_node")
+
+
+def step_time(traffic: Traffic, link: str | Interconnect, device: str | Device | None = None,
+              compute: ComputeSettings = DEFAULT_COMPUTE, host: HostTraffic | None = None,
+              host_link: str | Link = DEFAULT_HOST_LINK,
+              nvme_link: str | Link | None = None) -> StepTime:
+    """Seconds of each collective on its ring, the host transfers, the compute (with a device)
+    and what is exposed (see the module doc for the overlap assumption)."""
+    if not isinstance(traffic, Traffic):
+        raise TypeError(f"traffic must be a Traffic, got {type(traffic).__name__}")
+    ic = interconnect(link)
+    _check_node(traffic, ic)
+    seconds, bandwidth = schedule_seconds(traffic, ic)
+    zero = np.zeros(traffic.gpus.shape)
+    host_time = (dict.fromkeys(STEP_PHASES, zero) if host is None
+                 else dict(host.seconds(host_link, nvme_link)))
+    compute_by_phase = exposed = None
+    if device is not None:
+        if not isinstance(compute, ComputeSettings):
+            raise TypeError(f"compute must be a ComputeSettings, got {type(compute).__name__}")
+        forward, backward = compute_seconds(traffic.params, get_device(device), compute)
+        compute_by_phase = MappingProxyType({"forward": forward, "backward": backward})
+        phase = {p: sum(seconds[s.name] for s in GROUP_SLOTS if s.phase == p) + host_time[p]
+                 for p in STEP_PHASES}
+        exposed = MappingProxyType({"forward": np.maximum(phase["forward"] - forward, 0.0),
+                                    "backward": np.maximum(phase["backward"] - backward, 0.0),
+                                    "after_step": phase["after_step"]})
+    return StepTime(seconds, bandwidth, MappingProxyType(host_time), compute_by_phase, exposed)
+
+
+# The name the shard-group chapter calls it by: the same function.
+group_step_time = step_time

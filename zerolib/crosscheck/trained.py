@@ -1,0 +1,267 @@
+"""Configurations that really trained (``data/trained_configurations.csv``), judged by zerolib.
+
+Each row is a published run: its model, GPUs, device, tensor/pipeline/data parallel degrees,
+virtual pipeline chunks, micro-batch and global batch, sequence, recomputation, sequence
+parallelism, engine and ZeRO stage, and what the source reports (throughput, memory).
+``data/trained_configurations.md`` cites each row and says which columns were assumed.
+
+The models are presets of :mod:`zerolib.core.catalogue.models` or, for architectures no preset
+holds, a :class:`TransformerConfig` built here from the paper's stated hyperparameters
+(:data:`ARCHITECTURES`). Three questions per row:
+
+- :func:`judge`: the peak per GPU under the row's settings, exactly as ``zerolib estimate``
+  computes it (:func:`zerolib.core.estimate.estimate_model`), against the device's capacity;
+- :func:`planner_check`: whether :func:`zerolib.core.planner.plan` lists the row's configuration
+  among those that fit, and at which rank, for a given set of virtual chunks;
+- :func:`throughput`: the step time the planner predicts for that configuration at a stated
+  kernel efficiency (``mfu``), turned into the unit the source reports, and the ratio.
+
+Context and expert parallelism are not modelled; every row here has both at 1.
+"""
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from types import MappingProxyType
+
+import pandas as pd
+
+from zerolib.core.catalogue.devices import get_device
+from zerolib.core.catalogue.models import MODELS, TransformerConfig, parameter_count
+from zerolib.core.estimate import estimate_model
+from zerolib.core.memory.accounting import get_layout
+from zerolib.core.memory.working_set import WorkingSetSettings
+from zerolib.core.planner import plan
+from zerolib.crosscheck.korthikanti import gpt
+from zerolib.paths import data_file
+
+CSV_NAME = "trained_configurations.csv"
+# BLOOM-176B (BigScience, arXiv 2211.05100; train/tr11-176B-ml/tr11-176B-ml.slurm): NHIDDEN
+# 14336, NLAYERS 70, NHEADS 112, SEQ_LEN 2048, --pad-vocab-size-to 250880; a Megatron GPT block
+# (LayerNorm with biases, fused QKV, GeLU MLP of 4h, tied embeddings). ALiBi has no parameters,
+# as rotary has none, so "rotary" stands for it; the extra LayerNorm on the embeddings
+# (--embed-layernorm, 2 x 14336 elements) is not expressible and is left out.
+BLOOM = TransformerConfig(
+    "bloom-176b", hidden=14336, layers=70, heads=112, kv_heads=112, ffn_hidden=4 * 14336,
+    vocab=250_880, max_positions=2048, tied_embeddings=True, gated_mlp=False, norm="layernorm",
+    position_embedding="rotary", qkv_bias=True, output_bias=True, mlp_bias=True, fused_qkv=True,
+    dropout=True,
+    source="BigScience tr11-176B-ml.slurm (bigscience-workshop/bigscience) and the BLOOM paper "
+           "(arXiv 2211.05100): 176,247M parameters")
+
+# Narayanan et al. 2021 (arXiv 2104.04473) Table 1: (billions as printed, heads, hidden size,
+# layers); "All models use a vocabulary size of 51,200 and a sequence length of 2048" (the
+# Megatron-LM README), the same Megatron GPT block as Korthikanti et al.'s.
+NARAYANAN_TABLE1 = (("1.7", 24, 2304, 24), ("3.6", 32, 3072, 30), ("7.5", 32, 4096, 36),
+                    ("18.4", 48, 6144, 40), ("39.1", 64, 8192, 48), ("76.1", 80, 10240, 60),
+                    ("145.6", 96, 12288, 80), ("310.1", 128, 16384, 96),
+                    ("529.6", 128, 20480, 105), ("1008", 160, 25600, 128))
+
+
+def _narayanan(billions: str, heads: int, hidden: int, layers: int) -> TransformerConfig:
+    return replace(gpt(f"narayanan-{billions}b", heads, hidden, layers),
+                   source=f"Narayanan et al. 2021 (arXiv 2104.04473) Table 1, {billions}B row; "
+                          f"s = 2048, v = 51,200")
+
+
+ARCHITECTURES: Mapping[str, TransformerConfig] = MappingProxyType({
+    **{f"narayanan-{row[0]}b": _narayanan(*row) for row in NARAYANAN_TABLE1},
+    # Korthikanti et al. Table 3 (the same models as zerolib.crosscheck.korthikanti.RUNS).
+    "korthikanti-22b": gpt("22B", 64, 6144, 48),
+    "korthikanti-175b": gpt("175B", 96, 12288, 96),
+    "korthikanti-530b": gpt("530B", 128, 20480, 105),
+    "korthikanti-1t": gpt("1T", 160, 25600, 128),
+    "bloom-176b": BLOOM,
+})
+# tflops_per_gpu: model FLOPs (6 per parameter and token); hardware_tflops_per_gpu: with the
+# recomputed forward pass counted too (8 under full recomputation), as Narayanan et al.'s Eq. 3.
+METRICS = ("mfu", "tflops_per_gpu", "hardware_tflops_per_gpu", "tokens_per_gpu_second")
+DEFAULT_MFU = 0.5    # the stated kernel efficiency of the throughput comparison
+TFLOPS = 10**12
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """One row of ``data/trained_configurations.csv`` (types as the columns say)."""
+
+    run: str
+    model: str
+    source: str
+    gpus: int
+    device: str
+    tensor_parallel: int
+    pipeline_parallel: int
+    data_parallel: int
+    context_parallel: int
+    expert_parallel: int
+    virtual_chunks: int
+    micro_batch: int
+    global_batch: int
+    seq_len: int
+    recompute: str
+    sequence_parallel: bool
+    flash_attention: bool
+    engine: str
+    zero_stage: int
+    layout: str                 # zerolib's layout: "mixed-adam", "bf16-fp32-grads", ...
+    published_metric: str
+    published_value: float
+    published_memory_gb: float | None
+    assumed: tuple[str, ...]
+
+    @property
+    def config(self) -> TransformerConfig:
+        return ARCHITECTURES[self.model] if self.model in ARCHITECTURES else MODELS[self.model]
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per step and pipeline."""
+        return self.global_batch // (self.data_parallel * self.micro_batch)
+
+    @property
+    def settings(self) -> WorkingSetSettings:
+        """The row's settings as zerolib's working set takes them."""
+        return WorkingSetSettings(
+            seq_len=self.seq_len, micro_batch=self.micro_batch, recompute=self.recompute,
+            flash_attention=self.flash_attention, tensor_parallel=self.tensor_parallel,
+            sequence_parallel=self.sequence_parallel, pipeline_parallel=self.pipeline_parallel,
+            pipeline_schedule="interleaved" if self.virtual_chunks > 1 else "1f1b",
+            pipeline_chunks=self.virtual_chunks, micro_batches=self.micro_batches)
+
+
+def _value(field, text: str):
+    if field.name == "assumed":
+        return tuple(name for name in text.split(";") if name)
+    if field.name == "published_memory_gb":
+        return float(text) if text else None
+    if field.type == "int":
+        return int(text)
+    if field.type == "float":
+        return float(text)
+    if field.type == "bool":
+        if text not in ("True", "False"):
+            raise ValueError(f"{field.name} must be True or False, got {text!r}")
+        return text == "True"
+    return text
+
+
+def _checked(run: TrainedRun) -> TrainedRun:
+    if run.model not in ARCHITECTURES and run.model not in MODELS:
+        raise ValueError(f"model must be a preset or one of {', '.join(ARCHITECTURES)}, "
+                         f"got {run.model!r} (row {run.run})")
+    if run.context_parallel != 1 or run.expert_parallel != 1:
+        # zerolib's working set does not split sequences or experts over GPUs: such a row
+        # could not be judged under the settings its source states.
+        raise ValueError(f"context_parallel and expert_parallel must be 1 (not modelled), got "
+                         f"{run.context_parallel} and {run.expert_parallel} (row {run.run})")
+    t, p, d = run.tensor_parallel, run.pipeline_parallel, run.data_parallel
+    if t * p * d * run.context_parallel != run.gpus:
+        raise ValueError(f"gpus ({run.gpus}) must equal tensor x pipeline x data x context "
+                         f"parallel ({t} x {p} x {d} x {run.context_parallel}) (row {run.run})")
+    if run.global_batch % (d * run.micro_batch):
+        raise ValueError(f"global_batch ({run.global_batch}) must be a multiple of data_parallel x "
+                         f"micro_batch ({d} x {run.micro_batch}) (row {run.run})")
+    if run.published_metric not in METRICS:
+        raise ValueError(f"published_metric must be one of {', '.join(METRICS)}, got "
+                         f"{run.published_metric!r} (row {run.run})")
+    unknown = set(run.assumed) - {f.name for f in fields(TrainedRun)}
+    if unknown:
+        raise ValueError(f"assumed must name columns, got {sorted(unknown)} (row {run.run})")
+    get_device(run.device)
+    get_layout(run.layout)
+    return run
+
+
+def load(data_dir=None) -> tuple[TrainedRun, ...]:
+    """Every row of ``trained_configurations.csv`` in ``data_dir`` (None: the repository's)."""
+    path = data_file(data_dir, CSV_NAME, "the published training configurations")
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    return tuple(_checked(TrainedRun(**{f.name: _value(f, row[f.name]) for f in fields(TrainedRun)}))
+                 for row in rows)
+
+
+def judge(run: TrainedRun) -> dict:
+    """The peak per GPU of ``run`` under its own settings and ZeRO stage (bytes), the device's
+    capacity, whether it fits, the headroom and the working-set terms."""
+    result = estimate_model(run.config, run.gpus, run.settings, layout=run.layout,
+                            device=run.device, stages=(run.zero_stage,))
+    row = result.stages[0]
+    capacity = get_device(run.device).capacity
+    return {"run": run.run, "parameters": parameter_count(run.config),
+            "persistent": row["total"], "working_set": dict(row["working_set"]),
+            "peak": row["peak"], "capacity": capacity, "fits": row["fits"],
+            "headroom": capacity - row["peak"], "pipeline_stage": row["pipeline_stage"]}
+
+
+def planner_check(run: TrainedRun, chunks=(1, 2), mfu: float = DEFAULT_MFU) -> dict:
+    """Whether the planner's search over ``chunks`` covers the row's schedule, and if so the
+    row's configuration in the plan: found among the runnable ones, fits, its rank among the
+    fitting ones (1 = fastest) and step seconds. The search keeps the row's recomputation,
+    sequence parallelism, stage and no offload, and varies t, p, d and the micro-batch."""
+    covered = run.virtual_chunks in chunks
+    out = {"run": run.run, "covered": covered, "found": False, "fits": False, "rank": 0,
+           "fitting": 0, "step_seconds": None}
+    if not covered:
+        return out
+    result = plan(run.config, run.gpus, 8, run.device, run.seq_len, run.global_batch,
+                  layout=run.layout, mfu=mfu, stages=(run.zero_stage,), recompute=(run.recompute,),
+                  sequence_parallel=(run.sequence_parallel,), chunks=tuple(chunks),
+                  offload=("none",), shard_groups="whole",
+                  max_micro_batch=max(8, run.micro_batch),
+                  working_set=WorkingSetSettings(flash_attention=run.flash_attention))
+    valid = result.valid
+    match = valid[(valid["tensor_parallel"] == run.tensor_parallel)
+                  & (valid["pipeline_parallel"] == run.pipeline_parallel)
+                  & (valid["data_parallel"] == run.data_parallel)
+                  & (valid["chunks"] == run.virtual_chunks)
+                  & (valid["micro_batch"] == run.micro_batch)]
+    out["fitting"] = int(valid["fits"].sum())
+    if len(match):
+        first = match.iloc[0]
+        out.update(found=True, fits=bool(first["fits"]), rank=int(first["rank"]),
+                   step_seconds=float(first["step_seconds"]),
+                   peak=int(first["peak_bytes"]))
+    return out
+
+
+def throughput(run: TrainedRun, mfu: float = DEFAULT_MFU) -> dict:
+    """zerolib's predicted step seconds for the row's configuration (the planner's step model at
+    ``mfu``), in the unit the source reports, and published / predicted. The model FLOPs of a
+    step are 6 x parameters x tokens; hardware FLOPs 8 x with full recomputation (as the step
+    model counts them)."""
+    check = planner_check(run, chunks=tuple(sorted({1, 2, run.virtual_chunks})), mfu=mfu)
+    seconds = check["step_seconds"]
+    tokens = run.global_batch * run.seq_len
+    per_gpu_tokens = tokens / seconds / run.gpus
+    model_flops = 6 * parameter_count(run.config) * tokens / seconds / run.gpus
+    hardware_flops = model_flops * (8 if run.recompute == "full" else 6) / 6
+    peak = get_device(run.device).peak_flops
+    predicted = {"mfu": model_flops / peak, "tflops_per_gpu": model_flops / TFLOPS,
+                 "hardware_tflops_per_gpu": hardware_flops / TFLOPS,
+                 "tokens_per_gpu_second": per_gpu_tokens}[run.published_metric]
+    return {"run": run.run, "mfu": mfu, "step_seconds": seconds,
+            "metric": run.published_metric, "published": run.published_value,
+            "predicted": predicted, "ratio": run.published_value / predicted}
+
+
+def summary(runs=None, mfu: float = DEFAULT_MFU) -> pd.DataFrame:
+    """One row per run: the verdict, the planner's answer and the throughput ratio, as
+    ``data/trained_configurations.md`` tabulates them (peaks in bytes)."""
+    rows = []
+    for run in load() if runs is None else runs:
+        verdict, check = judge(run), planner_check(run)
+        with_chunks = planner_check(run, chunks=tuple(sorted({1, 2, run.virtual_chunks})), mfu=mfu)
+        speed = throughput(run, mfu)
+        rows.append({"run": run.run, "parameters": verdict["parameters"], "peak": verdict["peak"],
+                     "headroom": verdict["headroom"],
+                     "activations": verdict["working_set"]["activations"],
+                     "persistent": verdict["persistent"], "fits": verdict["fits"],
+                     "default_chunks_cover": check["covered"], "rank": with_chunks["rank"],
+                     "fitting": with_chunks["fitting"], "step_seconds": speed["step_seconds"],
+                     "published": speed["published"], "predicted": speed["predicted"],
+                     "ratio": speed["ratio"]})
+    frame = pd.DataFrame(rows)
+    frame.attrs.update(mfu=mfu)
+    return frame
