@@ -3,8 +3,8 @@ change of the capacity reading reaches every caption, table and plan that judges
 import pytest
 
 from zerolib.chapter import explorers
-from zerolib.core.memory.accounting import STAGES
 from zerolib.core.catalogue.devices import device_at
+from zerolib.core.memory.accounting import STAGES
 from zerolib.core.memory.working_set import fewest_gpus_for_peak, largest_micro_batch
 
 
