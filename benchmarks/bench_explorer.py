@@ -2,9 +2,10 @@
 
 What ``interact`` does on every change is build a new figure from scratch and render it. The
 explorers instead update the artists of one figure in place and re-render it (re-using the
-pixels of unchanged title and legend blocks). Both sides here draw the same figure at the same
-DPI with the same PNG encoder, from the same sequence of settings, measured alternately in one
-run so that machine noise hits both; the figures are medians.
+pixels of titles, legends, axis and tick labels whose drawing calls and background are those of
+an earlier draw). Both sides here draw the same figure at the same DPI with the same PNG
+encoder, from the same sequence of settings, measured alternately in one run so that machine
+noise hits both; the figures are medians.
 """
 from __future__ import annotations
 

@@ -3,8 +3,9 @@
 A file is written to a temporary file in its own folder, flushed to disk, given the mode of the
 file it replaces (0o644 for a new one), then renamed over the target, so a reader sees the old
 bytes or the new ones, never a mixture. Temporary files are named ``.<name>.<random>.zerolib-tmp``:
-a run killed mid-write can leave one behind, and the next write of the same file removes it
-(:func:`stale_temporaries` lists them, for the ``--check`` commands).
+a run killed mid-write can leave one behind, and the next write of the same file removes it,
+whether its bytes change or not (:func:`stale_temporaries` lists them, for the ``--check``
+commands; :func:`remove_stale_temporaries` clears a folder a writer owns).
 
 :func:`write_files` writes a set of files all-or-nothing as far as a rename allows: every
 temporary file is written first, then all are renamed in a row, so a kill during the slow part
@@ -36,6 +37,18 @@ def stale_temporaries(folder: str | os.PathLike, recursive: bool = True) -> list
         return []
     pattern = f".*{TEMP_SUFFIX}"
     return sorted(folder.rglob(pattern) if recursive else folder.glob(pattern))
+
+
+def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files interrupted writes left in ``folder`` (not below it).
+
+    For a writer that owns the folder, after its own writes: what its ``--check`` reports there
+    is then gone, changed files or not. Returns the paths removed.
+    """
+    removed = stale_temporaries(folder, recursive=False)
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
 
 
 def _write_temporary(path: Path, content: bytes) -> Path:

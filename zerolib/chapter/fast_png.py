@@ -1,29 +1,35 @@
 """Fast repeated rendering of one figure to PNG, for the explorers' redraws.
 
-See :class:`IncrementalPng` for what it re-uses, what its cache key covers and when it could
-serve stale pixels.
+See :class:`IncrementalPng` for what it re-uses and why the pixels it gives are those of a full
+draw.
 """
 from __future__ import annotations
 
+import enum
 import math
 import struct
 import zlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import partial
 
+import matplotlib
 import numpy as np
+from matplotlib.backend_bases import GraphicsContextBase
+from matplotlib.backends.backend_agg import RendererAgg
 from matplotlib.figure import Figure
-from matplotlib.transforms import Bbox
+from matplotlib.font_manager import FontProperties, findfont
+from matplotlib.path import Path
+from matplotlib.text import Text
+from matplotlib.transforms import BboxBase, Transform, TransformedPath
 
 from zerolib.chapter.style import style
 
-
-def _text_key(text) -> tuple:
-    return (text.get_text(), tuple(text.get_position()), text.get_color(), text.get_fontsize(),
-            text.get_fontweight(), text.get_rotation(), text.get_visible())
-
-
-def _block_key(artist) -> tuple:
-    texts = artist.get_texts() if hasattr(artist, "get_texts") else [artist]
-    return tuple(_text_key(t) for t in texts)
+# The settings a text or path's rasterisation reads from rcParams at draw time.
+RC_PREFIXES = ("agg.", "font.", "mathtext.", "path.", "text.")
+MARGIN = 2   # pixels around a block's extent, for antialiasing
+RING = 12    # pixels around the extent; a block drawing in RING but outside MARGIN is not kept
+KEPT = 512   # drawings kept, the least recently used dropped first
 
 
 def text_blocks(artists) -> list:
@@ -32,97 +38,217 @@ def text_blocks(artists) -> list:
     return [artists.title, artists.subtitle, artists.legend, ax.xaxis.label, ax.yaxis.label]
 
 
+class _Uncacheable(Exception):
+    """A block drew through something the recorder cannot compare: draw it afresh every time."""
+
+
+def _plain(value):
+    """``value`` as nested tuples of plain values, equal exactly when what the renderer draws
+    from it is equal; raises :class:`_Uncacheable` for anything else."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    if isinstance(value, enum.Enum):
+        return (type(value).__name__, value.value)
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (tuple, list)):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _plain(v)) for k, v in sorted(value.items()))
+    if isinstance(value, Path):
+        return ("path", _plain(value.vertices), _plain(value.codes), value._interpolation_steps,
+                value.should_simplify, value.simplify_threshold)
+    if isinstance(value, TransformedPath):
+        return ("transformed path", _plain(value.get_fully_transformed_path()))
+    if isinstance(value, BboxBase):
+        return ("bbox", _plain(value.get_points()))
+    if isinstance(value, Transform):
+        if not value.is_affine:
+            raise _Uncacheable(type(value).__name__)
+        return ("affine", _plain(value.get_matrix()))
+    if isinstance(value, GraphicsContextBase):
+        return ("gc", _plain(vars(value)))
+    if isinstance(value, FontProperties):
+        return ("font", tuple(value.get_family()), value.get_style(), value.get_variant(),
+                value.get_weight(), value.get_stretch(), value.get_size_in_points(),
+                value.get_file(), value.get_math_fontfamily(), findfont(value))
+    if isinstance(value, Text):
+        # Agg's draw_text reads only these two of the text it is handed (matplotlib 3.11).
+        return ("mtext", _plain(value.get_fontfeatures()), value.get_language())
+    raise _Uncacheable(type(value).__name__)
+
+
+def _rc_key() -> tuple:
+    # dict.items reads the stored values (indexing rcParams["backend"] would import pyplot).
+    return tuple((k, _plain(v)) for k, v in sorted(dict.items(matplotlib.rcParams))
+                 if k.startswith(RC_PREFIXES))
+
+
+class _Recorder:
+    """Stands in for the Agg renderer while one block draws: keeps every drawing call as plain
+    values, and passes it on to the real renderer only when ``forward`` is set.
+
+    Measuring (text extents, point sizes, new graphics contexts) goes to the real renderer;
+    anything else a block might ask of it raises :class:`_Uncacheable`.
+    """
+
+    READS = frozenset({"points_to_pixels", "get_text_width_height_descent", "new_gc", "flipy",
+                       "get_canvas_width_height", "open_group", "close_group", "dpi", "width",
+                       "height", "option_image_nocomposite", "option_scale_image",
+                       "get_image_magnification", "get_texmanager", "mathtext_parser",
+                       "_text2path", "_raster_depth", "_rasterizing"})
+
+    def __init__(self, renderer: RendererAgg):
+        self.renderer = renderer
+        self.calls: list = []
+        self.forward = False
+
+    def __getattr__(self, name):
+        if name.startswith("draw_"):
+            return partial(self._draw, name)
+        if name in self.READS or not hasattr(self.renderer, name):
+            return getattr(self.renderer, name)   # what Agg lacks stays missing (hasattr)
+        raise _Uncacheable(name)
+
+    def _draw(self, name, *args, **kwargs):
+        # Recorded before drawing: a graphics context may change after the call.
+        self.calls.append((name, _plain(args), _plain(kwargs)))
+        if self.forward:
+            return getattr(self.renderer, name)(*args, **kwargs)
+        return None
+
+
+@dataclass(frozen=True)
+class _Kept:
+    region: tuple       # (row slice, column slice) of the canvas the drawing calls drew into
+    under: np.ndarray   # that region's pixels just before they drew
+    over: np.ndarray    # and just after
+
+
+def tick_labels(figure: Figure) -> list:
+    """Every tick label the axes of ``figure`` hold now (matplotlib re-uses them between draws)."""
+    labels = []
+    for ax in figure.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            for tick in [*axis.majorTicks, *axis.minorTicks]:
+                labels += [tick.label1, tick.label2]
+    return labels
+
+
 class IncrementalPng:
-    """Render one figure to PNG again and again, re-drawing slow text blocks only when they change.
+    """Render one figure to PNG again and again, re-using the pixels of texts drawn before.
 
     Text is what costs most in an Agg draw (matplotlib lays out and rasterises every glyph on
-    every draw), and the title, subtitle, legend and axis labels change far less often than the
-    data. This renderer keeps the pixels of those ``blocks`` (all outside the axes) from the last
-    draw that showed them. When a block's key is unchanged, the figure is drawn without it and
-    the kept pixels are pasted back: the same pixels a full draw gives. If anything drawn afresh
-    reaches into a kept block (checked after the draw), the figure is drawn again in full.
-    ``benchmarks/bench_fast_png.py`` times the cache and the encoder each on its own.
+    every draw), and most of it (titles, legends, axis and tick labels) draws the same as in
+    the last render. Every render is one full ``canvas.draw()`` in which each of the
+    ``blocks`` and every tick label draws, in its place in the drawing order, in one of two
+    ways:
 
-    The cache key of a block covers the figure's dpi and size in inches and, for every text of
-    the block (a legend's texts, or the text itself): its string, position, colour, font size,
-    font weight, rotation and visibility. Anything else that changes a block's pixels while all
-    of those stay the same would be served stale: a legend handle's line colour, marker or
-    width, a text's font family, alpha, alignment, transform or background box, or matplotlib
-    settings that differ between renders. The chapter's charts change none of these after the
-    first draw (a strategy keeps its colour and marker; labels change only by string and
-    colour), and the tests compare every explorer image with a full draw.
+    - by writing kept pixels into its region, when its drawing calls are ones kept before and
+      the pixels beneath are the kept pixels beneath;
+    - or afresh, with the real renderer, recording its calls as they pass; if it changed no
+      pixel farther than ``MARGIN`` from its extent (checked out to ``RING``), that region's
+      pixels just before and just after are kept under its calls.
+
+    A dry run through a recorder (no rasterising) gives the calls each time: every primitive
+    the Agg renderer would be handed (text, position, angle, font and its file, the graphics
+    context, paths and transforms), with the dpi, the canvas size and the rcParams that
+    rasterising reads. Agg's output in a region is a function of those calls and of the
+    region's pixels beneath, so a re-used block leaves exactly the pixels a fresh draw would,
+    and whatever draws after it (a data label over a title) draws onto the same pixels as in
+    a full draw. Nothing is keyed by hand on chosen properties; a block that draws through
+    anything the recorder cannot compare (a non-affine transform, a filter, rasterisation) is
+    drawn afresh every time. ``benchmarks/bench_fast_png.py`` times the cache and the encoder
+    each on its own; the explorers' property test compares random control sequences with full
+    renders byte for byte. With no ``blocks`` a render is a plain full draw.
     """
 
     def __init__(self, figure: Figure, blocks=(), compress_level: int = 1):
         self.figure = figure
-        self.blocks = list(blocks)
+        self.blocks = list(dict.fromkeys(blocks))     # each block once, in order
         self.compress_level = compress_level
-        self._kept: dict[int, tuple] = {}   # block index -> (key, pixel box, BufferRegion)
-        self.full_draws = 0
-
-    def _box(self, artist, renderer):
-        """Whole-pixel extent of ``artist`` with a 2-pixel margin, clipped to the canvas."""
-        box = artist.get_window_extent(renderer)
-        width, height = self.figure.canvas.get_width_height(physical=True)
-        return (max(math.floor(box.x0) - 2, 0), max(math.floor(box.y0) - 2, 0),
-                min(math.ceil(box.x1) + 2, width), min(math.ceil(box.y1) + 2, height))
-
-    @staticmethod
-    def _overlap(a, b) -> bool:
-        return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
-
-    def _key(self, block) -> tuple:
-        return (self.figure.dpi, tuple(self.figure.get_size_inches()), _block_key(block))
-
-    def _others(self, reuse):
-        """Everything drawn afresh that could reach outside the axes (unclipped texts)."""
-        others = [b for i, b in enumerate(self.blocks) if i not in reuse]
-        for ax in self.figure.axes:
-            texts = [*ax.texts, *ax.xaxis.get_ticklabels(), *ax.yaxis.get_ticklabels()]
-            others += [t for t in texts if t not in self.blocks and t.get_visible()
-                       and t.get_text() and not t.get_clip_on()]
-        return others
-
-    def _draw(self, reuse, renderer) -> bool:
-        """Draw all but the reused blocks; False if a fresh artist overlaps a reused block."""
-        hidden = [self.blocks[i] for i in reuse]
-        for artist in hidden:
-            artist.set_visible(False)
-        try:
-            self.figure.canvas.draw()
-        finally:
-            for artist in hidden:
-                artist.set_visible(True)
-        if not reuse:
-            return True
-        boxes = [self._box(a, renderer) for a in self._others(reuse)]
-        return not any(self._overlap(self._kept[i][1], b) for i in reuse for b in boxes)
+        self._kept: OrderedDict[tuple, _Kept] = OrderedDict()   # drawing calls -> pixels
+        self._recorder: _Recorder | None = None
+        self._rc: tuple | None = ()
+        self._reused = 0
+        self.full_draws = 0     # renders that re-used nothing
 
     def render(self) -> bytes:
         """PNG bytes of the figure as it is now."""
         return encode_png(self.draw(), self.compress_level)
 
     def draw(self) -> np.ndarray:
-        """The figure's pixels (RGBA) as they are now, re-using the unchanged text blocks."""
+        """The figure's pixels (RGBA) as they are now, re-using texts drawn before."""
         canvas = self.figure.canvas
         with style():
-            renderer = canvas.get_renderer()
-            reuse = {i for i, block in enumerate(self.blocks)
-                     if block.get_visible() and i in self._kept
-                     and self._kept[i][0] == self._key(block)}
-            if not self._draw(reuse, renderer):
-                reuse = set()
-                self._draw(reuse, renderer)
-            if not reuse:
+            try:
+                self._rc = _rc_key()
+            except _Uncacheable:      # e.g. path effects set in rcParams: draw everything afresh
+                self._rc = None
+            self._reused = 0
+            texts = list(dict.fromkeys([*self.blocks, *tick_labels(self.figure)])) if self.blocks else []
+            for text in texts:
+                # An instance attribute shadows the class's draw: the parent calls it in order.
+                text.draw = partial(self._draw_block, text)
+            try:
+                canvas.draw()
+            finally:
+                for text in texts:
+                    vars(text).pop("draw", None)
+            if not self._reused:
                 self.full_draws += 1
-            for i in sorted(reuse):
-                canvas.restore_region(self._kept[i][2])
-            for i, block in enumerate(self.blocks):
-                if i not in reuse and block.get_visible():
-                    box = self._box(block, renderer)
-                    self._kept[i] = (self._key(block), box,
-                                     canvas.copy_from_bbox(Bbox.from_extents(*box)))
             return np.asarray(canvas.buffer_rgba())
+
+    def _calls(self, block, renderer, forward: bool) -> tuple:
+        """What the block's pixels depend on besides those beneath it: its drawing calls."""
+        if self._recorder is None or self._recorder.renderer is not renderer:
+            self._recorder = _Recorder(renderer)   # one per renderer keeps text metrics cached
+        recorder = self._recorder
+        recorder.calls, recorder.forward = [], forward
+        type(block).draw(block, recorder)
+        return (self._rc, renderer.width, renderer.height, renderer.dpi, tuple(recorder.calls))
+
+    @staticmethod
+    def _window(block, renderer, margin: int) -> tuple:
+        """Rows and columns of the canvas within ``margin`` pixels of the block's extent."""
+        box = block.get_window_extent(renderer)
+        width, height = int(renderer.width), int(renderer.height)
+        x0, x1 = max(math.floor(box.x0) - margin, 0), min(math.ceil(box.x1) + margin, width)
+        y0, y1 = max(math.floor(box.y0) - margin, 0), min(math.ceil(box.y1) + margin, height)
+        return slice(height - max(y1, y0), height - y0), slice(x0, max(x1, x0))   # rows run down
+
+    def _draw_block(self, block, renderer):
+        draw = type(block).draw
+        if (self._rc is None or not isinstance(renderer, RendererAgg) or block.get_rasterized()
+                or block.get_agg_filter() is not None):
+            return draw(block, renderer)      # inside a recorded block, or not comparable
+        try:
+            key = self._calls(block, renderer, forward=False)
+        except _Uncacheable:
+            return draw(block, renderer)
+        if not key[-1]:
+            return None                       # it draws nothing (hidden, or an empty string)
+        pixels = np.asarray(renderer.buffer_rgba())
+        kept = self._kept.get(key)
+        if kept is not None and np.array_equal(pixels[kept.region], kept.under):
+            pixels[kept.region] = kept.over
+            self._kept.move_to_end(key)
+            self._reused += 1
+            return None
+        region, window = self._window(block, renderer, MARGIN), self._window(block, renderer, RING)
+        before = pixels[window].copy()
+        self._calls(block, renderer, forward=True)
+        # The region inside the window, and whether anything changed outside it.
+        inner = tuple(slice(r.start - w.start, r.stop - w.start) for r, w in zip(region, window))
+        outside = pixels[window].copy()
+        outside[inner] = before[inner]
+        if np.array_equal(outside, before):
+            self._kept[key] = _Kept(region, before[inner].copy(), pixels[region].copy())
+            while len(self._kept) > KEPT:
+                self._kept.popitem(last=False)
+        return None
 
 
 def encode_png(rgba: np.ndarray, compress_level: int = 1) -> bytes:

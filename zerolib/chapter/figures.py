@@ -17,7 +17,7 @@ from types import MappingProxyType
 import pandas as pd
 from matplotlib.figure import Figure
 
-from zerolib._io import stale_temporaries, write_files
+from zerolib._io import remove_stale_temporaries, stale_temporaries, write_files
 from zerolib.chapter.charts import gpu_count, model_size, step_timeline, tradeoff
 from zerolib.chapter.style import render_png, render_svg
 from zerolib.core.catalogue.devices import Device, capacity_text, get_device
@@ -38,6 +38,7 @@ STEP_TIMELINE = "step-timeline"
 MEMORY_VS_STEP_TIME = "memory-vs-step-time"
 VERSIONS_FILE = "figures/VERSIONS"
 DATA_README = "data/README.md"
+WRITTEN_FOLDERS = ("figures", "data")   # where the figures command writes, and checks for debris
 PNG_DPI = 150          # 1200 x 840 pixels for the GPU-count figure: sharp on a page
 
 # Data files that other commands write into data/, each described in its own Markdown file
@@ -408,9 +409,16 @@ def repo_root() -> Path:
 
 def write(files: dict[str, bytes], root: Path) -> list[tuple[str, str]]:
     """Write the files under ``root`` (all prepared, then renamed in a row); unchanged files
-    are left alone. Returns ``(relative path, "wrote" | "unchanged")`` per file."""
-    return [(relative, status) for relative, (_, status)
-            in zip(files, write_files(files, root))]
+    are left alone. Returns ``(relative path, "wrote" | "unchanged")`` per file.
+
+    Then every temporary file an interrupted write left in the folders :func:`check` looks
+    at is removed, changed files or not, so that the check's advice (run the command) holds.
+    """
+    report = [(relative, status) for relative, (_, status)
+              in zip(files, write_files(files, root))]
+    for folder in WRITTEN_FOLDERS:
+        remove_stale_temporaries(Path(root) / folder)
+    return report
 
 
 def _recorded_versions(root: Path) -> str | None:
@@ -439,7 +447,7 @@ def check(options: FigureOptions = DEFAULTS, root: Path | None = None,
                 continue  # the software record, and PNG files under other software
             elif committed.read_bytes() != fresh.read_bytes():
                 problems.append(f"stale: {relative}")
-    for folder in ("figures", "data"):
+    for folder in WRITTEN_FOLDERS:
         problems += [f"left over from an interrupted write: {path.relative_to(root)}"
                      for path in stale_temporaries(root / folder, recursive=False)]
     if not same_software and (root / VERSIONS_FILE).is_file():

@@ -135,6 +135,11 @@ def fix_axis_labels(ax):
     ax.yaxis.label.set_verticalalignment("bottom")
 
 
+def gpus_text(count: int, noun: str = "GPU") -> str:
+    """``'1 GPU'``, ``'2 GPUs'``, ``'1,024 GPUs'``: a count with its noun, singular only for one."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def make_titles(ax, title: str, subtitle: str):
     """A bold title above a one-line subtitle, left-aligned over the axes."""
     # The subtitle sits just above the axes; the title is padded to sit above the subtitle.

@@ -44,7 +44,7 @@ def run(args) -> int:
         DeadKernelError,
     )
 
-    from zerolib._io import stale_temporaries
+    from zerolib._io import remove_stale_temporaries, stale_temporaries
     from zerolib.publish import notebooks
 
     paths = notebooks.find_notebooks(args.names, args.dir)
@@ -69,6 +69,8 @@ def run(args) -> int:
             return 1
     if args.check:   # an interrupted run's temporary files, which a reader would not notice
         stale += stale_temporaries(paths[0].parent, recursive=False)
+    else:            # so that the advice below holds: a run clears what --check reports
+        remove_stale_temporaries(paths[0].parent)
     if stale:
         print(f"zerolib notebooks: {len(stale)} stale: {' '.join(_shown(p) for p in stale)} "
               f"(run `zerolib notebooks` to refresh)", file=sys.stderr)

@@ -18,7 +18,8 @@ A notebook is executed top to bottom in a fresh kernel of the current interprete
 Writes are atomic and happen only when the bytes change. The checks (``is_current``,
 ``zerolib notebooks --check``) compare what matters, :func:`substance`: cell sources, outputs and
 figures, the widget state, the metadata; not an editor's view state (collapsed outputs, scroll)
-nor the kernelspec's display name, which JupyterLab rewrites to whatever kernel it ran.
+nor the kernelspec's display name, which JupyterLab rewrites to whatever kernel it ran. An
+interrupted write's debris goes either way.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import nbformat
 
-from zerolib._io import atomic_write
+from zerolib._io import write_files
 from zerolib.paths import NOTEBOOK_DIR
 
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -253,13 +254,13 @@ def rerun(path: str | Path, timeout: int = 600) -> bytes:
 
 
 def refresh(path: str | Path, timeout: int = 600) -> bool:
-    """Re-execute ``path`` in place; True when its bytes changed (only then is it written)."""
+    """Re-execute ``path`` in place; True when its bytes changed (only then is it written).
+
+    Either way, temporary files an interrupted earlier write of ``path`` left are removed.
+    """
     path = Path(path)
-    data = rerun(path, timeout)
-    if path.read_bytes() == data:
-        return False
-    atomic_write(path, data)
-    return True
+    [(_, status)] = write_files({path.name: rerun(path, timeout)}, root=path.parent)
+    return status == "wrote"
 
 
 def same_substance(a: bytes, b: bytes) -> bool:

@@ -20,6 +20,7 @@ from zerolib.chapter.charts.will_it_fit import TOL_MUTED
 from zerolib.chapter.style import (
     add_axes,
     fix_axis_labels,
+    gpus_text,
     legend_below,
     make_titles,
     new_figure,
@@ -87,7 +88,7 @@ def draw_conventions(ax, table: pd.DataFrame, unit: str = "GB") -> ConventionArt
         legend = legend_below(ax, list(bars.values()), ncol=1)
         model, gpus = table.attrs["model"], table.attrs["gpus"]
         title, subtitle = make_titles(
-            ax, f"One setting, five conventions: {model.name} on {gpus} data-parallel GPUs",
+            ax, f"One setting, five conventions: {model.name} on {gpus_text(gpus, 'data-parallel GPU')}",
             "Each system's published arithmetic, reproduced by zerolib (bars only where a "
             "convention defines the stage)")
         fix_axis_labels(ax)

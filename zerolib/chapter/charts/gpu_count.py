@@ -15,6 +15,7 @@ from zerolib.chapter.charts.stage_lines import StageLineArtists, draw_stage_line
 from zerolib.chapter.charts.tidy import check_tidy, single_value, stages_of, totals_by_stage
 from zerolib.chapter.style import (
     add_axes,
+    gpus_text,
     layout_summary,
     new_figure,
     plain_number,
@@ -40,7 +41,7 @@ GpuCountArtists = StageLineArtists
 
 
 def _gpu_count_titles(params: int, gpus, layout) -> tuple[str, str]:
-    span = f"{gpus[0]:,} GPU" if len(gpus) == 1 else f"{gpus[0]:,} to {gpus[-1]:,} GPUs"
+    span = gpus_text(gpus[0]) if len(gpus) == 1 else f"{gpus[0]:,} to {gpus[-1]:,} GPUs"
     return (f"Per-GPU model state of a {format_count(params)}-parameter model on {span}",
             layout_summary(layout))
 

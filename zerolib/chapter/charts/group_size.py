@@ -21,6 +21,7 @@ from zerolib.chapter.charts.stage_lines import StageLineArtists, draw_stage_line
 from zerolib.chapter.charts.tidy import check_tidy, single_value, stages_of, totals_by_stage
 from zerolib.chapter.style import (
     add_axes,
+    gpus_text,
     layout_summary,
     new_figure,
     plain_number,
@@ -45,7 +46,7 @@ GroupSizeArtists = StageLineArtists
 
 
 def group_size_titles(params: int, gpus: int, layout) -> tuple[str, str]:
-    return (f"{params_words(params)} parameters on {gpus:,} GPUs: model state per GPU by shard group",
+    return (f"{params_words(params)} parameters on {gpus_text(gpus)}: model state per GPU by shard group",
             layout_summary(layout))
 
 

@@ -25,6 +25,7 @@ from zerolib.chapter.style import (
     STRATEGY_COLORS,
     STRATEGY_MARKERS,
     fix_axis_labels,
+    gpus_text,
     legend_below,
     make_titles,
     new_figure,
@@ -82,7 +83,7 @@ def _grid(table: pd.DataFrame, column: str) -> tuple[np.ndarray, dict]:
 def traffic_titles(attrs) -> tuple[str, str, str, str]:
     ic, compute = attrs["interconnect"], attrs["compute"]
     where = (ic.label if ic.gpus_per_node is None
-             else f"{ic.label}, {ic.gpus_per_node} GPUs per node: {ic.intra.name} inside, "
+             else f"{ic.label}, {gpus_text(ic.gpus_per_node)} per node: {ic.intra.name} inside, "
                   f"{ic.nics} x {ic.network.name} out")
     return ("Bytes leaving each node per step: the network's share",
             f"{where}",

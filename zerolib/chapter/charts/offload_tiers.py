@@ -29,6 +29,7 @@ from zerolib.chapter.style import (
     add_axes,
     device_label,
     fix_axis_labels,
+    gpus_text,
     ink,
     labels_clear_of_line,
     layout_summary,
@@ -86,9 +87,9 @@ def params_words(params: int) -> str:
 def offload_titles(table: pd.DataFrame) -> tuple[str, str]:
     a = table.attrs
     group = "" if a.get("shard_group") in (None, a["gpus"]) else f", shard group {a['shard_group']}"
-    return (f"Where the state of {params_words(a['params'])} parameters on {a['gpus']:,} GPUs "
+    return (f"Where the state of {params_words(a['params'])} parameters on {gpus_text(a['gpus'])} "
             f"lives{group}",
-            f"{layout_summary(a['layout'])}; per GPU, {a['gpus_on_node']} GPUs per node")
+            f"{layout_summary(a['layout'])}; per GPU, {gpus_text(a['gpus_on_node'])} per node")
 
 
 @dataclass(eq=False)

@@ -23,6 +23,7 @@ from zerolib.chapter.style import (
     STRATEGY_COLORS,
     add_axes,
     fix_axis_labels,
+    gpus_text,
     ink,
     legend_below,
     make_titles,
@@ -81,7 +82,7 @@ def step_timeline_titles(attrs: Mapping) -> tuple[str, str]:
     title = f"One training step of {name} on {attrs['gpus']:,} {device.label}: compute and collectives"
     where = ic.label
     if ic.gpus_per_node is not None:
-        where = (f"{ic.name} nodes: {ic.gpus_per_node} GPUs on {ic.intra.name} inside, "
+        where = (f"{ic.name} nodes: {gpus_text(ic.gpus_per_node)} on {ic.intra.name} inside, "
                  f"{ic.nics} {ic.network.name} port{'s' if ic.nics > 1 else ''} out")
     subtitle = (f"{where} · bus bandwidth {format_value(attrs['bus_bandwidth'] / GB)} GB/s per GPU\n"
                 f"{compute.tokens_per_gpu:,} tokens per GPU per step, "

@@ -24,6 +24,7 @@ from zerolib.chapter.style import (
     add_axes,
     device_label,
     fix_axis_labels,
+    gpus_text,
     legend_below,
     make_titles,
     new_figure,
@@ -50,7 +51,7 @@ def _check(frame) -> pd.DataFrame:
 def tradeoff_titles(attrs) -> tuple[str, str]:
     """The title (model, GPUs, device) and subtitle (interconnect, tokens, utilisation)."""
     ic, compute = attrs["interconnect"], attrs["compute"]
-    where = ic.name if ic.gpus_per_node is None else f"{ic.name}, {ic.gpus_per_node} GPUs per node"
+    where = ic.name if ic.gpus_per_node is None else f"{ic.name}, {gpus_text(ic.gpus_per_node)} per node"
     title = (f"Memory against step time: {attrs['model'].name} on {attrs['gpus']:,} "
              f"{attrs['device'].label}")
     subtitle = (f"{where} ({format_value(attrs['bus_bandwidth'] / GB)} GB/s) · "

@@ -10,13 +10,15 @@ freshly rendered PNG bytes into an ``ipywidgets.Image``. No ``display()``, ``int
 nbval passes.
 
 A control value that cannot be drawn (a width typed off the slider's steps, a setting the model
-cannot take) never fails silently: the ``status`` line above the image says what happened and
-that the figure still shows the last setting that could be drawn, and the explorer keeps
-working for the next change.
+cannot take, a value set from Python such as ``None`` or NaN) never fails silently: every
+observer reports through the ``status`` line above the image what happened and that the figure
+still shows the last setting that could be drawn, and the explorer keeps working for the next
+change.
 """
 from __future__ import annotations
 
 import html
+import math
 from contextlib import contextmanager
 
 from zerolib.chapter.explorers.panel import (
@@ -35,6 +37,8 @@ EXPLORER_DPI = 80   # 640 x 448 pixels for the GPU-count figure: readable, quick
 CUSTOM = "custom"   # the layout dropdown's entry for bytes set with the sliders
 WIDTH_STEP = 0.5    # bytes per parameter between two positions of a layout slider
 CAPACITY_WORDS = {"nominal": "nominal GiB", "decimal": "decimal GB", "reported": "nvidia-smi"}
+# What a control value that cannot be drawn raises on its way through zerolib and the observers.
+NOT_DRAWABLE = (ArithmeticError, LookupError, TypeError, ValueError)
 # In a static copy (nbviewer, an HTML export) the saved widgets show but nothing answers them.
 STATIC_NOTE = ("<p style='font-size:smaller;color:#555'>The controls redraw the figure only while a "
                "Python kernel runs this notebook. In a static copy (nbviewer, an HTML export) they "
@@ -90,10 +94,11 @@ class LayoutControls:
     Picking a preset sets the sliders to its widths; moving a slider away from the preset's
     widths switches the dropdown to "custom". A value typed into a slider's readout off the
     slider's steps (ipywidgets clamps typed values but does not round them) is rounded to the
-    nearest whole bit, which every layout accepts.
+    nearest whole bit, which every layout accepts. ``guard`` wraps each observer (the
+    explorer's :meth:`Explorer.reporting`, so that a value it cannot take is reported).
     """
 
-    def __init__(self, layout: str | Layout, on_change):
+    def __init__(self, layout: str | Layout, on_change, guard=lambda observer: observer):
         w = widgets()
         layout = get_layout(layout)
         options = [(f"{name} ({get_layout(name).total:g} bytes/param)", name) for name in LAYOUTS]
@@ -109,19 +114,35 @@ class LayoutControls:
             for category, width in zip(CATEGORIES, layout.widths())}
         self._on_change = on_change
         self._syncing = False
-        self.layout.observe(self._preset_changed, names="value")
+        self.layout.observe(guard(self._preset_changed), names="value")
         for slider in self.sliders.values():
-            slider.observe(self._slider_changed, names="value")
+            slider.observe(guard(self._slider_changed), names="value")
 
     @property
     def controls(self) -> dict:
         return {"layout": self.layout,
                 **{f"{category}_bytes": slider for category, slider in self.sliders.items()}}
 
+    def _preset(self, value) -> str:
+        if value != CUSTOM and value not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join([*LAYOUTS, CUSTOM])}, got {value!r}")
+        return value
+
+    def _widths(self) -> tuple[float, ...]:
+        """The sliders' widths in whole bits; a value set from Python must be a number."""
+        widths = []
+        for category, slider in self.sliders.items():
+            value = slider.value
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{category} bytes/param must be a number from {slider.min:g} "
+                                 f"to {slider.max:g}, got {value!r}")
+            widths.append(whole_bits(value))
+        return tuple(widths)
+
     def current(self) -> Layout:
-        if self.layout.value != CUSTOM:
+        if self._preset(self.layout.value) != CUSTOM:
             return LAYOUTS[self.layout.value]
-        return Layout.custom(*(whole_bits(slider.value) for slider in self.sliders.values()))
+        return Layout.custom(*self._widths())
 
     @contextmanager
     def _sync(self):
@@ -134,7 +155,7 @@ class LayoutControls:
     def _preset_changed(self, change):
         if self._syncing:
             return
-        if change["new"] != CUSTOM:
+        if self._preset(change["new"]) != CUSTOM:
             with self._sync():
                 for slider, width in zip(self.sliders.values(), LAYOUTS[change["new"]].widths()):
                     slider.value = width
@@ -143,8 +164,8 @@ class LayoutControls:
     def _slider_changed(self, _change):
         if self._syncing:
             return
-        widths = tuple(whole_bits(slider.value) for slider in self.sliders.values())
-        if self.layout.value != CUSTOM and LAYOUTS[self.layout.value].widths() != widths:
+        widths = self._widths()
+        if self._preset(self.layout.value) != CUSTOM and LAYOUTS[self.layout.value].widths() != widths:
             with self._sync():
                 self.layout.value = CUSTOM
         self._on_change()
@@ -171,6 +192,20 @@ class Explorer:
         self.table = w.HTML()
         self.redraws = 0
         self._holding = False
+
+    def reporting(self, observer):
+        """``observer`` wrapped so that a value it cannot take is reported in ``status``."""
+        def reported(change):
+            try:
+                observer(change)
+            except NOT_DRAWABLE as error:
+                self._not_redrawn(error)
+        return reported
+
+    def _not_redrawn(self, error):
+        self.status.value = (f"<p style='color:#b00'><b>Not redrawn:</b> "
+                             f"{html.escape(' '.join(str(error).split()))}. The figure and "
+                             "table still show the last setting that could be drawn.</p>")
 
     def _watch(self):
         for name, control in self.controls.items():
@@ -207,10 +242,8 @@ class Explorer:
             return
         try:
             drawn = self._update()
-        except (ValueError, TypeError) as error:
-            self.status.value = (f"<p style='color:#b00'><b>Not redrawn:</b> "
-                                 f"{html.escape(' '.join(str(error).split()))}. The figure and "
-                                 "table still show the last setting that could be drawn.</p>")
+        except NOT_DRAWABLE as error:
+            self._not_redrawn(error)
             return
         if drawn:
             self.status.value = ""

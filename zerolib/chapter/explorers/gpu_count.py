@@ -26,7 +26,7 @@ from zerolib.chapter.explorers.base import (
     widgets,
 )
 from zerolib.chapter.fast_png import text_blocks
-from zerolib.chapter.style import device_label, layout_summary
+from zerolib.chapter.style import device_label, gpus_text, layout_summary
 from zerolib.core.catalogue.devices import Device, capacity_text
 from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, model_state
@@ -48,7 +48,7 @@ def summary_html(table: pd.DataFrame, device: Device, unit: str) -> str:
     last = table[table["gpus"] == gpus[-1]]
     values = "; ".join(f"{STRATEGY_NAMES[int(row.stage)]}: {in_unit(row.total, unit)}"
                        for row in last.itertuples())
-    span = f"{gpus[0]} GPU" if len(gpus) == 1 else f"{gpus[0]} to {gpus[-1]} GPUs"
+    span = gpus_text(gpus[0]) if len(gpus) == 1 else f"{gpus[0]} to {gpus[-1]} GPUs"
     return (f"<p><b>{format_count(params)} parameters</b> on {span}, "
             f"{html.escape(layout_summary(layout))}. "
             f"<br>Per GPU at {gpus[-1]} GPU{'s' if gpus[-1] != 1 else ''}: {html.escape(values)}. "
@@ -104,7 +104,7 @@ class GpuCountExplorer(Explorer):
         low, high = gpus
         if low not in GPU_RANGE_STEPS or high not in GPU_RANGE_STEPS or low > high:
             raise ValueError(f"gpus must be a (low, high) pair from {GPU_RANGE_STEPS}")
-        self._layout = LayoutControls(layout, self.redraw)
+        self._layout = LayoutControls(layout, self.redraw, self.reporting)
         self._fewest_key = None
         self.controls = {
             "params": w.SelectionSlider(options=[(format_count(p), p) for p in MODEL_SIZES],
@@ -147,7 +147,7 @@ class GpuCountExplorer(Explorer):
     def _describe(self):
         device, unit, layout = self.device, self.unit, self.data.attrs["layout"]
         self.summary.value = summary_html(self.data, device, unit)
-        key = (self.params, layout.widths(), device.name, device.capacity, unit)
+        key = (self.params, layout.widths(), device, unit)   # the whole device: its label too
         if key != self._fewest_key:   # the GPU range does not change this table
             self._fewest_key, self.table.value = key, fewest_gpus_html(self.params, layout,
                                                                        device, unit)

@@ -113,7 +113,7 @@ class ModelSizeExplorer(Explorer):
         models = tuple(int(m) for m in models)
         if not models or any(m not in MODEL_SIZES for m in models):
             raise ValueError(f"models must be sizes from {', '.join(format_count(p) for p in MODEL_SIZES)}")
-        self._layout = LayoutControls(layout, self.redraw)
+        self._layout = LayoutControls(layout, self.redraw, self.reporting)
         self.controls = {
             "gpus": w.IntSlider(value=gpus, min=1, max=1024, description="GPUs",
                                 continuous_update=True),

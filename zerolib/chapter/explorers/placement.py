@@ -28,7 +28,7 @@ from zerolib.chapter.explorers.base import (
     widgets,
 )
 from zerolib.chapter.explorers.gpu_count import MODEL_SIZES
-from zerolib.chapter.style import add_axes, device_label, new_figure, style
+from zerolib.chapter.style import add_axes, device_label, gpus_text, new_figure, style
 from zerolib.core.catalogue.devices import Device, capacity_text
 from zerolib.core.memory.placement import TIERS
 from zerolib.core.memory.tables import divisors, tier_table
@@ -108,9 +108,9 @@ def summary_html(table: pd.DataFrame, device: Device, unit: str, host_memory: in
     both = [r["option"] for r in rows if r["gpu_fits"] and r["host_fits"]]
     gpu_only = [r["option"] for r in rows if r["gpu_fits"] and not r["host_fits"]]
     return (
-        f"<p><b>{format_count(a['params'])} parameters</b> on <b>{gpus:,} GPUs</b>, sharded over "
+        f"<p><b>{format_count(a['params'])} parameters</b> on <b>{gpus_text(gpus)}</b>, sharded over "
         f"groups of {group:,} ({gpus // group:,} replica{'s' if gpus // group != 1 else ''}), "
-        f"{a['gpus_on_node']} GPUs per node with {html.escape(_size(host_memory))} of CPU memory "
+        f"{gpus_text(a['gpus_on_node'])} per node with {html.escape(_size(host_memory))} of CPU memory "
         f"each."
         f"<br>The GPU's share and the node's CPU memory both fit under: "
         f"{html.escape(_and(both))}."
@@ -198,7 +198,7 @@ class PlacementExplorer(Explorer):
         self.data = self._table()
         # Registered before the redraw observer (_start), so the shard group follows the GPU
         # count before the one redraw that change causes.
-        self.controls["gpus"].observe(self._gpus_changed, names="value")
+        self.controls["gpus"].observe(self.reporting(self._gpus_changed), names="value")
         self._start(EXPLORER_FIGSIZE, EXPLORER_MARGINS, offload_blocks,
                     lambda ax: _legend_below(draw_offload_tiers(ax, self.data, self.device, self.unit)))
         self.widget = self._box()

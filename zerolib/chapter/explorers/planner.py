@@ -209,7 +209,7 @@ class PlannerExplorer(Explorer):
     def _plan(self) -> Plan:
         c = self.controls
         return plan(c["model"].value, int(c["gpus"].value), int(c["gpus_per_node"].value),
-                    c["device"].value, int(c["seq_len"].value), int(c["global_batch"].value),
+                    self.device, int(c["seq_len"].value), int(c["global_batch"].value),
                     links=self.links, mfu=float(c["mfu"].value),
                     host_memory=self.host_memory, host_link=c["host_link"].value,
                     shard_groups=c["shard_groups"].value)

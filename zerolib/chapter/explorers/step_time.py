@@ -25,6 +25,7 @@ from zerolib.chapter.explorers.base import (
     in_unit,
     widgets,
 )
+from zerolib.chapter.style import gpus_text
 from zerolib.core.catalogue.devices import Device, capacity_text
 from zerolib.core.catalogue.links import LINKS
 from zerolib.core.catalogue.models import MODELS, get_model
@@ -81,7 +82,7 @@ def summary_html(frame: pd.DataFrame, device: Device, unit: str) -> str:
         verdict = (f"No strategy's peak fits the {device.label}: the smallest is "
                    f"{in_unit(smallest['memory'], unit)} ({STRATEGY_NAMES[smallest['stage']]}).")
     where = ic.label if ic.gpus_per_node is None else (
-        f"{ic.label} nodes of {ic.gpus_per_node} GPUs with {ic.nics} x {ic.network.label}")
+        f"{ic.label} nodes of {gpus_text(ic.gpus_per_node)} with {ic.nics} x {ic.network.label}")
     gpus = attrs["gpus"]
     return (f"<p><b>{html.escape(attrs['model'].name)}</b> on <b>{gpus:,} "
             f"GPU{'s' if gpus != 1 else ''}</b> ({html.escape(device.label)}), "

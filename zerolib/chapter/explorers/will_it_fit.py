@@ -207,7 +207,7 @@ class WillItFitExplorer(Explorer):
         self.data = self._frame()
         self._start(FIGSIZE, MARGINS, will_it_fit_blocks,
                     lambda ax: draw_will_it_fit(ax, self.data, self.device, self.unit))
-        self.controls["model"].observe(self._model_changed, names="value")
+        self.controls["model"].observe(self.reporting(self._model_changed), names="value")
         self.widget = self._box()
 
     @staticmethod
@@ -255,11 +255,11 @@ class WillItFitExplorer(Explorer):
 
     def _searches(self, settings, device):
         """Fewest GPUs and largest micro-batch per stage, each recomputed only when its inputs change."""
-        fewest_key = (self.model, settings, device.name)        # the GPU count does not enter
+        fewest_key = (self.model, settings, device)   # the device as read (capacity); not the GPU count
         if fewest_key != self._fewest[0]:
             found = fewest_gpus_for_peak(self.model, STAGES, settings, self.layout, device)
             self._fewest = (fewest_key, {stage: int(n) or None for stage, n in zip(STAGES, found)})
-        largest_key = (self.model, self.gpus, replace(settings, micro_batch=1), device.name)
+        largest_key = (self.model, self.gpus, replace(settings, micro_batch=1), device)
         if largest_key != self._largest[0]:
             self._largest = (largest_key, {
                 stage: largest_micro_batch(self.model, self.gpus, stage, settings, self.layout,
