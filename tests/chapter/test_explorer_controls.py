@@ -45,3 +45,18 @@ def test_every_control_is_shown(explorer):
     shown = {id(w) for w in descendants(explorer.widget)}
     hidden = [name for name, control in explorer.controls.items() if id(control) not in shown]
     assert not hidden, f"controls not in the explorer's widget: {hidden}"
+
+
+def test_the_planners_not_given_entries_stand_for_none_set_from_python():
+    """Setting links or CPU memory to None from Python shows the "not given" entry (a None
+    value would leave the menu blank) and plans exactly as that entry does."""
+    from zerolib.chapter.explorers.planner import NO_HOST_MEMORY, USUAL_NODE
+    explorer = explorers.PlannerExplorer()
+    before = bytes(explorer.image.value)
+    explorer.controls["links"].value = None
+    explorer.controls["host_memory"].value = None
+    assert explorer.controls["links"].value == USUAL_NODE
+    assert explorer.controls["host_memory"].value == NO_HOST_MEMORY
+    assert explorer.controls["links"].label and explorer.controls["host_memory"].label
+    assert explorer.links is None and explorer.host_memory is None
+    assert bytes(explorer.image.value) == before and explorer.status.value == ""

@@ -186,6 +186,11 @@ class PlannerExplorer(Explorer):
                                             style={"button_width": "70px"}),
             **controls,
         }
+        # None set from Python means "not given": show that entry, never a blank menu.
+        for name, not_given in (("links", USUAL_NODE), ("host_memory", NO_HOST_MEMORY)):
+            self.controls[name].observe(
+                lambda change, not_given=not_given: change["new"] is None and setattr(
+                    change["owner"], "value", not_given), names="value")
         self.plan, self._planned = self._plan(), self._inputs()
         self.data = self.plan.valid
         self._start(FIGSIZE, MARGINS, plan_peaks_blocks,
