@@ -150,6 +150,21 @@ EXPLORERS = {check.notebook: check for check in (
             "Fastest that fits: t 2 x p 1 (1F1B) x d 64, ZeRO-3, selective recomputation, "
             "micro-batch 1 x 16, no offload: 110 s per step",
         )),
+    # Notebook 8 leaves the explorer at Mistral-7B-v0.3 read from its config.json (h = 4096,
+    # 32 layers, 32 heads of 128, 8 key/value heads, f = 14336, vocabulary 32,768) on 8 H100 80GB,
+    # sequence 4096, micro-batch 1, selective recomputation, flash attention; one step right is
+    # micro-batch 2 (sb = 8192). A layer keeps 2 bytes x (4 sbh: the two norms' inputs, the QKV
+    # and the MLP inputs; sbh for Q; 2 x 1024 sb for K and V; sbh for the output projection's
+    # input; 4 sbf for the gated MLP) + 4 x 32 sb of flash statistics = sb x 168,064 bytes =
+    # 1,376,780,288; 32 layers + the final norm's and output layer's inputs (2 x 2sbh) + one layer's
+    # statistics recomputed = 44,192,235,520 bytes: "44.2 GB". Logits and loss: (2 + 4) x 8192 x
+    # 32,768 = 1,610,612,736 bytes: "1.61 GB".
+    ExplorerCheck(
+        "08-size-your-own-model.ipynb", "Micro-batch", "1", "2", (
+            "sequence 4,096 · micro-batch 2 · selective recomputation",
+            "activations (44.2 GB) and the logits and loss (1.61 GB)",
+            "Fewest GPUs that fit (micro-batch 2)",
+        )),
     ExplorerCheck(
         "05-the-price-of-zero.ipynb", "GPUs", "64", "128", (
             "llama-2-7b on 128 GPUs",
@@ -198,6 +213,8 @@ def lab(tmp_path_factory, chromium_path, playwright):
     work = tmp_path_factory.mktemp("jupyterlab")
     root = work / "notebooks"
     shutil.copytree(NOTEBOOKS, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    # Notebook 08 reads a published config.json from ../tests/data, as it does in the checkout.
+    shutil.copytree(REPO / "tests" / "data", work / "tests" / "data")
     with jupyter_lab(root, work) as server:
         yield server
 
