@@ -145,7 +145,7 @@ from zerolib.core.memory.model_parallel import (
 )
 from zerolib.core.memory.placement import Placement
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
-from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing
+from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing_of
 from zerolib.core.step.model_parallel_traffic import (
     pipeline_rows,
     tensor_rows,
@@ -544,7 +544,7 @@ def _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec):
     for (pp, rr, flag, code), rows in _groups((p, r, sp.astype(np.int64), rec)):
         for kind, count, size in _tensor_rows(config, s, pp, rr, bool(flag), RECOMPUTE[code], e):
             calls.setdefault((kind, size), np.zeros(flat_t.shape, dtype=np.int64))[rows] += count
-    timing = {kind: ring_timing(ic, kind, flat_t) for kind in CHUNKS_SENT}
+    timing = {kind: ring_timing_of(ic, kind, flat_t) for kind in CHUNKS_SENT}   # t checked once
     out = np.zeros(flat_t.shape)
     for (kind, size), count in calls.items():
         latency, bandwidth = timing[kind]
