@@ -127,13 +127,14 @@ from zerolib.core.inputs import (
     MAX_GPUS,
     broadcast,
     check_gpus,
+    check_params,
     check_positive_int,
     check_stage,
     check_whole,
     echo,
 )
 from zerolib.core.intmath import ceil_div
-from zerolib.core.memory.accounting import Layout, get_layout
+from zerolib.core.memory.accounting import Layout, ModelState, check_shard_group, get_layout
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
@@ -143,14 +144,14 @@ from zerolib.core.memory.model_parallel import (
     parameters_on,
     rules_of,
 )
-from zerolib.core.memory.placement import Placement
+from zerolib.core.memory.placement import Placement, check_combination, tiers_of
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
 from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing_of
 from zerolib.core.step.model_parallel_traffic import (
     pipeline_rows,
     tensor_rows,
 )
-from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS, host_traffic
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS, HostTraffic
 from zerolib.core.step.time import (
     DEFAULT_MFU,
     ComputeSettings,
@@ -159,7 +160,7 @@ from zerolib.core.step.time import (
     schedule_seconds,
     send_seconds,
 )
-from zerolib.core.step.traffic import STEP_PHASES, Traffic, flat_traffic, layer_units
+from zerolib.core.step.traffic import STEP_PHASES, Traffic, flat_traffic, layer_units, traffic_of
 
 KIND_OF = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter"}
 PARTS = ("compute", "tensor", "pipeline", "data_parallel", "bubble")
@@ -244,14 +245,32 @@ def offload_seconds(params, data_parallel, stage, offload="none", shard_group=No
     ``shard_group`` of the ``data_parallel`` GPUs, at ``host_link``'s rate both ways at once. 0
     where nothing is offloaded. When each runs in a step is :func:`parallel_step_time`'s."""
     d = check_gpus(data_parallel, "data_parallel")
-    params, d, stage, codes = np.broadcast_arrays(params, d, check_stage(stage),
+    params, d, stage, codes = np.broadcast_arrays(check_params(params), d, check_stage(stage),
                                                   _codes(offload, tuple(OFFLOADS), "offload"))
-    group = None if shard_group is None else check_gpus(shard_group, "shard_group")
-    return _host_seconds(params, d, stage, codes, group, layout, check_host_link(host_link))
+    group = None if shard_group is None else check_shard_group(shard_group, d)
+    check_offloads(stage, codes)
+    return _host_seconds(params, d, stage, codes, group, get_layout(layout),
+                         check_host_link(host_link))
+
+
+@lru_cache(maxsize=64)
+def _offload_placement(code: int, gpus_per_node: int | None = None) -> Placement:
+    """The placement of the offload of :data:`OFFLOADS` numbered ``code`` (made, and so
+    checked, once)."""
+    return Placement(gpus_per_node=gpus_per_node, **OFFLOADS[tuple(OFFLOADS)[code]])
+
+
+def check_offloads(stage: np.ndarray, codes: np.ndarray) -> None:
+    """Refuse an offload (codes: indices into :data:`OFFLOADS`) at a stage DeepSpeed does not
+    offer it at, naming the setting (:func:`zerolib.core.memory.placement.check_combination`)."""
+    for code in np.unique(codes[codes > 0]).tolist():
+        placement = _offload_placement(code)
+        check_combination(stage[codes == code], np.ones(1, dtype=np.int64), placement)
 
 
 def _host_seconds(params, d, stage, codes, group, layout, host_link) -> Mapping[str, np.ndarray]:
-    """:func:`offload_seconds` for offload codes (indices into :data:`OFFLOADS`)."""
+    """:func:`offload_seconds` of checked values (offload codes: indices into
+    :data:`OFFLOADS`; ``group`` dividing ``d``, or None), nothing checked again."""
     params, d, stage, codes = np.broadcast_arrays(params, d, stage, codes)
     group = d if group is None else np.broadcast_to(group, d.shape)
     out = {phase: np.zeros(d.shape) for phase in STEP_PHASES}
@@ -259,12 +278,13 @@ def _host_seconds(params, d, stage, codes, group, layout, host_link) -> Mapping[
     if not len(moved):
         return MappingProxyType(out)
     node = _checked_node(d.ravel()[moved])
-    names = tuple(OFFLOADS)
     for (g, code), rows in _groups((group.ravel()[moved], codes.ravel()[moved])):
         at = moved[rows]
-        placement = Placement(shard_group=g, gpus_per_node=node, **OFFLOADS[names[code]])
-        seconds = host_traffic(params.ravel()[at], d.ravel()[at], stage.ravel()[at], layout,
-                               placement).seconds(host_link)
+        placement = _offload_placement(code, node).with_shard_group(g)
+        gpus = d.ravel()[at]
+        # place()'s checks held for every row when the settings were checked: its inner part.
+        state = ModelState(params.ravel()[at], gpus, stage.ravel()[at], layout, np.full(len(at), g))
+        seconds = HostTraffic(tiers_of(state, placement, gpus)).seconds(host_link)
         for phase in STEP_PHASES:
             out[phase].ravel()[at] = seconds[phase]
     return MappingProxyType(out)
@@ -425,7 +445,9 @@ class ParallelSettings:
             put(self, name, np.array(array))
         b, p, zero = self.micro_batch, self.pipeline_parallel, self.stage
         if self.shard_group is not None:
-            put(self, "shard_group", np.broadcast_to(check_gpus(self.shard_group, "shard_group"), b.shape))
+            group = np.broadcast_to(check_gpus(self.shard_group, "shard_group"), b.shape)
+            put(self, "shard_group", check_shard_group(group, self.data_parallel))
+        check_offloads(self.stage, self.offload)
         if (np.any(b > MAX_MICRO_BATCH) or np.any(self.micro_batches > MAX_MICRO_BATCHES)
                 or np.any(self.chunks > MAX_CHUNKS)):
             raise ValueError(f"micro_batch must be at most {MAX_MICRO_BATCH:,}, micro_batches at most "
@@ -571,7 +593,9 @@ def _zero_slots(ic, params, d, t, zero, layout, shard_group, units):
     bytes and calls from :func:`shard_group_traffic` (stage 3: one call per layer unit), each
     on the ring it uses with the data-parallel ranks t apart
     (:func:`zerolib.core.step.time.schedule_seconds`)."""
-    traffic = shard_group_traffic(params, d, zero, layout, shard_group)
+    # Settings checked once (shard groups divide d, every ring fits the node of _checked_node).
+    traffic = traffic_of(np.asarray(params, dtype=np.int64), None, d, zero, layout, shard_group,
+                         _checked_node(d))
     three = zero == 3
     calls = {name: np.where(three & (count > 0), units, count) for name, count in traffic.calls.items()}
     seconds, _ = schedule_seconds(traffic, ic, spacing=t, calls=calls)
