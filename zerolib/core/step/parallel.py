@@ -460,6 +460,28 @@ class ParallelSettings:
     def __deepcopy__(self, memo) -> ParallelSettings:
         return self  # immutable
 
+    @classmethod
+    def from_checked(cls, *, seq_len: int, layout: Layout, mfu: float, element_bytes: int,
+                     host_link: Link, shard_group, recompute, offload, **arrays) -> ParallelSettings:
+        """Settings a door checked already (the planner's configurations, enumerated from its
+        checked :class:`~zerolib.core.planner.PlanSettings`), made without checking them again:
+        ``recompute`` and ``offload`` as codes, every array one shape."""
+        settings = object.__new__(cls)
+        put = object.__setattr__
+        for name, value in (("seq_len", seq_len), ("layout", layout), ("mfu", mfu),
+                            ("element_bytes", element_bytes), ("host_link", host_link)):
+            put(settings, name, value)
+        arrays = {"chunks": 1, "sequence_parallel": False, **arrays, "recompute": recompute,
+                  "offload": offload}
+        names = list(arrays)
+        typed = (np.asarray(arrays[n], dtype=bool if n == "sequence_parallel" else np.int64)
+                 for n in names)    # the dtypes __post_init__ gives them
+        for name, array in zip(names, np.broadcast_arrays(*typed)):
+            put(settings, name, np.array(array))
+        put(settings, "shard_group", None if shard_group is None
+            else np.broadcast_to(np.asarray(shard_group, dtype=np.int64), settings.micro_batch.shape))
+        return settings
+
 
 def parallel_step_time(model, link: str | Interconnect, device: str | Device,
                        settings: ParallelSettings | None = None, *,
@@ -504,7 +526,7 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
         for full in (False, True):   # FLOPs are linear in the tokens: one rate per rule
             here = (rec == 2) == full
             if np.any(here):
-                fwd, bwd = compute_seconds(params, device, ComputeSettings(s, mfu, full))
+                fwd, bwd = compute_seconds(params, device, _compute_settings(s, mfu, full))
                 forward, backward = np.where(here, fwd * b, forward), np.where(here, bwd * b, backward)
         tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
@@ -535,6 +557,13 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
              "data_parallel": m * per_mb + per_step,
              "bubble": (p - 1) / v * micro}
     return ParallelStepTime(MappingProxyType(parts), micro)
+
+
+@lru_cache(maxsize=64)
+def _compute_settings(seq_len: int, mfu: float, full_recompute: bool) -> ComputeSettings:
+    """The compute rule of a micro-batch of ``seq_len`` tokens per sequence (made, and so
+    checked, once for each)."""
+    return ComputeSettings(seq_len, mfu, full_recompute)
 
 
 def _flags(value, name: str) -> np.ndarray:
