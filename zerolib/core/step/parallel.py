@@ -404,7 +404,10 @@ class ParallelSettings:
     settings (see there). The per-setting values broadcast together and are kept as int64 (or
     bool) arrays of one shape, ``recompute`` and ``offload`` as their names' indices into
     :data:`zerolib.core.memory.activations.RECOMPUTE` and :data:`OFFLOADS`; ``layout``,
-    ``mfu`` and ``host_link`` resolved. The functions beneath trust it."""
+    ``mfu`` and ``host_link`` resolved; shard groups divide ``data_parallel`` and every offload
+    is offered at its stage. The functions beneath trust it: they build the step's traffic,
+    rings and host copies from it without checking again. A door that checked the values
+    itself (the planner) makes it with :meth:`from_checked`."""
 
     seq_len: int
     micro_batch: np.ndarray
@@ -619,8 +622,9 @@ def _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v):
 
 def _zero_slots(ic, params, d, t, zero, layout, shard_group, units):
     """Seconds per slot of :data:`zerolib.core.step.traffic.GROUP_SLOTS`, one pass of each:
-    bytes and calls from :func:`shard_group_traffic` (stage 3: one call per layer unit), each
-    on the ring it uses with the data-parallel ranks t apart
+    bytes and calls of :func:`shard_group_traffic`'s traffic, built from the checked settings
+    by :func:`zerolib.core.step.traffic.traffic_of` (stage 3: one call per layer unit), each on
+    the ring it uses with the data-parallel ranks t apart
     (:func:`zerolib.core.step.time.schedule_seconds`)."""
     # Settings checked once (shard groups divide d, every ring fits the node of _checked_node).
     traffic = traffic_of(np.asarray(params, dtype=np.int64), None, d, zero, layout, shard_group,
