@@ -82,6 +82,7 @@ from zerolib.core.step.parallel import (
     OFFLOADS,
     PARTS,
     PIPELINE_STAGES,
+    ParallelSettings,
     check_host_link,
     cluster_interconnect,
     parallel_step_time,
@@ -472,15 +473,15 @@ def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
 def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Step time and its parts of the configurations ``c``
     (:func:`zerolib.core.step.parallel.parallel_step_time`)."""
-    times = parallel_step_time(
-        s.model, s.interconnect, s.device, seq_len=s.seq_len, micro_batch=c["micro_batch"],
-        tensor_parallel=c["tensor_parallel"], pipeline_parallel=c["pipeline_parallel"],
-        data_parallel=c["data_parallel"], stage=c["stage"], micro_batches=c["micro_batches"],
-        chunks=c["chunks"], sequence_parallel=c["sequence_parallel"],
-        recompute=np.asarray(RECOMPUTE, dtype=object)[c["recompute"]],
-        shard_group=c["shard_group"], offload=np.asarray(tuple(OFFLOADS), dtype=object)[c["offload"]],
-        layout=s.layout, mfu=s.mfu, element_bytes=s.working_set.element_bytes,
-        host_link=s.host_link)
+    # Enumerated from the checked PlanSettings, valid by construction: not checked again.
+    settings = ParallelSettings.from_checked(
+        seq_len=s.seq_len, micro_batch=c["micro_batch"], tensor_parallel=c["tensor_parallel"],
+        pipeline_parallel=c["pipeline_parallel"], data_parallel=c["data_parallel"], stage=c["stage"],
+        micro_batches=c["micro_batches"], chunks=c["chunks"],
+        sequence_parallel=c["sequence_parallel"], recompute=c["recompute"],
+        shard_group=c["shard_group"], offload=c["offload"], layout=s.layout, mfu=s.mfu,
+        element_bytes=s.working_set.element_bytes, host_link=s.host_link)
+    times = parallel_step_time(s.model, s.interconnect, s.device, settings)
     out = {f"{part}_seconds": seconds for part, seconds in times.parts.items()}
     out["step_seconds"] = times.step_seconds
     out["network_wait_fraction"] = times.network_wait_fraction

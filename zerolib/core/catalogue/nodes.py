@@ -198,7 +198,8 @@ def bus_bandwidth(ic: Interconnect, gpus) -> np.ndarray:
 RING_STEPS = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1, "all_to_all": 1}
 
 
-def _check_steps(kind: str) -> None:
+def check_ring_kind(kind: str) -> None:
+    """``kind`` is a collective of :data:`RING_STEPS`; anything else names them."""
     if kind not in RING_STEPS:
         raise ValueError(f"kind must be one of {', '.join(RING_STEPS)}, got {kind!r}")
 
@@ -207,11 +208,13 @@ def spanning_latency(ic: Interconnect, kind: str, gpus, nodes) -> np.ndarray:
     """Seconds of latency of one collective of ``kind`` over ``gpus`` GPUs spread over ``nodes``
     nodes (0 for one GPU): the base latency plus a hop latency per step, the network's for the
     ``nodes`` - 1 steps (per pass) that cross nodes."""
-    _check_steps(kind)
-    return _spanning(ic, kind, check_gpus(gpus), nodes)
+    check_ring_kind(kind)
+    return spanning_latency_of(ic, kind, check_gpus(gpus), nodes)
 
 
-def _spanning(ic: Interconnect, kind: str, gpus: np.ndarray, nodes) -> np.ndarray:
+def spanning_latency_of(ic: Interconnect, kind: str, gpus: np.ndarray, nodes) -> np.ndarray:
+    """:func:`spanning_latency` of a checked ``kind`` and int64 ``gpus`` (the step's rings,
+    whose sizes their door checked)."""
     steps = RING_STEPS[kind] * (gpus - 1)
     across = RING_STEPS[kind] * (np.asarray(nodes) - 1)
     inter_hop = ic.network.hop_latency if ic.network is not None else ic.intra.hop_latency
@@ -222,11 +225,11 @@ def _spanning(ic: Interconnect, kind: str, gpus: np.ndarray, nodes) -> np.ndarra
 def ring_latency(ic: Interconnect, kind: str, gpus) -> np.ndarray:
     """Seconds of latency of one ring collective of ``kind`` over ``gpus`` GPUs (0 for one GPU):
     the base latency plus a hop latency per step, the network's for the steps across nodes."""
-    _check_steps(kind)
+    check_ring_kind(kind)
     return latency_of(ic, kind, check_gpus(gpus))
 
 
 def latency_of(ic: Interconnect, kind: str, gpus: np.ndarray) -> np.ndarray:
     """:func:`ring_latency` of a checked ``kind`` and int64 ``gpus`` (a caller that checked
     them once, such as the planner's rings)."""
-    return _spanning(ic, kind, gpus, _nodes(ic, gpus))
+    return spanning_latency_of(ic, kind, gpus, _nodes(ic, gpus))

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zerolib.core.catalogue.nodes import Interconnect, spanning_latency
+from zerolib.core.catalogue.nodes import Interconnect, check_ring_kind, spanning_latency_of
 from zerolib.core.inputs import broadcast, check_bits, check_gpus, check_params
 from zerolib.core.intmath import ceil_div
 
@@ -81,11 +81,20 @@ def ring_timing(ic: Interconnect, kind: str, size, stride=1) -> tuple[np.ndarray
     over ``size`` GPUs whose ranks are ``stride`` apart on ``ic`` (float64, broadcast)."""
     size, stride = np.broadcast_arrays(np.asarray(size, dtype=np.int64),
                                        np.asarray(stride, dtype=np.int64))
+    check_ring_kind(kind)
+    return ring_timing_of(ic, kind, check_gpus(size), stride)
+
+
+def ring_timing_of(ic: Interconnect, kind: str, size, stride=1) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`ring_timing` of a checked ``kind`` and ``size`` (the rings of a checked
+    :class:`~zerolib.core.step.traffic.Traffic` or settings object): nothing is checked again."""
+    size, stride = np.broadcast_arrays(np.asarray(size, dtype=np.int64),
+                                       np.asarray(stride, dtype=np.int64))
     per_node, nodes = ring_placement(size, stride, ic.gpus_per_node)
     inside = np.full(size.shape, float(ic.intra.bandwidth))
     bandwidth = inside if ic.gpus_per_node is None else np.where(
         nodes <= 1, inside, across_bandwidth(ic, per_node))
-    return spanning_latency(ic, kind, size, nodes), bandwidth
+    return spanning_latency_of(ic, kind, size, nodes), bandwidth
 
 
 def _check_kind(kind: str) -> str:

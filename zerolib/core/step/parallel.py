@@ -127,13 +127,14 @@ from zerolib.core.inputs import (
     MAX_GPUS,
     broadcast,
     check_gpus,
+    check_params,
     check_positive_int,
     check_stage,
     check_whole,
     echo,
 )
 from zerolib.core.intmath import ceil_div
-from zerolib.core.memory.accounting import Layout, get_layout
+from zerolib.core.memory.accounting import Layout, ModelState, check_shard_group, get_layout
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
@@ -143,14 +144,14 @@ from zerolib.core.memory.model_parallel import (
     parameters_on,
     rules_of,
 )
-from zerolib.core.memory.placement import Placement
+from zerolib.core.memory.placement import Placement, check_combination, tiers_of
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
-from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing
+from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing_of
 from zerolib.core.step.model_parallel_traffic import (
     pipeline_rows,
     tensor_rows,
 )
-from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS, host_traffic
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS, HostTraffic
 from zerolib.core.step.time import (
     DEFAULT_MFU,
     ComputeSettings,
@@ -159,7 +160,7 @@ from zerolib.core.step.time import (
     schedule_seconds,
     send_seconds,
 )
-from zerolib.core.step.traffic import STEP_PHASES, Traffic, flat_traffic, layer_units
+from zerolib.core.step.traffic import STEP_PHASES, Traffic, flat_traffic, layer_units, traffic_of
 
 KIND_OF = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter"}
 PARTS = ("compute", "tensor", "pipeline", "data_parallel", "bubble")
@@ -244,14 +245,32 @@ def offload_seconds(params, data_parallel, stage, offload="none", shard_group=No
     ``shard_group`` of the ``data_parallel`` GPUs, at ``host_link``'s rate both ways at once. 0
     where nothing is offloaded. When each runs in a step is :func:`parallel_step_time`'s."""
     d = check_gpus(data_parallel, "data_parallel")
-    params, d, stage, codes = np.broadcast_arrays(params, d, check_stage(stage),
+    params, d, stage, codes = np.broadcast_arrays(check_params(params), d, check_stage(stage),
                                                   _codes(offload, tuple(OFFLOADS), "offload"))
-    group = None if shard_group is None else check_gpus(shard_group, "shard_group")
-    return _host_seconds(params, d, stage, codes, group, layout, check_host_link(host_link))
+    group = None if shard_group is None else check_shard_group(shard_group, d)
+    check_offloads(stage, codes)
+    return _host_seconds(params, d, stage, codes, group, get_layout(layout),
+                         check_host_link(host_link))
+
+
+@lru_cache(maxsize=64)
+def _offload_placement(code: int, gpus_per_node: int | None = None) -> Placement:
+    """The placement of the offload of :data:`OFFLOADS` numbered ``code`` (made, and so
+    checked, once)."""
+    return Placement(gpus_per_node=gpus_per_node, **OFFLOADS[tuple(OFFLOADS)[code]])
+
+
+def check_offloads(stage: np.ndarray, codes: np.ndarray) -> None:
+    """Refuse an offload (codes: indices into :data:`OFFLOADS`) at a stage DeepSpeed does not
+    offer it at, naming the setting (:func:`zerolib.core.memory.placement.check_combination`)."""
+    for code in np.unique(codes[codes > 0]).tolist():
+        placement = _offload_placement(code)
+        check_combination(stage[codes == code], np.ones(1, dtype=np.int64), placement)
 
 
 def _host_seconds(params, d, stage, codes, group, layout, host_link) -> Mapping[str, np.ndarray]:
-    """:func:`offload_seconds` for offload codes (indices into :data:`OFFLOADS`)."""
+    """:func:`offload_seconds` of checked values (offload codes: indices into
+    :data:`OFFLOADS`; ``group`` dividing ``d``, or None), nothing checked again."""
     params, d, stage, codes = np.broadcast_arrays(params, d, stage, codes)
     group = d if group is None else np.broadcast_to(group, d.shape)
     out = {phase: np.zeros(d.shape) for phase in STEP_PHASES}
@@ -259,12 +278,13 @@ def _host_seconds(params, d, stage, codes, group, layout, host_link) -> Mapping[
     if not len(moved):
         return MappingProxyType(out)
     node = _checked_node(d.ravel()[moved])
-    names = tuple(OFFLOADS)
     for (g, code), rows in _groups((group.ravel()[moved], codes.ravel()[moved])):
         at = moved[rows]
-        placement = Placement(shard_group=g, gpus_per_node=node, **OFFLOADS[names[code]])
-        seconds = host_traffic(params.ravel()[at], d.ravel()[at], stage.ravel()[at], layout,
-                               placement).seconds(host_link)
+        placement = _offload_placement(code, node).with_shard_group(g)
+        gpus = d.ravel()[at]
+        # place()'s checks held for every row when the settings were checked: its inner part.
+        state = ModelState(params.ravel()[at], gpus, stage.ravel()[at], layout, np.full(len(at), g))
+        seconds = HostTraffic(tiers_of(state, placement, gpus)).seconds(host_link)
         for phase in STEP_PHASES:
             out[phase].ravel()[at] = seconds[phase]
     return MappingProxyType(out)
@@ -384,7 +404,10 @@ class ParallelSettings:
     settings (see there). The per-setting values broadcast together and are kept as int64 (or
     bool) arrays of one shape, ``recompute`` and ``offload`` as their names' indices into
     :data:`zerolib.core.memory.activations.RECOMPUTE` and :data:`OFFLOADS`; ``layout``,
-    ``mfu`` and ``host_link`` resolved. The functions beneath trust it."""
+    ``mfu`` and ``host_link`` resolved; shard groups divide ``data_parallel`` and every offload
+    is offered at its stage. The functions beneath trust it: they build the step's traffic,
+    rings and host copies from it without checking again. A door that checked the values
+    itself (the planner) makes it with :meth:`from_checked`."""
 
     seq_len: int
     micro_batch: np.ndarray
@@ -425,7 +448,9 @@ class ParallelSettings:
             put(self, name, np.array(array))
         b, p, zero = self.micro_batch, self.pipeline_parallel, self.stage
         if self.shard_group is not None:
-            put(self, "shard_group", np.broadcast_to(check_gpus(self.shard_group, "shard_group"), b.shape))
+            group = np.broadcast_to(check_gpus(self.shard_group, "shard_group"), b.shape)
+            put(self, "shard_group", check_shard_group(group, self.data_parallel))
+        check_offloads(self.stage, self.offload)
         if (np.any(b > MAX_MICRO_BATCH) or np.any(self.micro_batches > MAX_MICRO_BATCHES)
                 or np.any(self.chunks > MAX_CHUNKS)):
             raise ValueError(f"micro_batch must be at most {MAX_MICRO_BATCH:,}, micro_batches at most "
@@ -437,6 +462,28 @@ class ParallelSettings:
 
     def __deepcopy__(self, memo) -> ParallelSettings:
         return self  # immutable
+
+    @classmethod
+    def from_checked(cls, *, seq_len: int, layout: Layout, mfu: float, element_bytes: int,
+                     host_link: Link, shard_group, recompute, offload, **arrays) -> ParallelSettings:
+        """Settings a door checked already (the planner's configurations, enumerated from its
+        checked :class:`~zerolib.core.planner.PlanSettings`), made without checking them again:
+        ``recompute`` and ``offload`` as codes, every array one shape."""
+        settings = object.__new__(cls)
+        put = object.__setattr__
+        for name, value in (("seq_len", seq_len), ("layout", layout), ("mfu", mfu),
+                            ("element_bytes", element_bytes), ("host_link", host_link)):
+            put(settings, name, value)
+        arrays = {"chunks": 1, "sequence_parallel": False, **arrays, "recompute": recompute,
+                  "offload": offload}
+        names = list(arrays)
+        typed = (np.asarray(arrays[n], dtype=bool if n == "sequence_parallel" else np.int64)
+                 for n in names)    # the dtypes __post_init__ gives them
+        for name, array in zip(names, np.broadcast_arrays(*typed)):
+            put(settings, name, np.array(array))
+        put(settings, "shard_group", None if shard_group is None
+            else np.broadcast_to(np.asarray(shard_group, dtype=np.int64), settings.micro_batch.shape))
+        return settings
 
 
 def parallel_step_time(model, link: str | Interconnect, device: str | Device,
@@ -482,7 +529,7 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
         for full in (False, True):   # FLOPs are linear in the tokens: one rate per rule
             here = (rec == 2) == full
             if np.any(here):
-                fwd, bwd = compute_seconds(params, device, ComputeSettings(s, mfu, full))
+                fwd, bwd = compute_seconds(params, device, _compute_settings(s, mfu, full))
                 forward, backward = np.where(here, fwd * b, forward), np.where(here, bwd * b, backward)
         tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
@@ -515,6 +562,13 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
     return ParallelStepTime(MappingProxyType(parts), micro)
 
 
+@lru_cache(maxsize=64)
+def _compute_settings(seq_len: int, mfu: float, full_recompute: bool) -> ComputeSettings:
+    """The compute rule of a micro-batch of ``seq_len`` tokens per sequence (made, and so
+    checked, once for each)."""
+    return ComputeSettings(seq_len, mfu, full_recompute)
+
+
 def _flags(value, name: str) -> np.ndarray:
     array = np.asarray(value)
     if array.dtype != bool:
@@ -544,7 +598,7 @@ def _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec):
     for (pp, rr, flag, code), rows in _groups((p, r, sp.astype(np.int64), rec)):
         for kind, count, size in _tensor_rows(config, s, pp, rr, bool(flag), RECOMPUTE[code], e):
             calls.setdefault((kind, size), np.zeros(flat_t.shape, dtype=np.int64))[rows] += count
-    timing = {kind: ring_timing(ic, kind, flat_t) for kind in CHUNKS_SENT}
+    timing = {kind: ring_timing_of(ic, kind, flat_t) for kind in CHUNKS_SENT}   # t checked once
     out = np.zeros(flat_t.shape)
     for (kind, size), count in calls.items():
         latency, bandwidth = timing[kind]
@@ -568,10 +622,13 @@ def _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v):
 
 def _zero_slots(ic, params, d, t, zero, layout, shard_group, units):
     """Seconds per slot of :data:`zerolib.core.step.traffic.GROUP_SLOTS`, one pass of each:
-    bytes and calls from :func:`shard_group_traffic` (stage 3: one call per layer unit), each
-    on the ring it uses with the data-parallel ranks t apart
+    bytes and calls of :func:`shard_group_traffic`'s traffic, built from the checked settings
+    by :func:`zerolib.core.step.traffic.traffic_of` (stage 3: one call per layer unit), each on
+    the ring it uses with the data-parallel ranks t apart
     (:func:`zerolib.core.step.time.schedule_seconds`)."""
-    traffic = shard_group_traffic(params, d, zero, layout, shard_group)
+    # Settings checked once (shard groups divide d, every ring fits the node of _checked_node).
+    traffic = traffic_of(np.asarray(params, dtype=np.int64), None, d, zero, layout, shard_group,
+                         _checked_node(d))
     three = zero == 3
     calls = {name: np.where(three & (count > 0), units, count) for name, count in traffic.calls.items()}
     seconds, _ = schedule_seconds(traffic, ic, spacing=t, calls=calls)

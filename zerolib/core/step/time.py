@@ -68,7 +68,7 @@ from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.links import BASE_LATENCY, Link
 from zerolib.core.catalogue.nodes import Interconnect, interconnect
 from zerolib.core.inputs import check_flag, check_positive_int
-from zerolib.core.step.collectives import across_bandwidth, ring_timing
+from zerolib.core.step.collectives import across_bandwidth, ring_timing_of
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HostTraffic
 from zerolib.core.step.traffic import GROUP_SLOTS, STEP_PHASES, Traffic
 
@@ -166,8 +166,9 @@ def schedule_seconds(traffic: Traffic, ic: Interconnect, spacing=1, calls=None
     for slot in GROUP_SLOTS:
         name = slot.name
         count = traffic.calls[name] if calls is None else calls[name]
-        latency, bandwidth[name] = ring_timing(ic, slot.kind, traffic.ring_gpus[name],
-                                               traffic.ring_stride[name] * spacing)
+        # A Traffic's rings were checked when it was built: timed without checking them again.
+        latency, bandwidth[name] = ring_timing_of(ic, slot.kind, traffic.ring_gpus[name],
+                                                  traffic.ring_stride[name] * spacing)
         seconds[name] = (np.asarray(count, dtype=np.float64) * latency
                          + np.asarray(traffic.sent[name], dtype=np.float64) / bandwidth[name])
     return MappingProxyType(seconds), MappingProxyType(bandwidth)

@@ -545,7 +545,8 @@ def _traffic(params, units, gpus, stage, layout, shard_group, hpz_partition, qwz
     per_node = (DEFAULT_GPUS_PER_NODE if gpus_per_node is None
                 else check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS))
     unit_sizes = None if units is None else tuple(int(u) for u in units)
-    result = Traffic(params, gpus, stage, group, layout, per_node, hpz, qwz, qgz, unit_sizes)
+    result = traffic_of(params, unit_sizes, gpus, stage, layout, None if shard_group is None else group,
+                        per_node, hpz, qwz, qgz)
     if result.grouped and np.any((gpus > per_node) & (gpus % per_node != 0)):
         raise ValueError(f"gpus must fill whole nodes of gpus_per_node ({per_node}) for a shard "
                          "group or ZeRO++ to be placed on them")
@@ -554,6 +555,21 @@ def _traffic(params, units, gpus, stage, layout, shard_group, hpz_partition, qwz
     if hpz > 1:
         check_aligned(np.asarray(hpz), gpus, per_node, "hpz_partition")
     return result
+
+
+def traffic_of(params, units: tuple[int, ...] | None, gpus, stage, layout: Layout, shard_group,
+               gpus_per_node: int, hpz_partition: int = 1, qwz: bool = False,
+               qgz: bool = False) -> Traffic:
+    """:func:`traffic` of checked values (int64 arrays, a :class:`Layout`, a shard group that
+    divides ``gpus`` or None, a node that every ring fits): what a caller that checked its
+    settings once (:func:`zerolib.core.step.parallel.parallel_step_time`) builds, nothing
+    checked again."""
+    if shard_group is None:     # every GPU: the group is the GPU count itself
+        params, gpus, stage = np.broadcast_arrays(params, gpus, stage)
+        group = gpus
+    else:
+        params, gpus, stage, group = np.broadcast_arrays(params, gpus, stage, shard_group)
+    return Traffic(params, gpus, stage, group, layout, gpus_per_node, hpz_partition, qwz, qgz, units)
 
 
 def group_slot(name: str) -> Slot:
