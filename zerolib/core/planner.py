@@ -214,7 +214,9 @@ class PlanSettings:
                 "offload": list(self.offload), "sequence_parallel": list(self.sequence_parallel),
                 "shard_groups": self.shard_groups,
                 "flash_attention": self.working_set.flash_attention,
-                "reserve_bytes": self.working_set.reserve_bytes}
+                "reserve_bytes": self.working_set.reserve_bytes,
+                # a mixture of experts' token buffers (None: dropless); a dense model has none
+                **({"capacity_factor": self.working_set.capacity_factor} if self.model.experts else {})}
 
 
 def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, links=None,
@@ -406,7 +408,8 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
     units = {name: np.zeros(len(keys), dtype=np.int64) for name in UNIT_TERMS}
     for index, row in enumerate(first.tolist()):
         options = options_key(bool(sp[row]), RECOMPUTE[int(rec[row])], ws.flash_attention,
-                              ws.element_bytes, ws.mask_bytes, ws.dropout, ws.logits_bytes)
+                              ws.element_bytes, ws.mask_bytes, ws.dropout, ws.logits_bytes,
+                              ws.capacity_factor)
         terms = unit_terms(s.model, s.seq_len, int(b[row]), int(t[row]), options)
         for name in UNIT_TERMS:
             units[name][index] = terms[name]

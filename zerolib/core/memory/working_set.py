@@ -96,7 +96,7 @@ from zerolib.core.inputs import (
 )
 from zerolib.core.intmath import ceil_div, last_true
 from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, ModelState, get_layout
-from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.activations import RECOMPUTE, check_capacity_factor
 from zerolib.core.memory.feasibility import fewest_gpus
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
@@ -161,6 +161,10 @@ class WorkingSetSettings:
     max_live_parameters: int = STAGE3_MAX_LIVE_PARAMETERS
     ddp_gradient_as_bucket_view: bool = False  # PyTorch's default
     reserve_bytes: int = DEFAULT_RESERVE
+    # A mixture of experts' token buffers: None is dropless routing (each expert holds exactly
+    # the tokens routed to it, as transformers runs Mixtral); c gives each of the E experts
+    # ceil(c x k x s x b / E) slots (zerolib.core.memory.activations).
+    capacity_factor: float | None = None
 
     def __post_init__(self):
         check_positive_int(self.seq_len, "seq_len", MAX_SEQ_LEN)
@@ -190,6 +194,8 @@ class WorkingSetSettings:
             object.__setattr__(self, "logits_bytes", tuple(self.logits_bytes))
             for width in self.logits_bytes:
                 check_positive_int(width, "logits_bytes entry", MAX_ELEMENT_BYTES)
+        if self.capacity_factor is not None:
+            object.__setattr__(self, "capacity_factor", check_capacity_factor(self.capacity_factor))
 
     def __deepcopy__(self, memo) -> WorkingSetSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -246,7 +252,7 @@ def _activations(config: TransformerConfig, s: WorkingSetSettings,
                          f"(learned position embeddings), got {s.seq_len}")
     units = unit_terms(config, s.seq_len, s.micro_batch, s.tensor_parallel, options_key(
         s.sequence_parallel, s.recompute, s.flash_attention, s.element_bytes, s.mask_bytes,
-        s.dropout, s.logits_bytes))
+        s.dropout, s.logits_bytes, s.capacity_factor))
     micro_batches = None if s.micro_batches is None else np.int64(s.micro_batches)
     out = {}
     for pipeline_stage in pipeline_stages or _pipeline_stages(s):
