@@ -66,6 +66,7 @@ from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
     ParallelGrid,
+    candidate_stages,
     largest_module_on,
     parameters_on,
     rules_of,
@@ -391,11 +392,12 @@ def _first_broken(rules: dict, names, reason: np.ndarray) -> np.ndarray:
 # --- peaks and times of the configurations that can run -----------------------------------------
 
 def _per_stage_arrays(s: PlanSettings, t, p):
-    """Parameters and largest module on one GPU of the first and of the last stage."""
-    out = {}
-    for key, r in (("first", np.zeros_like(p)), ("last", p - 1)):
+    """Parameters and largest module on one GPU of each candidate stage (the first and the
+    last; every stage with dense first layers: candidate_stages)."""
+    out = []
+    for r in candidate_stages(s.model, p):
         grid = ParallelGrid(s.model, t, p, r, "1f1b", 1, None, 1)   # from checked settings
-        out[key] = (parameters_on(grid), largest_module_on(grid))
+        out.append((parameters_on(grid), largest_module_on(grid)))
     return out
 
 
@@ -415,13 +417,15 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
             units[name][index] = terms[name]
     per_row = {name: values[inverse] for name, values in units.items()}
     p, m, v = c["pipeline_parallel"], c["micro_batches"], c["chunks"]
-    out = {"first": np.zeros(len(code), dtype=np.int64), "last": np.zeros(len(code), dtype=np.int64)}
+    stages = candidate_stages(s.model, p)
+    out = [np.zeros(len(code), dtype=np.int64) for _ in stages]
     for chunk in np.unique(v):
         sel = v == chunk
         schedule = "interleaved" if chunk > 1 else "1f1b"
         sub = {name: values[sel] for name, values in per_row.items()}
-        for key, r in (("first", np.zeros_like(p[sel])), ("last", p[sel] - 1)):
-            out[key][sel] = activation_totals_of(s.model, sub, p[sel], r, schedule, int(chunk), m[sel])
+        for index, r in enumerate(stages):
+            out[index][sel] = activation_totals_of(s.model, sub, p[sel], r[sel], schedule, int(chunk),
+                                                   m[sel])
     return out
 
 
@@ -459,17 +463,19 @@ def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
     keys, first_row, inverse = np.unique(pair, return_index=True, return_inverse=True)
     per_stage = _per_stage_arrays(s, t[first_row], p[first_row])
     activations = _activation_totals(s, c)
-    peaks, hosts = {}, {}
-    for key in ("first", "last"):
-        params, module = (values[inverse] for values in per_stage[key])
+    peak = stage_of_peak = host = None
+    for (params, module), acts, r in zip(per_stage, activations, candidate_stages(s.model, p)):
+        params, module = params[inverse], module[inverse]
         gpu, cpu_node = _persistent(s, c, params)
-        terms = terms_of(c["stage"], params, module, activations[key], 0, s.working_set, s.layout)
-        peaks[key] = gpu + sum(terms.values())
-        hosts[key] = cpu_node
-    decided_last = peaks["last"] > peaks["first"]    # the first stage on ties, as peaks() does
-    return {"peak_bytes": np.where(decided_last, peaks["last"], peaks["first"]),
-            "pipeline_stage": np.where(decided_last, p - 1, 0),
-            "host_bytes_per_node": np.maximum(hosts["first"], hosts["last"])}
+        terms = terms_of(c["stage"], params, module, acts, 0, s.working_set, s.layout)
+        found = gpu + sum(terms.values())
+        if peak is None:
+            peak, stage_of_peak, host = found, r, cpu_node
+            continue
+        later = found > peak        # the earlier stage on ties, as peaks() does
+        peak, stage_of_peak = np.where(later, found, peak), np.where(later, r, stage_of_peak)
+        host = np.maximum(host, cpu_node)
+    return {"peak_bytes": peak, "pipeline_stage": stage_of_peak, "host_bytes_per_node": host}
 
 
 def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

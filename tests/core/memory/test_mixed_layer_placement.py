@@ -113,3 +113,27 @@ def test_interleaved_counts_the_chunk_passes_that_hold_the_dense_layer():
     got = stage_activation_terms(CONFIG, S, B, 1, 3, 1, schedule="interleaved", chunks=3,
                                  flash_attention=True)["transformer_layers"]
     assert got == (2 * 1 + 2 * 3 + 1) * 3 * SPARSE
+
+
+def test_a_middle_stage_can_be_the_most_loaded():
+    # 27 layers over 4 stages: 7, 7, 7, 6. An expert layer (about 571M) outweighs the
+    # embedding (210M) plus the dense layer's MLP (67M), so stage 1 (7 expert layers) holds more
+    # than stage 0 (embedding, the dense layer, 6 expert layers) and more than stage 3 (6 expert
+    # layers, the final norm and the output layer).
+    stages = [EMBEDDING + 7 * attention() + dense_mlp() + 6 * expert_mlp(),
+              7 * attention() + 7 * expert_mlp(), 7 * attention() + 7 * expert_mlp(),
+              6 * attention() + 6 * expert_mlp() + FINAL_NORM + OUTPUT]
+    assert [int(parameters_per_gpu(CONFIG, 1, 4, pipeline_stage=r)) for r in range(4)] == stages
+    assert sum(stages) == TOTAL
+    assert parameters_per_gpu(CONFIG, 1, 4) == stages[1] > max(stages[0], stages[3])
+
+
+def test_the_peak_is_taken_over_every_stage():
+    from zerolib.core.memory.working_set import WorkingSetSettings, peaks
+    # ZeRO stage 0 on 4 GPUs, no data parallelism: the model state (16 bytes a parameter) and
+    # DDP's gradient copy (2 more) of stage 1's ~300M more parameters outweigh the first stage's
+    # one more micro-batch of 7 layers' activations at 1,024 tokens, so stage 1 decides.
+    settings = WorkingSetSettings(seq_len=1024, pipeline_parallel=4)
+    (result,) = peaks(CONFIG, 4, [0], settings)
+    assert result.pipeline_stage == 1
+    assert result.persistent["parameters"] == 2 * (7 * attention() + 7 * expert_mlp())

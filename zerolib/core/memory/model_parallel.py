@@ -37,6 +37,12 @@ interleaved schedule (``schedule="interleaved"``, Narayanan et al. Sec. 2.2.2) g
 ``chunks`` (v) model chunks of L / (p v) layers, which must divide evenly; rank r holds chunks
 r, r + p, ...: L / p layers, the embedding on rank 0, the output layer on rank p - 1.
 
+A model whose first ``dense_layers`` layers hold a dense MLP and the others experts
+(DeepSeek-V2/V3's ``first_k_dense_replace``): the dense layers are the first layers, so they
+sit on the first stage(s) under 1F1B and in the first model chunk(s) interleaved
+(:func:`stage_dense_layers`); each stage counts the modules of the layers it holds, and its
+largest module among them.
+
 The activations a stage keeps in flight under each schedule are :mod:`zerolib.core.memory.pipeline_schedule`'s.
 
 Which stage is the most loaded: the first stage holds at least as many layers, and at least
@@ -499,11 +505,22 @@ def _place_sums(grid: ParallelGrid) -> dict[str, np.ndarray]:
     return sums
 
 
+def candidate_stages(config: TransformerConfig, pipeline_parallel) -> list[np.ndarray]:
+    """The pipeline stages that can be the most loaded, as arrays broadcast with ``p``: the
+    first and the last; with dense first layers (lighter than an expert layer, so a middle
+    stage of expert layers can outweigh the first) every stage, the k-th as min(k, p - 1)."""
+    p = np.asarray(pipeline_parallel, dtype=np.int64)
+    if not config.dense_layers:
+        return [np.zeros_like(p), p - 1]
+    return [np.minimum(k, p - 1) for k in range(int(np.max(p)))]
+
+
 def at_stage(grid: ParallelGrid, load):
-    """``load(r)`` at the grid's pipeline stage, or (None) the larger of the first and the last."""
+    """``load(r)`` at the grid's pipeline stage, or (None) the largest over
+    :func:`candidate_stages` (the first and the last for a model whose layers are alike)."""
     if grid.pipeline_stage is not None:
         return load(grid.pipeline_stage)
-    return np.maximum(load(np.zeros_like(grid.p)), load(grid.p - 1))
+    return np.maximum.reduce([load(r) for r in candidate_stages(grid.config, grid.p)])
 
 
 def parameters_per_gpu(model, tensor_parallel=1, pipeline_parallel=1, *, pipeline_stage=None,

@@ -14,7 +14,8 @@ micro-batches). The embedding's activations are held once per in-flight micro-ba
 first chunk: min(p, m) under 1F1B, min(2p, m) interleaved (rank 0's chunk 0 at the moment its
 activations peak); the output layer's and the loss's once (the last stage runs each
 micro-batch's backward pass right after its forward pass). One layer being recomputed in
-backward (``recompute_transient``) is counted once per GPU.
+backward (``recompute_transient``) is counted once per GPU. With dense first layers
+(DeepSeek's) each copy counts the kind of layer it is (:func:`dense_layer_activations_held`).
 
 Most loaded: the first stage holds at least the layers and the micro-batches in flight of any
 middle stage, plus the embedding's activations; the last stage holds the output layer's and the
