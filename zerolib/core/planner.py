@@ -463,15 +463,11 @@ def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
     keys, first_row, inverse = np.unique(pair, return_index=True, return_inverse=True)
     per_stage = _per_stage_arrays(s, t[first_row], p[first_row])
     activations = _activation_totals(s, c)
-    peak = stage_of_peak = host = None
+    peak = stage_of_peak = host = np.full(len(p), -1, dtype=np.int64)
     for (params, module), acts, r in zip(per_stage, activations, candidate_stages(s.model, p)):
-        params, module = params[inverse], module[inverse]
-        gpu, cpu_node = _persistent(s, c, params)
-        terms = terms_of(c["stage"], params, module, acts, 0, s.working_set, s.layout)
-        found = gpu + sum(terms.values())
-        if peak is None:
-            peak, stage_of_peak, host = found, r, cpu_node
-            continue
+        gpu, cpu_node = _persistent(s, c, params[inverse])
+        found = gpu + sum(terms_of(c["stage"], params[inverse], module[inverse], acts, 0,
+                                   s.working_set, s.layout).values())
         later = found > peak        # the earlier stage on ties, as peaks() does
         peak, stage_of_peak = np.where(later, found, peak), np.where(later, r, stage_of_peak)
         host = np.maximum(host, cpu_node)
