@@ -25,3 +25,21 @@ def test_deepseek_peaks_are_working_set_peaks():
         middle += 0 < peak.pipeline_stage < row["pipeline_parallel"] - 1
     assert middle > 0       # e.g. p = 4: stage 1's 7 expert layers outweigh stage 0
     assert result.settings.as_dict()["capacity_factor"] == 1.25
+
+
+def test_interleaved_peaks_place_dense_layers_by_chunk():
+    # 24 layers, the first 5 dense: interleaved chunks of 3 layers put dense layers on ranks 0
+    # and 1, where 1F1B puts them all on rank 0 (test_mixed_layer_placement works it out).
+    import json
+    data = json.loads((REPO / "tests" / "data" / "deepseek-v2-lite.json").read_text())
+    model = zl.model_from_config({**data, "num_hidden_layers": 24, "first_k_dense_replace": 5})
+    # At 8,192 tokens rank 0's 11 chunk passes in flight make it the most loaded in some rows.
+    result = plan(model, 16, 8, "h100-80gb", 8192, 64, max_micro_batch=2, recompute=("none",),
+                  chunks=(2,), stages=(0, 1))
+    rows = result.valid[(result.valid["pipeline_parallel"] == 4).to_numpy()]
+    assert (rows["pipeline_stage"] == 0).any()
+    for _, row in rows.iterrows():
+        ws, placement = result.settings_for(row)
+        assert (ws.pipeline_schedule, ws.pipeline_chunks) == ("interleaved", 2)
+        (peak,) = zl.peaks(model, 16, [int(row["stage"])], ws, result.settings.layout, placement)
+        assert (peak.total, peak.pipeline_stage) == (row["peak_bytes"], row["pipeline_stage"])

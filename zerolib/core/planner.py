@@ -65,10 +65,8 @@ from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
-    ParallelGrid,
+    candidate_loads,
     candidate_stages,
-    largest_module_on,
-    parameters_on,
     rules_of,
 )
 from zerolib.core.memory.model_parallel import (
@@ -391,16 +389,6 @@ def _first_broken(rules: dict, names, reason: np.ndarray) -> np.ndarray:
 
 # --- peaks and times of the configurations that can run -----------------------------------------
 
-def _per_stage_arrays(s: PlanSettings, t, p):
-    """Parameters and largest module on one GPU of each candidate stage (the first and the
-    last; every stage with dense first layers: candidate_stages)."""
-    out = []
-    for r in candidate_stages(s.model, p):
-        grid = ParallelGrid(s.model, t, p, r, "1f1b", 1, None, 1)   # from checked settings
-        out.append((parameters_on(grid), largest_module_on(grid)))
-    return out
-
-
 def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Activation bytes (logits and loss included) on one GPU of the first and last stage."""
     ws = s.working_set
@@ -459,9 +447,11 @@ def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
     """Peak per GPU (and which pipeline stage decides it) and CPU bytes per node of the
     configurations ``c`` (columns as :class:`Space` holds them; all must be runnable)."""
     t, p = c["tensor_parallel"], c["pipeline_parallel"]
-    pair = t * (MAX_GPUS + 1) + p
-    keys, first_row, inverse = np.unique(pair, return_index=True, return_inverse=True)
-    per_stage = _per_stage_arrays(s, t[first_row], p[first_row])
+    # Chunks place dense first layers (interleaved: in chunks of L / (p v)); alike layers, not.
+    v = c["chunks"] if s.model.dense_layers else np.ones_like(p)
+    keys, first_row, inverse = np.unique((t * (MAX_GPUS + 1) + p) * (MAX_CHUNKS + 1) + v,
+                                         return_index=True, return_inverse=True)
+    per_stage = candidate_loads(s.model, t[first_row], p[first_row], v[first_row])
     activations = _activation_totals(s, c)
     peak = stage_of_peak = host = np.full(len(p), -1, dtype=np.int64)
     for (params, module), acts, r in zip(per_stage, activations, candidate_stages(s.model, p)):

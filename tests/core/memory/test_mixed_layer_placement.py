@@ -137,3 +137,20 @@ def test_the_peak_is_taken_over_every_stage():
     (result,) = peaks(CONFIG, 4, [0], settings)
     assert result.pipeline_stage == 1
     assert result.persistent["parameters"] == 2 * (7 * attention() + 7 * expert_mlp())
+
+
+def test_interleaved_chunks_place_the_dense_layers_rank_by_rank():
+    # 24 layers, the first 5 dense: with p = 4 and 2 chunks of 3 layers, rank 0 holds layers
+    # 0-2 and 12-14 (3 dense), rank 1 layers 3-5 and 15-17 (2 dense: 3 and 4), rank 2 none;
+    # under 1F1B rank 0 holds layers 0-5 (all 5 dense) and rank 1 none.
+    import json
+    data = json.loads((REPO / "tests" / "data" / "deepseek-v2-lite.json").read_text())
+    config = model_from_config({**data, "num_hidden_layers": 24, "first_k_dense_replace": 5})
+    a, d, e = attention(), dense_mlp(), expert_mlp()
+    interleaved = [EMBEDDING + 6 * a + 3 * d + 3 * e, 6 * a + 2 * d + 4 * e, 6 * a + 6 * e,
+                   6 * a + 6 * e + FINAL_NORM + OUTPUT]
+    got = [int(parameters_per_gpu(config, 1, 4, pipeline_stage=r, schedule="interleaved", chunks=2))
+           for r in range(4)]
+    assert got == interleaved
+    assert int(parameters_per_gpu(config, 1, 4, pipeline_stage=1)) == 6 * a + 6 * e
+    assert int(parameters_per_gpu(config, 1, 4, pipeline_stage=0)) == EMBEDDING + 6 * a + 5 * d + e

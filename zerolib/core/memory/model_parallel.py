@@ -523,6 +523,22 @@ def at_stage(grid: ParallelGrid, load):
     return np.maximum.reduce([load(r) for r in candidate_stages(grid.config, grid.p)])
 
 
+def candidate_loads(config: TransformerConfig, t: np.ndarray, p: np.ndarray,
+                    chunks: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(parameters, largest module) on one GPU of each of :func:`candidate_stages`, for checked
+    int64 arrays of t, p and model chunks per stage (1: 1F1B, more: interleaved): the planner's
+    path. The chunks matter only to a model with dense first layers."""
+    out = []
+    for r in candidate_stages(config, p):
+        params, module = np.zeros_like(p), np.zeros_like(p)
+        for v in np.unique(chunks):
+            sel, schedule = chunks == v, "interleaved" if v > 1 else "1f1b"
+            grid = ParallelGrid(config, t[sel], p[sel], r[sel], schedule, int(v), None, 1)
+            params[sel], module[sel] = parameters_on(grid), largest_module_on(grid)
+        out.append((params, module))
+    return out
+
+
 def parameters_per_gpu(model, tensor_parallel=1, pipeline_parallel=1, *, pipeline_stage=None,
                        schedule: str = "1f1b", chunks: int = 1,
                        vocab_divisible_by: int = 1) -> np.ndarray:
