@@ -85,10 +85,25 @@ def test_estimate_megatron_args_and_its_errors(capsys):
     assert "--num-experts" in err
 
 
-def test_deepseek_is_counted_and_its_placement_refused_in_one_line(capsys):
+def test_deepseek_is_counted_estimated_and_planned(capsys):
     config = str(DATA / "deepseek-v2-lite.json")
     status, out, _ = run(capsys, "models", "--config", config)
     assert status == 0 and "parameters: 15,748,993,024" in out.splitlines()
-    status, out, err = run(capsys, "estimate", "--config", config, "--gpus", "8")
-    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert "first 1 layers are dense and the other 26 hold experts (dense_layers)" in err
+    own = estimate_json(capsys, "--config", config, "--gpus", "8", "--stage", "0")
+    assert own["stages"][0]["parameters"] == 2 * 15_748_993_024      # 16-bit, whole on each GPU
+    # Three pipeline stages of 9 layers: the first holds the embedding and the one dense layer.
+    own = estimate_json(capsys, "--config", config, "--gpus", "3", "--stage", "0",
+                        "--pipeline-parallel", "3")
+    row = own["stages"][0]
+    attention = (2048 + 2048 * 1536 + 1536 + 2048 * 576 + 512 + 2048
+                 + 1536 * 16 * 192 + 512 * 16 * 256 + 16 * 128 * 2048)
+    experts = 2048 * 64 + 64 * 3 * 2048 * 1408 + 3 * 2048 * 2816
+    by_stage = {0: 102400 * 2048 + 9 * attention + 3 * 2048 * 10944 + 8 * experts,
+                2: 9 * attention + 9 * experts + 2048 + 102400 * 2048}
+    assert row["parameters"] == 2 * by_stage[row["pipeline_stage"]]
+    status, out, err = run(capsys, "plan", "--config", config, "--gpus", "16", "--gpus-per-node", "8",
+                           "--device", "h100-80gb", "--seq", "4096", "--global-batch", "64",
+                           "--format", "json")
+    assert status == 0 and err == ""
+    plan = json.loads(out)
+    assert plan["counts"]["fit"] > 0 and plan["settings"]["capacity_factor"] is None   # dropless

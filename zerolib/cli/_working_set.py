@@ -7,6 +7,7 @@ stage rows that carry ``working_set`` and ``peak``, and add table / CSV columns.
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import replace
 
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
@@ -33,7 +34,8 @@ OPTIONS = {"seq": "--seq", "micro_batch": "--micro-batch", "recompute": "--recom
            "micro_batches": "--micro-batches", "reserve": "--reserve",
            "reduce_bucket_size": "--reduce-bucket-size", "overlap_comm": "--overlap-comm",
            "prefetch_bucket_size": "--prefetch-bucket-size",
-           "max_live_parameters": "--max-live-parameters", "ddp_bucket_view": "--ddp-bucket-view"}
+           "max_live_parameters": "--max-live-parameters", "ddp_bucket_view": "--ddp-bucket-view",
+           "capacity_factor": "--capacity-factor"}
 DEFAULT_SEQ = 4096
 
 
@@ -73,6 +75,32 @@ def add_arguments(parser) -> None:
                     help="DeepSpeed stage3_max_live_parameters (default 1e9 elements)")
     ws.add_argument("--ddp-bucket-view", action="store_true", default=None,
                     help="stage 0: PyTorch DDP gradient_as_bucket_view=True (no second gradient copy)")
+    add_capacity_factor(ws)
+
+
+def add_capacity_factor(group) -> None:
+    group.add_argument("--capacity-factor", metavar="C",
+                       help="a mixture of experts' capacity factor, 1 to 64: each of the E experts "
+                            "holds ceil(C x k x tokens / E) token slots (default: dropless routing, "
+                            "each expert holds exactly the tokens routed to it)")
+
+
+def capacity_factor_from(args, config) -> float | None:
+    """The ``--capacity-factor`` of a model with experts (None when not given); given for a
+    dense model it would change nothing, and is refused."""
+    text = getattr(args, "capacity_factor", None)
+    if text is None:
+        return None
+    if not config.experts:
+        raise ValueError(f"--capacity-factor needs a model with experts ({config.name} is dense: "
+                         f"it changes nothing)")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 1 <= value <= 64:    # NaN fails too
+        raise ValueError(f"--capacity-factor must be a number from 1 to 64, like 1.25, got {text!r}")
+    return value
 
 
 def requested(args) -> bool:
@@ -118,6 +146,9 @@ def settings_from(args, config):
         changes["overlap_comm"] = True
     if args.ddp_bucket_view:
         changes["ddp_gradient_as_bucket_view"] = True
+    capacity_factor = capacity_factor_from(args, config)
+    if capacity_factor is not None:
+        changes["capacity_factor"] = capacity_factor
     return replace(settings, **changes)
 
 
@@ -184,6 +215,8 @@ def describe(result: dict) -> str:
     if s["tensor_parallel"] > 1:
         sequence = " + sequence parallel" if s["sequence_parallel"] else ""
         parts.append(f"tensor parallel {s['tensor_parallel']}{sequence}")
+    if s["capacity_factor"] is not None:
+        parts.append(f"capacity factor {s['capacity_factor']:g}")
     if s["pipeline_parallel"] > 1:
         chunks = f", {s['pipeline_chunks']} chunks per stage" if s["pipeline_chunks"] > 1 else ""
         flight = "" if s["micro_batches"] is None else f", {s['micro_batches']} micro-batches per step"

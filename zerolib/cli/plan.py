@@ -7,6 +7,7 @@ import io
 import math
 
 from zerolib.cli import _own_model as own_model_cli
+from zerolib.cli import _working_set as working_set_cli
 from zerolib.cli._arguments import add_layout_arguments, layout_from
 from zerolib.cli._communication import HOST_LINKS, host_link_from
 from zerolib.cli._output import json_text, text_table
@@ -89,6 +90,7 @@ def register(commands) -> None:
                         help="stages 1-3: every shard group G dividing d (default), or G = d only")
     parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True,
                         help="flash-style attention, no s x s scores stored (default: on)")
+    working_set_cli.add_capacity_factor(parser)
     parser.add_argument("--reserve", metavar="SIZE",
                         help="fixed reserve per GPU for CUDA context, NCCL and fragmentation "
                              "(default 2GiB: an assumption, not a measurement)")
@@ -120,7 +122,7 @@ def _named(allowed, name):
     return parse
 
 
-def options_from(args) -> dict:
+def options_from(args, config) -> dict:
     """Keyword arguments for :func:`zerolib.core.planner.plan` from the flags."""
     options = {"layout": layout_from(args), "links": args.links,
                "sequence_parallel": SEQUENCE_PARALLEL[args.sequence_parallel],
@@ -144,11 +146,11 @@ def options_from(args) -> dict:
         value = _list(text, name, parse)
         if value is not None:
             options[key] = value
-    working_set = WorkingSetSettings(flash_attention=args.flash)
+    working_set = {"flash_attention": args.flash,
+                   "capacity_factor": working_set_cli.capacity_factor_from(args, config)}
     if args.reserve is not None:
-        working_set = WorkingSetSettings(flash_attention=args.flash, reserve_bytes=parse_size(
-            args.reserve, "--reserve", maximum=MAX_BYTES))
-    options["working_set"] = working_set
+        working_set["reserve_bytes"] = parse_size(args.reserve, "--reserve", maximum=MAX_BYTES)
+    options["working_set"] = WorkingSetSettings(**working_set)
     refuse_no_effect(args, options)
     return options
 
@@ -170,11 +172,12 @@ def refuse_no_effect(args, options: dict) -> None:
 
 def run(args) -> int:
     top = None if args.top is None else parse_whole(args.top, "--top", maximum=MAX_GPUS)
-    result = plan(own_model_cli.model_from(args), parse_whole(args.gpus, "--gpus", maximum=MAX_GPUS),
+    model = own_model_cli.model_from(args)
+    result = plan(model, parse_whole(args.gpus, "--gpus", maximum=MAX_GPUS),
                   parse_whole(args.gpus_per_node, "--gpus-per-node", maximum=MAX_GPUS),
                   args.device, parse_whole(args.seq, "--seq", maximum=MAX_SEQ_LEN),
                   parse_whole(args.global_batch, "--global-batch", maximum=MAX_MICRO_BATCHES),
-                  **options_from(args))
+                  **options_from(args, model))
     if args.format == "json":
         print(json_text(as_json(result, top)))
     elif args.format == "csv":

@@ -65,9 +65,8 @@ from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
-    ParallelGrid,
-    largest_module_on,
-    parameters_on,
+    candidate_loads,
+    candidate_stages,
     rules_of,
 )
 from zerolib.core.memory.model_parallel import (
@@ -215,7 +214,9 @@ class PlanSettings:
                 "offload": list(self.offload), "sequence_parallel": list(self.sequence_parallel),
                 "shard_groups": self.shard_groups,
                 "flash_attention": self.working_set.flash_attention,
-                "reserve_bytes": self.working_set.reserve_bytes}
+                "reserve_bytes": self.working_set.reserve_bytes,
+                # a mixture of experts' token buffers (None: dropless); a dense model has none
+                **({"capacity_factor": self.working_set.capacity_factor} if self.model.experts else {})}
 
 
 def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, links=None,
@@ -389,15 +390,6 @@ def _first_broken(rules: dict, names, reason: np.ndarray) -> np.ndarray:
 
 # --- peaks and times of the configurations that can run -----------------------------------------
 
-def _per_stage_arrays(s: PlanSettings, t, p):
-    """Parameters and largest module on one GPU of the first and of the last stage."""
-    out = {}
-    for key, r in (("first", np.zeros_like(p)), ("last", p - 1)):
-        grid = ParallelGrid(s.model, t, p, r, "1f1b", 1, None, 1)   # from checked settings
-        out[key] = (parameters_on(grid), largest_module_on(grid))
-    return out
-
-
 def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Activation bytes (logits and loss included) on one GPU of the first and last stage."""
     ws = s.working_set
@@ -407,19 +399,22 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
     units = {name: np.zeros(len(keys), dtype=np.int64) for name in UNIT_TERMS}
     for index, row in enumerate(first.tolist()):
         options = options_key(bool(sp[row]), RECOMPUTE[int(rec[row])], ws.flash_attention,
-                              ws.element_bytes, ws.mask_bytes, ws.dropout, ws.logits_bytes)
+                              ws.element_bytes, ws.mask_bytes, ws.dropout, ws.logits_bytes,
+                              ws.capacity_factor)
         terms = unit_terms(s.model, s.seq_len, int(b[row]), int(t[row]), options)
         for name in UNIT_TERMS:
             units[name][index] = terms[name]
     per_row = {name: values[inverse] for name, values in units.items()}
     p, m, v = c["pipeline_parallel"], c["micro_batches"], c["chunks"]
-    out = {"first": np.zeros(len(code), dtype=np.int64), "last": np.zeros(len(code), dtype=np.int64)}
+    stages = candidate_stages(s.model, p)
+    out = [np.zeros(len(code), dtype=np.int64) for _ in stages]
     for chunk in np.unique(v):
         sel = v == chunk
         schedule = "interleaved" if chunk > 1 else "1f1b"
         sub = {name: values[sel] for name, values in per_row.items()}
-        for key, r in (("first", np.zeros_like(p[sel])), ("last", p[sel] - 1)):
-            out[key][sel] = activation_totals_of(s.model, sub, p[sel], r, schedule, int(chunk), m[sel])
+        for index, r in enumerate(stages):
+            out[index][sel] = activation_totals_of(s.model, sub, p[sel], r[sel], schedule, int(chunk),
+                                                   m[sel])
     return out
 
 
@@ -453,21 +448,21 @@ def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
     """Peak per GPU (and which pipeline stage decides it) and CPU bytes per node of the
     configurations ``c`` (columns as :class:`Space` holds them; all must be runnable)."""
     t, p = c["tensor_parallel"], c["pipeline_parallel"]
-    pair = t * (MAX_GPUS + 1) + p
-    keys, first_row, inverse = np.unique(pair, return_index=True, return_inverse=True)
-    per_stage = _per_stage_arrays(s, t[first_row], p[first_row])
+    # Chunks place dense first layers (interleaved: in chunks of L / (p v)); alike layers, not.
+    v = c["chunks"] if s.model.dense_layers else np.ones_like(p)
+    keys, first_row, inverse = np.unique((t * (MAX_GPUS + 1) + p) * (MAX_CHUNKS + 1) + v,
+                                         return_index=True, return_inverse=True)
+    per_stage = candidate_loads(s.model, t[first_row], p[first_row], v[first_row])
     activations = _activation_totals(s, c)
-    peaks, hosts = {}, {}
-    for key in ("first", "last"):
-        params, module = (values[inverse] for values in per_stage[key])
-        gpu, cpu_node = _persistent(s, c, params)
-        terms = terms_of(c["stage"], params, module, activations[key], 0, s.working_set, s.layout)
-        peaks[key] = gpu + sum(terms.values())
-        hosts[key] = cpu_node
-    decided_last = peaks["last"] > peaks["first"]    # the first stage on ties, as peaks() does
-    return {"peak_bytes": np.where(decided_last, peaks["last"], peaks["first"]),
-            "pipeline_stage": np.where(decided_last, p - 1, 0),
-            "host_bytes_per_node": np.maximum(hosts["first"], hosts["last"])}
+    peak = stage_of_peak = host = np.full(len(p), -1, dtype=np.int64)
+    for (params, module), acts, r in zip(per_stage, activations, candidate_stages(s.model, p)):
+        gpu, cpu_node = _persistent(s, c, params[inverse])
+        found = gpu + sum(terms_of(c["stage"], params[inverse], module[inverse], acts, 0,
+                                   s.working_set, s.layout).values())
+        later = found > peak        # the earlier stage on ties, as peaks() does
+        peak, stage_of_peak = np.where(later, found, peak), np.where(later, r, stage_of_peak)
+        host = np.maximum(host, cpu_node)
+    return {"peak_bytes": peak, "pipeline_stage": stage_of_peak, "host_bytes_per_node": host}
 
 
 def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

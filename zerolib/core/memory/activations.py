@@ -93,6 +93,7 @@ Conventions and what is left out:
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -158,10 +159,7 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
     kv_rank, q_rank = check_count(kv_lora_rank, "kv_lora_rank"), check_count(q_lora_rank, "q_lora_rank")
     rope, v_width = check_count(rope_head_dim, "rope_head_dim"), check_count(v_head_dim, "v_head_dim")
     if capacity_factor is not None:
-        if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float)) or not (
-                1 <= capacity_factor <= 64):
-            raise ValueError(f"capacity_factor must be a number from 1 to 64, or None for dropless "
-                             f"routing, got {capacity_factor!r}")
+        capacity_factor = check_capacity_factor(capacity_factor)
     if head_dim is None:
         if h % a:
             raise ValueError(f"hidden ({h}) must be a multiple of heads ({a}) unless head_dim is given")
@@ -179,6 +177,15 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
     return _layer_terms(s, b, h, a, f, kv, d, t, e, m, n_experts, k, gated, sp, flash, drop, post,
                         recompute, qk_norm, shared_norm, shared_gate, fs, kv_rank, q_rank, rope,
                         v_width, capacity_factor)
+
+
+def check_capacity_factor(capacity_factor) -> float:
+    """A capacity factor from 1 to 64, as a float (the key of every memo that holds it)."""
+    if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, numbers.Real) or not (
+            1 <= capacity_factor <= 64):
+        raise ValueError(f"capacity_factor must be a number from 1 to 64, or None for dropless "
+                         f"routing, got {capacity_factor!r}")
+    return float(capacity_factor)
 
 
 def _layer_terms(s, b, h, a, f, kv, d, t, e, m, n_experts, k, gated, sp, flash, drop, post,
@@ -344,7 +351,34 @@ def model_terms(config, seq_len: int, micro_batch: int, tensor_parallel: int,
     """:func:`model_activation_terms` of checked inputs (a TransformerConfig, Python ints and
     flags, ``dropout`` resolved, the logits' widths): the planner's path, per setting."""
     s, b, h, v, t = seq_len, micro_batch, config.hidden, config.vocab, tensor_parallel
+    one, dense, transient = layer_kinds(config, s, b, t, sequence_parallel, recompute,
+                                        flash_attention, element_bytes, mask_bytes, dropout,
+                                        capacity_factor)
+    layers_total = config.layers * one
+    if config.dense_layers:     # DeepSeek's first layers: a dense gated MLP, no experts
+        layers_total = config.sparse_layers * one + config.dense_layers * dense
+    pointwise_t = t if sequence_parallel else 1
+    sbh_rank = _split(s * b * h, pointwise_t)
+    return MappingProxyType({
+        "transformer_layers": layers_total,
+        "recompute_transient": transient,
+        "embedding_dropout_mask": mask_bytes * sbh_rank if dropout else 0,
+        "embedding_norm_input": element_bytes * sbh_rank if config.embedding_norm else 0,
+        "final_norm_input": element_bytes * sbh_rank,
+        "output_projection_input": element_bytes * sbh_rank,
+        "logits_loss": sum(logits_widths) * s * b * _split(v, t),   # vocabulary-parallel output
+    })
 
+
+def layer_kinds(config, seq_len: int, micro_batch: int, tensor_parallel: int,
+                sequence_parallel: bool, recompute: str, flash_attention: bool,
+                element_bytes: int, mask_bytes: int, dropout: bool,
+                capacity_factor=None) -> tuple[int, int, int]:
+    """(one layer, one of the first dense layers, the recompute transient) in bytes on one
+    rank, of checked inputs (as :func:`model_terms`). "One layer" is every layer of a model
+    whose layers are alike, else one with experts; the dense layer is 0 without ``dense_layers``;
+    the transient is the larger kind's."""
+    s, b, h, t = seq_len, micro_batch, config.hidden, tensor_parallel
     shape = dict(f=config.ffn_hidden, n_experts=config.experts, k=config.experts_per_token,
                  fs=config.shared_expert_ffn, shared_gate=config.shared_expert_gate)
 
@@ -365,22 +399,12 @@ def model_terms(config, seq_len: int, micro_batch: int, tensor_parallel: int,
         # (full) or what selective dropped (the attention core).
         everything = layer("none")
         transient = everything if recompute == "full" else everything - layer("selective")
-    layers_total = config.layers * one
+    dense_one = 0
     if config.dense_layers:     # DeepSeek's first layers: a dense gated MLP, no experts
         dense = dict(f=config.dense_ffn_hidden, n_experts=0, k=0, fs=0, shared_gate=False)
-        layers_total = config.sparse_layers * one + config.dense_layers * layer(recompute, **dense)
+        dense_one = layer(recompute, **dense)
         if recompute != "none":     # the larger of the two kinds of layer being recomputed
             everything = layer("none", **dense)
             transient = max(transient, everything if recompute == "full"
                             else everything - layer("selective", **dense))
-    pointwise_t = t if sequence_parallel else 1
-    sbh_rank = _split(s * b * h, pointwise_t)
-    return MappingProxyType({
-        "transformer_layers": layers_total,
-        "recompute_transient": transient,
-        "embedding_dropout_mask": mask_bytes * sbh_rank if dropout else 0,
-        "embedding_norm_input": element_bytes * sbh_rank if config.embedding_norm else 0,
-        "final_norm_input": element_bytes * sbh_rank,
-        "output_projection_input": element_bytes * sbh_rank,
-        "logits_loss": sum(logits_widths) * s * b * _split(v, t),   # vocabulary-parallel output
-    })
+    return one, dense_one, transient

@@ -37,6 +37,12 @@ interleaved schedule (``schedule="interleaved"``, Narayanan et al. Sec. 2.2.2) g
 ``chunks`` (v) model chunks of L / (p v) layers, which must divide evenly; rank r holds chunks
 r, r + p, ...: L / p layers, the embedding on rank 0, the output layer on rank p - 1.
 
+A model whose first ``dense_layers`` layers hold a dense MLP and the others experts
+(DeepSeek-V2/V3's ``first_k_dense_replace``): the dense layers are the first layers, so they
+sit on the first stage(s) under 1F1B and in the first model chunk(s) interleaved
+(:func:`stage_dense_layers`); each stage counts the modules of the layers it holds, and its
+largest module among them.
+
 The activations a stage keeps in flight under each schedule are :mod:`zerolib.core.memory.pipeline_schedule`'s.
 
 Which stage is the most loaded: the first stage holds at least as many layers, and at least
@@ -150,13 +156,13 @@ class ModuleSplit:
 
     name: str
     split: str
-    place: str
+    place: str           # one of PLACES, or of LAYER_PLACES on a model with dense first layers
     elements: int        # the whole module (weight + bias)
     sharded: int         # elements divided over the tensor-parallel ranks
     replicated: int      # elements every rank holds whole
     rows: int            # vocabulary rows (vocabulary-parallel modules; else 0)
     row_width: int       # elements per vocabulary row
-    per_layer: int       # modules of this kind in one layer (1 for first/last-stage modules)
+    per_layer: int       # modules of this kind in one layer holding it (1 for first/last-stage modules)
     shared: bool         # a tied output layer: its weights are the embedding's
 
 
@@ -173,20 +179,38 @@ def module_splits(model: str | TransformerConfig) -> tuple[ModuleSplit, ...]:
     return _module_splits(get_model(model))
 
 
+# A model whose first layers are dense (DeepSeek's first_k_dense_replace): which layer modules
+# only those layers hold, and which only the others (the layers with experts).
+DENSE_LAYER_MODULES = ("dense_mlp_gate_projection", "dense_mlp_up_projection", "dense_mlp_down_projection")
+EXPERT_LAYER_MODULES = ("router", "expert_gate_projection", "expert_up_projection",
+                        "expert_down_projection", "shared_expert_gate_projection",
+                        "shared_expert_up_projection", "shared_expert_down_projection",
+                        "shared_expert_gate")
+# Where a module of a ModuleSplit lives: PLACES, and on a model with dense first layers the
+# layer modules of only the dense or only the expert layers.
+LAYER_PLACES = ("layer", "dense_layer", "expert_layer")
+
+
+def _layer_place(config: TransformerConfig, name: str) -> tuple[str, int]:
+    """(place, layers that hold the module) of a module that lives in layers."""
+    if config.dense_layers and name in DENSE_LAYER_MODULES:
+        return "dense_layer", config.dense_layers
+    if config.dense_layers and name in EXPERT_LAYER_MODULES:
+        return "expert_layer", config.sparse_layers
+    return "layer", config.layers
+
+
 def _module_splits(config: TransformerConfig) -> tuple[ModuleSplit, ...]:
-    if config.dense_layers:
-        raise ValueError(f"{config.name}: its first {config.dense_layers} layers are dense and the other "
-                         f"{config.sparse_layers} hold experts (dense_layers); zerolib splits and "
-                         f"places only layers that are all alike, so it counts this model's "
-                         f"parameters but cannot place it on GPUs")
     out = []
     for module in modules(config):
         rule = _rule(module.name)
+        place = rule.place
         if rule.place == "layer":
-            if module.count % config.layers:
+            place, layers = _layer_place(config, module.name)
+            if module.count % layers:
                 raise ValueError(f"module {module.name!r} appears {module.count} times, not a "
-                                 f"multiple of the {config.layers} layers")
-            per_layer = module.count // config.layers
+                                 f"multiple of the {layers} layers")
+            per_layer = module.count // layers
         elif module.count != 1:
             raise ValueError(f"module {module.name!r} lives on one pipeline stage but appears "
                              f"{module.count} times")
@@ -208,7 +232,7 @@ def _module_splits(config: TransformerConfig) -> tuple[ModuleSplit, ...]:
                 raise ValueError(f"module {module.name!r}: weight of {module.elements - bias:,} "
                                  f"elements does not project to the hidden size {config.hidden}")
             sharded, replicated = module.elements - bias, bias
-        out.append(ModuleSplit(module.name, rule.split, rule.place, module.elements, sharded,
+        out.append(ModuleSplit(module.name, rule.split, place, module.elements, sharded,
                                replicated, rows, width, per_layer, module.shared))
     return tuple(out)
 
@@ -222,7 +246,7 @@ def split_table(model: str | TransformerConfig, tensor_parallel: int = 1,
     check_parallel(config, t)
     rows = []
     for piece in module_splits(config):
-        count = piece.per_layer * config.layers if piece.place == "layer" else 1
+        count = piece.per_layer * _layers_of(config, piece.place)
         rows.append({"module": piece.name, "split": piece.split, "place": piece.place,
                      "count": count, "elements": piece.elements,
                      "elements_per_gpu": int(_rank_elements(piece, np.int64(t), vocab_divisible_by)),
@@ -294,7 +318,8 @@ def rules_of(config: TransformerConfig, t: np.ndarray, p: np.ndarray, schedule: 
     holds = np.ones(t.shape, dtype=bool)
     rules = dict.fromkeys(RULES, holds)
     rules.update(heads=config.heads % t == 0, kv_heads=config.kv_heads % t == 0,
-                 ffn_hidden=(config.ffn_hidden % t == 0) & (config.shared_expert_ffn % t == 0))
+                 ffn_hidden=(config.ffn_hidden % t == 0) & (config.shared_expert_ffn % t == 0)
+                 & (config.dense_ffn_hidden % t == 0))
     if gpus_per_node is not None:
         k = gpus_per_node
         rules["node"] = (t <= k) & (k % t == 0)
@@ -433,9 +458,41 @@ def stage_layers(layers: int, pipeline_parallel, pipeline_stage) -> np.ndarray:
     return layers // p + (r < layers % p)
 
 
+def _layers_of(config: TransformerConfig, place: str) -> int:
+    """Modules of ``place`` (:data:`LAYER_PLACES` or the first / last stage) in the model."""
+    return {"layer": config.layers, "dense_layer": config.dense_layers,
+            "expert_layer": config.sparse_layers}.get(place, 1)
+
+
+def stage_dense_layers(config: TransformerConfig, pipeline_parallel, pipeline_stage, *,
+                       schedule: str = "1f1b", chunks: int = 1) -> np.ndarray:
+    """Of the layers on pipeline stage r, how many are the model's first ``dense_layers``.
+
+    1F1B: stage r holds the contiguous layers from r (L // p) + min(r, L mod p) on
+    (:func:`stage_layers`), so the dense ones are those below ``dense_layers``. Interleaved:
+    rank r holds model chunks r, r + p, ... of L / (p v) layers each, chunk c from layer
+    c L / (p v) on. 0 for a model whose layers are alike."""
+    p = np.asarray(pipeline_parallel, dtype=np.int64)
+    r = np.asarray(pipeline_stage, dtype=np.int64)
+    dense = config.dense_layers
+    if schedule == "interleaved":
+        width = config.layers // (p * chunks)
+        return sum(np.clip(dense - (j * p + r) * width, 0, width) for j in range(chunks))
+    start = r * (config.layers // p) + np.minimum(r, config.layers % p)
+    return np.clip(dense - start, 0, stage_layers(config.layers, p, r))
+
+
+def _stage_kinds(grid: ParallelGrid, r) -> dict[str, np.ndarray]:
+    """Layers of each of :data:`LAYER_PLACES` on stage r (parameters: as the grid's schedule
+    places them)."""
+    held = stage_layers(grid.config.layers, grid.p, r)
+    dense = stage_dense_layers(grid.config, grid.p, r, schedule=grid.schedule, chunks=grid.chunks)
+    return {"layer": held, "dense_layer": dense, "expert_layer": held - dense}
+
+
 def _place_sums(grid: ParallelGrid) -> dict[str, np.ndarray]:
-    """Per-rank elements of one layer and of the first / last stage's own modules."""
-    sums = {place: np.zeros(grid.t.shape, dtype=np.int64) for place in PLACES}
+    """Per-rank elements of one layer (of each kind) and of the first / last stage's own modules."""
+    sums = {place: np.zeros(grid.t.shape, dtype=np.int64) for place in PLACES + LAYER_PLACES[1:]}
     shared = np.zeros(grid.t.shape, dtype=np.int64)
     for piece in _module_splits(grid.config):
         share = _rank_elements(piece, grid.t, grid.vocab_divisible_by) * piece.per_layer
@@ -448,11 +505,38 @@ def _place_sums(grid: ParallelGrid) -> dict[str, np.ndarray]:
     return sums
 
 
+def candidate_stages(config: TransformerConfig, pipeline_parallel) -> list[np.ndarray]:
+    """The pipeline stages that can be the most loaded, as arrays broadcast with ``p``: the
+    first and the last; with dense first layers (lighter than an expert layer, so a middle
+    stage of expert layers can outweigh the first) every stage, the k-th as min(k, p - 1)."""
+    p = np.asarray(pipeline_parallel, dtype=np.int64)
+    if not config.dense_layers:
+        return [np.zeros_like(p), p - 1]
+    return [np.minimum(k, p - 1) for k in range(int(np.max(p)))]
+
+
 def at_stage(grid: ParallelGrid, load):
-    """``load(r)`` at the grid's pipeline stage, or (None) the larger of the first and the last."""
+    """``load(r)`` at the grid's pipeline stage, or (None) the largest over
+    :func:`candidate_stages` (the first and the last for a model whose layers are alike)."""
     if grid.pipeline_stage is not None:
         return load(grid.pipeline_stage)
-    return np.maximum(load(np.zeros_like(grid.p)), load(grid.p - 1))
+    return np.maximum.reduce([load(r) for r in candidate_stages(grid.config, grid.p)])
+
+
+def candidate_loads(config: TransformerConfig, t: np.ndarray, p: np.ndarray,
+                    chunks: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(parameters, largest module) on one GPU of each of :func:`candidate_stages`, for checked
+    int64 arrays of t, p and model chunks per stage (1: 1F1B, more: interleaved): the planner's
+    path. The chunks matter only to a model with dense first layers."""
+    out = []
+    for r in candidate_stages(config, p):
+        params, module = np.zeros_like(p), np.zeros_like(p)
+        for v in np.unique(chunks):
+            sel, schedule = chunks == v, "interleaved" if v > 1 else "1f1b"
+            grid = ParallelGrid(config, t[sel], p[sel], r[sel], schedule, int(v), None, 1)
+            params[sel], module[sel] = parameters_on(grid), largest_module_on(grid)
+        out.append((params, module))
+    return out
 
 
 def parameters_per_gpu(model, tensor_parallel=1, pipeline_parallel=1, *, pipeline_stage=None,
@@ -472,9 +556,13 @@ def parameters_on(grid: ParallelGrid) -> np.ndarray:
     """:func:`parameters_per_gpu` of a checked grid (a :class:`ParallelGrid` made from checked
     values: the planner's path)."""
     sums = _place_sums(grid)
-    return at_stage(grid, lambda r: (stage_layers(grid.config.layers, grid.p, r) * sums["layer"]
-                                     + np.where(r == 0, sums["first"], 0)
-                                     + np.where(r == grid.p - 1, sums["last"], 0)))
+
+    def load(r):
+        kinds = _stage_kinds(grid, r)
+        return (sum(kinds[place] * sums[place] for place in LAYER_PLACES)
+                + np.where(r == 0, sums["first"], 0) + np.where(r == grid.p - 1, sums["last"], 0))
+
+    return at_stage(grid, load)
 
 
 def largest_module_per_gpu(model, tensor_parallel=1, pipeline_parallel=1, *, pipeline_stage=None,
@@ -490,12 +578,19 @@ def largest_module_per_gpu(model, tensor_parallel=1, pipeline_parallel=1, *, pip
 
 def largest_module_on(grid: ParallelGrid) -> np.ndarray:
     """:func:`largest_module_per_gpu` of a checked grid (see :func:`parameters_on`)."""
-    best = {place: np.zeros(grid.t.shape, dtype=np.int64) for place in PLACES}
+    best = {place: np.zeros(grid.t.shape, dtype=np.int64) for place in PLACES + LAYER_PLACES[1:]}
     for piece in _module_splits(grid.config):
         best[piece.place] = np.maximum(best[piece.place],
                                        _rank_elements(piece, grid.t, grid.vocab_divisible_by))
-    return at_stage(grid, lambda r: np.maximum.reduce([best["layer"], np.where(r == 0, best["first"], 0),
-                                                       np.where(r == grid.p - 1, best["last"], 0)]))
+
+    def load(r):
+        kinds = _stage_kinds(grid, r)   # a kind of layer counts where the stage holds one
+        return np.maximum.reduce([best["layer"], np.where(kinds["dense_layer"] > 0, best["dense_layer"], 0),
+                                  np.where(kinds["expert_layer"] > 0, best["expert_layer"], 0),
+                                  np.where(r == 0, best["first"], 0),
+                                  np.where(r == grid.p - 1, best["last"], 0)])
+
+    return at_stage(grid, load)
 
 
 def model_state_per_gpu(model, tensor_parallel, pipeline_parallel, data_parallel, stage,

@@ -14,7 +14,8 @@ micro-batches). The embedding's activations are held once per in-flight micro-ba
 first chunk: min(p, m) under 1F1B, min(2p, m) interleaved (rank 0's chunk 0 at the moment its
 activations peak); the output layer's and the loss's once (the last stage runs each
 micro-batch's backward pass right after its forward pass). One layer being recomputed in
-backward (``recompute_transient``) is counted once per GPU.
+backward (``recompute_transient``) is counted once per GPU. With dense first layers
+(DeepSeek's) each copy counts the kind of layer it is (:func:`dense_layer_activations_held`).
 
 Most loaded: the first stage holds at least the layers and the micro-batches in flight of any
 middle stage, plus the embedding's activations; the last stage holds the output layer's and the
@@ -41,7 +42,13 @@ from zerolib.core.inputs import (
     echo,
 )
 from zerolib.core.intmath import ceil_div
-from zerolib.core.memory.activations import LOSS_FP32_BYTES, model_activation_terms, model_terms
+from zerolib.core.memory.activations import (
+    LOSS_FP32_BYTES,
+    check_capacity_factor,
+    layer_kinds,
+    model_activation_terms,
+    model_terms,
+)
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
@@ -50,6 +57,7 @@ from zerolib.core.memory.model_parallel import (
     check_schedule,
     parallel_grid,
     rows_on_rank,
+    stage_dense_layers,
     stage_layers,
 )
 
@@ -112,8 +120,37 @@ def layer_activations_held(layers: int, pipeline_parallel, pipeline_stage, *, sc
     return flight * stage_layers(layers, p, pipeline_stage)
 
 
-UNIT_TERMS = ("transformer_layers", "recompute_transient", "embedding_dropout_mask",
-              "embedding_norm_input", "final_norm_input", "output_projection_input", "logits_loss")
+def dense_layer_activations_held(config, pipeline_parallel, pipeline_stage, *, schedule: str = "1f1b",
+                                 chunks: int = 1, micro_batches=None) -> np.ndarray:
+    """Of :func:`layer_activations_held`, the copies of the model's first ``dense_layers``
+    (DeepSeek's dense MLP layers; 0 for a model whose layers are alike). 1F1B: the stage's dense
+    layers x the micro-batches in flight. Interleaved: pass k of the warm-up runs model chunk
+    (k // p) mod v (Megatron-LM ``get_model_chunk_id``), so each of the rank's chunks is held
+    as often as its passes are in flight, times the dense layers in it."""
+    p = np.asarray(pipeline_parallel, dtype=np.int64)
+    r = np.asarray(pipeline_stage, dtype=np.int64)
+    if not config.dense_layers:
+        return np.zeros(np.broadcast(p, r).shape, dtype=np.int64)
+    flight = _in_flight(p, r, schedule, chunks, micro_batches)
+    if schedule != "interleaved":
+        return flight * stage_dense_layers(config, p, r)
+    cycles, rest = np.divmod(flight, p * chunks)
+    held = np.zeros(np.shape(flight), dtype=np.int64)
+    for j in range(chunks):
+        passes = cycles * p + np.clip(rest - j * p, 0, p)      # chunk j's passes in flight
+        chunk = np.clip(config.dense_layers - (j * p + r) * (config.layers // (p * chunks)),
+                        0, config.layers // (p * chunks))
+        held = held + passes * chunk
+    return held
+
+
+# One layer's activations (with experts, on a model with dense first layers) and one dense
+# first layer's (0 without), then the model-level terms.
+UNIT_TERMS = ("transformer_layers", "dense_transformer_layer", "recompute_transient",
+              "embedding_dropout_mask", "embedding_norm_input", "final_norm_input",
+              "output_projection_input", "logits_loss")
+# The terms of a stage's activations (stage_activation_terms): the layers' as one.
+STAGE_TERMS = tuple(name for name in UNIT_TERMS if name != "dense_transformer_layer")
 
 
 @lru_cache(maxsize=8192)
@@ -127,8 +164,11 @@ def unit_terms(config, seq_len: int, micro_batch: int, t: int, options: tuple,
     widths = (o["element_bytes"], LOSS_FP32_BYTES) if o["logits_bytes"] is None else o["logits_bytes"]
     terms = dict(model_terms(config, seq_len, micro_batch, t, o["sequence_parallel"],
                              o["recompute"], o["flash_attention"], o["element_bytes"],
-                             o["mask_bytes"], dropout, widths))
-    terms["transformer_layers"] //= config.layers   # L x one layer
+                             o["mask_bytes"], dropout, widths, o["capacity_factor"]))
+    # One layer of each kind: the stages multiply them by the layers they hold.
+    terms["transformer_layers"], terms["dense_transformer_layer"], _ = layer_kinds(
+        config, seq_len, micro_batch, t, o["sequence_parallel"], o["recompute"],
+        o["flash_attention"], o["element_bytes"], o["mask_bytes"], dropout, o["capacity_factor"])
     # The loss's logits follow the vocabulary rows, padded when asked.
     rows = int(rows_on_rank(config.vocab, t, vocab_divisible_by))
     terms["logits_loss"] = terms["logits_loss"] // ceil_div(config.vocab, t) * rows
@@ -148,16 +188,16 @@ def _unit_terms_cached(config, seq_len, micro_batch, t: int, options: tuple,
 
 def options_key(sequence_parallel: bool, recompute: str, flash_attention: bool,
                 element_bytes: int, mask_bytes: int, dropout: bool | None,
-                logits_bytes: tuple[int, ...] | None) -> tuple:
+                logits_bytes: tuple[int, ...] | None, capacity_factor: float | None = None) -> tuple:
     """The ``options`` of :func:`unit_terms` (checked values; hashable)."""
     return tuple(_activation_options(sequence_parallel, recompute, flash_attention, element_bytes,
-                                     mask_bytes, dropout, logits_bytes).items())
+                                     mask_bytes, dropout, logits_bytes, capacity_factor).items())
 
 
 def activation_unit_terms(model, seq_len, micro_batch, tensor_parallel: int, *,
                           sequence_parallel=False, recompute="none", flash_attention=False,
                           element_bytes=2, mask_bytes=1, dropout=None, logits_bytes=None,
-                          vocab_divisible_by: int = 1) -> Mapping[str, int]:
+                          capacity_factor=None, vocab_divisible_by: int = 1) -> Mapping[str, int]:
     """The bytes :func:`stage_activation_terms` multiplies by the schedule, at one
     tensor-parallel degree: ``transformer_layers`` is one layer's activations (the others are
     the model-level terms of :func:`zerolib.core.memory.activations.model_activation_terms`, the
@@ -168,7 +208,8 @@ def activation_unit_terms(model, seq_len, micro_batch, tensor_parallel: int, *,
         check_flag(flash_attention, "flash_attention"),
         check_positive_int(element_bytes, "element_bytes"), check_count(mask_bytes, "mask_bytes"),
         None if dropout is None else check_flag(dropout, "dropout"),
-        tuple(logits_bytes) if isinstance(logits_bytes, list) else logits_bytes)
+        tuple(logits_bytes) if isinstance(logits_bytes, list) else logits_bytes,
+        None if capacity_factor is None else check_capacity_factor(capacity_factor))
     key = (get_model(model), check_positive_int(seq_len, "seq_len"),
            check_positive_int(micro_batch, "micro_batch"),
            check_positive_int(tensor_parallel, "tensor_parallel", MAX_GPUS), tuple(options.items()),
@@ -181,10 +222,11 @@ def activation_unit_terms(model, seq_len, micro_batch, tensor_parallel: int, *,
 
 
 def _activation_options(sequence_parallel, recompute, flash_attention, element_bytes, mask_bytes,
-                        dropout, logits_bytes) -> dict:
+                        dropout, logits_bytes, capacity_factor=None) -> dict:
     return dict(sequence_parallel=sequence_parallel, recompute=recompute,
                 flash_attention=flash_attention, element_bytes=element_bytes,
-                mask_bytes=mask_bytes, dropout=dropout, logits_bytes=logits_bytes)
+                mask_bytes=mask_bytes, dropout=dropout, logits_bytes=logits_bytes,
+                capacity_factor=capacity_factor)
 
 
 def _term_arrays(grid: ParallelGrid, seq_len, micro_batch, options) -> dict[str, np.ndarray]:
@@ -218,12 +260,19 @@ def _stage_terms(config, pipeline_parallel, schedule, chunks, micro_batches,
     p = pipeline_parallel
     held = layer_activations_held(config.layers, p, r, schedule=schedule, chunks=chunks,
                                   micro_batches=micro_batches)
+    dense = dense_layer_activations_held(config, p, r, schedule=schedule, chunks=chunks,
+                                         micro_batches=micro_batches)
     first = np.where(r == 0, embedding_micro_batches(p, schedule=schedule,
                                                      micro_batches=micro_batches), 0)
     last = (r == p - 1).astype(np.int64)
-    if np.any(units["transformer_layers"] > MAX_BYTES // np.maximum(held, 1)):
+    dense_unit = units.get("dense_transformer_layer", 0)
+    if np.any(units["transformer_layers"] > MAX_BYTES // np.maximum(held - dense, 1)) or np.any(
+            dense_unit > MAX_BYTES // np.maximum(dense, 1)):
         _too_large(config)
-    return {"transformer_layers": held * units["transformer_layers"],
+    layers = (held - dense) * units["transformer_layers"]
+    if np.any(layers > MAX_BYTES - dense * dense_unit):
+        _too_large(config)
+    return {"transformer_layers": layers + dense * dense_unit,
             "recompute_transient": units["recompute_transient"] * np.ones_like(held),
             "embedding_dropout_mask": first * units["embedding_dropout_mask"],
             "embedding_norm_input": first * units["embedding_norm_input"],   # BLOOM's, first stage
@@ -242,7 +291,9 @@ def stage_activation_totals(model, units: Mapping[str, np.ndarray], pipeline_par
     space); the settings must obey the rules of :func:`zerolib.core.memory.model_parallel.parallel_rules`."""
     config = get_model(model)
     check_schedule(schedule)
-    units = {name: np.asarray(units[name], dtype=np.int64) for name in UNIT_TERMS}
+    # A model without dense first layers may leave their term out.
+    units = {name: np.asarray(units.get(name, 0) if name == "dense_transformer_layer" else units[name],
+                              dtype=np.int64) for name in UNIT_TERMS}
     p = np.asarray(pipeline_parallel, dtype=np.int64)
     r = np.asarray(pipeline_stage, dtype=np.int64)
     m = None if micro_batches is None else np.asarray(micro_batches, dtype=np.int64)
@@ -268,7 +319,8 @@ def stage_activation_terms(model, seq_len, micro_batch, tensor_parallel=1, pipel
                            pipeline_stage=0, *, schedule: str = "1f1b", chunks: int = 1,
                            micro_batches=None, sequence_parallel=False, recompute="none",
                            flash_attention=False, element_bytes=2, mask_bytes=1, dropout=None,
-                           logits_bytes=None, vocab_divisible_by: int = 1) -> Mapping[str, int]:
+                           logits_bytes=None, capacity_factor=None,
+                           vocab_divisible_by: int = 1) -> Mapping[str, int]:
     """Activation bytes on one GPU of pipeline stage r at its peak, by term (the names of
     :func:`zerolib.core.memory.activations.model_activation_terms`, which this equals at p = 1).
 
@@ -283,7 +335,7 @@ def stage_activation_terms(model, seq_len, micro_batch, tensor_parallel=1, pipel
             raise TypeError(f"{name} must be a single number here, got an array "
                             f"(activation_bytes_per_gpu takes arrays)")
     options = _activation_options(sequence_parallel, recompute, flash_attention, element_bytes,
-                                  mask_bytes, dropout, logits_bytes)
+                                  mask_bytes, dropout, logits_bytes, capacity_factor)
     units = _term_arrays(grid, seq_len, micro_batch, options)
     terms = _stage_terms(grid.config, grid.p, grid.schedule, grid.chunks, grid.micro_batches, units,
                          grid.pipeline_stage)
@@ -295,7 +347,8 @@ def activation_bytes_per_gpu(model, seq_len, micro_batch, tensor_parallel=1, pip
                              pipeline_stage=None, schedule: str = "1f1b", chunks: int = 1,
                              micro_batches=None, sequence_parallel=False, recompute="none",
                              flash_attention=False, element_bytes=2, mask_bytes=1, dropout=None,
-                             logits_bytes=None, vocab_divisible_by: int = 1) -> np.ndarray:
+                             logits_bytes=None, capacity_factor=None,
+                             vocab_divisible_by: int = 1) -> np.ndarray:
     """Total activation bytes (all terms of :func:`stage_activation_terms`) on one GPU,
     vectorised over ``tensor_parallel``, ``pipeline_parallel``, ``pipeline_stage`` and
     ``micro_batches``; ``pipeline_stage=None`` takes the larger of the first and last stage.
@@ -306,7 +359,7 @@ def activation_bytes_per_gpu(model, seq_len, micro_batch, tensor_parallel=1, pip
     grid = parallel_grid(model, tensor_parallel, pipeline_parallel, pipeline_stage, schedule, chunks,
                          micro_batches, vocab_divisible_by)
     options = _activation_options(sequence_parallel, recompute, flash_attention, element_bytes,
-                                  mask_bytes, dropout, logits_bytes)
+                                  mask_bytes, dropout, logits_bytes, capacity_factor)
     units = _term_arrays(grid, seq_len, micro_batch, options)
     return at_stage(grid, lambda r: _total(grid.config, _stage_terms(
         grid.config, grid.p, grid.schedule, grid.chunks, grid.micro_batches, units, r)))

@@ -96,13 +96,14 @@ from zerolib.core.inputs import (
 )
 from zerolib.core.intmath import ceil_div, last_true
 from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, ModelState, get_layout
-from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.activations import RECOMPUTE, check_capacity_factor
 from zerolib.core.memory.feasibility import fewest_gpus
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
     SCHEDULES,
     ParallelGrid,
+    candidate_stages,
     check_parallel,
     largest_module_on,
     parameters_on,
@@ -161,6 +162,10 @@ class WorkingSetSettings:
     max_live_parameters: int = STAGE3_MAX_LIVE_PARAMETERS
     ddp_gradient_as_bucket_view: bool = False  # PyTorch's default
     reserve_bytes: int = DEFAULT_RESERVE
+    # A mixture of experts' token buffers: None is dropless routing (each expert holds exactly
+    # the tokens routed to it, as transformers runs Mixtral); c gives each of the E experts
+    # ceil(c x k x s x b / E) slots (zerolib.core.memory.activations).
+    capacity_factor: float | None = None
 
     def __post_init__(self):
         check_positive_int(self.seq_len, "seq_len", MAX_SEQ_LEN)
@@ -190,6 +195,8 @@ class WorkingSetSettings:
             object.__setattr__(self, "logits_bytes", tuple(self.logits_bytes))
             for width in self.logits_bytes:
                 check_positive_int(width, "logits_bytes entry", MAX_ELEMENT_BYTES)
+        if self.capacity_factor is not None:
+            object.__setattr__(self, "capacity_factor", check_capacity_factor(self.capacity_factor))
 
     def __deepcopy__(self, memo) -> WorkingSetSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -224,9 +231,10 @@ def _check_parallel_settings(config: TransformerConfig, s: WorkingSetSettings,
                    seq_len=s.seq_len, sequence_parallel=s.sequence_parallel)
 
 
-def _pipeline_stages(s: WorkingSetSettings) -> tuple[int, ...]:
-    """The pipeline stages that can be the most loaded: the first and the last."""
-    return (0,) if s.pipeline_parallel == 1 else (0, s.pipeline_parallel - 1)
+def _pipeline_stages(config: TransformerConfig, s: WorkingSetSettings) -> tuple[int, ...]:
+    """The pipeline stages that can be the most loaded: the first and the last, or every
+    stage of a model with dense first layers (candidate_stages says why)."""
+    return tuple(dict.fromkeys(int(r) for r in candidate_stages(config, s.pipeline_parallel)))
 
 
 def _on_gpu(config: TransformerConfig, s: WorkingSetSettings, pipeline_stage: int) -> tuple[int, int]:
@@ -246,10 +254,10 @@ def _activations(config: TransformerConfig, s: WorkingSetSettings,
                          f"(learned position embeddings), got {s.seq_len}")
     units = unit_terms(config, s.seq_len, s.micro_batch, s.tensor_parallel, options_key(
         s.sequence_parallel, s.recompute, s.flash_attention, s.element_bytes, s.mask_bytes,
-        s.dropout, s.logits_bytes))
+        s.dropout, s.logits_bytes, s.capacity_factor))
     micro_batches = None if s.micro_batches is None else np.int64(s.micro_batches)
     out = {}
-    for pipeline_stage in pipeline_stages or _pipeline_stages(s):
+    for pipeline_stage in pipeline_stages or _pipeline_stages(config, s):
         acts = stage_terms_of(config, units, np.int64(s.pipeline_parallel), np.int64(pipeline_stage),
                               s.pipeline_schedule, s.pipeline_chunks, micro_batches)
         out[pipeline_stage] = (int(sum(v for k, v in acts.items() if k != "logits_loss")),
@@ -321,7 +329,7 @@ def working_set(model: str | TransformerConfig, stage, settings: WorkingSetSetti
     stage = check_single(stage, check_stage, "stage")
     settings, layout = _check_settings(settings), get_layout(layout)
     _check_parallel_settings(config, settings)
-    candidates = _pipeline_stages(settings) if pipeline_stage is None else (
+    candidates = _pipeline_stages(config, settings) if pipeline_stage is None else (
         check_count(pipeline_stage, "pipeline_stage", settings.pipeline_parallel - 1),)
     activations = _activations(config, settings, candidates)
     results = [_terms(config, stage, settings, layout, activations[r], _on_gpu(config, settings, r))
@@ -391,7 +399,7 @@ def peaks_of(config: TransformerConfig, gpus: int, stages: list[int], settings: 
     data_parallel = gpus // (settings.tensor_parallel * settings.pipeline_parallel)
     activations = _activations(config, settings)
     candidates = []
-    for pipeline_stage in _pipeline_stages(settings):
+    for pipeline_stage in _pipeline_stages(config, settings):
         on_gpu = _on_gpu(config, settings, pipeline_stage)
         if placement is None:   # checked inputs: the state is made, not checked again
             n = len(stages)
@@ -458,7 +466,7 @@ def fewest_gpus_for_peak(model, stage, settings: WorkingSetSettings = DEFAULT_SE
     activations = _activations(config, settings)
     workers = np.zeros(stages.shape, dtype=np.int64)
     fits_everywhere = np.ones(stages.shape, dtype=bool)
-    for pipeline_stage in _pipeline_stages(settings):
+    for pipeline_stage in _pipeline_stages(config, settings):
         on_gpu = _on_gpu(config, settings, pipeline_stage)
         extra = np.vectorize(lambda s, r=pipeline_stage, g=on_gpu: sum(
             _terms(config, int(s), settings, layout, activations[r], g).values()),
