@@ -100,6 +100,26 @@ def test_layers_of_a_preset():
     assert len(layer_units("gpt2")) == 2 + 12 + 1   # token and position embeddings, final norm
 
 
+def test_dense_first_layers_are_gathered_as_they_are():
+    """DeepSeek-V2-Lite (tests/data/deepseek-v2-lite.json): its first layer is dense, the other
+    26 hold 64 routed experts, 2 shared ones and a router. Stage 3 gathers each layer whole, so
+    the units are one dense block, then 26 expert blocks, and they add up to the model's 15,748,
+    993,024 parameters (transformers 5.24 on the meta device, tests/data/README.md)."""
+    from conftest import REPO
+
+    from zerolib.core.catalogue.hf_config import model_from_config
+    config = model_from_config(REPO / "tests" / "data" / "deepseek-v2-lite.json")
+    units = layer_units(config)
+    assert len(units) == 1 + 27 + 2                  # embedding, layers, final norm, output layer
+    dense, expert = units[1], units[2]
+    assert units[2:28] == (expert,) * 26 and dense != expert
+    h = config.hidden
+    # what an expert layer adds to a dense one: the router, 64 experts and 2 shared experts of
+    # 1408 in place of one dense MLP of 10944 (three h x width matrices each)
+    assert expert - dense == h * 64 + 3 * h * 1408 * (64 + 2) - 3 * h * 10944
+    assert sum(units) == 15_748_993_024
+
+
 def test_a_mixtures_layers_hold_every_expert():
     """Stage 3 gathers a mixture-of-experts block whole: all 8 experts, not one. Mixtral-8x7B's
     units add up to its published 46,702,792,704 parameters (Mistral AI's model card)."""

@@ -191,7 +191,7 @@ EXPERT_LAYER_MODULES = ("router", "expert_gate_projection", "expert_up_projectio
 LAYER_PLACES = ("layer", "dense_layer", "expert_layer")
 
 
-def _layer_place(config: TransformerConfig, name: str) -> tuple[str, int]:
+def layer_place(config: TransformerConfig, name: str) -> tuple[str, int]:
     """(place, layers that hold the module) of a module that lives in layers."""
     if config.dense_layers and name in DENSE_LAYER_MODULES:
         return "dense_layer", config.dense_layers
@@ -206,7 +206,7 @@ def _module_splits(config: TransformerConfig) -> tuple[ModuleSplit, ...]:
         rule = _rule(module.name)
         place = rule.place
         if rule.place == "layer":
-            place, layers = _layer_place(config, module.name)
+            place, layers = layer_place(config, module.name)
             if module.count % layers:
                 raise ValueError(f"module {module.name!r} appears {module.count} times, not a "
                                  f"multiple of the {layers} layers")

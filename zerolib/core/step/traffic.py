@@ -115,6 +115,7 @@ from zerolib.core.inputs import (
 )
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, check_shard_group, get_layout
+from zerolib.core.memory.model_parallel import layer_place
 from zerolib.core.memory.placement import DEFAULT_GPUS_PER_NODE
 from zerolib.core.step.collectives import KINDS, ring_placement, to_bytes
 
@@ -474,11 +475,26 @@ def layer_units(model: str | TransformerConfig) -> tuple[int, ...]:
     the embedding's matrix)."""
     config = get_model(model)
     parts = modules(config)
-    # a block's modules, each as often as it occurs per layer (a mixture's experts: E times)
-    block = sum(m.elements * (m.count // config.layers) for m in parts if m.name not in _OUTSIDE_BLOCKS)
+
+    def block(kind: str) -> int:
+        """One layer of ``kind`` ("layer", or DeepSeek's "dense_layer" / "expert_layer"): each
+        module it holds, as often as it occurs in one such layer (a mixture's experts: E times)."""
+        total = 0
+        for m in parts:
+            if m.name not in _OUTSIDE_BLOCKS:
+                place, holders = layer_place(config, m.name)
+                if place in ("layer", kind):
+                    total += m.elements * (m.count // holders)
+        return total
+
+    if config.dense_layers:   # the first layers dense, the others with experts
+        blocks = ([block("dense_layer")] * config.dense_layers
+                  + [block("expert_layer")] * config.sparse_layers)
+    else:
+        blocks = [block("layer")] * config.layers
     before = [m.elements for m in parts if m.name in _OUTSIDE_BLOCKS[:2]]
     after = [m.elements for m in parts if m.name in _OUTSIDE_BLOCKS[2:] and not m.shared]
-    return (*before, *([block] * config.layers), *after)
+    return (*before, *blocks, *after)
 
 
 def _check_units(units) -> np.ndarray:
