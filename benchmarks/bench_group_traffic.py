@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from timing import median_seconds
 
-from zerolib.core.step.traffic import flat_group_traffic
+from zerolib.core.step.traffic import flat_traffic
 
 POINTS = 10**6
 WIDTH = 2          # bytes per element: 16-bit parameters and gradients
@@ -46,7 +46,7 @@ def python_loop(params, gpus, groups, stages):
 
 
 def array_api(params, gpus, groups, stages):
-    result = flat_group_traffic(params, gpus, stages, "mixed-adam", groups,
+    result = flat_traffic(params, gpus, stages, "mixed-adam", groups,
                                 gpus_per_node=PER_NODE)
     kinds = result.by_kind("sent")
     return kinds["all_reduce"], kinds["reduce_scatter"], kinds["all_gather"], result.total_cross_node

@@ -13,8 +13,8 @@ from zerolib.core.estimate import estimate
 from zerolib.core.memory.placement import Placement
 from zerolib.core.step.offload_traffic import host_traffic
 from zerolib.core.step.tables import group_traffic_table
-from zerolib.core.step.time import group_step_time
-from zerolib.core.step.traffic import GROUP_KINDS, GROUP_SLOTS, flat_group_traffic, group_traffic
+from zerolib.core.step.time import step_time
+from zerolib.core.step.traffic import GROUP_KINDS, GROUP_SLOTS, flat_traffic, traffic
 from zerolib.crosscheck.conventions import zeropp
 
 US = 1e-6
@@ -29,7 +29,7 @@ def by_name(result, what):
 def test_stage_2_in_groups_of_8_by_hand():
     # 7e9 parameters on 64 GPUs in groups of 8 (8 replicas), 16-bit gradients and parameters.
     # A GPU's shard: 7e9 / 8 = 875,000,000 elements.
-    result = group_traffic(7_000_000_000, 64, 2, shard_group=8, gpus_per_node=8)
+    result = traffic(7_000_000_000, 64, 2, shard_group=8, gpus_per_node=8)
     handed, sent, cross = (by_name(result, w) for w in ("handed", "sent", "cross_node"))
     # Reduce-scatter in the group: hands 8 x 875e6 x 2 B, sends 7 chunks of 875e6 x 2 B.
     assert (handed["gradient_reduce_scatter"], sent["gradient_reduce_scatter"]) == (
@@ -47,7 +47,7 @@ def test_stage_2_in_groups_of_8_by_hand():
 
 def test_stage_2_in_groups_of_8_times_by_hand():
     ic = interconnect("dgx-h100")
-    times = group_step_time(group_traffic(7_000_000_000, 64, 2, shard_group=8), ic)
+    times = step_time(traffic(7_000_000_000, 64, 2, shard_group=8), ic)
     # In the node: NVLink 4 at 450 GB/s, 8.4 + 7 x 3.4 = 32.2 us of latency.
     assert times.slot_seconds["gradient_reduce_scatter"] == pytest.approx(
         32.2 * US + 12.25e9 / 450e9, rel=1e-12)
@@ -62,7 +62,7 @@ def test_replicas_inside_and_across_nodes_share_the_ports():
     ic = interconnect("dgx-h100")
     # Groups of 4 on 16 GPUs: 4 replicas, 2 per node; 4 rings leave each node at once:
     # min(450, 400 / 4) = 100 GB/s; 2 x 3 steps, 2 x (2 - 1) across: 8.4 + 4 x 3.4 + 2 x 14.
-    result = group_traffic(1_000_000_000, 16, 3, shard_group=4)
+    result = traffic(1_000_000_000, 16, 3, shard_group=4)
     assert int(result.sharing["replica_all_reduce"]) == 4
     assert int(result.ring_nodes["replica_all_reduce"]) == 2
     assert float(spanning_bandwidth(ic, 2, 4)) == 100e9
@@ -73,7 +73,7 @@ def test_replicas_inside_and_across_nodes_share_the_ports():
 
 def test_stage_3_per_layer_by_hand():
     # Layers of 5, 17, 1,000 and 3 elements on 4 GPUs in groups of 2 on nodes of 2.
-    result = group_traffic([5, 17, 1000, 3], 4, 3, shard_group=2, gpus_per_node=2)
+    result = traffic([5, 17, 1000, 3], 4, 3, shard_group=2, gpus_per_node=2)
     handed, sent, calls = (by_name(result, w) for w in ("handed", "sent", "calls"))
     # Chunks ceil(u / 2): 3 + 9 + 500 + 2 = 514 per pass; 2 bytes each.
     assert (handed["forward_all_gather"], sent["forward_all_gather"]) == (1_028, 1_028)
@@ -89,7 +89,7 @@ def test_stage_3_per_layer_by_hand():
 def test_one_gpu_groups_are_data_parallelism():
     # G = 1: no group collectives; the all-reduce over all 3 GPUs of the whole buffer:
     # 2 x 2 chunks of ceil(1000 / 3) = 334 elements.
-    result = group_traffic(1000, 3, [1, 2], "fp32-adam", shard_group=1)
+    result = traffic(1000, 3, [1, 2], "fp32-adam", shard_group=1)
     assert result.by_kind("sent")["all_reduce"].tolist() == [2 * 2 * 334 * 4] * 2
     assert result.by_kind("sent")["reduce_scatter"].tolist() == [0, 0]
     assert result.by_kind("calls")["all_gather"].tolist() == [0, 0]
@@ -97,9 +97,9 @@ def test_one_gpu_groups_are_data_parallelism():
 
 def test_sweep_equals_one_setting_at_a_time():
     groups = np.array([1, 2, 4, 8, 16, 32, 64])
-    swept = group_traffic("llama-2-7b", 64, 3, shard_group=groups)
+    swept = traffic("llama-2-7b", 64, 3, shard_group=groups)
     for i, g in enumerate(groups):
-        single = group_traffic("llama-2-7b", 64, 3, shard_group=int(g))
+        single = traffic("llama-2-7b", 64, 3, shard_group=int(g))
         for name in single.sent:
             assert int(swept.sent[name][i]) == int(single.sent[name])
             assert int(swept.cross_node[name][i]) == int(single.cross_node[name])
@@ -109,7 +109,7 @@ def test_sweep_equals_one_setting_at_a_time():
 
 def test_qgz_and_qwz_by_hand():
     # 1,600 parameters (one flat buffer) on 16 GPUs in 2 nodes of 8.
-    result = group_traffic(1600, 16, 3, qgz=True, qwz=True, hpz_partition=8, gpus_per_node=8)
+    result = traffic(1600, 16, 3, qgz=True, qwz=True, hpz_partition=8, gpus_per_node=8)
     handed, sent, cross = (by_name(result, w) for w in ("handed", "sent", "cross_node"))
     # qgZ in the node: the buffer in 8 chunks of 200, 4 bits each: hands 1,600 x 0.5 B,
     # sends 7 x 200 x 0.5 B.
@@ -145,7 +145,7 @@ def test_zeropp_blog_table_is_reproduced():
 def test_bad_settings_name_the_rule(kwargs, message):
     stage = kwargs.pop("stage")
     with pytest.raises(ValueError, match=re.escape(message)):
-        group_traffic(1_000_000, 48, stage, **kwargs)
+        traffic(1_000_000, 48, stage, **kwargs)
 
 
 # --- offload ----------------------------------------------------------------------------------
@@ -217,8 +217,8 @@ def test_the_sweep_path_equals_the_slot_sums():
     stages = rng.integers(0, 4, 2000)
     params = rng.integers(1, 10**13, 2000)
     for layout in ("mixed-adam", "fp32-adam"):
-        result = group_traffic(int(params[0]), gpus, stages, layout, groups, gpus_per_node=8)
-        swept = flat_group_traffic(params, gpus, stages, layout, groups, gpus_per_node=8)
+        result = traffic(int(params[0]), gpus, stages, layout, groups, gpus_per_node=8)
+        swept = flat_traffic(params, gpus, stages, layout, groups, gpus_per_node=8)
         assert swept._plain_flat and result._plain_flat
         for one in (result, swept):
             fast = one.by_kind("sent")

@@ -228,7 +228,7 @@ def _check_node(traffic: Traffic, ic: Interconnect) -> None:
     if traffic.grouped and ic.gpus_per_node not in (None, traffic.gpus_per_node):
         raise ValueError(f"the traffic was placed on nodes of {traffic.gpus_per_node} GPUs, the "
                          f"interconnect {ic.name} has {ic.gpus_per_node} per node: give "
-                         "group_traffic the interconnect's gpus_per_node")
+                         "traffic the interconnect's gpus_per_node")
 
 
 def step_time(traffic: Traffic, link: str | Interconnect, device: str | Device | None = None,
@@ -258,6 +258,3 @@ def step_time(traffic: Traffic, link: str | Interconnect, device: str | Device |
                                     "after_step": phase["after_step"]})
     return StepTime(seconds, bandwidth, MappingProxyType(host_time), compute_by_phase, exposed)
 
-
-# The name the shard-group chapter calls it by: the same function.
-group_step_time = step_time

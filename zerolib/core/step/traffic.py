@@ -539,11 +539,6 @@ def flat_traffic(params, gpus, stage, layout: str | Layout = "mixed-adam", shard
                     qwz, qgz, gpus_per_node)
 
 
-# The names the shard-group chapter and the cross-checks call it by: the same functions.
-group_traffic = traffic
-flat_group_traffic = flat_traffic
-
-
 def _traffic(params, units, gpus, stage, layout, shard_group, hpz_partition, qwz, qgz,
              gpus_per_node) -> Traffic:
     layout = get_layout(layout)

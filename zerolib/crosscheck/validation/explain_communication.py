@@ -32,7 +32,7 @@ from zerolib.core.memory.working_set import (
     STAGE3_PREFETCH_BUCKET_SIZE,
 )
 from zerolib.core.step.collectives import KINDS
-from zerolib.core.step.traffic import group_traffic
+from zerolib.core.step.traffic import traffic
 from zerolib.crosscheck.validation.deepspeed_run import DEEPSPEED_MODELS
 from zerolib.crosscheck.validation.setups import (
     COMMUNICATION_STRATEGIES,
@@ -113,7 +113,7 @@ def predicted(spec: ModelSpec, workers: int, stage: int, layout: str,
     """zerolib's (calls, bytes handed) per kind for one rank of the run, sharded over
     ``shard_group`` of the ``workers`` (None: all); broadcast is never part of a ZeRO
     schedule."""
-    result = group_traffic(list(units(spec)), workers, stage, layout, shard_group,
+    result = traffic(list(units(spec)), workers, stage, layout, shard_group,
                            gpus_per_node=workers)
     calls, handed = result.by_kind("calls"), result.by_kind("handed")
     out = {kind: (int(calls[kind]), int(handed[kind])) for kind in KINDS}
