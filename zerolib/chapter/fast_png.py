@@ -101,11 +101,16 @@ def _ours(value) -> bool:
             and value.func.__func__ is IncrementalPng._draw_block)
 
 
+_SCALARS = frozenset({type(None), bool, int, float, str, bytes})
+
+
 def _state(value, tree: set, seen: dict):
     """Everything ``value`` holds, as nested tuples of plain values, following every attribute
     of every artist in ``tree`` (ids) and of matplotlib's own helper objects; raises
     :class:`_Uncacheable` on an artist outside ``tree`` or anything it cannot follow."""
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+    if type(value) in _SCALARS:        # the common case first: most attributes are plain
+        return value
+    if isinstance(value, (bool, int, float, str, bytes)):
         return value
     if isinstance(value, _LEAVES):
         return _plain(value)
@@ -115,21 +120,26 @@ def _state(value, tree: set, seen: dict):
     if isinstance(value, Artist) and id(value) not in tree:
         raise _Uncacheable(f"{type(value).__name__} outside the block")
     if isinstance(value, (tuple, list)):
-        return (type(value).__name__, tuple(_state(v, tree, seen) for v in value))
+        return (type(value).__name__, tuple([_state(v, tree, seen) for v in value]))
     if isinstance(value, dict):
-        return ("dict", tuple((_state(k, tree, seen), _state(v, tree, seen))
-                              for k, v in value.items()))
+        return ("dict", tuple([(_state(k, tree, seen), _state(v, tree, seen))
+                               for k, v in value.items()]))
     if isinstance(value, types.MethodType):
         return ("method", value.__func__.__qualname__, _state(value.__self__, tree, seen))
     if (isinstance(value, Artist) or type(value).__module__.startswith("matplotlib.")) and \
             hasattr(value, "__dict__") and not isinstance(value, (RendererBase, type)):
-        return (type(value).__qualname__, tuple((k, _state(v, tree, seen))
-                                                for k, v in vars(value).items()
-                                                if k not in NOT_DRAWN and not _ours(v)))
+        return (type(value).__qualname__,
+                tuple([(k, _state(v, tree, seen)) for k, v in vars(value).items()
+                       if k not in NOT_DRAWN and not (k == "draw" and _ours(v))]))
     raise _Uncacheable(type(value).__name__)
 
 
-def legend_state(legend: Legend, renderer) -> tuple:
+def _full_rc() -> tuple:
+    """Every rcParam, as its repr (a legend's artists may read any of them while drawing)."""
+    return tuple((k, repr(v)) for k, v in sorted(dict.items(matplotlib.rcParams)))
+
+
+def legend_state(legend: Legend, renderer, rc: tuple | None = None) -> tuple:
     """What a legend's drawing calls are a function of: every attribute of every artist in it,
     where it is anchored (its parent's box when it has no anchor of its own), the figure's dpi
     and size, the canvas and every rcParam. Equal states draw equal calls, so the dry run that
@@ -139,8 +149,7 @@ def legend_state(legend: Legend, renderer) -> tuple:
         raise _Uncacheable("loc='best' reads the axes' data")
     figure = legend.get_figure(root=True)
     tree = {id(artist) for artist in legend.findobj()}
-    rc = tuple((k, repr(v)) for k, v in sorted(dict.items(matplotlib.rcParams)))
-    return (rc, renderer.width, renderer.height, renderer.dpi, figure.dpi,
+    return (_full_rc() if rc is None else rc, renderer.width, renderer.height, renderer.dpi, figure.dpi,
             _plain(figure.bbox), _plain(legend.get_bbox_to_anchor()), _state(legend, tree, {}))
 
 
@@ -236,6 +245,7 @@ class IncrementalPng:
         self._kept: OrderedDict[tuple, _Kept] = OrderedDict()   # drawing calls -> pixels
         self._states: OrderedDict[tuple, tuple] = OrderedDict()  # legend state -> its calls
         self.dry_runs_skipped = 0   # legends whose calls came from their state
+        self._all_rc: tuple | None = None
         self._recorder: _Recorder | None = None
         self._rc: tuple | None = ()
         self._reused = 0
@@ -254,6 +264,7 @@ class IncrementalPng:
             except _Uncacheable:      # e.g. path effects set in rcParams: draw everything afresh
                 self._rc = None
             self._reused = 0
+            self._all_rc = None
             texts = list(dict.fromkeys([*self.blocks, *tick_labels(self.figure)])) if self.blocks else []
             for text in texts:
                 # An instance attribute shadows the class's draw: the parent calls it in order.
@@ -282,7 +293,9 @@ class IncrementalPng:
         if not isinstance(block, Legend):
             return self._calls(block, renderer, forward=False)
         try:
-            state = (self._rc, legend_state(block, renderer))
+            if self._all_rc is None:      # once per render, at the first legend
+                self._all_rc = _full_rc()
+            state = (self._rc, legend_state(block, renderer, self._all_rc))
         except _Uncacheable:
             return self._calls(block, renderer, forward=False)
         calls = self._states.get(state)
