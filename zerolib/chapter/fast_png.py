@@ -233,7 +233,12 @@ class IncrementalPng:
     and whatever draws after it (a data label over a title) draws onto the same pixels as in
     a full draw. Nothing is keyed by hand on chosen properties; a block that draws through
     anything the recorder cannot compare (a non-affine transform, a filter, rasterisation) is
-    drawn afresh every time. ``benchmarks/bench_fast_png.py`` times the cache and the encoder
+    drawn afresh every time. A legend's layout is most of its dry run, so a legend's calls are
+    also remembered under its whole state (:func:`legend_state`: every attribute of every
+    artist in it, followed to plain values, its anchor, the figure's dpi and size, the canvas
+    and every rcParam); an equal state gives the remembered calls without the dry run, and
+    anything the state cannot follow (an artist outside the legend, a "best" placement that
+    reads the data) leaves the dry run in place. ``benchmarks/bench_fast_png.py`` times the cache and the encoder
     each on its own; the explorers' property test compares random control sequences with full
     renders byte for byte. With no ``blocks`` a render is a plain full draw.
     """
