@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 import math
 import struct
+import types
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -15,10 +16,12 @@ from functools import partial
 
 import matplotlib
 import numpy as np
-from matplotlib.backend_bases import GraphicsContextBase
+from matplotlib.artist import Artist
+from matplotlib.backend_bases import GraphicsContextBase, RendererBase
 from matplotlib.backends.backend_agg import RendererAgg
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties, findfont
+from matplotlib.legend import Legend
 from matplotlib.path import Path
 from matplotlib.text import Text
 from matplotlib.transforms import BboxBase, Transform, TransformedPath
@@ -78,6 +81,76 @@ def _plain(value):
         # Agg's draw_text reads only these two of the text it is handed (matplotlib 3.11).
         return ("mtext", _plain(value.get_fontfeatures()), value.get_language())
     raise _Uncacheable(type(value).__name__)
+
+
+# Attributes no draw reads: links to the parents and the renderer, callbacks, the stale flag,
+# names. Everything else an artist of a block holds is part of its state.
+NOT_DRAWN = frozenset({"stale_callback", "_stale", "_callbacks", "callbacks", "_remove_method",
+                       "_renderer", "_mouseover", "_picker", "_in_autoscale", "_sticky_edges",
+                       "_label", "_gid", "_url", "_parent_figure", "_axes", "parent", "figure",
+                       "axes", "_draggable"})
+# Values _plain compares as they are (a transform by its matrix as it is now).
+_LEAVES = (Path, TransformedPath, BboxBase, Transform, FontProperties, np.ndarray, np.generic,
+           enum.Enum)
+
+
+def _ours(value) -> bool:
+    """Whether ``value`` is the draw that :meth:`IncrementalPng.draw` sets on a block for one
+    render (it calls the class's own draw)."""
+    return (isinstance(value, partial) and isinstance(value.func, types.MethodType)
+            and value.func.__func__ is IncrementalPng._draw_block)
+
+
+_SCALARS = frozenset({type(None), bool, int, float, str, bytes})
+
+
+def _state(value, tree: set, seen: dict):
+    """Everything ``value`` holds, as nested tuples of plain values, following every attribute
+    of every artist in ``tree`` (ids) and of matplotlib's own helper objects; raises
+    :class:`_Uncacheable` on an artist outside ``tree`` or anything it cannot follow."""
+    if type(value) in _SCALARS:        # the common case first: most attributes are plain
+        return value
+    if isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    if isinstance(value, _LEAVES):
+        return _plain(value)
+    if id(value) in seen:
+        return ("seen", seen[id(value)])       # shared or cyclic: where it was first met
+    seen[id(value)] = len(seen)
+    if isinstance(value, Artist) and id(value) not in tree:
+        raise _Uncacheable(f"{type(value).__name__} outside the block")
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple([_state(v, tree, seen) for v in value]))
+    if isinstance(value, dict):
+        return ("dict", tuple([(_state(k, tree, seen), _state(v, tree, seen))
+                               for k, v in value.items()]))
+    if isinstance(value, types.MethodType):
+        return ("method", value.__func__.__qualname__, _state(value.__self__, tree, seen))
+    if (isinstance(value, Artist) or type(value).__module__.startswith("matplotlib.")) and \
+            hasattr(value, "__dict__") and not isinstance(value, (RendererBase, type)):
+        return (type(value).__qualname__,
+                tuple([(k, _state(v, tree, seen)) for k, v in vars(value).items()
+                       if k not in NOT_DRAWN and not (k == "draw" and _ours(v))]))
+    raise _Uncacheable(type(value).__name__)
+
+
+def _full_rc() -> tuple:
+    """Every rcParam, as its repr (a legend's artists may read any of them while drawing)."""
+    return tuple((k, repr(v)) for k, v in sorted(dict.items(matplotlib.rcParams)))
+
+
+def legend_state(legend: Legend, renderer, rc: tuple | None = None) -> tuple:
+    """What a legend's drawing calls are a function of: every attribute of every artist in it,
+    where it is anchored (its parent's box when it has no anchor of its own), the figure's dpi
+    and size, the canvas and every rcParam. Equal states draw equal calls, so the dry run that
+    finds them can be skipped; a legend placed "best" (which reads the data) has no state here.
+    """
+    if legend._loc == 0:
+        raise _Uncacheable("loc='best' reads the axes' data")
+    figure = legend.get_figure(root=True)
+    tree = {id(artist) for artist in legend.findobj()}
+    return (_full_rc() if rc is None else rc, renderer.width, renderer.height, renderer.dpi, figure.dpi,
+            _plain(figure.bbox), _plain(legend.get_bbox_to_anchor()), _state(legend, tree, {}))
 
 
 def _rc_key() -> tuple:
@@ -160,7 +233,12 @@ class IncrementalPng:
     and whatever draws after it (a data label over a title) draws onto the same pixels as in
     a full draw. Nothing is keyed by hand on chosen properties; a block that draws through
     anything the recorder cannot compare (a non-affine transform, a filter, rasterisation) is
-    drawn afresh every time. ``benchmarks/bench_fast_png.py`` times the cache and the encoder
+    drawn afresh every time. A legend's layout is most of its dry run, so a legend's calls are
+    also remembered under its whole state (:func:`legend_state`: every attribute of every
+    artist in it, followed to plain values, its anchor, the figure's dpi and size, the canvas
+    and every rcParam); an equal state gives the remembered calls without the dry run, and
+    anything the state cannot follow (an artist outside the legend, a "best" placement that
+    reads the data) leaves the dry run in place. ``benchmarks/bench_fast_png.py`` times the cache and the encoder
     each on its own; the explorers' property test compares random control sequences with full
     renders byte for byte. With no ``blocks`` a render is a plain full draw.
     """
@@ -170,6 +248,9 @@ class IncrementalPng:
         self.blocks = list(dict.fromkeys(blocks))     # each block once, in order
         self.compress_level = compress_level
         self._kept: OrderedDict[tuple, _Kept] = OrderedDict()   # drawing calls -> pixels
+        self._states: OrderedDict[tuple, tuple] = OrderedDict()  # legend state -> its calls
+        self.dry_runs_skipped = 0   # legends whose calls came from their state
+        self._all_rc: tuple | None = None
         self._recorder: _Recorder | None = None
         self._rc: tuple | None = ()
         self._reused = 0
@@ -188,6 +269,7 @@ class IncrementalPng:
             except _Uncacheable:      # e.g. path effects set in rcParams: draw everything afresh
                 self._rc = None
             self._reused = 0
+            self._all_rc = None
             texts = list(dict.fromkeys([*self.blocks, *tick_labels(self.figure)])) if self.blocks else []
             for text in texts:
                 # An instance attribute shadows the class's draw: the parent calls it in order.
@@ -210,6 +292,28 @@ class IncrementalPng:
         type(block).draw(block, recorder)
         return (self._rc, renderer.width, renderer.height, renderer.dpi, tuple(recorder.calls))
 
+    def _calls_of(self, block, renderer) -> tuple:
+        """The block's drawing calls: remembered under a legend's state (laying a legend out
+        is most of its dry run), or from a dry run."""
+        if not isinstance(block, Legend):
+            return self._calls(block, renderer, forward=False)
+        try:
+            if self._all_rc is None:      # once per render, at the first legend
+                self._all_rc = _full_rc()
+            state = (self._rc, legend_state(block, renderer, self._all_rc))
+        except _Uncacheable:
+            return self._calls(block, renderer, forward=False)
+        calls = self._states.get(state)
+        if calls is not None:
+            self._states.move_to_end(state)
+            self.dry_runs_skipped += 1
+            return calls
+        calls = self._calls(block, renderer, forward=False)
+        self._states[state] = calls
+        while len(self._states) > KEPT:
+            self._states.popitem(last=False)
+        return calls
+
     @staticmethod
     def _window(block, renderer, margin: int) -> tuple:
         """Rows and columns of the canvas within ``margin`` pixels of the block's extent."""
@@ -225,7 +329,7 @@ class IncrementalPng:
                 or block.get_agg_filter() is not None):
             return draw(block, renderer)      # inside a recorded block, or not comparable
         try:
-            key = self._calls(block, renderer, forward=False)
+            key = self._calls_of(block, renderer)
         except _Uncacheable:
             return draw(block, renderer)
         if not key[-1]:

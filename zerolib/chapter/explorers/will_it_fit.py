@@ -35,7 +35,7 @@ from zerolib.core.memory.tables import peak_frame
 from zerolib.core.memory.working_set import (
     WorkingSetSettings,
     fewest_gpus_for_peak,
-    largest_micro_batch,
+    largest_micro_batches,
 )
 from zerolib.core.units import format_value
 
@@ -261,10 +261,9 @@ class WillItFitExplorer(Explorer):
             self._fewest = (fewest_key, {stage: int(n) or None for stage, n in zip(STAGES, found)})
         largest_key = (self.model, self.gpus, replace(settings, micro_batch=1), device)
         if largest_key != self._largest[0]:
-            self._largest = (largest_key, {
-                stage: largest_micro_batch(self.model, self.gpus, stage, settings, self.layout,
-                                           device, max_micro_batch=LARGEST_MICRO_BATCH_SHOWN)
-                for stage in STAGES})
+            found = largest_micro_batches(self.model, self.gpus, STAGES, settings, self.layout,
+                                          device, max_micro_batch=LARGEST_MICRO_BATCH_SHOWN)
+            self._largest = (largest_key, dict(zip(STAGES, found)))
         return self._fewest[1], self._largest[1]
 
     def _describe(self):

@@ -502,6 +502,52 @@ def largest_micro_batch(model, gpus, stage, settings: WorkingSetSettings = DEFAU
     return int(last_true(np.vectorize(fits_at, otypes=[bool]), 1, max_micro_batch))
 
 
+def largest_micro_batches(model, gpus, stages=STAGES, settings: WorkingSetSettings = DEFAULT_SETTINGS,
+                          layout: str | Layout = "mixed-adam", device: str | Device = "a100-80gb",
+                          max_micro_batch: int = 4096) -> tuple[int, ...]:
+    """:func:`largest_micro_batch` for each of ``stages``, in the order given, from a few
+    :func:`peaks` (every stage at once) instead of a bisection per stage.
+
+    The peak grows by about the same bytes per sequence, so micro-batches 1 and 2 give each
+    stage a guess; a guess counts only once the peaks show it fits and one more does not (or
+    it is ``max_micro_batch``), which under the same monotony :func:`largest_micro_batch`
+    relies on makes it that search's answer. A guess not confirmed falls back to bisection.
+    """
+    settings = _check_settings(settings)
+    config, layout = get_model(model), get_layout(layout)
+    capacity = get_device(device).capacity
+    top = check_positive_int(max_micro_batch, "max_micro_batch", MAX_MICRO_BATCH)
+    stages = [int(s) for s in np.atleast_1d(check_stage(stages, "stages"))]
+    totals = {}   # micro-batch -> every stage's peak total
+
+    def fits(batch: int, index: int) -> bool:
+        if batch not in totals:
+            trial = replace(settings, micro_batch=batch)
+            totals[batch] = [p.total for p in peaks(config, gpus, stages, trial, layout)]
+        return totals[batch][index] <= capacity
+
+    found = []
+    for index in range(len(stages)):
+        if not fits(1, index):
+            found.append(0)
+            continue
+        if top == 1:
+            found.append(1)
+            continue
+        fits(2, index)
+        growth = totals[2][index] - totals[1][index]
+        guess = top if growth <= 0 else min(top, 1 + (capacity - totals[1][index]) // growth)
+        if fits(guess, index) and (guess == top or not fits(guess + 1, index)):
+            found.append(guess)
+            continue
+        low, high = 1, top           # ok(low) holds: the bisection of intmath.last_true
+        while low < high:
+            mid = low + (high - low + 1) // 2
+            low, high = (mid, high) if fits(mid, index) else (low, mid - 1)
+        found.append(low)
+    return tuple(found)
+
+
 def stage_rows(model, gpus, stages=STAGES, settings: WorkingSetSettings = DEFAULT_SETTINGS,
                layout: str | Layout = "mixed-adam", device: str | Device | None = None,
                placement: Placement | None = None, host_memory: int | None = None) -> list[dict]:
