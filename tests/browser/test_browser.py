@@ -459,7 +459,7 @@ def exported_with_widget_js(tmp_path_factory, playwright):
     """``zerolib html --widget-js DIR``, where DIR is $ZEROLIB_WIDGET_JS (npm's files)."""
     widget_js = os.environ.get("ZEROLIB_WIDGET_JS")
     if not widget_js:
-        pytest.skip(WIDGET_JS_HINT)
+        missing_optional(WIDGET_JS_HINT)
     out = tmp_path_factory.mktemp("html-widget-js")
     script = Path(sys.executable).parent / "zerolib"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "zerolib"]
