@@ -29,8 +29,8 @@ from browser_support import (  # noqa: E402  (the helpers live beside the browse
     explorer_output,
     find_chromium,
     jupyter_lab,
-    layout_notebook,
     run_explorers,
+    write_layout_notebook,
 )
 
 MOVES = ("ArrowRight", "ArrowLeft", "ArrowRight", "ArrowLeft", "ArrowRight")
@@ -84,7 +84,7 @@ def kernel_redraw_ms(stem: str) -> float:
 
 def browser_latencies(page) -> dict[str, list[float]]:
     results = {}
-    for stem in CALLS:
+    for stem in SLIDERS:   # one per kind of explorer (08 shows the will-it-fit one again)
         output = explorer_output(page, stem)
         image = output.locator("img.widget-image")
         label = page.locator(".widget-label", has_text=re.compile(rf"^\s*{re.escape(SLIDERS[stem])}\s*$"))
@@ -110,12 +110,9 @@ def main() -> int:
     if executable is None:
         print("explorer_browser_latency: skipped (Chromium is not installed: apt-get install -y chromium)")
         return 0
-    import nbformat
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        root = work / "notebooks"
-        root.mkdir()
-        nbformat.write(layout_notebook(), root / "explorers.ipynb")
+        root = write_layout_notebook(work)
         with sync_playwright() as driver, jupyter_lab(root, work) as lab, \
                 chromium(driver, work / "profile", executable) as browser:
             page = browser.new_page()

@@ -68,14 +68,33 @@ def explorer_calls() -> dict[str, str]:
 CALLS = explorer_calls()
 
 
+def model_lines() -> list[str]:
+    """The lines that read a model of one's own (notebook 08's ``model = zl.model_from_config(...)``):
+    an explorer call may use that model, so the layout notebook reads it the same way."""
+    return [line for path in sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+            for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"
+            for line in cell.source.splitlines() if re.match(r"model = zl\.model_from_\w+\(", line)]
+
+
 def layout_notebook() -> nbformat.NotebookNode:
-    """One notebook building every chapter explorer, each in its own cell, as its notebook does."""
-    cells = [nbformat.v4.new_code_cell(SETUP)]
+    """One notebook building every chapter explorer, each in its own cell, as its notebook does.
+    It sits in a folder ``notebooks`` beside a copy of ``tests/data`` (see :func:`serve_beside_data`)."""
+    cells = [nbformat.v4.new_code_cell("\n".join([SETUP, *model_lines()]))]
     for stem, call in CALLS.items():
         cells.append(nbformat.v4.new_markdown_cell(f"# {stem}"))
         cells.append(nbformat.v4.new_code_cell(f"{call}\nexplorer.widget"))
     return nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": {
         "name": "python3", "display_name": "Python 3", "language": "python"}})
+
+
+def write_layout_notebook(work: Path, name: str = "explorers.ipynb") -> Path:
+    """``work/notebooks/NAME``, the layout notebook, beside a copy of ``tests/data`` (notebook
+    08 reads its model from ``../tests/data``, as in the checkout); returns the notebooks folder."""
+    root = work / "notebooks"
+    root.mkdir()
+    nbformat.write(layout_notebook(), root / name)
+    shutil.copytree(NOTEBOOK_DIR.parent / "tests" / "data", work / "tests" / "data")
+    return root
 
 
 def run_explorers(page, lab, expect, name: str = "explorers.ipynb"):

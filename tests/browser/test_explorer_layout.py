@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 
-import nbformat
 import pytest
 from browser_support import (
     CALLS,
@@ -29,8 +28,8 @@ from browser_support import (
     explorer_output,
     find_chromium,
     jupyter_lab,
-    layout_notebook,
     run_explorers,
+    write_layout_notebook,
 )
 from conftest import REPO, missing_optional, optional_import
 
@@ -56,9 +55,7 @@ def explorers_page(tmp_path_factory, chromium_path):
     """JupyterLab running the layout notebook in Chromium; yields the page, every explorer drawn."""
     sync_api = optional_import("playwright.sync_api", INSTALL_PLAYWRIGHT)
     work = tmp_path_factory.mktemp("layout")
-    root = work / "notebooks"
-    root.mkdir()
-    nbformat.write(layout_notebook(), root / "explorers.ipynb")
+    root = write_layout_notebook(work)
     with sync_api.sync_playwright() as driver, jupyter_lab(root, work) as lab, \
             chromium(driver, work / "profile", chromium_path) as browser:
         page = browser.new_page()
