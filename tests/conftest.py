@@ -13,6 +13,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The browser tests' shared fixtures (chromium_path, playwright), for every test module.
+pytest_plugins = ["browser_fixtures"]
+
 
 def optional_required() -> bool:
     return os.environ.get("ZEROLIB_REQUIRE_OPTIONAL", "") not in ("", "0")

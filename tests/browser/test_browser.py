@@ -24,16 +24,13 @@ from pathlib import Path
 import nbformat
 import pytest
 from browser_support import (
-    INSTALL_CHROMIUM,
-    INSTALL_PLAYWRIGHT,
     KERNEL_IDLE_MS,
     RUN_ALL_MS,
     WIDGET_UPDATE_MS,
     chromium,
-    find_chromium,
     jupyter_lab,
 )
-from conftest import REPO, missing_optional, optional_import
+from conftest import REPO, missing_optional
 
 from zerolib.publish.html import markdown_headings
 from zerolib.publish.saved_widgets import saved_widget_html, widget_states
@@ -185,21 +182,6 @@ def explorer_notebooks() -> list[str]:
 
 
 # --- fixtures -------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def chromium_path() -> str:
-    path = find_chromium()
-    if path is None:
-        missing_optional(f"Chromium is not installed: {INSTALL_CHROMIUM}")
-    return path
-
-
-@pytest.fixture(scope="module")
-def playwright(chromium_path):
-    sync_api = optional_import("playwright.sync_api", INSTALL_PLAYWRIGHT)
-    with sync_api.sync_playwright() as driver:
-        yield driver
-
 
 @pytest.fixture(scope="module")
 def browser(playwright, chromium_path, tmp_path_factory):

@@ -22,16 +22,14 @@ import re
 import pytest
 from browser_support import (
     CALLS,
-    INSTALL_CHROMIUM,
     INSTALL_PLAYWRIGHT,
     chromium,
     explorer_output,
-    find_chromium,
     jupyter_lab,
     run_explorers,
     write_layout_notebook,
 )
-from conftest import REPO, missing_optional, optional_import
+from conftest import REPO, optional_import
 
 pytestmark = pytest.mark.browser
 
@@ -41,14 +39,6 @@ SLIDER_TRACK_PX = 150     # shortest slider track on which one step is a visible
 PADDING_PX = 4            # least horizontal padding of a table cell
 SHORT_CELL = 24           # data cells of at most this many characters stay on one line
 # --- fixtures -------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def chromium_path() -> str:
-    path = find_chromium()
-    if path is None:
-        missing_optional(f"Chromium is not installed: {INSTALL_CHROMIUM}")
-    return path
-
 
 @pytest.fixture(scope="module")
 def explorers_page(tmp_path_factory, chromium_path):

@@ -19,8 +19,8 @@ import time
 
 import nbformat
 import pytest
-from browser_support import INSTALL_CHROMIUM, INSTALL_PLAYWRIGHT, KERNEL_IDLE_MS, chromium, find_chromium, jupyter_lab
-from conftest import REPO, missing_optional, optional_import
+from browser_support import KERNEL_IDLE_MS, chromium, jupyter_lab
+from conftest import REPO
 
 from zerolib.publish import notebooks
 
@@ -46,21 +46,6 @@ def as_committed_before(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 def _git(root, *argv) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(root), *argv], capture_output=True, text=True, check=True)
-
-
-@pytest.fixture(scope="module")
-def chromium_path() -> str:
-    path = find_chromium()
-    if path is None:
-        missing_optional(f"Chromium is not installed: {INSTALL_CHROMIUM}")
-    return path
-
-
-@pytest.fixture(scope="module")
-def playwright(chromium_path):
-    sync_api = optional_import("playwright.sync_api", INSTALL_PLAYWRIGHT)
-    with sync_api.sync_playwright() as driver:
-        yield driver
 
 
 @pytest.fixture(scope="module")
