@@ -28,7 +28,9 @@ are the most of any stage, :mod:`zerolib.core.memory.model_parallel`):
 
 - compute: 2 FLOPs per parameter and token forward, 4 backward (6 with full recomputation) at
   the device's peak x ``mfu`` (:func:`zerolib.core.step.time.compute_seconds`, the same rule), for the
-  stage's parameters on this GPU and the micro-batch's b x s tokens;
+  stage's parameters on this GPU and the micro-batch's b x s tokens; under selective and full
+  recomputation the backward also repeats the attention core of the stage's layers and this
+  GPU's heads (:func:`zerolib.core.step.time.attention_core_flops`);
 - tensor-parallel collectives (all-reduces, or all-gathers and reduce-scatters under sequence
   parallelism) over t GPUs: each layer's next operation needs the result, so none of it
   overlaps compute (Megatron-LM's optional communication overlap is not modelled);
@@ -143,6 +145,7 @@ from zerolib.core.memory.model_parallel import (
     ParallelGrid,
     parameters_on,
     rules_of,
+    stage_layers,
 )
 from zerolib.core.memory.placement import Placement, check_combination, tiers_of
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
@@ -155,6 +158,7 @@ from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS, Hos
 from zerolib.core.step.time import (
     DEFAULT_MFU,
     ComputeSettings,
+    attention_core_flops,
     check_mfu,
     compute_seconds,
     schedule_seconds,
@@ -526,10 +530,15 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
         backward compute and the per-step ZeRO seconds."""
         params = parameters_on(ParallelGrid(config, t, p, r, "1f1b", 1, None, 1))   # checked
         forward, backward = np.zeros(b.shape), np.zeros(b.shape)
-        for full in (False, True):   # FLOPs are linear in the tokens: one rate per rule
-            here = (rec == 2) == full
+        # The recompute setting chooses the FLOPs (time.py's rule): selective and full repeat
+        # the attention core of this GPU's heads and layers in the backward.
+        core = attention_core_flops(config, s, t, stage_layers(config.layers, p, r))
+        for code, name in enumerate(RECOMPUTE):   # FLOPs are linear in the tokens
+            here = rec == code
             if np.any(here):
-                fwd, bwd = compute_seconds(params, device, _compute_settings(s, mfu, full))
+                fwd, bwd = compute_seconds(params, device, _compute_settings(s, mfu, name))
+                if name != "none":
+                    bwd = bwd + core * s / (device.peak_flops * mfu)
                 forward, backward = np.where(here, fwd * b, forward), np.where(here, bwd * b, backward)
         tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
@@ -563,10 +572,10 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
 
 
 @lru_cache(maxsize=64)
-def _compute_settings(seq_len: int, mfu: float, full_recompute: bool) -> ComputeSettings:
-    """The compute rule of a micro-batch of ``seq_len`` tokens per sequence (made, and so
-    checked, once for each)."""
-    return ComputeSettings(seq_len, mfu, full_recompute)
+def _compute_settings(seq_len: int, mfu: float, recompute: str) -> ComputeSettings:
+    """The per-parameter compute rule of a micro-batch of ``seq_len`` tokens per sequence (made,
+    and so checked, once for each); the attention core is added per stage by the caller."""
+    return ComputeSettings(seq_len, mfu, recompute)
 
 
 def _flags(value, name: str) -> np.ndarray:
