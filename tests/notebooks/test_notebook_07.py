@@ -89,7 +89,7 @@ def test_fewest_read(cells):
          f"the activations fall to {gb(full64.working_set['activations'])} GB",
          f"stage 3 fits from {fewest} GPUs", f"({gb(full64.total)} GB on 64)",
          "8 FLOPs per parameter and token instead of 6, a third more compute")
-    assert zl.ComputeSettings(1, 0.4, True).flops_per_param_token == 8
+    assert zl.ComputeSettings(1, 0.4, "full").flops_per_param_token == 8
     assert zl.ComputeSettings(1, 0.4).flops_per_param_token == 6
 
 

@@ -221,7 +221,7 @@ def as_csv(result, top=None) -> str:
 
 # What tells two fitting configurations apart besides their recomputation and what it changes
 # (the peak, its headroom and stage): rows equal in these and in step time are one choice shown
-# twice, since selective recomputation's repeated FLOPs are not counted.
+# twice. Selective and full recomputation repeat FLOPs none does not, so such ties are rare.
 _TWIN_KEY = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_parallel",
              "chunks", "schedule", "stage", "shard_group", "micro_batch", "micro_batches",
              "offload", "step_seconds")
@@ -291,8 +291,7 @@ def as_table(result, top: int, unit: str) -> str:
         if shown > len(rows):
             lines.append(
                 f"recompute a|b: one configuration under two recomputations that tie on step "
-                f"time (the FLOPs selective recomputation repeats are not counted, see Left out), "
-                f"shown once with both ranks; peak and headroom are the first-named's, the other's "
+                f"time, shown once with both ranks; peak and headroom are the first-named's, the other's "
                 f"peak is at most {to_unit(extra_peak, unit):,.2f} {unit} higher; JSON and CSV "
                 f"list each.")
     else:

@@ -158,7 +158,7 @@ from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS, Hos
 from zerolib.core.step.time import (
     DEFAULT_MFU,
     ComputeSettings,
-    attention_core_flops,
+    attention_core_flops_of,
     check_mfu,
     compute_seconds,
     schedule_seconds,
@@ -532,7 +532,7 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
         forward, backward = np.zeros(b.shape), np.zeros(b.shape)
         # The recompute setting chooses the FLOPs (time.py's rule): selective and full repeat
         # the attention core of this GPU's heads and layers in the backward.
-        core = attention_core_flops(config, s, t, stage_layers(config.layers, p, r))
+        core = attention_core_flops_of(config, s, t, stage_layers(config.layers, p, r))
         for code, name in enumerate(RECOMPUTE):   # FLOPs are linear in the tokens
             here = rec == code
             if np.any(here):

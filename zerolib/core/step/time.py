@@ -142,12 +142,18 @@ def attention_core_flops(model: str | TransformerConfig, seq_len: int, tensor_pa
     t = check_gpus(tensor_parallel, "tensor_parallel")
     layers = (np.asarray(config.layers) if layers is None else
               check_whole(layers, "layers", "a whole number of layers", low=0, high=config.layers))
+    flops = attention_core_flops_of(config, s, t, layers)
+    return int(flops) if flops.ndim == 0 else flops
+
+
+def attention_core_flops_of(config: TransformerConfig, seq_len: int, t, layers) -> np.ndarray:
+    """:func:`attention_core_flops` of checked values (int64, broadcast over ``t`` and
+    ``layers``), for callers below the door that checked them already."""
     if config.kv_lora_rank:
         qk, v = config.head_width + config.rope_head_dim, config.v_head_dim
     else:
         qk = v = config.head_width
-    flops = 2 * s * ceil_div(config.heads, t) * (qk + v) * layers
-    return int(flops) if flops.ndim == 0 else flops
+    return 2 * seq_len * ceil_div(config.heads, np.asarray(t, dtype=np.int64)) * (qk + v) * layers
 
 
 @dataclass(frozen=True)
