@@ -89,8 +89,8 @@ import numpy as np
 
 from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.links import BASE_LATENCY, Link
-from zerolib.core.catalogue.nodes import Interconnect, interconnect
 from zerolib.core.catalogue.models import TransformerConfig, get_model
+from zerolib.core.catalogue.nodes import Interconnect, interconnect
 from zerolib.core.inputs import (
     MAX_BYTES,
     check_count,
