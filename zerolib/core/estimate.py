@@ -67,13 +67,14 @@ from zerolib.core.inputs import (
 )
 from zerolib.core.memory.accounting import STAGES, Layout, get_layout, state_bytes
 from zerolib.core.memory.expert_parallel import expert_model_state
-from zerolib.core.memory.model_parallel import check_parallel
+from zerolib.core.memory.model_parallel import candidate_stages, check_parallel
 from zerolib.core.memory.placement import Placement, check_placement, gpus_on_node, place
 from zerolib.core.memory.working_set import (
     DEFAULT_SETTINGS,
     WorkingSetSettings,
     check_peak_inputs,
     rows_of,
+    working_set,
 )
 from zerolib.core.step.expert_parallel_traffic import expert_traffic
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
@@ -149,37 +150,47 @@ def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
 
 
 def _with_experts(result: Estimate, expert_parallel: int, expert_tensor_parallel: int | None,
-                  stages_holding: dict) -> Estimate:
+                  micro_batches: int | None) -> Estimate:
     """``result`` with expert parallelism: each row's model state recounted with the routed
     experts sharded over the expert-data-parallel group
-    (:func:`zerolib.core.memory.expert_parallel.expert_model_state`, at the row's pipeline stage),
-    its peak and ``fits`` moved by the difference, and ``expert_parallel`` (what was assumed, both
-    parts) and ``expert_traffic`` (:func:`zerolib.core.step.expert_parallel_traffic.expert_traffic`:
-    the all-to-alls per step on the row's stage) added. The working set is the one already
-    computed: under uniform routing a GPU's experts hold as many token rows as without expert
-    parallelism."""
-    s = result.settings
+    (:func:`zerolib.core.memory.expert_parallel.expert_model_state`) at the pipeline stage whose
+    model state plus working set (:func:`zerolib.core.memory.working_set.working_set` there) is
+    the largest, which can differ from the stage without expert parallelism (the first stage's
+    embedding outweighs its experts once they are spread); ``peak`` and ``fits`` follow, and
+    ``expert_parallel`` (what was assumed, both parts) and ``expert_traffic``
+    (:func:`zerolib.core.step.expert_parallel_traffic.expert_traffic`: the all-to-alls per step on
+    that stage) are added. The working set is the one zerolib computes for the stage: under
+    uniform routing a GPU's experts hold as many token rows as without expert parallelism."""
+    s, config = result.settings, result.model
     t, p = s.tensor_parallel, s.pipeline_parallel
     if result.gpus % (t * p):
         raise ValueError(f"gpus must be a multiple of tensor_parallel x pipeline_parallel "
                          f"({t} x {p}), got {result.gpus}")
     d = result.gpus // (t * p)
+    pipeline_stages = sorted({int(r) for r in candidate_stages(config, p)})
     rows = []
     for row in result.stages:
-        state = expert_model_state(result.model, t, p, d, row["stage"], result.layout,
-                                   expert_parallel=expert_parallel,
-                                   expert_tensor_parallel=expert_tensor_parallel,
-                                   pipeline_stage=row["pipeline_stage"], schedule=s.pipeline_schedule,
-                                   chunks=s.pipeline_chunks)
-        traffic = expert_traffic(result.model, s.seq_len, s.micro_batch, expert_parallel,
+        best = None
+        for r in pipeline_stages:
+            state = expert_model_state(config, t, p, d, row["stage"], result.layout,
+                                       expert_parallel=expert_parallel,
+                                       expert_tensor_parallel=expert_tensor_parallel,
+                                       pipeline_stage=r, schedule=s.pipeline_schedule,
+                                       chunks=s.pipeline_chunks)
+            terms = working_set(config, row["stage"], s, result.layout, pipeline_stage=r)
+            peak = state.total + sum(terms.values())
+            if best is None or peak > best[0]:
+                best = (peak, r, state, terms)
+        peak, r, state, terms = best
+        traffic = expert_traffic(config, s.seq_len, s.micro_batch, expert_parallel,
                                  moe_layers=state.parameters.expert_layers,
-                                 micro_batches=stages_holding.get("micro_batches") or 1,
+                                 micro_batches=micro_batches or p,   # None: enough to fill the pipeline
                                  capacity_factor=s.capacity_factor, element_bytes=s.element_bytes,
                                  tensor_parallel=t, sequence_parallel=s.sequence_parallel)
         new = {name: state.category(name) for name in ("parameters", "gradients", "optimizer")}
-        peak = row["peak"] - row["total"] + state.total
         fits = None if result.device is None else bool(peak <= result.device.capacity)
-        rows.append({**row, **new, "total": state.total, "cluster_total": state.total * result.gpus,
+        rows.append({**row, "pipeline_stage": r, **new, "total": state.total,
+                     "cluster_total": state.total * result.gpus, "working_set": dict(terms),
                      "peak": peak, "fits": fits, "expert_parallel": state.as_dict(),
                      "expert_traffic": traffic.as_dict()})
     return Estimate(result.params, result.gpus, result.layout, result.device, tuple(rows),
@@ -288,7 +299,7 @@ def estimate_model(model: str | TransformerConfig, gpus,
                              "the shard groups, offload and the step model's data-parallel "
                              "collectives assume one data-parallel group for all model state")
         result = _with_experts(result, expert_parallel, expert_tensor_parallel,
-                               {"micro_batches": settings.micro_batches})
+                               settings.micro_batches)
     tokens = settings.seq_len * settings.micro_batch if tokens_per_gpu is None else tokens_per_gpu
     return _with_communication(result, config, link, gpus_per_node,
                                ComputeSettings(tokens, mfu, settings.recompute == "full"),
