@@ -47,6 +47,7 @@ _EXPORTS = (
     ("zerolib.core.memory.activations", ("layer_activation_bytes", "model_activation_terms")),
     ("zerolib.core.memory.model_parallel", ("split_table", "parameters_per_gpu")),
     ("zerolib.core.memory.pipeline_schedule", ("activation_bytes_per_gpu",)),
+    ("zerolib.core.memory.expert_parallel", ("expert_model_state",)),
     ("zerolib.core.memory.working_set", ("WorkingSetSettings", "working_set", "peak", "peaks",
                                          "fewest_gpus_for_peak", "largest_micro_batch",
                                          "stage_rows")),
@@ -56,6 +57,7 @@ _EXPORTS = (
     # the step: what it communicates and how long it takes
     ("zerolib.core.step.traffic", ("volume", "SLOTS")),
     ("zerolib.core.step.time", ("ComputeSettings", "compute_seconds")),
+    ("zerolib.core.step.expert_parallel_traffic", ("expert_traffic",)),
     ("zerolib.core.step.tables", ("traffic_frame", "timeline_frame", "tradeoff_frame",
                                   "group_traffic_table")),
     ("zerolib.core.step.parallel", ("parallel_step_time", "cluster_interconnect")),
