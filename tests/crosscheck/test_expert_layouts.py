@@ -51,3 +51,18 @@ def test_mixtral_megatron_core_layout():
     experts = 8 * 176_160_768
     assert got["model_state_with_ep"] == 6 * dense + 12 * (dense // 16) + 6 * experts + 12 * (experts // 2)
     assert got["fits"] is True
+
+
+def test_spreading_the_experts_moves_the_peak_to_the_embedding_stage():
+    # Without expert parallelism the first stage's 4 layers hold fewer experts than stage 1's
+    # 4 MoE layers, so stage 1 decides; spread 64 ways, the embedding on stage 0 decides.
+    from zerolib.core.estimate import estimate_model
+    from zerolib.core.memory.working_set import WorkingSetSettings, working_set
+    from zerolib.crosscheck.expert_layouts import DEEPSEEK_V3_LAYOUT
+    layout = _by_name()["deepseek-v3"]
+    settings = WorkingSetSettings(seq_len=4096, pipeline_parallel=16, recompute="full")
+    plain = estimate_model(layout.model, 2048, settings, DEEPSEEK_V3_LAYOUT, stages=(1,)).as_dict()
+    assert plain["stages"][0]["pipeline_stage"] == 1
+    got = judge(layout)
+    terms = working_set(layout.model, 1, settings, DEEPSEEK_V3_LAYOUT, pipeline_stage=0)
+    assert got["peak"] == 19_404_247_040 + sum(terms.values())

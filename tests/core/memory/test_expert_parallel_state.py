@@ -93,3 +93,12 @@ def test_dense_model_refuses_expert_parallelism():
 def test_bad_type_names_the_argument():
     with pytest.raises((TypeError, ValueError), match="expert_parallel"):
         check_expert_layout("mixtral-8x7b", 1, 1, 8, 2.5)
+
+
+def test_degrees_a_search_enumerates():
+    from zerolib.core.memory.expert_parallel import expert_parallel_degrees
+    # Mixtral's 8 experts: E divides 8 and t x d / ETP
+    assert expert_parallel_degrees("mixtral-8x7b", 1, 8) == (1, 2, 4, 8)
+    assert expert_parallel_degrees("mixtral-8x7b", 1, 6) == (1, 2)
+    assert expert_parallel_degrees("mixtral-8x7b", 2, 2, 1) == (1, 2, 4)
+    assert expert_parallel_degrees("llama-2-7b", 1, 8) == (1,)

@@ -87,6 +87,18 @@ def expert_rules(model, tensor_parallel: int, data_parallel: int, expert_paralle
             "expert_grid": (t * d) % (etp * e) == 0}
 
 
+def expert_parallel_degrees(model, tensor_parallel: int, data_parallel: int,
+                            expert_tensor_parallel: int | None = None) -> tuple[int, ...]:
+    """Every E that :data:`RULES` allow beside t and d (ETP None: t), smallest first: the
+    choices a search over expert parallelism enumerates ((1,) for a dense model)."""
+    config = get_model(model)
+    if not config.mixture_of_experts:
+        return (1,)
+    return tuple(e for e in range(1, config.experts + 1)
+                 if all(expert_rules(config, tensor_parallel, data_parallel, e,
+                                     expert_tensor_parallel).values()))
+
+
 def check_expert_layout(model, tensor_parallel, pipeline_parallel, data_parallel, expert_parallel,
                         expert_tensor_parallel=None) -> ExpertLayout:
     """Check the groups (whole numbers, :data:`RULES`); a ValueError names the broken rule with
