@@ -52,3 +52,15 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, words):
     code, out, err = run(capsys, "estimate", "--gpus", "8", *argv)
     assert code == 2 and out == ""
     assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_capacity_factor_pads_the_all_to_alls(capsys):
+    # 4,096 tokens, top-2, 8 experts, c = 1.5: ceil(1.5 x 2 x 4096 / 8) = 1,536 rows per expert,
+    # 12,288 rows of 4096 x 2 B handed to each all-to-all; 3 of 4 ranks' shares leave the GPU
+    code, out, _ = run(capsys, "estimate", "--model", "mixtral-8x7b", "--gpus", "8", "--stage", "1",
+                       "--expert-parallel", "4", "--capacity-factor", "1.5", "--format", "json")
+    assert code == 0
+    traffic = json.loads(out)["stages"][0]["expert_traffic"]
+    assert traffic["routing"] == "capacity-padded" and traffic["capacity_factor"] == 1.5
+    assert traffic["handed_bytes_per_all_to_all"] == 12_288 * 4096 * 2
+    assert traffic["sent_bytes_per_all_to_all"] == 3 * 12_288 * 4096 * 2 // 4
