@@ -66,7 +66,7 @@ from zerolib.core.inputs import (
     check_stages,
 )
 from zerolib.core.memory.accounting import STAGES, Layout, get_layout, state_bytes
-from zerolib.core.memory.expert_parallel import expert_model_state
+from zerolib.core.memory.expert_parallel import check_expert_layout, stage_parameters, state_of
 from zerolib.core.memory.model_parallel import candidate_stages, check_parallel
 from zerolib.core.memory.placement import Placement, check_placement, gpus_on_node, place
 from zerolib.core.memory.working_set import (
@@ -167,16 +167,16 @@ def _with_experts(result: Estimate, expert_parallel: int, expert_tensor_parallel
         raise ValueError(f"gpus must be a multiple of tensor_parallel x pipeline_parallel "
                          f"({t} x {p}), got {result.gpus}")
     d = result.gpus // (t * p)
-    pipeline_stages = sorted({int(r) for r in candidate_stages(config, p)})
+    lay = check_expert_layout(config, t, p, d, expert_parallel, expert_tensor_parallel)
+    # each pipeline stage's parameters once; the ZeRO stage changes only how they are sharded
+    held = {int(r): stage_parameters(config, lay, int(r), schedule=s.pipeline_schedule,
+                                     chunks=s.pipeline_chunks)
+            for r in sorted({int(r) for r in candidate_stages(config, p)})}
     rows = []
     for row in result.stages:
         best = None
-        for r in pipeline_stages:
-            state = expert_model_state(config, t, p, d, row["stage"], result.layout,
-                                       expert_parallel=expert_parallel,
-                                       expert_tensor_parallel=expert_tensor_parallel,
-                                       pipeline_stage=r, schedule=s.pipeline_schedule,
-                                       chunks=s.pipeline_chunks)
+        for r, params in held.items():
+            state = state_of(lay, params, row["stage"], result.layout)
             terms = working_set(config, row["stage"], s, result.layout, pipeline_stage=r)
             peak = state.total + sum(terms.values())
             if best is None or peak > best[0]:

@@ -217,10 +217,17 @@ def expert_model_state(model, tensor_parallel: int, pipeline_parallel: int, data
     for r in stages:
         params = stage_parameters(config, lay, r, schedule=schedule, chunks=chunks,
                                   vocab_divisible_by=vocab_divisible_by)
-        found = ExpertModelState(
-            lay, stage, params,
-            MappingProxyType(state_bytes(params.dense, lay.data_parallel, stage, widths)),
-            MappingProxyType(state_bytes(params.experts, lay.expert_data_parallel, stage, widths)))
+        found = state_of(lay, params, stage, widths)
         if best is None or found.total > best.total:
             best = found
     return best
+
+
+def state_of(layout: ExpertLayout, params: ExpertStageParameters, stage: int,
+             widths: Layout) -> ExpertModelState:
+    """The bytes of checked ``params`` at ZeRO ``stage``: the dense part over d, the experts
+    over the expert-data-parallel group (a caller holding the parameters of many stages)."""
+    return ExpertModelState(
+        layout, stage, params,
+        MappingProxyType(state_bytes(params.dense, layout.data_parallel, stage, widths)),
+        MappingProxyType(state_bytes(params.experts, layout.expert_data_parallel, stage, widths)))
