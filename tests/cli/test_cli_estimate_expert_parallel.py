@@ -46,7 +46,8 @@ def test_table_says_what_was_assumed(capsys):
     (("--model", "mixtral-8x7b", "--expert-parallel", "3"), "expert_parallel must divide the routed experts"),
     (("--params", "7B", "--expert-parallel", "2"), "--expert-parallel and --expert-tensor-parallel need --model"),
     (("--model", "llama-2-7b", "--expert-parallel", "2"), "need a mixture of experts"),
-    (("--model", "mixtral-8x7b", "--expert-parallel", "2", "--link", "dgx-h100"), "not modelled with a placement or a link"),
+    (("--model", "mixtral-8x7b", "--expert-parallel", "2", "--link", "dgx-h100"),
+     "not modelled with a placement or a link"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, words):
     code, out, err = run(capsys, "estimate", "--gpus", "8", *argv)

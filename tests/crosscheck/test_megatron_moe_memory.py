@@ -50,6 +50,7 @@ def test_comparison_agrees_to_the_byte_but_the_named_final_norm():
 
 def test_latent_attention_is_refused():
     from conftest import REPO
+
     from zerolib.core.catalogue.hf_config import model_from_config
     config = model_from_config(REPO / "tests" / "data" / "deepseek-v2-lite.json")
     with pytest.raises(ValueError, match="latent attention"):

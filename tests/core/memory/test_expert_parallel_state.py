@@ -68,8 +68,9 @@ def test_expert_tensor_parallel_one_under_tensor_parallel_two():
 def test_pipeline_stage_with_dense_first_layers_counts_only_its_expert_layers():
     # DeepSeek-V2-Lite style: the first layer dense; p = 3 over 27 layers: stage 0 has 9 layers,
     # 1 dense and 8 with experts
-    from zerolib.core.catalogue.hf_config import model_from_config
     from conftest import REPO
+
+    from zerolib.core.catalogue.hf_config import model_from_config
     config = model_from_config(REPO / "tests" / "data" / "deepseek-v2-lite.json")
     lay = check_expert_layout(config, 1, 3, 2, 2)
     assert stage_parameters(config, lay, 0).expert_layers == 8

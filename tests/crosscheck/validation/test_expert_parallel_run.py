@@ -77,8 +77,10 @@ def test_unexplained_is_named():
 @pytest.mark.slow
 def test_rerun_matches_record(record, tmp_path):
     optional_import("torch", TORCH_HINT)
-    from zerolib.crosscheck.validation.expert_parallel_run import record as write, validate_expert_parallel
+    from zerolib.crosscheck.validation.expert_parallel_run import record as write
+    from zerolib.crosscheck.validation.expert_parallel_run import validate_expert_parallel
     fresh = validate_expert_parallel()
     found = differences(record, fresh)
-    assert found == [], "re-record with python -m zerolib.crosscheck.validation.expert_parallel_run data:\n" + "\n".join(found)
+    hint = "re-record with python -m zerolib.crosscheck.validation.expert_parallel_run data"
+    assert found == [], hint + ":\n" + "\n".join(found)
     assert write(fresh, tmp_path).read_text() == to_csv_text(fresh)
