@@ -53,6 +53,14 @@ def register(commands) -> None:
     communication_cli.add_arguments(parser)
     run_cli.add_argument(parser, run_cli.HELP + " (needs --link and --device; tokens per step: "
                          "tokens per GPU x --gpus)")
+    experts = parser.add_argument_group("expert parallelism (a --model with experts)")
+    experts.add_argument("--expert-parallel", metavar="E",
+                         help="spread each MoE layer's routed experts over E GPUs (E divides the "
+                              "experts); their state is sharded over the expert-data-parallel "
+                              "group t x d / (ETP x E) (default 1)")
+    experts.add_argument("--expert-tensor-parallel", metavar="ETP",
+                         help="split each expert over ETP GPUs (Megatron-LM's "
+                              "--expert-tensor-parallel-size; default: --tensor-parallel)")
     parser.add_argument("--gpus-per-node", metavar="N",
                         help="GPUs per node: with a --link node, its GPU count (default: the "
                              "node's own); with a placement flag, the GPUs sharing a node's CPU "
@@ -89,8 +97,11 @@ def run(args) -> int:
             settings, args.stage is None, placement_cli.default_stages(placement, stages) or STAGES)
         working_set_cli.refuse_no_effect(args, settings, stages)
         result = estimate_model(config, gpus, settings, layout, device, stages, placement,
-                                host_memory, **communication)
+                                host_memory, **communication, **_experts_from(args))
     else:
+        if args.expert_parallel is not None or args.expert_tensor_parallel is not None:
+            raise ValueError("--expert-parallel and --expert-tensor-parallel need --model (a "
+                             "model with experts)")
         working_set_cli.without_model(args)
         placement = placement_cli.placement_from(args, gpus)
         stages = placement_cli.default_stages(placement, stages) or STAGES
@@ -101,6 +112,29 @@ def run(args) -> int:
         out = run_cli.add_to_estimate(out, tokens)
     print(render(out, args.format, args.unit or "GB", partial_node_note(args, gpus)))
     return 0
+
+
+def _experts_from(args) -> dict:
+    out = {}
+    if args.expert_parallel is not None:
+        out["expert_parallel"] = parse_whole(args.expert_parallel, "--expert-parallel",
+                                             maximum=MAX_GPUS)
+    if args.expert_tensor_parallel is not None:
+        out["expert_tensor_parallel"] = parse_whole(args.expert_tensor_parallel,
+                                                    "--expert-tensor-parallel", maximum=MAX_GPUS)
+    return out
+
+
+def _experts_line(result: dict) -> str | None:
+    rows = [row for row in result["stages"] if "expert_parallel" in row]
+    if not rows:
+        return None
+    e, traffic = rows[0]["expert_parallel"], rows[0]["expert_traffic"]
+    return (f"Expert parallelism: E = {e['expert_parallel']}, expert tensor parallelism "
+            f"{e['expert_tensor_parallel']}; the dense part is sharded over d = "
+            f"{e['data_parallel']}, the routed experts over the expert-data-parallel group of "
+            f"{e['expert_data_parallel']}; {traffic['all_to_all_calls']:,} all-to-alls per step "
+            f"send {traffic['sent_bytes_per_step']:,} bytes per GPU ({traffic['routing']} routing)")
 
 
 def refuse_no_effect(args) -> None:
@@ -179,6 +213,8 @@ def render(result: dict, form: str, unit: str, note: str | None = None) -> str:
         lines.append(placement_cli.describe(result, unit))
         note = placement_cli.host_note(result, unit)
         lines += [note] if note else []
+    experts_line = _experts_line(result)
+    lines += [experts_line] if experts_line else []
     comm_headers, comm_cells = [], [[] for _ in result["stages"]]
     if communication_cli.has_communication(result):
         comm_headers, comm_cells = communication_cli.table_columns(result, unit)

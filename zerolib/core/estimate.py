@@ -67,14 +67,17 @@ from zerolib.core.inputs import (
     check_stages,
 )
 from zerolib.core.memory.accounting import STAGES, Layout, get_layout, state_bytes
-from zerolib.core.memory.model_parallel import check_parallel
+from zerolib.core.memory.expert_parallel import check_expert_layout, stage_parameters, state_of
+from zerolib.core.memory.model_parallel import candidate_stages, check_parallel
 from zerolib.core.memory.placement import Placement, check_placement, gpus_on_node, place
 from zerolib.core.memory.working_set import (
     DEFAULT_SETTINGS,
     WorkingSetSettings,
     check_peak_inputs,
     rows_of,
+    working_set,
 )
+from zerolib.core.step.expert_parallel_traffic import expert_traffic
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
 from zerolib.core.step.tables import communication_rows
 from zerolib.core.step.time import (
@@ -147,6 +150,55 @@ def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
                     result.model, result.settings, result.placement, result.host_memory, ic, compute)
 
 
+def _with_experts(result: Estimate, expert_parallel: int, expert_tensor_parallel: int | None,
+                  micro_batches: int | None) -> Estimate:
+    """``result`` with expert parallelism: each row's model state recounted with the routed
+    experts sharded over the expert-data-parallel group
+    (:func:`zerolib.core.memory.expert_parallel.expert_model_state`) at the pipeline stage whose
+    model state plus working set (:func:`zerolib.core.memory.working_set.working_set` there) is
+    the largest, which can differ from the stage without expert parallelism (the first stage's
+    embedding outweighs its experts once they are spread); ``peak`` and ``fits`` follow, and
+    ``expert_parallel`` (what was assumed, both parts) and ``expert_traffic``
+    (:func:`zerolib.core.step.expert_parallel_traffic.expert_traffic`: the all-to-alls per step on
+    that stage) are added. The working set is the one zerolib computes for the stage: under
+    uniform routing a GPU's experts hold as many token rows as without expert parallelism."""
+    s, config = result.settings, result.model
+    t, p = s.tensor_parallel, s.pipeline_parallel
+    if result.gpus % (t * p):
+        raise ValueError(f"gpus must be a multiple of tensor_parallel x pipeline_parallel "
+                         f"({t} x {p}), got {result.gpus}")
+    d = result.gpus // (t * p)
+    lay = check_expert_layout(config, t, p, d, expert_parallel, expert_tensor_parallel)
+    # each pipeline stage's parameters once; the ZeRO stage changes only how they are sharded
+    held = {int(r): stage_parameters(config, lay, int(r), schedule=s.pipeline_schedule,
+                                     chunks=s.pipeline_chunks)
+            for r in sorted({int(r) for r in candidate_stages(config, p)})}
+    rows = []
+    for row in result.stages:
+        best = None
+        for r, params in held.items():
+            state = state_of(lay, params, row["stage"], result.layout)
+            terms = working_set(config, row["stage"], s, result.layout, pipeline_stage=r)
+            peak = state.total + sum(terms.values())
+            if best is None or peak > best[0]:
+                best = (peak, r, state, terms)
+        peak, r, state, terms = best
+        traffic = expert_traffic(config, s.seq_len, s.micro_batch, expert_parallel,
+                                 moe_layers=state.parameters.expert_layers,
+                                 micro_batches=micro_batches or p,   # None: enough to fill the pipeline
+                                 capacity_factor=s.capacity_factor, element_bytes=s.element_bytes,
+                                 tensor_parallel=t, sequence_parallel=s.sequence_parallel)
+        new = {name: state.category(name) for name in ("parameters", "gradients", "optimizer")}
+        fits = None if result.device is None else bool(peak <= result.device.capacity)
+        rows.append({**row, "pipeline_stage": r, **new, "total": state.total,
+                     "cluster_total": state.total * result.gpus, "working_set": dict(terms),
+                     "peak": peak, "fits": fits, "expert_parallel": state.as_dict(),
+                     "expert_traffic": traffic.as_dict()})
+    return Estimate(result.params, result.gpus, result.layout, result.device, tuple(rows),
+                    result.model, result.settings, result.placement, result.host_memory,
+                    result.interconnect, result.compute)
+
+
 def _compute(tokens_per_gpu, mfu) -> ComputeSettings:
     """The compute settings (checked when made); the defaults' object is made once."""
     if tokens_per_gpu is DEFAULT_TOKENS_PER_GPU and mfu is DEFAULT_MFU:
@@ -217,13 +269,16 @@ def estimate_model(model: str | TransformerConfig, gpus,
                    host_memory: int | None = None, link: str | Interconnect | None = None,
                    gpus_per_node: int | None = None, tokens_per_gpu: int | None = None,
                    mfu: float = DEFAULT_MFU, qwz: bool = False, qgz: bool = False,
-                   host_link: str = DEFAULT_HOST_LINK) -> Estimate:
+                   host_link: str = DEFAULT_HOST_LINK, expert_parallel: int = 1,
+                   expert_tensor_parallel: int | None = None) -> Estimate:
     """The breakdown of a model preset: persistent state and working set per stage, ``fits``
     judged on the peak (see :func:`zerolib.core.memory.working_set.stage_rows`). With ``link``, each
     stage's communication, per layer for stage 3; ``tokens_per_gpu`` defaults to the working
     set's sequence length x micro-batch, and its recompute setting chooses the FLOPs
     (:meth:`zerolib.core.step.time.ComputeSettings.for_run`: full recomputation 8 per parameter
-    and token instead of 6, selective and full the attention core again)."""
+    and token instead of 6, selective and full the attention core again). ``expert_parallel`` E
+    (and ``expert_tensor_parallel``, None: the tensor-parallel degree) spreads a mixture of
+    experts' routed experts: see :func:`_with_experts`; not with a placement or a link."""
     config, layout = get_model(model), get_layout(layout)
     gpus = check_single(gpus, check_gpus, "gpus")
     device = get_device(device) if device is not None else None
@@ -240,6 +295,13 @@ def estimate_model(model: str | TransformerConfig, gpus,
     if link is not None and (settings.tensor_parallel != 1 or settings.pipeline_parallel != 1):
         raise ValueError("a link with tensor or pipeline parallelism is not modelled here: the "
                          "step model times data-parallel collectives only (see zerolib plan)")
+    if expert_parallel != 1 or expert_tensor_parallel is not None:
+        if placement is not None or link is not None:
+            raise ValueError("expert_parallel is not modelled with a placement or a link here: "
+                             "the shard groups, offload and the step model's data-parallel "
+                             "collectives assume one data-parallel group for all model state")
+        result = _with_experts(result, expert_parallel, expert_tensor_parallel,
+                               settings.micro_batches)
     return _with_communication(result, config, link, gpus_per_node,
                                ComputeSettings.for_run(config, settings, mfu, tokens_per_gpu),
                                {"qwz": qwz, "qgz": qgz, "host_link": host_link})

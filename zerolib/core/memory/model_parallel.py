@@ -113,7 +113,8 @@ MODULE_SPLITS: Mapping[str, SplitRule] = MappingProxyType({
     "mlp_down_projection": SplitRule("row", "layer", bias="mlp_bias"),
     # Gemma-2's norms after attention and the MLP; a mixture of experts' router (replicated, as
     # Megatron-LM keeps it) and each expert's MLP, split like the dense MLP (expert tensor
-    # parallelism; expert parallelism, which spreads whole experts, is not modelled).
+    # parallelism; expert parallelism, which spreads whole experts, is
+    # zerolib.core.memory.expert_parallel's).
     "post_attention_norm": SplitRule("replicated", "layer"),
     "post_mlp_norm": SplitRule("replicated", "layer"),
     "router": SplitRule("replicated", "layer"),
@@ -395,6 +396,12 @@ def rows_on_rank(vocab: int, tensor_parallel, vocab_divisible_by: int) -> np.nda
     """:func:`vocabulary_rows` of a checked ``vocab_divisible_by`` (the callers' door checked it)."""
     t = np.asarray(tensor_parallel, dtype=np.int64)
     return ceil_div(np.int64(vocab), vocab_divisible_by * t) * vocab_divisible_by
+
+
+def rank_elements(piece: ModuleSplit, tensor_parallel, vocab_divisible_by: int = 1) -> np.ndarray:
+    """One module's elements on one rank of a ``tensor_parallel``-way group (exact for valid t):
+    the rule every per-GPU count here applies (the expert holdings use it at ETP)."""
+    return _rank_elements(piece, np.asarray(tensor_parallel, dtype=np.int64), vocab_divisible_by)
 
 
 def _rank_elements(piece: ModuleSplit, t: np.ndarray, vocab_divisible_by: int) -> np.ndarray:

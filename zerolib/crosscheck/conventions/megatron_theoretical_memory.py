@@ -50,6 +50,24 @@ Where Megatron-LM's estimate counts differently from zerolib (each is named, and
 
 :func:`comparison` sets the estimate beside zerolib's for Korthikanti et al.'s four GPTs
 (``zerolib crosscheck`` prints it).
+
+**The mixture-of-experts path** (:func:`moe_weight_and_optimizer_bytes`, :func:`moe_comparison`):
+transcribed from the revision of the same file that splits the routed experts over expert
+parallelism (its ``expert_tensor_parallel_size``, ``expert_model_parallel_size`` and
+``expert_data_parallel_size = world_size // (ETP x EP x PP)``); at the commit named above the MoE
+path still charges every GPU all the experts / t and shards their optimizer over d. Per MoE layer
+it counts attention, the routed experts (2 h f_moe X x 3/2 with SwiGLU), a shared expert, the
+norms, the router (h X) and a shared expert's gate, and splits them three ways: tensor-parallel
+(attention, shared experts, the dense layers' MLP, the embedding) over t, replicated (norms,
+router, gate), and the routed experts over ETP x E; the bytes per parameter are 6 + 12 / d for
+the first two and 6 + 12 / EDP for the experts under the distributed optimizer (18 without).
+Latent attention and multi-token prediction are not transcribed. With p = 1 and no biases it
+equals zerolib's :func:`zerolib.core.memory.expert_parallel.expert_model_state` under the
+``bf16-fp32-grads`` layout (2 + 4 + 12 bytes) at ZeRO stage 1 (0 without the distributed
+optimizer) to the byte where d and EDP divide the counts; at the first stage with p > 1 only
+``final-norm-per-stage`` differs (h / p of the norm, in the dense part's bytes per parameter).
+Not in the comparison: with dense first layers Megatron-LM divides the MoE layers by p evenly,
+where zerolib counts the MoE layers each stage holds.
 """
 from __future__ import annotations
 
@@ -96,6 +114,19 @@ class MegatronArgs:
     sequence_parallel: bool = False
     recompute_granularity: str | None = None
     use_distributed_optimizer: bool = False
+    # The mixture-of-experts fields (None: a dense model).
+    num_experts: int | None = None
+    moe_ffn_hidden_size: int | None = None
+    moe_router_topk: int | None = None
+    moe_shared_expert_intermediate_size: int | None = None
+    moe_shared_expert_gate: bool = False
+    moe_layer_freq: tuple[int, ...] | int = 1
+    expert_model_parallel_size: int = 1
+    expert_tensor_parallel_size: int | None = None    # None: tensor_model_parallel_size
+
+    @property
+    def world_size(self) -> int:
+        return self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.data_parallel_size
 
 
 def padded_vocab_size(vocab: int, tensor_parallel: int,
@@ -108,14 +139,30 @@ def padded_vocab_size(vocab: int, tensor_parallel: int,
 
 def args_for(model, seq_len, micro_batch, tensor_parallel=1, pipeline_parallel=1, *, chunks=None,
              data_parallel=1, sequence_parallel=False, recompute=None, distributed_optimizer=False,
-             vocab_divisible_by=MAKE_VOCAB_SIZE_DIVISIBLE_BY) -> MegatronArgs:
+             vocab_divisible_by=MAKE_VOCAB_SIZE_DIVISIBLE_BY, expert_parallel=1,
+             expert_tensor_parallel=None) -> MegatronArgs:
     """The arguments a Megatron-LM run of ``model`` would have (``recompute``: None, "selective"
-    or "full"; ``chunks``: the virtual pipeline size, None without interleaving)."""
+    or "full"; ``chunks``: the virtual pipeline size, None without interleaving; a model with
+    experts also gets the MoE fields, ``expert_parallel`` and ``expert_tensor_parallel``)."""
     config: TransformerConfig = get_model(model)
+    moe = {}
+    if config.mixture_of_experts:
+        if config.latent_attention:
+            raise ValueError(f"{config.name}: latent attention's MoE path is not transcribed here")
+        moe = {"num_experts": config.experts, "moe_ffn_hidden_size": config.ffn_hidden,
+               "moe_router_topk": config.experts_per_token,
+               "moe_shared_expert_intermediate_size": config.shared_expert_ffn or None,
+               "moe_shared_expert_gate": config.shared_expert_gate,
+               "moe_layer_freq": (0,) * config.dense_layers + (1,) * config.sparse_layers,
+               "expert_model_parallel_size": check_positive_int(expert_parallel, "expert_parallel"),
+               "expert_tensor_parallel_size": None if expert_tensor_parallel is None else
+               check_positive_int(expert_tensor_parallel, "expert_tensor_parallel")}
     if recompute not in (None, "selective", "full"):
         raise ValueError(f"recompute must be None, 'selective' or 'full', got {recompute!r}")
     return MegatronArgs(
-        hidden_size=config.hidden, ffn_hidden_size=config.ffn_hidden, num_layers=config.layers,
+        hidden_size=config.hidden,
+        ffn_hidden_size=config.dense_ffn_hidden if config.dense_layers else config.ffn_hidden,
+        num_layers=config.layers,
         num_attention_heads=config.heads, num_query_groups=config.kv_heads,
         kv_channels=config.head_width,
         padded_vocab_size=padded_vocab_size(config.vocab, tensor_parallel, vocab_divisible_by),
@@ -130,7 +177,7 @@ def args_for(model, seq_len, micro_batch, tensor_parallel=1, pipeline_parallel=1
         untie_embeddings_and_output_weights=not config.tied_embeddings,
         sequence_parallel=check_flag(sequence_parallel, "sequence_parallel"),
         recompute_granularity=recompute,
-        use_distributed_optimizer=check_flag(distributed_optimizer, "distributed_optimizer"))
+        use_distributed_optimizer=check_flag(distributed_optimizer, "distributed_optimizer"), **moe)
 
 
 def _parameter_pieces(a: MegatronArgs) -> dict[str, Fraction]:
@@ -165,6 +212,89 @@ def bytes_per_parameter(a: MegatronArgs) -> Fraction:
 def weight_and_optimizer_bytes(a: MegatronArgs) -> Fraction:
     """``compute_weight_and_optimizer_memory`` (dense models), in bytes."""
     return parameters_on_most_loaded_shard(a) * bytes_per_parameter(a)
+
+
+def moe_shard_pieces(a: MegatronArgs) -> dict[str, Fraction]:
+    """Parameters on the most-loaded shard of the MoE path, three ways: ``tp_sharded`` (over t),
+    ``replicated`` and ``expert_sharded`` (over ETP x E); the untied output layer with p = 1 is
+    in ``tp_sharded``."""
+    if a.num_experts is None:
+        raise ValueError("moe_shard_pieces needs a model with experts (num_experts)")
+    h, t, p = a.hidden_size, a.tensor_model_parallel_size, a.pipeline_model_parallel_size
+    pattern = (a.moe_layer_freq if isinstance(a.moe_layer_freq, tuple)
+               else tuple(int(i % a.moe_layer_freq == 0) for i in range(a.num_layers)))
+    moe_layers = sum(pattern)
+    dense_layers = a.num_layers - moe_layers
+    query_ratio = Fraction(a.kv_channels * a.num_attention_heads, h)
+    norm_size = 1 if a.normalization == "RMSNorm" else 2
+    gated = Fraction(3, 2) if a.swiglu else 1
+    attention = 2 * h * h * (1 + Fraction(a.num_query_groups, a.num_attention_heads)) * query_ratio
+    dense_mlp = 2 * h * a.ffn_hidden_size * gated
+    shared = 2 * h * (a.moe_shared_expert_intermediate_size or 0) * gated
+    routed = 2 * h * a.moe_ffn_hidden_size * a.num_experts * gated
+    layernorm = 2 * h * norm_size
+    router = h * a.num_experts                        # add_bias_linear False
+    gate = h if a.moe_shared_expert_intermediate_size and a.moe_shared_expert_gate else 0
+    embedding = h * a.padded_vocab_size
+    etp = t if a.expert_tensor_parallel_size is None else a.expert_tensor_parallel_size
+    tp_block = (attention + dense_mlp) * dense_layers + (attention + shared) * moe_layers
+    replicated = layernorm * dense_layers + (layernorm + router + gate) * moe_layers + norm_size * h
+    tp_sharded = (tp_block / p + embedding) / t
+    if a.untie_embeddings_and_output_weights and p == 1:
+        tp_sharded += Fraction(embedding, t)
+    return {"tp_sharded": tp_sharded, "replicated": Fraction(replicated, p),
+            "expert_sharded": routed * moe_layers / p / (etp * a.expert_model_parallel_size)}
+
+
+def expert_data_parallel_size(a: MegatronArgs) -> int:
+    """``world_size // (ETP x EP x PP)``."""
+    etp = a.tensor_model_parallel_size if a.expert_tensor_parallel_size is None else a.expert_tensor_parallel_size
+    return a.world_size // (etp * a.expert_model_parallel_size * a.pipeline_model_parallel_size)
+
+
+def moe_weight_and_optimizer_bytes(a: MegatronArgs) -> dict[str, Fraction]:
+    """The MoE path of ``compute_weight_and_optimizer_memory``: bytes of the ``dense`` part (over
+    d) and the ``experts`` (over the expert-data-parallel group), and their ``total``."""
+    pieces = moe_shard_pieces(a)
+
+    def per_parameter(group: int) -> Fraction:
+        return Fraction(18) if not a.use_distributed_optimizer else 6 + Fraction(12, group)
+
+    dense = (pieces["tp_sharded"] + pieces["replicated"]) * per_parameter(a.data_parallel_size)
+    experts = pieces["expert_sharded"] * per_parameter(expert_data_parallel_size(a))
+    return {"dense": dense, "experts": experts, "total": dense + experts}
+
+
+# Mixtral-8x7B's layouts for the MoE comparison: (t, p, d, E, ETP, distributed optimizer).
+MOE_SETTINGS = ((1, 1, 8, 8, None, True), (1, 1, 16, 8, None, True), (2, 1, 8, 4, 1, True),
+                (2, 1, 4, 8, 1, False), (1, 4, 8, 8, None, True))
+
+
+def moe_comparison(model="mixtral-8x7b") -> pd.DataFrame:
+    """Megatron-LM's MoE weights and optimizer state beside zerolib's
+    (:func:`zerolib.core.memory.expert_parallel.expert_model_state`, bf16-fp32-grads, stage 1
+    under the distributed optimizer else 0, Megatron-LM's padded vocabulary, the first pipeline
+    stage) for each of :data:`MOE_SETTINGS`: the dense part, the experts and the total."""
+    from zerolib.core.memory.expert_parallel import expert_model_state
+    rows = []
+    for t, p, d, e, etp, distributed in MOE_SETTINGS:
+        args = args_for(model, 4096, 1, t, p, data_parallel=d, distributed_optimizer=distributed,
+                        expert_parallel=e, expert_tensor_parallel=etp)
+        theirs = moe_weight_and_optimizer_bytes(args)
+        state = expert_model_state(model, t, p, d, 1 if distributed else 0, "bf16-fp32-grads",
+                                   expert_parallel=e, expert_tensor_parallel=etp, pipeline_stage=0,
+                                   vocab_divisible_by=MAKE_VOCAB_SIZE_DIVISIBLE_BY)
+        ours = {"dense": state.dense["total"], "experts": state.experts["total"], "total": state.total}
+        # both at the first stage: only Megatron-LM's share of the final norm there differs
+        differs = {"dense": "final-norm-per-stage" if p > 1 else "", "experts": "",
+                   "total": "final-norm-per-stage" if p > 1 else ""}
+        setting = f"t={t} p={p} d={d} E={e} ETP={etp or t}" + (" distributed-optimizer" if distributed else "")
+        for item in ours:
+            megatron = int(theirs[item])
+            rows.append({"model": f"{get_model(model).name} {setting}", "item": item,
+                         "megatron_bytes": megatron, "zerolib_bytes": ours[item],
+                         "difference_bytes": ours[item] - megatron, "differs_by": differs[item]})
+    return pd.DataFrame(rows, columns=list(COMPARISON_COLUMNS))
 
 
 def _pipeline_factor(a: MegatronArgs, num_microbatches: int | None) -> Fraction:

@@ -19,7 +19,8 @@ from torch.profiler import ProfilerActivity, profile
 
 # gloo event -> the kind of collective it is.
 GLOO_KINDS = {"gloo:all_reduce": "all_reduce", "gloo:reduce_scatter": "reduce_scatter",
-              "gloo:all_gather": "all_gather", "gloo:broadcast": "broadcast"}
+              "gloo:all_gather": "all_gather", "gloo:broadcast": "broadcast",
+              "gloo:all_to_all": "all_to_all"}   # all_to_all_single (expert parallelism)
 IGNORED = {"gloo:barrier"}
 # The profiler's names for dtypes (c10 scalar type names) -> bytes per element.
 DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8,

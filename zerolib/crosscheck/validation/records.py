@@ -21,6 +21,7 @@ SHIPPED_FILE = "shipped_activations.csv"
 TENSOR_PARALLEL_FILE = "validation_tensor_parallel.csv"
 COMMUNICATION_PYTORCH_FILE = "communication_pytorch.csv"
 COMMUNICATION_DEEPSPEED_FILE = "communication_deepspeed.csv"
+EXPERT_PARALLEL_FILE = "validation_expert_parallel.csv"
 VERSION_COLUMNS = ("torch_version", "python_version", "platform")
 # The shipped blocks also depend on the transformers release that implements them.
 SHIPPED_VERSION_COLUMNS = ("torch_version", "transformers_version", "python_version", "platform")

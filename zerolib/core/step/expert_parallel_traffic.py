@@ -1,0 +1,149 @@
+"""Expert parallelism's all-to-alls: the tokens a mixture-of-experts layer dispatches and combines.
+
+With E-way expert parallelism each GPU holds experts / E of every layer's routed experts, so the
+tokens its router sends elsewhere must travel there and back (GShard, Lepikhin et al. 2020,
+Sec. 2.2; Megatron-LM's ``MoEAlltoAllTokenDispatcher``; DeepSpeed-MoE's ``_AllToAll``). Per MoE
+layer and micro-batch, four all-to-alls over the E ranks of the expert-parallel group:
+
+- forward: **dispatch** (each token's k copies to the ranks of its experts) and **combine** (the
+  experts' outputs back to the token's rank);
+- backward: the gradients of both, the same sizes in the opposite direction (the autograd of an
+  all-to-all is the reverse all-to-all).
+
+Bytes handed to one all-to-all per GPU: the token rows it routes, x hidden x the activation
+width (2 bytes in 16-bit). Rows:
+
+- dropless routing (``capacity_factor`` None): T x k, T the tokens on the GPU;
+- a capacity factor c: every one of the X routed experts takes a fixed buffer of
+  ceil(c x k x T / X) rows from each GPU, padded when fewer arrive (the rule
+  :mod:`zerolib.core.memory.activations` sizes the experts' buffers by), so X x that many.
+
+Of that, the rows for the GPU's own experts stay; the share that leaves it is (E - 1) / E under
+uniform routing (exact with a capacity: every rank's buffers are the same size; dropless, the
+expected share, rounded up to whole rows). T is s x b, or s x b / t under sequence parallelism
+with tensor parallelism t (Megatron-LM requires sequence parallelism when t > 1 and E > 1, so
+each tensor-parallel rank dispatches its own 1 / t of the sequence).
+
+The activations of the experts' tokens are unchanged by expert parallelism under uniform
+routing: a GPU's X / E experts each receive one buffer from each of the E ranks, X buffers in all,
+as many rows as its own experts would hold without expert parallelism, so
+:mod:`zerolib.core.memory.activations`' count stands and is not repeated here.
+
+Timing through the one ring model (:func:`zerolib.core.step.collectives.ring_timing_of` with
+kind ``all_to_all``, as qgZ's all-to-alls are timed in :mod:`zerolib.core.step.time`): latency per
+call for E - 1 steps, the bytes sent at the ring's bus bandwidth. The expert-parallel group sits
+in Megatron-LM's rank order inside the data-parallel dimension next to tensor parallelism
+(tp-cp-ep-dp-pp): its E ranks are t apart (``stride`` t x cp).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from zerolib.core.catalogue.models import get_model
+from zerolib.core.catalogue.nodes import Interconnect
+from zerolib.core.inputs import MAX_GPUS, check_flag, check_positive_int, whole_in_range
+from zerolib.core.memory.activations import check_capacity_factor
+from zerolib.core.step.collectives import ring_timing_of
+
+ALL_TO_ALLS_PER_LAYER = 4   # dispatch and combine, forward and backward
+MAX_TOKENS = 2**40
+
+
+@dataclass(frozen=True)
+class ExpertTraffic:
+    """Per GPU: one MoE layer's all-to-alls for one micro-batch, and their count per step."""
+
+    expert_parallel: int
+    tokens: int                    # tokens this GPU routes per micro-batch (T)
+    rows: int                      # token rows handed to one all-to-all
+    handed_bytes: int              # per all-to-all
+    sent_bytes: int                # per all-to-all: the rows for other ranks' experts
+    moe_layers: int                # MoE layers on the GPU (its pipeline stage)
+    micro_batches: int
+    capacity_factor: float | None
+
+    @property
+    def calls(self) -> int:
+        """All-to-alls per step on one GPU: 4 per MoE layer per micro-batch (none when E = 1)."""
+        if self.expert_parallel == 1:
+            return 0
+        return ALL_TO_ALLS_PER_LAYER * self.moe_layers * self.micro_batches
+
+    @property
+    def step_handed_bytes(self) -> int:
+        return self.calls * self.handed_bytes
+
+    @property
+    def step_sent_bytes(self) -> int:
+        return self.calls * self.sent_bytes
+
+    def as_dict(self) -> dict:
+        return {"expert_parallel": self.expert_parallel, "tokens_per_micro_batch": self.tokens,
+                "rows_per_all_to_all": self.rows, "capacity_factor": self.capacity_factor,
+                "routing": "uniform" if self.capacity_factor is None else "capacity-padded",
+                "moe_layers": self.moe_layers, "micro_batches": self.micro_batches,
+                "all_to_all_calls": self.calls,
+                "handed_bytes_per_all_to_all": self.handed_bytes,
+                "sent_bytes_per_all_to_all": self.sent_bytes,
+                "handed_bytes_per_step": self.step_handed_bytes,
+                "sent_bytes_per_step": self.step_sent_bytes}
+
+
+def routed_rows(experts: int, experts_per_token: int, tokens: int,
+                capacity_factor: float | None) -> int:
+    """Token rows one GPU hands to a dispatch: T x k dropless, else X x ceil(c x k x T / X)."""
+    if capacity_factor is None:
+        return tokens * experts_per_token
+    return experts * math.ceil(capacity_factor * experts_per_token * tokens / experts)
+
+
+def expert_traffic(model, seq_len: int, micro_batch: int, expert_parallel: int, *,
+                   moe_layers: int | None = None, micro_batches: int = 1,
+                   capacity_factor: float | None = None, element_bytes: int = 2,
+                   tensor_parallel: int = 1, sequence_parallel: bool = False) -> ExpertTraffic:
+    """The all-to-alls of ``model`` under ``expert_parallel`` E for one GPU. ``moe_layers``
+    (None: every layer with experts, i.e. no pipeline) counts the MoE layers the GPU holds;
+    ``micro_batches`` the micro-batches per step it runs."""
+    config = get_model(model)
+    e = check_positive_int(expert_parallel, "expert_parallel", MAX_GPUS)
+    if not config.mixture_of_experts:
+        raise ValueError(f"expert_parallel needs a mixture of experts; {config.name} has no experts")
+    if config.experts % e:
+        raise ValueError(f"expert_parallel must divide the routed experts: {config.name} has "
+                         f"{config.experts}, got expert_parallel {e}")
+    s = check_positive_int(seq_len, "seq_len", MAX_TOKENS)
+    b = check_positive_int(micro_batch, "micro_batch", MAX_TOKENS)
+    t = check_positive_int(tensor_parallel, "tensor_parallel", MAX_GPUS)
+    sp = check_flag(sequence_parallel, "sequence_parallel")
+    if t > 1 and e > 1 and not sp:
+        raise ValueError("expert_parallel above 1 with tensor_parallel above 1 needs "
+                         "sequence_parallel (Megatron-LM's rule: each tensor-parallel rank "
+                         "dispatches its part of the sequence)")
+    if sp and s % t:
+        raise ValueError(f"tensor_parallel must divide seq_len under sequence parallelism, got "
+                         f"seq_len {s}, tensor_parallel {t}")
+    width = check_positive_int(element_bytes, "element_bytes", 16)
+    layers = config.sparse_layers if moe_layers is None else int(whole_in_range(
+        moe_layers, "moe_layers", 0, config.sparse_layers,
+        f"a whole number of MoE layers from 0 to {config.sparse_layers}"))
+    m = check_positive_int(micro_batches, "micro_batches", 2**24)
+    c = None if capacity_factor is None else check_capacity_factor(capacity_factor)
+    tokens = s * b // t if sp else s * b
+    rows = routed_rows(config.experts, config.experts_per_token, tokens, c)
+    row_bytes = config.hidden * width
+    away = -(-rows * (e - 1) // e)     # exact with a capacity (X / E buffers per rank)
+    return ExpertTraffic(e, tokens, rows, rows * row_bytes if e > 1 else 0,
+                         away * row_bytes, layers, m, c)
+
+
+def expert_traffic_seconds(traffic: ExpertTraffic, ic: Interconnect, stride: int = 1) -> float:
+    """Seconds per step of the all-to-alls on their ring (E ranks ``stride`` apart on ``ic``):
+    each call's latency plus the bytes sent at the ring's bus bandwidth; not overlapped."""
+    if traffic.calls == 0:
+        return 0.0
+    latency, bandwidth = ring_timing_of(ic, "all_to_all", np.int64(traffic.expert_parallel),
+                                        np.int64(check_positive_int(stride, "stride", MAX_GPUS)))
+    return float(traffic.calls * latency + traffic.step_sent_bytes / bandwidth)
