@@ -92,6 +92,11 @@ if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that bu
     import pandas as pd
 
 SCHEDULE_NAMES = {1: "1F1B"}      # v > 1: "interleaved, v chunks"
+# The schedules a plan tries by default: at each pipeline degree p, 1F1B and every number of
+# model chunks v >= 2 that Megatron-LM's interleaving accepts (megatron/training/arguments.py:
+# the layers divide by p and L / p by the layers per virtual stage, so p x v divides L; the
+# interleaved schedule needs p >= 2), so a published v = 20 (NeMo's Llama-2-70B) is in the search.
+ALL_CHUNKS = "all"
 # Shard groups a plan tries under stages 1-3: every divisor G of d, or only G = d (the paper's ZeRO).
 SHARD_GROUPS = ("all", "whole")
 
@@ -194,7 +199,7 @@ class PlanSettings:
     max_micro_batch: int
     stages: tuple[int, ...]
     recompute: tuple[str, ...]
-    chunks: tuple[int, ...]
+    chunks: tuple[int, ...] | str     # the schedules named, or ALL_CHUNKS
     offload: tuple[str, ...]
     sequence_parallel: tuple[bool, ...]
     shard_groups: str
@@ -210,7 +215,8 @@ class PlanSettings:
                 "host_link": self.host_link.as_dict(),
                 "layout": self.layout.as_dict(), "mfu": self.mfu, "host_memory": self.host_memory,
                 "max_micro_batch": self.max_micro_batch, "stages": list(self.stages),
-                "recompute": list(self.recompute), "chunks": list(self.chunks),
+                "recompute": list(self.recompute),
+                "chunks": self.chunks if self.chunks == ALL_CHUNKS else list(self.chunks),
                 "offload": list(self.offload), "sequence_parallel": list(self.sequence_parallel),
                 "shard_groups": self.shard_groups,
                 "flash_attention": self.working_set.flash_attention,
@@ -223,7 +229,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
                   host_link: str | Link = DEFAULT_HOST_LINK, layout: str | Layout = "mixed-adam",
                   mfu: float = DEFAULT_MFU,
                   host_memory: int | None = None, max_micro_batch: int = 8, stages=STAGES,
-                  recompute=RECOMPUTE, chunks=(1, 2), offload=tuple(OFFLOADS),
+                  recompute=RECOMPUTE, chunks=ALL_CHUNKS, offload=tuple(OFFLOADS),
                   sequence_parallel=(False, True), shard_groups: str = "all",
                   working_set: WorkingSetSettings = DEFAULT_SETTINGS) -> PlanSettings:
     """Check every input of :func:`plan` (ValueError/TypeError naming the argument)."""
@@ -244,16 +250,20 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         host_memory = check_count(host_memory, "host_memory", MAX_BYTES)
     max_micro_batch = check_positive_int(max_micro_batch, "max_micro_batch",
                                          min(MAX_PLAN_MICRO_BATCH, MAX_MICRO_BATCH))
-    chunks = tuple(check_positive_int(v, "chunks", MAX_CHUNKS) for v in check_sequence(
-        chunks, "chunks", f"whole numbers, 1 (1F1B) to {MAX_CHUNKS} (interleaved)"))
-    if not chunks:
-        raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: interleaved)")
+    if not (isinstance(chunks, str) and chunks == ALL_CHUNKS):
+        chunks = tuple(dict.fromkeys(check_positive_int(v, "chunks", MAX_CHUNKS) for v in
+                                     check_sequence(chunks, "chunks", f"whole numbers, 1 (1F1B) to "
+                                                    f"{MAX_CHUNKS} (interleaved), or "
+                                                    f"'{ALL_CHUNKS}'")))
+        if not chunks:
+            raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: "
+                             "interleaved)")
     return PlanSettings(
         config, gpus, k, device, seq_len, global_batch,
         cluster_interconnect(links_for(device, links), k), check_host_link(host_link),
         get_layout(layout), check_mfu(mfu),
         host_memory, max_micro_batch, _choices(stages, STAGES, "stages"),
-        _choices(recompute, RECOMPUTE, "recompute"), tuple(dict.fromkeys(chunks)),
+        _choices(recompute, RECOMPUTE, "recompute"), chunks,
         _choices(offload, tuple(OFFLOADS), "offload"),
         _choices(sequence_parallel, (False, True), "sequence_parallel"),
         _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set)
@@ -288,6 +298,22 @@ def _variants(d: int, stages, offloads, shard_groups) -> tuple[tuple[int, int, s
     return tuple(out)
 
 
+def chunks_for(config: TransformerConfig, p: int, chunks: tuple[int, ...] | str) -> tuple[int, ...]:
+    """The schedules tried at ``p`` pipeline stages: ``chunks`` as named (the rules reject what
+    cannot run), or under :data:`ALL_CHUNKS` 1F1B and every v >= 2 with p x v dividing the
+    layers, for p >= 2 (Megatron-LM's interleaving; L = 80, p = 4: 1, 2, 4, 5, 10, 20)."""
+    if chunks != ALL_CHUNKS:
+        return chunks
+    return _all_chunks(config.layers, p)
+
+
+@lru_cache(maxsize=1024)
+def _all_chunks(layers: int, p: int) -> tuple[int, ...]:
+    if p < 2 or layers % p:
+        return (1,)
+    return (1, *(v for v in divisors_of(layers // p) if 2 <= v <= MAX_CHUNKS))
+
+
 @dataclass(frozen=True)
 class Space:
     """Every configuration as int64 / bool columns (one row each) and its reason code."""
@@ -307,14 +333,14 @@ def enumerate_space(s: PlanSettings) -> Space:
     d_a = n // (t_a * p_a)
 
     # Schedules and sequence parallelism (the latter only with t > 1).
-    rows_b = [(i, v, sp) for i, t in enumerate(t_a.tolist()) for v in s.chunks
+    rows_b = [(i, v, sp) for i, (t, p) in enumerate(pairs) for v in chunks_for(config, p, s.chunks)
               for sp in s.sequence_parallel if (t > 1 or not sp)]
     a_of_b = np.array([r[0] for r in rows_b], dtype=np.int64)
     v_b = np.array([r[1] for r in rows_b], dtype=np.int64)
     sp_b = np.array([r[2] for r in rows_b], dtype=bool)
     t_b, p_b, d_b = t_a[a_of_b], p_a[a_of_b], d_a[a_of_b]
     reason_b = np.full(len(rows_b), PASSES, dtype=np.int64)
-    for v in s.chunks:
+    for v in np.unique(v_b).tolist():
         for sp in (False, True):
             sel = (v_b == v) & (sp_b == sp)
             if not np.any(sel):
@@ -542,13 +568,13 @@ class Plan:
         import pandas as pd
         s = self.settings
         c = {name: values[self.runnable] for name, values in self.space.columns.items()}
+        schedules = np.unique(self.space.columns["chunks"]).tolist()   # sorted
         frame = pd.DataFrame({
             "tensor_parallel": c["tensor_parallel"], "pipeline_parallel": c["pipeline_parallel"],
             "data_parallel": c["data_parallel"], "sequence_parallel": c["sequence_parallel"],
             "chunks": c["chunks"],
             "schedule": pd.Categorical.from_codes(
-                np.searchsorted(sorted(s.chunks), c["chunks"]),
-                [schedule_name(v) for v in sorted(s.chunks)]),
+                np.searchsorted(schedules, c["chunks"]), [schedule_name(v) for v in schedules]),
             "stage": c["stage"], "shard_group": c["shard_group"],
             "recompute": pd.Categorical.from_codes(c["recompute"], list(RECOMPUTE)),
             "micro_batch": c["micro_batch"], "micro_batches": c["micro_batches"],
