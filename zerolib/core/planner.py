@@ -4,7 +4,8 @@ For a model, N GPUs in nodes of K, a device, a sequence length and a global batc
 sequences, :func:`plan` enumerates every configuration
 
     tensor-parallel t x pipeline-parallel p x data-parallel d = N (t, p from the divisors),
-    sequence parallelism (t > 1), pipeline schedule (1F1B, or v model chunks interleaved),
+    sequence parallelism (t > 1), pipeline schedule (1F1B, or v model chunks interleaved: by
+    default every v >= 2 with p x v dividing the layers, :data:`ALL_CHUNKS`),
     micro-batch b (1 to ``max_micro_batch``), recomputation (none, selective, full),
     ZeRO stage, shard group G (a divisor of d; stages 1-3), offload (DeepSpeed's menu),
 
@@ -32,7 +33,7 @@ and the others do not, is left out (:data:`PLAN_LEFT_OUT`), so the ranking flatt
 Every array is computed once per level of the space (the (t, p) grid, then schedules and
 sequence parallelism, micro-batches, recomputation, and the ZeRO variants of each data-parallel
 degree) and spread over the levels below by index, so the whole space is a few dozen numpy
-operations: Llama-2-70B on 1,024 GPUs, some 176,000 configurations, in well under a second
+operations: Llama-2-70B on 1,024 GPUs, some 321,000 configurations, in well under a second
 (``benchmarks/bench_planner.py``). The space and the peaks do not depend on the device, the links
 or the utilisation; the last few are remembered, so changing only those re-times, not re-counts.
 """
