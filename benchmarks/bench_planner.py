@@ -20,14 +20,13 @@ from functools import cache
 import numpy as np
 from timing import median_seconds
 
-from zerolib.core.memory.model_parallel import largest_module_per_gpu, parameters_per_gpu
+from zerolib.core.memory.model_parallel import _all_chunks, largest_module_per_gpu, parameters_per_gpu
 from zerolib.core.memory.pipeline_schedule import _unit_terms_cached, stage_activation_terms, unit_terms
 from zerolib.core.memory.placement import Placement, offered_stages, place
 from zerolib.core.memory.tables import divisors
 from zerolib.core.planner import (
     _MEMORY,
     OFFLOADS,
-    _all_chunks,
     PASSES,
     REASONS,
     _variants,

@@ -9,7 +9,8 @@ import pytest
 import zerolib as zl
 from zerolib.core.catalogue.devices import Device
 from zerolib.core.catalogue.models import TransformerConfig
-from zerolib.core.planner import ALL_CHUNKS, chunks_for, plan, plan_settings
+from zerolib.core.memory.model_parallel import ALL_CHUNKS, chunks_for
+from zerolib.core.planner import plan, plan_settings
 
 # Four layers of the tiny model of tests/core/test_planner.py (hidden 8, 2 heads, MLP 16).
 TINY4 = TransformerConfig("tiny4", hidden=8, layers=4, heads=2, kv_heads=2, ffn_hidden=16,

@@ -64,10 +64,12 @@ from zerolib.core.inputs import (
 from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, ModelState, get_layout
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import (
+    ALL_CHUNKS,
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
     candidate_loads,
     candidate_stages,
+    chunks_for,
     rules_of,
 )
 from zerolib.core.memory.model_parallel import (
@@ -93,11 +95,6 @@ if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that bu
     import pandas as pd
 
 SCHEDULE_NAMES = {1: "1F1B"}      # v > 1: "interleaved, v chunks"
-# The schedules a plan tries by default: at each pipeline degree p, 1F1B and every number of
-# model chunks v >= 2 that Megatron-LM's interleaving accepts (megatron/training/arguments.py:
-# the layers divide by p and L / p by the layers per virtual stage, so p x v divides L; the
-# interleaved schedule needs p >= 2), so a published v = 20 (NeMo's Llama-2-70B) is in the search.
-ALL_CHUNKS = "all"
 # Shard groups a plan tries under stages 1-3: every divisor G of d, or only G = d (the paper's ZeRO).
 SHARD_GROUPS = ("all", "whole")
 
@@ -297,22 +294,6 @@ def _variants(d: int, stages, offloads, shard_groups) -> tuple[tuple[int, int, s
             for group in (divisors_of(d)[::-1] if every else [d]):
                 out.append((stage, group, offload))
     return tuple(out)
-
-
-def chunks_for(config: TransformerConfig, p: int, chunks: tuple[int, ...] | str) -> tuple[int, ...]:
-    """The schedules tried at ``p`` pipeline stages: ``chunks`` as named (the rules reject what
-    cannot run), or under :data:`ALL_CHUNKS` 1F1B and every v >= 2 with p x v dividing the
-    layers, for p >= 2 (Megatron-LM's interleaving; L = 80, p = 4: 1, 2, 4, 5, 10, 20)."""
-    if chunks != ALL_CHUNKS:
-        return chunks
-    return _all_chunks(config.layers, p)
-
-
-@lru_cache(maxsize=1024)
-def _all_chunks(layers: int, p: int) -> tuple[int, ...]:
-    if p < 2 or layers % p:
-        return (1,)
-    return (1, *(v for v in divisors_of(layers // p) if 2 <= v <= MAX_CHUNKS))
 
 
 @dataclass(frozen=True)
