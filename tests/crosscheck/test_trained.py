@@ -95,6 +95,17 @@ def test_finding_llama_405b_judged_over_capacity_by_its_activations():
 
 
 @pytest.mark.parametrize("name", FITTING)
+def test_the_whole_plan_lists_the_configuration_as_fitting(name):
+    # The plan for the row's model, GPUs, device, sequence and batch over every stage,
+    # recomputation and sequence parallelism: the published configuration is in its fitting
+    # set, with the peak estimate computes for it.
+    run = RUNS[name]
+    check = trained.planner_check(run, whole=True)
+    assert check["found"] and check["fits"] and 1 <= check["rank"] <= check["fitting"]
+    assert check["peak"] == trained.judge(run)["peak"]
+
+
+@pytest.mark.parametrize("name", FITTING)
 def test_planner_lists_the_configuration_as_fitting(name):
     run = RUNS[name]
     check = trained.planner_check(run)           # the default search, every schedule
@@ -205,7 +216,7 @@ def test_the_md_tables_say_what_zerolib_computes():
     # The md is written from trained.summary(); if the model changes, rewrite its tables.
     text = trained.data_file(None, "trained_configurations.md", "x").read_text(encoding="utf-8")
     frame = trained.summary().set_index("run")
-    memory, speed = _md_rows(text, 9), _md_rows(text, 7)
+    memory, speed = _md_rows(text, 10), _md_rows(text, 7)
     assert set(memory) == set(RUNS) == set(speed)
     for name, row in frame.iterrows():
         cells = memory[name][0]
@@ -215,6 +226,8 @@ def test_the_md_tables_say_what_zerolib_computes():
         assert cells[4].strip("*") == f"{row['headroom'] / GiB:.2f}"
         assert cells[7].startswith("yes" if row["old_default_covers"] else "no")
         assert cells[8] == (f"{row['rank']} / {row['fitting']}" if row["fits"] else "not fitting")
+        assert cells[9] == (f"{row['whole_rank']} / {row['whole_fitting']}" if row["fits"]
+                            else f"not fitting (of {row['whole_fitting']} that fit)")
         assert speed[name][0][1] == f"{row['step_seconds']:.2f}"
         assert speed[name][0][4] == f"{row['ratio']:.2f}"
         if RUNS[name].published_step_seconds is not None:

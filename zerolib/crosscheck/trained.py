@@ -213,21 +213,25 @@ def judge(run: TrainedRun) -> dict:
             "headroom": capacity - row["peak"], "pipeline_stage": row["pipeline_stage"]}
 
 
-def planner_check(run: TrainedRun, chunks=ALL_CHUNKS, mfu: float = DEFAULT_MFU) -> dict:
+def planner_check(run: TrainedRun, chunks=ALL_CHUNKS, mfu: float = DEFAULT_MFU,
+                  whole: bool = False) -> dict:
     """Whether the planner's search over ``chunks`` (its default: every schedule the layers
     allow) covers the row's schedule, and if so the row's configuration in the plan: found among
     the runnable ones, fits, its rank among the fitting ones (1 = fastest) and step seconds. The
     search keeps the row's recomputation, sequence parallelism, stage and no offload, and varies
-    t, p, d, the schedule and the micro-batch."""
+    t, p, d, the schedule and the micro-batch; ``whole``: it varies every stage, recomputation
+    and sequence parallelism too (the plan for the row's model, GPUs, device, sequence and
+    batch, without offload and with whole shard groups)."""
     covered = run.virtual_chunks in chunks_for(run.config, run.pipeline_parallel, chunks)
     out = {"run": run.run, "covered": covered, "found": False, "fits": False, "rank": 0,
            "fitting": 0, "step_seconds": None}
     if not covered:
         return out
+    fixed = {} if whole else dict(stages=(run.zero_stage,), recompute=(run.recompute,),
+                                  sequence_parallel=(run.sequence_parallel,))
     result = plan(run.config, run.gpus, 8, run.device, run.seq_len, run.global_batch,
-                  layout=run.layout, mfu=mfu, stages=(run.zero_stage,), recompute=(run.recompute,),
-                  sequence_parallel=(run.sequence_parallel,), chunks=chunks,
-                  offload=("none",), shard_groups="whole",
+                  layout=run.layout, mfu=mfu, chunks=chunks, offload=("none",),
+                  shard_groups="whole", **fixed,
                   max_micro_batch=max(8, run.micro_batch),
                   working_set=WorkingSetSettings(flash_attention=run.flash_attention))
     valid = result.valid
@@ -235,7 +239,10 @@ def planner_check(run: TrainedRun, chunks=ALL_CHUNKS, mfu: float = DEFAULT_MFU) 
                   & (valid["pipeline_parallel"] == run.pipeline_parallel)
                   & (valid["data_parallel"] == run.data_parallel)
                   & (valid["chunks"] == run.virtual_chunks)
-                  & (valid["micro_batch"] == run.micro_batch)]
+                  & (valid["micro_batch"] == run.micro_batch)
+                  & (valid["stage"] == run.zero_stage)
+                  & (valid["recompute"] == run.recompute)
+                  & (valid["sequence_parallel"] == run.sequence_parallel)]
     out["fitting"] = int(valid["fits"].sum())
     if len(match):
         first = match.iloc[0]
@@ -276,6 +283,7 @@ def summary(runs=None, mfu: float = DEFAULT_MFU) -> pd.DataFrame:
     for run in load() if runs is None else runs:
         verdict, check = judge(run), planner_check(run, mfu=mfu)
         old_default = planner_check(run, chunks=(1, 2), mfu=mfu)["covered"]
+        everything = planner_check(run, mfu=mfu, whole=True)
         speed = throughput(run, mfu)
         rows.append({"run": run.run, "parameters": verdict["parameters"], "peak": verdict["peak"],
                      "headroom": verdict["headroom"],
@@ -283,7 +291,8 @@ def summary(runs=None, mfu: float = DEFAULT_MFU) -> pd.DataFrame:
                      "persistent": verdict["persistent"], "fits": verdict["fits"],
                      "engine": run.engine, "default_search_covers": check["covered"],
                      "old_default_covers": old_default, "rank": check["rank"],
-                     "fitting": check["fitting"], "step_seconds": speed["step_seconds"],
+                     "fitting": check["fitting"], "whole_rank": everything["rank"],
+                     "whole_fitting": everything["fitting"], "step_seconds": speed["step_seconds"],
                      "published": speed["published"], "predicted": speed["predicted"],
                      "ratio": speed["ratio"], "published_step_seconds": speed["published_step_seconds"],
                      "step_ratio": speed["step_ratio"]})
