@@ -6,9 +6,13 @@ against a lower bound worked out by hand, so that the finding is not an artefact
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from zerolib.core.catalogue.devices import get_device
+from zerolib.core.memory.working_set import WorkingSetSettings
+from zerolib.core.planner import plan
 from zerolib.crosscheck import trained
 
 GiB = 2**30
@@ -123,6 +127,20 @@ def test_the_default_search_covers_every_row_the_old_one_missed_three():
               if not trained.planner_check(run, chunks=(1, 2))["covered"]}
     assert missed == {"korthikanti-175b", "korthikanti-530b", "nemo-llama-2-70b"}
     assert 96 % (8 * 3) == 105 % (35 * 3) == 80 % (4 * 20) == 0
+
+
+def test_llama_405b_fits_in_the_whole_plan_only_under_full_recomputation():
+    # The md: of the whole plan's fitting configurations for 405B on 8,192 H100s at 8,192
+    # tokens, every one recomputes fully; the row's layout with full recomputation fits.
+    run = RUNS["llama-3.1-405b-8k"]
+    result = plan(run.config, run.gpus, 8, run.device, run.seq_len, run.global_batch,
+                  layout=run.layout, mfu=trained.DEFAULT_MFU, offload=("none",),
+                  shard_groups="whole", working_set=WorkingSetSettings(flash_attention=True))
+    fits = result.fits
+    assert len(fits) == trained.planner_check(run, whole=True)["fitting"] > 0
+    assert set(fits["recompute"].astype(str)) == {"full"}
+    full = trained.judge(replace(run, recompute="full"))
+    assert full["fits"] and 20 * GiB < full["peak"] < 21 * GiB
 
 
 def test_planner_reports_the_llama_405b_finding_as_not_fitting():
