@@ -64,7 +64,7 @@ def test_selective_recomputation_pays_for_its_attention_core(capsys):
     assert [row.split()[0] for row in rows] == [str(n) for n in range(1, 21)]
     assert "recompute a|b" not in out
     assert rows[0].split()[:2] == ["1", "2"] and " 77.25 " in rows[0] and "220.52" in rows[0]
-    assert "... 656 more fit" in out       # 676 fit, 20 of them in 20 rows
+    assert "... 1,515 more fit" in out     # 1,535 fit, 20 of them in 20 rows
     first = fits[0]
     twin = next(r for r in fits if r["recompute"] == "selective"
                 and _but_recompute(r) == _but_recompute(first)

@@ -22,6 +22,7 @@ from zerolib.core.memory.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES
 from zerolib.core.memory.working_set import MAX_SEQ_LEN, WorkingSetSettings
 from zerolib.core.parse import parse_fraction, parse_size, parse_whole
 from zerolib.core.planner import (
+    ALL_CHUNKS,
     DEFAULT_LINKS,
     FIT_COLUMNS,
     MAX_PLAN_MICRO_BATCH,
@@ -81,7 +82,8 @@ def register(commands) -> None:
                         help="recomputations tried, from none,selective,full (default all three)")
     parser.add_argument("--chunks", metavar="LIST",
                         help="pipeline schedules tried: 1 is 1F1B, V >= 2 interleaved with V model "
-                             "chunks per stage (default 1,2)")
+                             "chunks per stage (default all: at each pipeline degree P, 1F1B and "
+                             "every V >= 2 with P x V dividing the layers, Megatron-LM's rule)")
     parser.add_argument("--offload", metavar="LIST",
                         help="offloads tried, from " + ",".join(OFFLOADS) + " (to CPU memory; "
                              "default all three)")
@@ -141,8 +143,8 @@ def options_from(args, config) -> dict:
     lists = {"stages": (args.stages, "--stages", lambda x: parse_whole(
                  x, "--stages", minimum=0, maximum=STAGES[-1])),
              "recompute": (args.recompute, "--recompute", _named(RECOMPUTE, "--recompute")),
-             "chunks": (args.chunks, "--chunks", lambda x: parse_whole(x, "--chunks",
-                                                                       maximum=MAX_CHUNKS)),
+             "chunks": (None if args.chunks == ALL_CHUNKS else args.chunks, "--chunks",
+                        lambda x: parse_whole(x, "--chunks", maximum=MAX_CHUNKS)),
              "offload": (args.offload, "--offload", _named(tuple(OFFLOADS), "--offload"))}
     for key, (text, name, parse) in lists.items():
         value = _list(text, name, parse)

@@ -4,7 +4,8 @@ For a model, N GPUs in nodes of K, a device, a sequence length and a global batc
 sequences, :func:`plan` enumerates every configuration
 
     tensor-parallel t x pipeline-parallel p x data-parallel d = N (t, p from the divisors),
-    sequence parallelism (t > 1), pipeline schedule (1F1B, or v model chunks interleaved),
+    sequence parallelism (t > 1), pipeline schedule (1F1B, or v model chunks interleaved: by
+    default every v >= 2 with p x v dividing the layers, :data:`ALL_CHUNKS`),
     micro-batch b (1 to ``max_micro_batch``), recomputation (none, selective, full),
     ZeRO stage, shard group G (a divisor of d; stages 1-3), offload (DeepSpeed's menu),
 
@@ -32,7 +33,7 @@ and the others do not, is left out (:data:`PLAN_LEFT_OUT`), so the ranking flatt
 Every array is computed once per level of the space (the (t, p) grid, then schedules and
 sequence parallelism, micro-batches, recomputation, and the ZeRO variants of each data-parallel
 degree) and spread over the levels below by index, so the whole space is a few dozen numpy
-operations: Llama-2-70B on 1,024 GPUs, some 176,000 configurations, in well under a second
+operations: Llama-2-70B on 1,024 GPUs, some 321,000 configurations, in well under a second
 (``benchmarks/bench_planner.py``). The space and the peaks do not depend on the device, the links
 or the utilisation; the last few are remembered, so changing only those re-times, not re-counts.
 """
@@ -63,10 +64,12 @@ from zerolib.core.inputs import (
 from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, ModelState, get_layout
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import (
+    ALL_CHUNKS,
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
     candidate_loads,
     candidate_stages,
+    chunks_for,
     rules_of,
 )
 from zerolib.core.memory.model_parallel import (
@@ -195,7 +198,7 @@ class PlanSettings:
     max_micro_batch: int
     stages: tuple[int, ...]
     recompute: tuple[str, ...]
-    chunks: tuple[int, ...]
+    chunks: tuple[int, ...] | str     # the schedules named, or ALL_CHUNKS
     offload: tuple[str, ...]
     sequence_parallel: tuple[bool, ...]
     shard_groups: str
@@ -211,7 +214,8 @@ class PlanSettings:
                 "host_link": self.host_link.as_dict(),
                 "layout": self.layout.as_dict(), "mfu": self.mfu, "host_memory": self.host_memory,
                 "max_micro_batch": self.max_micro_batch, "stages": list(self.stages),
-                "recompute": list(self.recompute), "chunks": list(self.chunks),
+                "recompute": list(self.recompute),
+                "chunks": self.chunks if self.chunks == ALL_CHUNKS else list(self.chunks),
                 "offload": list(self.offload), "sequence_parallel": list(self.sequence_parallel),
                 "shard_groups": self.shard_groups,
                 "flash_attention": self.working_set.flash_attention,
@@ -224,7 +228,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
                   host_link: str | Link = DEFAULT_HOST_LINK, layout: str | Layout = "mixed-adam",
                   mfu: float = DEFAULT_MFU,
                   host_memory: int | None = None, max_micro_batch: int = 8, stages=STAGES,
-                  recompute=RECOMPUTE, chunks=(1, 2), offload=tuple(OFFLOADS),
+                  recompute=RECOMPUTE, chunks=ALL_CHUNKS, offload=tuple(OFFLOADS),
                   sequence_parallel=(False, True), shard_groups: str = "all",
                   working_set: WorkingSetSettings = DEFAULT_SETTINGS) -> PlanSettings:
     """Check every input of :func:`plan` (ValueError/TypeError naming the argument)."""
@@ -245,16 +249,20 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         host_memory = check_count(host_memory, "host_memory", MAX_BYTES)
     max_micro_batch = check_positive_int(max_micro_batch, "max_micro_batch",
                                          min(MAX_PLAN_MICRO_BATCH, MAX_MICRO_BATCH))
-    chunks = tuple(check_positive_int(v, "chunks", MAX_CHUNKS) for v in check_sequence(
-        chunks, "chunks", f"whole numbers, 1 (1F1B) to {MAX_CHUNKS} (interleaved)"))
-    if not chunks:
-        raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: interleaved)")
+    if not (isinstance(chunks, str) and chunks == ALL_CHUNKS):
+        chunks = tuple(dict.fromkeys(check_positive_int(v, "chunks", MAX_CHUNKS) for v in
+                                     check_sequence(chunks, "chunks", f"whole numbers, 1 (1F1B) to "
+                                                    f"{MAX_CHUNKS} (interleaved), or "
+                                                    f"'{ALL_CHUNKS}'")))
+        if not chunks:
+            raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: "
+                             "interleaved)")
     return PlanSettings(
         config, gpus, k, device, seq_len, global_batch,
         cluster_interconnect(links_for(device, links), k), check_host_link(host_link),
         get_layout(layout), check_mfu(mfu),
         host_memory, max_micro_batch, _choices(stages, STAGES, "stages"),
-        _choices(recompute, RECOMPUTE, "recompute"), tuple(dict.fromkeys(chunks)),
+        _choices(recompute, RECOMPUTE, "recompute"), chunks,
         _choices(offload, tuple(OFFLOADS), "offload"),
         _choices(sequence_parallel, (False, True), "sequence_parallel"),
         _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set)
@@ -308,14 +316,14 @@ def enumerate_space(s: PlanSettings) -> Space:
     d_a = n // (t_a * p_a)
 
     # Schedules and sequence parallelism (the latter only with t > 1).
-    rows_b = [(i, v, sp) for i, t in enumerate(t_a.tolist()) for v in s.chunks
+    rows_b = [(i, v, sp) for i, (t, p) in enumerate(pairs) for v in chunks_for(config, p, s.chunks)
               for sp in s.sequence_parallel if (t > 1 or not sp)]
     a_of_b = np.array([r[0] for r in rows_b], dtype=np.int64)
     v_b = np.array([r[1] for r in rows_b], dtype=np.int64)
     sp_b = np.array([r[2] for r in rows_b], dtype=bool)
     t_b, p_b, d_b = t_a[a_of_b], p_a[a_of_b], d_a[a_of_b]
     reason_b = np.full(len(rows_b), PASSES, dtype=np.int64)
-    for v in s.chunks:
+    for v in np.unique(v_b).tolist():
         for sp in (False, True):
             sel = (v_b == v) & (sp_b == sp)
             if not np.any(sel):
@@ -543,13 +551,13 @@ class Plan:
         import pandas as pd
         s = self.settings
         c = {name: values[self.runnable] for name, values in self.space.columns.items()}
+        schedules = np.unique(self.space.columns["chunks"]).tolist()   # sorted
         frame = pd.DataFrame({
             "tensor_parallel": c["tensor_parallel"], "pipeline_parallel": c["pipeline_parallel"],
             "data_parallel": c["data_parallel"], "sequence_parallel": c["sequence_parallel"],
             "chunks": c["chunks"],
             "schedule": pd.Categorical.from_codes(
-                np.searchsorted(sorted(s.chunks), c["chunks"]),
-                [schedule_name(v) for v in sorted(s.chunks)]),
+                np.searchsorted(schedules, c["chunks"]), [schedule_name(v) for v in schedules]),
             "stage": c["stage"], "shard_group": c["shard_group"],
             "recompute": pd.Categorical.from_codes(c["recompute"], list(RECOMPUTE)),
             "micro_batch": c["micro_batch"], "micro_batches": c["micro_batches"],

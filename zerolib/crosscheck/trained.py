@@ -2,7 +2,9 @@
 
 Each row is a published run: its model, GPUs, device, tensor/pipeline/data parallel degrees,
 virtual pipeline chunks, micro-batch and global batch, sequence, recomputation, sequence
-parallelism, engine and ZeRO stage, and what the source reports (throughput, memory).
+parallelism, the training code (``framework``, as the source names it) and the engine zerolib's
+step model would run it as (``engine``: one of :data:`ENGINES`), the ZeRO stage, and what the
+source reports (throughput, memory, step time).
 ``data/trained_configurations.md`` cites each row and says which columns were assumed.
 
 The models are presets of :mod:`zerolib.core.catalogue.models` or, for architectures no preset
@@ -12,11 +14,13 @@ holds, a :class:`TransformerConfig` built here from the paper's stated hyperpara
 - :func:`judge`: the peak per GPU under the row's settings, exactly as ``zerolib estimate``
   computes it (:func:`zerolib.core.estimate.estimate_model`), against the device's capacity;
 - :func:`planner_check`: whether :func:`zerolib.core.planner.plan` lists the row's configuration
-  among those that fit, and at which rank, for a given set of virtual chunks;
+  among those that fit, and at which rank, in its default search (every schedule the layers
+  allow) or over a given set of virtual chunks;
 - :func:`throughput`: the step time the planner predicts for that configuration at a stated
   kernel efficiency (``mfu``), turned into the unit the source reports, and the ratio.
 
-Context and expert parallelism are not modelled; every row here has both at 1.
+Context and expert parallelism are not modelled; every row here has both at 1. The ``engine``
+is recorded, not yet applied: the peak and the step are zerolib's one schedule for every row.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ from zerolib.core.catalogue.devices import get_device
 from zerolib.core.catalogue.models import MODELS, TransformerConfig, parameter_count
 from zerolib.core.estimate import estimate_model
 from zerolib.core.memory.accounting import get_layout
+from zerolib.core.memory.model_parallel import ALL_CHUNKS, chunks_for
 from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.planner import plan
 from zerolib.crosscheck.korthikanti import gpt
@@ -72,12 +77,20 @@ ARCHITECTURES: Mapping[str, TransformerConfig] = MappingProxyType({
     "korthikanti-175b": gpt("175B", 96, 12288, 96),
     "korthikanti-530b": gpt("530B", 128, 20480, 105),
     "korthikanti-1t": gpt("1T", 160, 25600, 128),
+    # MT-NLG 530B (Smith et al. 2022, arXiv 2201.11990): 105 layers, hidden 20480, 128 heads,
+    # the model Korthikanti et al.'s 530B row stands for (Megatron pads the GPT-2 vocabulary to
+    # 51,200 at t = 8).
+    "mt-nlg-530b": gpt("MT-NLG 530B", 128, 20480, 105),
     "bloom-176b": BLOOM,
 })
 # tflops_per_gpu: model FLOPs (6 per parameter and token); hardware_tflops_per_gpu: with the
 # recomputed forward pass counted too (8 under full recomputation), as Narayanan et al.'s Eq. 3.
 METRICS = ("mfu", "tflops_per_gpu", "hardware_tflops_per_gpu", "tokens_per_gpu_second")
 DEFAULT_MFU = 0.5    # the stated kernel efficiency of the throughput comparison
+# The engines the step model names (zerolib.core.step.engines): "paper" is the ZeRO paper's
+# schedule, "deepspeed" DeepSpeed at its defaults, "fsdp2" PyTorch FSDP2, "megatron" Megatron-LM
+# (its distributed optimizer at stage 1). A row records the one its training code is.
+ENGINES = ("paper", "deepspeed", "fsdp2", "megatron")
 TFLOPS = 10**12
 
 
@@ -102,12 +115,14 @@ class TrainedRun:
     recompute: str
     sequence_parallel: bool
     flash_attention: bool
-    engine: str
+    framework: str              # the training code, as the source names it
+    engine: str                 # one of ENGINES
     zero_stage: int
     layout: str                 # zerolib's layout: "mixed-adam", "bf16-fp32-grads", ...
     published_metric: str
     published_value: float
     published_memory_gb: float | None
+    published_step_seconds: float | None
     assumed: tuple[str, ...]
 
     @property
@@ -133,7 +148,7 @@ class TrainedRun:
 def _value(field, text: str):
     if field.name == "assumed":
         return tuple(name for name in text.split(";") if name)
-    if field.name == "published_memory_gb":
+    if field.name in ("published_memory_gb", "published_step_seconds"):
         return float(text) if text else None
     if field.type == "int":
         return int(text)
@@ -162,6 +177,9 @@ def _checked(run: TrainedRun) -> TrainedRun:
     if run.global_batch % (d * run.micro_batch):
         raise ValueError(f"global_batch ({run.global_batch}) must be a multiple of data_parallel x "
                          f"micro_batch ({d} x {run.micro_batch}) (row {run.run})")
+    if run.engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {run.engine!r} "
+                         f"(row {run.run})")
     if run.published_metric not in METRICS:
         raise ValueError(f"published_metric must be one of {', '.join(METRICS)}, got "
                          f"{run.published_metric!r} (row {run.run})")
@@ -195,20 +213,25 @@ def judge(run: TrainedRun) -> dict:
             "headroom": capacity - row["peak"], "pipeline_stage": row["pipeline_stage"]}
 
 
-def planner_check(run: TrainedRun, chunks=(1, 2), mfu: float = DEFAULT_MFU) -> dict:
-    """Whether the planner's search over ``chunks`` covers the row's schedule, and if so the
-    row's configuration in the plan: found among the runnable ones, fits, its rank among the
-    fitting ones (1 = fastest) and step seconds. The search keeps the row's recomputation,
-    sequence parallelism, stage and no offload, and varies t, p, d and the micro-batch."""
-    covered = run.virtual_chunks in chunks
+def planner_check(run: TrainedRun, chunks=ALL_CHUNKS, mfu: float = DEFAULT_MFU,
+                  whole: bool = False) -> dict:
+    """Whether the planner's search over ``chunks`` (its default: every schedule the layers
+    allow) covers the row's schedule, and if so the row's configuration in the plan: found among
+    the runnable ones, fits, its rank among the fitting ones (1 = fastest) and step seconds. The
+    search keeps the row's recomputation, sequence parallelism, stage and no offload, and varies
+    t, p, d, the schedule and the micro-batch; ``whole``: it varies every stage, recomputation
+    and sequence parallelism too (the plan for the row's model, GPUs, device, sequence and
+    batch, without offload and with whole shard groups)."""
+    covered = run.virtual_chunks in chunks_for(run.config, run.pipeline_parallel, chunks)
     out = {"run": run.run, "covered": covered, "found": False, "fits": False, "rank": 0,
            "fitting": 0, "step_seconds": None}
     if not covered:
         return out
+    fixed = {} if whole else dict(stages=(run.zero_stage,), recompute=(run.recompute,),
+                                  sequence_parallel=(run.sequence_parallel,))
     result = plan(run.config, run.gpus, 8, run.device, run.seq_len, run.global_batch,
-                  layout=run.layout, mfu=mfu, stages=(run.zero_stage,), recompute=(run.recompute,),
-                  sequence_parallel=(run.sequence_parallel,), chunks=tuple(chunks),
-                  offload=("none",), shard_groups="whole",
+                  layout=run.layout, mfu=mfu, chunks=chunks, offload=("none",),
+                  shard_groups="whole", **fixed,
                   max_micro_batch=max(8, run.micro_batch),
                   working_set=WorkingSetSettings(flash_attention=run.flash_attention))
     valid = result.valid
@@ -216,7 +239,10 @@ def planner_check(run: TrainedRun, chunks=(1, 2), mfu: float = DEFAULT_MFU) -> d
                   & (valid["pipeline_parallel"] == run.pipeline_parallel)
                   & (valid["data_parallel"] == run.data_parallel)
                   & (valid["chunks"] == run.virtual_chunks)
-                  & (valid["micro_batch"] == run.micro_batch)]
+                  & (valid["micro_batch"] == run.micro_batch)
+                  & (valid["stage"] == run.zero_stage)
+                  & (valid["recompute"] == run.recompute)
+                  & (valid["sequence_parallel"] == run.sequence_parallel)]
     out["fitting"] = int(valid["fits"].sum())
     if len(match):
         first = match.iloc[0]
@@ -231,7 +257,7 @@ def throughput(run: TrainedRun, mfu: float = DEFAULT_MFU) -> dict:
     ``mfu``), in the unit the source reports, and published / predicted. The model FLOPs of a
     step are 6 x parameters x tokens; hardware FLOPs 8 x with full recomputation (as the step
     model counts them)."""
-    check = planner_check(run, chunks=tuple(sorted({1, 2, run.virtual_chunks})), mfu=mfu)
+    check = planner_check(run, mfu=mfu)
     seconds = check["step_seconds"]
     tokens = run.global_batch * run.seq_len
     per_gpu_tokens = tokens / seconds / run.gpus
@@ -241,9 +267,13 @@ def throughput(run: TrainedRun, mfu: float = DEFAULT_MFU) -> dict:
     predicted = {"mfu": model_flops / peak, "tflops_per_gpu": model_flops / TFLOPS,
                  "hardware_tflops_per_gpu": hardware_flops / TFLOPS,
                  "tokens_per_gpu_second": per_gpu_tokens}[run.published_metric]
+    # Where the source states its step time, the two steps compare with no FLOP convention.
+    published_step = run.published_step_seconds
     return {"run": run.run, "mfu": mfu, "step_seconds": seconds,
             "metric": run.published_metric, "published": run.published_value,
-            "predicted": predicted, "ratio": run.published_value / predicted}
+            "predicted": predicted, "ratio": run.published_value / predicted,
+            "published_step_seconds": published_step,
+            "step_ratio": None if published_step is None else seconds / published_step}
 
 
 def summary(runs=None, mfu: float = DEFAULT_MFU) -> pd.DataFrame:
@@ -251,17 +281,21 @@ def summary(runs=None, mfu: float = DEFAULT_MFU) -> pd.DataFrame:
     ``data/trained_configurations.md`` tabulates them (peaks in bytes)."""
     rows = []
     for run in load() if runs is None else runs:
-        verdict, check = judge(run), planner_check(run)
-        with_chunks = planner_check(run, chunks=tuple(sorted({1, 2, run.virtual_chunks})), mfu=mfu)
+        verdict, check = judge(run), planner_check(run, mfu=mfu)
+        old_default = planner_check(run, chunks=(1, 2), mfu=mfu)["covered"]
+        everything = planner_check(run, mfu=mfu, whole=True)
         speed = throughput(run, mfu)
         rows.append({"run": run.run, "parameters": verdict["parameters"], "peak": verdict["peak"],
                      "headroom": verdict["headroom"],
                      "activations": verdict["working_set"]["activations"],
                      "persistent": verdict["persistent"], "fits": verdict["fits"],
-                     "default_chunks_cover": check["covered"], "rank": with_chunks["rank"],
-                     "fitting": with_chunks["fitting"], "step_seconds": speed["step_seconds"],
+                     "engine": run.engine, "default_search_covers": check["covered"],
+                     "old_default_covers": old_default, "rank": check["rank"],
+                     "fitting": check["fitting"], "whole_rank": everything["rank"],
+                     "whole_fitting": everything["fitting"], "step_seconds": speed["step_seconds"],
                      "published": speed["published"], "predicted": speed["predicted"],
-                     "ratio": speed["ratio"]})
+                     "ratio": speed["ratio"], "published_step_seconds": speed["published_step_seconds"],
+                     "step_ratio": speed["step_ratio"]})
     frame = pd.DataFrame(rows)
     frame.attrs.update(mfu=mfu)
     return frame

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -275,6 +276,25 @@ RULES: Mapping[str, str] = MappingProxyType({
 })
 # The ZeRO stages that run under pipeline parallelism (the rule "pipeline_zero").
 PIPELINE_STAGES = (0, 1)
+# Every schedule the rules accept (the planner's default): at each pipeline degree p, 1F1B and
+# every v >= 2 that Megatron-LM's interleaving accepts (megatron/training/arguments.py: the
+# layers divide by p and L / p by the layers per virtual stage, so p x v divides L; p >= 2).
+ALL_CHUNKS = "all"
+
+
+def chunks_for(config: TransformerConfig, p: int, chunks=ALL_CHUNKS) -> tuple[int, ...]:
+    """The schedules tried at ``p`` pipeline stages: ``chunks`` as named (the rules reject what
+    cannot run), or under :data:`ALL_CHUNKS` 1F1B and every v >= 2 with p x v dividing the
+    layers, for p >= 2 (80 layers, p = 4: 1, 2, 4, 5, 10, 20)."""
+    return _all_chunks(config.layers, int(p)) if chunks == ALL_CHUNKS else chunks
+
+
+@lru_cache(maxsize=1024)
+def _all_chunks(layers: int, p: int) -> tuple[int, ...]:
+    if p < 2 or layers % p:
+        return (1,)
+    per_stage = layers // p
+    return (1, *(v for v in range(2, min(per_stage, MAX_CHUNKS) + 1) if per_stage % v == 0))
 
 
 def check_schedule(schedule) -> str:
