@@ -28,8 +28,11 @@ from zerolib.core.step.offload_traffic import (
     DEFAULT_HOST_LINK,
     DIRECTIONS,
     HOST_SLOTS,
+    HostSettings,
     HostTraffic,
+    check_host_settings,
     host_traffic,
+    node_host_settings,
 )
 from zerolib.core.step.time import DEFAULT_COMPUTE, ComputeSettings, StepTime, check_mfu, step_time
 from zerolib.core.step.traffic import (
@@ -215,15 +218,20 @@ def communication_rows(model, gpus, stages=STAGES, layout: str | Layout = "mixed
                        placement: Placement | None = None, qwz: bool = False,
                        qgz: bool = False, gpus_per_node: int | None = None,
                        host_link: str | Link = DEFAULT_HOST_LINK,
-                       nvme_link: str | Link | None = None) -> list[dict]:
+                       nvme_link: str | Link | None = None,
+                       host_settings: HostSettings | None = None) -> list[dict]:
     """Per stage, the ``communication`` object of ``zerolib estimate``'s JSON: per collective
     kind (:data:`zerolib.core.step.traffic.GROUP_KINDS`) the calls and bytes handed, sent and
     received per GPU (and seconds with a link); the totals; with a link and a device with a
     peak, compute, exposed and step seconds and the network-wait fraction (None where they
     cannot be computed); ``shard_group``, ``replicas``, ``cross_node_bytes`` (bytes leaving a
     node per step; None without nodes), ``host_seconds``, ``schedule`` (one entry per
-    collective in use: its ring, link, bus bandwidth, calls, bytes and seconds) and ``host``
-    (None without offload: the bytes per direction, their seconds and each transfer)."""
+    collective in use: its ring, link, bus bandwidth, calls, bytes and seconds), ``host``
+    (None without offload: the bytes per direction, their seconds and each transfer, the host
+    assumed and the CPU's optimizer step) and ``cpu_step_seconds`` (the CPU's optimizer step,
+    0 without an offloaded optimizer; None without a link). ``host_settings`` None: the host of
+    the node ``link`` names (:func:`zerolib.core.step.offload_traffic.node_host_settings`), the
+    roofline alone."""
     gpus = check_single(gpus, check_gpus, "gpus")
     stages = tuple(sorted(set(check_stage(stages, "stages").ravel().tolist())))
     layout = get_layout(layout)
@@ -236,9 +244,11 @@ def communication_rows(model, gpus, stages=STAGES, layout: str | Layout = "mixed
     params = (parameter_count(get_model(model)) if isinstance(model, (str, TransformerConfig))
               else int(traffic.params[0]))
     host = host_traffic(params, gpus, list(stages), layout, placement) if placement.offloads else None
+    settings = (node_host_settings(None if ic is None else ic.name)
+                if host_settings is None else check_host_settings(host_settings))
     times = None
     if ic is not None:
-        times = step_time(traffic, ic, device, compute, host, host_link, nvme_link)
+        times = step_time(traffic, ic, device, compute, host, host_link, nvme_link, settings)
     calls, handed, sent = (traffic.by_kind(w) for w in ("calls", "handed", "sent"))
     rows = []
     for i in range(len(stages)):
@@ -259,8 +269,10 @@ def communication_rows(model, gpus, stages=STAGES, layout: str | Layout = "mixed
                    cross_node_bytes=(int(traffic.total_cross_node[i])
                                      if ic is not None and ic.network is not None else None),
                    host_seconds=None if times is None else float(times.host_seconds[i]),
+                   cpu_step_seconds=None if times is None else float(times.cpu_step_seconds[i]),
                    schedule=_schedule(traffic, times, ic, i),
-                   host=None if host is None else _host(host, times, host_link, nvme_link, i))
+                   host=None if host is None else _host(host, times, host_link, nvme_link,
+                                                        settings, i))
         rows.append(row)
     return rows
 
@@ -286,14 +298,26 @@ def _schedule(traffic: Traffic, times: StepTime | None, ic, i: int) -> list[dict
     return entries
 
 
-def _host(host: HostTraffic, times: StepTime | None, host_link, nvme_link, i: int) -> dict:
+def _host(host: HostTraffic, times: StepTime | None, host_link, nvme_link,
+          settings: HostSettings, i: int) -> dict:
     link = get_link(host_link)
     nvme = link if nvme_link is None else get_link(nvme_link)
     directions = host.by_direction()
-    return {"link": link.name, "bandwidth": link.bandwidth, "nvme_link": nvme.name,
-            "nvme_bandwidth": nvme.bandwidth,
+    read, write = host.nvme_bandwidth(link, nvme_link, settings)
+    return {"link": link.name, "bandwidth": link.bandwidth,
+            # NVMe: the GPU's share of the host's drives capped at the link (nvme_link: null),
+            # or an explicit link's rate.
+            "nvme_link": None if nvme_link is None else nvme.name,
+            "nvme_bandwidth": None if nvme_link is None else nvme.bandwidth,
+            "nvme_read_bandwidth": float(read[i]), "nvme_write_bandwidth": float(write[i]),
             **{f"{d}_bytes": int(directions[d][i]) for d in DIRECTIONS},
             "seconds": None if times is None else float(times.host_seconds[i]),
+            "host_settings": settings.as_dict(),
+            "cpu_step": {"elements": int(host.cpu_step_elements[i]),
+                         "bytes": int(host.cpu_step_bytes[i]),
+                         "gpus_on_node": int(host.tiers.gpus_on_node[i]),
+                         "roofline_seconds": float(host.cpu_roofline_seconds(settings)[i]),
+                         "seconds": float(host.cpu_seconds(settings)[i])},
             "transfers": [{"name": s.name, "label": s.label, "phase": s.phase,
                            "direction": s.direction, "bytes": int(host.bytes[s.name][i])}
                           for s in HOST_SLOTS if host.bytes[s.name][i]]}
