@@ -146,6 +146,16 @@ def node_host_settings(node_name: str | None) -> HostSettings:
     return HOST_SETTINGS.get(key, DEFAULT_HOST_SETTINGS)
 
 
+def host_settings_for(node_name: str | None, host: Host | str | None = None,
+                      cpu_adam_rate: float | None = None) -> HostSettings:
+    """``host`` (None: :func:`node_host_settings`' host for ``node_name``) with
+    ``cpu_adam_rate`` (None: the roofline alone), checked: a door's host settings."""
+    if host is None and cpu_adam_rate is None:
+        return node_host_settings(node_name)
+    return HostSettings(node_host_settings(node_name).host if host is None else host,
+                        cpu_adam_rate)
+
+
 def check_host_settings(value, name: str = "host_settings") -> HostSettings:
     """A :class:`HostSettings` (None: :data:`DEFAULT_HOST_SETTINGS`)."""
     if value is None:
