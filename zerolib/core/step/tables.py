@@ -93,7 +93,8 @@ def traffic_frame(model, gpus, stages=STAGES, layout: str | Layout = "mixed-adam
     return frame
 
 
-def _timed(model, gpus, stages, layout, link, device, compute, gpus_per_node):
+def _timed(model, gpus, stages, layout, link, device, compute, gpus_per_node, host=None,
+           host_link=DEFAULT_HOST_LINK, host_settings=None):
     gpus = check_single(gpus, check_gpus, "gpus")
     stages, layout = _stages(stages), get_layout(layout)
     ic = interconnect(link, gpus_per_node)
@@ -101,7 +102,13 @@ def _timed(model, gpus, stages, layout, link, device, compute, gpus_per_node):
     if not isinstance(compute, ComputeSettings):
         raise TypeError(f"compute must be a ComputeSettings, got {type(compute).__name__}")
     result, what = _traffic(model, gpus, stages, layout)
-    return gpus, stages, layout, ic, device, result, what, step_time(result, ic, device, compute)
+    settings = (node_host_settings(ic.name) if host_settings is None
+                else check_host_settings(host_settings))
+    traffic = None if host is None else host(result, stages, layout)
+    times = step_time(result, ic, device, compute, traffic, host_link, None, settings)
+    if host is None:
+        return gpus, stages, layout, ic, device, result, what, times
+    return gpus, stages, layout, ic, device, result, what, times, traffic, settings
 
 
 def _attrs(frame, what, gpus, layout, ic, device, compute, result: Traffic):
@@ -114,18 +121,36 @@ def _attrs(frame, what, gpus, layout, ic, device, compute, result: Traffic):
 def timeline_frame(model, gpus, link: str | Interconnect, device: str | Device,
                    compute: ComputeSettings = DEFAULT_COMPUTE, stages=STAGES,
                    layout: str | Layout = "mixed-adam",
-                   gpus_per_node: int | None = None) -> pd.DataFrame:
+                   gpus_per_node: int | None = None, placement: Placement | None = None,
+                   host_link: str | Link = DEFAULT_HOST_LINK,
+                   host_settings: HostSettings | None = None) -> pd.DataFrame:
     """The blocks of one step per stage, placed in time as the overlap model of
     :mod:`zerolib.core.step.time` has them: lane "compute" (forward, backward, and "waiting" where
     the GPU waits for the network) and lane "network" (one block per collective slot in use).
+    With an offloading ``placement`` (the collectives stay the flat schedule's), each phase's
+    host transfers follow its collectives on lane "network" (block ``host_PHASE``) and the
+    CPU's optimizer step opens the after-step phase on lane "host" (block
+    ``cpu_optimizer_step``; ``host_settings`` None: the node's own host, the roofline).
 
     Phase by phase: the forward ends when both its compute and its gathers are done; the
     backward starts then, and its collectives start with it; the after-step all-gather starts
-    when the backward's compute and collectives are both done.
+    when the backward's compute and collectives are both done (and the CPU's step, with one).
     """
     import pandas as pd
-    gpus, stages, layout, ic, device, result, what, times = _timed(
-        model, gpus, stages, layout, link, device, compute, gpus_per_node)
+    placement = check_placement(placement)
+    host = None
+    if placement.offloads:
+        def host(result, stages, layout):
+            return host_traffic(int(result.params[0]), result.gpus[0], list(stages), layout,
+                                placement)
+    gpus, stages, layout, ic, device, result, what, times, *offload = _timed(
+        model, gpus, stages, layout, link, device, compute, gpus_per_node, host, host_link,
+        host_settings)
+    before = np.zeros(len(stages))   # the after-step NVMe reads, which the CPU's step waits for
+    if offload:
+        traffic, settings = offload
+        read, _ = traffic.nvme_bandwidth(host_link, None, settings)
+        before = traffic.phase_bytes("after_step")["nvme_read"] / read
     rows = []
     for i, stage in enumerate(stages):
         common = {"stage": stage, "strategy": STRATEGY_NAMES[stage]}
@@ -141,12 +166,30 @@ def timeline_frame(model, gpus, link: str | Interconnect, device: str | Device,
             if compute_time:
                 block("compute", phase, COMPUTE_BLOCKS[phase], start, start + compute_time)
             network = start
+            copies = float(times.host[phase][i])
+
+            def host_block(name, label, seconds, lane="network"):
+                nonlocal network
+                if seconds:
+                    block(lane, name, label, network, network + seconds)
+                    network += seconds
+
+            if phase == "after_step":
+                # NVMe reads the state, the CPU steps on it, the results go back (PCIe up, NVMe
+                # written), and then the stage 1-2 all-gather can spread them.
+                host_block("host_nvme_read", "NVMe reads for the optimizer step", before[i])
+                host_block("cpu_optimizer_step", "the CPU's optimizer step",
+                           float(times.cpu_step_seconds[i]), lane="host")
+                host_block("host_after_step", "host transfers after the step (PCIe, NVMe)",
+                           copies - before[i])
             for slot in SLOTS:
                 if slot.phase == phase and result.calls[slot.name][i]:
                     seconds = float(times.slot_seconds[slot.name][i])
                     block("network", slot.name, slot.label, network, network + seconds,
                           result.sent[slot.name][i], result.calls[slot.name][i])
                     network += seconds
+            if phase != "after_step":
+                host_block(f"host_{phase}", "host transfers (PCIe copies, NVMe)", copies)
             end = max(start + compute_time, network)
             if end > start + compute_time:
                 block("compute", f"waiting_{phase}", "waiting for the network",
