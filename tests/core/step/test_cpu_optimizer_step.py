@@ -116,6 +116,10 @@ def test_the_host_follows_the_node_unless_named():
     assert cpu(link="dgx-a100", host="dgx-h100") == pytest.approx(30 * LLAMA_2_70B / 614.4e9,
                                                                   rel=1e-12)
     assert cpu(link="dgx-h100", cpu_adam_rate=2e9) == pytest.approx(LLAMA_2_70B / 2e9, rel=1e-12)
+    # Nodes of 4 (--gpus-per-node 4): each GPU's partition gets a quarter of the host, not an
+    # eighth: 30 x 8,622,081,024 x 4 / 409.6e9 = 2.526 s.
+    assert cpu(link="dgx-a100", gpus_per_node=4) == pytest.approx(
+        30 * 8_622_081_024 * 4 / 409.6e9, rel=1e-12)
 
 
 def test_nvme_runs_at_each_gpus_share_of_the_drives():

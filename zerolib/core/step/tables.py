@@ -10,6 +10,7 @@ Bytes are int64, seconds float64.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -286,7 +287,10 @@ def communication_rows(model, gpus, stages=STAGES, layout: str | Layout = "mixed
                             check_flag(qgz, "qgz"), per_node)
     params = (parameter_count(get_model(model)) if isinstance(model, (str, TransformerConfig))
               else int(traffic.params[0]))
-    host = host_traffic(params, gpus, list(stages), layout, placement) if placement.offloads else None
+    # The host's CPUs and drives are shared by the GPUs of the interconnect's node.
+    on_node = (replace(placement, gpus_per_node=per_node)
+               if ic is not None and ic.gpus_per_node is not None else placement)
+    host = host_traffic(params, gpus, list(stages), layout, on_node) if placement.offloads else None
     settings = (node_host_settings(None if ic is None else ic.name)
                 if host_settings is None else check_host_settings(host_settings))
     times = None
