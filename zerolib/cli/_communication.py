@@ -145,8 +145,25 @@ def describe(result: dict) -> str:
         where += f" ({ic['gpus_per_node']} GPUs and {ic['nics_per_node']} network ports per node)"
     time = (f"{compute['tokens_per_gpu']:,} tokens per GPU at {compute['flops_per_param_token']} "
             f"FLOPs per parameter and token, mfu {compute['mfu']:g}")
-    return (f"Communication over {where}: bus bandwidth {ic['bus_bandwidth'] / 1e9:,.1f} GB/s per "
+    line = (f"Communication over {where}: bus bandwidth {ic['bus_bandwidth'] / 1e9:,.1f} GB/s per "
             f"GPU and direction; {time}.")
+    hosts = [row["communication"]["host"] for row in result["stages"]
+             if row["communication"]["host"] is not None]
+    return line if not hosts else line + "\n" + _host_line(hosts[0])
+
+
+def _host_line(host: dict) -> str:
+    """What the offload's host was taken to be: its CPUs, the CPU step's basis, NVMe's rates."""
+    settings = host["host_settings"]
+    node = settings["host"]
+    step = f"the {node['memory_bandwidth'] / 1e9:,.1f} GB/s memory-bandwidth roofline"
+    if settings["cpu_adam_rate"] is not None:
+        step = f"{settings['cpu_adam_rate']:,.0f} parameters/s for the node, or {step} if slower"
+    step = (f"the CPU's optimizer step at {step}, after the backward, hidden behind nothing"
+            if host["cpu_step"]["elements"] else "no CPU step (the optimizer stays on the GPU)")
+    return (f"Offload host: {node['cpus']} ({node['name']}); {step}; NVMe at "
+            f"{host['nvme_read_bandwidth'] / 1e9:,.2f} GB/s read, "
+            f"{host['nvme_write_bandwidth'] / 1e9:,.2f} GB/s written per GPU.")
 
 
 def _seconds(value) -> str:

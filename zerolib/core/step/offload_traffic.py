@@ -1,5 +1,6 @@
 """What offload moves between a GPU and its host in one step: PCIe copies and NVMe reads and
-writes, per GPU, for the placements of :mod:`zerolib.core.memory.placement`.
+writes, per GPU, for the placements of :mod:`zerolib.core.memory.placement`; and the CPU's
+optimizer step on the host.
 
 ZeRO-Offload (Ren et al., USENIX ATC 2021, Fig. 2 and Sec. 4) keeps the 16-bit parameters on
 the GPU and the optimizer step on the CPU, and moves the least it can: each step the GPU's
@@ -30,7 +31,8 @@ another, after the copies (data from the drives passes through CPU memory), each
 share of the node's drives: min(the drives' summed rate / GPUs on the node, the host link's
 rate), the drives of :mod:`zerolib.core.catalogue.hosts` read and written as one RAID 0 array
 (a DGX H100's eight PCIe 4.0 drives: 8 x 6.4 GB/s read, 8 x 3.8 GB/s written, 6.4 and 3.8 GB/s
-per GPU, against 31.5 GB/s of PCIe 4.0 x16). An explicit ``nvme_link`` times them at that
+per GPU, against 31.5 GB/s of PCIe 4.0 x16; ZeRO-Infinity's DGX-2 reached 1.6 GB/s of NVMe
+per GPU, its Fig. 2(b)). An explicit ``nvme_link`` times them at that
 link's rate instead (the model before drives were catalogued). What overlaps what is
 :mod:`zerolib.core.step.time`'s: forward and backward copies run while the GPU computes (the
 parameter fetches are prefetched, the gradients copied bucket by bucket), the after-step ones do
