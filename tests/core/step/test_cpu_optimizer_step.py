@@ -38,6 +38,7 @@ def test_host_memory_bandwidths_from_their_channels():
     assert HOSTS["dgx-h100"].nvme_read == 51_200_000_000
     assert HOSTS["dgx-h100"].nvme_write == 30_400_000_000
     assert get_host(" DGX-H100 ") is HOSTS["dgx-h100"]
+    assert all(host.source and host.drive.source for host in HOSTS.values())
     with pytest.raises(ValueError, match="host must be one of dgx-a100, dgx-h100, got 'dgx-9'"):
         get_host("dgx-9")
 

@@ -80,9 +80,10 @@ class Host:
                 "nvme_read": self.nvme_read, "nvme_write": self.nvme_write}
 
 
-# A PCIe 4.0 U.2 data-centre drive of the 3.84 TB class the DGX A100 and H100 ship. Samsung's
-# launch sheet for the PM1733 U.2: 6,400 MB/s sequential read, 3,800 MB/s write (its later
-# sheets quote up to 7,000 MB/s read; the launch figure is kept).
+# The DGX sheets name the data drives' count and size (3.84 TB U.2 NVMe), not their model: a
+# PCIe 4.0 U.2 data-centre drive of that size is taken, Samsung's PM1733, whose launch sheet
+# gives 6,400 MB/s sequential read and 3,800 MB/s write for the U.2 form (later sheets quote up
+# to 7,000 MB/s read; the launch figure is kept). A faster or slower drive is a new Drive here.
 PM1733 = Drive("Samsung PM1733 3.84 TB U.2 (PCIe 4.0)", 6_400 * MB_PER_S, 3_800 * MB_PER_S,
                "Samsung PM1733/PM1735 announcement (2019): U.2 6.4 GB/s read, 3.8 GB/s write")
 
