@@ -16,6 +16,7 @@ import math
 import numpy as np
 import pytest
 
+import zerolib as zl
 from zerolib.core.catalogue.hosts import HOSTS, get_host
 from zerolib.core.estimate import estimate, estimate_model
 from zerolib.core.memory.placement import Placement
@@ -195,3 +196,26 @@ def test_host_settings_need_a_link_and_a_known_host():
         estimate(7e9, 8, stages=[3], placement=OPTIMIZER, link="dgx-a100", host="epyc")
     with pytest.raises(TypeError, match="host must be a HostSettings"):
         offload_seconds(P7, 8, 3, "optimizer", host="dgx-h100")
+
+
+def test_the_planner_times_the_named_host():
+    def offloaded(**options):
+        valid = zl.plan("llama-2-7b", 8, 8, "h100-80gb", 4096, 64, max_micro_batch=1,
+                        host_memory=2**41, stages=(3,), recompute=("full",), **options).valid
+        row = valid[(valid["tensor_parallel"] == 1) & (valid["pipeline_parallel"] == 1)
+                    & (valid["shard_group"] == 8) & (valid["offload"] == "optimizer")]
+        (step,) = row["step_seconds"].tolist()
+        return step
+
+    # H100s come in DGX H100 nodes: their host by default. Naming the DGX A100's host adds the
+    # difference of the two rooflines for the 842,301,952-element partition, once per step.
+    partition = 30 * 842_301_952 * 8
+    assert offloaded(host="dgx-a100") - offloaded() == pytest.approx(
+        partition / 409.6e9 - partition / 614.4e9, rel=1e-9)
+    # A measured 1e9 parameters per second for the node: 6,738,415,616 / 1e9 s instead.
+    assert offloaded(cpu_adam_rate=1e9) - offloaded() == pytest.approx(
+        P7 / 1e9 - partition / 614.4e9, rel=1e-9)
+    with pytest.raises(ValueError, match="cpu_adam_rate must be a number of parameters"):
+        zl.plan("llama-2-7b", 8, 8, "h100-80gb", 4096, 64, cpu_adam_rate=-1)
+    with pytest.raises(ValueError, match="host must be one of dgx-a100, dgx-h100"):
+        zl.plan("llama-2-7b", 8, 8, "h100-80gb", 4096, 64, host="dgx-b200")
