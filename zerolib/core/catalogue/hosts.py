@@ -111,8 +111,3 @@ def get_host(host: str | Host, name: str = "host") -> Host:
         raise ValueError(f"{name} must be one of {', '.join(HOSTS)}, got {echo(host)}")
     return HOSTS[key]
 
-
-def host_of_node(node_name: str | None) -> Host:
-    """The host of a catalogued node of that name (a DGX), else :data:`DEFAULT_HOST`'s."""
-    key = node_name.strip().lower() if isinstance(node_name, str) else None
-    return HOSTS.get(key, HOSTS[DEFAULT_HOST])

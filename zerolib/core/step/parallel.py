@@ -100,8 +100,8 @@ partition up, the parameter shard up before each pass), for the parameters this 
   before the updated partition comes up, hidden behind nothing
   (:meth:`zerolib.core.step.offload_traffic.HostTraffic.cpu_seconds`: the host's memory-bandwidth
   roofline, or a measured ``cpu_adam_rate`` where slower; ``host`` names the host, by default
-  the node's own, :func:`zerolib.core.catalogue.hosts.host_of_node`); NVMe reads and writes run
-  at each GPU's share of the host's drives.
+  the node's own, :func:`zerolib.core.step.offload_traffic.node_host_settings`); NVMe reads and
+  writes run at each GPU's share of the host's drives.
 
 Left out of offload's time: DeepSpeed's read-back of the
 accumulated gradient partition from the second micro-batch on (it adds on the GPU: up as many
@@ -262,8 +262,8 @@ def offload_seconds(params, data_parallel, stage, offload="none", shard_group=No
     after_step also holds the CPU's optimizer step on ``host`` (a
     :class:`~zerolib.core.step.offload_traffic.HostSettings`; default: DGX A100's CPUs, the
     roofline alone) shared by ``gpus_per_node`` GPUs (default: the host's); NVMe at each GPU's
-    share of the host's drives. 0 where nothing is
-    offloaded. When each runs in a step is :func:`parallel_step_time`'s."""
+    share of the host's drives. 0 where nothing is offloaded. When each runs in a step is
+    :func:`parallel_step_time`'s."""
     d = check_gpus(data_parallel, "data_parallel")
     params, d, stage, codes = np.broadcast_arrays(check_params(params), d, check_stage(stage),
                                                   _codes(offload, tuple(OFFLOADS), "offload"))
