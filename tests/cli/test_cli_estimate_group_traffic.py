@@ -11,7 +11,7 @@ COMMUNICATION_KEYS = {"collectives", "sent_bytes", "received_bytes", "communicat
                       "compute_seconds", "exposed_seconds", "step_seconds",
                       "network_wait_fraction"}
 NEW_KEYS = {"shard_group", "replicas", "qwz", "qgz", "cross_node_bytes", "host_seconds",
-            "schedule", "host"}
+            "schedule", "host", "cpu_step_seconds"}
 
 
 def test_a_shard_group_is_timed_on_its_links(capsys):
@@ -71,9 +71,10 @@ def test_table_and_csv_columns(capsys):
     assert "leaves node" not in out
     header = out.splitlines()[0].split(",")
     # The earlier columns keep their places; the new ones come last.
-    assert header[-7:] == ["all_to_all_calls", "all_to_all_handed_bytes", "all_to_all_sent_bytes",
-                           "shard_group", "replicas", "cross_node_bytes", "host_seconds"]
-    assert header[-8] == "network_wait_fraction"
+    assert header[-8:] == ["all_to_all_calls", "all_to_all_handed_bytes", "all_to_all_sent_bytes",
+                           "shard_group", "replicas", "cross_node_bytes", "host_seconds",
+                           "cpu_step_seconds"]
+    assert header[-9] == "network_wait_fraction"
     rows = list(csv.DictReader(io.StringIO(out)))
     assert rows[3]["cross_node_bytes"] == "41343750000" and rows[3]["replicas"] == "1"
 

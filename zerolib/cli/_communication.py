@@ -6,22 +6,25 @@ Kept apart from ``estimate.py`` so that file only gains a few calls.
 """
 from __future__ import annotations
 
+from zerolib.core.catalogue.hosts import DEFAULT_HOST, HOSTS
 from zerolib.core.catalogue.links import LINKS, get_link
 from zerolib.core.catalogue.nodes import NODES, interconnect
 from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.parse import parse_fraction, parse_whole
 from zerolib.core.step.collectives import KINDS
-from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS, MAX_CPU_ADAM_RATE
 from zerolib.core.step.time import DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU, MAX_TOKENS_PER_GPU, MIN_MFU
 from zerolib.core.units import to_unit
 
 OPTIONS = {"tokens_per_gpu": "--tokens-per-gpu",
-           "mfu": "--mfu", "qwz": "--qwz", "qgz": "--qgz", "host_link": "--host-link"}
+           "mfu": "--mfu", "qwz": "--qwz", "qgz": "--qgz", "host_link": "--host-link",
+           "host": "--host", "cpu_adam_rate": "--cpu-adam-rate"}
 SECONDS = ("communication_seconds", "compute_seconds", "exposed_seconds", "step_seconds")
 # Appended after the columns above (which keep their places): qgZ's all-to-alls, the group,
 # the bytes leaving a node and the offload transfers' seconds.
 LATER_COLUMNS = ("all_to_all_calls", "all_to_all_handed_bytes", "all_to_all_sent_bytes",
-                 "shard_group", "replicas", "cross_node_bytes", "host_seconds")
+                 "shard_group", "replicas", "cross_node_bytes", "host_seconds",
+                 "cpu_step_seconds")
 
 
 def add_arguments(parser) -> None:
@@ -49,6 +52,41 @@ def add_arguments(parser) -> None:
     group.add_argument("--host-link", metavar="NAME",
                        help=f"the PCIe link offload copies and NVMe reads and writes run on "
                             f"({', '.join(HOST_LINKS)}; default {DEFAULT_HOST_LINK})")
+    add_host_arguments(group)
+
+
+def add_host_arguments(parser) -> None:
+    """``--host`` and ``--cpu-adam-rate`` (estimate and plan)."""
+    parser.add_argument("--host", metavar="NAME",
+                        help=f"the node whose CPUs run the offloaded optimizer step and whose NVMe "
+                             f"drives hold offloaded state ({', '.join(HOSTS)}; default: the "
+                             f"node of the link when it is one of them, else {DEFAULT_HOST})")
+    parser.add_argument("--cpu-adam-rate", metavar="RATE",
+                        help="parameters per second the node's CPUs update in the optimizer step, "
+                             "as measured, e.g. 2e9 (default: none, the host memory-bandwidth "
+                             "roofline alone, a lower bound on the step's time)")
+
+
+def host_options_from(args, offload_optimizer: bool, offloads: bool) -> dict:
+    """``host`` and ``cpu_adam_rate`` from ``--host`` and ``--cpu-adam-rate``, refused where
+    nothing is offloaded (or, for the rate, no optimizer)."""
+    out = {}
+    if args.host is not None:
+        if not offloads:
+            raise ValueError("--host needs an offload (its CPUs and drives serve only offloaded "
+                             "state)")
+        key = args.host.strip().lower()
+        if key not in HOSTS:
+            raise ValueError(f"--host must be one of {', '.join(HOSTS)}, got {args.host!r}")
+        out["host"] = key
+    if args.cpu_adam_rate is not None:
+        if not offload_optimizer:
+            raise ValueError("--cpu-adam-rate needs an offloaded optimizer (the CPU steps only "
+                             "an offloaded optimizer)")
+        out["cpu_adam_rate"] = parse_whole(
+            args.cpu_adam_rate, "--cpu-adam-rate", maximum=MAX_CPU_ADAM_RATE,
+            example="parameters per second like 2e9, 2B or 2,000,000,000")
+    return out
 
 
 def options_from(args) -> dict:
@@ -78,6 +116,9 @@ def options_from(args) -> dict:
             raise ValueError("--host-link needs --offload-optimizer or --offload-params (it "
                              "times the offload's copies)")
         out["host_link"] = host_link_from(args.host_link)
+    out.update(host_options_from(args, args.offload_optimizer is not None,
+                                 args.offload_optimizer is not None
+                                 or args.offload_params is not None))
     return out
 
 
@@ -108,8 +149,25 @@ def describe(result: dict) -> str:
     if compute["recomputed_attention_flops_per_token"]:   # the recompute setting's other part
         time += (f"; {compute['recompute']} recomputation repeats the attention core, "
                  f"{compute['recomputed_attention_flops_per_token']:,} FLOPs per token")
-    return (f"Communication over {where}: bus bandwidth {ic['bus_bandwidth'] / 1e9:,.1f} GB/s per "
+    line = (f"Communication over {where}: bus bandwidth {ic['bus_bandwidth'] / 1e9:,.1f} GB/s per "
             f"GPU and direction; {time}.")
+    hosts = [row["communication"]["host"] for row in result["stages"]
+             if row["communication"]["host"] is not None]
+    return line if not hosts else line + "\n" + _host_line(hosts[0])
+
+
+def _host_line(host: dict) -> str:
+    """What the offload's host was taken to be: its CPUs, the CPU step's basis, NVMe's rates."""
+    settings = host["host_settings"]
+    node = settings["host"]
+    step = f"the {node['memory_bandwidth'] / 1e9:,.1f} GB/s memory-bandwidth roofline"
+    if settings["cpu_adam_rate"] is not None:
+        step = f"{settings['cpu_adam_rate']:,.0f} parameters/s for the node, or {step} if slower"
+    step = (f"the CPU's optimizer step at {step}, after the backward, hidden behind nothing"
+            if host["cpu_step"]["elements"] else "no CPU step (the optimizer stays on the GPU)")
+    return (f"Offload host: {node['cpus']} ({node['name']}); {step}; NVMe at "
+            f"{host['nvme_read_bandwidth'] / 1e9:,.2f} GB/s read, "
+            f"{host['nvme_write_bandwidth'] / 1e9:,.2f} GB/s written per GPU.")
 
 
 def _seconds(value) -> str:
@@ -130,7 +188,8 @@ def table_columns(result: dict, unit: str) -> tuple[list[str], list[list[str]]]:
     with a shard group or ZeRO++ the bytes leaving each node, with offload the host's seconds."""
     grouped, offloaded = _beyond_zero(result)
     headers = [f"sent/GPU [{unit}]", *([f"leaves node [{unit}]"] if grouped else []),
-               "comm [s]", *(["host [s]"] if offloaded else []), "compute [s]", "step [s]",
+               "comm [s]", *(["host [s]", "CPU step [s]"] if offloaded else []), "compute [s]",
+               "step [s]",
                "network wait"]
     cells = []
     for row in result["stages"]:
@@ -140,7 +199,8 @@ def table_columns(result: dict, unit: str) -> tuple[list[str], list[list[str]]]:
                     else f"{to_unit(c['cross_node_bytes'], unit):,.2f}")
         cells.append([f"{to_unit(c['sent_bytes'], unit):,.2f}", *([crossing] if grouped else []),
                       _seconds(c["communication_seconds"]),
-                      *([_seconds(c["host_seconds"])] if offloaded else []),
+                      *([_seconds(c["host_seconds"]), _seconds(c["cpu_step_seconds"])]
+                        if offloaded else []),
                       _seconds(c["compute_seconds"]), _seconds(c["step_seconds"]),
                       "-" if wait is None else f"{wait:.1%}"])
     return headers, cells

@@ -10,7 +10,7 @@ from zerolib.cli import _own_model as own_model_cli
 from zerolib.cli import _run as run_cli
 from zerolib.cli import _working_set as working_set_cli
 from zerolib.cli._arguments import add_layout_arguments, layout_from
-from zerolib.cli._communication import HOST_LINKS, host_link_from
+from zerolib.cli._communication import HOST_LINKS, add_host_arguments, host_link_from, host_options_from
 from zerolib.cli._output import json_text, text_table
 from zerolib.core.catalogue.devices import DEVICES
 from zerolib.core.catalogue.links import LINKS
@@ -72,6 +72,7 @@ def register(commands) -> None:
     parser.add_argument("--host-link", metavar="NAME",
                         help=f"the PCIe link offload's copies run on ({', '.join(HOST_LINKS)}; "
                              f"default {DEFAULT_HOST_LINK})")
+    add_host_arguments(parser)
     parser.add_argument("--host-memory", metavar="SIZE",
                         help="CPU memory per node, e.g. 1TiB: without it, offloaded configurations "
                              "are never reported as fitting")
@@ -155,6 +156,8 @@ def options_from(args, config) -> dict:
     if args.reserve is not None:
         working_set["reserve_bytes"] = parse_size(args.reserve, "--reserve", maximum=MAX_BYTES)
     options["working_set"] = WorkingSetSettings(**working_set)
+    offloads = set(options.get("offload", OFFLOADS)) - {"none"}
+    options.update(host_options_from(args, bool(offloads), bool(offloads)))
     refuse_no_effect(args, options)
     return options
 
@@ -254,6 +257,14 @@ def _ranks(ranks: list[int]) -> str:
     return ",".join(str(r) for r in ranks)
 
 
+def _cpu_step_basis(s) -> str:
+    """How the plan times the CPU's optimizer step."""
+    if s.host.cpu_adam_rate is None:
+        return (f"CPU step at the {s.host.host.memory_bandwidth / 1e9:,.1f} GB/s memory-bandwidth "
+                "roofline")
+    return f"CPU step at {s.host.cpu_adam_rate:,.0f} parameters/s or the roofline if slower"
+
+
 def as_table(result, top: int, unit: str) -> str:
     s = result.settings
     counts = result.counts()
@@ -266,7 +277,8 @@ def as_table(result, top: int, unit: str) -> str:
         f"{s.layout.name}, mfu {s.mfu:g}"
         + ("" if s.host_memory is None else f", {to_unit(s.host_memory, unit):,.2f} {unit} of CPU "
                                             f"memory per node")
-        + (f", offload over {s.host_link.label}" if set(s.offload) - {"none"} else "") + ".",
+        + (f", offload over {s.host_link.label} on {s.host.host.label}'s CPUs and drives "
+           f"({_cpu_step_basis(s)})" if set(s.offload) - {"none"} else "") + ".",
         PLAN_HEADER, "Left out: " + "; ".join(PLAN_LEFT_OUT) + ".",
         *([f"The run's {s.gpus:,} GPUs sit on one node of {s.gpus_per_node:,} (--gpus-per-node "
            f"is above --gpus)."]

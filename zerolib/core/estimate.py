@@ -42,13 +42,24 @@ Besides the keys above it holds:
   ``phase``, ``kind``, ``ring`` (all, group, replicas, hpz, node, nodes), ``ring_gpus``,
   ``link`` (the catalogue link it runs on), ``bus_bandwidth``, ``calls``, ``handed_bytes``,
   ``sent_bytes``, ``received_bytes``, ``cross_node_bytes`` and ``seconds``;
-- ``host``: null without offload; else the PCIe link and NVMe link with their ``bandwidth``,
-  ``to_gpu_bytes``, ``to_host_bytes``, ``nvme_read_bytes``, ``nvme_write_bytes``, ``seconds``
-  and ``transfers`` (each transfer's ``name``, ``label``, ``phase``, ``direction``, ``bytes``;
-  :mod:`zerolib.core.step.offload_traffic`).
+- ``host``: null without offload; else the PCIe link with its ``bandwidth``, the NVMe rates
+  per GPU (``nvme_read_bandwidth``, ``nvme_write_bandwidth``: its share of the host's drives,
+  capped at the link; ``nvme_link`` and ``nvme_bandwidth`` null unless an explicit link times
+  them), ``to_gpu_bytes``, ``to_host_bytes``, ``nvme_read_bytes``, ``nvme_write_bytes``,
+  ``seconds`` (the transfers), ``transfers`` (each transfer's ``name``, ``label``, ``phase``,
+  ``direction``, ``bytes``; :mod:`zerolib.core.step.offload_traffic`), ``host_settings`` (the
+  host assumed: its CPUs, memory bandwidth and drives, the ``cpu_adam_rate`` or null, the
+  basis) and ``cpu_step`` (the CPU's optimizer step per GPU: ``elements``, ``bytes``,
+  ``gpus_on_node``, ``roofline_seconds``, ``seconds``);
+- ``cpu_step_seconds``: the CPU's optimizer step (0 without an offloaded optimizer; null
+  without a link), after the backward and before the next forward, hidden behind nothing.
+
+``host`` (a name of :data:`zerolib.core.catalogue.hosts.HOSTS`; default: the node ``link``
+names where the catalogue has its host, else DGX A100's) and ``cpu_adam_rate`` (parameters per
+second the node's CPUs update, measured; default None: the roofline alone) set the host.
 
 ``communication_seconds`` is the collectives alone; ``exposed_seconds`` and ``step_seconds``
-include the host transfers that do not hide behind compute.
+include the host transfers that do not hide behind compute and the CPU's optimizer step.
 """
 from __future__ import annotations
 
@@ -78,7 +89,7 @@ from zerolib.core.memory.working_set import (
     working_set,
 )
 from zerolib.core.step.expert_parallel_traffic import expert_traffic
-from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, host_settings_for
 from zerolib.core.step.tables import communication_rows
 from zerolib.core.step.time import (
     DEFAULT_COMPUTE,
@@ -88,7 +99,9 @@ from zerolib.core.step.time import (
 )
 
 # The traffic options of estimate / estimate_model and their defaults (each needs a link).
-TRAFFIC_DEFAULTS = {"qwz": False, "qgz": False, "host_link": DEFAULT_HOST_LINK}
+TRAFFIC_DEFAULTS = {"qwz": False, "qgz": False, "host_link": DEFAULT_HOST_LINK,
+                    "host": None, "cpu_adam_rate": None}
+
 
 
 @dataclass(frozen=True)
@@ -140,8 +153,10 @@ def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
         return result
     ic = interconnect(link, gpus_per_node)
     stages = [row["stage"] for row in result.stages]
+    options = dict(traffic_options)
+    host = host_settings_for(ic.name, options.pop("host"), options.pop("cpu_adam_rate"))
     rows = communication_rows(what, result.gpus, stages, result.layout, ic, result.device,
-                              compute, result.placement, **traffic_options)
+                              compute, result.placement, host_settings=host, **options)
     by_stage = dict(zip(sorted(stages), rows))
     with_rows = tuple({**row, "communication": {
         **by_stage[row["stage"]], "qwz": traffic_options["qwz"], "qgz": traffic_options["qgz"]}}
@@ -220,7 +235,8 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
              link: str | Interconnect | None = None, gpus_per_node: int | None = None,
              tokens_per_gpu: int = DEFAULT_TOKENS_PER_GPU, mfu: float = DEFAULT_MFU,
              qwz: bool = False, qgz: bool = False,
-             host_link: str = DEFAULT_HOST_LINK) -> Estimate:
+             host_link: str = DEFAULT_HOST_LINK, host: str | None = None,
+             cpu_adam_rate: float | None = None) -> Estimate:
     """Bytes per worker for each requested stage of one (params, gpus) setting; ``fits`` judges
     the model state against ``device`` (None without one), and with ``host_memory`` the CPU
     tier of a node against it. With ``link``, each stage's communication (a bare count: stage
@@ -239,7 +255,8 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
         result = Estimate(params, gpus, layout, device, tuple(rows), host_memory=host_memory)
         return _with_communication(result, params, link, gpus_per_node,
                                    _compute(tokens_per_gpu, mfu),
-                                   {"qwz": qwz, "qgz": qgz, "host_link": host_link})
+                                   {"qwz": qwz, "qgz": qgz, "host_link": host_link, "host": host,
+                                    "cpu_adam_rate": cpu_adam_rate})
     tiers = place(params, gpus, stages, layout, check_placement(placement))
     columns = {**tiers.gpu_categories(), "total": tiers.gpu}
     rows = []
@@ -259,7 +276,8 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
                       host_memory=host_memory)
     return _with_communication(result, params, link, gpus_per_node,
                                _compute(tokens_per_gpu, mfu),
-                               {"qwz": qwz, "qgz": qgz, "host_link": host_link})
+                               {"qwz": qwz, "qgz": qgz, "host_link": host_link, "host": host,
+                                    "cpu_adam_rate": cpu_adam_rate})
 
 
 def estimate_model(model: str | TransformerConfig, gpus,
@@ -269,7 +287,8 @@ def estimate_model(model: str | TransformerConfig, gpus,
                    host_memory: int | None = None, link: str | Interconnect | None = None,
                    gpus_per_node: int | None = None, tokens_per_gpu: int | None = None,
                    mfu: float = DEFAULT_MFU, qwz: bool = False, qgz: bool = False,
-                   host_link: str = DEFAULT_HOST_LINK, expert_parallel: int = 1,
+                   host_link: str = DEFAULT_HOST_LINK, host: str | None = None,
+                   cpu_adam_rate: float | None = None, expert_parallel: int = 1,
                    expert_tensor_parallel: int | None = None) -> Estimate:
     """The breakdown of a model preset: persistent state and working set per stage, ``fits``
     judged on the peak (see :func:`zerolib.core.memory.working_set.stage_rows`). With ``link``, each
@@ -304,4 +323,5 @@ def estimate_model(model: str | TransformerConfig, gpus,
                                settings.micro_batches)
     return _with_communication(result, config, link, gpus_per_node,
                                ComputeSettings.for_run(config, settings, mfu, tokens_per_gpu),
-                               {"qwz": qwz, "qgz": qgz, "host_link": host_link})
+                               {"qwz": qwz, "qgz": qgz, "host_link": host_link, "host": host,
+                                "cpu_adam_rate": cpu_adam_rate})

@@ -18,7 +18,7 @@ configuration that can run exactly as :func:`zerolib.core.memory.working_set.pea
 it configuration by configuration), and the step time of each with
 :func:`zerolib.core.step.parallel.parallel_step_time`: each collective on the ring it uses (a
 shard group's gathers and reduce-scatters inside the group, its replicas' all-reduce across
-them), offload's PCIe copies on ``host_link``.
+them), offload's PCIe copies on ``host_link`` and the CPU's optimizer step on ``host``.
 
 A configuration **fits** when its peak is at most the device's capacity and, if it offloads, the
 CPU memory its node's GPUs offload into is at most ``host_memory`` (the larger of the first and
@@ -27,8 +27,9 @@ unknown: offloaded state with no ``host_memory`` given is a rejection of its own
 (``host_unknown``); NVMe, whose capacity zerolib does not judge, is not planned. Fitting
 configurations are ranked by estimated step time, ties broken by headroom (capacity - peak,
 larger first), then by the order of enumeration. Offloaded configurations are ranked with the
-rest on their GPU compute, collectives and PCIe copies; the CPU's optimizer step, which they add
-and the others do not, is left out (:data:`PLAN_LEFT_OUT`), so the ranking flatters them.
+rest on their GPU compute, collectives, PCIe copies and the CPU's optimizer step, which they add
+and the others do not (:mod:`zerolib.core.step.offload_traffic`: the host's memory-bandwidth
+roofline, a lower bound, or a measured ``cpu_adam_rate`` where slower).
 
 Every array is computed once per level of the space (the (t, p) grid, then schedules and
 sequence parallelism, micro-batches, recomputation, and the ZeRO variants of each data-parallel
@@ -79,7 +80,7 @@ from zerolib.core.memory.pipeline_schedule import UNIT_TERMS, activation_totals_
 from zerolib.core.memory.placement import Placement, offered_stages, tiers_of
 from zerolib.core.memory.tables import divisors_of
 from zerolib.core.memory.working_set import DEFAULT_SETTINGS, MAX_MICRO_BATCH, MAX_SEQ_LEN, WorkingSetSettings, terms_of
-from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, DEFAULT_HOST_SETTINGS, HostSettings, host_settings_for
 from zerolib.core.step.parallel import (
     OFFLOADS,
     PARTS,
@@ -132,9 +133,9 @@ PLAN_LEFT_OUT = (
     "memory fragmentation and allocator caching beyond the fixed reserve",
     "communication overlaps beyond the stated ones (tensor-parallel and pipeline traffic are "
     "fully exposed) and contention between them on one node's links",
-    "the optimizer step's own time, on the GPU or, offloaded, on the CPU (offloaded "
-    "configurations are ranked on their PCIe copies without the CPU's step, which flatters "
-    "them), and NVMe offload (not planned)",
+    "the optimizer step's own time on the GPU (offloaded, the CPU's step is timed: at its "
+    "memory-bandwidth roofline, a lower bound, unless a measured CPU-Adam rate is given), and "
+    "NVMe offload (not planned)",
 )
 
 # The node a device usually comes in, for plans that name no links: each catalogue entry says
@@ -203,6 +204,7 @@ class PlanSettings:
     sequence_parallel: tuple[bool, ...]
     shard_groups: str
     working_set: WorkingSetSettings
+    host: HostSettings = DEFAULT_HOST_SETTINGS   # offload's host: the CPU step, the drives
 
     def __deepcopy__(self, memo) -> PlanSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -220,6 +222,7 @@ class PlanSettings:
                 "shard_groups": self.shard_groups,
                 "flash_attention": self.working_set.flash_attention,
                 "reserve_bytes": self.working_set.reserve_bytes,
+                "host_settings": self.host.as_dict(),
                 # a mixture of experts' token buffers (None: dropless); a dense model has none
                 **({"capacity_factor": self.working_set.capacity_factor} if self.model.experts else {})}
 
@@ -230,8 +233,11 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
                   host_memory: int | None = None, max_micro_batch: int = 8, stages=STAGES,
                   recompute=RECOMPUTE, chunks=ALL_CHUNKS, offload=tuple(OFFLOADS),
                   sequence_parallel=(False, True), shard_groups: str = "all",
-                  working_set: WorkingSetSettings = DEFAULT_SETTINGS) -> PlanSettings:
-    """Check every input of :func:`plan` (ValueError/TypeError naming the argument)."""
+                  working_set: WorkingSetSettings = DEFAULT_SETTINGS, host: str | None = None,
+                  cpu_adam_rate: float | None = None) -> PlanSettings:
+    """Check every input of :func:`plan` (ValueError/TypeError naming the argument). ``host``
+    (None: the node of ``links`` where the host catalogue has it, else DGX A100's) and
+    ``cpu_adam_rate`` (None: the roofline alone) time offload's CPU step and NVMe."""
     config = get_model(model)
     gpus = check_positive_int(gpus, "gpus", MAX_GPUS)
     k = check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS)
@@ -257,15 +263,17 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         if not chunks:
             raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: "
                              "interleaved)")
+    ic = cluster_interconnect(links_for(device, links), k)
     return PlanSettings(
         config, gpus, k, device, seq_len, global_batch,
-        cluster_interconnect(links_for(device, links), k), check_host_link(host_link),
+        ic, check_host_link(host_link),
         get_layout(layout), check_mfu(mfu),
         host_memory, max_micro_batch, _choices(stages, STAGES, "stages"),
         _choices(recompute, RECOMPUTE, "recompute"), chunks,
         _choices(offload, tuple(OFFLOADS), "offload"),
         _choices(sequence_parallel, (False, True), "sequence_parallel"),
-        _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set)
+        _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set,
+        host_settings_for(ic.name, host, cpu_adam_rate))
 
 
 # --- the space, level by level ------------------------------------------------------------------
@@ -484,7 +492,7 @@ def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
         micro_batches=c["micro_batches"], chunks=c["chunks"],
         sequence_parallel=c["sequence_parallel"], recompute=c["recompute"],
         shard_group=c["shard_group"], offload=c["offload"], layout=s.layout, mfu=s.mfu,
-        element_bytes=s.working_set.element_bytes, host_link=s.host_link)
+        element_bytes=s.working_set.element_bytes, host_link=s.host_link, host=s.host)
     times = parallel_step_time(s.model, s.interconnect, s.device, settings)
     out = {f"{part}_seconds": seconds for part, seconds in times.parts.items()}
     out["step_seconds"] = times.step_seconds
@@ -674,7 +682,8 @@ def plan(model, gpus, gpus_per_node, device, seq_len, global_batch, **options) -
     ``device`` at ``seq_len`` tokens and ``global_batch`` sequences per step: which can run,
     their peaks and step times, which fit, ranked (see the module doc). ``options`` are
     :func:`plan_settings`'s: ``links``, ``host_link`` (the PCIe link offload copies over,
-    default ``pcie4-x16``), ``layout``, ``mfu``, ``host_memory``,
+    default ``pcie4-x16``), ``host`` and ``cpu_adam_rate`` (the host offload's CPU step and
+    NVMe run on), ``layout``, ``mfu``, ``host_memory``,
     ``max_micro_batch``, ``stages``, ``recompute``, ``chunks``, ``offload``,
     ``sequence_parallel``, ``shard_groups`` ("all" or "whole"), ``working_set`` (flash
     attention, reserve, DeepSpeed's buffers)."""

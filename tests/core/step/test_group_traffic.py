@@ -178,9 +178,16 @@ def test_infinity_on_nvme_by_hand():
     assert b["optimizer_to_nvme"] == 24_000_000_000 and b["parameters_to_nvme"] == 2_000_000_000
     # The CPU updates the parameters it holds: nothing comes up or goes down after the step.
     assert b["parameters_up_after_step"] == b["parameters_down_after_step"] == 0
-    seconds = host.seconds("pcie4-x16")
+    # An explicit NVMe link times the drives at its rate: here PCIe 4.0 x16 (31.5 GB/s).
+    seconds = host.seconds("pcie4-x16", nvme_link="pcie4-x16")
     assert float(seconds["backward"]) == pytest.approx(4e9 / 31.5e9 + 10e9 / 31.5e9)
     assert float(seconds["after_step"]) == pytest.approx(58e9 / 31.5e9)
+    # By default at each GPU's share of the host's drives (DGX A100: 8 drives of 6.4 GB/s read
+    # and 3.8 GB/s write for 8 GPUs): the 2e9 B of parameters read and the 8e9 B of gradients
+    # written in the backward; 32e9 B read and 24e9 + 2e9 B written after the step.
+    seconds = host.seconds("pcie4-x16")
+    assert float(seconds["backward"]) == pytest.approx(4e9 / 31.5e9 + 2e9 / 6.4e9 + 8e9 / 3.8e9)
+    assert float(seconds["after_step"]) == pytest.approx(32e9 / 6.4e9 + 26e9 / 3.8e9)
 
 
 def test_offload_adds_its_exposed_copies_to_the_step():
@@ -192,7 +199,12 @@ def test_offload_adds_its_exposed_copies_to_the_step():
     # After the step: the all-gather in the node (32.2 us + 12.25e9 / 450e9) and the 875e6
     # updated 16-bit parameters back up the PCIe 4.0 link (1.75e9 / 31.5e9) wait in full.
     after = 32.2 * US + 12.25e9 / 450e9 + 1.75e9 / 31.5e9
-    assert c["step_seconds"] == pytest.approx(compute + after, rel=1e-12)
+    # And the CPU's Adam step on the DGX H100's host: each GPU's 875e6-element partition
+    # streams 30 B per element (12 B of state read and written, a 4 B gradient read, a 2 B
+    # parameter written) at 1/8 of 2 x 8 x 4800e6 x 8 B/s = 614.4 GB/s.
+    cpu = 875e6 * 30 / (614.4e9 / 8)
+    assert c["cpu_step_seconds"] == pytest.approx(cpu, rel=1e-12)
+    assert c["step_seconds"] == pytest.approx(compute + after + cpu, rel=1e-12)
     assert c["host"]["to_host_bytes"] == c["host"]["to_gpu_bytes"] == 1_750_000_000
     assert c["host_seconds"] == pytest.approx(2 * 1.75e9 / 31.5e9)
 

@@ -1,5 +1,6 @@
 """What offload moves between a GPU and its host in one step: PCIe copies and NVMe reads and
-writes, per GPU, for the placements of :mod:`zerolib.core.memory.placement`.
+writes, per GPU, for the placements of :mod:`zerolib.core.memory.placement`; and the CPU's
+optimizer step on the host.
 
 ZeRO-Offload (Ren et al., USENIX ATC 2021, Fig. 2 and Sec. 4) keeps the 16-bit parameters on
 the GPU and the optimizer step on the CPU, and moves the least it can: each step the GPU's
@@ -26,17 +27,49 @@ shows to be the minimum of any offload strategy. With N GPUs each moves its own 
 
 **Time.** PCIe is full duplex: a link's rate applies in each direction at once, so a phase's
 copies take max(bytes up, bytes down) / rate; NVMe reads and writes of a phase run one after
-another at the NVMe link's rate, after the copies (data from the drives passes through CPU
-memory). The link is one of :data:`zerolib.core.catalogue.links.LINKS` (PCIe 4.0 or 5.0 x16 by
-default; a real NVMe drive is slower: 1.6 GB/s per GPU of NVMe bandwidth on the DGX-2 of
-ZeRO-Infinity's Fig. 2(b), against 3.0 GB/s of CPU memory per GPU). What overlaps what is
+another, after the copies (data from the drives passes through CPU memory), each at the GPU's
+share of the node's drives: min(the drives' summed rate / GPUs on the node, the host link's
+rate), the drives of :mod:`zerolib.core.catalogue.hosts` read and written as one RAID 0 array
+(a DGX H100's eight PCIe 4.0 drives: 8 x 6.4 GB/s read, 8 x 3.8 GB/s written, 6.4 and 3.8 GB/s
+per GPU, against 31.5 GB/s of PCIe 4.0 x16; ZeRO-Infinity's DGX-2 reached 1.6 GB/s of NVMe
+per GPU, its Fig. 2(b)). An explicit ``nvme_link`` times them at that
+link's rate instead (the model before drives were catalogued). What overlaps what is
 :mod:`zerolib.core.step.time`'s: forward and backward copies run while the GPU computes (the
 parameter fetches are prefetched, the gradients copied bucket by bucket), the after-step ones do
-not. The CPU's optimizer step itself takes time that the model leaves out, as it leaves out
-the GPU's.
+not.
+
+**The CPU's optimizer step.** With the optimizer offloaded, Adam runs on the host's CPUs
+(DeepSpeed's ``DeepSpeedCPUAdam``, "5X--7X faster than the standard PyTorch implementation",
+DeepSpeed's ZeRO-Offload tutorial) over each GPU's partition, after the backward pass (the
+gradients must all have arrived) and before the next forward (which needs the updated
+parameters): in DeepSpeed's default ZeRO-Offload it overlaps nothing on the GPU (Ren et al.,
+Sec. 4.1 and Fig. 5: the single-GPU schedule runs the CPU step between one iteration's backward
+and the next one's forward; their one-step *delayed parameter update*, Sec. 5.2, which overlaps
+it with the next step's compute from the first iterations on, is not DeepSpeed's default and
+is not modelled here). With
+the state on NVMe it runs between the state's read and its write-back (DeepSpeed's
+``pipeline_read`` / ``pipeline_write`` default to false: no overlap). Its time per GPU is the
+larger of
+
+- a **roofline** on the host's memory bandwidth (always applied, a lower bound): Adam streams
+  each element of the partition through memory once: it reads the fp32 master parameter,
+  momentum and variance (the layout's optimizer bytes) and the host gradient (4 bytes), and
+  writes the three back and the 16-bit parameter (2 bytes): 2 x 12 + 4 + 2 = 30 bytes per
+  parameter for mixed-precision Adam. The node's GPUs step at once, so a GPU's partition gets
+  1 / (GPUs on the node) of the bandwidth: time = partition x 30 B x GPUs on node / bandwidth.
+  For Llama-2-70B (68,976,648,192 parameters) on one DGX A100 node (409.6 GB/s): 30 x
+  68,976,648,192 / 409.6e9 = 5.05 s a step;
+- a **measured rate** when one is given (``cpu_adam_rate``, parameters per second the node's
+  CPUs update together, e.g. from DeepSpeed's CPU-Adam benchmark on that host): time =
+  partition x GPUs on node / rate.
+
+Left out: write-allocate reads of the written lines (non-temporal stores avoid them), the
+gradient's fp16-to-fp32 conversion passes and the loss-scale overflow check (each one more
+read of the gradients), NUMA placement.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -44,7 +77,9 @@ from types import MappingProxyType
 
 import numpy as np
 
+from zerolib.core.catalogue.hosts import DEFAULT_HOST, HOSTS, Host, get_host
 from zerolib.core.catalogue.links import LINKS, Link, get_link
+from zerolib.core.inputs import echo
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, get_layout
 from zerolib.core.memory.placement import Placement, TierState, check_placement, place
@@ -55,6 +90,86 @@ DIRECTIONS = ("to_gpu", "to_host", "nvme_read", "nvme_write")
 DEFAULT_HOST_LINK = "pcie4-x16"
 # The links a GPU copies to and from its host's memory over.
 HOST_LINKS = tuple(name for name, link in LINKS.items() if link.kind == "pcie")
+# Highest CPU-Adam rate accepted, parameters per second per node: 10^15, far beyond any host
+# (its memory would have to stream 30 PB/s), low enough that every time stays finite.
+MAX_CPU_ADAM_RATE = 10**15
+
+
+def check_cpu_adam_rate(value, name: str = "cpu_adam_rate") -> float | None:
+    """None (the roofline alone) or a measured rate: parameters per second, above 0."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                     np.floating)):
+        raise TypeError(f"{name} must be a number of parameters per second above 0 (or None), "
+                        f"got {echo(value)}")
+    if not math.isfinite(value) or not 0 < value <= MAX_CPU_ADAM_RATE:
+        raise ValueError(f"{name} must be a number of parameters per second above 0 and at most "
+                         f"{MAX_CPU_ADAM_RATE:.0e}, got {echo(value)}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class HostSettings:
+    """The host offload runs on (:data:`zerolib.core.catalogue.hosts.HOSTS`: its memory bandwidth
+    bounds the CPU's optimizer step, its drives time NVMe) and, optionally, a measured CPU-Adam
+    rate in parameters per second for the whole node (None: the roofline alone)."""
+
+    host: Host | str = DEFAULT_HOST
+    cpu_adam_rate: float | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "host", get_host(self.host))
+        object.__setattr__(self, "cpu_adam_rate", check_cpu_adam_rate(self.cpu_adam_rate))
+
+    def __deepcopy__(self, memo) -> HostSettings:
+        return self  # immutable
+
+    @property
+    def basis(self) -> str:
+        return "roofline" if self.cpu_adam_rate is None else "roofline and measured rate"
+
+    def as_dict(self) -> dict:
+        return {"host": self.host.as_dict(), "cpu_adam_rate": self.cpu_adam_rate,
+                "cpu_step_basis": self.basis}
+
+
+DEFAULT_HOST_SETTINGS = HostSettings()
+# Each catalogued host at the roofline alone, made once: the default for a node of its name.
+HOST_SETTINGS: Mapping[str, HostSettings] = MappingProxyType(
+    {name: HostSettings(name) for name in HOSTS})
+
+
+def node_host_settings(node_name: str | None) -> HostSettings:
+    """The default settings for a run on the node ``node_name``: its own host where the
+    catalogue has it (:data:`zerolib.core.catalogue.hosts.HOSTS`), else
+    :data:`DEFAULT_HOST_SETTINGS`; the roofline alone."""
+    key = node_name.strip().lower() if isinstance(node_name, str) else None
+    return HOST_SETTINGS.get(key, DEFAULT_HOST_SETTINGS)
+
+
+def host_settings_for(node_name: str | None, host: Host | str | None = None,
+                      cpu_adam_rate: float | None = None) -> HostSettings:
+    """``host`` (None: :func:`node_host_settings`' host for ``node_name``) with
+    ``cpu_adam_rate`` (None: the roofline alone), checked: a door's host settings."""
+    if host is None and cpu_adam_rate is None:
+        return node_host_settings(node_name)
+    return HostSettings(node_host_settings(node_name).host if host is None else host,
+                        cpu_adam_rate)
+
+
+def check_host_settings(value, name: str = "host_settings") -> HostSettings:
+    """A :class:`HostSettings` (None: :data:`DEFAULT_HOST_SETTINGS`)."""
+    if value is None:
+        return DEFAULT_HOST_SETTINGS
+    if not isinstance(value, HostSettings):
+        raise TypeError(f"{name} must be a HostSettings, got {type(value).__name__}")
+    return value
+
+
+def _settings(value: HostSettings | None) -> HostSettings:
+    # Below the door: settings already checked (or None for the default).
+    return DEFAULT_HOST_SETTINGS if value is None else value
 
 
 @dataclass(frozen=True)
@@ -129,6 +244,66 @@ class HostTraffic:
                        optimizer_to_nvme=nvme["optimizer"])
         return MappingProxyType(out)
 
+    @cached_property
+    def cpu_step_elements(self) -> np.ndarray:
+        """Elements the CPU's optimizer step updates for this GPU: its partition when the
+        optimizer is offloaded, else 0."""
+        t = self.tiers
+        if t.placement.offload_optimizer == "none":
+            return np.zeros(t.params.shape, dtype=np.int64)
+        return np.broadcast_to(ceil_div(t.params, t.state.shards), t.params.shape)
+
+    @cached_property
+    def cpu_step_bytes(self) -> np.ndarray:
+        """Bytes the CPU's optimizer step streams through host memory for this GPU (see the
+        module doc): the optimizer state read and written, the host gradients read, the
+        16-bit parameters written. 0 without an offloaded optimizer."""
+        t = self.tiers
+        if t.placement.offload_optimizer == "none":
+            return np.zeros(t.params.shape, dtype=np.int64)
+        optimizer = t.bytes["cpu"]["optimizer"] + t.bytes["nvme"]["optimizer"]
+        gradients = t.bytes["cpu"]["gradients"] + t.bytes["nvme"]["gradients"]
+        written = to_bytes(self.cpu_step_elements, t.layout.bits_per_param("parameters"))
+        return 2 * optimizer + gradients + written
+
+    def _on_node(self, gpus_on_node) -> np.ndarray:
+        on_node = self.tiers.gpus_on_node if gpus_on_node is None else gpus_on_node
+        return np.broadcast_to(np.asarray(on_node, dtype=np.float64), self.tiers.params.shape)
+
+    def cpu_roofline_seconds(self, host: HostSettings | None = None,
+                             gpus_on_node=None) -> np.ndarray:
+        """The memory-bandwidth lower bound of the CPU's optimizer step per GPU: its bytes at
+        its 1 / (GPUs on the node) share of the host's memory bandwidth."""
+        settings = _settings(host)
+        return (self.cpu_step_bytes.astype(np.float64) * self._on_node(gpus_on_node)
+                / settings.host.memory_bandwidth)
+
+    def cpu_seconds(self, host: HostSettings | None = None, gpus_on_node=None) -> np.ndarray:
+        """Seconds of the CPU's optimizer step per GPU: the roofline, or the measured rate's
+        time where that is longer (see the module doc). ``gpus_on_node``: how many GPUs share
+        the host (default: the placement's)."""
+        settings = _settings(host)
+        seconds = self.cpu_roofline_seconds(settings, gpus_on_node)
+        if settings.cpu_adam_rate is not None:
+            rated = (self.cpu_step_elements.astype(np.float64) * self._on_node(gpus_on_node)
+                     / settings.cpu_adam_rate)
+            seconds = np.maximum(seconds, rated)
+        return seconds
+
+    def nvme_bandwidth(self, host_link: str | Link = DEFAULT_HOST_LINK,
+                       nvme_link: str | Link | None = None, host: HostSettings | None = None,
+                       gpus_on_node=None) -> tuple[np.ndarray, np.ndarray]:
+        """(read, write) bytes per second of one GPU's NVMe traffic: its share of the host's
+        drives, capped at the host link (or ``nvme_link``'s rate both ways, where given)."""
+        if nvme_link is not None:
+            rate = np.full(self.tiers.params.shape, float(get_link(nvme_link).bandwidth))
+            return rate, rate
+        drives = _settings(host).host
+        link = float(get_link(host_link).bandwidth)
+        on_node = self._on_node(gpus_on_node)
+        return (np.minimum(drives.nvme_read / on_node, link),
+                np.minimum(drives.nvme_write / on_node, link))
+
     def by_direction(self) -> dict[str, np.ndarray]:
         """Bytes per direction of :data:`DIRECTIONS` in the step."""
         out = {d: np.zeros(self.tiers.params.shape, dtype=np.int64) for d in DIRECTIONS}
@@ -145,16 +320,18 @@ class HostTraffic:
         return out
 
     def seconds(self, host_link: str | Link = DEFAULT_HOST_LINK,
-                nvme_link: str | Link | None = None) -> Mapping[str, np.ndarray]:
-        """Seconds per phase (float64): PCIe copies both ways at once, then NVMe reads and
-        writes one after another (see the module doc)."""
-        host = get_link(host_link)
-        nvme = host if nvme_link is None else get_link(nvme_link)
+                nvme_link: str | Link | None = None, host: HostSettings | None = None,
+                gpus_on_node=None) -> Mapping[str, np.ndarray]:
+        """Seconds of the transfers per phase (float64): PCIe copies both ways at once, then
+        NVMe reads and writes one after another at the GPU's share of the drives (see the
+        module doc). The CPU's optimizer step is :meth:`cpu_seconds`."""
+        link = get_link(host_link)
+        read, write = self.nvme_bandwidth(link, nvme_link, host, gpus_on_node)
         out = {}
         for phase in STEP_PHASES:
             b = self.phase_bytes(phase)
-            copies = np.maximum(b["to_gpu"], b["to_host"]).astype(np.float64) / host.bandwidth
-            drives = (b["nvme_read"] + b["nvme_write"]).astype(np.float64) / nvme.bandwidth
+            copies = np.maximum(b["to_gpu"], b["to_host"]).astype(np.float64) / link.bandwidth
+            drives = b["nvme_read"] / read + b["nvme_write"] / write
             out[phase] = copies + drives
         return MappingProxyType(out)
 

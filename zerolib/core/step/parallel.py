@@ -98,7 +98,14 @@ partition up, the parameter shard up before each pass), for the parameters this 
   ``stage3.py`` ``_reassign_or_swap_out_partitioned_parameters``), hidden behind nothing; with
   the parameters on the host too the CPU updates them in place and nothing comes up.
 
-Left out of offload's time: the CPU's optimizer step itself; DeepSpeed's read-back of the
+- the CPU's optimizer step runs **once per step**, after the last micro-batch's backward and
+  before the updated partition comes up, hidden behind nothing
+  (:meth:`zerolib.core.step.offload_traffic.HostTraffic.cpu_seconds`: the host's memory-bandwidth
+  roofline, or a measured ``cpu_adam_rate`` where slower; ``host`` names the host, by default
+  the node's own, :func:`zerolib.core.step.offload_traffic.node_host_settings`); NVMe reads and
+  writes run at each GPU's share of the host's drives.
+
+Left out of offload's time: DeepSpeed's read-back of the
 accumulated gradient partition from the second micro-batch on (it adds on the GPU: up as many
 bytes as go down, which costs time only where parameters come up in the same pass); its fp32
 conversion before the last micro-batch's copy (4 bytes per gradient where ZeRO-Offload counts
@@ -108,7 +115,7 @@ Left out: Megatron-LM's and DeepSpeed's communication overlaps beyond the ones s
 pipeline stages (fewer parameters than the first or last, and at most one more message per
 micro-batch); contention between the tensor-parallel, pipeline and data-parallel traffic of one
 node (each is timed as if it had its links to itself); kernel efficiency per shape (one ``mfu``
-for every matrix); the optimizer step's own time (GPU or CPU); ZeRO++ (not planned); and the
+for every matrix); the optimizer step's own time on the GPU; ZeRO++ (not planned); and the
 network effects :mod:`zerolib.core.catalogue.nodes` leaves out.
 """
 from __future__ import annotations
@@ -154,7 +161,14 @@ from zerolib.core.step.model_parallel_traffic import (
     pipeline_rows,
     tensor_rows,
 )
-from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS, HostTraffic
+from zerolib.core.step.offload_traffic import (
+    DEFAULT_HOST_LINK,
+    HOST_LINKS,
+    HostSettings,
+    HostTraffic,
+    check_host_settings,
+    node_host_settings,
+)
 from zerolib.core.step.time import (
     DEFAULT_MFU,
     ComputeSettings,
@@ -242,19 +256,28 @@ def shard_group_traffic(params, data_parallel, stage, layout: str | Layout = "mi
 
 def offload_seconds(params, data_parallel, stage, offload="none", shard_group=None,
                     layout: str | Layout = "mixed-adam",
-                    host_link: str | Link = DEFAULT_HOST_LINK) -> Mapping[str, np.ndarray]:
-    """Seconds of one pass of each phase's host copies per GPU (forward, backward, after_step;
+                    host_link: str | Link = DEFAULT_HOST_LINK,
+                    host: HostSettings | None = None,
+                    gpus_per_node: int | None = None) -> Mapping[str, np.ndarray]:
+    """Seconds of one pass of each phase's host work per GPU (forward, backward, after_step;
     float64, broadcast): :func:`zerolib.core.step.offload_traffic.host_traffic`'s bytes for
     ``offload`` (names of :data:`OFFLOADS`) of ``params`` on each GPU, sharded over
-    ``shard_group`` of the ``data_parallel`` GPUs, at ``host_link``'s rate both ways at once. 0
-    where nothing is offloaded. When each runs in a step is :func:`parallel_step_time`'s."""
+    ``shard_group`` of the ``data_parallel`` GPUs, at ``host_link``'s rate both ways at once;
+    after_step also holds the CPU's optimizer step on ``host`` (a
+    :class:`~zerolib.core.step.offload_traffic.HostSettings`; default: DGX A100's CPUs, the
+    roofline alone) shared by ``gpus_per_node`` GPUs (default: the host's); NVMe at each GPU's
+    share of the host's drives. 0 where nothing is offloaded. When each runs in a step is
+    :func:`parallel_step_time`'s."""
     d = check_gpus(data_parallel, "data_parallel")
     params, d, stage, codes = np.broadcast_arrays(check_params(params), d, check_stage(stage),
                                                   _codes(offload, tuple(OFFLOADS), "offload"))
     group = None if shard_group is None else check_shard_group(shard_group, d)
     check_offloads(stage, codes)
+    host = check_host_settings(host, "host")
+    per_node = (host.host.gpus if gpus_per_node is None
+                else int(check_gpus(gpus_per_node, "gpus_per_node")))
     return _host_seconds(params, d, stage, codes, group, get_layout(layout),
-                         check_host_link(host_link))
+                         check_host_link(host_link), host, per_node)
 
 
 @lru_cache(maxsize=64)
@@ -272,11 +295,16 @@ def check_offloads(stage: np.ndarray, codes: np.ndarray) -> None:
         check_combination(stage[codes == code], np.ones(1, dtype=np.int64), placement)
 
 
-def _host_seconds(params, d, stage, codes, group, layout, host_link) -> Mapping[str, np.ndarray]:
+def _host_seconds(params, d, stage, codes, group, layout, host_link,
+                  host: HostSettings | None = None,
+                  gpus_per_node: int | None = None) -> Mapping[str, np.ndarray]:
     """:func:`offload_seconds` of checked values (offload codes: indices into
-    :data:`OFFLOADS`; ``group`` dividing ``d``, or None), nothing checked again."""
+    :data:`OFFLOADS`; ``group`` dividing ``d``, or None; ``host`` None: the default host;
+    ``gpus_per_node`` None: the host's GPUs), nothing checked again."""
     params, d, stage, codes = np.broadcast_arrays(params, d, stage, codes)
     group = d if group is None else np.broadcast_to(group, d.shape)
+    host = node_host_settings(None) if host is None else host
+    on_node = host.host.gpus if gpus_per_node is None else gpus_per_node
     out = {phase: np.zeros(d.shape) for phase in STEP_PHASES}
     moved = np.flatnonzero(codes.ravel() > 0)
     if not len(moved):
@@ -288,9 +316,12 @@ def _host_seconds(params, d, stage, codes, group, layout, host_link) -> Mapping[
         gpus = d.ravel()[at]
         # place()'s checks held for every row when the settings were checked: its inner part.
         state = ModelState(params.ravel()[at], gpus, stage.ravel()[at], layout, np.full(len(at), g))
-        seconds = HostTraffic(tiers_of(state, placement, gpus)).seconds(host_link)
+        traffic = HostTraffic(tiers_of(state, placement, gpus))
+        # The node's GPUs share its host; the placement's node (_checked_node) is for checks.
+        seconds = traffic.seconds(host_link, None, host, on_node)
+        cpu = traffic.cpu_seconds(host, on_node)
         for phase in STEP_PHASES:
-            out[phase].ravel()[at] = seconds[phase]
+            out[phase].ravel()[at] = seconds[phase] + (cpu if phase == "after_step" else 0.0)
     return MappingProxyType(out)
 
 
@@ -429,9 +460,11 @@ class ParallelSettings:
     mfu: float = DEFAULT_MFU
     element_bytes: int = 2
     host_link: Link | str = DEFAULT_HOST_LINK
+    host: HostSettings | None = None    # offload's host; None: the node's own (or DGX A100's)
 
     def __post_init__(self):
         put = object.__setattr__
+        put(self, "host", None if self.host is None else check_host_settings(self.host, "host"))
         put(self, "layout", get_layout(self.layout))
         put(self, "mfu", check_mfu(self.mfu))
         put(self, "host_link", check_host_link(self.host_link))
@@ -469,14 +502,16 @@ class ParallelSettings:
 
     @classmethod
     def from_checked(cls, *, seq_len: int, layout: Layout, mfu: float, element_bytes: int,
-                     host_link: Link, shard_group, recompute, offload, **arrays) -> ParallelSettings:
+                     host_link: Link, shard_group, recompute, offload,
+                     host: HostSettings | None = None, **arrays) -> ParallelSettings:
         """Settings a door checked already (the planner's configurations, enumerated from its
         checked :class:`~zerolib.core.planner.PlanSettings`), made without checking them again:
         ``recompute`` and ``offload`` as codes, every array one shape."""
         settings = object.__new__(cls)
         put = object.__setattr__
         for name, value in (("seq_len", seq_len), ("layout", layout), ("mfu", mfu),
-                            ("element_bytes", element_bytes), ("host_link", host_link)):
+                            ("element_bytes", element_bytes), ("host_link", host_link),
+                            ("host", host)):
             put(settings, name, value)
         arrays = {"chunks": 1, "sequence_parallel": False, **arrays, "recompute": recompute,
                   "offload": offload}
@@ -522,6 +557,7 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
                         st.stage)
     m, v, sp, rec, off = st.micro_batches, st.chunks, st.sequence_parallel, st.recompute, st.offload
     shard_group = st.shard_group
+    host_settings = node_host_settings(ic.name) if st.host is None else st.host
     _check_rules(config, t, p, v, m, s, sp, ic)
     units = len(layer_units(config))    # stage 3 (p = 1 only) gathers these one call each
 
@@ -543,7 +579,8 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
         tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
         slots = _zero_slots(ic, params, d, t, zero, layout, shard_group, units)
-        host = _host_seconds(params, d, zero, off, shard_group, layout, host_link)
+        host = _host_seconds(params, d, zero, off, shard_group, layout, host_link, host_settings,
+                             ic.gpus_per_node)
         # Every micro-batch: the forward's gathers and parameter fetches overlap its forward;
         # the backward's gathers, stages 2-3's reduce-scatter and gradient copy its backward.
         gather_f = slots["forward_all_gather"] + host["forward"]

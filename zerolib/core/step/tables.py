@@ -10,6 +10,7 @@ Bytes are int64, seconds float64.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,8 +29,11 @@ from zerolib.core.step.offload_traffic import (
     DEFAULT_HOST_LINK,
     DIRECTIONS,
     HOST_SLOTS,
+    HostSettings,
     HostTraffic,
+    check_host_settings,
     host_traffic,
+    node_host_settings,
 )
 from zerolib.core.step.time import DEFAULT_COMPUTE, ComputeSettings, StepTime, check_mfu, step_time
 from zerolib.core.step.traffic import (
@@ -90,7 +94,8 @@ def traffic_frame(model, gpus, stages=STAGES, layout: str | Layout = "mixed-adam
     return frame
 
 
-def _timed(model, gpus, stages, layout, link, device, compute, gpus_per_node):
+def _timed(model, gpus, stages, layout, link, device, compute, gpus_per_node, host=None,
+           host_link=DEFAULT_HOST_LINK, host_settings=None):
     gpus = check_single(gpus, check_gpus, "gpus")
     stages, layout = _stages(stages), get_layout(layout)
     ic = interconnect(link, gpus_per_node)
@@ -98,7 +103,13 @@ def _timed(model, gpus, stages, layout, link, device, compute, gpus_per_node):
     if not isinstance(compute, ComputeSettings):
         raise TypeError(f"compute must be a ComputeSettings, got {type(compute).__name__}")
     result, what = _traffic(model, gpus, stages, layout)
-    return gpus, stages, layout, ic, device, result, what, step_time(result, ic, device, compute)
+    settings = (node_host_settings(ic.name) if host_settings is None
+                else check_host_settings(host_settings))
+    traffic = None if host is None else host(result, stages, layout)
+    times = step_time(result, ic, device, compute, traffic, host_link, None, settings)
+    if host is None:
+        return gpus, stages, layout, ic, device, result, what, times
+    return gpus, stages, layout, ic, device, result, what, times, traffic, settings
 
 
 def _attrs(frame, what, gpus, layout, ic, device, compute, result: Traffic):
@@ -111,18 +122,36 @@ def _attrs(frame, what, gpus, layout, ic, device, compute, result: Traffic):
 def timeline_frame(model, gpus, link: str | Interconnect, device: str | Device,
                    compute: ComputeSettings = DEFAULT_COMPUTE, stages=STAGES,
                    layout: str | Layout = "mixed-adam",
-                   gpus_per_node: int | None = None) -> pd.DataFrame:
+                   gpus_per_node: int | None = None, placement: Placement | None = None,
+                   host_link: str | Link = DEFAULT_HOST_LINK,
+                   host_settings: HostSettings | None = None) -> pd.DataFrame:
     """The blocks of one step per stage, placed in time as the overlap model of
     :mod:`zerolib.core.step.time` has them: lane "compute" (forward, backward, and "waiting" where
     the GPU waits for the network) and lane "network" (one block per collective slot in use).
+    With an offloading ``placement`` (the collectives stay the flat schedule's), each phase's
+    host transfers follow its collectives on lane "network" (block ``host_PHASE``) and the
+    CPU's optimizer step opens the after-step phase on lane "host" (block
+    ``cpu_optimizer_step``; ``host_settings`` None: the node's own host, the roofline).
 
     Phase by phase: the forward ends when both its compute and its gathers are done; the
     backward starts then, and its collectives start with it; the after-step all-gather starts
-    when the backward's compute and collectives are both done.
+    when the backward's compute and collectives are both done (and the CPU's step, with one).
     """
     import pandas as pd
-    gpus, stages, layout, ic, device, result, what, times = _timed(
-        model, gpus, stages, layout, link, device, compute, gpus_per_node)
+    placement = check_placement(placement)
+    host = None
+    if placement.offloads:
+        def host(result, stages, layout):
+            return host_traffic(int(result.params[0]), result.gpus[0], list(stages), layout,
+                                placement)
+    gpus, stages, layout, ic, device, result, what, times, *offload = _timed(
+        model, gpus, stages, layout, link, device, compute, gpus_per_node, host, host_link,
+        host_settings)
+    before = np.zeros(len(stages))   # the after-step NVMe reads, which the CPU's step waits for
+    if offload:
+        traffic, settings = offload
+        read, _ = traffic.nvme_bandwidth(host_link, None, settings)
+        before = traffic.phase_bytes("after_step")["nvme_read"] / read
     rows = []
     for i, stage in enumerate(stages):
         common = {"stage": stage, "strategy": STRATEGY_NAMES[stage]}
@@ -138,12 +167,30 @@ def timeline_frame(model, gpus, link: str | Interconnect, device: str | Device,
             if compute_time:
                 block("compute", phase, COMPUTE_BLOCKS[phase], start, start + compute_time)
             network = start
+            copies = float(times.host[phase][i])
+
+            def host_block(name, label, seconds, lane="network"):
+                nonlocal network
+                if seconds:
+                    block(lane, name, label, network, network + seconds)
+                    network += seconds
+
+            if phase == "after_step":
+                # NVMe reads the state, the CPU steps on it, the results go back (PCIe up, NVMe
+                # written), and then the stage 1-2 all-gather can spread them.
+                host_block("host_nvme_read", "NVMe reads for the optimizer step", before[i])
+                host_block("cpu_optimizer_step", "the CPU's optimizer step",
+                           float(times.cpu_step_seconds[i]), lane="host")
+                host_block("host_after_step", "host transfers after the step (PCIe, NVMe)",
+                           copies - before[i])
             for slot in SLOTS:
                 if slot.phase == phase and result.calls[slot.name][i]:
                     seconds = float(times.slot_seconds[slot.name][i])
                     block("network", slot.name, slot.label, network, network + seconds,
                           result.sent[slot.name][i], result.calls[slot.name][i])
                     network += seconds
+            if phase != "after_step":
+                host_block(f"host_{phase}", "host transfers (PCIe copies, NVMe)", copies)
             end = max(start + compute_time, network)
             if end > start + compute_time:
                 block("compute", f"waiting_{phase}", "waiting for the network",
@@ -215,15 +262,20 @@ def communication_rows(model, gpus, stages=STAGES, layout: str | Layout = "mixed
                        placement: Placement | None = None, qwz: bool = False,
                        qgz: bool = False, gpus_per_node: int | None = None,
                        host_link: str | Link = DEFAULT_HOST_LINK,
-                       nvme_link: str | Link | None = None) -> list[dict]:
+                       nvme_link: str | Link | None = None,
+                       host_settings: HostSettings | None = None) -> list[dict]:
     """Per stage, the ``communication`` object of ``zerolib estimate``'s JSON: per collective
     kind (:data:`zerolib.core.step.traffic.GROUP_KINDS`) the calls and bytes handed, sent and
     received per GPU (and seconds with a link); the totals; with a link and a device with a
     peak, compute, exposed and step seconds and the network-wait fraction (None where they
     cannot be computed); ``shard_group``, ``replicas``, ``cross_node_bytes`` (bytes leaving a
     node per step; None without nodes), ``host_seconds``, ``schedule`` (one entry per
-    collective in use: its ring, link, bus bandwidth, calls, bytes and seconds) and ``host``
-    (None without offload: the bytes per direction, their seconds and each transfer)."""
+    collective in use: its ring, link, bus bandwidth, calls, bytes and seconds), ``host``
+    (None without offload: the bytes per direction, their seconds and each transfer, the host
+    assumed and the CPU's optimizer step) and ``cpu_step_seconds`` (the CPU's optimizer step,
+    0 without an offloaded optimizer; None without a link). ``host_settings`` None: the host of
+    the node ``link`` names (:func:`zerolib.core.step.offload_traffic.node_host_settings`), the
+    roofline alone."""
     gpus = check_single(gpus, check_gpus, "gpus")
     stages = tuple(sorted(set(check_stage(stages, "stages").ravel().tolist())))
     layout = get_layout(layout)
@@ -235,10 +287,15 @@ def communication_rows(model, gpus, stages=STAGES, layout: str | Layout = "mixed
                             check_flag(qgz, "qgz"), per_node)
     params = (parameter_count(get_model(model)) if isinstance(model, (str, TransformerConfig))
               else int(traffic.params[0]))
-    host = host_traffic(params, gpus, list(stages), layout, placement) if placement.offloads else None
+    # The host's CPUs and drives are shared by the GPUs of the interconnect's node.
+    on_node = (replace(placement, gpus_per_node=per_node)
+               if ic is not None and ic.gpus_per_node is not None else placement)
+    host = host_traffic(params, gpus, list(stages), layout, on_node) if placement.offloads else None
+    settings = (node_host_settings(None if ic is None else ic.name)
+                if host_settings is None else check_host_settings(host_settings))
     times = None
     if ic is not None:
-        times = step_time(traffic, ic, device, compute, host, host_link, nvme_link)
+        times = step_time(traffic, ic, device, compute, host, host_link, nvme_link, settings)
     calls, handed, sent = (traffic.by_kind(w) for w in ("calls", "handed", "sent"))
     rows = []
     for i in range(len(stages)):
@@ -259,8 +316,10 @@ def communication_rows(model, gpus, stages=STAGES, layout: str | Layout = "mixed
                    cross_node_bytes=(int(traffic.total_cross_node[i])
                                      if ic is not None and ic.network is not None else None),
                    host_seconds=None if times is None else float(times.host_seconds[i]),
+                   cpu_step_seconds=None if times is None else float(times.cpu_step_seconds[i]),
                    schedule=_schedule(traffic, times, ic, i),
-                   host=None if host is None else _host(host, times, host_link, nvme_link, i))
+                   host=None if host is None else _host(host, times, host_link, nvme_link,
+                                                        settings, i))
         rows.append(row)
     return rows
 
@@ -286,14 +345,26 @@ def _schedule(traffic: Traffic, times: StepTime | None, ic, i: int) -> list[dict
     return entries
 
 
-def _host(host: HostTraffic, times: StepTime | None, host_link, nvme_link, i: int) -> dict:
+def _host(host: HostTraffic, times: StepTime | None, host_link, nvme_link,
+          settings: HostSettings, i: int) -> dict:
     link = get_link(host_link)
     nvme = link if nvme_link is None else get_link(nvme_link)
     directions = host.by_direction()
-    return {"link": link.name, "bandwidth": link.bandwidth, "nvme_link": nvme.name,
-            "nvme_bandwidth": nvme.bandwidth,
+    read, write = host.nvme_bandwidth(link, nvme_link, settings)
+    return {"link": link.name, "bandwidth": link.bandwidth,
+            # NVMe: the GPU's share of the host's drives capped at the link (nvme_link: null),
+            # or an explicit link's rate.
+            "nvme_link": None if nvme_link is None else nvme.name,
+            "nvme_bandwidth": None if nvme_link is None else nvme.bandwidth,
+            "nvme_read_bandwidth": float(read[i]), "nvme_write_bandwidth": float(write[i]),
             **{f"{d}_bytes": int(directions[d][i]) for d in DIRECTIONS},
             "seconds": None if times is None else float(times.host_seconds[i]),
+            "host_settings": settings.as_dict(),
+            "cpu_step": {"elements": int(host.cpu_step_elements[i]),
+                         "bytes": int(host.cpu_step_bytes[i]),
+                         "gpus_on_node": int(host.tiers.gpus_on_node[i]),
+                         "roofline_seconds": float(host.cpu_roofline_seconds(settings)[i]),
+                         "seconds": float(host.cpu_seconds(settings)[i])},
             "transfers": [{"name": s.name, "label": s.label, "phase": s.phase,
                            "direction": s.direction, "bytes": int(host.bytes[s.name][i])}
                           for s in HOST_SLOTS if host.bytes[s.name][i]]}

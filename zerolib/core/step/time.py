@@ -57,7 +57,10 @@ ports). Collectives share one network and run one after another.
 phase's communication, after its collectives (the GPU's PCIe path also carries the network's
 traffic on most servers): the gradient copies hide behind the backward pass, the parameter
 fetches behind the pass that needs them, the after-step copies and NVMe reads and writes hide
-behind nothing.
+behind nothing. With the optimizer offloaded, the CPU's optimizer step runs after the backward
+and before the next forward, hidden behind nothing too (DeepSpeed's default ZeRO-Offload;
+:mod:`zerolib.core.step.offload_traffic` gives its time and sources): it joins the after-step
+part.
 
 **Overlap** (the stated assumption). A collective can run while the GPU computes something that
 does not need its result:
@@ -103,7 +106,12 @@ from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.step.collectives import across_bandwidth, ring_timing_of
-from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HostTraffic
+from zerolib.core.step.offload_traffic import (
+    DEFAULT_HOST_LINK,
+    HostSettings,
+    HostTraffic,
+    check_host_settings,
+)
 from zerolib.core.step.traffic import GROUP_SLOTS, STEP_PHASES, Traffic
 
 FORWARD_FLOPS = 2          # per parameter and token
@@ -287,6 +295,13 @@ class StepTime:
     host: Mapping[str, np.ndarray] = field(repr=False)                # per phase
     compute: Mapping[str, np.ndarray] | None = field(repr=False)      # forward, backward
     exposed: Mapping[str, np.ndarray] | None = field(repr=False)      # per phase of STEP_PHASES
+    cpu_step: np.ndarray | None = field(default=None, repr=False)     # the CPU's optimizer step
+
+    @property
+    def cpu_step_seconds(self) -> np.ndarray:
+        """The CPU's optimizer step (0 without an offloaded optimizer)."""
+        return (np.zeros(np.shape(self.host_seconds)) if self.cpu_step is None
+                else self.cpu_step)
 
     @property
     def communication_seconds(self) -> np.ndarray:
@@ -296,7 +311,8 @@ class StepTime:
 
     @property
     def host_seconds(self) -> np.ndarray:
-        """All host transfers of the step (PCIe copies and NVMe)."""
+        """All host transfers of the step (PCIe copies and NVMe; the CPU's optimizer step is
+        :attr:`cpu_step_seconds`)."""
         return sum(self.host.values())
 
     def kind_seconds(self, kind: str) -> np.ndarray:
@@ -333,17 +349,22 @@ def _check_node(traffic: Traffic, ic: Interconnect) -> None:
 def step_time(traffic: Traffic, link: str | Interconnect, device: str | Device | None = None,
               compute: ComputeSettings = DEFAULT_COMPUTE, host: HostTraffic | None = None,
               host_link: str | Link = DEFAULT_HOST_LINK,
-              nvme_link: str | Link | None = None) -> StepTime:
-    """Seconds of each collective on its ring, the host transfers, the compute (with a device)
-    and what is exposed (see the module doc for the overlap assumption)."""
+              nvme_link: str | Link | None = None,
+              host_settings: HostSettings | None = None) -> StepTime:
+    """Seconds of each collective on its ring, the host transfers and the CPU's optimizer step
+    (``host_settings``' host; default :data:`~zerolib.core.step.offload_traffic.DEFAULT_HOST_SETTINGS`),
+    the compute (with a device) and what is exposed (see the module doc for the overlap
+    assumption)."""
     if not isinstance(traffic, Traffic):
         raise TypeError(f"traffic must be a Traffic, got {type(traffic).__name__}")
     ic = interconnect(link)
     _check_node(traffic, ic)
     seconds, bandwidth = schedule_seconds(traffic, ic)
     zero = np.zeros(traffic.gpus.shape)
+    settings = check_host_settings(host_settings)
     host_time = (dict.fromkeys(STEP_PHASES, zero) if host is None
-                 else dict(host.seconds(host_link, nvme_link)))
+                 else dict(host.seconds(host_link, nvme_link, settings)))
+    cpu = zero if host is None else host.cpu_seconds(settings)
     compute_by_phase = exposed = None
     if device is not None:
         if not isinstance(compute, ComputeSettings):
@@ -354,6 +375,7 @@ def step_time(traffic: Traffic, link: str | Interconnect, device: str | Device |
                  for p in STEP_PHASES}
         exposed = MappingProxyType({"forward": np.maximum(phase["forward"] - forward, 0.0),
                                     "backward": np.maximum(phase["backward"] - backward, 0.0),
-                                    "after_step": phase["after_step"]})
-    return StepTime(seconds, bandwidth, MappingProxyType(host_time), compute_by_phase, exposed)
+                                    "after_step": phase["after_step"] + cpu})
+    return StepTime(seconds, bandwidth, MappingProxyType(host_time), compute_by_phase, exposed,
+                    cpu)
 
