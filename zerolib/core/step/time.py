@@ -145,11 +145,11 @@ def compute_seconds(params, device: str | Device, settings: ComputeSettings = DE
 
 def send_seconds(ic: Interconnect, message_bytes, crosses_nodes) -> np.ndarray:
     """Seconds of one point-to-point message between pipeline stages: NCCL's base latency and
-    one hop of the link it takes, plus the bytes at that link's rate (across nodes: each GPU's
-    share of its node's ports)."""
+    one hop of the link it takes, plus the bytes at that link's rate at the interconnect's
+    efficiency (across nodes: each GPU's share of its node's ports)."""
     message = np.asarray(message_bytes, dtype=np.float64)
     crosses = np.asarray(crosses_nodes, dtype=bool) & (ic.network is not None)
-    inside = BASE_LATENCY + ic.intra.hop_latency + message / ic.intra.bandwidth
+    inside = BASE_LATENCY + ic.intra.hop_latency + message / ic.intra_rate
     if ic.network is None:
         return np.broadcast_to(inside, np.broadcast(inside, crosses).shape).copy()
     across = (BASE_LATENCY + ic.network.hop_latency
