@@ -23,7 +23,8 @@ each stage row also carries ``communication`` (:func:`zerolib.core.step.tables.c
 per collective kind the calls, bytes handed, sent and received per GPU and seconds; totals;
 compute, exposed and step seconds and the network-wait fraction when a device is given), and
 the object gains ``interconnect`` (with the ``bus_bandwidth`` of a ring over all its GPUs,
-bytes per second) and ``compute_settings`` (tokens per GPU, mfu, FLOPs per parameter and token).
+bytes per second, and ``link_efficiency``: the rate its links ran at, "achieved" by default,
+"line-rate" or a fraction, given as ``link_efficiency``) and ``compute_settings`` (tokens per GPU, mfu, FLOPs per parameter and token).
 
 The ``communication`` object follows the placement: a shard group's all-gathers and
 reduce-scatter run inside the group and each gradient shard is all-reduced across the replicas
@@ -124,17 +125,19 @@ class Estimate:
 
 
 def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
-                        traffic_options: dict) -> Estimate:
+                        traffic_options: dict, link_efficiency=None) -> Estimate:
     """``result`` with a ``communication`` object in every stage row (see the module doc)."""
     if link is None:
         if gpus_per_node is not None:
             raise ValueError("gpus_per_node needs a link")
+        if link_efficiency is not None:
+            raise ValueError("link_efficiency needs a link")
         used = [name for name, value in traffic_options.items()
                 if value != TRAFFIC_DEFAULTS[name]]
         if used:
             raise ValueError(f"{used[0]} needs a link")
         return result
-    ic = interconnect(link, gpus_per_node)
+    ic = interconnect(link, gpus_per_node, link_efficiency)
     stages = [row["stage"] for row in result.stages]
     rows = communication_rows(what, result.gpus, stages, result.layout, ic, result.device,
                               compute, result.placement, **traffic_options)
@@ -167,7 +170,7 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
              link: str | Interconnect | None = None, gpus_per_node: int | None = None,
              tokens_per_gpu: int = DEFAULT_TOKENS_PER_GPU, mfu: float = DEFAULT_MFU,
              qwz: bool = False, qgz: bool = False,
-             host_link: str = DEFAULT_HOST_LINK) -> Estimate:
+             host_link: str = DEFAULT_HOST_LINK, link_efficiency=None) -> Estimate:
     """Bytes per worker for each requested stage of one (params, gpus) setting; ``fits`` judges
     the model state against ``device`` (None without one), and with ``host_memory`` the CPU
     tier of a node against it. With ``link``, each stage's communication (a bare count: stage
@@ -186,7 +189,7 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
         result = Estimate(params, gpus, layout, device, tuple(rows), host_memory=host_memory)
         return _with_communication(result, params, link, gpus_per_node,
                                    _compute(tokens_per_gpu, mfu),
-                                   {"qwz": qwz, "qgz": qgz, "host_link": host_link})
+                                   {"qwz": qwz, "qgz": qgz, "host_link": host_link}, link_efficiency)
     tiers = place(params, gpus, stages, layout, check_placement(placement))
     columns = {**tiers.gpu_categories(), "total": tiers.gpu}
     rows = []
@@ -206,7 +209,7 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
                       host_memory=host_memory)
     return _with_communication(result, params, link, gpus_per_node,
                                _compute(tokens_per_gpu, mfu),
-                               {"qwz": qwz, "qgz": qgz, "host_link": host_link})
+                               {"qwz": qwz, "qgz": qgz, "host_link": host_link}, link_efficiency)
 
 
 def estimate_model(model: str | TransformerConfig, gpus,
@@ -216,7 +219,7 @@ def estimate_model(model: str | TransformerConfig, gpus,
                    host_memory: int | None = None, link: str | Interconnect | None = None,
                    gpus_per_node: int | None = None, tokens_per_gpu: int | None = None,
                    mfu: float = DEFAULT_MFU, qwz: bool = False, qgz: bool = False,
-                   host_link: str = DEFAULT_HOST_LINK) -> Estimate:
+                   host_link: str = DEFAULT_HOST_LINK, link_efficiency=None) -> Estimate:
     """The breakdown of a model preset: persistent state and working set per stage, ``fits``
     judged on the peak (see :func:`zerolib.core.memory.working_set.stage_rows`). With ``link``, each
     stage's communication, per layer for stage 3; ``tokens_per_gpu`` defaults to the working
@@ -241,4 +244,4 @@ def estimate_model(model: str | TransformerConfig, gpus,
     tokens = settings.seq_len * settings.micro_batch if tokens_per_gpu is None else tokens_per_gpu
     return _with_communication(result, config, link, gpus_per_node,
                                ComputeSettings(tokens, mfu, settings.recompute == "full"),
-                               {"qwz": qwz, "qgz": qgz, "host_link": host_link})
+                               {"qwz": qwz, "qgz": qgz, "host_link": host_link}, link_efficiency)

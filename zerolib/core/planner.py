@@ -225,7 +225,8 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
                   host_memory: int | None = None, max_micro_batch: int = 8, stages=STAGES,
                   recompute=RECOMPUTE, chunks=(1, 2), offload=tuple(OFFLOADS),
                   sequence_parallel=(False, True), shard_groups: str = "all",
-                  working_set: WorkingSetSettings = DEFAULT_SETTINGS) -> PlanSettings:
+                  working_set: WorkingSetSettings = DEFAULT_SETTINGS,
+                  link_efficiency=None) -> PlanSettings:
     """Check every input of :func:`plan` (ValueError/TypeError naming the argument)."""
     config = get_model(model)
     gpus = check_positive_int(gpus, "gpus", MAX_GPUS)
@@ -250,7 +251,8 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: interleaved)")
     return PlanSettings(
         config, gpus, k, device, seq_len, global_batch,
-        cluster_interconnect(links_for(device, links), k), check_host_link(host_link),
+        cluster_interconnect(links_for(device, links), k, link_efficiency),
+        check_host_link(host_link),
         get_layout(layout), check_mfu(mfu),
         host_memory, max_micro_batch, _choices(stages, STAGES, "stages"),
         _choices(recompute, RECOMPUTE, "recompute"), tuple(dict.fromkeys(chunks)),
@@ -668,7 +670,9 @@ def plan(model, gpus, gpus_per_node, device, seq_len, global_batch, **options) -
     default ``pcie4-x16``), ``layout``, ``mfu``, ``host_memory``,
     ``max_micro_batch``, ``stages``, ``recompute``, ``chunks``, ``offload``,
     ``sequence_parallel``, ``shard_groups`` ("all" or "whole"), ``working_set`` (flash
-    attention, reserve, DeepSpeed's buffers)."""
+    attention, reserve, DeepSpeed's buffers), ``link_efficiency`` (the rate the links run at:
+    "achieved", the default, "line-rate" or a fraction; see
+    :class:`zerolib.core.catalogue.links.LinkEfficiency`)."""
     s = plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, **options)
     return plan_from(s)
 
