@@ -35,7 +35,7 @@ _EXPORTS = (
     ("zerolib.core.catalogue.models", ("MODELS", "get_model", "parameter_count",
                                        "active_parameter_count", "largest_layer")),
     ("zerolib.core.catalogue.devices", ("DEVICES", "get_device", "device_at")),
-    ("zerolib.core.catalogue.links", ("LINKS", "get_link")),
+    ("zerolib.core.catalogue.links", ("LINKS", "get_link", "LinkEfficiency")),
     ("zerolib.core.catalogue.nodes", ("NODES", "interconnect")),
     # your own model: a config.json or a Megatron-LM launch's arguments
     ("zerolib.core.catalogue.hf_config", ("model_from_config",)),

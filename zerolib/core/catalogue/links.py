@@ -213,13 +213,14 @@ class LinkEfficiency:
 
     def __post_init__(self):
         value = self.setting
+        allowed = f"{' or '.join(EFFICIENCY_NAMES)} or a fraction above 0 and at most 1"
         if isinstance(value, str) and value.strip().lower() in EFFICIENCY_NAMES:
             object.__setattr__(self, "setting", value.strip().lower())
             return
-        if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not 0 < value <= 1):   # NaN fails the comparison too
-            raise ValueError(f"link_efficiency must be {' or '.join(EFFICIENCY_NAMES)} or a "
-                             f"fraction above 0 and at most 1, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise TypeError(f"link_efficiency must be {allowed}, got {value!r}")
+        if isinstance(value, str) or not 0 < value <= 1:   # NaN fails the comparison too
+            raise ValueError(f"link_efficiency must be {allowed}, got {value!r}")
         object.__setattr__(self, "setting", float(value))
 
     def __deepcopy__(self, memo) -> LinkEfficiency:
