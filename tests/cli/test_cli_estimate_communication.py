@@ -61,8 +61,8 @@ def test_model_takes_tokens_and_recomputation_from_the_working_set(capsys):
 
 
 def test_without_a_device_times_stop_at_the_network(capsys):
-    result = estimate_json(capsys, "--params", "1B", "--gpus", "4", "--link", "ib-ndr", "--link-efficiency", "line-rate",
-                     "--stage", "0")
+    result = estimate_json(capsys, "--params", "1B", "--gpus", "4", "--link", "ib-ndr",
+                     "--link-efficiency", "line-rate", "--stage", "0")
     c = result["stages"][0]["communication"]
     # 2 x 3 x 250,000,000 x 2 bytes = 3 GB at 50 GB/s + 8.4 + 6 x 14.0 = 92.4 us.
     assert math.isclose(c["communication_seconds"], 3e9 / 50e9 + 92.4e-6)
@@ -71,8 +71,8 @@ def test_without_a_device_times_stop_at_the_network(capsys):
 
 
 def test_gpus_per_node(capsys):
-    result = estimate_json(capsys, "--params", "7B", "--gpus", "8", "--link", "dgx-h100", "--link-efficiency", "line-rate",
-                     "--gpus-per-node", "4")
+    result = estimate_json(capsys, "--params", "7B", "--gpus", "8", "--link", "dgx-h100",
+                     "--link-efficiency", "line-rate", "--gpus-per-node", "4")
     # Two nodes of 4 GPUs with 4 NDR ports each: 4 x 50 = 200 GB/s across them.
     assert result["interconnect"]["gpus_per_node"] == 4
     assert result["interconnect"]["nics_per_node"] == 4

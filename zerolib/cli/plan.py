@@ -262,8 +262,8 @@ def as_table(result, top: int, unit: str) -> str:
                                                  f"{ic.network.label} across")
     lines = [
         f"Plan for {s.model.name} on {s.gpus:,} x {s.device.label} ({s.gpus_per_node} per node; "
-        f"{links}; {efficiency_words(ic.efficiency.name)}), sequence {s.seq_len:,}, global batch {s.global_batch:,} sequences, layout "
-        f"{s.layout.name}, mfu {s.mfu:g}"
+        f"{links}; {efficiency_words(ic.efficiency.name)}), sequence {s.seq_len:,}, global batch "
+        f"{s.global_batch:,} sequences, layout {s.layout.name}, mfu {s.mfu:g}"
         + ("" if s.host_memory is None else f", {to_unit(s.host_memory, unit):,.2f} {unit} of CPU "
                                             f"memory per node")
         + (f", offload over {s.host_link.label}" if set(s.offload) - {"none"} else "") + ".",

@@ -24,7 +24,8 @@ per collective kind the calls, bytes handed, sent and received per GPU and secon
 compute, exposed and step seconds and the network-wait fraction when a device is given), and
 the object gains ``interconnect`` (with the ``bus_bandwidth`` of a ring over all its GPUs,
 bytes per second, and ``link_efficiency``: the rate its links ran at, "achieved" by default,
-"line-rate" or a fraction, given as ``link_efficiency``) and ``compute_settings`` (tokens per GPU, mfu, FLOPs per parameter and token).
+"line-rate" or a fraction, given as ``link_efficiency``) and ``compute_settings`` (tokens per
+GPU, mfu, FLOPs per parameter and token).
 
 The ``communication`` object follows the placement: a shard group's all-gathers and
 reduce-scatter run inside the group and each gradient shard is all-reduced across the replicas

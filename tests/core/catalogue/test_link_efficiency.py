@@ -152,3 +152,15 @@ def test_the_plan_says_which_efficiency_it_assumed():
                        max_micro_batch=1).settings
     assert settings.as_dict()["links"]["link_efficiency"] == "line-rate"
     assert np.isclose(settings.interconnect.intra_rate, 450e9)
+
+
+def test_the_fall_at_small_messages_is_the_latency_term():
+    # NCCL's own model (tuning.cc): time = latency + bytes / bus bandwidth. An all-gather of
+    # S = 8 MiB over the 8 GPUs of a DGX H100 sends 7/8 x S = 7,340,032 B per GPU: 32.2 us
+    # (8.4 + 7 x 3.4) + 7,340,032 / 370e9 s = 52.038 us, a bus bandwidth of 141.05 GB/s; at
+    # S = 8 GiB the latency is lost in 20.35 ms and the bus bandwidth is 369.41 GB/s.
+    ic = interconnect("dgx-h100")
+    for size, busbw in ((8 * 2**20, 141.05e9), (8 * 2**30, 369.41e9)):
+        sent = 7 * size / 8
+        seconds = float(collective_seconds("all_gather", sent, 1, 8, ic))
+        assert sent / seconds == pytest.approx(busbw, rel=1e-4)

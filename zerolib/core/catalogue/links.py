@@ -1,8 +1,9 @@
 """The link catalogue: how fast bytes leave a GPU over each kind of connection, with sources.
 
-Every bandwidth here is **per direction** (bytes per second one way, A to B), the figure a ring
-collective runs at: NVIDIA's nccl-tests compare their "bus bandwidth" with it (NCCL maintainer
-S. Jeaugey, NVIDIA/nccl-tests issue #212: 450 GB/s per direction for H100 NVLink). Vendors
+Every bandwidth here is **per direction** (bytes per second one way, A to B). ``bandwidth`` is
+the line rate, the figure NVIDIA's nccl-tests compare their "bus bandwidth" with (NCCL
+maintainer S. Jeaugey, NVIDIA/nccl-tests issue #212: 450 GB/s per direction for H100 NVLink,
+"the line rate"); ``achieved`` is what a ring collective reaches (below). Vendors
 headline NVLink and PCIe **bidirectionally** (both directions added: "900 GB/s" for H100
 NVLink is 450 GB/s each way), and network ports per direction (a 400 Gb/s InfiniBand port
 carries 400 Gb/s each way, full duplex); ``headline`` quotes the vendor's figure and
@@ -21,7 +22,8 @@ earlier model) or a fraction of the line rate in (0, 1]. How the bus bandwidth f
 messages is not a second factor: as in NCCL's own tuning model (``src/graph/tuning.cc``: time =
 latency + bytes / bus bandwidth per algorithm and protocol) it is the latency term below. At
 small messages NCCL switches to its LL and LL128 protocols, whose lower latency the model
-leaves out, so small collectives are timed on the slow side.
+leaves out, so small collectives are timed on the slow side; no published nccl-tests curve was
+held against this fall.
 
 ``hop_latency`` is the time one step of a ring adds on that kind of link: NCCL's own tuning
 constants for the ring algorithm with its Simple protocol, the one it uses for large messages

@@ -21,7 +21,8 @@ parallelism: a ring over ``size`` GPUs whose ranks are ``stride`` apart (ranks f
 order, :func:`zerolib.core.step.collectives.ring_timing`) with ``per_node`` of them on a node
 stays inside one node when size x stride <= K GPUs per node and runs at the intra-node link's
 rate; otherwise it leaves each node through the node's ports, shared by the K / per_node rings
-that leave it at once: bus bandwidth min(intra-node rate, ports x port rate x per_node / K). A
+that leave it at once: bus bandwidth min(intra-node rate, ports x port rate x per_node / K),
+every rate the one NCCL reaches by default (the interconnect's ``LinkEfficiency``). A
 shard group of G <= K GPUs sits in a node; the all-reduce across its replicas (ranks G apart)
 shares the ports min(G, K) ways; with tensor parallelism t every data-parallel ring's ranks are t
 times further apart. Latency is NCCL's base plus a hop per ring step, the network's for the
