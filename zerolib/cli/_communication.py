@@ -6,7 +6,7 @@ Kept apart from ``estimate.py`` so that file only gains a few calls.
 """
 from __future__ import annotations
 
-from zerolib.core.catalogue.links import EFFICIENCY_NAMES, LINKS, get_link
+from zerolib.core.catalogue.links import EFFICIENCY_NAMES, LINKS, get_link, link_efficiency
 from zerolib.core.catalogue.nodes import NODES, interconnect
 from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.parse import parse_fraction, parse_whole
@@ -134,12 +134,8 @@ def describe(result: dict) -> str:
 
 
 def efficiency_words(name: str) -> str:
-    """How the text says which link efficiency an answer used."""
-    if name == "achieved":
-        return "the links at the bus bandwidth NCCL reaches"
-    if name == "line-rate":
-        return "the links at line rate"
-    return f"the links at {float(name):g} of line rate"
+    """How the text says which link efficiency an answer used (``name`` from its JSON)."""
+    return link_efficiency(name if name in EFFICIENCY_NAMES else float(name)).words
 
 
 def _seconds(value) -> str:

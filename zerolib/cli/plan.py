@@ -12,7 +12,6 @@ from zerolib.cli._arguments import add_layout_arguments, layout_from
 from zerolib.cli._communication import (
     HOST_LINKS,
     add_link_efficiency,
-    efficiency_words,
     host_link_from,
     link_efficiency_from,
 )
@@ -262,7 +261,7 @@ def as_table(result, top: int, unit: str) -> str:
                                                  f"{ic.network.label} across")
     lines = [
         f"Plan for {s.model.name} on {s.gpus:,} x {s.device.label} ({s.gpus_per_node} per node; "
-        f"{links}; {efficiency_words(ic.efficiency.name)}), sequence {s.seq_len:,}, global batch "
+        f"{links}; {ic.efficiency.words}), sequence {s.seq_len:,}, global batch "
         f"{s.global_batch:,} sequences, layout {s.layout.name}, mfu {s.mfu:g}"
         + ("" if s.host_memory is None else f", {to_unit(s.host_memory, unit):,.2f} {unit} of CPU "
                                             f"memory per node")

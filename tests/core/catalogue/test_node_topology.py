@@ -90,3 +90,15 @@ def test_the_overhead_follows_the_host_not_the_efficiency():
     # A single link has no nodes: every step on it, no overhead added.
     assert float(ring_latency(interconnect("nvlink3"), "all_reduce", 64)) == pytest.approx(
         (8.4 + 126 * 3.4) * US, rel=1e-12)
+
+
+@pytest.mark.parametrize("efficiency", ["achieved", "line-rate", 0.7])
+def test_the_caption_figure_is_the_ring_models_for_every_node(efficiency):
+    # nodes.bus_bandwidth (captions) and collectives.ring_timing (the step) agree at stride 1.
+    sizes = list(range(1, 65)) + [128, 1000, 1024]
+    for name in NODES:
+        for per_node in (None, 2, 4):
+            ic = interconnect(name, per_node, efficiency)
+            caption = bus_bandwidth(ic, sizes)
+            ring = ring_timing(ic, "all_gather", sizes)[1]
+            assert [float(c) for c in caption] == [float(r) for r in ring], (name, per_node)

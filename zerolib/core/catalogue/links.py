@@ -241,6 +241,15 @@ class LinkEfficiency:
         """What output says was used: "achieved", "line-rate" or the fraction."""
         return self.setting if isinstance(self.setting, str) else f"{self.setting:g}"
 
+    @property
+    def words(self) -> str:
+        """The same in a sentence: "the links at line rate" and so on."""
+        if self.setting == "achieved":
+            return "the links at the bus bandwidth NCCL reaches"
+        if self.setting == "line-rate":
+            return "the links at line rate"
+        return f"the links at {self.name} of line rate"
+
 
 ACHIEVED = LinkEfficiency()
 LINE_RATE = LinkEfficiency("line-rate")
