@@ -102,3 +102,13 @@ def test_the_caption_figure_is_the_ring_models_for_every_node(efficiency):
             caption = bus_bandwidth(ic, sizes)
             ring = ring_timing(ic, "all_gather", sizes)[1]
             assert [float(c) for c in caption] == [float(r) for r in ring], (name, per_node)
+
+
+def test_a_host_cpu_outside_nccls_table_is_refused_by_name():
+    from zerolib.core.catalogue.links import get_link
+    from zerolib.core.catalogue.nodes import Interconnect, Node
+    link, port = get_link("nvlink4"), get_link("ib-ndr")
+    with pytest.raises(ValueError, match="host_cpu must be one of intel, amd, other, got 'arm'"):
+        Node("x", "x", 8, link, port, 8, True, "a source", host_cpu="arm")
+    with pytest.raises(ValueError, match="host_cpu must be one of intel, amd, other, got 'arm'"):
+        Interconnect("x", "x", link, port, 8, 8, host_cpu="arm")
