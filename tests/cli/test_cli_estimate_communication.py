@@ -19,7 +19,7 @@ def test_without_link_the_json_is_as_before(capsys):
 
 def test_link_adds_communication_and_keeps_every_key(capsys):
     result = estimate_json(capsys, "--params", "7B", "--gpus", "64", "--device", "h100-80gb",
-                     "--link", "dgx-h100")
+                     "--link", "dgx-h100", "--link-efficiency", "line-rate")
     assert set(result) == EXISTING_KEYS | {"interconnect", "compute_settings", "fits_judges"}
     assert all(set(row) == STAGE_KEYS | {"communication"} for row in result["stages"])
     # ceil(7e9 / 64) = 109,375,000 elements per chunk, 2 bytes: one ring pass sends
@@ -52,7 +52,7 @@ def test_link_adds_communication_and_keeps_every_key(capsys):
 def test_model_takes_tokens_and_recomputation_from_the_working_set(capsys):
     result = estimate_json(capsys, "--model", "llama-2-7b", "--gpus", "8", "--seq", "2048",
                      "--micro-batch", "4", "--recompute", "full", "--device", "h100-80gb",
-                     "--link", "dgx-h100", "--mfu", "50%")
+                     "--link", "dgx-h100", "--link-efficiency", "line-rate", "--mfu", "50%")
     # The attention core per token: 32 layers x 2 x 2,048 x 32 heads x (128 + 128) = 2^30.
     assert result["compute_settings"] == {"tokens_per_gpu": 8192, "mfu": 0.5, "recompute": "full",
                                           "full_recompute": True, "flops_per_param_token": 8,
@@ -69,7 +69,7 @@ def test_model_takes_tokens_and_recomputation_from_the_working_set(capsys):
 
 def test_without_a_device_times_stop_at_the_network(capsys):
     result = estimate_json(capsys, "--params", "1B", "--gpus", "4", "--link", "ib-ndr",
-                     "--stage", "0")
+                     "--link-efficiency", "line-rate", "--stage", "0")
     c = result["stages"][0]["communication"]
     # 2 x 3 x 250,000,000 x 2 bytes = 3 GB at 50 GB/s + 8.4 + 6 x 14.0 = 92.4 us.
     assert math.isclose(c["communication_seconds"], 3e9 / 50e9 + 92.4e-6)
@@ -79,7 +79,7 @@ def test_without_a_device_times_stop_at_the_network(capsys):
 
 def test_gpus_per_node(capsys):
     result = estimate_json(capsys, "--params", "7B", "--gpus", "8", "--link", "dgx-h100",
-                     "--gpus-per-node", "4")
+                     "--link-efficiency", "line-rate", "--gpus-per-node", "4")
     # Two nodes of 4 GPUs with 4 NDR ports each: 4 x 50 = 200 GB/s across them.
     assert result["interconnect"]["gpus_per_node"] == 4
     assert result["interconnect"]["nics_per_node"] == 4
@@ -88,7 +88,7 @@ def test_gpus_per_node(capsys):
 
 def test_table_and_csv_columns(capsys):
     status, out, _ = run(capsys, "estimate", "--params", "7B", "--gpus", "64", "--device",
-                         "h100-80gb", "--link", "ib-ndr")
+                         "h100-80gb", "--link", "ib-ndr", "--link-efficiency", "line-rate")
     assert status == 0
     assert "sent/GPU [GB]" in out and "network wait" in out and "bus bandwidth 50.0 GB/s" in out
     # Stage 3 sends 3 x 13.78 = 41.34 GB per GPU.

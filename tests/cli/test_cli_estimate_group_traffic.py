@@ -16,7 +16,7 @@ NEW_KEYS = {"shard_group", "replicas", "qwz", "qgz", "cross_node_bytes", "host_s
 
 def test_a_shard_group_is_timed_on_its_links(capsys):
     result = estimate_json(capsys, "--params", "7B", "--gpus", "64", "--link", "dgx-h100",
-                     "--shard-group", "8", "--stage", "2", "--device", "h100-80gb")
+                     "--link-efficiency", "line-rate", "--shard-group", "8", "--stage", "2", "--device", "h100-80gb")
     (row,) = result["stages"]
     c = row["communication"]
     assert set(c) == COMMUNICATION_KEYS | NEW_KEYS
@@ -98,7 +98,7 @@ def test_a_single_link_runs_every_ring_alike(capsys):
     # ib-ndr joins every GPU alike (no nodes): any group that divides the GPUs, every ring at
     # one port's 50 GB/s, nothing counted as leaving a node.
     result = estimate_json(capsys, "--params", "7B", "--gpus", "48", "--link", "ib-ndr",
-                     "--shard-group", "12", "--stage", "3")
+                     "--link-efficiency", "line-rate", "--shard-group", "12", "--stage", "3")
     c = result["stages"][0]["communication"]
     assert c["cross_node_bytes"] is None and (c["shard_group"], c["replicas"]) == (12, 4)
     assert {e["link"] for e in c["schedule"]} == {"ib-ndr"}

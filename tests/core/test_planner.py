@@ -95,7 +95,7 @@ def test_tiny_times_with_a_shard_group_and_offload_by_hand():
     # 0.4e12 = 4.896e-8 s, backward twice that. Everything communicated is exposed.
     result = plan(TINY, 4, 2, TINY_GPU, 8, 4, links="nvlink4,ib-ndr", max_micro_batch=1,
                   recompute=("none",), chunks=(1,), stages=(2,), sequence_parallel=(False,),
-                  host_memory=2**30, working_set=BARE)
+                  host_memory=2**30, working_set=BARE, link_efficiency="line-rate")
     v = result.valid
 
     def seconds(**match):

@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 import zerolib as zl
-from zerolib.core.step.model_parallel_traffic import tensor_parallel_traffic
-from zerolib.core.step.parallel import bubble_fraction
 from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.memory.pipeline_schedule import layer_activations_held
 from zerolib.core.planner import PLAN_LEFT_OUT, describe_configuration
+from zerolib.core.step.model_parallel_traffic import tensor_parallel_traffic
+from zerolib.core.step.parallel import bubble_fraction
+from zerolib.core.step.time import attention_core_flops
 from zerolib.core.units import format_value
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "07-when-zero-is-not-enough.ipynb"
@@ -89,7 +90,7 @@ def test_fewest_read(cells):
          f"the activations fall to {gb(full64.working_set['activations'])} GB",
          f"stage 3 fits from {fewest} GPUs", f"({gb(full64.total)} GB on 64)",
          "8 FLOPs per parameter and token instead of 6, a third more compute",
-         f"{zl.attention_core_flops(M, 4096) / zl.parameter_count(M):.2f} more per parameter and token")
+         f"{attention_core_flops(M, 4096) / zl.parameter_count(M):.2f} more per parameter and token")
     assert zl.ComputeSettings(1, 0.4, "full").flops_per_param_token == 8
     assert zl.ComputeSettings(1, 0.4).flops_per_param_token == 6
 

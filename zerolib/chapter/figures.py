@@ -280,7 +280,8 @@ def _step_sentence(options: FigureOptions) -> str:
              f"leaving the node through {ic.nics} x {ic.network.label}")
     return (f"{model.name} ({parameter_count(model):,} parameters) on {options.step_gpus} "
             f"{options.step_device.label}, {where}: bus bandwidth "
-            f"{float(bus_bandwidth(ic, options.step_gpus)) / GB:g} GB/s per GPU and direction. "
+            f"{float(bus_bandwidth(ic, options.step_gpus)) / GB:g} GB/s per GPU and direction "
+            f"({ic.efficiency.words}). "
             f"{compute.tokens_per_gpu:,} tokens per GPU per step, "
             f"{compute.flops_per_param_token} FLOPs per parameter and token at {compute.mfu:.0%} "
             f"of the device's peak ({options.step_device.peak_flops / 10**12:g} TFLOP/s dense "

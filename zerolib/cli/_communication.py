@@ -1,13 +1,13 @@
 """The communication options of ``zerolib estimate`` (``--link``, ``--gpus-per-node``,
-``--tokens-per-gpu``, ``--mfu``, ``--qwz``, ``--qgz``, ``--host-link``): parsing them, and the
-table and CSV columns they add.
+``--tokens-per-gpu``, ``--mfu``, ``--qwz``, ``--qgz``, ``--host-link``, ``--link-efficiency``,
+the last shared with ``zerolib plan``): parsing them, and the table and CSV columns they add.
 
 Kept apart from ``estimate.py`` so that file only gains a few calls.
 """
 from __future__ import annotations
 
 from zerolib.core.catalogue.hosts import DEFAULT_HOST, HOSTS
-from zerolib.core.catalogue.links import LINKS, get_link
+from zerolib.core.catalogue.links import EFFICIENCY_NAMES, LINKS, get_link, link_efficiency
 from zerolib.core.catalogue.nodes import NODES, interconnect
 from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.parse import parse_fraction, parse_whole
@@ -18,7 +18,12 @@ from zerolib.core.units import to_unit
 
 OPTIONS = {"tokens_per_gpu": "--tokens-per-gpu",
            "mfu": "--mfu", "qwz": "--qwz", "qgz": "--qgz", "host_link": "--host-link",
-           "host": "--host", "cpu_adam_rate": "--cpu-adam-rate"}
+           "host": "--host", "cpu_adam_rate": "--cpu-adam-rate",
+           "link_efficiency": "--link-efficiency"}
+LINK_EFFICIENCY_HELP = ("the rate every link runs at: achieved (the default: the bus bandwidth "
+                        "NCCL reaches at large messages, e.g. 370 of NVLink 4's 450 GB/s), "
+                        "line-rate (the vendor's figure), or a fraction of the line rate in "
+                        "(0, 1] such as 0.8 or 80%%")
 SECONDS = ("communication_seconds", "compute_seconds", "exposed_seconds", "step_seconds")
 # Appended after the columns above (which keep their places): qgZ's all-to-alls, the group,
 # the bytes leaving a node and the offload transfers' seconds.
@@ -53,6 +58,7 @@ def add_arguments(parser) -> None:
                        help=f"the PCIe link offload copies and NVMe reads and writes run on "
                             f"({', '.join(HOST_LINKS)}; default {DEFAULT_HOST_LINK})")
     add_host_arguments(group)
+    add_link_efficiency(group)
 
 
 def add_host_arguments(parser) -> None:
@@ -89,6 +95,23 @@ def host_options_from(args, offload_optimizer: bool, offloads: bool) -> dict:
     return out
 
 
+def add_link_efficiency(parser) -> None:
+    """``--link-efficiency`` (estimate's communication group, plan)."""
+    parser.add_argument("--link-efficiency", metavar="E", help=LINK_EFFICIENCY_HELP)
+
+
+def link_efficiency_from(text: str) -> str | float:
+    """``--link-efficiency``: achieved, line-rate, or a fraction in (0, 1]."""
+    name = text.strip().lower()
+    if name in EFFICIENCY_NAMES:
+        return name
+    try:
+        return parse_fraction(text, "--link-efficiency")
+    except ValueError:
+        raise ValueError(f"--link-efficiency must be {' or '.join(EFFICIENCY_NAMES)} or a "
+                         f"fraction above 0 and at most 1, got {text!r}") from None
+
+
 def options_from(args) -> dict:
     """Keyword arguments for ``estimate`` / ``estimate_model``; the flags need ``--link``."""
     if args.link is None:
@@ -111,6 +134,8 @@ def options_from(args) -> dict:
     if args.mfu is not None:
         out["mfu"] = parse_fraction(args.mfu, "--mfu", minimum=MIN_MFU)
     out.update(qwz=bool(args.qwz), qgz=bool(args.qgz))
+    if args.link_efficiency is not None:
+        out["link_efficiency"] = link_efficiency_from(args.link_efficiency)
     if args.host_link is not None:
         if args.offload_optimizer is None and args.offload_params is None:
             raise ValueError("--host-link needs --offload-optimizer or --offload-params (it "
@@ -150,7 +175,7 @@ def describe(result: dict) -> str:
         time += (f"; {compute['recompute']} recomputation repeats the attention core, "
                  f"{compute['recomputed_attention_flops_per_token']:,} FLOPs per token")
     line = (f"Communication over {where}: bus bandwidth {ic['bus_bandwidth'] / 1e9:,.1f} GB/s per "
-            f"GPU and direction; {time}.")
+            f"GPU and direction ({efficiency_words(ic['link_efficiency'])}); {time}.")
     hosts = [row["communication"]["host"] for row in result["stages"]
              if row["communication"]["host"] is not None]
     return line if not hosts else line + "\n" + _host_line(hosts[0])
@@ -168,6 +193,11 @@ def _host_line(host: dict) -> str:
     return (f"Offload host: {node['cpus']} ({node['name']}); {step}; NVMe at "
             f"{host['nvme_read_bandwidth'] / 1e9:,.2f} GB/s read, "
             f"{host['nvme_write_bandwidth'] / 1e9:,.2f} GB/s written per GPU.")
+
+
+def efficiency_words(name: str) -> str:
+    """How the text says which link efficiency an answer used (``name`` from its JSON)."""
+    return link_efficiency(name if name in EFFICIENCY_NAMES else float(name)).words
 
 
 def _seconds(value) -> str:

@@ -10,7 +10,14 @@ from zerolib.cli import _own_model as own_model_cli
 from zerolib.cli import _run as run_cli
 from zerolib.cli import _working_set as working_set_cli
 from zerolib.cli._arguments import add_layout_arguments, layout_from
-from zerolib.cli._communication import HOST_LINKS, add_host_arguments, host_link_from, host_options_from
+from zerolib.cli._communication import (
+    HOST_LINKS,
+    add_host_arguments,
+    add_link_efficiency,
+    host_link_from,
+    host_options_from,
+    link_efficiency_from,
+)
 from zerolib.cli._output import json_text, text_table
 from zerolib.core.catalogue.devices import DEVICES
 from zerolib.core.catalogue.links import LINKS
@@ -66,6 +73,7 @@ def register(commands) -> None:
                              "GPU alike (" + ", ".join(LINKS) + "); default: the node the device "
                              "comes in (" + ", ".join(f"{d}: {n}" for d, n in DEFAULT_LINKS.items()) + ")")
     add_layout_arguments(parser, default="mixed-adam")
+    add_link_efficiency(parser)
     parser.add_argument("--mfu", metavar="U",
                         help=f"fraction of the device's peak the compute reaches, e.g. 0.4 or 40%% "
                              f"(default {DEFAULT_MFU:g})")
@@ -136,6 +144,8 @@ def options_from(args, config) -> dict:
         options["mfu"] = parse_fraction(args.mfu, "--mfu", minimum=MIN_MFU)
     if args.host_link is not None:
         options["host_link"] = host_link_from(args.host_link)
+    if args.link_efficiency is not None:
+        options["link_efficiency"] = link_efficiency_from(args.link_efficiency)
     if args.host_memory is not None:
         options["host_memory"] = parse_size(args.host_memory, "--host-memory", maximum=MAX_BYTES)
     if args.max_micro_batch is not None:
@@ -273,8 +283,8 @@ def as_table(result, top: int, unit: str) -> str:
                                                  f"{ic.network.label} across")
     lines = [
         f"Plan for {s.model.name} on {s.gpus:,} x {s.device.label} ({s.gpus_per_node} per node; "
-        f"{links}), sequence {s.seq_len:,}, global batch {s.global_batch:,} sequences, layout "
-        f"{s.layout.name}, mfu {s.mfu:g}"
+        f"{links}; {ic.efficiency.words}), sequence {s.seq_len:,}, global batch "
+        f"{s.global_batch:,} sequences, layout {s.layout.name}, mfu {s.mfu:g}"
         + ("" if s.host_memory is None else f", {to_unit(s.host_memory, unit):,.2f} {unit} of CPU "
                                             f"memory per node")
         + (f", offload over {s.host_link.label} on {s.host.host.label}'s CPUs and drives "

@@ -23,8 +23,10 @@ each stage row also carries ``communication`` (:func:`zerolib.core.step.tables.c
 per collective kind the calls, bytes handed, sent and received per GPU and seconds; totals;
 compute, exposed and step seconds and the network-wait fraction when a device is given), and
 the object gains ``interconnect`` (with the ``bus_bandwidth`` of a ring over all its GPUs,
-bytes per second) and ``compute_settings`` (tokens per GPU, mfu, the recompute setting, FLOPs per
-parameter and token, the attention core's FLOPs per token and what recomputation repeats of it).
+bytes per second, and ``link_efficiency``: the rate its links ran at, "achieved" by default,
+"line-rate" or a fraction, given as ``link_efficiency``) and ``compute_settings`` (tokens per
+GPU, mfu, the recompute setting, FLOPs per parameter and token, the attention core's FLOPs per
+token and what recomputation repeats of it).
 
 The ``communication`` object follows the placement: a shard group's all-gathers and
 reduce-scatter run inside the group and each gradient shard is all-reduced across the replicas
@@ -141,17 +143,19 @@ class Estimate:
 
 
 def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
-                        traffic_options: dict) -> Estimate:
+                        traffic_options: dict, link_efficiency=None) -> Estimate:
     """``result`` with a ``communication`` object in every stage row (see the module doc)."""
     if link is None:
         if gpus_per_node is not None:
             raise ValueError("gpus_per_node needs a link")
+        if link_efficiency is not None:
+            raise ValueError("link_efficiency needs a link")
         used = [name for name, value in traffic_options.items()
                 if value != TRAFFIC_DEFAULTS[name]]
         if used:
             raise ValueError(f"{used[0]} needs a link")
         return result
-    ic = interconnect(link, gpus_per_node)
+    ic = interconnect(link, gpus_per_node, link_efficiency)
     stages = [row["stage"] for row in result.stages]
     options = dict(traffic_options)
     host = host_settings_for(ic.name, options.pop("host"), options.pop("cpu_adam_rate"))
@@ -236,7 +240,7 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
              tokens_per_gpu: int = DEFAULT_TOKENS_PER_GPU, mfu: float = DEFAULT_MFU,
              qwz: bool = False, qgz: bool = False,
              host_link: str = DEFAULT_HOST_LINK, host: str | None = None,
-             cpu_adam_rate: float | None = None) -> Estimate:
+             cpu_adam_rate: float | None = None, link_efficiency=None) -> Estimate:
     """Bytes per worker for each requested stage of one (params, gpus) setting; ``fits`` judges
     the model state against ``device`` (None without one), and with ``host_memory`` the CPU
     tier of a node against it. With ``link``, each stage's communication (a bare count: stage
@@ -256,7 +260,7 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
         return _with_communication(result, params, link, gpus_per_node,
                                    _compute(tokens_per_gpu, mfu),
                                    {"qwz": qwz, "qgz": qgz, "host_link": host_link, "host": host,
-                                    "cpu_adam_rate": cpu_adam_rate})
+                                    "cpu_adam_rate": cpu_adam_rate}, link_efficiency)
     tiers = place(params, gpus, stages, layout, check_placement(placement))
     columns = {**tiers.gpu_categories(), "total": tiers.gpu}
     rows = []
@@ -277,7 +281,7 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
     return _with_communication(result, params, link, gpus_per_node,
                                _compute(tokens_per_gpu, mfu),
                                {"qwz": qwz, "qgz": qgz, "host_link": host_link, "host": host,
-                                    "cpu_adam_rate": cpu_adam_rate})
+                                    "cpu_adam_rate": cpu_adam_rate}, link_efficiency)
 
 
 def estimate_model(model: str | TransformerConfig, gpus,
@@ -289,7 +293,8 @@ def estimate_model(model: str | TransformerConfig, gpus,
                    mfu: float = DEFAULT_MFU, qwz: bool = False, qgz: bool = False,
                    host_link: str = DEFAULT_HOST_LINK, host: str | None = None,
                    cpu_adam_rate: float | None = None, expert_parallel: int = 1,
-                   expert_tensor_parallel: int | None = None) -> Estimate:
+                   expert_tensor_parallel: int | None = None,
+                   link_efficiency=None) -> Estimate:
     """The breakdown of a model preset: persistent state and working set per stage, ``fits``
     judged on the peak (see :func:`zerolib.core.memory.working_set.stage_rows`). With ``link``, each
     stage's communication, per layer for stage 3; ``tokens_per_gpu`` defaults to the working
@@ -324,4 +329,4 @@ def estimate_model(model: str | TransformerConfig, gpus,
     return _with_communication(result, config, link, gpus_per_node,
                                ComputeSettings.for_run(config, settings, mfu, tokens_per_gpu),
                                {"qwz": qwz, "qgz": qgz, "host_link": host_link, "host": host,
-                                "cpu_adam_rate": cpu_adam_rate})
+                                "cpu_adam_rate": cpu_adam_rate}, link_efficiency)

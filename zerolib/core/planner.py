@@ -234,7 +234,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
                   recompute=RECOMPUTE, chunks=ALL_CHUNKS, offload=tuple(OFFLOADS),
                   sequence_parallel=(False, True), shard_groups: str = "all",
                   working_set: WorkingSetSettings = DEFAULT_SETTINGS, host: str | None = None,
-                  cpu_adam_rate: float | None = None) -> PlanSettings:
+                  cpu_adam_rate: float | None = None, link_efficiency=None) -> PlanSettings:
     """Check every input of :func:`plan` (ValueError/TypeError naming the argument). ``host``
     (None: the node of ``links`` where the host catalogue has it, else DGX A100's) and
     ``cpu_adam_rate`` (None: the roofline alone) time offload's CPU step and NVMe."""
@@ -263,7 +263,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         if not chunks:
             raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: "
                              "interleaved)")
-    ic = cluster_interconnect(links_for(device, links), k)
+    ic = cluster_interconnect(links_for(device, links), k, link_efficiency)
     return PlanSettings(
         config, gpus, k, device, seq_len, global_batch,
         ic, check_host_link(host_link),
@@ -686,7 +686,9 @@ def plan(model, gpus, gpus_per_node, device, seq_len, global_batch, **options) -
     NVMe run on), ``layout``, ``mfu``, ``host_memory``,
     ``max_micro_batch``, ``stages``, ``recompute``, ``chunks``, ``offload``,
     ``sequence_parallel``, ``shard_groups`` ("all" or "whole"), ``working_set`` (flash
-    attention, reserve, DeepSpeed's buffers)."""
+    attention, reserve, DeepSpeed's buffers), ``link_efficiency`` (the rate the links run at:
+    "achieved", the default, "line-rate" or a fraction; see
+    :class:`zerolib.core.catalogue.links.LinkEfficiency`)."""
     s = plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, **options)
     return plan_from(s)
 

@@ -1,19 +1,20 @@
 """The step-time explorer, driven headlessly: its starting table, controls and image.
 
 Worked out by hand for the chapter's setting: Llama-2-7B (P = 6,738,415,616 parameters, layers
-that all divide by 64) on 64 H100 80GB in DGX H100 nodes (NVLink 4 inside at 450 GB/s, 8 NDR
-ports of 50 GB/s per node: 400 GB/s across), 4,096 tokens per GPU, 40 % of 989.5 TFLOP/s,
-mixed-precision Adam (16-bit parameters and gradients).
+that all divide by 64) on 64 H100 80GB in DGX H100 nodes, the links at the bus bandwidth NCCL
+reaches (the default): NVLink 4 at 370 GB/s inside (nccl-tests issue #212), 8 NDR ports of
+48 GB/s per node (issue #267) = 384 GB/s across, so min(370, 384) = 370 GB/s; 4,096 tokens per
+GPU, 40 % of 989.5 TFLOP/s, mixed-precision Adam (16-bit parameters and gradients).
 - Compute: 6 x P x 4096 / (0.4 x 989.5e12) = 0.418401 s; forward a third (0.139467 s).
-- One ring pass: 63 x P/64 x 2 bytes = 13,266,255,744 bytes per GPU: 0.0331656 s at 400 GB/s.
-- Ring latency over 8 nodes: all-gather or reduce-scatter 8.4 + 56 x 3.4 + 7 x 14.0 = 296.8 us,
-  all-reduce 8.4 + 112 x 3.4 + 14 x 14.0 = 585.2 us.
-- Stage 0: an all-reduce of two passes, 0.0669165 s, hidden in the 0.278934 s backward.
-- Stages 1-2: reduce-scatter hidden; the all-gather after the step (0.0334624 s) is not:
-  step 0.451864 s, 7.4 % waiting.
+- One ring pass: 63 x P/64 x 2 bytes = 13,266,255,744 bytes per GPU: 0.0358547 s at 370 GB/s.
+- Ring latency over 8 nodes (Intel hosts: NVLink's 3.4 us per step): all-gather or
+  reduce-scatter 8.4 + 56 x 3.4 + 7 x 14.0 = 296.8 us, all-reduce 8.4 + 112 x 3.4 + 14 x 14.0 =
+  585.2 us.
+- Stage 0: an all-reduce of two passes, 0.0722947 s, hidden in the 0.278934 s backward.
+- Stages 1-2: reduce-scatter hidden; the all-gather after the step (0.0361515 s) is not:
+  step 0.454553 s, 8.0 % waiting.
 - Stage 3: 35 layers (embedding, 32 blocks, final norm, output projection) gathered per pass:
-  forward 0.0331656 + 35 x 296.8e-6 = 0.0435536 s, hidden in 0.139467 s; backward twice that,
-  hidden in 0.278934 s: step 0.418401 s.
+  three passes 3 x 0.0358547 + 105 x 296.8e-6 = 0.138728 s, hidden; step 0.418401 s.
 - Peaks (zerolib estimate --model llama-2-7b --gpus 64, flash attention, no recomputation):
   144.44, 52.37, 39.10 and 27.84 GB.
 """
@@ -53,13 +54,13 @@ def test_explorer_starts_at_the_chapter_setting(explorer, tradeoff):
     assert explorer.data.equals(tradeoff)
     table = explorer.table.value
     assert cells(table, "Plain data parallelism") == [
-        "Plain data parallelism", "144 GB", "too big", "26.5 GB", "0.067 s", "0.42 s", "0%"]
+        "Plain data parallelism", "144 GB", "too big", "26.5 GB", "0.072 s", "0.42 s", "0%"]
     assert cells(table, "ZeRO stage 1 (optimizer)")[1:] == [
-        "52.4 GB", "fits", "26.5 GB", "0.067 s", "0.45 s", "7%"]
+        "52.4 GB", "fits", "26.5 GB", "0.072 s", "0.45 s", "8%"]
     assert cells(table, "ZeRO stage 3 (+ parameters)")[1:] == [
-        "27.8 GB", "fits", "39.8 GB", "0.13 s", "0.42 s", "0%"]
+        "27.8 GB", "fits", "39.8 GB", "0.14 s", "0.42 s", "0%"]
     summary = explorer.summary.value
-    assert "bus bandwidth 400 GB/s" in summary and "0.42 s of compute" in summary
+    assert "bus bandwidth 370 GB/s" in summary and "0.42 s of compute" in summary
     assert "Fastest of them: ZeRO stage 3 (+ parameters), 0.42 s" in summary
 
 
@@ -68,14 +69,16 @@ def test_explorer_link_and_gpus_per_node(explorer):
     explorer.controls["link"].value = "ib-ndr"
     assert explorer.figure is figure and bytes(explorer.image.value) != image
     assert explorer.controls["gpus_per_node"].disabled
-    # One NDR port per GPU: stage 0's all-reduce (0.532 s) outlasts the 0.279 s backward.
-    assert cells(explorer.table.value, "Plain data parallelism")[-2:] == ["0.67 s", "38%"]
+    # One NDR port per GPU at 48 GB/s: stage 0's all-reduce, 26,532,511,488 B / 48e9 + 8.4 +
+    # 126 x 14.0 us = 0.554533 s, outlasts the 0.278934 s backward: step 0.694000 s, 39.7 %.
+    assert cells(explorer.table.value, "Plain data parallelism")[-2:] == ["0.69 s", "40%"]
     explorer.controls["gpus_per_node"].value = 4       # ignored for a bare link
     assert explorer.gpus_per_node is None and explorer.status.value == ""
     explorer.controls["link"].value = "dgx-h100"
     assert not explorer.controls["gpus_per_node"].disabled
-    # Nodes of 4 with 4 ports: 200 GB/s across; the gather after the step takes 0.0666 s.
-    assert explorer.data.attrs["bus_bandwidth"] == 200e9
+    # Nodes of 4 with 4 ports: 4 x 48 = 192 GB/s across; the gather after the step takes
+    # 13,266,255,744 / 192e9 + (8.4 + 48 x 3.4 + 15 x 14.0) us = 0.0694768 s: step 0.487878 s.
+    assert explorer.data.attrs["bus_bandwidth"] == 192e9
     assert cells(explorer.table.value, "ZeRO stage 2 (+ gradients)")[-2:] == ["0.49 s", "14%"]
 
 
@@ -85,8 +88,9 @@ def test_explorer_tokens_utilisation_device_model_unit(explorer):
     assert "No strategy's peak fits" in explorer.summary.value.replace("&#x27;", "'")
     explorer.controls["tokens_per_gpu"].value = 4096
     explorer.controls["mfu"].value = 0.8
-    # Compute halves to 0.209 s; the after-step gather is now 14 % of stage 1's step.
-    assert cells(explorer.table.value, "ZeRO stage 1 (optimizer)")[-1] == "14%"
+    # Compute halves to 0.209 s; the after-step gather (0.0361515 s) is now 14.7 % of stage 1's
+    # step.
+    assert cells(explorer.table.value, "ZeRO stage 1 (optimizer)")[-1] == "15%"
     explorer.controls["device"].value = "a100-80gb"
     assert "312 TFLOP/s" in explorer.summary.value
     explorer.controls["unit"].value = "GiB"

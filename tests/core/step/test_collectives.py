@@ -107,31 +107,31 @@ def test_every_link_and_node_names_its_source():
 
 
 def test_bus_bandwidth_inside_and_across_nodes():
-    dgx = interconnect("dgx-h100")
+    dgx = interconnect("dgx-h100", efficiency="line-rate")
     # One node: NVLink 4, 450 GB/s. Eight nodes: each node's 8 rings leave it through 8 NDR
     # ports, 8 x 50 = 400 GB/s, below NVLink's 450.
     assert bus_bandwidth(dgx, [2, 8, 9, 64]).tolist() == [450 * GB, 450 * GB, 400 * GB, 400 * GB]
     # One 400G port per 8-GPU server: across servers 50 GB/s bounds the ring, but inside PCIe's
     # 31.5 GB/s is already slower.
-    assert float(bus_bandwidth(interconnect("pcie-8x-l40s"), 16)) == 31.5 * GB
+    assert float(bus_bandwidth(interconnect("pcie-8x-l40s", efficiency="line-rate"), 16)) == 31.5 * GB
     # DGX-2: 8 EDR ports of 12.5 GB/s for 16 GPUs (not one per GPU): 100 GB/s < NVLink 2's 150.
-    assert float(bus_bandwidth(interconnect("dgx-2"), 32)) == 100 * GB
+    assert float(bus_bandwidth(interconnect("dgx-2", efficiency="line-rate"), 32)) == 100 * GB
     # A bare link joins every GPU alike.
-    assert float(bus_bandwidth(interconnect("ib-ndr"), 1024)) == 50 * GB
-    assert float(bus_bandwidth(interconnect("nvlink4"), 1024)) == 450 * GB
+    assert float(bus_bandwidth(interconnect("ib-ndr", efficiency="line-rate"), 1024)) == 50 * GB
+    assert float(bus_bandwidth(interconnect("nvlink4", efficiency="line-rate"), 1024)) == 450 * GB
 
 
 def test_gpus_per_node_moves_the_node_boundary():
     # 4 GPUs per DGX H100 (one port per GPU: 4 ports): 8 GPUs span two nodes, 4 x 50 = 200 GB/s.
-    four = interconnect("dgx-h100", gpus_per_node=4)
+    four = interconnect("dgx-h100", gpus_per_node=4, efficiency="line-rate")
     assert (four.gpus_per_node, four.nics) == (4, 4)
     assert float(bus_bandwidth(four, 8)) == 200 * GB
     # The L40S server keeps its single port whatever its GPU count.
-    assert interconnect("pcie-8x-l40s", gpus_per_node=4).nics == 1
+    assert interconnect("pcie-8x-l40s", gpus_per_node=4, efficiency="line-rate").nics == 1
 
 
 def test_ring_latency_follows_nccl():
-    dgx = interconnect("dgx-h100")
+    dgx = interconnect("dgx-h100", efficiency="line-rate")
     us = 1e-6
     # All-gather over 64 GPUs in 8 nodes: 63 steps, 7 across nodes:
     # 8.4 + 56 x 3.4 + 7 x 14.0 = 296.8 us.
@@ -142,11 +142,11 @@ def test_ring_latency_follows_nccl():
     assert math.isclose(float(ring_latency(dgx, "reduce_scatter", 8)), 32.2 * us)
     assert float(ring_latency(dgx, "all_reduce", 1)) == 0.0
     # Every step on the network for a bare network link: 8.4 + 3 x 14.0 = 50.4 us.
-    assert math.isclose(float(ring_latency(interconnect("ib-ndr"), "all_gather", 4)), 50.4 * us)
+    assert math.isclose(float(ring_latency(interconnect("ib-ndr", efficiency="line-rate"), "all_gather", 4)), 50.4 * us)
 
 
 def test_collective_seconds():
-    dgx = interconnect("dgx-h100")
+    dgx = interconnect("dgx-h100", efficiency="line-rate")
     # 40 GB sent per GPU at 400 GB/s is 0.1 s, plus one all-gather's 296.8 us of latency.
     seconds = collective_seconds("all_gather", 40 * GB, 1, 64, dgx)
     assert math.isclose(float(seconds), 0.1 + 296.8e-6)
@@ -158,14 +158,14 @@ def test_collective_seconds():
 
 def test_bad_link_and_node_input_is_named():
     with pytest.raises(ValueError, match="link must be a node .*dgx-h100.* or a link .*nvlink4"):
-        interconnect("nvlink9")
+        interconnect("nvlink9", efficiency="line-rate")
     with pytest.raises(ValueError, match="gpus_per_node needs a node"):
-        interconnect("ib-ndr", gpus_per_node=8)
+        interconnect("ib-ndr", gpus_per_node=8, efficiency="line-rate")
     with pytest.raises(ValueError, match="gpus_per_node"):
-        interconnect("dgx-h100", gpus_per_node=0)
+        interconnect("dgx-h100", gpus_per_node=0, efficiency="line-rate")
     with pytest.raises(ValueError, match="link must be one of"):
         get_link("infiniband")
     with pytest.raises(ValueError, match="kind"):
-        ring_latency(interconnect("dgx-h100"), "broadcast", 4)
+        ring_latency(interconnect("dgx-h100", efficiency="line-rate"), "broadcast", 4)
     with pytest.raises(ValueError, match="both"):
         Interconnect("x", "x", get_link("nvlink4"), None, 8, 1)

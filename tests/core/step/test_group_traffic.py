@@ -46,7 +46,7 @@ def test_stage_2_in_groups_of_8_by_hand():
 
 
 def test_stage_2_in_groups_of_8_times_by_hand():
-    ic = interconnect("dgx-h100")
+    ic = interconnect("dgx-h100", efficiency="line-rate")
     times = step_time(traffic(7_000_000_000, 64, 2, shard_group=8), ic)
     # In the node: NVLink 4 at 450 GB/s, 8.4 + 7 x 3.4 = 32.2 us of latency.
     assert times.slot_seconds["gradient_reduce_scatter"] == pytest.approx(
@@ -59,7 +59,7 @@ def test_stage_2_in_groups_of_8_times_by_hand():
 
 
 def test_replicas_inside_and_across_nodes_share_the_ports():
-    ic = interconnect("dgx-h100")
+    ic = interconnect("dgx-h100", efficiency="line-rate")
     # Groups of 4 on 16 GPUs: 4 replicas, 2 per node; 4 rings leave each node at once:
     # min(450, 400 / 4) = 100 GB/s; 2 x 3 steps, 2 x (2 - 1) across: 8.4 + 4 x 3.4 + 2 x 14.
     result = traffic(1_000_000_000, 16, 3, shard_group=4)
@@ -191,7 +191,8 @@ def test_infinity_on_nvme_by_hand():
 
 
 def test_offload_adds_its_exposed_copies_to_the_step():
-    result = estimate(7_000_000_000, 8, device="h100-80gb", stages=[2], link="dgx-h100",
+    result = estimate(7_000_000_000, 8, device="h100-80gb", stages=[2],
+                      link=interconnect("dgx-h100", efficiency="line-rate"),
                       placement=Placement(offload_optimizer="cpu"))
     c = result.stages[0]["communication"]
     # Compute 6 x 7e9 x 4096 / (0.4 x 989.5e12): the backward 4/6 of it hides the gradient copy.

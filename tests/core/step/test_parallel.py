@@ -34,7 +34,9 @@ def step(**kwargs):
     base.update(kwargs)
     link = base.pop("link", "dgx-a100")
     per_node = base.pop("gpus_per_node", 8)
-    return parallel_step_time("llama-2-7b", cluster_interconnect(link, per_node), "a100-80gb", **base)
+    # The ring arithmetic of these tests is at the links' line rates.
+    ic = cluster_interconnect(link, per_node, efficiency="line-rate")
+    return parallel_step_time("llama-2-7b", ic, "a100-80gb", **base)
 
 
 def bandwidth(ic, size, stride):
@@ -52,7 +54,7 @@ def close(a, b, rel=1e-9):
 # --- where the groups sit -----------------------------------------------------------------------
 
 def test_a_data_parallel_ring_of_whole_nodes_is_the_node_model():
-    ic = interconnect("dgx-h100")
+    ic = interconnect("dgx-h100", efficiency="line-rate")
     for d in (2, 8, 16, 64, 1024):
         assert bandwidth(ic, d, 1) == float(bus_bandwidth(ic, d))
         for kind in ("all_reduce", "all_gather", "reduce_scatter"):
@@ -60,7 +62,7 @@ def test_a_data_parallel_ring_of_whole_nodes_is_the_node_model():
 
 
 def test_strided_groups_share_the_node_ports():
-    ic = interconnect("dgx-h100")      # 8 GPUs, 8 ports of 400 Gb/s = 50 GB/s each, NVLink 450
+    ic = interconnect("dgx-h100", efficiency="line-rate")      # 8 GPUs, 8 ports of 400 Gb/s = 50 GB/s each, NVLink 450
     def bw(size, stride):
         return bandwidth(ic, size, stride)
     assert bw(4, 2) == 450e9           # t 2 x d 4 = 8 GPUs: one node, NVLink
@@ -69,7 +71,7 @@ def test_strided_groups_share_the_node_ports():
     assert bw(64, 1) == 400e9          # t = 1: min(450, 8 x 50)
     # A PCIe server with one 400 Gb/s port for 8 GPUs: with t = 8 each data-parallel group gets
     # an eighth of the port, 50 / 8 = 6.25 GB/s; with t = 1 the ring runs at PCIe's 31.5.
-    pcie = interconnect("pcie-8x-l40s")
+    pcie = interconnect("pcie-8x-l40s", efficiency="line-rate")
     assert bandwidth(pcie, 2, 8) == 6.25e9
     assert bandwidth(pcie, 16, 1) == 31.5e9
 
@@ -78,7 +80,7 @@ def test_strided_ring_latency_counts_the_nodes_it_spans():
     # d = 8 with t = 8 on DGX H100: 8 nodes, every one of the 2 x 7 all-reduce steps crosses the
     # network: 8.4 + 14 x 14.0 = 204.4 us. With t = 2 (4 per node, 2 nodes): 2 x 1 steps across,
     # 12 on NVLink: 8.4 + 2 x 14.0 + 12 x 3.4 = 77.2 us.
-    ic = interconnect("dgx-h100")
+    ic = interconnect("dgx-h100", efficiency="line-rate")
     close(latency(ic, "all_reduce", 8, 8), 204.4e-6)
     close(latency(ic, "all_reduce", 8, 2), 77.2e-6)
 
@@ -86,20 +88,20 @@ def test_strided_ring_latency_counts_the_nodes_it_spans():
 def test_a_message_between_nodes():
     # 1e9 bytes from a DGX A100 GPU to the next stage on another node: its own 25 GB/s port,
     # 0.04 s, plus 8.4 + 14.0 us; inside the node on NVLink: 1e9 / 300e9 + 8.4 + 3.4 us.
-    ic = interconnect("dgx-a100")
+    ic = interconnect("dgx-a100", efficiency="line-rate")
     close(send_seconds(ic, 10**9, True), 0.04 + 22.4e-6)
     close(send_seconds(ic, 10**9, False), 1 / 300 + 11.8e-6)
 
 
 def test_links_are_a_node_two_links_or_one():
-    pair = cluster_interconnect("nvlink4,ib-ndr", 4)
+    pair = cluster_interconnect("nvlink4,ib-ndr", 4, efficiency="line-rate")
     assert (pair.intra.name, pair.network.name, pair.gpus_per_node, pair.nics) == ("nvlink4", "ib-ndr", 4, 4)
-    assert cluster_interconnect("nvlink5").gpus_per_node is None     # one NVLink domain
-    assert cluster_interconnect("dgx-2", 8).gpus_per_node == 8
+    assert cluster_interconnect("nvlink5", efficiency="line-rate").gpus_per_node is None     # one NVLink domain
+    assert cluster_interconnect("dgx-2", 8, efficiency="line-rate").gpus_per_node == 8
     with pytest.raises(ValueError, match="network link"):
-        cluster_interconnect("nvlink4,pcie5-x16", 8)
+        cluster_interconnect("nvlink4,pcie5-x16", 8, efficiency="line-rate")
     with pytest.raises(ValueError, match="links must be"):
-        cluster_interconnect("nvlink4,", 8)
+        cluster_interconnect("nvlink4,", 8, efficiency="line-rate")
 
 
 # --- the step, by hand ----------------------------------------------------------------------------
@@ -226,7 +228,7 @@ def test_settings_are_checked_once_and_trusted_after():
                                 data_parallel=8, stage=[0, 3], micro_batches=2, mfu=0.5)
     assert settings.tensor_parallel.tolist() == [1, 2] and settings.recompute.tolist() == [0, 0]
     for link in ("dgx-a100", "dgx-h100"):
-        ic = cluster_interconnect(link, 8)
+        ic = cluster_interconnect(link, 8, efficiency="line-rate")
         by_settings = parallel_step_time("llama-2-7b", ic, "a100-80gb", settings)
         by_keywords = parallel_step_time("llama-2-7b", ic, "a100-80gb", seq_len=4096, micro_batch=1,
                                          tensor_parallel=[1, 2], pipeline_parallel=1, data_parallel=8,
@@ -301,9 +303,9 @@ def test_a_strided_replica_ring_shares_the_ports():
     # t = 2, d = 8, G = 2 on DGX H100 nodes (8 GPUs, 8 ports of 50 GB/s, NVLink 4 450 GB/s): the
     # group (2 GPUs 2 apart) sits in a node; the replicas (4 GPUs 4 apart) span 2 nodes with 2 on
     # each, so the node's 4 such rings share its ports: 8 x 50 x 2 / 8 = 100 GB/s.
-    assert bandwidth(interconnect("dgx-h100"), 4, 4) == 100e9
+    assert bandwidth(interconnect("dgx-h100", efficiency="line-rate"), 4, 4) == 100e9
     # The group itself, inside the node, runs on NVLink.
-    assert bandwidth(interconnect("dgx-h100"), 2, 2) == 450e9
+    assert bandwidth(interconnect("dgx-h100", efficiency="line-rate"), 2, 2) == 450e9
 
 
 def _whole_group_reference(ic, params, d, t, zero, m, backward, forward):
@@ -325,7 +327,7 @@ def _whole_group_reference(ic, params, d, t, zero, m, backward, forward):
 
 
 def test_a_group_of_every_data_parallel_gpu_times_exactly_as_the_whole_group():
-    ic = cluster_interconnect("dgx-h100", 8)
+    ic = cluster_interconnect("dgx-h100", 8, efficiency="line-rate")
     d, t, zero = np.meshgrid([1, 2, 4, 8, 16, 64], [1, 2, 8], [0, 1, 2, 3], indexing="ij")
     d, t, zero = d.ravel(), t.ravel(), zero.ravel()
     for m, seq in ((1, 4096), (3, 256)):

@@ -22,6 +22,7 @@ mixed-precision Adam (16-bit parameters and gradients).
 import numpy as np
 import pytest
 
+from zerolib.core.catalogue.nodes import interconnect
 from zerolib.core.step.tables import timeline_frame, tradeoff_frame, traffic_frame
 from zerolib.core.step.time import ComputeSettings
 
@@ -30,16 +31,18 @@ PASS = 13_266_255_744
 GATHER = PASS / 400e9 + 296.8e-6
 STEPS = [COMPUTE, COMPUTE + GATHER, COMPUTE + GATHER, COMPUTE]
 PEAKS_GB = [144.44, 52.37, 39.10, 27.84]
+# The ring arithmetic above is at the links' line rates.
+LINE_RATE_DGX_H100 = interconnect("dgx-h100", efficiency="line-rate")
 
 
 @pytest.fixture(scope="module")
 def timeline():
-    return timeline_frame("llama-2-7b", 64, "dgx-h100", "h100-80gb")
+    return timeline_frame("llama-2-7b", 64, LINE_RATE_DGX_H100, "h100-80gb")
 
 
 @pytest.fixture(scope="module")
 def tradeoff():
-    return tradeoff_frame("llama-2-7b", 64, "dgx-h100", "h100-80gb")
+    return tradeoff_frame("llama-2-7b", 64, LINE_RATE_DGX_H100, "h100-80gb")
 
 
 def test_traffic_frame_by_hand():

@@ -41,7 +41,7 @@ def test_a_bandwidth_bound_stage_0_by_hand():
     # 8.4 + 126 x 14.0 = 1772.4 us of latency: 0.532423 s, against 0.278934 s of backward
     # compute: 0.253489 s exposed; step 0.418401 + 0.253489 = 0.671890 s.
     t = traffic("llama-2-7b", 64, 0)
-    s = step_time(t, "ib-ndr", "h100-80gb")
+    s = step_time(t, interconnect("ib-ndr", efficiency="line-rate"), "h100-80gb")
     assert math.isclose(float(s.communication_seconds), 0.532423, rel_tol=1e-5)
     assert math.isclose(float(s.exposed_seconds), 0.532423 - 0.278934, rel_tol=1e-4)
     assert math.isclose(float(s.step_seconds), 0.671890, rel_tol=1e-5)
@@ -51,7 +51,7 @@ def test_a_bandwidth_bound_stage_0_by_hand():
 def test_hidden_when_the_network_keeps_up():
     # On DGX H100 nodes (400 GB/s across nodes) the same all-reduce takes 0.0669 s, well inside
     # the 0.279 s backward: nothing exposed, the step is the compute.
-    s = step_time(traffic("llama-2-7b", 64, 0), "dgx-h100", "h100-80gb")
+    s = step_time(traffic("llama-2-7b", 64, 0), interconnect("dgx-h100", efficiency="line-rate"), "h100-80gb")
     assert float(s.exposed_seconds) == 0.0
     assert float(s.step_seconds) == float(s.compute_seconds)
 
@@ -59,7 +59,7 @@ def test_hidden_when_the_network_keeps_up():
 def test_stages_1_and_2_wait_for_the_gather_after_the_step():
     # The updated parameters are all-gathered after the optimizer step: nothing to hide behind.
     # 13,266,255,744 B / 400e9 = 0.0331656 s plus 296.8 us of latency.
-    s = step_time(traffic("llama-2-7b", 64, [1, 2]), "dgx-h100", "h100-80gb")
+    s = step_time(traffic("llama-2-7b", 64, [1, 2]), interconnect("dgx-h100", efficiency="line-rate"), "h100-80gb")
     assert np.allclose(s.exposed["after_step"], 0.0331656 + 296.8e-6, rtol=1e-5)
     assert np.all(s.exposed["backward"] == 0) and np.all(s.exposed["forward"] == 0)
 
@@ -69,7 +69,7 @@ def test_stage_3_forward_gathers_overlap_the_forward():
     # the forward is 2 x 10^9 / 0.4 x 312e12 = 16 us of compute against a gather of
     # 0.5e9 x 4 B = 2 GB / 31.5e9 = 63.5 ms: almost all of it exposed.
     t = flat_traffic(10**9, 2, 3, "fp32-adam")
-    s = step_time(t, "pcie4-x16", "a100-80gb", ComputeSettings(1, 0.4))
+    s = step_time(t, interconnect("pcie4-x16", efficiency="line-rate"), "a100-80gb", ComputeSettings(1, 0.4))
     gather = 2e9 / 31.5e9 + 8.4e-6 + 5.7e-6
     assert math.isclose(float(s.slot_seconds["forward_all_gather"]), gather, rel_tol=1e-9)
     assert math.isclose(float(s.exposed["forward"]), gather - 2e9 / (0.4 * 312e12), rel_tol=1e-9)
@@ -91,7 +91,7 @@ def test_compute_settings_are_checked():
     with pytest.raises(ValueError, match="no peak"):
         compute_seconds(10**9, PAPER_V100)
     with pytest.raises(TypeError, match="traffic"):
-        step_time("llama-2-7b", "dgx-h100", "h100-80gb")
+        step_time("llama-2-7b", interconnect("dgx-h100", efficiency="line-rate"), "h100-80gb")
 
 
 def test_the_rings_are_placed_on_the_interconnects_nodes():
@@ -99,7 +99,7 @@ def test_the_rings_are_placed_on_the_interconnects_nodes():
     # Gb/s ports = 100 GB/s a node): the all-reduce over 2 nodes runs at min(150, 100) GB/s,
     # whatever node size the traffic was counted on: 2 x 31 x 218,750,000 x 2 B / 100e9 s, plus
     # 8.4 us + 60 NVLink steps of 3.4 us and 2 network steps of 14.0 us = 240.4 us of latency.
-    ic = interconnect("dgx-2")
+    ic = interconnect("dgx-2", efficiency="line-rate")
     seconds = step_time(traffic(7_000_000_000, 32, 0), ic).slot_seconds["gradient_all_reduce"]
     sent = 2 * 31 * 218_750_000 * 2
     assert float(seconds) == pytest.approx(sent / 100e9 + 240.4e-6, rel=1e-12)

@@ -21,20 +21,48 @@ The ring model (what :func:`bus_bandwidth` and :func:`ring_latency` compute):
   intra-node link's for the rest. A ring all-reduce takes 2(n - 1) steps, 2(nodes - 1) of them
   across nodes; an all-gather or reduce-scatter n - 1, nodes - 1 across.
 
+**Achieved rates.** Every rate above is the one the interconnect's :class:`LinkEfficiency`
+gives (:mod:`zerolib.core.catalogue.links`): by default what NCCL's ring reaches on each link,
+370 of NVLink 4's 450 GB/s, 48 of an NDR port's 50 GB/s; ``"line-rate"`` gives the vendor's
+figures (the earlier model). The JSON of every answer says which was used.
+
+**A fully connected node** (eight MI300X, each joined to the seven others by its own Infinity
+Fabric link) has no switch: a link joins each pair. A ring over p of its GPUs can use the links
+between all p of them, because RCCL runs several rings (channels) at once, each over other
+links (the GPUs of K_p are joined by p - 1 links each, enough for p - 1 edge-disjoint
+directed rings): bus bandwidth (p - 1) x the link's rate, 7 x 48 = 336 GB/s for all eight
+GPUs, one link's 48 GB/s for two. No published rccl-tests figure for the ring over eight
+MI300X was found to hold this against; the 48 GB/s per link is AMD's (see the link).
+
+**Across nodes, the intra-node steps.** NCCL's ring latency (``src/graph/tuning.cc``, NCCL
+2.30.7) charges each step that stays inside a node ``max(intra-node hop latency, 3 x network
+post overhead)`` once the ring spans nodes ("Inter-node rings still have to launch nsteps * net
+overhead", the 3 for the Simple protocol); the overhead is 1 us on Intel hosts and 2 us on AMD
+hosts (``getNetOverhead``), so an NVLink step (3.4 us) costs 6 us on a DGX A100 (AMD EPYC
+hosts): 876 us for an all-reduce over 64 GPUs on 8 nodes against 585 us without it.
+
 Left out (the model is a bandwidth estimate, not a simulator): NCCL's tree and NVLink SHARP
-algorithms (hierarchical all-reduce across nodes), the ~20 % protocol overhead below line rate,
-congestion from other jobs and switch oversubscription, and small-message effects beyond the
-latency term.
+algorithms (hierarchical all-reduce across nodes), congestion from other jobs and switch
+oversubscription, and small-message effects beyond the latency term (NCCL's LL and LL128
+protocols, which cut it).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 import numpy as np
 
-from zerolib.core.catalogue.links import BASE_LATENCY, LINKS, Link, get_link
+from zerolib.core.catalogue.links import (
+    ACHIEVED,
+    BASE_LATENCY,
+    LINKS,
+    Link,
+    LinkEfficiency,
+    get_link,
+    link_efficiency,
+)
 from zerolib.core.inputs import MAX_GPUS, check_gpus, echo
 from zerolib.core.intmath import ceil_div
 
@@ -51,39 +79,63 @@ class Node:
     nics: int               # network ports for GPU traffic
     nic_per_gpu: bool       # one port per GPU (the port count follows the GPU count)
     source: str
+    host_cpu: str = "other"          # the host's CPU vendor: "intel", "amd" or "other"
+    fully_connected: bool = False    # one ``intra`` link joins each pair of GPUs (no switch)
+
+    def __post_init__(self):
+        if self.host_cpu not in NET_OVERHEAD:
+            raise ValueError(f"host_cpu must be one of {', '.join(NET_OVERHEAD)}, got "
+                             f"{self.host_cpu!r}")
 
 
-def _node(name, label, gpus, intra, network, nics, nic_per_gpu, source) -> Node:
-    return Node(name, label, gpus, LINKS[intra], LINKS[network], nics, nic_per_gpu, source)
+# NCCL's network post overhead per ring step by host CPU (getNetOverhead in src/graph/tuning.cc,
+# NCCL 2.30.7: 1 us on Intel x86, 2 us on AMD x86, 1 us otherwise), in seconds; the Simple
+# protocol pays it three times per step.
+NET_OVERHEAD = {"intel": 1.0e-6, "amd": 2.0e-6, "other": 1.0e-6}
+SIMPLE_OVERHEADS = 3
+
+
+def _node(name, label, gpus, intra, network, nics, nic_per_gpu, source, host_cpu,
+          fully_connected=False) -> Node:
+    return Node(name, label, gpus, LINKS[intra], LINKS[network], nics, nic_per_gpu, source,
+                host_cpu, fully_connected)
 
 
 NODES: Mapping[str, Node] = MappingProxyType({node.name: node for node in (
     _node("dgx-2", "DGX-2 (16 x V100)", 16, "nvlink2", "ib-edr", 8, False,
           "ZeRO paper (SC20), Sec. X-A: 'Each node consisted of 16 NVIDIA Tesla V100-SXM3-32GB "
           "GPUs, 8x 100Gbps Mellanox InfiniBand (ConnectX-5) cards' (one port per two GPUs), "
-          "NVLink 2 through NVSwitch"),
+          "NVLink 2 through NVSwitch; NVIDIA DGX-2 datasheet: 'Dual Intel Xeon Platinum 8168'",
+          "intel"),
     _node("dgx-a100", "DGX A100 (8 x A100)", 8, "nvlink3", "ib-hdr", 8, True,
           "NVIDIA HGX A100 blog: eight A100 and six NVSwitch; Narayanan et al. 2021, Sec. 5: "
-          "'eight NVIDIA Mellanox 200Gbps HDR Infiniband HCAs for application communication'"),
+          "'eight NVIDIA Mellanox 200Gbps HDR Infiniband HCAs for application communication'; "
+          "NVIDIA DGX A100 datasheet: 'Dual AMD Rome 7742, 128 cores total'", "amd"),
     _node("dgx-h100", "DGX H100 (8 x H100)", 8, "nvlink4", "ib-ndr", 8, True,
           "NVIDIA DGX H100 datasheet: '4x OSFP ports serving 8x single-port NVIDIA ConnectX-7 "
-          "VPI, 400 Gb/s InfiniBand/Ethernet'; HGX H100: eight H100 and four NVSwitch"),
+          "VPI, 400 Gb/s InfiniBand/Ethernet'; HGX H100: eight H100 and four NVSwitch; CPU: "
+          "'Dual Intel Xeon Platinum 8480C'", "intel"),
     _node("dgx-b200", "DGX B200 (8 x B200)", 8, "nvlink5", "ib-ndr", 8, True,
           "NVIDIA DGX B200 datasheet: '8x single-port NVIDIA ConnectX-7 VPI (Up to 400Gb/s "
-          "InfiniBand/Ethernet)', NVLink 5 through NVSwitch"),
+          "InfiniBand/Ethernet)', NVLink 5 through NVSwitch; CPU: '2 Intel Xeon Platinum "
+          "8570'", "intel"),
     _node("mi300x-8", "8 x MI300X platform", 8, "xgmi-mi300x", "roce-400g", 8, True,
           "AMD ROCm MI300 documentation: eight MI300X OAMs, each with seven Infinity Fabric "
-          "links, fully connected. Network: one 400 Gb/s port per GPU is the usual deployment, "
-          "not stated in AMD's node documentation"),
+          "links, fully connected (one link per pair of GPUs, no switch). Network: one "
+          "400 Gb/s port per GPU is the usual deployment, not stated in AMD's node "
+          "documentation; the host CPU is the server maker's choice (not stated): NCCL's "
+          "default overhead", "other", True),
     _node("pcie-8x-l40s", "8 x L40S on PCIe, one 400G port", 8, "pcie4-x16", "roce-400g", 1,
           False,
           "An example PCIe server (no NVLink): eight GPUs on PCIe 4.0 x16 and a single 400 Gb/s "
           "Ethernet port for the whole server, the shape of cloud instances such as AWS "
-          "g6e.48xlarge (8 x L40S, 400 Gb/s); not a vendor's reference design"),
+          "g6e.48xlarge (8 x L40S, 400 Gb/s); not a vendor's reference design. Host CPU not "
+          "stated for the example: NCCL's default overhead", "other"),
     _node("pcie-4x-a10", "4 x A10 on PCIe, one 100G port", 4, "pcie4-x16", "roce-100g", 1, False,
           "An example PCIe server (no NVLink): four GPUs on PCIe 4.0 x16 and one 100 Gb/s "
           "Ethernet port, the shape of cloud instances such as AWS g5.12xlarge (4 x A10G); not "
-          "a vendor's reference design"),
+          "a vendor's reference design. Host CPU not stated for the example: NCCL's default "
+          "overhead", "other"),
 )})
 
 
@@ -101,6 +153,9 @@ class Interconnect:
     network: Link | None = None
     gpus_per_node: int | None = None
     nics: int = 0
+    efficiency: LinkEfficiency = ACHIEVED   # the rate each link runs at (default: achieved)
+    host_cpu: str = "other"                 # the node's host CPU vendor (NCCL's net overhead)
+    fully_connected: bool = False           # one intra link per pair of GPUs in a node
 
     def __post_init__(self):
         if (self.gpus_per_node is None) != (self.network is None):
@@ -109,33 +164,65 @@ class Interconnect:
         if self.gpus_per_node is not None:
             if not 1 <= self.gpus_per_node <= MAX_GPUS or self.nics < 1:
                 raise ValueError("gpus_per_node and nics must be positive whole numbers")
+        if not isinstance(self.efficiency, LinkEfficiency):
+            raise TypeError(f"efficiency must be a LinkEfficiency, got {echo(self.efficiency)}")
+        if self.host_cpu not in NET_OVERHEAD:
+            raise ValueError(f"host_cpu must be one of {', '.join(NET_OVERHEAD)}, got "
+                             f"{self.host_cpu!r}")
 
     def __deepcopy__(self, memo) -> Interconnect:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
 
     @property
     def network_bandwidth(self) -> int | None:
-        """Bytes per second a node's rings leave it at (all its ports together)."""
+        """Bytes per second a node's ports carry at line rate (all of them together)."""
         return None if self.network is None else self.nics * self.network.bandwidth
+
+    @property
+    def intra_rate(self) -> float:
+        """Bytes per second per direction of one intra-node link at the interconnect's
+        efficiency (what a point-to-point message inside a node runs at)."""
+        return self.efficiency.rate(self.intra)
+
+    @property
+    def network_rate(self) -> float | None:
+        """Bytes per second a node's rings leave it at (all its ports together) at the
+        interconnect's efficiency."""
+        return None if self.network is None else self.nics * self.efficiency.rate(self.network)
+
+    def inside_rate(self, per_node) -> np.ndarray:
+        """Bus bandwidth of a ring's GPUs inside one node when ``per_node`` of them sit on it:
+        one link's rate behind a switch; on a fully connected node the p - 1 links among them
+        (one at least)."""
+        if not self.fully_connected:
+            return np.full(np.shape(per_node), self.intra_rate)
+        return self.intra_rate * np.maximum(np.asarray(per_node, dtype=np.float64) - 1, 1.0)
 
     def as_dict(self) -> dict:
         return {"name": self.name, "intra": self.intra.as_dict(),
                 "network": None if self.network is None else self.network.as_dict(),
-                "gpus_per_node": self.gpus_per_node, "nics_per_node": self.nics or None}
+                "gpus_per_node": self.gpus_per_node, "nics_per_node": self.nics or None,
+                "link_efficiency": self.efficiency.name, "host_cpu": self.host_cpu,
+                "fully_connected": self.fully_connected}
 
 
 def interconnect(name: str | Node | Link | Interconnect,
-                 gpus_per_node: int | None = None) -> Interconnect:
+                 gpus_per_node: int | None = None, efficiency=None) -> Interconnect:
     """The interconnect named ``name``: a node of :data:`NODES` or a link of
     :data:`~zerolib.core.catalogue.links.LINKS` (every GPU joined by that link alike).
 
     ``gpus_per_node`` changes a node's GPU count; where the node has one port per GPU the port
-    count follows it. A single link has no nodes, so it takes no GPU count.
+    count follows it. A single link has no nodes, so it takes no GPU count. ``efficiency``
+    (a :class:`~zerolib.core.catalogue.links.LinkEfficiency`, ``"achieved"``, ``"line-rate"``
+    or a fraction; None: achieved, or an Interconnect's own) is the rate its links run at.
     """
     if isinstance(name, Interconnect):
         if gpus_per_node is not None:
             raise ValueError("gpus_per_node applies to a node by name, not to an Interconnect")
-        return name
+        if efficiency is None:
+            return name
+        return replace(name, efficiency=link_efficiency(efficiency))
+    efficiency = link_efficiency(efficiency)
     if isinstance(name, str) and name.strip().lower() in NODES:
         name = NODES[name.strip().lower()]
     if isinstance(name, Node):
@@ -144,7 +231,8 @@ def interconnect(name: str | Node | Link | Interconnect,
         if gpus_per_node is not None:
             per_node = int(check_gpus(gpus_per_node, "gpus_per_node"))
         nics = per_node if node.nic_per_gpu else node.nics
-        return Interconnect(node.name, node.label, node.intra, node.network, per_node, nics)
+        return Interconnect(node.name, node.label, node.intra, node.network, per_node, nics,
+                            efficiency, node.host_cpu, node.fully_connected)
     try:
         link = get_link(name)
     except ValueError:
@@ -153,7 +241,7 @@ def interconnect(name: str | Node | Link | Interconnect,
     if gpus_per_node is not None:
         raise ValueError(f"gpus_per_node needs a node ({', '.join(NODES)}); the link {link.name} "
                          "joins every GPU alike")
-    return Interconnect(link.name, link.label, link)
+    return Interconnect(link.name, link.label, link, efficiency=efficiency)
 
 
 def check_interconnect(ic, name: str = "ic") -> Interconnect:
@@ -178,10 +266,12 @@ def spanning_bandwidth(ic: Interconnect, nodes, sharing=1) -> np.ndarray:
     GPUs; the rings of concurrent groups (the all-reduces across shard groups, one per shard
     index) share the ports."""
     nodes = np.asarray(nodes)
-    inside = float(ic.intra.bandwidth)
     if ic.network is None:
-        return np.full(nodes.shape, inside)
-    across = np.minimum(inside, float(ic.network_bandwidth) / np.asarray(sharing, dtype=np.float64))
+        return np.full(nodes.shape, ic.intra_rate)
+    # The ring's GPUs on each node: the whole node's share a node's ports ``sharing`` ways.
+    per_node = np.full(nodes.shape, ic.gpus_per_node // np.asarray(sharing, dtype=np.int64))
+    inside = ic.inside_rate(np.maximum(per_node, 1))
+    across = np.minimum(inside, ic.network_rate / np.asarray(sharing, dtype=np.float64))
     return np.where(nodes <= 1, inside, across)
 
 
@@ -189,7 +279,11 @@ def bus_bandwidth(ic: Interconnect, gpus) -> np.ndarray:
     """Bytes per second per GPU and direction that a ring over ``gpus`` GPUs runs at (float64)."""
     check_interconnect(ic)
     gpus = check_gpus(gpus)
-    return spanning_bandwidth(ic, _nodes(ic, gpus))
+    if ic.network is None:
+        return np.full(gpus.shape, ic.intra_rate)
+    nodes = _nodes(ic, gpus)
+    inside = ic.inside_rate(np.minimum(gpus, ic.gpus_per_node))
+    return np.where(nodes <= 1, inside, np.minimum(inside, ic.network_rate))
 
 
 # Ring steps of one collective over n ranks and over n nodes (NCCL src/graph/tuning.cc). NCCL
@@ -216,9 +310,15 @@ def spanning_latency_of(ic: Interconnect, kind: str, gpus: np.ndarray, nodes) ->
     """:func:`spanning_latency` of a checked ``kind`` and int64 ``gpus`` (the step's rings,
     whose sizes their door checked)."""
     steps = RING_STEPS[kind] * (gpus - 1)
-    across = RING_STEPS[kind] * (np.asarray(nodes) - 1)
-    inter_hop = ic.network.hop_latency if ic.network is not None else ic.intra.hop_latency
-    latency = BASE_LATENCY + (steps - across) * ic.intra.hop_latency + across * inter_hop
+    nodes = np.asarray(nodes)
+    across = RING_STEPS[kind] * (nodes - 1)
+    if ic.network is None:
+        return np.where(gpus > 1, BASE_LATENCY + steps * ic.intra.hop_latency, 0.0)
+    # A ring that spans nodes launches a network post on every step (NCCL tuning.cc): its steps
+    # inside a node cost at least three net overheads of the host CPU.
+    spanning = max(ic.intra.hop_latency, SIMPLE_OVERHEADS * NET_OVERHEAD[ic.host_cpu])
+    inside_hop = np.where(nodes > 1, spanning, ic.intra.hop_latency)
+    latency = BASE_LATENCY + (steps - across) * inside_hop + across * ic.network.hop_latency
     return np.where(gpus > 1, latency, 0.0)
 
 

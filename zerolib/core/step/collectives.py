@@ -28,7 +28,9 @@ all-gather (ZeRO paper, SC20, Sec. VII-A). Time = latency + bytes sent / bus ban
 the one ring model every collective of the step is timed by: :func:`ring_placement` puts a
 ring's GPUs (``size`` of them, ``stride`` ranks apart) on the nodes, :func:`ring_timing` gives
 its latency and bus bandwidth on an interconnect of :mod:`zerolib.core.catalogue.nodes` (see
-:mod:`zerolib.core.step.time`). One GPU alone runs no collective: 0 bytes, 0 seconds.
+:mod:`zerolib.core.step.time`), every link at the interconnect's efficiency (by default the bus
+bandwidth NCCL reaches, :class:`~zerolib.core.catalogue.links.LinkEfficiency`). One GPU alone
+runs no collective: 0 bytes, 0 seconds.
 
 Bytes are whole: ``elements x bits / 8`` rounded up, with the width in bits of the dtype that is
 communicated (a layout's gradient or parameter width). All arrays are int64 and broadcast.
@@ -71,9 +73,11 @@ def ring_placement(size, stride, gpus_per_node: int | None) -> tuple[np.ndarray,
 
 def across_bandwidth(ic: Interconnect, per_node) -> np.ndarray:
     """Bytes per second a GPU gets out of its node when ``per_node`` GPUs of its ring sit on each
-    node: the node's ports shared among the K / per_node rings that leave it at once."""
-    share = float(ic.network_bandwidth) * np.asarray(per_node, dtype=np.float64) / ic.gpus_per_node
-    return np.minimum(float(ic.intra.bandwidth), share)
+    node: the node's ports shared among the K / per_node rings that leave it at once, and no
+    faster than the ring's GPUs inside the node (both at the interconnect's efficiency)."""
+    per_node = np.asarray(per_node, dtype=np.float64)
+    share = ic.network_rate * per_node / ic.gpus_per_node
+    return np.minimum(ic.inside_rate(per_node), share)
 
 
 def ring_timing(ic: Interconnect, kind: str, size, stride=1) -> tuple[np.ndarray, np.ndarray]:
@@ -91,9 +95,10 @@ def ring_timing_of(ic: Interconnect, kind: str, size, stride=1) -> tuple[np.ndar
     size, stride = np.broadcast_arrays(np.asarray(size, dtype=np.int64),
                                        np.asarray(stride, dtype=np.int64))
     per_node, nodes = ring_placement(size, stride, ic.gpus_per_node)
-    inside = np.full(size.shape, float(ic.intra.bandwidth))
-    bandwidth = inside if ic.gpus_per_node is None else np.where(
-        nodes <= 1, inside, across_bandwidth(ic, per_node))
+    if ic.gpus_per_node is None:
+        bandwidth = np.full(size.shape, ic.intra_rate)
+    else:
+        bandwidth = np.where(nodes <= 1, ic.inside_rate(per_node), across_bandwidth(ic, per_node))
     return spanning_latency_of(ic, kind, size, nodes), bandwidth
 
 

@@ -129,7 +129,7 @@ from types import MappingProxyType
 import numpy as np
 
 from zerolib.core.catalogue.devices import Device, get_device
-from zerolib.core.catalogue.links import LINKS, Link, get_link
+from zerolib.core.catalogue.links import LINKS, Link, get_link, link_efficiency
 from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.catalogue.nodes import NODES, Interconnect, interconnect
 from zerolib.core.inputs import (
@@ -193,11 +193,14 @@ OFFLOADS: Mapping[str, Mapping[str, str]] = MappingProxyType({
 })
 
 
-def cluster_interconnect(links: str | Interconnect, gpus_per_node: int | None = None) -> Interconnect:
+def cluster_interconnect(links: str | Interconnect, gpus_per_node: int | None = None,
+                         efficiency=None) -> Interconnect:
     """The interconnect a plan runs on: a node of :data:`zerolib.core.catalogue.nodes.NODES` (with
     ``gpus_per_node`` GPUs; one port per GPU where the node has that), ``"INTRA,NETWORK"`` (two
     links of :data:`zerolib.core.catalogue.links.LINKS`: GPUs joined by INTRA inside a node of
-    ``gpus_per_node`` and one NETWORK port per GPU), or one link joining every GPU alike."""
+    ``gpus_per_node`` and one NETWORK port per GPU), or one link joining every GPU alike; its
+    links at ``efficiency`` (None: the achieved bus bandwidth, see
+    :class:`zerolib.core.catalogue.links.LinkEfficiency`)."""
     if isinstance(links, str) and "," in links:
         parts = [part.strip().lower() for part in links.split(",")]
         if len(parts) != 2 or not all(parts):
@@ -210,10 +213,11 @@ def cluster_interconnect(links: str | Interconnect, gpus_per_node: int | None = 
             raise ValueError("two links INTRA,NETWORK need gpus_per_node")
         k = check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS)
         return Interconnect(f"{intra.name},{network.name}", f"{intra.label} inside, "
-                            f"{network.label} across", intra, network, k, k)
+                            f"{network.label} across", intra, network, k, k,
+                            link_efficiency(efficiency))
     if isinstance(links, str) and links.strip().lower() in LINKS:
-        return interconnect(links)   # one link, every GPU alike: no nodes
-    return interconnect(links, gpus_per_node)
+        return interconnect(links, efficiency=efficiency)   # one link, every GPU alike: no nodes
+    return interconnect(links, gpus_per_node, efficiency)
 
 
 def check_host_link(host_link: str | Link) -> Link:

@@ -44,7 +44,8 @@ parallelism: a ring over ``size`` GPUs whose ranks are ``stride`` apart (ranks f
 order, :func:`zerolib.core.step.collectives.ring_timing`) with ``per_node`` of them on a node
 stays inside one node when size x stride <= K GPUs per node and runs at the intra-node link's
 rate; otherwise it leaves each node through the node's ports, shared by the K / per_node rings
-that leave it at once: bus bandwidth min(intra-node rate, ports x port rate x per_node / K). A
+that leave it at once: bus bandwidth min(intra-node rate, ports x port rate x per_node / K),
+every rate the one NCCL reaches by default (the interconnect's ``LinkEfficiency``). A
 shard group of G <= K GPUs sits in a node; the all-reduce across its replicas (ranks G apart)
 shares the ports min(G, K) ways; with tensor parallelism t every data-parallel ring's ranks are t
 times further apart. Latency is NCCL's base plus a hop per ring step, the network's for the
@@ -252,11 +253,11 @@ def compute_seconds(params, device: str | Device, settings: ComputeSettings = DE
 
 def send_seconds(ic: Interconnect, message_bytes, crosses_nodes) -> np.ndarray:
     """Seconds of one point-to-point message between pipeline stages: NCCL's base latency and
-    one hop of the link it takes, plus the bytes at that link's rate (across nodes: each GPU's
-    share of its node's ports)."""
+    one hop of the link it takes, plus the bytes at that link's rate at the interconnect's
+    efficiency (across nodes: each GPU's share of its node's ports)."""
     message = np.asarray(message_bytes, dtype=np.float64)
     crosses = np.asarray(crosses_nodes, dtype=bool) & (ic.network is not None)
-    inside = BASE_LATENCY + ic.intra.hop_latency + message / ic.intra.bandwidth
+    inside = BASE_LATENCY + ic.intra.hop_latency + message / ic.intra_rate
     if ic.network is None:
         return np.broadcast_to(inside, np.broadcast(inside, crosses).shape).copy()
     across = (BASE_LATENCY + ic.network.hop_latency
