@@ -92,3 +92,46 @@ def test_cpu_checkpoints_go_down_and_come_back():
     assert moved == {"to_host": 80 * 4 * 8 * 2**20, "from_host": 80 * 4 * 8 * 2**20}
     # Without P_a the whole (replicated) checkpoint goes down.
     assert checkpoint_host_bytes("llama-2-70b", 4096, 1, 8)["to_host"] == 80 * 64 * 2**20
+
+
+# --- the ring in the step model (zerolib.core.step.parallel), by hand ------------------------------
+
+def _step(**kwargs):
+    from zerolib.core.step.parallel import cluster_interconnect, parallel_step_time
+    base = dict(seq_len=8192, micro_batch=1, tensor_parallel=1, pipeline_parallel=1, data_parallel=2,
+                stage=0, micro_batches=1, mfu=0.5)
+    base.update(kwargs)
+    return parallel_step_time("llama-2-7b", cluster_interconnect("dgx-a100", 8), "a100-80gb", **base)
+
+
+def test_a_ring_inside_a_node_by_hand():
+    # Llama-2-7B (6,738,415,616 parameters, 32 layers, 32 heads of 128, no GQA), s = 8192 over
+    # C = 2: each GPU computes 4,096 tokens, 6 x Psi x 4096 / (0.5 x 312e12) s. Its K,V block is
+    # 2 x 4096 x 32 x 128 x 2 bytes = 64 MiB; 32 layers x (1 forward + 2 backward) sends, each on
+    # NVLink 3 (300 GB/s) after 8.4 + 3.4 us (t x C = 2 GPUs: one node).
+    result = _step(context_parallel=2)
+    expected = 96 * (64 * 2**20 / 300e9 + 11.8e-6)
+    assert float(result.parts["context"]) == pytest.approx(expected, rel=1e-12)
+    assert float(result.parts["compute"]) == pytest.approx(6 * 6_738_415_616 * 4096 / 156e12, rel=1e-12)
+    # The same gradients reduce over the d x C = 2 GPUs as over two data-parallel GPUs of 4,096
+    # tokens each.
+    plain = _step(seq_len=4096)
+    assert float(result.parts["data_parallel"]) == float(plain.parts["data_parallel"])
+    assert float(plain.parts["context"]) == 0
+    assert float(result.step_seconds) == pytest.approx(float(plain.step_seconds) + expected, rel=1e-12)
+
+
+def test_a_ring_across_nodes_by_hand():
+    # t = 8 fills a DGX A100 node, so C = 2 puts the two ranks of a ring on two nodes: each send
+    # on the GPU's own 25 GB/s port after 8.4 + 14.0 us. A rank holds 4 of the 32 heads: a block
+    # of 2 x 4096 x 4 x 128 x 2 bytes = 8 MiB.
+    result = _step(context_parallel=2, tensor_parallel=8)
+    assert float(result.parts["context"]) == pytest.approx(96 * (8 * 2**20 / 25e9 + 22.4e-6), rel=1e-12)
+    assert float(result.network_wait_fraction) == pytest.approx(
+        float((result.parts["tensor"] + result.parts["context"] + result.parts["data_parallel"])
+              / result.step_seconds), rel=1e-12)
+
+
+def test_step_settings_refuse_a_sequence_the_ring_cannot_split():
+    with pytest.raises(ValueError, match="multiple of 2 x context_parallel"):
+        _step(seq_len=8190, context_parallel=2)

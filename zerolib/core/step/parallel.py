@@ -102,6 +102,19 @@ bytes as go down, which costs time only where parameters come up in the same pas
 conversion before the last micro-batch's copy (4 bytes per gradient where ZeRO-Offload counts
 the gradient's own width).
 
+**Context parallelism** (``context_parallel`` = C, one for all settings): ranks in Megatron-LM's
+order tp-cp-ep-dp-pp, so a CP ring is C GPUs t apart, inside a node while t x C <= GPUs per node.
+``data_parallel`` is then the d x C GPUs of the data- and context-parallel group that ZeRO
+shards over and reduces gradients across (:mod:`zerolib.core.memory.working_set` says why), so
+the ZeRO slots, the pipeline's hops (t x d x C GPUs apart) and ``micro_batches`` keep their
+meaning; each GPU computes, and runs its tensor-parallel collectives and pipeline messages on,
+its s / C tokens of each sequence. The ring attention's sends
+(:mod:`zerolib.core.step.context_parallel_traffic`) are the ``context`` part: each a
+point-to-point message (:func:`zerolib.core.step.time.send_seconds`, across nodes at each GPU's
+share of the ports once the ring leaves its node), not overlapped. TransformerEngine overlaps each
+ring step with the attention on the block before, but the compute model here counts no attention
+FLOPs (6 per parameter and token) to hide them behind: an upper bound on CP's cost.
+
 Left out: Megatron-LM's and DeepSpeed's communication overlaps beyond the ones stated; the middle
 pipeline stages (fewer parameters than the first or last, and at most one more message per
 micro-batch); contention between the tensor-parallel, pipeline and data-parallel traffic of one
@@ -146,7 +159,9 @@ from zerolib.core.memory.model_parallel import (
 )
 from zerolib.core.memory.placement import Placement, check_combination, tiers_of
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
+from zerolib.core.memory.activations import context_parallel_tokens
 from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing_of
+from zerolib.core.step.context_parallel_traffic import context_rows
 from zerolib.core.step.model_parallel_traffic import (
     pipeline_rows,
     tensor_rows,
@@ -163,7 +178,7 @@ from zerolib.core.step.time import (
 from zerolib.core.step.traffic import STEP_PHASES, Traffic, flat_traffic, layer_units, traffic_of
 
 KIND_OF = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter"}
-PARTS = ("compute", "tensor", "pipeline", "data_parallel", "bubble")
+PARTS = ("compute", "tensor", "context", "pipeline", "data_parallel", "bubble")
 # DeepSpeed 0.19.8 runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
 # parallelism"; Megatron-LM's distributed optimizer is stage 1.
 PIPELINE_STAGES = (0, 1)
@@ -367,7 +382,8 @@ class ParallelStepTime:
 
     @property
     def network_seconds(self) -> np.ndarray:
-        return self.parts["tensor"] + self.parts["pipeline"] + self.parts["data_parallel"]
+        return (self.parts["tensor"] + self.parts["context"] + self.parts["pipeline"]
+                + self.parts["data_parallel"])
 
     @property
     def network_wait_fraction(self) -> np.ndarray:
@@ -425,6 +441,7 @@ class ParallelSettings:
     mfu: float = DEFAULT_MFU
     element_bytes: int = 2
     host_link: Link | str = DEFAULT_HOST_LINK
+    context_parallel: int = 1      # C GPUs share each sequence (data_parallel is then d x C)
 
     def __post_init__(self):
         put = object.__setattr__
@@ -433,6 +450,8 @@ class ParallelSettings:
         put(self, "host_link", check_host_link(self.host_link))
         put(self, "seq_len", check_positive_int(self.seq_len, "seq_len", MAX_SEQ_LEN))
         put(self, "element_bytes", check_positive_int(self.element_bytes, "element_bytes", 16))
+        context_parallel_tokens(self.seq_len, self.context_parallel)
+        put(self, "context_parallel", int(self.context_parallel))
         arrays = np.broadcast_arrays(
             check_gpus(self.micro_batch, "micro_batch"),
             check_gpus(self.tensor_parallel, "tensor_parallel"),
@@ -465,14 +484,16 @@ class ParallelSettings:
 
     @classmethod
     def from_checked(cls, *, seq_len: int, layout: Layout, mfu: float, element_bytes: int,
-                     host_link: Link, shard_group, recompute, offload, **arrays) -> ParallelSettings:
+                     host_link: Link, shard_group, recompute, offload, context_parallel: int = 1,
+                     **arrays) -> ParallelSettings:
         """Settings a door checked already (the planner's configurations, enumerated from its
         checked :class:`~zerolib.core.planner.PlanSettings`), made without checking them again:
         ``recompute`` and ``offload`` as codes, every array one shape."""
         settings = object.__new__(cls)
         put = object.__setattr__
         for name, value in (("seq_len", seq_len), ("layout", layout), ("mfu", mfu),
-                            ("element_bytes", element_bytes), ("host_link", host_link)):
+                            ("element_bytes", element_bytes), ("host_link", host_link),
+                            ("context_parallel", context_parallel)):
             put(settings, name, value)
         arrays = {"chunks": 1, "sequence_parallel": False, **arrays, "recompute": recompute,
                   "offload": offload}
@@ -518,6 +539,8 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
                         st.stage)
     m, v, sp, rec, off = st.micro_batches, st.chunks, st.sequence_parallel, st.recompute, st.offload
     shard_group = st.shard_group
+    c = st.context_parallel
+    s = s // c      # the tokens of each sequence one GPU computes on (its CP rank's share)
     _check_rules(config, t, p, v, m, s, sp, ic)
     units = len(layer_units(config))    # stage 3 (p = 1 only) gathers these one call each
 
@@ -532,6 +555,7 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
                 fwd, bwd = compute_seconds(params, device, _compute_settings(s, mfu, full))
                 forward, backward = np.where(here, fwd * b, forward), np.where(here, bwd * b, backward)
         tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
+        context = _context_seconds(config, ic, s, e, b, c, t, r, p, rec)
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
         slots = _zero_slots(ic, params, d, t, zero, layout, shard_group, units)
         host = _host_seconds(params, d, zero, off, shard_group, layout, host_link)
@@ -550,13 +574,14 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
         last = (np.maximum(in_backward + once - backward, 0.0)
                 - np.maximum(in_backward - backward, 0.0))
         per_step = last + slots["parameter_all_gather"] + host["after_step"]
-        return forward + backward, tensor, pipe, per_mb, per_step
+        return forward + backward, tensor, context, pipe, per_mb, per_step
 
     first, last = stage_part(np.zeros(b.shape, dtype=np.int64)), stage_part(p - 1)
-    pick_last = sum(last[:4]) > sum(first[:4])
-    compute, tensor, pipe, per_mb, per_step = (np.where(pick_last, y, x) for x, y in zip(first, last))
-    micro = compute + tensor + pipe + per_mb
-    parts = {"compute": m * compute, "tensor": m * tensor, "pipeline": m * pipe,
+    pick_last = sum(last[:5]) > sum(first[:5])
+    compute, tensor, context, pipe, per_mb, per_step = (np.where(pick_last, y, x)
+                                                        for x, y in zip(first, last))
+    micro = compute + tensor + context + pipe + per_mb
+    parts = {"compute": m * compute, "tensor": m * tensor, "context": m * context, "pipeline": m * pipe,
              "data_parallel": m * per_mb + per_step,
              "bubble": (p - 1) / v * micro}
     return ParallelStepTime(MappingProxyType(parts), micro)
@@ -605,6 +630,22 @@ def _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec):
         sent = CHUNKS_SENT[kind] * (flat_t - 1) * ceil_div(size * flat_b, flat_t)
         out += count * (latency + sent / bandwidth)
     return np.where(flat_t > 1, out, 0.0).reshape(shape)
+
+
+def _context_seconds(config, ic, tokens, e, b, c, t, r, p, rec):
+    """Seconds of the ring attention's sends per micro-batch on stage r (``tokens``: s / C):
+    each row's calls x one point-to-point message of its K,V block (exactly proportional to the
+    micro-batch), across nodes once the ring's t x C GPUs leave one node."""
+    if c == 1:
+        return np.zeros(np.shape(b))
+    k = ic.gpus_per_node
+    out = np.zeros(np.size(b))
+    crosses = (k is not None) & (np.ravel(t) * c > (k or 0))
+    for (tt, pp, rr, code), rows in _groups((t, p, r, rec)):
+        for row in context_rows(config, tokens, 1, c, tt, pp, rr, 1, RECOMPUTE[code], e):
+            out[rows] += row.calls * send_seconds(ic, row.tensor_bytes * np.ravel(b)[rows],
+                                                  crosses[rows])
+    return out.reshape(np.shape(b))
 
 
 def _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v):
