@@ -164,3 +164,55 @@ def checkpoint_host_bytes(model, seq_len, micro_batch, tensor_parallel=1, pipeli
                                check_flag(partition_activations, "partition_activations"), True)["host"]
     moved = m * int(stage_layers(config.layers, p, pipeline_stage)) * host
     return MappingProxyType({"to_host": moved, "from_host": moved})
+
+
+def assumptions(config, gpus: int, settings) -> dict:
+    """What an estimate with context parallelism or ZeRO-R assumed, for its JSON (empty when
+    neither is asked for): the degrees and groups, one K,V block and the ring's bytes per step,
+    one checkpoint's bytes and P_a's and P_a+cpu's per step, on a GPU of the first pipeline
+    stage with ``settings.micro_batches`` (default: p) micro-batches. ``settings`` is a checked
+    :class:`zerolib.core.memory.working_set.WorkingSetSettings`."""
+    s = settings
+    c, t, p = s.context_parallel, s.tensor_parallel, s.pipeline_parallel
+    tokens = s.seq_len // c
+    m = p if s.micro_batches is None else s.micro_batches
+    out = {}
+    if c > 1:
+        rows = context_rows(config, tokens, s.micro_batch, c, t, p, 0, m, s.recompute, s.element_bytes)
+        out["context_parallel"] = {
+            "degree": c, "tokens_per_sequence_per_gpu": tokens,
+            "data_parallel": gpus // (t * c * p), "zero_group": gpus // (t * p),
+            "ring": {"gpus": c, "stride": t},
+            "kv_block_bytes": kv_block_bytes(config, tokens, s.micro_batch, t, s.element_bytes),
+            "ring_sends_per_step": sum(row.calls for row in rows),
+            "ring_sent_bytes_per_step": sum(row.total_bytes for row in rows),
+            "assumed": [
+                "each sequence is cut into 2C chunks, rank i keeping chunks i and 2C-1-i "
+                "(Megatron-LM's causal load balancing): s/C tokens per GPU",
+                "activations are those of s/C tokens (flash attention: every term is "
+                "proportional to the tokens); the ring's transient K,V buffers are left out",
+                "ranks in Megatron-LM's order tp-cp-ep-dp-pp: a ring is C GPUs t apart",
+                "ZeRO shards over the d x C GPUs of the data- and context-parallel group",
+                "ring attention as TransformerEngine's p2p: C-1 K,V sends per layer forward, "
+                "C-1 K,V and C-1 dK,dV backward, C-1 more when recomputation reruns attention",
+                "micro-batches per step: the settings' micro_batches, else the pipeline depth",
+            ]}
+    if s.partition_activations or s.cpu_checkpointing:
+        layers = m * int(stage_layers(config.layers, p, 0))
+        one = checkpoint_terms_of(tokens, s.micro_batch, config.hidden, t, s.element_bytes,
+                                  s.sequence_parallel, s.partition_activations, s.cpu_checkpointing)
+        out["zero_r"] = {
+            "partition_activations": s.partition_activations, "cpu_checkpointing": s.cpu_checkpointing,
+            "checkpoint_bytes_per_layer": dict(one),
+            "all_gather_bytes_per_step": layers * one["gathered"],
+            "host_copy_bytes_per_step": {"to_host": layers * one["host"], "from_host": layers * one["host"]},
+            "assumed": [
+                "P_a (ZeRO Sec. VI-A; DeepSpeed partition_activations): each layer's checkpoint "
+                "split over the t tensor-parallel GPUs, all-gathered once before recomputation",
+                "P_a+cpu (DeepSpeed cpu_checkpointing): checkpoints in host memory, copied down "
+                "in the forward and back in the backward",
+                "C_B (Sec. VI-B): the reduce bucket is reduce_bucket_size elements whatever the model",
+                "M_D (Sec. VI-C; DeepSpeed contiguous_memory_optimization): no bytes of its own, it "
+                "keeps the counted bytes in one piece (the reserve stands in for fragmentation)",
+            ]}
+    return out
