@@ -121,8 +121,8 @@ from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, ModelStat
 from zerolib.core.memory.activations import (
     MAX_CONTEXT_PARALLEL,
     RECOMPUTE,
-    checkpoint_terms_of,
     check_capacity_factor,
+    checkpoint_terms_of,
     context_parallel_tokens,
 )
 from zerolib.core.memory.feasibility import fewest_gpus

@@ -148,7 +148,7 @@ from zerolib.core.inputs import (
 )
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, ModelState, check_shard_group, get_layout
-from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.activations import RECOMPUTE, context_parallel_tokens
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
@@ -159,7 +159,6 @@ from zerolib.core.memory.model_parallel import (
 )
 from zerolib.core.memory.placement import Placement, check_combination, tiers_of
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
-from zerolib.core.memory.activations import context_parallel_tokens
 from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing_of
 from zerolib.core.step.context_parallel_traffic import context_rows
 from zerolib.core.step.model_parallel_traffic import (
