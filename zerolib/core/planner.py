@@ -60,8 +60,9 @@ from zerolib.core.inputs import (
     check_sequence,
     echo,
 )
+from zerolib.core.memory import context_parallel as cp_rules
 from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, ModelState, get_layout
-from zerolib.core.memory.activations import MAX_CONTEXT_PARALLEL, RECOMPUTE, context_parallel_tokens
+from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
@@ -101,9 +102,8 @@ RULES: Mapping[str, str] = MappingProxyType({
     **{name: PARALLEL_RULES[name] for name in ("heads", "kv_heads", "ffn_hidden", "node",
                                                "sequence", "layers", "interleaved_layers",
                                                "schedule")},
-    "context_parallel": "context_parallel must divide gpus / (tensor_parallel x pipeline_parallel), "
-                        "and tensor_parallel the seq_len / context_parallel tokens of a CP rank "
-                        "under sequence parallelism",
+    "context_parallel": "context_parallel must divide gpus / (tensor_parallel x pipeline_parallel), and "
+                        "tensor_parallel its seq_len / context_parallel tokens under sequence parallelism",
     "global_batch": "data_parallel x micro_batch must divide the global batch (each pipeline "
                     "runs a whole number of micro-batches per step)",
     "micro_batches": PARALLEL_RULES["micro_batches"],
@@ -230,8 +230,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
                   host_memory: int | None = None, max_micro_batch: int = 8, stages=STAGES,
                   recompute=RECOMPUTE, chunks=(1, 2), offload=tuple(OFFLOADS),
                   sequence_parallel=(False, True), shard_groups: str = "all",
-                  working_set: WorkingSetSettings = DEFAULT_SETTINGS,
-                  context_parallel=(1,)) -> PlanSettings:
+                  working_set: WorkingSetSettings = DEFAULT_SETTINGS, context_parallel=(1,)) -> PlanSettings:
     """Check every input of :func:`plan` (ValueError/TypeError naming the argument)."""
     config = get_model(model)
     gpus = check_positive_int(gpus, "gpus", MAX_GPUS)
@@ -254,7 +253,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         chunks, "chunks", f"whole numbers, 1 (1F1B) to {MAX_CHUNKS} (interleaved)"))
     if not chunks:
         raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: interleaved)")
-    cp = _context_parallel_degrees(context_parallel, seq_len, working_set)
+    cp = cp_rules.check_degrees(context_parallel, seq_len, working_set.flash_attention)
     return PlanSettings(
         config, gpus, k, device, seq_len, global_batch,
         cluster_interconnect(links_for(device, links), k), check_host_link(host_link),
@@ -264,21 +263,6 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         _choices(offload, tuple(OFFLOADS), "offload"),
         _choices(sequence_parallel, (False, True), "sequence_parallel"),
         _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set, cp)
-
-
-def _context_parallel_degrees(context_parallel, seq_len: int, working_set) -> tuple[int, ...]:
-    """The CP degrees a plan searches, checked: each splits the sequence into 2C chunks, and
-    above 1 needs flash attention (the working set's rule)."""
-    degrees = tuple(dict.fromkeys(check_positive_int(c, "context_parallel", MAX_CONTEXT_PARALLEL)
-                                  for c in check_sequence(context_parallel, "context_parallel",
-                                                          "whole numbers, 1 for none")))
-    if not degrees:
-        raise ValueError("context_parallel must name at least one degree (1: no context parallelism)")
-    for c in degrees:
-        context_parallel_tokens(seq_len, c)
-    if max(degrees) > 1 and not working_set.flash_attention:
-        raise ValueError("context_parallel above 1 needs flash_attention in the working set")
-    return degrees
 
 
 # --- the space, level by level ------------------------------------------------------------------
@@ -401,40 +385,7 @@ def enumerate_space(s: PlanSettings) -> Space:
                "chunks": v_b[b_of_e], "micro_batch": b_c[c_of_e], "micro_batches": m_c[c_of_e],
                "recompute": rec_d[d_of_e], "stage": stage_e, "shard_group": zero[:, 1],
                "offload": offload_e}
-    return with_context_parallel(s, Space(MappingProxyType(columns), reason, size))
-
-
-def with_context_parallel(s: PlanSettings, space: Space) -> Space:
-    """``space`` once per CP degree of ``s.context_parallel`` (unchanged when that is (1,)),
-    with a ``context_parallel`` column. ``data_parallel`` stays the ZeRO group, d x C GPUs
-    (:mod:`zerolib.core.memory.working_set`); a row with C > 1 needs C to divide it, t to divide
-    its s / C tokens under sequence parallelism, and runs B / (d b) micro-batches with
-    d = data_parallel / C, so the rules that read d and m are checked again for it, in order."""
-    if s.context_parallel == (1,):
-        return space
-    k = len(s.context_parallel)
-    index = np.repeat(np.arange(space.size), k)
-    c = np.tile(np.array(s.context_parallel, dtype=np.int64), space.size)
-    columns = {name: values[index] for name, values in space.columns.items()}
-    reason = space.reason[index].copy()
-    t, p, zero_group, b = (columns[n] for n in ("tensor_parallel", "pipeline_parallel",
-                                                "data_parallel", "micro_batch"))
-    again = (c > 1) & (reason >= REASONS.index("global_batch"))   # structural rules held
-    reason = np.where(again, PASSES, reason)
-    local = s.seq_len // c
-    splits = (zero_group % c == 0) & (~columns["sequence_parallel"] | (local % t == 0))
-    d = np.where(zero_group % c == 0, zero_group // c, 1)
-    whole = s.global_batch % (d * b) == 0
-    m = np.where(whole, s.global_batch // (d * b), 1)
-    columns["micro_batches"] = np.where(c > 1, m, columns["micro_batches"])
-    checks = (("context_parallel", ~splits), ("global_batch", ~whole),
-              ("micro_batches", (columns["chunks"] > 1) & (m % p != 0)),
-              ("pipeline_zero", (p > 1) & (columns["stage"] > PIPELINE_STAGES[-1])),
-              ("host_unknown", np.full(len(c), s.host_memory is None) & (columns["offload"] > 0)))
-    for name, broken in checks:
-        reason = np.where(again & (reason == PASSES) & broken, REASONS.index(name), reason)
-    columns["context_parallel"] = c
-    return Space(MappingProxyType(columns), reason, space.size * k)
+    return Space(*cp_rules.expand(s, MappingProxyType(columns), reason, size, dict(zip(REASONS, range(PASSES)))))
 
 
 def _first_broken(rules: dict, names, reason: np.ndarray) -> np.ndarray:
@@ -450,8 +401,7 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
     ws = s.working_set
     t, b, sp, rec = c["tensor_parallel"], c["micro_batch"], c["sequence_parallel"], c["recompute"]
     cp = c.get("context_parallel", np.ones_like(t))
-    code = (((t * (MAX_PLAN_MICRO_BATCH + 1) + b) * 2 + sp) * len(RECOMPUTE) + rec) * (
-        MAX_CONTEXT_PARALLEL + 1) + cp
+    code = (((t * (MAX_PLAN_MICRO_BATCH + 1) + b) * 2 + sp) * len(RECOMPUTE) + rec) * 1025 + cp
     keys, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     units = {name: np.zeros(len(keys), dtype=np.int64) for name in UNIT_TERMS}
     for index, row in enumerate(first.tolist()):
@@ -525,20 +475,6 @@ def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
 def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Step time and its parts of the configurations ``c``
     (:func:`zerolib.core.step.parallel.parallel_step_time`)."""
-    if "context_parallel" in c:     # one step model per CP degree (a setting for all its rows)
-        cp = c["context_parallel"]
-        out = {}
-        for degree in np.unique(cp).tolist():
-            sel = cp == degree
-            part = _times(s, {name: values[sel] for name, values in c.items()
-                              if name != "context_parallel"}, int(degree))
-            for name, values in part.items():
-                out.setdefault(name, np.zeros(len(cp)))[sel] = values
-        return out
-    return _times(s, c)
-
-
-def _times(s: PlanSettings, c: Mapping[str, np.ndarray], context_parallel: int = 1) -> dict[str, np.ndarray]:
     # Enumerated from the checked PlanSettings, valid by construction: not checked again.
     settings = ParallelSettings.from_checked(
         seq_len=s.seq_len, micro_batch=c["micro_batch"], tensor_parallel=c["tensor_parallel"],
@@ -546,8 +482,7 @@ def _times(s: PlanSettings, c: Mapping[str, np.ndarray], context_parallel: int =
         micro_batches=c["micro_batches"], chunks=c["chunks"],
         sequence_parallel=c["sequence_parallel"], recompute=c["recompute"],
         shard_group=c["shard_group"], offload=c["offload"], layout=s.layout, mfu=s.mfu,
-        element_bytes=s.working_set.element_bytes, host_link=s.host_link,
-        context_parallel=context_parallel)
+        element_bytes=s.working_set.element_bytes, host_link=s.host_link, context_parallel=c.get("context_parallel", 1))
     times = parallel_step_time(s.model, s.interconnect, s.device, settings)
     out = {f"{part}_seconds": seconds for part, seconds in times.parts.items()}
     out["step_seconds"] = times.step_seconds
@@ -637,10 +572,7 @@ class Plan:
             "family": pd.Categorical.from_codes(
                 (c["tensor_parallel"] > 1) + 2 * (c["pipeline_parallel"] > 1), list(FAMILIES)),
         }, columns=list(FIT_COLUMNS))
-        if "context_parallel" in c:     # searched: d and C apart (the ZeRO group is d x C)
-            frame["data_parallel"] = c["data_parallel"] // c["context_parallel"]
-            frame.insert(frame.columns.get_loc("data_parallel") + 1, "context_parallel",
-                         c["context_parallel"])
+        frame = cp_rules.apart(frame, c)     # with C searched: d and C apart (ZeRO over d x C)
         rank = np.zeros(len(frame), dtype=np.int64)
         fitting = np.flatnonzero(frame["fits"].to_numpy())
         step = frame["step_seconds"].to_numpy()[fitting]
@@ -697,9 +629,7 @@ class Plan:
         c["recompute"] = RECOMPUTE[c["recompute"]]
         c["offload"] = list(OFFLOADS)[c["offload"]]
         c["schedule"] = schedule_name(c["chunks"])
-        if "context_parallel" in c:     # d apart from C, as valid shows it
-            c["data_parallel"] //= c["context_parallel"]
-        return c
+        return cp_rules.apart(c)     # d apart from C, as valid shows it
 
     def counts(self) -> dict[str, int]:
         runnable = len(self.runnable)
@@ -729,8 +659,7 @@ def describe_configuration(c) -> str:
     recomputation, micro-batch 1 x 512, no offload'``."""
     t, p, d = int(c["tensor_parallel"]), int(c["pipeline_parallel"]), int(c["data_parallel"])
     sp = " + SP" if bool(c["sequence_parallel"]) else ""
-    cp = int(c.get("context_parallel", 1))
-    sp += f" x C {cp}" if cp > 1 else ""
+    sp += f" x C {cp}" if (cp := int(c.get("context_parallel", 1))) > 1 else ""
     stage, group = int(c["stage"]), int(c["shard_group"])
     zero = "no ZeRO" if stage == 0 else f"ZeRO-{stage}" + (f" over {group}" if group != d * cp else "")
     offload = {"none": "no offload", "optimizer": "optimizer on CPU",

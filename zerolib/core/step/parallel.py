@@ -483,7 +483,7 @@ class ParallelSettings:
 
     @classmethod
     def from_checked(cls, *, seq_len: int, layout: Layout, mfu: float, element_bytes: int,
-                     host_link: Link, shard_group, recompute, offload, context_parallel: int = 1,
+                     host_link: Link, shard_group, recompute, offload, context_parallel=1,
                      **arrays) -> ParallelSettings:
         """Settings a door checked already (the planner's configurations, enumerated from its
         checked :class:`~zerolib.core.planner.PlanSettings`), made without checking them again:
@@ -533,6 +533,8 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
     ic = link if isinstance(link, Interconnect) else cluster_interconnect(link, gpus_per_node)
     device = get_device(device)
     st = settings
+    if np.ndim(st.context_parallel):    # a CP degree per setting (the planner's): one call each
+        return _per_degree(config, ic, device, st)
     layout, mfu, host_link, s, e = st.layout, st.mfu, st.host_link, st.seq_len, st.element_bytes
     b, t, p, d, zero = (st.micro_batch, st.tensor_parallel, st.pipeline_parallel, st.data_parallel,
                         st.stage)
@@ -583,6 +585,28 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
     parts = {"compute": m * compute, "tensor": m * tensor, "context": m * context, "pipeline": m * pipe,
              "data_parallel": m * per_mb + per_step,
              "bubble": (p - 1) / v * micro}
+    return ParallelStepTime(MappingProxyType(parts), micro)
+
+
+def _per_degree(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
+    """:func:`parallel_step_time` of checked settings whose ``context_parallel`` is an array
+    (one degree per setting, :meth:`ParallelSettings.from_checked`): each degree's settings at once."""
+    cp = np.broadcast_to(st.context_parallel, st.micro_batch.shape)
+    parts = {name: np.zeros(cp.shape) for name in PARTS}
+    micro = np.zeros(cp.shape)
+    arrays = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
+              "micro_batches", "chunks", "sequence_parallel", "recompute", "offload")
+    for degree in np.unique(cp).tolist():
+        sel = cp == degree
+        sub = ParallelSettings.from_checked(
+            seq_len=st.seq_len, layout=st.layout, mfu=st.mfu, element_bytes=st.element_bytes,
+            host_link=st.host_link, context_parallel=int(degree),
+            shard_group=None if st.shard_group is None else st.shard_group[sel],
+            **{name: getattr(st, name)[sel] for name in arrays})
+        times = parallel_step_time(config, ic, device, sub)
+        for name in PARTS:
+            parts[name][sel] = times.parts[name]
+        micro[sel] = times.micro_batch_seconds
     return ParallelStepTime(MappingProxyType(parts), micro)
 
 
