@@ -94,6 +94,10 @@ def python_plan(s):
         full = rec == "full"
         forward = 2 * params * seq / rate * b
         backward = (6 if full else 4) * params * seq / rate * b
+        if rec != "none":   # the attention core again: Q K^T and attention over V, per token
+            layers = config.layers // p + (r < config.layers % p)
+            core = 2 * seq * -(-config.heads // t) * 2 * config.head_width * layers
+            backward += core * seq / rate * b
         tensor = 0.0
         if t > 1:
             for kind, calls, size in _tensor_rows(config, seq, p, r, sp, rec, ws.element_bytes):

@@ -55,7 +55,8 @@ _EXPORTS = (
                                     "peak_frame", "group_size_table", "tier_table")),
     # the step: what it communicates and how long it takes
     ("zerolib.core.step.traffic", ("volume", "SLOTS")),
-    ("zerolib.core.step.time", ("ComputeSettings", "compute_seconds")),
+    ("zerolib.core.step.time", ("ComputeSettings", "compute_seconds", "attention_core_flops")),
+    ("zerolib.core.step.run_cost", ("RunCost", "run_cost")),
     ("zerolib.core.step.tables", ("traffic_frame", "timeline_frame", "tradeoff_frame",
                                   "group_traffic_table")),
     ("zerolib.core.step.parallel", ("parallel_step_time", "cluster_interconnect")),

@@ -39,8 +39,11 @@ def test_link_adds_communication_and_keeps_every_key(capsys):
     stage3 = result["stages"][3]["communication"]["collectives"]
     assert stage3["all_gather"]["calls"] == 2 and stage3["reduce_scatter"]["calls"] == 1
     assert result["interconnect"]["bus_bandwidth"] == 400 * 10**9
-    assert result["compute_settings"] == {"tokens_per_gpu": 4096, "mfu": 0.4,
-                                          "full_recompute": False, "flops_per_param_token": 6}
+    # A bare count has no attention core: nothing for a recomputation to repeat of it.
+    assert result["compute_settings"] == {"tokens_per_gpu": 4096, "mfu": 0.4, "recompute": "none",
+                                          "full_recompute": False, "flops_per_param_token": 6,
+                                          "attention_flops_per_token": 0,
+                                          "recomputed_attention_flops_per_token": 0}
     # 6 x 7e9 x 4096 FLOPs / (0.4 x 989.5e12 FLOP/s) = 0.43464 s of compute per step.
     compute = result["stages"][0]["communication"]["compute_seconds"]
     assert math.isclose(compute, 6 * 7e9 * 4096 / (0.4 * 989.5e12))
@@ -50,11 +53,15 @@ def test_model_takes_tokens_and_recomputation_from_the_working_set(capsys):
     result = estimate_json(capsys, "--model", "llama-2-7b", "--gpus", "8", "--seq", "2048",
                      "--micro-batch", "4", "--recompute", "full", "--device", "h100-80gb",
                      "--link", "dgx-h100", "--mfu", "50%")
-    assert result["compute_settings"] == {"tokens_per_gpu": 8192, "mfu": 0.5,
-                                          "full_recompute": True, "flops_per_param_token": 8}
-    # 8 x 6,738,415,616 x 8192 / (0.5 x 989.5e12) = 0.89264 s.
+    # The attention core per token: 32 layers x 2 x 2,048 x 32 heads x (128 + 128) = 2^30.
+    assert result["compute_settings"] == {"tokens_per_gpu": 8192, "mfu": 0.5, "recompute": "full",
+                                          "full_recompute": True, "flops_per_param_token": 8,
+                                          "attention_flops_per_token": 2**30,
+                                          "recomputed_attention_flops_per_token": 2**30}
+    # (8 x 6,738,415,616 + 2^30) x 8192 / (0.5 x 989.5e12) = 54,981,066,752 x 8192 / 4.9475e14
+    # = 0.91037 s (0.89259 s for the 8 per parameter and token, 0.01778 s for the core).
     compute = result["stages"][0]["communication"]["compute_seconds"]
-    assert math.isclose(compute, 0.89264, rel_tol=1e-4)
+    assert math.isclose(compute, 0.91037, rel_tol=1e-5)
     # One node: every GPU on NVLink 4, 450 GB/s; stage 3 gathers 35 layers per pass.
     assert result["interconnect"]["bus_bandwidth"] == 450 * 10**9
     assert result["stages"][3]["communication"]["collectives"]["all_gather"]["calls"] == 70

@@ -31,7 +31,7 @@ def test_the_bound_itself_is_accepted_and_exactly_parsed():
 
 def test_the_worst_case_compute_time_is_finite():
     # 8 FLOPs x 10**15 parameters x 2**40 tokens / (65e12 FLOP/s x 0.001) is about 1.35e17 s.
-    settings = ComputeSettings(tokens_per_gpu=2**40, mfu=MIN_MFU, full_recompute=True)
+    settings = ComputeSettings(tokens_per_gpu=2**40, mfu=MIN_MFU, recompute="full")
     forward, backward = compute_seconds(10**15, "t4-16gb", settings)
     total = float(forward + backward)
     assert math.isfinite(total)

@@ -88,8 +88,9 @@ def test_fewest_read(cells):
     says(text, "0 means no GPU count up to 2²⁴ fits",
          f"the activations fall to {gb(full64.working_set['activations'])} GB",
          f"stage 3 fits from {fewest} GPUs", f"({gb(full64.total)} GB on 64)",
-         "8 FLOPs per parameter and token instead of 6, a third more compute")
-    assert zl.ComputeSettings(1, 0.4, True).flops_per_param_token == 8
+         "8 FLOPs per parameter and token instead of 6, a third more compute",
+         f"{zl.attention_core_flops(M, 4096) / zl.parameter_count(M):.2f} more per parameter and token")
+    assert zl.ComputeSettings(1, 0.4, "full").flops_per_param_token == 8
     assert zl.ComputeSettings(1, 0.4).flops_per_param_token == 6
 
 
@@ -200,11 +201,16 @@ def test_ranking_read(cells, a100_plan):
     best = fits.iloc[0]
     says(text, f"The fastest configuration that fits is {describe_configuration(best)}: "
                f"{gb(best['peak_bytes'])} GB per GPU, {best['step_seconds']:.1f} s per step, "
-               f"{best['network_wait_fraction']:.1%} of it waiting",
-         f"for its {gb(best['headroom_bytes'])} GB of headroom")
+               f"{best['network_wait_fraction']:.1%} of it waiting")
     assert (best["tensor_parallel"], best["sequence_parallel"], best["stage"]) == (2, True, 3)
-    assert best["recompute"] == "selective" and fits.iloc[1]["recompute"] == "none"
-    assert fits.iloc[1]["step_seconds"] == best["step_seconds"]          # "ties with none"
+    assert best["recompute"] == "none"
+    # Selective recomputation of the same configuration repeats the attention core.
+    same = ["tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_parallel", "chunks",
+            "micro_batch", "stage", "shard_group", "offload"]
+    twin = fits[(fits[same] == best[same]).all(axis=1) & (fits["recompute"] == "selective")].iloc[0]
+    says(text, f"recomputation ranks {ordinal(int(twin['rank']))}, "
+               f"{twin['step_seconds'] - best['step_seconds']:.2f} s slower",
+         f"selective saves only {gb(best['peak_bytes'] - twin['peak_bytes'])} GB")
     assert acts(2, 1, True, 0) * 2 == pytest.approx(acts(1, 1, False, 0), rel=0.01)  # "halves"
     plain = fits[(fits["tensor_parallel"] == 1) & (fits["pipeline_parallel"] == 1)]
     assert set(plain["recompute"]) == {"full"} and set(plain["stage"]) == {3}

@@ -140,8 +140,7 @@ class FigureOptions:
 
     @property
     def compute(self) -> ComputeSettings:
-        s = self.step_settings
-        return ComputeSettings(s.seq_len * s.micro_batch, self.mfu, s.recompute == "full")
+        return ComputeSettings.for_run(self.step_model, self.step_settings, self.mfu)
 
 
 DEFAULTS = FigureOptions()

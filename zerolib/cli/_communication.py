@@ -29,7 +29,8 @@ def add_arguments(parser) -> None:
         "communication (needs --link)",
         "Bytes each GPU hands to, sends and receives from every collective of one training step "
         "(ring algorithm), their time at the link's bus bandwidth, the compute time from 6 FLOPs "
-        "per parameter and token (8 with --recompute full) at the device's peak x --mfu, and "
+        "per parameter and token (8 with --recompute full; selective and full also repeat the "
+        "attention core) at the device's peak x --mfu, and "
         "the step time with collectives overlapping compute as far as the schedule allows.")
     group.add_argument("--link", metavar="NAME",
                        help=f"a node ({', '.join(NODES)}) or a link joining every GPU alike "
@@ -104,6 +105,9 @@ def describe(result: dict) -> str:
         where += f" ({ic['gpus_per_node']} GPUs and {ic['nics_per_node']} network ports per node)"
     time = (f"{compute['tokens_per_gpu']:,} tokens per GPU at {compute['flops_per_param_token']} "
             f"FLOPs per parameter and token, mfu {compute['mfu']:g}")
+    if compute["recomputed_attention_flops_per_token"]:   # the recompute setting's other part
+        time += (f"; {compute['recompute']} recomputation repeats the attention core, "
+                 f"{compute['recomputed_attention_flops_per_token']:,} FLOPs per token")
     return (f"Communication over {where}: bus bandwidth {ic['bus_bandwidth'] / 1e9:,.1f} GB/s per "
             f"GPU and direction; {time}.")
 

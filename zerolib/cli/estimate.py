@@ -7,6 +7,7 @@ import io
 from zerolib.cli import _communication as communication_cli
 from zerolib.cli import _own_model as own_model_cli
 from zerolib.cli import _placement as placement_cli
+from zerolib.cli import _run as run_cli
 from zerolib.cli import _working_set as working_set_cli
 from zerolib.cli._arguments import (
     add_layout_arguments,
@@ -50,6 +51,8 @@ def register(commands) -> None:
     working_set_cli.add_arguments(parser)
     placement_cli.add_arguments(parser)
     communication_cli.add_arguments(parser)
+    run_cli.add_argument(parser, run_cli.HELP + " (needs --link and --device; tokens per step: "
+                         "tokens per GPU x --gpus)")
     parser.add_argument("--gpus-per-node", metavar="N",
                         help="GPUs per node: with a --link node, its GPU count (default: the "
                              "node's own); with a placement flag, the GPUs sharing a node's CPU "
@@ -68,6 +71,10 @@ def run(args) -> int:
     gpus = gpu_count(args.gpus, "--gpus")
     host_memory = placement_cli.host_memory_from(args)
     communication = communication_cli.options_from(args)
+    tokens = run_cli.tokens_from(args)
+    if tokens is not None and (args.link is None or args.device is None):
+        raise ValueError("--tokens needs --link and --device (the run takes its steps x the step "
+                         "time, which needs both)")
     refuse_no_effect(args)
     stages = communication_cli.default_stages(args, stages)
     if args.gpus_per_node is not None and not (placement_cli.requested(args)
@@ -89,7 +96,10 @@ def run(args) -> int:
         stages = placement_cli.default_stages(placement, stages) or STAGES
         result = estimate(parse_count(args.params, "--params"), gpus, layout, device, stages,
                           placement, host_memory, **communication)
-    print(render(result.as_dict(), args.format, args.unit or "GB", partial_node_note(args, gpus)))
+    out = result.as_dict()
+    if tokens is not None:
+        out = run_cli.add_to_estimate(out, tokens)
+    print(render(out, args.format, args.unit or "GB", partial_node_note(args, gpus)))
     return 0
 
 
@@ -137,6 +147,10 @@ def render(result: dict, form: str, unit: str, note: str | None = None) -> str:
                                     if placement_cli.has_tiers(result) else ([], None))
         comm_headers, comm_cells = (communication_cli.csv_columns(result)
                                     if communication_cli.has_communication(result) else ([], None))
+        if "run" in result:   # after every other column, so theirs keep their places
+            run_headers, run_cells = run_cli.estimate_csv(result)
+            comm_headers = comm_headers + run_headers
+            comm_cells = [a + b for a, b in zip(comm_cells, run_cells)]
         writer.writerow(["params", "gpus", "layout", "stage", *columns, *extra_headers,
                          *tier_headers, "fits", *comm_headers])
         for index, row in enumerate(result["stages"]):
@@ -175,4 +189,5 @@ def render(result: dict, form: str, unit: str, note: str | None = None) -> str:
     rows = [[STRATEGY_NAMES[row["stage"]], *(f"{to_unit(row[c], unit):,.2f}" for c in columns), *extra]
             + (["yes" if row["fits"] else "no"] if device else []) + comm
             for row, extra, comm in zip(result["stages"], extra_cells, comm_cells)]
-    return "\n".join(lines + ["", text_table(headers, rows)])
+    run = run_cli.estimate_lines(result) if "run" in result else []
+    return "\n".join(lines + ["", text_table(headers, rows)] + (["", *run] if run else []))

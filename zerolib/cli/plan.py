@@ -7,6 +7,7 @@ import io
 import math
 
 from zerolib.cli import _own_model as own_model_cli
+from zerolib.cli import _run as run_cli
 from zerolib.cli import _working_set as working_set_cli
 from zerolib.cli._arguments import add_layout_arguments, layout_from
 from zerolib.cli._communication import HOST_LINKS, host_link_from
@@ -99,6 +100,7 @@ def register(commands) -> None:
                              "all in JSON and CSV)")
     parser.add_argument("--unit", choices=list(UNITS),
                         help="unit of the table (default GB; JSON and CSV are in bytes)")
+    run_cli.add_argument(parser, run_cli.HELP + " (tokens per step: --global-batch x --seq)")
     parser.add_argument("--format", default="table", choices=("table", "json", "csv"),
                         help="table (header, ranking, rejections), json (all of it) or csv (the "
                              "fitting configurations only)")
@@ -172,6 +174,7 @@ def refuse_no_effect(args, options: dict) -> None:
 
 def run(args) -> int:
     top = None if args.top is None else parse_whole(args.top, "--top", maximum=MAX_GPUS)
+    tokens = run_cli.tokens_from(args)
     model = own_model_cli.model_from(args)
     result = plan(model, parse_whole(args.gpus, "--gpus", maximum=MAX_GPUS),
                   parse_whole(args.gpus_per_node, "--gpus-per-node", maximum=MAX_GPUS),
@@ -179,11 +182,13 @@ def run(args) -> int:
                   parse_whole(args.global_batch, "--global-batch", maximum=MAX_MICRO_BATCHES),
                   **options_from(args, model))
     if args.format == "json":
-        print(json_text(as_json(result, top)))
+        out = as_json(result, top)
+        print(json_text(out if tokens is None else run_cli.add_to_plan(out, result, tokens)))
     elif args.format == "csv":
-        print(as_csv(result, top))
+        print(as_csv(result, top, tokens))
     else:
-        print(as_table(result, DEFAULT_TOP if top is None else top, args.unit or "GB"))
+        table = as_table(result, DEFAULT_TOP if top is None else top, args.unit or "GB")
+        print(table if tokens is None else "\n".join([table, "", *run_cli.plan_lines(result, tokens)]))
     return 0
 
 
@@ -209,19 +214,21 @@ def as_json(result, top=None) -> dict:
             "counts": result.counts(), "fits": _rows(result.fits, top), "rejected": rejected}
 
 
-def as_csv(result, top=None) -> str:
+def as_csv(result, top=None, tokens=None) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     columns = ["rank", *FIT_COLUMNS]     # the ranked frame's columns, in order
-    writer.writerow(columns)
-    for row in _rows(result.fits, top):
-        writer.writerow(["" if row[c] is None else row[c] for c in columns])
+    cost = None if tokens is None else run_cli.plan_cost(result, tokens)
+    writer.writerow(columns + ([] if tokens is None else ["run_seconds", "gpu_hours"]))
+    for i, row in enumerate(_rows(result.fits, top)):
+        run = [] if cost is None else [float(cost.seconds[i]), float(cost.gpu_hours[i])]
+        writer.writerow(["" if row[c] is None else row[c] for c in columns] + run)
     return out.getvalue().rstrip("\n")
 
 
 # What tells two fitting configurations apart besides their recomputation and what it changes
 # (the peak, its headroom and stage): rows equal in these and in step time are one choice shown
-# twice, since selective recomputation's repeated FLOPs are not counted.
+# twice. Selective and full recomputation repeat FLOPs none does not, so such ties are rare.
 _TWIN_KEY = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_parallel",
              "chunks", "schedule", "stage", "shard_group", "micro_batch", "micro_batches",
              "offload", "step_seconds")
@@ -291,8 +298,7 @@ def as_table(result, top: int, unit: str) -> str:
         if shown > len(rows):
             lines.append(
                 f"recompute a|b: one configuration under two recomputations that tie on step "
-                f"time (the FLOPs selective recomputation repeats are not counted, see Left out), "
-                f"shown once with both ranks; peak and headroom are the first-named's, the other's "
+                f"time, shown once with both ranks; peak and headroom are the first-named's, the other's "
                 f"peak is at most {to_unit(extra_peak, unit):,.2f} {unit} higher; JSON and CSV "
                 f"list each.")
     else:

@@ -23,7 +23,8 @@ each stage row also carries ``communication`` (:func:`zerolib.core.step.tables.c
 per collective kind the calls, bytes handed, sent and received per GPU and seconds; totals;
 compute, exposed and step seconds and the network-wait fraction when a device is given), and
 the object gains ``interconnect`` (with the ``bus_bandwidth`` of a ring over all its GPUs,
-bytes per second) and ``compute_settings`` (tokens per GPU, mfu, FLOPs per parameter and token).
+bytes per second) and ``compute_settings`` (tokens per GPU, mfu, the recompute setting, FLOPs per
+parameter and token, the attention core's FLOPs per token and what recomputation repeats of it).
 
 The ``communication`` object follows the placement: a shard group's all-gathers and
 reduce-scatter run inside the group and each gradient shard is all-reduced across the replicas
@@ -222,8 +223,9 @@ def estimate_model(model: str | TransformerConfig, gpus,
     """The breakdown of a model preset: persistent state and working set per stage, ``fits``
     judged on the peak (see :func:`zerolib.core.memory.working_set.stage_rows`). With ``link``, each
     stage's communication, per layer for stage 3; ``tokens_per_gpu`` defaults to the working
-    set's sequence length x micro-batch, and full recomputation there costs 8 FLOPs per
-    parameter and token instead of 6."""
+    set's sequence length x micro-batch, and its recompute setting chooses the FLOPs
+    (:meth:`zerolib.core.step.time.ComputeSettings.for_run`: full recomputation 8 per parameter
+    and token instead of 6, selective and full the attention core again)."""
     config, layout = get_model(model), get_layout(layout)
     gpus = check_single(gpus, check_gpus, "gpus")
     device = get_device(device) if device is not None else None
@@ -243,7 +245,6 @@ def estimate_model(model: str | TransformerConfig, gpus,
     if link is not None and settings.context_parallel != 1:
         raise ValueError("a link with context parallelism is not modelled here: the ring "
                          "attention is timed by zerolib.core.step.parallel (see zerolib plan)")
-    tokens = settings.seq_len * settings.micro_batch if tokens_per_gpu is None else tokens_per_gpu
     return _with_communication(result, config, link, gpus_per_node,
-                               ComputeSettings(tokens, mfu, settings.recompute == "full"),
+                               ComputeSettings.for_run(config, settings, mfu, tokens_per_gpu),
                                {"qwz": qwz, "qgz": qgz, "host_link": host_link})

@@ -102,8 +102,7 @@ RULES: Mapping[str, str] = MappingProxyType({
     **{name: PARALLEL_RULES[name] for name in ("heads", "kv_heads", "ffn_hidden", "node",
                                                "sequence", "layers", "interleaved_layers",
                                                "schedule")},
-    "context_parallel": "context_parallel must divide gpus / (tensor_parallel x pipeline_parallel), and "
-                        "tensor_parallel its seq_len / context_parallel tokens under sequence parallelism",
+    "context_parallel": "context_parallel must divide gpus / (tensor_parallel x pipeline_parallel), t its s/C tokens",
     "global_batch": "data_parallel x micro_batch must divide the global batch (each pipeline "
                     "runs a whole number of micro-batches per step)",
     "micro_batches": PARALLEL_RULES["micro_batches"],
@@ -118,14 +117,15 @@ PASSES = len(REASONS)     # the reason code of a configuration that fits
 
 # What the ranking leaves out, said wherever it is shown (the CLI's header, the notebook).
 PLAN_HEADER = ("Ranked by a model, not by measurement: peaks are zerolib's exact byte counts; "
-               "step times come from 6 (8 with full recomputation) FLOPs per parameter and token "
+               "step times come from 6 (8 with full recomputation) FLOPs per parameter and token, "
+               "plus the attention core that selective and full recomputation repeat, "
                "at the device's peak x mfu, the ring model of the links (each collective on the "
                "GPUs it joins), offload's copies at the host link's rate, and the pipeline "
                "schedule's bubble.")
 PLAN_LEFT_OUT = (
     "kernel efficiency per shape (one mfu for every matrix, every t and micro-batch)",
-    "the FLOPs selective recomputation repeats (counted as none; Korthikanti et al. measure "
-    "2.7% and 1.6% for GPT-3 and MT-NLG)",
+    "the attention's sequence-squared FLOPs of the passes every run executes (only what a "
+    "recomputation repeats of them is counted)",
     "pipeline bubbles beyond the schedule formula (p - 1)/(v m): uneven stages, warm-up "
     "effects, the middle stages' messages",
     "memory fragmentation and allocator caching beyond the fixed reserve",

@@ -81,7 +81,8 @@ def test_tradeoff_frame(tradeoff):
     assert np.allclose(tradeoff["network_wait_fraction"], [0, GATHER / STEPS[1],
                                                            GATHER / STEPS[1], 0], atol=1e-9)
     assert tradeoff["sent_bytes"].tolist() == [2 * PASS, 2 * PASS, 2 * PASS, 3 * PASS]
-    assert tradeoff.attrs["compute"] == ComputeSettings(4096, 0.4, False)
+    # Llama-2-7B's attention core at 4,096 tokens: 32 layers x 2 x 4,096 x 32 x (128 + 128).
+    assert tradeoff.attrs["compute"] == ComputeSettings(4096, 0.4, "none", 2**31)
 
 
 def test_tradeoff_needs_data_parallel_only():

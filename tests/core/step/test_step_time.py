@@ -21,7 +21,7 @@ def test_compute_seconds_by_hand():
     assert math.isclose(float(forward + backward), 0.41840, rel_tol=1e-4)
     assert math.isclose(float(backward), 2 * float(forward))
     # Full recomputation: 8 FLOPs instead of 6, the extra forward inside the backward.
-    forward, backward = compute_seconds(P7, "h100-80gb", ComputeSettings(4096, 0.4, True))
+    forward, backward = compute_seconds(P7, "h100-80gb", ComputeSettings(4096, 0.4, "full"))
     assert math.isclose(float(forward + backward), 0.41840 * 8 / 6, rel_tol=1e-4)
     assert math.isclose(float(backward), 3 * float(forward))
 
@@ -83,8 +83,11 @@ def test_compute_settings_are_checked():
         ComputeSettings(mfu=True)
     with pytest.raises(ValueError, match="tokens_per_gpu"):
         ComputeSettings(tokens_per_gpu=0)
-    with pytest.raises(TypeError, match="full_recompute"):
-        ComputeSettings(full_recompute="yes")
+    for bad in ("yes", True, None):
+        with pytest.raises(ValueError, match="recompute must be one of none, selective, full"):
+            ComputeSettings(recompute=bad)
+    with pytest.raises(ValueError, match="attention_flops_per_token"):
+        ComputeSettings(attention_flops_per_token=-1)
     with pytest.raises(ValueError, match="no peak"):
         compute_seconds(10**9, PAPER_V100)
     with pytest.raises(TypeError, match="traffic"):

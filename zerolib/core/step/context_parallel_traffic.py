@@ -31,6 +31,21 @@ Left out: the all-reduce of the loss over the CP group (two numbers per micro-ba
 gradient reduction over the d x C data- and context-parallel group, which is ZeRO's schedule
 (:mod:`zerolib.core.step.traffic`) over that group.
 
+**In the step** (:func:`zerolib.core.step.parallel.parallel_step_time`, ``context_parallel`` =
+C): ranks in Megatron-LM's order tp-cp-ep-dp-pp, so a CP ring is C GPUs t apart, inside a node
+while t x C <= GPUs per node. ``data_parallel`` is then the d x C GPUs of the data- and
+context-parallel group that ZeRO shards over and reduces gradients across
+(:mod:`zerolib.core.memory.working_set` says why), so the ZeRO slots, the pipeline's hops
+(t x d x C GPUs apart) and ``micro_batches`` keep their meaning; each GPU computes, and runs its
+tensor-parallel collectives and pipeline messages on, its s / C tokens of each sequence. The
+ring's sends are the step's ``context`` part: each a point-to-point message
+(:func:`zerolib.core.step.time.send_seconds`, across nodes at each GPU's share of the ports once
+the ring leaves its node), not overlapped. TransformerEngine overlaps each ring step with the
+attention on the block before, but the compute model counts the attention's s^2 products only
+where recomputation repeats them (:mod:`zerolib.core.step.time`), too little to hide the ring
+behind: an upper bound on CP's cost. A recomputed attention core is charged for the whole
+sequence each of the GPU's s / C tokens attends over.
+
 **ZeRO-R's P_a** (Rajbhandari et al., SC20, Sec. VI-A and the communication analysis of
 Sec. VIII-B; DeepSpeed ``runtime/activation_checkpointing/checkpointing.py``
 ``partition_activations`` and ``gather_partitioned_activations``): each checkpoint is kept as

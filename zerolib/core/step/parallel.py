@@ -28,7 +28,9 @@ are the most of any stage, :mod:`zerolib.core.memory.model_parallel`):
 
 - compute: 2 FLOPs per parameter and token forward, 4 backward (6 with full recomputation) at
   the device's peak x ``mfu`` (:func:`zerolib.core.step.time.compute_seconds`, the same rule), for the
-  stage's parameters on this GPU and the micro-batch's b x s tokens;
+  stage's parameters on this GPU and the micro-batch's b x s tokens; under selective and full
+  recomputation the backward also repeats the attention core of the stage's layers and this
+  GPU's heads (:func:`zerolib.core.step.time.attention_core_flops`);
 - tensor-parallel collectives (all-reduces, or all-gathers and reduce-scatters under sequence
   parallelism) over t GPUs: each layer's next operation needs the result, so none of it
   overlaps compute (Megatron-LM's optional communication overlap is not modelled);
@@ -102,18 +104,8 @@ bytes as go down, which costs time only where parameters come up in the same pas
 conversion before the last micro-batch's copy (4 bytes per gradient where ZeRO-Offload counts
 the gradient's own width).
 
-**Context parallelism** (``context_parallel`` = C, one for all settings): ranks in Megatron-LM's
-order tp-cp-ep-dp-pp, so a CP ring is C GPUs t apart, inside a node while t x C <= GPUs per node.
-``data_parallel`` is then the d x C GPUs of the data- and context-parallel group that ZeRO
-shards over and reduces gradients across (:mod:`zerolib.core.memory.working_set` says why), so
-the ZeRO slots, the pipeline's hops (t x d x C GPUs apart) and ``micro_batches`` keep their
-meaning; each GPU computes, and runs its tensor-parallel collectives and pipeline messages on,
-its s / C tokens of each sequence. The ring attention's sends
-(:mod:`zerolib.core.step.context_parallel_traffic`) are the ``context`` part: each a
-point-to-point message (:func:`zerolib.core.step.time.send_seconds`, across nodes at each GPU's
-share of the ports once the ring leaves its node), not overlapped. TransformerEngine overlaps each
-ring step with the attention on the block before, but the compute model here counts no attention
-FLOPs (6 per parameter and token) to hide them behind: an upper bound on CP's cost.
+**Context parallelism** (C): ``data_parallel`` is the d x C ZeRO group, each GPU works on s / C
+tokens, and the ring's sends are the ``context`` part (:mod:`zerolib.core.step.context_parallel_traffic`).
 
 Left out: Megatron-LM's and DeepSpeed's communication overlaps beyond the ones stated; the middle
 pipeline stages (fewer parameters than the first or last, and at most one more message per
@@ -156,6 +148,7 @@ from zerolib.core.memory.model_parallel import (
     ParallelGrid,
     parameters_on,
     rules_of,
+    stage_layers,
 )
 from zerolib.core.memory.placement import Placement, check_combination, tiers_of
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
@@ -169,6 +162,7 @@ from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS, Hos
 from zerolib.core.step.time import (
     DEFAULT_MFU,
     ComputeSettings,
+    attention_core_flops_of,
     check_mfu,
     compute_seconds,
     schedule_seconds,
@@ -550,10 +544,16 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
         backward compute and the per-step ZeRO seconds."""
         params = parameters_on(ParallelGrid(config, t, p, r, "1f1b", 1, None, 1))   # checked
         forward, backward = np.zeros(b.shape), np.zeros(b.shape)
-        for full in (False, True):   # FLOPs are linear in the tokens: one rate per rule
-            here = (rec == 2) == full
+        # The recompute setting chooses the FLOPs (time.py's rule): selective and full repeat
+        # the attention core of this GPU's heads and layers in the backward. Under context
+        # parallelism each of its s / C tokens still attends over the whole sequence.
+        core = attention_core_flops_of(config, st.seq_len, t, stage_layers(config.layers, p, r))
+        for code, name in enumerate(RECOMPUTE):   # FLOPs are linear in the tokens
+            here = rec == code
             if np.any(here):
-                fwd, bwd = compute_seconds(params, device, _compute_settings(s, mfu, full))
+                fwd, bwd = compute_seconds(params, device, _compute_settings(s, mfu, name))
+                if name != "none":
+                    bwd = bwd + core * s / (device.peak_flops * mfu)
                 forward, backward = np.where(here, fwd * b, forward), np.where(here, bwd * b, backward)
         tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
         context = _context_seconds(config, ic, s, e, b, c, t, r, p, rec)
@@ -611,10 +611,10 @@ def _per_degree(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
 
 
 @lru_cache(maxsize=64)
-def _compute_settings(seq_len: int, mfu: float, full_recompute: bool) -> ComputeSettings:
-    """The compute rule of a micro-batch of ``seq_len`` tokens per sequence (made, and so
-    checked, once for each)."""
-    return ComputeSettings(seq_len, mfu, full_recompute)
+def _compute_settings(seq_len: int, mfu: float, recompute: str) -> ComputeSettings:
+    """The per-parameter compute rule of a micro-batch of ``seq_len`` tokens per sequence (made,
+    and so checked, once for each); the attention core is added per stage by the caller."""
+    return ComputeSettings(seq_len, mfu, recompute)
 
 
 def _flags(value, name: str) -> np.ndarray:

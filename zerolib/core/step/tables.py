@@ -162,15 +162,15 @@ def tradeoff_frame(model: str | TransformerConfig, gpus, link: str | Interconnec
                    gpus_per_node: int | None = None) -> pd.DataFrame:
     """Per stage: the peak memory per GPU (model state + working set, :mod:`working_set`)
     beside the step time and its parts. The tokens per GPU and the recomputation come from
-    ``settings`` (sequence length x micro-batch; 8 FLOPs per parameter and token under full
-    recomputation), so memory and time describe the same run."""
+    ``settings`` (sequence length x micro-batch; its recompute setting chooses the FLOPs,
+    :meth:`~zerolib.core.step.time.ComputeSettings.for_run`), so memory and time describe the
+    same run."""
     import pandas as pd
     config = get_model(model)
     if settings.tensor_parallel != 1:
         raise ValueError("tensor_parallel must be 1 here: the step model times data-parallel "
                          "collectives only (tensor-parallel traffic is not modelled)")
-    compute = ComputeSettings(settings.seq_len * settings.micro_batch, check_mfu(mfu),
-                              settings.recompute == "full")
+    compute = ComputeSettings.for_run(config, settings, check_mfu(mfu))
     gpus, stages, layout, ic, device, result, what, times = _timed(
         config, gpus, stages, layout, link, device, compute, gpus_per_node)
     memory = [p.total for p in peaks(config, gpus, stages, settings, layout)]

@@ -3,12 +3,35 @@
 **Compute.** Training a transformer costs about 6 FLOPs per parameter and token: 2 for the
 forward pass, 4 for the backward (Kaplan et al. 2020, arXiv:2001.08361, Sec. 2.1, C = 6N per
 token; all parameters are counted here, embeddings included, and the attention's
-sequence-squared term is left out). Full activation recomputation runs the forward pass again
-inside the backward: 8 per parameter and token (Narayanan et al. 2021, arXiv:2104.04473,
-appendix: 96Bslh^2 = 4 x 24Bslh^2 with recomputation). A GPU reaches a fraction ``mfu`` of its
+sequence-squared terms, the scores Q K^T and the attention over the values, are left out).
+What recomputation repeats follows the run's one recompute setting (the working set's
+``recompute``, :data:`zerolib.core.memory.activations.RECOMPUTE`), never a flag of its own:
+
+- ``none``: 6 per parameter and token;
+- ``full``: the forward again inside the backward, 8 per parameter and token (Narayanan et al.
+  2021, arXiv:2104.04473, appendix: 96Bslh^2 = 4 x 24Bslh^2 with recomputation), plus the
+  attention core that forward repeats, as under selective;
+- ``selective``: 6 per parameter and token plus the attention core recomputed in the backward
+  (Korthikanti et al., MLSys 2023, arXiv:2205.05198, Sec. 5: the Q K^T product, softmax,
+  softmax dropout and attention over V). Its matrix products are the forward's s^2 terms,
+  2 s (a d_qk) + 2 s (a d_v) FLOPs per token and layer for a heads of widths d_qk (queries and
+  keys) and d_v (values) over s tokens (:func:`attention_core_flops`; 4 s h for a plain model,
+  Narayanan et al.'s 4Bs^2h per layer); the softmax and dropout are element-wise and left out.
+
+The base count leaves the attention's s^2 terms out of the passes every run executes (Kaplan's
+convention, which the utilisation below is read against); a recomputation is charged for all it
+executes again, s^2 terms included: counted at none, selective recomputation would cost nothing
+and be chosen on memory alone, and without the core in ``full`` selective could cost more than
+full recomputation at long sequences (from s > 6h). The core is counted as the full s x s
+products, as Megatron-LM's unfused core attention computes them (a causal flash kernel skips
+about half of them), over the model's whole span (sliding windows are not modelled). A bare
+parameter count has no shape: its attention core is 0, so selective costs what none costs and
+full exactly 8 per parameter and token.
+
+A GPU reaches a fraction ``mfu`` of its
 peak (:mod:`zerolib.core.catalogue.devices`) on the FLOPs it executes: without recomputation this is the
-model FLOPs utilisation of Chowdhery et al. 2022 (PaLM, Sec. 4.1); with full recomputation the
-GPU executes 8/6 as many FLOPs at that rate (Korthikanti et al., MLSys 2023, Sec. 6.3, call the rate
+model FLOPs utilisation of Chowdhery et al. 2022 (PaLM, Sec. 4.1); with recomputation the
+GPU executes more FLOPs at that rate (Korthikanti et al., MLSys 2023, Sec. 6.3, call the rate
 on executed FLOPs the hardware FLOPs utilisation). The default, 0.4, sits in the range large
 runs publish: 38-43 % for Llama 3 405B on H100 (arXiv:2407.21783, Table 4), 46.2 % for PaLM
 540B. The optimizer step's own compute is left out (it reads each parameter once, against the
@@ -66,8 +89,19 @@ import numpy as np
 
 from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.links import BASE_LATENCY, Link
+from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.catalogue.nodes import Interconnect, interconnect
-from zerolib.core.inputs import check_flag, check_positive_int
+from zerolib.core.inputs import (
+    MAX_BYTES,
+    check_count,
+    check_gpus,
+    check_positive_int,
+    check_whole,
+    echo,
+)
+from zerolib.core.intmath import ceil_div
+from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.step.collectives import across_bandwidth, ring_timing_of
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HostTraffic
 from zerolib.core.step.traffic import GROUP_SLOTS, STEP_PHASES, Traffic
@@ -95,30 +129,90 @@ def check_mfu(value, name: str = "mfu") -> float:
     return float(value)
 
 
+def attention_core_flops(model: str | TransformerConfig, seq_len: int, tensor_parallel=1,
+                         layers=None):
+    """Forward FLOPs per token of the attention core on one GPU, the products selective
+    recomputation repeats (see the module doc): per layer 2 s (a d_qk) for the scores Q K^T and
+    2 s (a d_v) for the attention over V, ceil(a / t) of the a heads on each of
+    ``tensor_parallel`` GPUs, over ``layers`` layers (default: all of the model's). Multi-head
+    latent attention (DeepSeek) scores over head_dim + rope_head_dim and attends over
+    v_head_dim. An int, or an int64 array where ``tensor_parallel`` or ``layers`` is one."""
+    config = get_model(model)
+    s = check_positive_int(seq_len, "seq_len")
+    t = check_gpus(tensor_parallel, "tensor_parallel")
+    layers = (np.asarray(config.layers) if layers is None else
+              check_whole(layers, "layers", "a whole number of layers", low=0, high=config.layers))
+    flops = attention_core_flops_of(config, s, t, layers)
+    return int(flops) if flops.ndim == 0 else flops
+
+
+def attention_core_flops_of(config: TransformerConfig, seq_len: int, t, layers) -> np.ndarray:
+    """:func:`attention_core_flops` of checked values (int64, broadcast over ``t`` and
+    ``layers``), for callers below the door that checked them already."""
+    if config.kv_lora_rank:
+        qk, v = config.head_width + config.rope_head_dim, config.v_head_dim
+    else:
+        qk = v = config.head_width
+    return 2 * seq_len * ceil_div(config.heads, np.asarray(t, dtype=np.int64)) * (qk + v) * layers
+
+
 @dataclass(frozen=True)
 class ComputeSettings:
-    """How much each GPU computes per step and how fast."""
+    """How much each GPU computes per step and how fast, and what its recomputation repeats."""
 
     tokens_per_gpu: int = DEFAULT_TOKENS_PER_GPU   # tokens one GPU processes per step
     mfu: float = DEFAULT_MFU                       # fraction of the device's peak reached
-    full_recompute: bool = False                   # 8 instead of 6 FLOPs per parameter and token
+    recompute: str = "none"                        # the run's recompute setting (RECOMPUTE)
+    attention_flops_per_token: int = 0             # attention_core_flops of this GPU (0: no shape)
 
     def __post_init__(self):
         check_positive_int(self.tokens_per_gpu, "tokens_per_gpu", MAX_TOKENS_PER_GPU)
         object.__setattr__(self, "mfu", check_mfu(self.mfu))
-        check_flag(self.full_recompute, "full_recompute")
+        if not isinstance(self.recompute, str) or self.recompute not in RECOMPUTE:
+            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, "
+                             f"got {echo(self.recompute)}")
+        check_count(self.attention_flops_per_token, "attention_flops_per_token", MAX_BYTES)
 
     def __deepcopy__(self, memo) -> ComputeSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
 
+    @classmethod
+    def for_run(cls, model: str | TransformerConfig, settings, mfu: float = DEFAULT_MFU,
+                tokens_per_gpu: int | None = None) -> ComputeSettings:
+        """The compute of the run a :class:`~zerolib.core.memory.working_set.WorkingSetSettings`
+        describes: its sequence length x micro-batch tokens per GPU (or ``tokens_per_gpu``), its
+        recomputation, and the attention core of ``model`` at its sequence length on one of its
+        tensor-parallel GPUs (the first pipeline stage's layers, the most). The one way the step
+        model reads the recompute setting beside a working set."""
+        if not isinstance(settings, WorkingSetSettings):
+            raise TypeError(f"settings must be a WorkingSetSettings, got {type(settings).__name__}")
+        config = get_model(model)
+        layers = ceil_div(config.layers, settings.pipeline_parallel)
+        tokens = settings.seq_len * settings.micro_batch if tokens_per_gpu is None else tokens_per_gpu
+        return cls(tokens, mfu, settings.recompute,
+                   attention_core_flops(config, settings.seq_len, settings.tensor_parallel, layers))
+
+    @property
+    def full_recompute(self) -> bool:
+        return self.recompute == "full"
+
     @property
     def flops_per_param_token(self) -> int:
+        """The FLOPs per parameter and token: 6, or 8 under full recomputation."""
         return FORWARD_FLOPS + BACKWARD_FLOPS + (RECOMPUTE_FLOPS if self.full_recompute else 0)
+
+    @property
+    def recomputed_attention_flops(self) -> int:
+        """FLOPs per token the backward spends recomputing the attention core (0 without
+        recomputation)."""
+        return 0 if self.recompute == "none" else self.attention_flops_per_token
 
     def as_dict(self) -> dict:
         return {"tokens_per_gpu": self.tokens_per_gpu, "mfu": self.mfu,
-                "full_recompute": self.full_recompute,
-                "flops_per_param_token": self.flops_per_param_token}
+                "recompute": self.recompute, "full_recompute": self.full_recompute,
+                "flops_per_param_token": self.flops_per_param_token,
+                "attention_flops_per_token": self.attention_flops_per_token,
+                "recomputed_attention_flops_per_token": self.recomputed_attention_flops}
 
 
 DEFAULT_COMPUTE = ComputeSettings()
@@ -132,13 +226,18 @@ def _rate(device: Device, settings: ComputeSettings) -> float:
 
 def compute_seconds(params, device: str | Device, settings: ComputeSettings = DEFAULT_COMPUTE):
     """(forward, backward) compute seconds of one step on one GPU (float64, broadcast over
-    ``params``): FLOPs per parameter and token x parameters x tokens / (peak x mfu)."""
+    ``params``): FLOPs per parameter and token x parameters x tokens / (peak x mfu), the
+    backward plus the attention core recomputation repeats (see the module doc)."""
     device = get_device(device)
     if not isinstance(settings, ComputeSettings):
         raise TypeError(f"settings must be a ComputeSettings, got {type(settings).__name__}")
-    work = np.asarray(params, dtype=np.float64) * settings.tokens_per_gpu / _rate(device, settings)
+    rate = _rate(device, settings)
+    work = np.asarray(params, dtype=np.float64) * settings.tokens_per_gpu / rate
     backward = BACKWARD_FLOPS + (RECOMPUTE_FLOPS if settings.full_recompute else 0)
-    return FORWARD_FLOPS * work, backward * work
+    recomputed = settings.recomputed_attention_flops
+    if not recomputed:
+        return FORWARD_FLOPS * work, backward * work
+    return FORWARD_FLOPS * work, backward * work + recomputed * settings.tokens_per_gpu / rate
 
 
 # --- timing on the links: a schedule on its rings, a pipeline message -----------------------------
