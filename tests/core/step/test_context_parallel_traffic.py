@@ -135,3 +135,12 @@ def test_a_ring_across_nodes_by_hand():
 def test_step_settings_refuse_a_sequence_the_ring_cannot_split():
     with pytest.raises(ValueError, match="multiple of 2 x context_parallel"):
         _step(seq_len=8190, context_parallel=2)
+
+
+def test_a_cp_rank_recomputes_attention_over_the_whole_sequence():
+    # Selective recomputation repeats the attention core of each of the GPU's 4,096 tokens over
+    # all 8,192 of the sequence: per token 2 x 8192 x 32 heads x (128 + 128) x 32 layers =
+    # 4,294,967,296 FLOPs, beside 6 per parameter and token, at 0.5 x 312e12 FLOP/s.
+    result = _step(context_parallel=2, recompute="selective")
+    flops = 6 * 6_738_415_616 * 4096 + 4_294_967_296 * 4096
+    assert float(result.parts["compute"]) == pytest.approx(flops / 156e12, rel=1e-12)
