@@ -11,7 +11,7 @@ import math
 from dataclasses import replace
 
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
-from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.activations import MAX_CONTEXT_PARALLEL, RECOMPUTE
 from zerolib.core.memory.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES, PIPELINE_STAGES, SCHEDULES
 from zerolib.core.memory.working_set import (
     MAX_ELEMENTS,
@@ -35,7 +35,9 @@ OPTIONS = {"seq": "--seq", "micro_batch": "--micro-batch", "recompute": "--recom
            "reduce_bucket_size": "--reduce-bucket-size", "overlap_comm": "--overlap-comm",
            "prefetch_bucket_size": "--prefetch-bucket-size",
            "max_live_parameters": "--max-live-parameters", "ddp_bucket_view": "--ddp-bucket-view",
-           "capacity_factor": "--capacity-factor"}
+           "capacity_factor": "--capacity-factor", "context_parallel": "--context-parallel",
+           "partition_activations": "--partition-activations",
+           "cpu_checkpointing": "--cpu-checkpointing"}
 DEFAULT_SEQ = 4096
 
 
@@ -76,6 +78,16 @@ def add_arguments(parser) -> None:
     ws.add_argument("--ddp-bucket-view", action="store_true", default=None,
                     help="stage 0: PyTorch DDP gradient_as_bucket_view=True (no second gradient copy)")
     add_capacity_factor(ws)
+    ws.add_argument("--context-parallel", metavar="C",
+                    help="context-parallel degree (Megatron-LM --context-parallel-size): each "
+                         "sequence split over C GPUs, ring attention; --gpus is then T x C x P x "
+                         "data-parallel workers, ZeRO shards over d x C (default 1)")
+    ws.add_argument("--partition-activations", action="store_true", default=None,
+                    help="ZeRO-R P_a (DeepSpeed partition_activations): split each activation "
+                         "checkpoint over the tensor-parallel GPUs (needs --recompute full)")
+    ws.add_argument("--cpu-checkpointing", action="store_true", default=None,
+                    help="ZeRO-R P_a+cpu (DeepSpeed cpu_checkpointing): keep activation "
+                         "checkpoints in host memory (needs --recompute full)")
 
 
 def add_capacity_factor(group) -> None:
@@ -149,6 +161,18 @@ def settings_from(args, config):
     capacity_factor = capacity_factor_from(args, config)
     if capacity_factor is not None:
         changes["capacity_factor"] = capacity_factor
+    if args.context_parallel is not None:
+        changes["context_parallel"] = parse_whole(args.context_parallel, "--context-parallel",
+                                                  maximum=MAX_CONTEXT_PARALLEL)
+    for dest in ("partition_activations", "cpu_checkpointing"):
+        if getattr(args, dest):
+            if changes.get("recompute", settings.recompute) != "full":
+                raise ValueError(f"{OPTIONS[dest]} needs --recompute full (it acts on activation "
+                                 f"checkpoints, which only full recomputation keeps)")
+            changes[dest] = True
+    if changes.get("context_parallel", 1) > 1 and not changes.get("flash_attention", True):
+        raise ValueError("--context-parallel above 1 needs flash attention (ring attention runs on "
+                         "fused kernels): drop --no-flash")
     return replace(settings, **changes)
 
 
@@ -167,6 +191,10 @@ def refuse_no_effect(args, settings: WorkingSetSettings, stages) -> None:
             verb = "needs" if len(given) == 1 else "need"
             raise ValueError(f"{', '.join(given)} {verb} --pipeline-parallel of 2 or more (without "
                              "a pipeline it changes nothing)")
+    if settings.partition_activations and (settings.tensor_parallel == 1 or settings.sequence_parallel):
+        raise ValueError("--partition-activations needs --tensor-parallel of 2 or more without "
+                         "--sequence-parallel (otherwise each checkpoint is split already, or "
+                         "there is no group to split it over: it changes nothing)")
     if settings.sequence_parallel and settings.tensor_parallel == 1:
         raise ValueError("--sequence-parallel needs --tensor-parallel of 2 or more (without tensor "
                          "parallelism there is nothing to split along the sequence)")
@@ -217,6 +245,14 @@ def describe(result: dict) -> str:
         parts.append(f"tensor parallel {s['tensor_parallel']}{sequence}")
     if s["capacity_factor"] is not None:
         parts.append(f"capacity factor {s['capacity_factor']:g}")
+    if s["context_parallel"] > 1:
+        cp = result["context_parallel"]
+        parts.append(f"context parallel {s['context_parallel']} ({cp['tokens_per_sequence_per_gpu']:,} "
+                     f"tokens of each sequence per GPU, ZeRO over {cp['zero_group']:,} GPUs)")
+    if s["partition_activations"] or s["cpu_checkpointing"]:
+        what = [name for name, on in (("partitioned", s["partition_activations"]),
+                                      ("on the CPU", s["cpu_checkpointing"])) if on]
+        parts.append(f"ZeRO-R activation checkpoints {' and '.join(what)}")
     if s["pipeline_parallel"] > 1:
         chunks = f", {s['pipeline_chunks']} chunks per stage" if s["pipeline_chunks"] > 1 else ""
         flight = "" if s["micro_batches"] is None else f", {s['micro_batches']} micro-batches per step"

@@ -90,6 +90,7 @@ from zerolib.core.memory.working_set import (
     rows_of,
     working_set,
 )
+from zerolib.core.step.context_parallel_traffic import assumptions
 from zerolib.core.step.expert_parallel_traffic import expert_traffic
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, host_settings_for
 from zerolib.core.step.tables import communication_rows
@@ -131,6 +132,7 @@ class Estimate:
             out.update(model=self.model.name, tensor_parallel=self.settings.tensor_parallel,
                        pipeline_parallel=self.settings.pipeline_parallel,
                        working_set_settings=self.settings.as_dict())
+            out.update(assumptions(self.model, self.gpus, self.settings))   # CP and ZeRO-R
         if self.placement is not None:
             on_node = int(gpus_on_node(self.gpus, self.placement.gpus_per_node))
             out.update(placement={**self.placement.as_dict(), "gpus_per_node": on_node},
@@ -319,6 +321,9 @@ def estimate_model(model: str | TransformerConfig, gpus,
     if link is not None and (settings.tensor_parallel != 1 or settings.pipeline_parallel != 1):
         raise ValueError("a link with tensor or pipeline parallelism is not modelled here: the "
                          "step model times data-parallel collectives only (see zerolib plan)")
+    if link is not None and settings.context_parallel != 1:
+        raise ValueError("a link with context parallelism is not modelled here: the ring "
+                         "attention is timed by zerolib.core.step.parallel (see zerolib plan)")
     if expert_parallel != 1 or expert_tensor_parallel is not None:
         if placement is not None or link is not None:
             raise ValueError("expert_parallel is not modelled with a placement or a link here: "

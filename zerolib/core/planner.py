@@ -62,6 +62,7 @@ from zerolib.core.inputs import (
     check_sequence,
     echo,
 )
+from zerolib.core.memory import context_parallel as cp_rules
 from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, ModelState, get_layout
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import (
@@ -105,6 +106,7 @@ RULES: Mapping[str, str] = MappingProxyType({
     **{name: PARALLEL_RULES[name] for name in ("heads", "kv_heads", "ffn_hidden", "node",
                                                "sequence", "layers", "interleaved_layers",
                                                "schedule")},
+    "context_parallel": "context_parallel must divide gpus / (tensor_parallel x pipeline_parallel), t its s/C tokens",
     "global_batch": "data_parallel x micro_batch must divide the global batch (each pipeline "
                     "runs a whole number of micro-batches per step)",
     "micro_batches": PARALLEL_RULES["micro_batches"],
@@ -205,6 +207,7 @@ class PlanSettings:
     shard_groups: str
     working_set: WorkingSetSettings
     host: HostSettings = DEFAULT_HOST_SETTINGS   # offload's host: the CPU step, the drives
+    context_parallel: tuple[int, ...] = (1,)   # the CP degrees searched (1: none)
 
     def __deepcopy__(self, memo) -> PlanSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -224,7 +227,8 @@ class PlanSettings:
                 "reserve_bytes": self.working_set.reserve_bytes,
                 "host_settings": self.host.as_dict(),
                 # a mixture of experts' token buffers (None: dropless); a dense model has none
-                **({"capacity_factor": self.working_set.capacity_factor} if self.model.experts else {})}
+                **({"capacity_factor": self.working_set.capacity_factor} if self.model.experts else {}),
+                **({"context_parallel": list(self.context_parallel)} if self.context_parallel != (1,) else {})}
 
 
 def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, links=None,
@@ -234,7 +238,8 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
                   recompute=RECOMPUTE, chunks=ALL_CHUNKS, offload=tuple(OFFLOADS),
                   sequence_parallel=(False, True), shard_groups: str = "all",
                   working_set: WorkingSetSettings = DEFAULT_SETTINGS, host: str | None = None,
-                  cpu_adam_rate: float | None = None, link_efficiency=None) -> PlanSettings:
+                  cpu_adam_rate: float | None = None, link_efficiency=None,
+                  context_parallel=(1,)) -> PlanSettings:
     """Check every input of :func:`plan` (ValueError/TypeError naming the argument). ``host``
     (None: the node of ``links`` where the host catalogue has it, else DGX A100's) and
     ``cpu_adam_rate`` (None: the roofline alone) time offload's CPU step and NVMe."""
@@ -264,6 +269,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
             raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: "
                              "interleaved)")
     ic = cluster_interconnect(links_for(device, links), k, link_efficiency)
+    cp = cp_rules.check_degrees(context_parallel, seq_len, working_set.flash_attention)
     return PlanSettings(
         config, gpus, k, device, seq_len, global_batch,
         ic, check_host_link(host_link),
@@ -273,7 +279,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         _choices(offload, tuple(OFFLOADS), "offload"),
         _choices(sequence_parallel, (False, True), "sequence_parallel"),
         _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set,
-        host_settings_for(ic.name, host, cpu_adam_rate))
+        host_settings_for(ic.name, host, cpu_adam_rate), cp)
 
 
 # --- the space, level by level ------------------------------------------------------------------
@@ -396,7 +402,7 @@ def enumerate_space(s: PlanSettings) -> Space:
                "chunks": v_b[b_of_e], "micro_batch": b_c[c_of_e], "micro_batches": m_c[c_of_e],
                "recompute": rec_d[d_of_e], "stage": stage_e, "shard_group": zero[:, 1],
                "offload": offload_e}
-    return Space(MappingProxyType(columns), reason, size)
+    return Space(*cp_rules.expand(s, MappingProxyType(columns), reason, size, dict(zip(REASONS, range(PASSES)))))
 
 
 def _first_broken(rules: dict, names, reason: np.ndarray) -> np.ndarray:
@@ -411,14 +417,15 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
     """Activation bytes (logits and loss included) on one GPU of the first and last stage."""
     ws = s.working_set
     t, b, sp, rec = c["tensor_parallel"], c["micro_batch"], c["sequence_parallel"], c["recompute"]
-    code = ((t * (MAX_PLAN_MICRO_BATCH + 1) + b) * 2 + sp) * len(RECOMPUTE) + rec
+    cp = c.get("context_parallel", np.ones_like(t))
+    code = (((t * (MAX_PLAN_MICRO_BATCH + 1) + b) * 2 + sp) * len(RECOMPUTE) + rec) * 1025 + cp
     keys, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     units = {name: np.zeros(len(keys), dtype=np.int64) for name in UNIT_TERMS}
     for index, row in enumerate(first.tolist()):
         options = options_key(bool(sp[row]), RECOMPUTE[int(rec[row])], ws.flash_attention,
                               ws.element_bytes, ws.mask_bytes, ws.dropout, ws.logits_bytes,
                               ws.capacity_factor)
-        terms = unit_terms(s.model, s.seq_len, int(b[row]), int(t[row]), options)
+        terms = unit_terms(s.model, s.seq_len // int(cp[row]), int(b[row]), int(t[row]), options)
         for name in UNIT_TERMS:
             units[name][index] = terms[name]
     per_row = {name: values[inverse] for name, values in units.items()}
@@ -492,7 +499,8 @@ def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
         micro_batches=c["micro_batches"], chunks=c["chunks"],
         sequence_parallel=c["sequence_parallel"], recompute=c["recompute"],
         shard_group=c["shard_group"], offload=c["offload"], layout=s.layout, mfu=s.mfu,
-        element_bytes=s.working_set.element_bytes, host_link=s.host_link, host=s.host)
+        element_bytes=s.working_set.element_bytes, host_link=s.host_link, host=s.host,
+        context_parallel=c.get("context_parallel", 1))
     times = parallel_step_time(s.model, s.interconnect, s.device, settings)
     out = {f"{part}_seconds": seconds for part, seconds in times.parts.items()}
     out["step_seconds"] = times.step_seconds
@@ -512,7 +520,7 @@ def _memory_key(s: PlanSettings) -> tuple:
     return (s.model, s.gpus, s.gpus_per_node, s.seq_len, s.global_batch,
             tuple(s.layout.bits_per_param(c) for c in CATEGORIES), s.max_micro_batch, s.stages,
             s.recompute, s.chunks, s.offload, s.sequence_parallel, s.shard_groups,
-            s.working_set, s.host_memory is None)
+            s.working_set, s.host_memory is None, s.context_parallel)
 
 
 def _space_and_peaks(s: PlanSettings):
@@ -582,6 +590,7 @@ class Plan:
             "family": pd.Categorical.from_codes(
                 (c["tensor_parallel"] > 1) + 2 * (c["pipeline_parallel"] > 1), list(FAMILIES)),
         }, columns=list(FIT_COLUMNS))
+        frame = cp_rules.apart(frame, c)     # with C searched: d and C apart (ZeRO over d x C)
         rank = np.zeros(len(frame), dtype=np.int64)
         fitting = np.flatnonzero(frame["fits"].to_numpy())
         step = frame["step_seconds"].to_numpy()[fitting]
@@ -638,7 +647,7 @@ class Plan:
         c["recompute"] = RECOMPUTE[c["recompute"]]
         c["offload"] = list(OFFLOADS)[c["offload"]]
         c["schedule"] = schedule_name(c["chunks"])
-        return c
+        return cp_rules.apart(c)     # d apart from C, as valid shows it
 
     def counts(self) -> dict[str, int]:
         runnable = len(self.runnable)
@@ -656,7 +665,8 @@ class Plan:
                      sequence_parallel=bool(row["sequence_parallel"]),
                      pipeline_parallel=int(row["pipeline_parallel"]),
                      pipeline_schedule="interleaved" if int(row["chunks"]) > 1 else "1f1b",
-                     pipeline_chunks=int(row["chunks"]), micro_batches=int(row["micro_batches"]))
+                     pipeline_chunks=int(row["chunks"]), micro_batches=int(row["micro_batches"]),
+                     context_parallel=int(row.get("context_parallel", 1)))
         placement = Placement(shard_group=int(row["shard_group"]), gpus_per_node=s.gpus_per_node,
                               **OFFLOADS[str(row["offload"])])
         return ws, placement
@@ -667,8 +677,9 @@ def describe_configuration(c) -> str:
     recomputation, micro-batch 1 x 512, no offload'``."""
     t, p, d = int(c["tensor_parallel"]), int(c["pipeline_parallel"]), int(c["data_parallel"])
     sp = " + SP" if bool(c["sequence_parallel"]) else ""
+    sp += f" x C {cp}" if (cp := int(c.get("context_parallel", 1))) > 1 else ""
     stage, group = int(c["stage"]), int(c["shard_group"])
-    zero = "no ZeRO" if stage == 0 else f"ZeRO-{stage}" + (f" over {group}" if group != d else "")
+    zero = "no ZeRO" if stage == 0 else f"ZeRO-{stage}" + (f" over {group}" if group != d * cp else "")
     offload = {"none": "no offload", "optimizer": "optimizer on CPU",
                "optimizer+parameters": "optimizer and parameters on CPU"}[str(c["offload"])]
     recompute = "no" if str(c["recompute"]) == "none" else str(c["recompute"])

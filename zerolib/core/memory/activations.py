@@ -86,6 +86,27 @@ Conventions and what is left out:
   Hugging Face's loss; ``logits_bytes=(4,)`` gives the paper's convention. Gradient buffers that
   exist only for a moment during backward (the logits' gradient, one layer's activation
   gradients) are not counted.
+- Context parallelism (``context_parallel`` = C: Megatron-LM's ``--context-parallel-size``,
+  torchtitan's ``context_parallel``): each sequence is cut into 2C chunks and CP rank i keeps
+  chunks i and 2C - 1 - i (Megatron-LM ``get_batch_on_this_cp_rank``: "we split sequence into
+  2*CP ranks ... so that we can get balanced workload" under the causal mask), so s must be a
+  multiple of 2C and every rank holds s/C tokens of every sequence. Every term above is
+  proportional to the tokens a rank holds except the s x s scores, and CP runs only with fused
+  (flash) attention (TransformerEngine's ``AttnFuncWithCPAndKVP2P``), whose one fp32
+  log-sum-exp per head and token is proportional too: a CP rank's activations are exactly those
+  of a sequence of s/C tokens (:func:`context_parallel_tokens`), logits and loss included. The
+  ring's K,V blocks: TransformerEngine saves for backward the last K,V block it received in
+  place of its own (``kv = p2p_comm_buffers[-1]``), the same bytes as the ``key`` and ``value``
+  terms; the blocks received during one layer's forward (up to C of them, the whole sequence's
+  K and V of that layer) and the backward's two (K,V, dK,dV) double buffers are transient and
+  left out, like the other one-layer buffers.
+- ZeRO-R's partitioned activation checkpoints (P_a, Rajbhandari et al. SC20 Sec. VI-A;
+  DeepSpeed's ``activation_checkpointing.partition_activations``): under full recomputation
+  the checkpoint each layer keeps (its input) is split over the t tensor-parallel ranks instead
+  of replicated, e*ceil(sbh/t) per rank (with sequence parallelism it is split already);
+  with ``cpu_checkpointing`` (P_a+cpu, Sec. VI-A's offload) it moves to host memory and the GPU
+  keeps none of it (:func:`checkpoint_terms`). Both apply to checkpointed layers only, so they
+  need full recomputation.
 - During backward, the layer being recomputed holds its full activations (full recomputation)
   or its recomputed attention core (selective): one layer's worth, counted as
   ``recompute_transient``. Table 2 does not include it (it lists what is *stored*).
@@ -408,3 +429,46 @@ def layer_kinds(config, seq_len: int, micro_batch: int, tensor_parallel: int,
             transient = max(transient, everything if recompute == "full"
                             else everything - layer("selective", **dense))
     return one, dense_one, transient
+
+
+MAX_CONTEXT_PARALLEL = 1024   # CP ranks per sequence: far beyond any published run
+
+
+def context_parallel_tokens(seq_len, context_parallel) -> int:
+    """Tokens of each sequence one of ``context_parallel`` = C ranks holds: s / C, where s is a
+    multiple of 2C (the causal load balancing cuts each sequence into 2C chunks and gives each
+    rank two, see the module doc). C = 1 is s."""
+    s = check_positive_int(seq_len, "seq_len")
+    c = check_positive_int(context_parallel, "context_parallel", MAX_CONTEXT_PARALLEL)
+    if c > 1 and s % (2 * c):
+        raise ValueError(f"seq_len ({s}) must be a multiple of 2 x context_parallel "
+                         f"(2 x {c} = {2 * c}): Megatron-LM cuts each sequence into 2C chunks")
+    return s // c
+
+
+def checkpoint_terms(seq_len, micro_batch, hidden, *, tensor_parallel=1, sequence_parallel=False,
+                     element_bytes=2, partition_activations=False,
+                     cpu_checkpointing=False) -> Mapping[str, int]:
+    """Bytes of one layer's activation checkpoint under full recomputation (its input, s x b x h
+    elements, s the tokens this rank holds), on the GPU and on the host, per tensor-parallel
+    rank: replicated over the t ranks without sequence parallelism, split over them with it or
+    with ZeRO-R's P_a (``partition_activations``); with ``cpu_checkpointing`` the GPU keeps none
+    and the host all (Rajbhandari et al. SC20 Sec. VI-A, DeepSpeed's ``cpu_checkpointing``).
+    ``gathered`` is what P_a's all-gather rebuilds before the layer is recomputed (the whole
+    checkpoint on every rank; 0 when nothing is partitioned)."""
+    s = check_positive_int(seq_len, "seq_len")
+    b = check_positive_int(micro_batch, "micro_batch")
+    h = check_positive_int(hidden, "hidden")
+    t = check_positive_int(tensor_parallel, "tensor_parallel")
+    e = check_positive_int(element_bytes, "element_bytes")
+    sp, pa, cpu = (check_flag(sequence_parallel, "sequence_parallel"),
+                   check_flag(partition_activations, "partition_activations"),
+                   check_flag(cpu_checkpointing, "cpu_checkpointing"))
+    return checkpoint_terms_of(s, b, h, t, e, sp, pa, cpu)
+
+
+def checkpoint_terms_of(s, b, h, t, e, sp, pa, cpu) -> Mapping[str, int]:
+    """:func:`checkpoint_terms` of checked Python ints and flags."""
+    kept = e * _split(s * b * h, t if (sp or pa) else 1)
+    return MappingProxyType({"gpu": 0 if cpu else kept, "host": kept if cpu else 0,
+                             "gathered": e * s * b * h if (pa and t > 1 and not sp) else 0})

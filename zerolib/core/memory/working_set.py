@@ -72,6 +72,28 @@ first stage and the output layer on the last) and the activations its stage keep
 partitions that GPU's model state across the data-parallel group. The peak is taken over the
 first and the last pipeline stage, whichever is larger (``Peak.pipeline_stage`` says which);
 with t = p = 1 every number is the plain data-parallel one.
+
+Context parallelism (``context_parallel`` = C): the ``gpus`` are t x C x p x d, ranks placed in
+Megatron-LM's order tp-cp-ep-dp-pp. A GPU keeps the activations of s / C tokens of each sequence
+(:func:`zerolib.core.memory.activations.context_parallel_tokens`; C needs flash attention and s a
+multiple of 2C) and the parameters of its tensor and pipeline shard, the same on every CP rank;
+ZeRO shards the model state over the d x C GPUs of the data- and context-parallel group, as the
+engines do: Megatron-LM's distributed optimizer over ``get_data_parallel_group(
+with_context_parallel=True)``, torchtitan's FSDP2 over its ``dp_shard_cp`` mesh, DeepSpeed over
+the data-parallel group that holds its sequence-parallel ranks. So the ZeRO group is still
+gpus / (t p).
+
+ZeRO-R (Rajbhandari et al., SC20, Sec. VI): ``partition_activations`` (P_a) splits each layer's
+activation checkpoint over the t tensor-parallel ranks and ``cpu_checkpointing`` (P_a+cpu) moves
+it to host memory (:func:`zerolib.core.memory.activations.checkpoint_terms`; both need full
+recomputation, both off by default, as DeepSpeed's ``activation_checkpointing`` config has them).
+Constant-size buffers (C_B, Sec. VI-B) are what ``reduce_bucket`` already is: a buffer of
+``reduce_bucket_size`` elements whatever the model, where a fused buffer of every gradient would
+grow with it (the paper's Sec. III-B: a flattened fp32 buffer of a 1.5B-parameter model takes
+6 GB); ``reduce_bucket_size`` = the parameters gives the unbounded case. Memory defragmentation
+(M_D, Sec. VI-C: DeepSpeed's ``contiguous_memory_optimization`` copies checkpoints and
+gradients into pre-allocated contiguous buffers) adds no bytes: it lets the allocator find the
+bytes counted here in one piece, which is what the ``reserve`` stands in for.
 """
 from __future__ import annotations
 
@@ -96,7 +118,13 @@ from zerolib.core.inputs import (
 )
 from zerolib.core.intmath import ceil_div, last_true
 from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, ModelState, get_layout
-from zerolib.core.memory.activations import RECOMPUTE, check_capacity_factor
+from zerolib.core.memory.activations import (
+    MAX_CONTEXT_PARALLEL,
+    RECOMPUTE,
+    check_capacity_factor,
+    checkpoint_terms_of,
+    context_parallel_tokens,
+)
 from zerolib.core.memory.feasibility import fewest_gpus
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
@@ -166,6 +194,12 @@ class WorkingSetSettings:
     # the tokens routed to it, as transformers runs Mixtral); c gives each of the E experts
     # ceil(c x k x s x b / E) slots (zerolib.core.memory.activations).
     capacity_factor: float | None = None
+    # Context parallelism: C ranks share each sequence (Megatron-LM's --context-parallel-size).
+    context_parallel: int = 1
+    # ZeRO-R's P_a and P_a+cpu (DeepSpeed activation_checkpointing: partition_activations,
+    # cpu_checkpointing), under full recomputation; off by default as in DeepSpeed.
+    partition_activations: bool = False
+    cpu_checkpointing: bool = False
 
     def __post_init__(self):
         check_positive_int(self.seq_len, "seq_len", MAX_SEQ_LEN)
@@ -197,6 +231,16 @@ class WorkingSetSettings:
                 check_positive_int(width, "logits_bytes entry", MAX_ELEMENT_BYTES)
         if self.capacity_factor is not None:
             object.__setattr__(self, "capacity_factor", check_capacity_factor(self.capacity_factor))
+        object.__setattr__(self, "context_parallel", check_positive_int(
+            self.context_parallel, "context_parallel", MAX_CONTEXT_PARALLEL))
+        context_parallel_tokens(self.seq_len, self.context_parallel)
+        if self.context_parallel > 1 and not self.flash_attention:
+            raise ValueError("context_parallel above 1 needs flash_attention: ring attention runs "
+                             "on fused attention kernels (TransformerEngine), which store no s x s scores")
+        for name in ("partition_activations", "cpu_checkpointing"):
+            if check_flag(getattr(self, name), name) and self.recompute != "full":
+                raise ValueError(f"{name} applies to activation checkpoints: it needs "
+                                 f"recompute='full', got {self.recompute!r}")
 
     def __deepcopy__(self, memo) -> WorkingSetSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -228,7 +272,7 @@ def _check_parallel_settings(config: TransformerConfig, s: WorkingSetSettings,
     check_parallel(config, s.tensor_parallel, s.pipeline_parallel, schedule=s.pipeline_schedule,
                    chunks=s.pipeline_chunks, micro_batches=s.micro_batches,
                    gpus_per_node=None if placement is None else placement.gpus_per_node,
-                   seq_len=s.seq_len, sequence_parallel=s.sequence_parallel)
+                   seq_len=s.seq_len // s.context_parallel, sequence_parallel=s.sequence_parallel)
 
 
 def _pipeline_stages(config: TransformerConfig, s: WorkingSetSettings) -> tuple[int, ...]:
@@ -252,9 +296,15 @@ def _activations(config: TransformerConfig, s: WorkingSetSettings,
     if config.position_embedding == "learned" and s.seq_len > config.max_positions:
         raise ValueError(f"seq_len must be at most {config.max_positions} for {config.name} "
                          f"(learned position embeddings), got {s.seq_len}")
-    units = unit_terms(config, s.seq_len, s.micro_batch, s.tensor_parallel, options_key(
+    tokens = s.seq_len // s.context_parallel     # this CP rank's share of each sequence
+    units = unit_terms(config, tokens, s.micro_batch, s.tensor_parallel, options_key(
         s.sequence_parallel, s.recompute, s.flash_attention, s.element_bytes, s.mask_bytes,
         s.dropout, s.logits_bytes, s.capacity_factor))
+    if s.partition_activations or s.cpu_checkpointing:
+        # Full recomputation keeps one checkpoint per layer: ZeRO-R's is split or on the host.
+        units = {**units, "transformer_layers": checkpoint_on_gpu(config, s)}
+        if "dense_transformer_layer" in units and config.dense_layers:
+            units["dense_transformer_layer"] = units["transformer_layers"]
     micro_batches = None if s.micro_batches is None else np.int64(s.micro_batches)
     out = {}
     for pipeline_stage in pipeline_stages or _pipeline_stages(config, s):
@@ -263,6 +313,14 @@ def _activations(config: TransformerConfig, s: WorkingSetSettings,
         out[pipeline_stage] = (int(sum(v for k, v in acts.items() if k != "logits_loss")),
                                int(acts["logits_loss"]))
     return out
+
+
+def checkpoint_on_gpu(config: TransformerConfig, s: WorkingSetSettings) -> int:
+    """Bytes of one layer's activation checkpoint on the GPU under the settings' ZeRO-R options
+    (full recomputation)."""
+    return checkpoint_terms_of(s.seq_len // s.context_parallel, s.micro_batch, config.hidden,
+                             s.tensor_parallel, s.element_bytes, s.sequence_parallel,
+                             s.partition_activations, s.cpu_checkpointing)["gpu"]
 
 
 def term_arrays(stage, params, module, activations, logits_loss,
@@ -359,7 +417,11 @@ class Peak:
 
 
 def _data_parallel(gpus: int, s: WorkingSetSettings) -> int:
-    t, p = s.tensor_parallel, s.pipeline_parallel
+    """The ZeRO group: the d x C GPUs of the data- and context-parallel group (module doc)."""
+    t, p, c = s.tensor_parallel, s.pipeline_parallel, s.context_parallel
+    if c > 1 and gpus % (t * c * p):
+        raise ValueError(f"gpus ({gpus}) must be a multiple of tensor_parallel x context_parallel x "
+                         f"pipeline_parallel ({t} x {c} x {p} = {t * c * p})")
     if gpus % (t * p):
         grid = f"tensor_parallel ({t})" if p == 1 else \
             f"tensor_parallel x pipeline_parallel ({t} x {p} = {t * p})"
@@ -476,6 +538,10 @@ def fewest_gpus_for_peak(model, stage, settings: WorkingSetSettings = DEFAULT_SE
         found = np.asarray(0 if found is None else found, dtype=np.int64)   # None: nothing fits
         fits_everywhere &= found > 0
         workers = np.maximum(workers, found)
+    # ZeRO's group is d x C: a whole number of CP groups (more workers only lower the peak).
+    c = settings.context_parallel
+    workers = ceil_div(workers, c) * c
+    fits_everywhere &= workers * grid <= max_gpus
     workers = np.where(fits_everywhere, workers, 0) * grid
     if stages.ndim == 0:
         return int(workers) or None

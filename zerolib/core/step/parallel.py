@@ -111,6 +111,9 @@ bytes as go down, which costs time only where parameters come up in the same pas
 conversion before the last micro-batch's copy (4 bytes per gradient where ZeRO-Offload counts
 the gradient's own width).
 
+**Context parallelism** (C): ``data_parallel`` is the d x C ZeRO group, each GPU works on s / C
+tokens, and the ring's sends are the ``context`` part (:mod:`zerolib.core.step.context_parallel_traffic`).
+
 Left out: Megatron-LM's and DeepSpeed's communication overlaps beyond the ones stated; the middle
 pipeline stages (fewer parameters than the first or last, and at most one more message per
 micro-batch); contention between the tensor-parallel, pipeline and data-parallel traffic of one
@@ -144,7 +147,7 @@ from zerolib.core.inputs import (
 )
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, ModelState, check_shard_group, get_layout
-from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.activations import RECOMPUTE, context_parallel_tokens
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
@@ -157,6 +160,7 @@ from zerolib.core.memory.model_parallel import (
 from zerolib.core.memory.placement import Placement, check_combination, tiers_of
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
 from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing_of
+from zerolib.core.step.context_parallel_traffic import context_rows
 from zerolib.core.step.model_parallel_traffic import (
     pipeline_rows,
     tensor_rows,
@@ -181,7 +185,7 @@ from zerolib.core.step.time import (
 from zerolib.core.step.traffic import STEP_PHASES, Traffic, flat_traffic, layer_units, traffic_of
 
 KIND_OF = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter"}
-PARTS = ("compute", "tensor", "pipeline", "data_parallel", "bubble")
+PARTS = ("compute", "tensor", "context", "pipeline", "data_parallel", "bubble")
 # DeepSpeed 0.19.8 runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
 # parallelism"; Megatron-LM's distributed optimizer is stage 1.
 PIPELINE_STAGES = (0, 1)
@@ -406,7 +410,8 @@ class ParallelStepTime:
 
     @property
     def network_seconds(self) -> np.ndarray:
-        return self.parts["tensor"] + self.parts["pipeline"] + self.parts["data_parallel"]
+        return (self.parts["tensor"] + self.parts["context"] + self.parts["pipeline"]
+                + self.parts["data_parallel"])
 
     @property
     def network_wait_fraction(self) -> np.ndarray:
@@ -465,6 +470,7 @@ class ParallelSettings:
     element_bytes: int = 2
     host_link: Link | str = DEFAULT_HOST_LINK
     host: HostSettings | None = None    # offload's host; None: the node's own (or DGX A100's)
+    context_parallel: int = 1      # C GPUs share each sequence (data_parallel is then d x C)
 
     def __post_init__(self):
         put = object.__setattr__
@@ -474,6 +480,8 @@ class ParallelSettings:
         put(self, "host_link", check_host_link(self.host_link))
         put(self, "seq_len", check_positive_int(self.seq_len, "seq_len", MAX_SEQ_LEN))
         put(self, "element_bytes", check_positive_int(self.element_bytes, "element_bytes", 16))
+        context_parallel_tokens(self.seq_len, self.context_parallel)
+        put(self, "context_parallel", int(self.context_parallel))
         arrays = np.broadcast_arrays(
             check_gpus(self.micro_batch, "micro_batch"),
             check_gpus(self.tensor_parallel, "tensor_parallel"),
@@ -507,7 +515,8 @@ class ParallelSettings:
     @classmethod
     def from_checked(cls, *, seq_len: int, layout: Layout, mfu: float, element_bytes: int,
                      host_link: Link, shard_group, recompute, offload,
-                     host: HostSettings | None = None, **arrays) -> ParallelSettings:
+                     host: HostSettings | None = None, context_parallel=1,
+                     **arrays) -> ParallelSettings:
         """Settings a door checked already (the planner's configurations, enumerated from its
         checked :class:`~zerolib.core.planner.PlanSettings`), made without checking them again:
         ``recompute`` and ``offload`` as codes, every array one shape."""
@@ -515,7 +524,7 @@ class ParallelSettings:
         put = object.__setattr__
         for name, value in (("seq_len", seq_len), ("layout", layout), ("mfu", mfu),
                             ("element_bytes", element_bytes), ("host_link", host_link),
-                            ("host", host)):
+                            ("host", host), ("context_parallel", context_parallel)):
             put(settings, name, value)
         arrays = {"chunks": 1, "sequence_parallel": False, **arrays, "recompute": recompute,
                   "offload": offload}
@@ -556,12 +565,16 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
     ic = link if isinstance(link, Interconnect) else cluster_interconnect(link, gpus_per_node)
     device = get_device(device)
     st = settings
+    if np.ndim(st.context_parallel):    # a CP degree per setting (the planner's): one call each
+        return _per_degree(config, ic, device, st)
     layout, mfu, host_link, s, e = st.layout, st.mfu, st.host_link, st.seq_len, st.element_bytes
     b, t, p, d, zero = (st.micro_batch, st.tensor_parallel, st.pipeline_parallel, st.data_parallel,
                         st.stage)
     m, v, sp, rec, off = st.micro_batches, st.chunks, st.sequence_parallel, st.recompute, st.offload
     shard_group = st.shard_group
     host_settings = node_host_settings(ic.name) if st.host is None else st.host
+    c = st.context_parallel
+    s = s // c      # the tokens of each sequence one GPU computes on (its CP rank's share)
     _check_rules(config, t, p, v, m, s, sp, ic)
     units = len(layer_units(config))    # stage 3 (p = 1 only) gathers these one call each
 
@@ -571,8 +584,9 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
         params = parameters_on(ParallelGrid(config, t, p, r, "1f1b", 1, None, 1))   # checked
         forward, backward = np.zeros(b.shape), np.zeros(b.shape)
         # The recompute setting chooses the FLOPs (time.py's rule): selective and full repeat
-        # the attention core of this GPU's heads and layers in the backward.
-        core = attention_core_flops_of(config, s, t, stage_layers(config.layers, p, r))
+        # the attention core of this GPU's heads and layers in the backward. Under context
+        # parallelism each of its s / C tokens still attends over the whole sequence.
+        core = attention_core_flops_of(config, st.seq_len, t, stage_layers(config.layers, p, r))
         for code, name in enumerate(RECOMPUTE):   # FLOPs are linear in the tokens
             here = rec == code
             if np.any(here):
@@ -581,6 +595,7 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
                     bwd = bwd + core * s / (device.peak_flops * mfu)
                 forward, backward = np.where(here, fwd * b, forward), np.where(here, bwd * b, backward)
         tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
+        context = _context_seconds(config, ic, s, e, b, c, t, r, p, rec)
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
         slots = _zero_slots(ic, params, d, t, zero, layout, shard_group, units)
         host = _host_seconds(params, d, zero, off, shard_group, layout, host_link, host_settings,
@@ -600,15 +615,38 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
         last = (np.maximum(in_backward + once - backward, 0.0)
                 - np.maximum(in_backward - backward, 0.0))
         per_step = last + slots["parameter_all_gather"] + host["after_step"]
-        return forward + backward, tensor, pipe, per_mb, per_step
+        return forward + backward, tensor, context, pipe, per_mb, per_step
 
     first, last = stage_part(np.zeros(b.shape, dtype=np.int64)), stage_part(p - 1)
-    pick_last = sum(last[:4]) > sum(first[:4])
-    compute, tensor, pipe, per_mb, per_step = (np.where(pick_last, y, x) for x, y in zip(first, last))
-    micro = compute + tensor + pipe + per_mb
-    parts = {"compute": m * compute, "tensor": m * tensor, "pipeline": m * pipe,
+    pick_last = sum(last[:5]) > sum(first[:5])
+    compute, tensor, context, pipe, per_mb, per_step = (np.where(pick_last, y, x)
+                                                        for x, y in zip(first, last))
+    micro = compute + tensor + context + pipe + per_mb
+    parts = {"compute": m * compute, "tensor": m * tensor, "context": m * context, "pipeline": m * pipe,
              "data_parallel": m * per_mb + per_step,
              "bubble": (p - 1) / v * micro}
+    return ParallelStepTime(MappingProxyType(parts), micro)
+
+
+def _per_degree(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
+    """:func:`parallel_step_time` of checked settings whose ``context_parallel`` is an array
+    (one degree per setting, :meth:`ParallelSettings.from_checked`): each degree's settings at once."""
+    cp = np.broadcast_to(st.context_parallel, st.micro_batch.shape)
+    parts = {name: np.zeros(cp.shape) for name in PARTS}
+    micro = np.zeros(cp.shape)
+    arrays = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
+              "micro_batches", "chunks", "sequence_parallel", "recompute", "offload")
+    for degree in np.unique(cp).tolist():
+        sel = cp == degree
+        sub = ParallelSettings.from_checked(
+            seq_len=st.seq_len, layout=st.layout, mfu=st.mfu, element_bytes=st.element_bytes,
+            host_link=st.host_link, context_parallel=int(degree),
+            shard_group=None if st.shard_group is None else st.shard_group[sel],
+            **{name: getattr(st, name)[sel] for name in arrays})
+        times = parallel_step_time(config, ic, device, sub)
+        for name in PARTS:
+            parts[name][sel] = times.parts[name]
+        micro[sel] = times.micro_batch_seconds
     return ParallelStepTime(MappingProxyType(parts), micro)
 
 
@@ -655,6 +693,22 @@ def _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec):
         sent = CHUNKS_SENT[kind] * (flat_t - 1) * ceil_div(size * flat_b, flat_t)
         out += count * (latency + sent / bandwidth)
     return np.where(flat_t > 1, out, 0.0).reshape(shape)
+
+
+def _context_seconds(config, ic, tokens, e, b, c, t, r, p, rec):
+    """Seconds of the ring attention's sends per micro-batch on stage r (``tokens``: s / C):
+    each row's calls x one point-to-point message of its K,V block (exactly proportional to the
+    micro-batch), across nodes once the ring's t x C GPUs leave one node."""
+    if c == 1:
+        return np.zeros(np.shape(b))
+    k = ic.gpus_per_node
+    out = np.zeros(np.size(b))
+    crosses = (k is not None) & (np.ravel(t) * c > (k or 0))
+    for (tt, pp, rr, code), rows in _groups((t, p, r, rec)):
+        for row in context_rows(config, tokens, 1, c, tt, pp, rr, 1, RECOMPUTE[code], e):
+            out[rows] += row.calls * send_seconds(ic, row.tensor_bytes * np.ravel(b)[rows],
+                                                  crosses[rows])
+    return out.reshape(np.shape(b))
 
 
 def _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v):

@@ -47,6 +47,17 @@ Where Megatron-LM's estimate counts differently from zerolib (each is named, and
 ``recompute-transient``
     under selective recomputation zerolib also counts the attention tensors of the one layer
     rebuilt in backward (5 a s^2 b / t); the estimate leaves them out.
+``no-context-parallel``
+    the estimate never reads ``context_parallel_size``: its activations are those of all
+    ``seq_length`` tokens, C times what a CP rank keeps of a sequence (s / C tokens, every
+    term proportional to them: :func:`zerolib.core.memory.activations.context_parallel_tokens`);
+    zerolib divides. With ``seq_length`` = s / C the formula gives what a CP rank keeps, up to
+    the conventions above (:func:`context_parallel_comparison`).
+``optimizer-over-d``
+    with the distributed optimizer it charges 6 + 12 / d bytes per parameter, d =
+    ``data_parallel_size`` = world / (t p C) (``arguments.py`` ``validate_args``); the optimizer
+    shards over the d x C GPUs of ``get_data_parallel_group(with_context_parallel=True)``, as
+    zerolib's ZeRO group does: 6 + 12 / (d C).
 
 :func:`comparison` sets the estimate beside zerolib's for Korthikanti et al.'s four GPTs
 (``zerolib crosscheck`` prints it).
@@ -114,6 +125,7 @@ class MegatronArgs:
     sequence_parallel: bool = False
     recompute_granularity: str | None = None
     use_distributed_optimizer: bool = False
+    context_parallel_size: int = 1      # read by Megatron-LM's arguments, not by the estimate
     # The mixture-of-experts fields (None: a dense model).
     num_experts: int | None = None
     moe_ffn_hidden_size: int | None = None
@@ -140,7 +152,7 @@ def padded_vocab_size(vocab: int, tensor_parallel: int,
 def args_for(model, seq_len, micro_batch, tensor_parallel=1, pipeline_parallel=1, *, chunks=None,
              data_parallel=1, sequence_parallel=False, recompute=None, distributed_optimizer=False,
              vocab_divisible_by=MAKE_VOCAB_SIZE_DIVISIBLE_BY, expert_parallel=1,
-             expert_tensor_parallel=None) -> MegatronArgs:
+             expert_tensor_parallel=None, context_parallel=1) -> MegatronArgs:
     """The arguments a Megatron-LM run of ``model`` would have (``recompute``: None, "selective"
     or "full"; ``chunks``: the virtual pipeline size, None without interleaving; a model with
     experts also gets the MoE fields, ``expert_parallel`` and ``expert_tensor_parallel``)."""
@@ -177,7 +189,8 @@ def args_for(model, seq_len, micro_batch, tensor_parallel=1, pipeline_parallel=1
         untie_embeddings_and_output_weights=not config.tied_embeddings,
         sequence_parallel=check_flag(sequence_parallel, "sequence_parallel"),
         recompute_granularity=recompute,
-        use_distributed_optimizer=check_flag(distributed_optimizer, "distributed_optimizer"), **moe)
+        use_distributed_optimizer=check_flag(distributed_optimizer, "distributed_optimizer"),
+        context_parallel_size=check_positive_int(context_parallel, "context_parallel"), **moe)
 
 
 def _parameter_pieces(a: MegatronArgs) -> dict[str, Fraction]:
@@ -356,3 +369,31 @@ def comparison() -> pd.DataFrame:
                          "zerolib_bytes": ours[item], "difference_bytes": ours[item] - megatron,
                          "differs_by": differs_by[item]})
     return pd.DataFrame(rows, columns=list(COMPARISON_COLUMNS))
+
+
+CONTEXT_PARALLEL_COLUMNS = ("model", "seq_len", "context_parallel", "megatron_bytes",
+                            "megatron_at_local_tokens_bytes", "zerolib_bytes")
+
+
+def context_parallel_comparison(model="llama-2-70b", seq_len=32_768, tensor_parallel=8,
+                                context_parallel=(1, 2, 4, 8)) -> pd.DataFrame:
+    """Activations per GPU (p = 1, sequence parallelism, selective recomputation, the estimate's
+    own setting) at each CP degree: Megatron-LM's estimate as it is (``no-context-parallel``:
+    the same at every C), the estimate at s / C tokens, and zerolib's, which divides by C; the
+    last two differ by the conventions of :func:`comparison` (token ids, the layer formula,
+    the logits' widths, the recomputed layer), at each C by 1 / C of their difference at C = 1."""
+    from zerolib.core.memory.activations import context_parallel_tokens
+    rows = []
+    for c in context_parallel:
+        tokens = context_parallel_tokens(seq_len, c)
+        theirs = activation_bytes(args_for(model, seq_len, 1, tensor_parallel, sequence_parallel=True,
+                                           recompute="selective", context_parallel=c))
+        local = activation_bytes(args_for(model, tokens, 1, tensor_parallel, sequence_parallel=True,
+                                          recompute="selective", context_parallel=c))
+        ours = sum(stage_activation_terms(model, tokens, 1, tensor_parallel, sequence_parallel=True,
+                                          recompute="selective", flash_attention=True,
+                                          vocab_divisible_by=MAKE_VOCAB_SIZE_DIVISIBLE_BY).values())
+        rows.append({"model": get_model(model).name, "seq_len": seq_len, "context_parallel": c,
+                     "megatron_bytes": int(theirs), "megatron_at_local_tokens_bytes": int(local),
+                     "zerolib_bytes": int(ours)})
+    return pd.DataFrame(rows, columns=list(CONTEXT_PARALLEL_COLUMNS))

@@ -1,0 +1,69 @@
+"""The planner searching context parallelism: each configuration once per CP degree, the
+ZeRO group d x C, the micro-batches B / (d b), and the peaks and times of the working set and
+the step model for the same setting."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import zerolib.core.planner as planner
+from zerolib.core.memory.working_set import WorkingSetSettings, peaks
+from zerolib.core.step.parallel import cluster_interconnect, parallel_step_time
+
+ARGS = ("llama-2-70b", 64, 8, "h100-80gb", 32_768, 64)
+SMALL = dict(stages=(1,), recompute=("selective",), chunks=(1,), offload=("none",), shard_groups="whole")
+
+
+def test_without_degrees_the_plan_is_unchanged():
+    plain = planner.plan(*ARGS, **SMALL)
+    ones = planner.plan(*ARGS, **SMALL, context_parallel=(1,))
+    assert "context_parallel" not in plain.valid.columns
+    assert plain.valid.equals(ones.valid)
+    assert "context_parallel" not in plain.settings.as_dict()
+
+
+def test_each_configuration_once_per_degree():
+    plain = planner.plan(*ARGS, **SMALL)
+    both = planner.plan(*ARGS, **SMALL, context_parallel=(1, 2))
+    assert both.size == 2 * plain.size
+    assert both.settings.as_dict()["context_parallel"] == [1, 2]
+    ones = both.valid[both.valid["context_parallel"] == 1].drop(columns=["rank", "context_parallel"])
+    assert ones.reset_index(drop=True).equals(plain.valid.drop(columns=["rank"]).reset_index(drop=True))
+
+
+def test_a_cp_row_by_hand():
+    # t = 8 x C = 2 x d = 4 on 64 GPUs, p = 1, micro-batch 1: the ZeRO group is d x C = 8 and
+    # each of the d = 4 replicas runs 64 / (4 x 1) = 16 micro-batches per step.
+    result = planner.plan(*ARGS, **SMALL, context_parallel=(1, 2))
+    valid = result.valid
+    row = valid[(valid.tensor_parallel == 8) & (valid.context_parallel == 2) & (valid.pipeline_parallel == 1)
+                & (valid.micro_batch == 1) & valid.sequence_parallel].iloc[0]
+    assert (row.data_parallel, row.micro_batches, row.shard_group) == (4, 16, 8)
+    ws, placement = result.settings_for(row)
+    assert ws.context_parallel == 2
+    assert peaks("llama-2-70b", 64, [1], ws, placement=placement)[0].total == row.peak_bytes
+    step = parallel_step_time("llama-2-70b", cluster_interconnect("dgx-h100", 8), "h100-80gb",
+                              seq_len=32_768, micro_batch=1, tensor_parallel=8, pipeline_parallel=1,
+                              data_parallel=8, stage=1, micro_batches=16, sequence_parallel=True,
+                              recompute="selective", context_parallel=2)
+    assert float(step.step_seconds) == pytest.approx(row.step_seconds, rel=1e-12)
+    assert "x C 2" in planner.describe_configuration(row)
+
+
+def test_a_degree_must_divide_the_zero_group():
+    # t = 8 x p = 8 leaves one GPU per ZeRO group: C = 2 cannot split it.
+    result = planner.plan(*ARGS, **SMALL, context_parallel=(2,))
+    columns = result.space.columns
+    sel = (columns["tensor_parallel"] == 8) & (columns["pipeline_parallel"] == 8)
+    assert np.all(result.reason[sel] == planner.REASONS.index("context_parallel"))
+    assert "context_parallel" in set(result.rejected["rule"])
+
+
+def test_the_door_checks_the_degrees():
+    with pytest.raises(ValueError, match="multiple of 2 x context_parallel"):
+        planner.plan(*ARGS, **SMALL, context_parallel=(3,))
+    with pytest.raises(ValueError, match="context_parallel above 1 needs flash_attention"):
+        planner.plan(*ARGS, **SMALL, context_parallel=(2,),
+                     working_set=WorkingSetSettings(flash_attention=False))
+    with pytest.raises(ValueError, match="context_parallel must name at least one degree"):
+        planner.plan(*ARGS, **SMALL, context_parallel=())
