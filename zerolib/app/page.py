@@ -222,6 +222,8 @@ class EngineerPage:
             self._problems.append(str(error))
             self._render_status()
             return
+        if change["owner"] is self.controls["model"]:
+            self._show(self.settings)     # a preset replaces the upload: its entry goes
         self.refresh()
 
     def _uploaded(self, value) -> None:
