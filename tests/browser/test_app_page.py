@@ -122,9 +122,11 @@ def test_the_page_answers_an_uploaded_config_and_stops_clean(app_server, playwri
         page = context.new_page()
         errors = []
         page.on("pageerror", lambda error: errors.append(str(error)))
+        opened = time.monotonic()
         page.goto(app_server["url"], wait_until="domcontentloaded", timeout=ANSWER_MS)
         _wait_for(page, ".zerolib-app", "4. The whole run")
         _wait_for(page, ".zerolib-app", "GPU-hours")
+        timings = {"start": app_server["start_seconds"], "first answers": time.monotonic() - opened}
 
         # Upload a config.json: the model answer names it with its exact count.
         # (ipywidgets' upload button opens a file chooser from an input outside the page's DOM)
@@ -136,8 +138,10 @@ def test_the_page_answers_an_uploaded_config_and_stops_clean(app_server, playwri
         # Change the GPUs: the planner answers for 32.
         gpus = _control(page, "GPUs")
         gpus.fill("32")
+        changed = time.monotonic()
         gpus.press("Enter")
         _wait_for(page, ".zerolib-app", "mistral-7b-v0.3 on 32 ")
+        timings["GPUs changed"] = time.monotonic() - changed
         fit = _expected_fit_count(32)
         _wait_for(page, ".zerolib-app", f"{fit:,} fit")
 
@@ -169,7 +173,11 @@ def test_the_page_answers_an_uploaded_config_and_stops_clean(app_server, playwri
         root = page.locator(".zerolib-app").first
         problems = layout_problems(root.evaluate(MEASURE))
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / "app-page.png"), full_page=True)
+        # Voila scrolls inside its own container: a viewport as tall as the page shows it whole.
+        height = page.evaluate("Math.ceil(document.querySelector('.zerolib-app')"
+                               ".getBoundingClientRect().bottom + window.scrollY) + 24")
+        page.set_viewport_size({"width": 1280, "height": min(int(height), 12000)})
+        page.screenshot(path=str(SCREENSHOTS / "app-page.png"))
         assert not problems, "\n".join(problems)
 
         # The share link reopens the page as it was: the uploaded model and 32 GPUs.
@@ -182,6 +190,7 @@ def test_the_page_answers_an_uploaded_config_and_stops_clean(app_server, playwri
         _wait_for(again, ".zerolib-app", "mistral-7b-v0.3 on 32 ")
         assert _control(again, "GPUs").input_value() == "32"
         assert not errors, errors
+    print("\nzerolib app seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
 
     process = app_server["process"]
     below = _descendants(process.pid)
