@@ -20,9 +20,8 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from browser_support import chromium, free_port
+from browser_support import MEASURE, chromium, free_port, layout_problems
 from conftest import REPO
-from test_explorer_layout import MEASURE, layout_problems
 
 from zerolib.app.answers import engine_choices
 from zerolib.app.settings import Settings, compact_config
