@@ -162,18 +162,34 @@ def _installed() -> bool:
 
 
 def test_engines_are_offered_default_first_and_handed_to_the_core(fake_engines, monkeypatch):
-    assert engine_choices() == (("megatron (Megatron-LM's distributed optimizer)", "megatron"),
-                                ("paper (the ZeRO paper's schedule)", "paper"))
     seen = {}
 
-    def estimate(params, gpus, layout, device, stages, engine=None):
-        seen["estimate"] = (stages, engine)
-        raise ValueError("stop here")
+    def recorder(name, takes=True):
+        def with_engine(*args, engine=None, **kwargs):
+            seen[name] = (args, engine)
+            raise ValueError(f"{name} stops here")
 
-    monkeypatch.setattr(answering, "estimate", estimate)
+        def without_engine(*args, **kwargs):
+            seen[name] = (args, None)
+            raise ValueError(f"{name} stops here")
+        (with_engine if takes else without_engine).__name__ = name
+        return with_engine if takes else without_engine
+
+    # Before the planner takes an engine, the page offers none and names the step model's own.
+    assert engine_choices() == ((STEP_MODEL_LABEL, ""),)
+    monkeypatch.setattr(answering, "plan_settings", recorder("plan_settings"))
+    assert engine_choices() == (("megatron (Megatron-LM's distributed optimizer)", "megatron"),
+                                ("paper (the ZeRO paper's schedule)", "paper"))
+    monkeypatch.setattr(answering, "estimate", recorder("estimate"))
+    monkeypatch.setattr(answering, "estimate_model", recorder("estimate_model", takes=False))
+    monkeypatch.setattr(answering, "plan", recorder("plan", takes=False))
     a = answers(Settings())                          # "" is the default engine: megatron
-    assert a.engine == "megatron" and seen["estimate"] == ((0, 1), "megatron")
-    # estimate_model and plan of this zerolib take no engine: said in one line, not ignored.
-    if not answering.takes_engine(answering.plan_settings):
-        assert "takes no engine" in a.errors["plan"]
-
+    assert a.engine == "megatron" and a.engine_label.startswith("megatron (")
+    assert seen["estimate"][1] == "megatron" and seen["estimate"][0][4] == (0, 1)   # its stages
+    assert a.errors["peak"] == "estimate_model stops here"   # the default, asked without it
+    other = answers(Settings(engine="paper"))
+    assert seen["estimate"][1] == "paper" and seen["estimate"][0][4] == (0, 1, 2, 3)
+    # A function that takes no engine refuses another in one line, never answering for the
+    # wrong engine.
+    assert other.errors["peak"] == ("this zerolib's estimate_model takes no engine: it answers "
+                                    "for megatron (Megatron-LM's distributed optimizer) only")

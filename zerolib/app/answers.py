@@ -111,10 +111,14 @@ class Answers:
 
 def engine_choices() -> tuple[tuple[str, str], ...]:
     """(label, name) of each engine the installed step model knows, the default first; one
-    entry, the step model's own schedule (name ""), when it knows none."""
+    entry, the step model's own schedule (name ""), when it knows none or the planner takes
+    none."""
     try:
         engines = import_module(ENGINES_MODULE)
     except ImportError:
+        return ((STEP_MODEL_LABEL, ""),)
+    if not takes_engine(plan_settings):
+        # Engines named but not yet handed to the planner: its answers are the step model's own.
         return ((STEP_MODEL_LABEL, ""),)
     default = getattr(engines, "DEFAULT_ENGINE", None)
     names = sorted(engines.ENGINES, key=lambda name: name != default)
@@ -143,15 +147,22 @@ def takes_engine(function) -> bool:
     return "engine" in inspect.signature(function).parameters
 
 
+def default_engine() -> str:
+    """The engine the installed step model uses when none is named ("" without engines)."""
+    return engine_choices()[0][1]
+
+
 def _with_engine(function, engine: str, checked=None) -> dict:
     """``{"engine": engine}`` when ``function`` (or ``checked``, the function that checks its
-    options) takes one; {} for the step model's own schedule."""
-    if not engine:
-        return {}
+    options) takes one. A function that takes none answers for the step model's default engine
+    (or its own schedule), so the default is asked without it; another engine is refused in one
+    line rather than answered for the wrong one."""
     if takes_engine(checked or function):
-        return {"engine": engine}
-    raise ValueError(f"this zerolib's {function.__name__} takes no engine: its answers are "
-                     f"{STEP_MODEL_LABEL}")
+        return {"engine": engine} if engine else {}
+    if engine and engine != default_engine():
+        raise ValueError(f"this zerolib's {function.__name__} takes no engine: it answers for "
+                         f"{engine_choices()[0][0]} only")
+    return {}
 
 
 def read_model(settings: Settings) -> TransformerConfig:
