@@ -104,6 +104,13 @@ def test_a_setting_the_planner_refuses_is_said_where_it_is_answered():
     assert "fits" in page.parts["state"].value        # the earlier answers still answer
 
 
+def test_an_engine_the_step_model_does_not_know_is_one_line_and_the_default_answers():
+    page = EngineerPage.from_environment({"QUERY_STRING": "engine=warp-drive"})
+    lines = page.status.value.split("</p>")[:-1]
+    assert len(lines) == 1 and "engine &#x27;warp-drive&#x27; is not one this zerolib" in lines[0]
+    assert page.answers.errors == {} and page.settings.engine == engine_choices()[0][1]
+
+
 def test_page_address_without_voila_is_relative():
     assert page_address({}, "gpus=8") == "?gpus=8"
 

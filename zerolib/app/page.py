@@ -184,9 +184,11 @@ class EngineerPage:
                 c[name].value = getattr(settings, name)
             engines = [value for _, value in c["engine"].options]
             if settings.engine and settings.engine not in engines:
-                self._problems.append(f"engine {settings.engine!r} is not one this zerolib knows "
-                                      f"(it knows: {answering.engine_choices()[0][0]}); showing that")
-                settings = replace(settings, engine="")
+                known = ", ".join(label for label, _ in c["engine"].options)
+                self._problems.append(f"engine {settings.engine!r} is not one this zerolib's step "
+                                      f"model knows ({known}); the page answers for "
+                                      f"{c['engine'].options[0][0]}")
+                settings = replace(settings, engine=engines[0])
                 self.settings = settings
             c["engine"].value = settings.engine if settings.engine in engines else engines[0]
             c["tokens"].value = f"{settings.tokens:,}"
