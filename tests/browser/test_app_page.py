@@ -7,6 +7,7 @@ nothing left behind (its process group gone, its port free)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -60,9 +61,24 @@ def app_server(tmp_path):
         yield {"process": process, "port": port, "url": match[1], "token": match[2],
                "start_seconds": time.monotonic() - started}
     finally:
-        if process.poll() is None:
+        _stop_everything(process)
+
+
+def _stop_everything(process: subprocess.Popen) -> None:
+    """However the test ended: Ctrl-C to ``zerolib app`` (which stops Voila, in a session of its
+    own, and its kernels), then SIGKILL to whatever is still below it."""
+    below = _descendants(process.pid)
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+    for pid in below:
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _descendants(pid: int) -> set[int]:
