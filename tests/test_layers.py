@@ -9,7 +9,8 @@ placement, activations, model-parallel splits, the pipeline schedule, working se
 tables), the step (seconds per step: collectives, the data-parallel schedule and its timing,
 offload's and model parallelism's traffic, the 3-D step time, tables), then the two entry points
 (``estimate``, ``planner``); ``chapter/`` (style and the PNG renderer, charts, the published
-figures, explorers); ``crosscheck/``; ``publish/``; ``cli/``. Memory never imports the step.
+figures, explorers); ``crosscheck/``; ``publish/``; ``app/`` (the engineer's page: above the
+chapter, whose charts draw its figures); ``cli/``. Memory never imports the step.
 Private names between modules: ``tests/test_names.py``."""
 from __future__ import annotations
 
@@ -39,8 +40,9 @@ RANKS = (
     ("zerolib.chapter.explorers", 9),
     ("zerolib.crosscheck", 10),
     ("zerolib.publish", 11),
-    ("zerolib.cli", 12),
-    ("zerolib.__main__", 13),
+    ("zerolib.app", 12),
+    ("zerolib.cli", 13),
+    ("zerolib.__main__", 14),
 )
 # Third-party packages each layer may use (besides the standard library and zerolib).
 ALLOWED = {
@@ -50,6 +52,7 @@ ALLOWED = {
     "zerolib.crosscheck": {"numpy", "pandas", "torch", "deepspeed", "transformers"},
     "zerolib.publish": {"nbformat", "nbclient", "nbconvert", "ipykernel", "jupyter_client",
                         "traitlets", "zmq"},
+    "zerolib.app": {"ipywidgets"},
     "zerolib.cli": {"nbclient", "torch"},
 }
 
@@ -143,6 +146,18 @@ def test_the_check_catches_an_upward_import(tmp_path, monkeypatch):
     tree = imports(bad) | {"zerolib.chapter.style"}
     assert rank("zerolib.chapter.style") > rank(module_name(bad))
     assert any(rank(t) is not None and rank(t) > rank(module_name(bad)) for t in tree)
+
+
+def test_the_page_sits_between_the_chapter_and_the_command_line():
+    """The engineer's page draws with the chapter's charts and asks the core; the command line
+    starts it as a server and never imports it (a subprocess runs it), so nothing beneath the
+    page reaches up to it."""
+    assert rank("zerolib.chapter.explorers") < rank("zerolib.app.page") < rank("zerolib.cli.app")
+    page_imports = {t for s, t in own_imports() if s.startswith("zerolib.app")}
+    assert "zerolib.chapter.charts.will_it_fit" in page_imports
+    assert "zerolib.core.planner" in page_imports
+    assert sorted(f"{s} imports {t}" for s, t in own_imports()
+                  if t.startswith("zerolib.app") and not s.startswith("zerolib.app")) == []
 
 
 def test_memory_never_imports_step():

@@ -20,21 +20,22 @@ import json
 import os
 import secrets
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
-import webbrowser
 from pathlib import Path
 
-from zerolib.core.parse import parse_whole
+from zerolib.cli._server import (
+    HOST,
+    Server,
+    check_port,
+    is_root,
+    port_from,
+    serve,
+    server_environment,
+    sigterm_as_ctrl_c,
+)
 from zerolib.paths import NOTEBOOK_DIR
 
-HOST = "127.0.0.1"
 DEFAULT_PORT = 8888
 FIRST_NOTEBOOK = "00-index.ipynb"
 # Defaults for JupyterLab's notification extension: the news question pops up over the lower
@@ -44,8 +45,6 @@ SETTINGS = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"
 # Files of the environment's own application settings folder, kept when we point JupyterLab at
 # ours (overrides.json is merged under ours).
 _APP_SETTINGS_FILES = ("overrides.json", "page_config.json")
-START_SECONDS = 120      # a cold start on a loaded 2-core machine takes a few seconds
-STOP_SECONDS = 20
 
 
 def register(commands) -> None:
@@ -64,10 +63,6 @@ def register(commands) -> None:
     parser.set_defaults(func=run)
 
 
-def is_root() -> bool:
-    return hasattr(os, "geteuid") and os.geteuid() == 0
-
-
 def lab_argv(port: int, root_dir: Path, settings_dir: Path, as_root: bool,
              python: str = sys.executable) -> list[str]:
     """The JupyterLab command line (no secret in it: the token travels in the environment)."""
@@ -84,10 +79,7 @@ def lab_argv(port: int, root_dir: Path, settings_dir: Path, as_root: bool,
 def lab_environment(base: dict[str, str], token: str, python: str = sys.executable) -> dict[str, str]:
     """``base`` with the server's token and this interpreter's folder first on PATH (the kernel
     then runs where zerolib is installed, whatever else PATH holds)."""
-    env = dict(base)
-    env["JUPYTER_TOKEN"] = token
-    env["PATH"] = os.pathsep.join([str(Path(python).parent), *filter(None, [base.get("PATH")])])
-    return env
+    return server_environment(base, token, python)
 
 
 def lab_url(port: int, token: str) -> str:
@@ -120,89 +112,20 @@ def write_settings(folder: Path, environment_settings: Path | None = None) -> Pa
     return folder / "overrides.json"
 
 
-def check_port(port: int) -> None:
-    """ValueError when ``port`` on 127.0.0.1 is taken (JupyterLab's own message would be a page
-    of log lines)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # As the server binds (tornado sets SO_REUSEADDR): a port a stopped server left in
-        # TIME_WAIT is free, one something listens on is not.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError as error:
-            raise ValueError(f"--port {port} is taken on {HOST} ({error.strerror or error}): stop "
-                             f"what listens there or pick another with --port N") from None
-
-
-def port_from(text: str) -> int:
-    return parse_whole(text, "--port", maximum=65535, example="a port number like 8888")
-
-
-def _answers(port: int, token: str) -> bool:
-    request = urllib.request.Request(f"http://{HOST}:{port}/api/status",
-                                     headers={"Authorization": f"token {token}"})
-    try:
-        with urllib.request.urlopen(request, timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return False
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM the server's process group (its kernels with it), SIGKILL it if it lingers."""
-    for sig, wait in ((signal.SIGTERM, STOP_SECONDS), (signal.SIGKILL, 5)):
-        if process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=wait)
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def run(args) -> int:
     port = port_from(args.port)
     check_port(port)
-    # `kill` stops the server as Ctrl-C does, rather than leaving it running without us.
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        with tempfile.TemporaryDirectory(prefix="zerolib-lab-settings-") as folder:
-            write_settings(Path(folder))
-            return _serve(port, Path(folder), args.browser)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with sigterm_as_ctrl_c(), tempfile.TemporaryDirectory(prefix="zerolib-lab-settings-") as folder:
+        write_settings(Path(folder))
+        return _serve(port, Path(folder), args.browser)
 
 
 def _serve(port: int, settings_dir: Path, browser: bool) -> int:
     token = secrets.token_hex(24)
-    process = subprocess.Popen(
-        lab_argv(port, NOTEBOOK_DIR, settings_dir, is_root()),
-        cwd=NOTEBOOK_DIR, env=lab_environment(dict(os.environ), token),
-        start_new_session=True)   # Ctrl-C comes to us; we stop the server
-    try:
-        deadline = time.monotonic() + START_SECONDS
-        while not _answers(port, token):
-            if process.poll() is not None:
-                print(f"zerolib lab: error: JupyterLab exited with status {process.returncode} "
-                      f"before answering on {HOST}:{port} (its messages are above)", file=sys.stderr)
-                return 1
-            if time.monotonic() > deadline:
-                print(f"zerolib lab: error: JupyterLab did not answer on {HOST}:{port} within "
-                      f"{START_SECONDS} s", file=sys.stderr)
-                return 1
-            time.sleep(0.25)
-        url = lab_url(port, token)
-        print(f"JupyterLab is serving {NOTEBOOK_DIR} at {url}"
-              + (" (as root: --allow-root)" if is_root() else "") + "; Ctrl-C stops it.", flush=True)
-        if browser:
-            webbrowser.open(url)
-        return 0 if process.wait() == 0 else 1
-    except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not cut the stop short
-        print("zerolib lab: stopping JupyterLab", file=sys.stderr, flush=True)
-        return 0
-    finally:
-        _stop(process)
+    url = lab_url(port, token)
+    return serve(Server(
+        "zerolib lab", "JupyterLab", tuple(lab_argv(port, NOTEBOOK_DIR, settings_dir, is_root())),
+        NOTEBOOK_DIR, lab_environment(dict(os.environ), token), port, token,
+        f"http://{HOST}:{port}/api/status", url,
+        f"JupyterLab is serving {NOTEBOOK_DIR} at {url}"
+        + (" (as root: --allow-root)" if is_root() else "")), browser)

@@ -50,19 +50,19 @@ def fit(control) -> None:
         control.rows = len(control.options)   # every entry, and so every selected one, in view
 
 
-def control_panel(controls: dict, sections) -> object:
+def control_panel(controls: dict, sections, wide=WIDE) -> object:
     """The labelled grid: per section a bold title and its controls, two to a row where they fit
-    (a control of :data:`WIDE` on a row of its own below them)."""
+    (a control named in ``wide``, :data:`WIDE` unless told, on a row of its own below them)."""
     w = widgets()
     boxes = []
     for title, names in sections:
         for name in names:
             fit(controls[name])
         boxes.append(w.HTML(f"<b>{title}</b>"))
-        boxes.append(w.GridBox([controls[n] for n in names if n not in WIDE], layout=w.Layout(
+        boxes.append(w.GridBox([controls[n] for n in names if n not in wide], layout=w.Layout(
             grid_template_columns=f"repeat(auto-fill, minmax({CELL_MIN}, 1fr))",
             grid_gap="2px 24px")))
-        boxes.extend(controls[n] for n in names if n in WIDE)
+        boxes.extend(controls[n] for n in names if n in wide)
     return w.VBox(boxes)
 
 

@@ -1,0 +1,202 @@
+"""The engineer's page in the kernel, without a browser: the query it opens with, an upload that
+is read or refused in one line, a bad tokens entry, the preset menu, the share and CSV links, and
+the engine wiring decided when answers are asked for."""
+from __future__ import annotations
+
+import base64
+import datetime
+import sys
+import types
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from zerolib.app import answers as answering
+from zerolib.app.answers import (
+    STEP_MODEL_LABEL,
+    answers,
+    engine_choices,
+    left_out_for,
+    left_out_for_all,
+    run_cost,
+)
+from zerolib.app.page import UPLOADED, EngineerPage, page_address, read_upload
+from zerolib.app.settings import Settings
+from zerolib.core.planner import PLAN_LEFT_OUT
+
+MISTRAL = Path(__file__).resolve().parents[1] / "data" / "mistral-7b-v0.3.json"
+NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def _file(name: str, content: bytes) -> tuple[dict, ...]:
+    return ({"name": name, "type": "application/json", "size": len(content),
+             "content": memoryview(content), "last_modified": NOW},)
+
+
+@pytest.fixture(scope="module")
+def page():
+    return EngineerPage.from_environment({
+        "QUERY_STRING": "gpus=16&token=secret", "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "8866", "SCRIPT_NAME": "/"})
+
+
+def test_the_query_sets_the_controls_and_the_share_link_keeps_them(page):
+    assert page.controls["gpus"].value == 16 and page.settings.gpus == 16
+    assert page.status.value == ""
+    share = urlsplit(page.parts["share"].value.split("href='")[1].split("'")[0].replace("&amp;", "&"))
+    assert (share.scheme, share.netloc, share.path) == ("http", "127.0.0.1:8866", "/")
+    query = parse_qs(share.query, keep_blank_values=True)
+    assert query["gpus"] == ["16"] and "token" not in query
+
+
+def test_an_uploaded_config_is_read_and_named(page):
+    page.controls["upload"].value = _file("mistral-7b-v0.3.json", MISTRAL.read_bytes())
+    assert page.controls["model"].value == UPLOADED
+    assert page.settings.config_name == "mistral-7b-v0.3"
+    assert "7,248,023,552 parameters" in page.parts["model"].value
+    assert page.answers.errors == {}
+
+
+@pytest.mark.parametrize("name, content, says", [
+    ("broken.json", b'{"model_type": ', "broken.json cannot be read as JSON"),
+    ("list.json", b"[1, 2]", "list.json must hold a JSON object"),
+    ("t5.json", b'{"model_type": "t5"}', "is an encoder or encoder-decoder"),
+    ("big.json", b" " * 1_000_001, "big.json is 1,000,001 bytes"),
+])
+def test_a_config_that_cannot_be_read_is_one_line(name, content, says):
+    page = EngineerPage()
+    page.controls["upload"].value = _file(name, content)
+    lines = page.status.value.split("</p>")[:-1]
+    assert len(lines) == 1 and says in lines[0]
+    assert page.answers.errors == {} and page.settings.config == ""   # the preset still answers
+
+
+def test_a_bad_tokens_entry_is_one_line_and_the_answers_stay():
+    page = EngineerPage()
+    before = page.answers
+    page.controls["tokens"].value = "two trillion"
+    assert "tokens must be a count like 2T" in page.status.value
+    assert page.answers is before
+
+
+def test_tokens_take_suffixes_and_a_preset_replaces_the_upload():
+    page = EngineerPage()
+    page.controls["upload"].value = _file("config.json", MISTRAL.read_bytes())
+    assert page.controls["model"].options[0][0] == UPLOADED        # "config.json": no name
+    page.controls["tokens"].value = "15.6T"
+    assert page.settings.tokens == 15_600_000_000_000
+    page.controls["model"].value = "llama-2-13b"
+    assert page.settings.config == "" and page.settings.model == "llama-2-13b"
+    assert [value for _, value in page.controls["model"].options][0] == "gpt2"
+
+
+def test_the_csv_link_holds_the_plan_csv(page):
+    html = page.parts["csv"].value
+    data = html.split("base64,")[1].split("'")[0]
+    assert base64.b64decode(data).decode() == answering.plan_csv(page.answers.plan) + "\n"
+
+
+def test_a_setting_the_planner_refuses_is_said_where_it_is_answered():
+    page = EngineerPage()
+    page.controls["gpus"].value = 12
+    assert "gpus (12) must fill whole nodes of gpus_per_node (8)" in page.parts["plan"].value
+    assert "fits" in page.parts["state"].value        # the earlier answers still answer
+
+
+def test_an_engine_the_step_model_does_not_know_is_one_line_and_the_default_answers():
+    page = EngineerPage.from_environment({"QUERY_STRING": "engine=warp-drive"})
+    lines = page.status.value.split("</p>")[:-1]
+    assert len(lines) == 1 and "engine &#x27;warp-drive&#x27; is not one this zerolib" in lines[0]
+    assert page.answers.errors == {} and page.settings.engine == engine_choices()[0][1]
+
+
+def test_page_address_without_voila_is_relative():
+    assert page_address({}, "gpus=8") == "?gpus=8"
+
+
+def test_read_upload_names_the_model_after_the_file():
+    assert read_upload(_file("dir/my-model.json", b'{"a": 1}')) == ('{"a":1}', "my-model")
+
+
+# --- answers: the run, what each configuration leaves out, the engines -------------------------
+
+def test_run_cost_by_hand():
+    """10^9 tokens at 1,000 a step: 1,000,000 steps of 2 s = 2,000,000 s; 8 GPUs: 4,444.4 h."""
+    cost = run_cost(10**9, 1000, 2.0, 8)
+    assert (cost.steps, cost.seconds) == (1_000_000, 2_000_000.0)
+    assert cost.gpu_hours == pytest.approx(8 * 2_000_000 / 3600)
+    assert run_cost(1001, 1000, 1.0, 1).steps == 2        # a partial last step is a step
+
+
+def test_what_each_configuration_leaves_out():
+    plain = {"tensor_parallel": 1, "pipeline_parallel": 1, "recompute": "none", "offload": "none"}
+    assert left_out_for(plain) == ()
+    piped = left_out_for({**plain, "pipeline_parallel": 4, "recompute": "selective"})
+    assert [PLAN_LEFT_OUT.index(item) for item in piped] == [1, 2, 4]
+    assert [PLAN_LEFT_OUT.index(item) for item in
+            left_out_for({**plain, "tensor_parallel": 8})] == [4]
+    # Every item is said once: either for every row or for the rows it concerns.
+    assert set(left_out_for_all()) | set(piped) == set(PLAN_LEFT_OUT)
+
+
+@pytest.fixture
+def fake_engines(monkeypatch):
+    """An installed step model with named engines (what zerolib.core.step.engines provides)."""
+    module = types.ModuleType(answering.ENGINES_MODULE)
+    module.ENGINES = {"paper": types.SimpleNamespace(label="the ZeRO paper's schedule",
+                                                     stages=(0, 1, 2, 3)),
+                      "megatron": types.SimpleNamespace(label="Megatron-LM's distributed optimizer",
+                                                        stages=(0, 1))}
+    module.DEFAULT_ENGINE = "megatron"
+    monkeypatch.setitem(sys.modules, answering.ENGINES_MODULE, module)
+    return module
+
+
+def test_without_engines_the_page_names_the_step_models_own_schedule():
+    if answering.ENGINES_MODULE in sys.modules or _installed():
+        pytest.skip("this zerolib has named engines")
+    assert engine_choices() == ((STEP_MODEL_LABEL, ""),)
+    a = answers(Settings())
+    assert a.engine == "" and a.engine_label == STEP_MODEL_LABEL
+    assert answers(Settings(engine="deepspeed")).errors["plan"].startswith(
+        "engine: this zerolib's step model knows no named engines")
+
+
+def _installed() -> bool:
+    import importlib.util
+    return importlib.util.find_spec(answering.ENGINES_MODULE) is not None
+
+
+def test_engines_are_offered_default_first_and_handed_to_the_core(fake_engines, monkeypatch):
+    seen = {}
+
+    def recorder(name, takes=True):
+        def with_engine(*args, engine=None, **kwargs):
+            seen[name] = (args, engine)
+            raise ValueError(f"{name} stops here")
+
+        def without_engine(*args, **kwargs):
+            seen[name] = (args, None)
+            raise ValueError(f"{name} stops here")
+        (with_engine if takes else without_engine).__name__ = name
+        return with_engine if takes else without_engine
+
+    # Before the planner takes an engine, the page offers none and names the step model's own.
+    assert engine_choices() == ((STEP_MODEL_LABEL, ""),)
+    monkeypatch.setattr(answering, "plan_settings", recorder("plan_settings"))
+    assert engine_choices() == (("megatron (Megatron-LM's distributed optimizer)", "megatron"),
+                                ("paper (the ZeRO paper's schedule)", "paper"))
+    monkeypatch.setattr(answering, "estimate", recorder("estimate"))
+    monkeypatch.setattr(answering, "estimate_model", recorder("estimate_model", takes=False))
+    monkeypatch.setattr(answering, "plan", recorder("plan", takes=False))
+    a = answers(Settings())                          # "" is the default engine: megatron
+    assert a.engine == "megatron" and a.engine_label.startswith("megatron (")
+    assert seen["estimate"][1] == "megatron" and seen["estimate"][0][4] == (0, 1)   # its stages
+    assert a.errors["peak"] == "estimate_model stops here"   # the default, asked without it
+    other = answers(Settings(engine="paper"))
+    assert seen["estimate"][1] == "paper" and seen["estimate"][0][4] == (0, 1, 2, 3)
+    # A function that takes no engine refuses another in one line, never answering for the
+    # wrong engine.
+    assert other.errors["peak"] == ("this zerolib's estimate_model takes no engine: it answers "
+                                    "for megatron (Megatron-LM's distributed optimizer) only")

@@ -1,0 +1,400 @@
+"""The page's answers, from the same functions as ``zerolib estimate`` and ``zerolib plan``.
+
+:func:`answers` is the one place the page asks the core: for a :class:`Settings` it reads the
+model (a preset, or an uploaded ``config.json`` through :func:`zerolib.core.catalogue.hf_config.
+model_from_config`), then asks, in the page's order:
+
+1. whether the model state fits under each stage: :func:`zerolib.core.estimate.estimate` of the
+   model's exact parameter count (``zerolib estimate --params N``);
+2. the peak with the working set: :func:`zerolib.core.estimate.estimate_model`
+   (``zerolib estimate --model/--config``);
+3. the planner's configurations: :func:`zerolib.core.planner.plan` (``zerolib plan``);
+4. the run's wall-clock time and GPU-hours for the settings' tokens at the fastest plan's step
+   time (:func:`run_cost`).
+
+Engines: the names and labels come from the installed step model at call time
+(:func:`engine_choices`). An engine is handed to a core function only when that function takes
+an ``engine`` argument; a step model without engines is named for what it computes (the ZeRO
+paper's schedule). Each part that cannot be answered (a setting the core refuses) carries one
+line saying why, and the parts before it still answer.
+
+The rest are pure functions of an :class:`Answers`: the HTML of each answer, the plan's CSV
+(the same bytes as ``zerolib plan --format csv --top N``) and what each configuration leaves out.
+"""
+from __future__ import annotations
+
+import csv
+import html
+import inspect
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from importlib import import_module
+
+from zerolib.app.settings import Settings
+from zerolib.core.catalogue.hf_config import model_from_config
+from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
+from zerolib.core.estimate import Estimate, estimate, estimate_model
+from zerolib.core.intmath import ceil_div
+from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES
+from zerolib.core.memory.working_set import WorkingSetSettings
+from zerolib.core.planner import (
+    FIT_COLUMNS,
+    PLAN_HEADER,
+    PLAN_LEFT_OUT,
+    Plan,
+    describe_configuration,
+    plan,
+    plan_settings,
+)
+from zerolib.core.units import format_value
+
+# What the step model computes when it knows no named engines.
+STEP_MODEL_LABEL = "the ZeRO paper's schedule (the step model of this zerolib)"
+ENGINES_MODULE = "zerolib.core.step.engines"
+TOP = 10                 # fastest configurations shown on the page
+CSV_TOP = 100            # and written to the CSV (zerolib plan --format csv --top 100)
+RUN_LEFT_OUT = "no failures, restarts, evaluation or checkpointing"
+
+# Where the chapter explains each answer (notebook, heading as JupyterLab anchors it).
+SECTIONS = {
+    "model": ("08-size-your-own-model.ipynb", "What zerolib read"),
+    "state": ("04-will-it-fit.ipynb", "Layer 1: persistent model state"),
+    "peak": ("04-will-it-fit.ipynb", "The peak against the device"),
+    "plan": ("07-when-zero-is-not-enough.ipynb",
+             "The planner: every configuration, which fit, which is fastest"),
+    "left_out": ("07-when-zero-is-not-enough.ipynb", "What the ranking leaves out"),
+    "run": ("05-the-price-of-zero.ipynb", "Compute, overlap and the step time"),
+}
+CHAPTER_URL = "http://127.0.0.1:8888/lab/tree/"   # where `zerolib lab` serves the chapter
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """The whole run at one step time: ``steps`` = ceil(tokens / tokens per step), ``seconds`` =
+    steps x step seconds, ``gpu_hours`` = GPUs x seconds / 3600."""
+
+    tokens: int
+    tokens_per_step: int
+    steps: int
+    step_seconds: float
+    seconds: float
+    gpu_hours: float
+
+
+def run_cost(tokens: int, tokens_per_step: int, step_seconds: float, gpus: int) -> RunCost:
+    """The run's wall-clock time and GPU-hours (no failures, restarts, evaluation or
+    checkpointing)."""
+    steps = ceil_div(int(tokens), int(tokens_per_step))
+    seconds = steps * float(step_seconds)
+    return RunCost(int(tokens), int(tokens_per_step), steps, float(step_seconds), seconds,
+                   gpus * seconds / 3600)
+
+
+@dataclass(frozen=True)
+class Answers:
+    """Everything the page shows for one :class:`Settings`; a part is None when it could not be
+    answered, and ``errors`` then holds its one line (keys: model, state, peak, plan, run)."""
+
+    settings: Settings
+    model: TransformerConfig | None = None
+    engine: str = ""
+    engine_label: str = STEP_MODEL_LABEL
+    state: Estimate | None = None
+    peak: Estimate | None = None
+    peak_settings: WorkingSetSettings | None = None
+    plan: Plan | None = field(default=None, repr=False)
+    run: RunCost | None = None
+    errors: dict = field(default_factory=dict)
+
+
+def engine_choices() -> tuple[tuple[str, str], ...]:
+    """(label, name) of each engine the installed step model knows, the default first; one
+    entry, the step model's own schedule (name ""), when it knows none or the planner takes
+    none."""
+    try:
+        engines = import_module(ENGINES_MODULE)
+    except ImportError:
+        return ((STEP_MODEL_LABEL, ""),)
+    if not takes_engine(plan_settings):
+        # Engines named but not yet handed to the planner: its answers are the step model's own.
+        return ((STEP_MODEL_LABEL, ""),)
+    default = getattr(engines, "DEFAULT_ENGINE", None)
+    names = sorted(engines.ENGINES, key=lambda name: name != default)
+    return tuple((f"{name} ({engines.ENGINES[name].label})", name) for name in names)
+
+
+def _engine(name: str) -> tuple[str, str, object]:
+    """(name, label, the Engine or None) of the settings' engine; "" is the default one."""
+    choices = engine_choices()
+    if not name:
+        label, name = choices[0]
+    labels = {value: label for label, value in choices}
+    if name not in labels:
+        known = ", ".join(value for _, value in choices if value)
+        raise ValueError(f"engine must be one of {known}, got {name!r}" if known else
+                         f"engine: this zerolib's step model knows no named engines (its answers "
+                         f"are {STEP_MODEL_LABEL}), got {name!r}")
+    engine = None
+    if name:
+        engine = import_module(ENGINES_MODULE).ENGINES[name]
+    return name, labels[name], engine
+
+
+def takes_engine(function) -> bool:
+    """Whether ``function`` takes an ``engine`` argument (decided when called, not at import)."""
+    return "engine" in inspect.signature(function).parameters
+
+
+def default_engine() -> str:
+    """The engine the installed step model uses when none is named ("" without engines)."""
+    return engine_choices()[0][1]
+
+
+def _with_engine(function, engine: str, checked=None) -> dict:
+    """``{"engine": engine}`` when ``function`` (or ``checked``, the function that checks its
+    options) takes one. A function that takes none answers for the step model's default engine
+    (or its own schedule), so the default is asked without it; another engine is refused in one
+    line rather than answered for the wrong one."""
+    if takes_engine(checked or function):
+        return {"engine": engine} if engine else {}
+    if engine and engine != default_engine():
+        raise ValueError(f"this zerolib's {function.__name__} takes no engine: it answers for "
+                         f"{engine_choices()[0][0]} only")
+    return {}
+
+
+def read_model(settings: Settings) -> TransformerConfig:
+    """The uploaded config (if any) or the preset."""
+    if settings.config:
+        try:
+            data = json.loads(settings.config)
+        except ValueError as error:
+            raise ValueError(f"{settings.config_name or 'config.json'} is not JSON ({error})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{settings.config_name or 'config.json'} must hold a JSON object "
+                             f"(a Hugging Face config), not a {type(data).__name__}")
+        return model_from_config(data, name=settings.config_name or None)
+    return get_model(settings.model)
+
+
+def peak_settings_of(settings: Settings) -> WorkingSetSettings:
+    """The working set the peak answer uses: the run's sequence and micro-batch, the rest at
+    ``zerolib estimate``'s defaults."""
+    return WorkingSetSettings(seq_len=settings.seq_len, micro_batch=settings.micro_batch)
+
+
+def answers(settings: Settings) -> Answers:
+    """Ask the core everything the page shows (see the module doc)."""
+    errors: dict[str, str] = {}
+    found: dict = {"settings": settings, "errors": errors}
+    try:
+        found["model"] = config = read_model(settings)
+    except (ValueError, TypeError, LookupError) as error:
+        errors["model"] = str(error)
+        return Answers(**found)
+    try:
+        name, label, engine = _engine(settings.engine)
+        found.update(engine=name, engine_label=label)
+    except ValueError as error:
+        for part in ("state", "peak", "plan", "run"):
+            errors[part] = str(error)
+        return Answers(**found)
+    # The stages the engine offers (all four for the step model's own schedule).
+    stages = tuple(getattr(engine, "stages", STAGES))
+    try:
+        found["state"] = estimate(parameter_count(config), settings.gpus, settings.layout,
+                                  settings.device, stages, **_with_engine(estimate, name))
+    except (ValueError, TypeError) as error:
+        errors["state"] = str(error)
+    try:
+        ws = peak_settings_of(settings)
+        found["peak_settings"] = ws
+        found["peak"] = estimate_model(config, settings.gpus, ws, settings.layout,
+                                       settings.device, stages,
+                                       **_with_engine(estimate_model, name))
+    except (ValueError, TypeError) as error:
+        errors["peak"] = str(error)
+    try:
+        found["plan"] = result = plan(
+            config, settings.gpus, settings.gpus_per_node, settings.device, settings.seq_len,
+            settings.global_batch, links=settings.links or None, layout=settings.layout,
+            **_with_engine(plan, name, plan_settings))
+    except (ValueError, TypeError) as error:
+        errors["plan"] = errors["run"] = str(error)
+        return Answers(**found)
+    if len(result.fits):
+        best = result.fits.iloc[0]
+        found["run"] = run_cost(settings.tokens, settings.global_batch * settings.seq_len,
+                                best["step_seconds"], settings.gpus)
+    else:
+        errors["run"] = "nothing fits, so there is no step time to run at"
+    return Answers(**found)
+
+
+# --- what each configuration leaves out ---------------------------------------------------------
+
+def left_out_for(row) -> tuple[str, ...]:
+    """The items of :data:`PLAN_LEFT_OUT` that concern configuration ``row`` in particular: the
+    recomputation item for selective recomputation, the bubble item with a pipeline, the
+    tensor/pipeline traffic item with either. (The others concern every configuration alike.)"""
+    t, p = int(row["tensor_parallel"]), int(row["pipeline_parallel"])
+    concerns = {"selective recomputation": str(row["recompute"]) == "selective",
+                "pipeline bubbles": p > 1,
+                "tensor-parallel and pipeline traffic": t > 1 or p > 1}
+    return tuple(item for item in PLAN_LEFT_OUT
+                 if any(key in item and hit for key, hit in concerns.items()))
+
+
+def left_out_for_all() -> tuple[str, ...]:
+    """The items of :data:`PLAN_LEFT_OUT` no single configuration is singled out for."""
+    keys = ("selective recomputation", "pipeline bubbles", "tensor-parallel and pipeline traffic")
+    return tuple(item for item in PLAN_LEFT_OUT if not any(key in item for key in keys))
+
+
+# --- the plan as CSV ----------------------------------------------------------------------------
+
+def _plain(value):
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def plan_csv(result: Plan, top: int | None = CSV_TOP) -> str:
+    """The fitting configurations, fastest first, as ``zerolib plan --format csv --top N``
+    writes them (columns ``rank`` and :data:`zerolib.core.planner.FIT_COLUMNS`)."""
+    shown = result.fits if top is None else result.fits.head(top)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    columns = ["rank", *FIT_COLUMNS]
+    writer.writerow(columns)
+    for record in shown.to_dict("records"):
+        cells = [str(record[c]) if hasattr(record[c], "categories") else _plain(record[c])
+                 for c in columns]
+        writer.writerow(["" if cell is None else cell for cell in cells])
+    return out.getvalue().rstrip("\n")
+
+
+# --- the page's HTML ----------------------------------------------------------------------------
+
+def section_link(part: str) -> str:
+    """A link to the chapter section that explains answer ``part``."""
+    notebook, heading = SECTIONS[part]
+    anchor = heading.replace(" ", "-")
+    number = notebook[:2]
+    return (f"<a href='{html.escape(CHAPTER_URL + notebook + '#' + anchor)}' target='_blank' "
+            f"class='zerolib-section'>explained in notebook {number}: "
+            f"\u201c{html.escape(heading)}\u201d</a>")
+
+
+def _bytes(n_bytes, unit: str) -> str:
+    per = {"GB": 10**9, "GiB": 2**30}[unit]
+    return f"{format_value(float(n_bytes) / per)} {unit}"
+
+
+def _right(text) -> str:
+    return f"<td style='text-align:right'>{text}</td>"
+
+
+def _error(text: str) -> str:
+    return f"<p class='zerolib-error'>\u26a0 {html.escape(' '.join(str(text).split()))}</p>"
+
+
+def model_html(a: Answers) -> str:
+    if a.model is None:
+        return _error(a.errors["model"])
+    own = bool(a.settings.config)
+    source = html.escape(a.model.source) if own else "a preset of zerolib's catalogue"
+    return (f"<p><b>{html.escape(a.model.name)}</b>: {parameter_count(a.model):,} parameters "
+            f"({source}). {section_link('model')}</p>")
+
+
+def state_html(a: Answers, unit: str = "GB") -> str:
+    """Answer 1: the model state per GPU under each stage, and whether it fits."""
+    if a.state is None:
+        return _error(a.errors.get("state", ""))
+    d = a.state.as_dict()
+    rows = "".join(
+        f"<tr><td>{html.escape(STRATEGY_NAMES[r['stage']])}</td>{_right(_bytes(r['total'], unit))}"
+        f"<td>{'fits' if r['fits'] else 'does not fit'}</td></tr>" for r in d["stages"])
+    device = a.state.device
+    return (f"<p>Model state (parameters, gradients, optimizer state, layout "
+            f"{html.escape(d['layout']['name'])}) per GPU on {d['gpus']:,} GPUs against "
+            f"{html.escape(device.label)} ({_bytes(device.capacity, unit)}). "
+            f"{section_link('state')}</p>"
+            f"<table><thead><tr><th>Strategy</th><th>Model state per GPU</th><th>Verdict</th></tr>"
+            f"</thead><tbody>{rows}</tbody></table>")
+
+
+def peak_html(a: Answers, unit: str = "GB") -> str:
+    """Answer 2: the peak per GPU (model state + working set) under each stage."""
+    if a.peak is None:
+        return _error(a.errors.get("peak", ""))
+    d = a.peak.as_dict()
+    rows = "".join(
+        f"<tr><td>{html.escape(STRATEGY_NAMES[r['stage']])}</td>{_right(_bytes(r['total'], unit))}"
+        f"{_right(_bytes(sum(r['working_set'].values()), unit))}{_right(_bytes(r['peak'], unit))}"
+        f"<td>{'fits' if r['fits'] else 'does not fit'}</td></tr>" for r in d["stages"])
+    ws = a.peak_settings
+    return (f"<p>The peak per GPU: model state plus the working set (activations at sequence "
+            f"{ws.seq_len:,} and micro-batch {ws.micro_batch}, no recomputation, logits, buffers, "
+            f"a {_bytes(ws.reserve_bytes, 'GiB')} reserve). {section_link('peak')}</p>"
+            f"<table><thead><tr><th>Strategy</th><th>Model state</th><th>Working set</th>"
+            f"<th>Peak</th><th>Verdict</th></tr></thead><tbody>{rows}</tbody></table>")
+
+
+def plan_html(a: Answers, unit: str = "GB", top: int = TOP) -> str:
+    """Answer 3: the planner's fastest configurations, each with what it leaves out."""
+    if a.plan is None:
+        return _error(a.errors.get("plan", ""))
+    s, counts, fits = a.plan.settings, a.plan.counts(), a.plan.fits
+    ic = s.interconnect
+    where = ic.label if ic.network is None else f"{ic.name}, {s.gpus_per_node} GPUs per node"
+    rows = []
+    for record in fits.head(top).to_dict("records"):
+        particular = left_out_for(record)
+        rows.append(
+            f"<tr>{_right(int(record['rank']))}<td class='prose'>"
+            f"{html.escape(describe_configuration(record))}</td>"
+            f"{_right(_bytes(record['peak_bytes'], unit))}"
+            f"{_right(_bytes(record['headroom_bytes'], unit))}"
+            f"{_right(format_value(record['step_seconds']) + ' s')}"
+            f"<td class='prose'>{html.escape('; '.join(particular) or 'only what every row leaves out')}"
+            "</td></tr>")
+    table = (f"<table class='prose-last'><caption>The {min(top, len(fits))} fastest of "
+             f"{len(fits):,} that fit</caption><thead><tr><th>Rank</th><th>Configuration</th>"
+             "<th>Peak per GPU</th><th>Headroom</th><th>Step</th><th>Leaves out, besides the "
+             f"list below</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+             if len(fits) else "<p><b>Nothing fits.</b></p>")
+    every = "".join(f"<li>{html.escape(item)}</li>" for item in left_out_for_all())
+    return (f"<p>{html.escape(s.model.name)} on {s.gpus:,} {html.escape(s.device.label)} "
+            f"({html.escape(where)}), sequence {s.seq_len:,}, global batch {s.global_batch:,}, "
+            f"layout {html.escape(s.layout.name)}, mfu {s.mfu:g}, engine "
+            f"{html.escape(a.engine_label)}: {counts['configurations']:,} configurations, "
+            f"{counts['runnable']:,} can run, <b>{counts['fit']:,} fit</b>. "
+            f"{section_link('plan')}</p>{table}"
+            f"<p><i>{html.escape(PLAN_HEADER)}</i> Every row leaves out: </p><ul>{every}</ul>"
+            f"<p>{section_link('left_out')}</p>")
+
+
+def _duration(seconds: float) -> str:
+    days = seconds / 86400
+    return f"{format_value(days)} days" if days >= 1 else f"{format_value(seconds / 3600)} hours"
+
+
+def run_html(a: Answers) -> str:
+    """Answer 4: the run's wall-clock time and GPU-hours at the fastest configuration."""
+    if a.run is None:
+        return _error(a.errors.get("run", ""))
+    r, s = a.run, a.plan.settings
+    return (f"<p>{r.tokens:,} tokens at {r.tokens_per_step:,} tokens per step (global batch "
+            f"{s.global_batch:,} x sequence {s.seq_len:,}): <b>{r.steps:,} steps</b> of "
+            f"{format_value(r.step_seconds)} s (the fastest configuration above) = "
+            f"<b>{_duration(r.seconds)}</b> of wall-clock time, <b>{r.gpu_hours:,.0f} GPU-hours"
+            f"</b> on {s.gpus:,} GPUs. Assumes engine {html.escape(a.engine_label)}, mfu "
+            f"{s.mfu:g}, the planner's overlap, and {RUN_LEFT_OUT}. {section_link('run')}</p>")
+
+
