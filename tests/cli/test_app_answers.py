@@ -117,4 +117,4 @@ def test_default_run_by_hand():
     """2T tokens at 1,024 x 4,096 = 4,194,304 tokens per step: 476,837.16 steps, so 476,838."""
     a = answers(Settings())
     assert a.run.steps == 476_838
-    assert math.isclose(a.run.gpu_hours, 64 * 476_838 * a.run.step_seconds / 3600)
+    assert math.isclose(a.run.gpu_hours, 64 * 476_838 * float(a.plan.fits.iloc[0]["step_seconds"]) / 3600)

@@ -10,7 +10,7 @@ model_from_config`), then asks, in the page's order:
    (``zerolib estimate --model/--config``);
 3. the planner's configurations: :func:`zerolib.core.planner.plan` (``zerolib plan``);
 4. the run's wall-clock time and GPU-hours for the settings' tokens at the fastest plan's step
-   time (:func:`run_cost`).
+   time (:func:`zerolib.core.step.run_cost.run_cost`, as ``--tokens``).
 
 Engines: the names and labels come from the installed step model at call time
 (:func:`engine_choices`). An engine is handed to a core function only when that function takes
@@ -36,7 +36,6 @@ from zerolib.app.settings import Settings
 from zerolib.core.catalogue.hf_config import model_from_config
 from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
 from zerolib.core.estimate import Estimate, estimate, estimate_model
-from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES
 from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.planner import (
@@ -48,6 +47,7 @@ from zerolib.core.planner import (
     plan,
     plan_settings,
 )
+from zerolib.core.step.run_cost import RunCost, run_cost
 from zerolib.core.units import format_value
 
 # What the step model computes when it knows no named engines.
@@ -68,28 +68,6 @@ SECTIONS = {
     "run": ("05-the-price-of-zero.ipynb", "Compute, overlap and the step time"),
 }
 CHAPTER_URL = "http://127.0.0.1:8888/lab/tree/"   # where `zerolib lab` serves the chapter
-
-
-@dataclass(frozen=True)
-class RunCost:
-    """The whole run at one step time: ``steps`` = ceil(tokens / tokens per step), ``seconds`` =
-    steps x step seconds, ``gpu_hours`` = GPUs x seconds / 3600."""
-
-    tokens: int
-    tokens_per_step: int
-    steps: int
-    step_seconds: float
-    seconds: float
-    gpu_hours: float
-
-
-def run_cost(tokens: int, tokens_per_step: int, step_seconds: float, gpus: int) -> RunCost:
-    """The run's wall-clock time and GPU-hours (no failures, restarts, evaluation or
-    checkpointing)."""
-    steps = ceil_div(int(tokens), int(tokens_per_step))
-    seconds = steps * float(step_seconds)
-    return RunCost(int(tokens), int(tokens_per_step), steps, float(step_seconds), seconds,
-                   gpus * seconds / 3600)
 
 
 @dataclass(frozen=True)
@@ -390,9 +368,10 @@ def run_html(a: Answers) -> str:
     if a.run is None:
         return _error(a.errors.get("run", ""))
     r, s = a.run, a.plan.settings
+    step_seconds = float(a.plan.fits.iloc[0]["step_seconds"])
     return (f"<p>{r.tokens:,} tokens at {r.tokens_per_step:,} tokens per step (global batch "
             f"{s.global_batch:,} x sequence {s.seq_len:,}): <b>{r.steps:,} steps</b> of "
-            f"{format_value(r.step_seconds)} s (the fastest configuration above) = "
+            f"{format_value(step_seconds)} s (the fastest configuration above) = "
             f"<b>{_duration(r.seconds)}</b> of wall-clock time, <b>{r.gpu_hours:,.0f} GPU-hours"
             f"</b> on {s.gpus:,} GPUs. Assumes engine {html.escape(a.engine_label)}, mfu "
             f"{s.mfu:g}, the planner's overlap, and {RUN_LEFT_OUT}. {section_link('run')}</p>")

@@ -122,9 +122,9 @@ def test_a_ring_inside_a_node_by_hand():
 
 
 def test_a_ring_across_nodes_by_hand():
-    # t = 8 fills a DGX A100 node, so C = 2 puts the two ranks of a ring on two nodes: each send
-    # on the GPU's own HDR port at the 24 GB/s NCCL reaches (of 25) after 8.4 + 14.0 us. A rank holds 4 of the 32 heads: a block
-    # of 2 x 4096 x 4 x 128 x 2 bytes = 8 MiB.
+    # t = 8 fills a DGX A100 node, so C = 2 puts the two ranks of a ring on two nodes: each
+    # send on the GPU's own HDR port at the 24 GB/s NCCL reaches (of 25) after 8.4 + 14.0 us. A
+    # rank holds 4 of the 32 heads: a block of 2 x 4096 x 4 x 128 x 2 bytes = 8 MiB.
     result = _step(context_parallel=2, tensor_parallel=8)
     assert float(result.parts["context"]) == pytest.approx(96 * (8 * 2**20 / 24e9 + 22.4e-6), rel=1e-12)
     assert float(result.network_wait_fraction) == pytest.approx(
