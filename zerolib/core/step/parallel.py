@@ -160,7 +160,15 @@ from zerolib.core.step.time import (
     schedule_seconds,
     send_seconds,
 )
-from zerolib.core.step.traffic import STEP_PHASES, Traffic, flat_traffic, layer_units, traffic_of
+from zerolib.core.step.engines import DEFAULT_ENGINE, Engine, Overlap, get_engine
+from zerolib.core.step.traffic import (
+    STEP_PHASES,
+    Traffic,
+    check_engine_schedule,
+    flat_traffic,
+    layer_units,
+    traffic_of,
+)
 
 KIND_OF = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter"}
 PARTS = ("compute", "tensor", "pipeline", "data_parallel", "bubble")
@@ -425,9 +433,14 @@ class ParallelSettings:
     mfu: float = DEFAULT_MFU
     element_bytes: int = 2
     host_link: Link | str = DEFAULT_HOST_LINK
+    engine: Engine | str = DEFAULT_ENGINE      # whose schedule (zerolib.core.step.engines)
+    overlap: Overlap | None = None              # None: the engine's own overlap rule
 
     def __post_init__(self):
         put = object.__setattr__
+        put(self, "engine", get_engine(self.engine))
+        if self.overlap is not None and not isinstance(self.overlap, Overlap):
+            raise TypeError(f"overlap must be an Overlap, got {type(self.overlap).__name__}")
         put(self, "layout", get_layout(self.layout))
         put(self, "mfu", check_mfu(self.mfu))
         put(self, "host_link", check_host_link(self.host_link))
@@ -455,24 +468,36 @@ class ParallelSettings:
                 or np.any(self.chunks > MAX_CHUNKS)):
             raise ValueError(f"micro_batch must be at most {MAX_MICRO_BATCH:,}, micro_batches at most "
                              f"{MAX_MICRO_BATCHES:,} and chunks at most {MAX_CHUNKS:,}")
-        if np.any((p > 1) & (zero > PIPELINE_STAGES[-1])):
+        engine = self.engine
+        check_engine_schedule(engine, zero, self.data_parallel,
+                              self.data_parallel if self.shard_group is None else self.shard_group,
+                              False)
+        piped = (p > 1) & ~np.isin(zero, engine.pipeline_stages)
+        if np.any(piped) and engine.pipeline_stages == PIPELINE_STAGES:
             raise ValueError("ZeRO stages 2 and 3 do not run with pipeline parallelism (DeepSpeed's "
                              "PipelineEngine: 'ZeRO-2 and ZeRO-3 are incompatible with pipeline "
                              "parallelism'); use stage 0 or 1 with pipeline_parallel > 1")
+        if np.any(piped):
+            raise ValueError(f"engine {engine.name} runs ZeRO stages "
+                             f"{', '.join(map(str, engine.pipeline_stages))} with pipeline "
+                             "parallelism")
 
     def __deepcopy__(self, memo) -> ParallelSettings:
         return self  # immutable
 
     @classmethod
     def from_checked(cls, *, seq_len: int, layout: Layout, mfu: float, element_bytes: int,
-                     host_link: Link, shard_group, recompute, offload, **arrays) -> ParallelSettings:
+                     host_link: Link, shard_group, recompute, offload, engine: Engine | None = None,
+                     overlap: Overlap | None = None, **arrays) -> ParallelSettings:
         """Settings a door checked already (the planner's configurations, enumerated from its
         checked :class:`~zerolib.core.planner.PlanSettings`), made without checking them again:
         ``recompute`` and ``offload`` as codes, every array one shape."""
         settings = object.__new__(cls)
         put = object.__setattr__
         for name, value in (("seq_len", seq_len), ("layout", layout), ("mfu", mfu),
-                            ("element_bytes", element_bytes), ("host_link", host_link)):
+                            ("element_bytes", element_bytes), ("host_link", host_link),
+                            ("engine", get_engine(DEFAULT_ENGINE) if engine is None else engine),
+                            ("overlap", overlap)):
             put(settings, name, value)
         arrays = {"chunks": 1, "sequence_parallel": False, **arrays, "recompute": recompute,
                   "offload": offload}
@@ -518,8 +543,14 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
                         st.stage)
     m, v, sp, rec, off = st.micro_batches, st.chunks, st.sequence_parallel, st.recompute, st.offload
     shard_group = st.shard_group
+    engine = st.engine
+    rule = engine.overlap if st.overlap is None else st.overlap
     _check_rules(config, t, p, v, m, s, sp, ic)
-    units = len(layer_units(config))    # stage 3 (p = 1 only) gathers these one call each
+    # The layer units a pipeline stage gathers one call each (its share of the model's).
+    units = np.maximum(len(layer_units(config)) // p, 1)
+
+    def units_of(zero):
+        return np.where(np.isin(zero, engine.layered_stages), units, 1)
 
     def stage_part(r):
         """Per micro-batch on stage r: compute, tensor, pipeline and exposed ZeRO seconds; the
@@ -533,23 +564,35 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
                 forward, backward = np.where(here, fwd * b, forward), np.where(here, bwd * b, backward)
         tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
-        slots = _zero_slots(ic, params, d, t, zero, layout, shard_group, units)
+        slots, every = _zero_slots(ic, params, d, t, zero, layout, shard_group, units, p, engine)
         host = _host_seconds(params, d, zero, off, shard_group, layout, host_link)
-        # Every micro-batch: the forward's gathers and parameter fetches overlap its forward;
-        # the backward's gathers, stages 2-3's reduce-scatter and gradient copy its backward.
+        none = np.zeros(b.shape)
+        # Every micro-batch: the forward's gathers and parameter fetches (hidden behind its
+        # forward under the rule), the backward's collectives that run every micro-batch and
+        # stages 2-3's gradient copy (behind its backward at the stages the rule hides).
         gather_f = slots["forward_all_gather"] + host["forward"]
-        in_backward = slots["backward_all_gather"] + np.where(
-            zero >= 2, slots["gradient_reduce_scatter"] + host["backward"], 0.0)
-        per_mb = np.maximum(gather_f - forward, 0.0) + np.maximum(in_backward - backward, 0.0)
+        in_backward = (sum(np.where(every[n], slots[n], 0.0) for n in _BACKWARD)
+                       + np.where(zero >= 2, host["backward"], 0.0))
         # Once per step, in the last micro-batch's backward, after what it does every time:
-        # stage 0's all-reduce, stage 1's reduce-scatter and gradient copy, the replicas'
-        # all-reduce; then, hidden behind nothing, the after-step copy and all-gather.
-        once = (slots["gradient_all_reduce"]
-                + np.where(zero == 1, slots["gradient_reduce_scatter"] + host["backward"], 0.0)
-                + slots["replica_all_reduce"])
-        last = (np.maximum(in_backward + once - backward, 0.0)
-                - np.maximum(in_backward - backward, 0.0))
-        per_step = last + slots["parameter_all_gather"] + host["after_step"]
+        # stages 0-1's reduction and gradient copy, the replicas' all-reduce.
+        once = (sum(np.where(every[n], 0.0, slots[n]) for n in _BACKWARD)
+                + np.where(zero == 1, host["backward"], 0.0))
+        after = slots["parameter_all_gather"] + host["after_step"]
+        first = none
+        if rule.first_gather_exposed:
+            first = np.where(zero >= 2, slots["forward_all_gather"] / np.maximum(units_of(zero), 1),
+                             0.0)
+        fwd_wait = (first + np.maximum(gather_f - first - forward, 0.0) if rule.forward_hidden
+                    else gather_f)
+        hidden = np.isin(zero, rule.backward_hidden)
+        bwd_wait = np.where(hidden, np.maximum(in_backward - backward, 0.0), in_backward)
+        per_mb = fwd_wait + bwd_wait
+        last = np.where(hidden, np.maximum(in_backward + once - backward, 0.0)
+                        - np.maximum(in_backward - backward, 0.0), once)
+        if rule.post_step_gather_hidden and rule.forward_hidden:   # into the first forward
+            after = (np.maximum(gather_f - first + after - forward, 0.0)
+                     - np.maximum(gather_f - first - forward, 0.0))
+        per_step = last + after
         return forward + backward, tensor, pipe, per_mb, per_step
 
     first, last = stage_part(np.zeros(b.shape, dtype=np.int64)), stage_part(p - 1)
@@ -620,16 +663,23 @@ def _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v):
     return out.reshape(np.shape(b))
 
 
-def _zero_slots(ic, params, d, t, zero, layout, shard_group, units):
-    """Seconds per slot of :data:`zerolib.core.step.traffic.GROUP_SLOTS`, one pass of each:
-    bytes and calls of :func:`shard_group_traffic`'s traffic, built from the checked settings
-    by :func:`zerolib.core.step.traffic.traffic_of` (stage 3: one call per layer unit), each on
-    the ring it uses with the data-parallel ranks t apart
-    (:func:`zerolib.core.step.time.schedule_seconds`)."""
+_BACKWARD = ("backward_all_gather", "gradient_all_reduce", "gradient_reduce_scatter",
+             "replica_all_reduce")
+
+
+def _zero_slots(ic, params, d, t, zero, layout, shard_group, units, p, engine):
+    """Seconds per slot of :data:`zerolib.core.step.traffic.GROUP_SLOTS`, one pass of each, and
+    whether each runs every micro-batch: bytes and calls of :func:`shard_group_traffic`'s
+    traffic as ``engine`` runs it, built from the checked settings by
+    :func:`zerolib.core.step.traffic.traffic_of` (the engine's layered stages: one call per
+    layer unit of the pipeline stage), each on the ring it uses with the data-parallel ranks t
+    apart (:func:`zerolib.core.step.time.schedule_seconds`)."""
     # Settings checked once (shard groups divide d, every ring fits the node of _checked_node).
     traffic = traffic_of(np.asarray(params, dtype=np.int64), None, d, zero, layout, shard_group,
-                         _checked_node(d))
-    three = zero == 3
-    calls = {name: np.where(three & (count > 0), units, count) for name, count in traffic.calls.items()}
+                         _checked_node(d), engine=engine)
+    layered = np.isin(zero, engine.layered_stages)
+    calls = {name: (count if name == "gradient_all_reduce"
+                    else np.where(layered & (count > 0), units, count))
+             for name, count in traffic.calls.items()}
     seconds, _ = schedule_seconds(traffic, ic, spacing=t, calls=calls)
-    return seconds
+    return seconds, traffic.every_micro_batch

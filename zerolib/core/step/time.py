@@ -69,6 +69,7 @@ from zerolib.core.catalogue.links import BASE_LATENCY, Link
 from zerolib.core.catalogue.nodes import Interconnect, interconnect
 from zerolib.core.inputs import check_flag, check_positive_int
 from zerolib.core.step.collectives import across_bandwidth, ring_timing_of
+from zerolib.core.step.engines import Overlap
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HostTraffic
 from zerolib.core.step.traffic import GROUP_SLOTS, STEP_PHASES, Traffic
 
@@ -188,6 +189,8 @@ class StepTime:
     host: Mapping[str, np.ndarray] = field(repr=False)                # per phase
     compute: Mapping[str, np.ndarray] | None = field(repr=False)      # forward, backward
     exposed: Mapping[str, np.ndarray] | None = field(repr=False)      # per phase of STEP_PHASES
+    overlap: Overlap | None = None       # the rule the exposed time follows
+    engine: str | None = None            # whose schedule was timed
 
     @property
     def communication_seconds(self) -> np.ndarray:
@@ -234,11 +237,15 @@ def _check_node(traffic: Traffic, ic: Interconnect) -> None:
 def step_time(traffic: Traffic, link: str | Interconnect, device: str | Device | None = None,
               compute: ComputeSettings = DEFAULT_COMPUTE, host: HostTraffic | None = None,
               host_link: str | Link = DEFAULT_HOST_LINK,
-              nvme_link: str | Link | None = None) -> StepTime:
+              nvme_link: str | Link | None = None, overlap: Overlap | None = None) -> StepTime:
     """Seconds of each collective on its ring, the host transfers, the compute (with a device)
-    and what is exposed (see the module doc for the overlap assumption)."""
+    and what is exposed under ``overlap`` (None: the traffic's engine's own rule; see
+    :func:`exposed_seconds`). ``compute`` is the whole step's, over the traffic's micro-batches."""
     if not isinstance(traffic, Traffic):
         raise TypeError(f"traffic must be a Traffic, got {type(traffic).__name__}")
+    rule = traffic.engine.overlap if overlap is None else overlap
+    if not isinstance(rule, Overlap):
+        raise TypeError(f"overlap must be an Overlap, got {type(overlap).__name__}")
     ic = interconnect(link)
     _check_node(traffic, ic)
     seconds, bandwidth = schedule_seconds(traffic, ic)
@@ -251,10 +258,67 @@ def step_time(traffic: Traffic, link: str | Interconnect, device: str | Device |
             raise TypeError(f"compute must be a ComputeSettings, got {type(compute).__name__}")
         forward, backward = compute_seconds(traffic.params, get_device(device), compute)
         compute_by_phase = MappingProxyType({"forward": forward, "backward": backward})
-        phase = {p: sum(seconds[s.name] for s in GROUP_SLOTS if s.phase == p) + host_time[p]
-                 for p in STEP_PHASES}
-        exposed = MappingProxyType({"forward": np.maximum(phase["forward"] - forward, 0.0),
-                                    "backward": np.maximum(phase["backward"] - backward, 0.0),
-                                    "after_step": phase["after_step"]})
-    return StepTime(seconds, bandwidth, MappingProxyType(host_time), compute_by_phase, exposed)
+        latency = {}
+        for slot in GROUP_SLOTS:
+            per_call, _ = ring_timing_of(ic, slot.kind, traffic.ring_gpus[slot.name],
+                                         traffic.ring_stride[slot.name])
+            latency[slot.name] = np.asarray(traffic.calls[slot.name], dtype=np.float64) * per_call
+        exposed = exposed_seconds(traffic, seconds, latency, host_time, forward, backward, rule)
+    return StepTime(seconds, bandwidth, MappingProxyType(host_time), compute_by_phase, exposed,
+                    rule, traffic.engine.name)
 
+
+def exposed_seconds(traffic: Traffic, seconds, latency, host_time, forward, backward,
+                    rule: Overlap) -> Mapping[str, np.ndarray]:
+    """Seconds per phase the GPU waits for the network, over a step of m micro-batches (each
+    computing 1/m of ``forward`` and ``backward``).
+
+    Per micro-batch, the forward's gathers hide behind its forward (``rule.forward_hidden``) and
+    the backward's collectives that run every micro-batch behind its backward at the stages of
+    ``rule.backward_hidden``; the collectives run once (stages 0-1's reduction, the replicas'
+    all-reduce, offload's copies) join the last micro-batch's backward. The post-step all-gather
+    waits before the next step unless ``rule.post_step_gather_hidden`` (then it joins the first
+    micro-batch's forward). ``rule.first_gather_exposed`` adds the first layer's gather (one
+    call's share) of each micro-batch; ``rule.latency_exposed`` charges every call's latency
+    outside the overlap."""
+    m = traffic.micro_batches
+    f, b = forward / m, backward / m
+    charge = rule.latency_exposed
+    zero = np.zeros(traffic.gpus.shape)
+    each = {"forward": zero, "backward": zero}
+    once = {"forward": host_time["forward"], "backward": host_time["backward"]}
+    fixed = zero     # latency charged outside the overlap
+    after = host_time["after_step"] + sum(seconds[s.name] for s in GROUP_SLOTS
+                                          if s.phase == "after_step")
+    for slot in GROUP_SLOTS:
+        if slot.phase == "after_step":
+            continue
+        name = slot.name
+        wire = seconds[name] - (latency[name] if charge else 0.0)
+        if charge:
+            fixed = fixed + latency[name]
+        repeated = traffic.every_micro_batch[name]
+        each[slot.phase] = each[slot.phase] + np.where(repeated, wire / m, 0.0)
+        once[slot.phase] = once[slot.phase] + np.where(repeated, 0.0, wire)
+    # The first layer's gather of each micro-batch waits (one call's share of the pass).
+    if rule.first_gather_exposed:
+        calls = traffic.calls["forward_all_gather"]
+        first = np.where(calls > 0, seconds["forward_all_gather"] / np.maximum(calls, 1), 0.0)
+    else:
+        first = zero
+    each_f = np.maximum(each["forward"] - first, 0.0)
+    once_f = once["forward"]
+    if rule.post_step_gather_hidden:   # the next forward starts on the first gathered bucket
+        once_f, after = once_f + after, zero
+    if rule.forward_hidden:   # what runs once joins the first micro-batch's forward
+        forward_exposed = (m * first + (m - 1) * np.maximum(each_f - f, 0.0)
+                           + np.maximum(each_f + once_f - f, 0.0))
+    else:
+        forward_exposed = m * each["forward"] + once_f
+    hidden = np.isin(traffic.stage, rule.backward_hidden)
+    each_b, once_b = each["backward"], once["backward"]
+    backward_hidden = ((m - 1) * np.maximum(each_b - b, 0.0)
+                       + np.maximum(each_b + once_b - b, 0.0))
+    backward_exposed = np.where(hidden, backward_hidden, m * each_b + once_b)
+    return MappingProxyType({"forward": forward_exposed + fixed,
+                             "backward": backward_exposed, "after_step": after})
