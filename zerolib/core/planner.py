@@ -76,11 +76,11 @@ from zerolib.core.memory.pipeline_schedule import UNIT_TERMS, activation_totals_
 from zerolib.core.memory.placement import Placement, offered_stages, tiers_of
 from zerolib.core.memory.tables import divisors_of
 from zerolib.core.memory.working_set import DEFAULT_SETTINGS, MAX_MICRO_BATCH, MAX_SEQ_LEN, WorkingSetSettings, terms_of
+from zerolib.core.step.engines import DEFAULT_ENGINE, Engine, Overlap, get_engine
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
 from zerolib.core.step.parallel import (
     OFFLOADS,
     PARTS,
-    PIPELINE_STAGES,
     ParallelSettings,
     check_host_link,
     cluster_interconnect,
@@ -199,6 +199,12 @@ class PlanSettings:
     sequence_parallel: tuple[bool, ...]
     shard_groups: str
     working_set: WorkingSetSettings
+    engine: Engine = get_engine(DEFAULT_ENGINE)   # whose schedule and validity rules
+    overlap: Overlap | None = None                # None: the engine's own overlap rule
+
+    @property
+    def overlap_rule(self) -> Overlap:
+        return self.engine.overlap if self.overlap is None else self.overlap
 
     def __deepcopy__(self, memo) -> PlanSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -213,6 +219,7 @@ class PlanSettings:
                 "recompute": list(self.recompute), "chunks": list(self.chunks),
                 "offload": list(self.offload), "sequence_parallel": list(self.sequence_parallel),
                 "shard_groups": self.shard_groups,
+                "engine": self.engine.name, "overlap": self.overlap_rule.as_dict(),
                 "flash_attention": self.working_set.flash_attention,
                 "reserve_bytes": self.working_set.reserve_bytes,
                 # a mixture of experts' token buffers (None: dropless); a dense model has none
@@ -225,7 +232,9 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
                   host_memory: int | None = None, max_micro_batch: int = 8, stages=STAGES,
                   recompute=RECOMPUTE, chunks=(1, 2), offload=tuple(OFFLOADS),
                   sequence_parallel=(False, True), shard_groups: str = "all",
-                  working_set: WorkingSetSettings = DEFAULT_SETTINGS) -> PlanSettings:
+                  working_set: WorkingSetSettings = DEFAULT_SETTINGS,
+                  engine: str | Engine = DEFAULT_ENGINE,
+                  overlap: Overlap | None = None) -> PlanSettings:
     """Check every input of :func:`plan` (ValueError/TypeError naming the argument)."""
     config = get_model(model)
     gpus = check_positive_int(gpus, "gpus", MAX_GPUS)
@@ -256,7 +265,14 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         _choices(recompute, RECOMPUTE, "recompute"), tuple(dict.fromkeys(chunks)),
         _choices(offload, tuple(OFFLOADS), "offload"),
         _choices(sequence_parallel, (False, True), "sequence_parallel"),
-        _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set)
+        _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set,
+        get_engine(engine), _check_overlap(overlap))
+
+
+def _check_overlap(overlap) -> Overlap | None:
+    if overlap is not None and not isinstance(overlap, Overlap):
+        raise TypeError(f"overlap must be an Overlap or None, got {type(overlap).__name__}")
+    return overlap
 
 
 # --- the space, level by level ------------------------------------------------------------------
@@ -269,20 +285,26 @@ def _expand(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _zero_variants(d: int, s: PlanSettings) -> tuple[tuple[int, int, str], ...]:
-    """(stage, shard group, offload) for d data-parallel GPUs: stage 0 unsharded (G = d), stages
-    1-3 every divisor G of d (or G = d only), each offload where DeepSpeed offers it."""
-    return _variants(d, s.stages, s.offload, s.shard_groups)
+    """(stage, shard group, offload) for d data-parallel GPUs: the stages the engine offers,
+    stage 0 unsharded (G = d), the stages it shards in groups every divisor G of d (or G = d
+    only), each offload where DeepSpeed offers it (DeepSpeed's menu: planned for the engines
+    "deepspeed" and "paper" only)."""
+    e = s.engine
+    offloads = s.offload if e.zeropp else tuple(o for o in s.offload if o == "none")
+    return _variants(d, tuple(st for st in s.stages if st in e.stages), offloads, s.shard_groups,
+                     e.group_stages)
 
 
 @lru_cache(maxsize=1024)
-def _variants(d: int, stages, offloads, shard_groups) -> tuple[tuple[int, int, str], ...]:
+def _variants(d: int, stages, offloads, shard_groups,
+              group_stages=(1, 2, 3)) -> tuple[tuple[int, int, str], ...]:
     out = []
     for offload in offloads:
         offered = offered_stages(_offload_placement(None, offload))
         for stage in stages:
             if stage not in offered:
                 continue
-            every = stage > 0 and shard_groups == "all"
+            every = stage in group_stages and shard_groups == "all"
             for group in (divisors_of(d)[::-1] if every else [d]):
                 out.append((stage, group, offload))
     return tuple(out)
@@ -369,7 +391,8 @@ def enumerate_space(s: PlanSettings) -> Space:
     offload_e = zero[:, 2]
     reason = reason_c[c_of_e]
     p_e = p_a[a_of_e]
-    reason = np.where((reason == PASSES) & (p_e > 1) & (stage_e > PIPELINE_STAGES[-1]),
+    piped = ~np.isin(stage_e, s.engine.pipeline_stages)   # the engine's rule (DeepSpeed: 2-3)
+    reason = np.where((reason == PASSES) & (p_e > 1) & piped,
                       REASONS.index("pipeline_zero"), reason)
     if s.host_memory is None:
         reason = np.where((reason == PASSES) & (offload_e > 0), REASONS.index("host_unknown"),
@@ -475,7 +498,8 @@ def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
         micro_batches=c["micro_batches"], chunks=c["chunks"],
         sequence_parallel=c["sequence_parallel"], recompute=c["recompute"],
         shard_group=c["shard_group"], offload=c["offload"], layout=s.layout, mfu=s.mfu,
-        element_bytes=s.working_set.element_bytes, host_link=s.host_link)
+        element_bytes=s.working_set.element_bytes, host_link=s.host_link, engine=s.engine,
+        overlap=s.overlap)
     times = parallel_step_time(s.model, s.interconnect, s.device, settings)
     out = {f"{part}_seconds": seconds for part, seconds in times.parts.items()}
     out["step_seconds"] = times.step_seconds
@@ -495,7 +519,7 @@ def _memory_key(s: PlanSettings) -> tuple:
     return (s.model, s.gpus, s.gpus_per_node, s.seq_len, s.global_batch,
             tuple(s.layout.bits_per_param(c) for c in CATEGORIES), s.max_micro_batch, s.stages,
             s.recompute, s.chunks, s.offload, s.sequence_parallel, s.shard_groups,
-            s.working_set, s.host_memory is None)
+            s.working_set, s.host_memory is None, s.engine.name, s.engine.group_stages)
 
 
 def _space_and_peaks(s: PlanSettings):
