@@ -1,6 +1,7 @@
 """The communication options of ``zerolib estimate`` (``--link``, ``--gpus-per-node``,
-``--tokens-per-gpu``, ``--mfu``, ``--qwz``, ``--qgz``, ``--host-link``): parsing them, and the
-table and CSV columns they add.
+``--tokens-per-gpu``, ``--mfu``, ``--qwz``, ``--qgz``, ``--host-link``, ``--engine``, and
+``--micro-batches`` as gradient accumulation with ``--link``): parsing them, and the table and
+CSV columns they add.
 
 Kept apart from ``estimate.py`` so that file only gains a few calls.
 """
@@ -11,6 +12,8 @@ from zerolib.core.catalogue.nodes import NODES, interconnect
 from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.parse import parse_fraction, parse_whole
 from zerolib.core.step.collectives import KINDS
+from zerolib.core.step.engines import DEFAULT_ENGINE, ENGINE_NAMES
+from zerolib.core.step.traffic import MAX_MICRO_BATCHES
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS
 from zerolib.core.step.time import DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU, MAX_TOKENS_PER_GPU, MIN_MFU
 from zerolib.core.units import to_unit
@@ -31,6 +34,11 @@ def add_arguments(parser) -> None:
         "(ring algorithm), their time at the link's bus bandwidth, the compute time from 6 FLOPs "
         "per parameter and token (8 with --recompute full) at the device's peak x --mfu, and "
         "the step time with collectives overlapping compute as far as the schedule allows.")
+    group.add_argument("--engine", choices=list(ENGINE_NAMES),
+                       help=f"whose schedule, overlap and stages: the ZeRO paper's, DeepSpeed "
+                            f"0.19.8 at its defaults, PyTorch FSDP2, Megatron-LM's distributed "
+                            f"optimizer (default {DEFAULT_ENGINE}); decides which stages exist and "
+                            f"which run beside a pipeline, with or without --link")
     group.add_argument("--link", metavar="NAME",
                        help=f"a node ({', '.join(NODES)}) or a link joining every GPU alike "
                             f"({', '.join(LINKS)})")
@@ -48,6 +56,22 @@ def add_arguments(parser) -> None:
     group.add_argument("--host-link", metavar="NAME",
                        help=f"the PCIe link offload copies and NVMe reads and writes run on "
                             f"({', '.join(HOST_LINKS)}; default {DEFAULT_HOST_LINK})")
+
+
+def engine_from(args) -> dict:
+    """``--engine``: the engine's name (the API's default without it)."""
+    return {} if args.engine is None else {"engine": args.engine}
+
+
+def micro_batches_from(args) -> dict:
+    """``--micro-batches`` with ``--link`` and no pipeline: micro-batches per step (gradient
+    accumulation), which the step's traffic and time follow."""
+    if args.link is None or args.micro_batches is None:
+        return {}
+    if args.pipeline_parallel is not None and args.pipeline_parallel.strip() != "1":
+        return {}
+    return {"micro_batches": parse_whole(args.micro_batches, "--micro-batches",
+                                         maximum=MAX_MICRO_BATCHES)}
 
 
 def options_from(args) -> dict:
@@ -104,8 +128,16 @@ def describe(result: dict) -> str:
         where += f" ({ic['gpus_per_node']} GPUs and {ic['nics_per_node']} network ports per node)"
     time = (f"{compute['tokens_per_gpu']:,} tokens per GPU at {compute['flops_per_param_token']} "
             f"FLOPs per parameter and token, mfu {compute['mfu']:g}")
+    overlap = result["overlap"]
+    hidden = ", ".join(map(str, overlap["backward_hidden"])) or "none"
+    runs = (f"Engine {result['engine']}, {result['micro_batches']} micro-batch"
+            f"{'es' if result['micro_batches'] != 1 else ''} per step; overlap rule "
+            f"{overlap['name']} (backward collectives hidden at stages {hidden}; post-step "
+            f"all-gather {'hidden behind the next forward' if overlap['post_step_gather_hidden'] else 'exposed'}"
+            f"{'; first gather exposed' if overlap['first_gather_exposed'] else ''}"
+            f"{'; latency charged' if overlap['latency_exposed'] else ''}).")
     return (f"Communication over {where}: bus bandwidth {ic['bus_bandwidth'] / 1e9:,.1f} GB/s per "
-            f"GPU and direction; {time}.")
+            f"GPU and direction; {time}. {runs}")
 
 
 def _seconds(value) -> str:

@@ -68,6 +68,10 @@ def run(args) -> int:
     gpus = gpu_count(args.gpus, "--gpus")
     host_memory = placement_cli.host_memory_from(args)
     communication = communication_cli.options_from(args)
+    accumulation = communication_cli.micro_batches_from(args)
+    if accumulation:   # gradient accumulation: not the pipeline's flag here
+        args.micro_batches = None
+    communication.update(accumulation, **communication_cli.engine_from(args))
     refuse_no_effect(args)
     stages = communication_cli.default_stages(args, stages)
     if args.gpus_per_node is not None and not (placement_cli.requested(args)

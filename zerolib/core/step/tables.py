@@ -215,7 +215,8 @@ def communication_rows(model, gpus, stages=STAGES, layout: str | Layout = "mixed
                        placement: Placement | None = None, qwz: bool = False,
                        qgz: bool = False, gpus_per_node: int | None = None,
                        host_link: str | Link = DEFAULT_HOST_LINK,
-                       nvme_link: str | Link | None = None) -> list[dict]:
+                       nvme_link: str | Link | None = None, engine="paper",
+                       micro_batches: int = 1, overlap=None) -> list[dict]:
     """Per stage, the ``communication`` object of ``zerolib estimate``'s JSON: per collective
     kind (:data:`zerolib.core.step.traffic.GROUP_KINDS`) the calls and bytes handed, sent and
     received per GPU (and seconds with a link); the totals; with a link and a device with a
@@ -223,7 +224,9 @@ def communication_rows(model, gpus, stages=STAGES, layout: str | Layout = "mixed
     cannot be computed); ``shard_group``, ``replicas``, ``cross_node_bytes`` (bytes leaving a
     node per step; None without nodes), ``host_seconds``, ``schedule`` (one entry per
     collective in use: its ring, link, bus bandwidth, calls, bytes and seconds) and ``host``
-    (None without offload: the bytes per direction, their seconds and each transfer)."""
+    (None without offload: the bytes per direction, their seconds and each transfer); as
+    ``engine`` runs the step over ``micro_batches`` micro-batches, its time under ``overlap``
+    (None: the engine's rule)."""
     gpus = check_single(gpus, check_gpus, "gpus")
     stages = tuple(sorted(set(check_stage(stages, "stages").ravel().tolist())))
     layout = get_layout(layout)
@@ -232,13 +235,13 @@ def communication_rows(model, gpus, stages=STAGES, layout: str | Layout = "mixed
     per_node = _node_size(ic, placement, gpus)
     traffic = traffic_of(model, gpus, list(stages), layout, placement.shard_group,
                             placement.hpz_partition, check_flag(qwz, "qwz"),
-                            check_flag(qgz, "qgz"), per_node)
+                            check_flag(qgz, "qgz"), per_node, engine, micro_batches)
     params = (parameter_count(get_model(model)) if isinstance(model, (str, TransformerConfig))
               else int(traffic.params[0]))
     host = host_traffic(params, gpus, list(stages), layout, placement) if placement.offloads else None
     times = None
     if ic is not None:
-        times = step_time(traffic, ic, device, compute, host, host_link, nvme_link)
+        times = step_time(traffic, ic, device, compute, host, host_link, nvme_link, overlap)
     calls, handed, sent = (traffic.by_kind(w) for w in ("calls", "handed", "sent"))
     rows = []
     for i in range(len(stages)):
