@@ -11,6 +11,7 @@ from zerolib.cli import _working_set as working_set_cli
 from zerolib.cli._arguments import add_layout_arguments, layout_from
 from zerolib.cli._communication import HOST_LINKS, host_link_from
 from zerolib.cli._output import json_text, text_table
+from zerolib.core.step.engines import DEFAULT_ENGINE, ENGINE_NAMES
 from zerolib.core.catalogue.devices import DEVICES
 from zerolib.core.catalogue.links import LINKS
 from zerolib.core.catalogue.nodes import NODES
@@ -88,6 +89,10 @@ def register(commands) -> None:
                         help="with tensor parallelism: try both (default), on or off")
     parser.add_argument("--shard-groups", choices=list(SHARD_GROUPS),
                         help="stages 1-3: every shard group G dividing d (default), or G = d only")
+    parser.add_argument("--engine", choices=list(ENGINE_NAMES),
+                        help=f"whose stages, pipeline rule, schedule and overlap: the ZeRO "
+                             f"paper's, DeepSpeed 0.19.8 at its defaults, PyTorch FSDP2, "
+                             f"Megatron-LM's distributed optimizer (default {DEFAULT_ENGINE})")
     parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True,
                         help="flash-style attention, no s x s scores stored (default: on)")
     working_set_cli.add_capacity_factor(parser)
@@ -151,6 +156,8 @@ def options_from(args, config) -> dict:
     if args.reserve is not None:
         working_set["reserve_bytes"] = parse_size(args.reserve, "--reserve", maximum=MAX_BYTES)
     options["working_set"] = WorkingSetSettings(**working_set)
+    if args.engine is not None:
+        options["engine"] = args.engine
     refuse_no_effect(args, options)
     return options
 
@@ -254,7 +261,8 @@ def as_table(result, top: int, unit: str) -> str:
     lines = [
         f"Plan for {s.model.name} on {s.gpus:,} x {s.device.label} ({s.gpus_per_node} per node; "
         f"{links}), sequence {s.seq_len:,}, global batch {s.global_batch:,} sequences, layout "
-        f"{s.layout.name}, mfu {s.mfu:g}"
+        f"{s.layout.name}, mfu {s.mfu:g}, engine {s.engine.name} (overlap rule "
+        f"{s.overlap_rule.name})"
         + ("" if s.host_memory is None else f", {to_unit(s.host_memory, unit):,.2f} {unit} of CPU "
                                             f"memory per node")
         + (f", offload over {s.host_link.label}" if set(s.offload) - {"none"} else "") + ".",
