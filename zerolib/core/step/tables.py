@@ -52,6 +52,9 @@ TIMELINE_COLUMNS = ("stage", "strategy", "lane", "block", "label", "start_second
 TRADEOFF_COLUMNS = ("stage", "strategy", "memory_bytes", "compute_seconds",
                     "communication_seconds", "exposed_seconds", "step_seconds",
                     "network_wait_fraction", "sent_bytes")
+OVERLAP_COLUMNS = ("engine", "overlap", "stage", "strategy", "compute_seconds",
+                   "communication_seconds", "exposed_seconds", "step_seconds",
+                   "network_wait_fraction")
 GROUP_TRAFFIC_COLUMNS = ("gpus", "shard_group", "replicas", "stage", "strategy", "sent_bytes",
                          "inside_node_bytes", "across_nodes_bytes", "cross_node_bytes",
                          "communication_seconds", "compute_seconds", "exposed_seconds",
@@ -353,3 +356,44 @@ def group_traffic_table(model: str | TransformerConfig, gpus, link: str | Interc
     table.attrs.update(model=config, gpus=gpus, layout=layout, interconnect=ic, device=device,
                        compute=compute, gpus_per_node=per_node)
     return table
+
+
+# --- the overlap rules as a sensitivity --------------------------------------------------------
+
+def overlap_frame(model, gpus, link: str | Interconnect, device: str | Device,
+                  compute: ComputeSettings = DEFAULT_COMPUTE, engine="deepspeed", stages=None,
+                  layout: str | Layout = "mixed-adam", micro_batches: int = 1,
+                  gpus_per_node: int | None = None) -> pd.DataFrame:
+    """Step time per stage under each overlap rule of
+    :func:`zerolib.core.step.engines.overlap_rules` (the engine's own first), for the engine's
+    schedule: one row per rule and stage (tidy), so what "costs no time" costs under each
+    assumption can be read side by side. ``stages``: the engine's by default."""
+    import pandas as pd
+    from zerolib.core.step.engines import get_engine, overlap_rules
+    engine = get_engine(engine)
+    gpus = check_single(gpus, check_gpus, "gpus")
+    stages = engine.stages if stages is None else _stages(stages)
+    layout = get_layout(layout)
+    ic = interconnect(link, gpus_per_node)
+    device = get_device(device)
+    if not isinstance(compute, ComputeSettings):
+        raise TypeError(f"compute must be a ComputeSettings, got {type(compute).__name__}")
+    result = traffic_of(model, gpus, list(stages), layout, engine=engine,
+                        micro_batches=micro_batches,
+                        gpus_per_node=None if ic.gpus_per_node is None else ic.gpus_per_node)
+    rows = []
+    for name, rule in overlap_rules(engine).items():
+        times = step_time(result, ic, device, compute, overlap=rule)
+        for i, stage in enumerate(stages):
+            rows.append({"engine": engine.name, "overlap": name, "stage": stage,
+                         "strategy": STRATEGY_NAMES[stage],
+                         "compute_seconds": float(times.compute_seconds[i]),
+                         "communication_seconds": float(times.communication_seconds[i]),
+                         "exposed_seconds": float(times.exposed_seconds[i]),
+                         "step_seconds": float(times.step_seconds[i]),
+                         "network_wait_fraction": float(times.network_wait_fraction[i])})
+    frame = pd.DataFrame(rows, columns=list(OVERLAP_COLUMNS))
+    what = get_model(model) if isinstance(model, (str, TransformerConfig)) else int(result.params[0])
+    frame.attrs.update(engine=engine, micro_batches=micro_batches,
+                       rules={name: rule for name, rule in overlap_rules(engine).items()})
+    return _attrs(frame, what, gpus, layout, ic, device, compute, result)
