@@ -13,9 +13,9 @@ from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.parse import parse_fraction, parse_whole
 from zerolib.core.step.collectives import KINDS
 from zerolib.core.step.engines import DEFAULT_ENGINE, ENGINE_NAMES
-from zerolib.core.step.traffic import MAX_MICRO_BATCHES
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS
 from zerolib.core.step.time import DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU, MAX_TOKENS_PER_GPU, MIN_MFU
+from zerolib.core.step.traffic import MAX_MICRO_BATCHES
 from zerolib.core.units import to_unit
 
 OPTIONS = {"tokens_per_gpu": "--tokens-per-gpu",

@@ -11,7 +11,6 @@ from zerolib.cli import _working_set as working_set_cli
 from zerolib.cli._arguments import add_layout_arguments, layout_from
 from zerolib.cli._communication import HOST_LINKS, host_link_from
 from zerolib.cli._output import json_text, text_table
-from zerolib.core.step.engines import DEFAULT_ENGINE, ENGINE_NAMES
 from zerolib.core.catalogue.devices import DEVICES
 from zerolib.core.catalogue.links import LINKS
 from zerolib.core.catalogue.nodes import NODES
@@ -31,6 +30,7 @@ from zerolib.core.planner import (
     SHARD_GROUPS,
     plan,
 )
+from zerolib.core.step.engines import DEFAULT_ENGINE, ENGINE_NAMES
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
 from zerolib.core.step.time import DEFAULT_MFU, MIN_MFU
 from zerolib.core.units import UNITS, to_unit
@@ -262,7 +262,7 @@ def as_table(result, top: int, unit: str) -> str:
         f"Plan for {s.model.name} on {s.gpus:,} x {s.device.label} ({s.gpus_per_node} per node; "
         f"{links}), sequence {s.seq_len:,}, global batch {s.global_batch:,} sequences, layout "
         f"{s.layout.name}, mfu {s.mfu:g}, engine {s.engine.name} (overlap rule "
-        f"{s.overlap_rule.name})"
+        f"{(s.overlap or s.engine.overlap).name})"
         + ("" if s.host_memory is None else f", {to_unit(s.host_memory, unit):,.2f} {unit} of CPU "
                                             f"memory per node")
         + (f", offload over {s.host_link.label}" if set(s.offload) - {"none"} else "") + ".",

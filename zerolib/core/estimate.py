@@ -82,7 +82,6 @@ from zerolib.core.step.engines import (
     check_engine_stage,
     get_engine,
 )
-from zerolib.core.step.traffic import MAX_MICRO_BATCHES
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
 from zerolib.core.step.tables import communication_rows
 from zerolib.core.step.time import (
@@ -91,6 +90,7 @@ from zerolib.core.step.time import (
     DEFAULT_TOKENS_PER_GPU,
     ComputeSettings,
 )
+from zerolib.core.step.traffic import MAX_MICRO_BATCHES
 
 # The traffic options of estimate / estimate_model and their defaults (each needs a link).
 TRAFFIC_DEFAULTS = {"qwz": False, "qgz": False, "host_link": DEFAULT_HOST_LINK,

@@ -11,8 +11,9 @@ sequences, :func:`plan` enumerates every configuration
 rejects what cannot run, by the first rule of :data:`RULES` it breaks (t must divide the heads,
 the key/value heads and the MLP width, stay within a node and divide the sequence under sequence
 parallelism; p at most the layers; the interleaved schedule's divisibility; d x b must divide B,
-so each pipeline runs m = B / (d b) micro-batches per step; ZeRO stages 2-3 without pipeline
-parallelism; offload only with the node's CPU memory known), computes the peak per GPU of every
+so each pipeline runs m = B / (d b) micro-batches per step; only the stages the engine offers and
+runs beside a pipeline (DeepSpeed: stages 2-3 without pipeline parallelism); offload only with
+the node's CPU memory known), computes the peak per GPU of every
 configuration that can run exactly as :func:`zerolib.core.memory.working_set.peaks` does (tests check
 it configuration by configuration), and the step time of each with
 :func:`zerolib.core.step.parallel.parallel_step_time`: each collective on the ring it uses (a
@@ -76,7 +77,7 @@ from zerolib.core.memory.pipeline_schedule import UNIT_TERMS, activation_totals_
 from zerolib.core.memory.placement import Placement, offered_stages, tiers_of
 from zerolib.core.memory.tables import divisors_of
 from zerolib.core.memory.working_set import DEFAULT_SETTINGS, MAX_MICRO_BATCH, MAX_SEQ_LEN, WorkingSetSettings, terms_of
-from zerolib.core.step.engines import DEFAULT_ENGINE, Engine, Overlap, get_engine
+from zerolib.core.step.engines import DEFAULT_ENGINE, Engine, Overlap, check_overlap, get_engine
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
 from zerolib.core.step.parallel import (
     OFFLOADS,
@@ -202,10 +203,6 @@ class PlanSettings:
     engine: Engine = get_engine(DEFAULT_ENGINE)   # whose schedule and validity rules
     overlap: Overlap | None = None                # None: the engine's own overlap rule
 
-    @property
-    def overlap_rule(self) -> Overlap:
-        return self.engine.overlap if self.overlap is None else self.overlap
-
     def __deepcopy__(self, memo) -> PlanSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
 
@@ -219,7 +216,7 @@ class PlanSettings:
                 "recompute": list(self.recompute), "chunks": list(self.chunks),
                 "offload": list(self.offload), "sequence_parallel": list(self.sequence_parallel),
                 "shard_groups": self.shard_groups,
-                "engine": self.engine.name, "overlap": self.overlap_rule.as_dict(),
+                "engine": self.engine.name, "overlap": (self.overlap or self.engine.overlap).as_dict(),
                 "flash_attention": self.working_set.flash_attention,
                 "reserve_bytes": self.working_set.reserve_bytes,
                 # a mixture of experts' token buffers (None: dropless); a dense model has none
@@ -233,8 +230,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
                   recompute=RECOMPUTE, chunks=(1, 2), offload=tuple(OFFLOADS),
                   sequence_parallel=(False, True), shard_groups: str = "all",
                   working_set: WorkingSetSettings = DEFAULT_SETTINGS,
-                  engine: str | Engine = DEFAULT_ENGINE,
-                  overlap: Overlap | None = None) -> PlanSettings:
+                  engine: str | Engine = DEFAULT_ENGINE, overlap: Overlap | None = None) -> PlanSettings:
     """Check every input of :func:`plan` (ValueError/TypeError naming the argument)."""
     config = get_model(model)
     gpus = check_positive_int(gpus, "gpus", MAX_GPUS)
@@ -266,13 +262,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         _choices(offload, tuple(OFFLOADS), "offload"),
         _choices(sequence_parallel, (False, True), "sequence_parallel"),
         _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set,
-        get_engine(engine), _check_overlap(overlap))
-
-
-def _check_overlap(overlap) -> Overlap | None:
-    if overlap is not None and not isinstance(overlap, Overlap):
-        raise TypeError(f"overlap must be an Overlap or None, got {type(overlap).__name__}")
-    return overlap
+        get_engine(engine), check_overlap(overlap))
 
 
 # --- the space, level by level ------------------------------------------------------------------
@@ -285,10 +275,8 @@ def _expand(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _zero_variants(d: int, s: PlanSettings) -> tuple[tuple[int, int, str], ...]:
-    """(stage, shard group, offload) for d data-parallel GPUs: the stages the engine offers,
-    stage 0 unsharded (G = d), the stages it shards in groups every divisor G of d (or G = d
-    only), each offload where DeepSpeed offers it (DeepSpeed's menu: planned for the engines
-    "deepspeed" and "paper" only)."""
+    """(stage, shard group, offload) for d data-parallel GPUs: the engine's stages, those it shards
+    in groups over every divisor G of d (or G = d), DeepSpeed's offloads (deepspeed, paper only)."""
     e = s.engine
     offloads = s.offload if e.zeropp else tuple(o for o in s.offload if o == "none")
     return _variants(d, tuple(st for st in s.stages if st in e.stages), offloads, s.shard_groups,
@@ -296,8 +284,7 @@ def _zero_variants(d: int, s: PlanSettings) -> tuple[tuple[int, int, str], ...]:
 
 
 @lru_cache(maxsize=1024)
-def _variants(d: int, stages, offloads, shard_groups,
-              group_stages=(1, 2, 3)) -> tuple[tuple[int, int, str], ...]:
+def _variants(d: int, stages, offloads, shard_groups, group_stages) -> tuple[tuple[int, int, str], ...]:
     out = []
     for offload in offloads:
         offered = offered_stages(_offload_placement(None, offload))
@@ -498,8 +485,7 @@ def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
         micro_batches=c["micro_batches"], chunks=c["chunks"],
         sequence_parallel=c["sequence_parallel"], recompute=c["recompute"],
         shard_group=c["shard_group"], offload=c["offload"], layout=s.layout, mfu=s.mfu,
-        element_bytes=s.working_set.element_bytes, host_link=s.host_link, engine=s.engine,
-        overlap=s.overlap)
+        element_bytes=s.working_set.element_bytes, host_link=s.host_link, engine=s.engine, overlap=s.overlap)
     times = parallel_step_time(s.model, s.interconnect, s.device, settings)
     out = {f"{part}_seconds": seconds for part, seconds in times.parts.items()}
     out["step_seconds"] = times.step_seconds

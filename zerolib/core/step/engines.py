@@ -278,6 +278,13 @@ def get_engine(engine: str | Engine = DEFAULT_ENGINE, name: str = "engine") -> E
     return ENGINES[key]
 
 
+def check_overlap(overlap) -> Overlap | None:
+    """An :class:`Overlap` or None (the engine's own rule)."""
+    if overlap is not None and not isinstance(overlap, Overlap):
+        raise TypeError(f"overlap must be an Overlap or None, got {type(overlap).__name__}")
+    return overlap
+
+
 def check_engine_stage(engine: Engine, stages, pipeline_parallel: int = 1) -> None:
     """Refuse a stage the engine does not offer, or runs beside no pipeline."""
     for stage in stages:

@@ -147,6 +147,7 @@ from zerolib.core.memory.model_parallel import (
 from zerolib.core.memory.placement import Placement, check_combination, tiers_of
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
 from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing_of
+from zerolib.core.step.engines import DEFAULT_ENGINE, Engine, Overlap, get_engine
 from zerolib.core.step.model_parallel_traffic import (
     pipeline_rows,
     tensor_rows,
@@ -160,7 +161,6 @@ from zerolib.core.step.time import (
     schedule_seconds,
     send_seconds,
 )
-from zerolib.core.step.engines import DEFAULT_ENGINE, Engine, Overlap, get_engine
 from zerolib.core.step.traffic import (
     STEP_PHASES,
     Traffic,

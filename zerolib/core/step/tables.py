@@ -369,6 +369,7 @@ def overlap_frame(model, gpus, link: str | Interconnect, device: str | Device,
     schedule: one row per rule and stage (tidy), so what "costs no time" costs under each
     assumption can be read side by side. ``stages``: the engine's by default."""
     import pandas as pd
+
     from zerolib.core.step.engines import get_engine, overlap_rules
     engine = get_engine(engine)
     gpus = check_single(gpus, check_gpus, "gpus")
