@@ -12,7 +12,7 @@ from zerolib.core.catalogue.nodes import NODES, interconnect
 from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.parse import parse_fraction, parse_whole
 from zerolib.core.step.collectives import KINDS
-from zerolib.core.step.engines import DEFAULT_ENGINE, ENGINE_NAMES
+from zerolib.core.step.engines import DEFAULT_ENGINE, ENGINE_NAMES, get_engine
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS
 from zerolib.core.step.time import DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU, MAX_TOKENS_PER_GPU, MIN_MFU
 from zerolib.core.step.traffic import MAX_MICRO_BATCHES
@@ -61,6 +61,19 @@ def add_arguments(parser) -> None:
 def engine_from(args) -> dict:
     """``--engine``: the engine's name (the API's default without it)."""
     return {} if args.engine is None else {"engine": args.engine}
+
+
+def engine_stages(args, stages, placement, gpus: int):
+    """Without ``--stage``: the stages the engine offers (with a shard group smaller than every
+    GPU, stage 0 and those it shards in groups: DeepSpeed's MiCS is stage 3's); else ``stages``."""
+    if args.stage is not None:
+        return stages
+    engine = get_engine(args.engine or DEFAULT_ENGINE)
+    group = None if placement is None else placement.shard_group
+    grouped = group is not None and 1 < group < gpus
+    kept = tuple(s for s in stages if s in engine.stages
+                 and (not grouped or s == 0 or s in engine.group_stages))
+    return kept or stages
 
 
 def micro_batches_from(args) -> dict:

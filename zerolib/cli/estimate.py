@@ -83,14 +83,16 @@ def run(args) -> int:
         settings = working_set_cli.settings_from(args, config)
         placement = placement_cli.placement_from(args, gpus, settings.tensor_parallel)
         stages = working_set_cli.default_stages(
-            settings, args.stage is None, placement_cli.default_stages(placement, stages) or STAGES)
+            settings, args.stage is None, communication_cli.engine_stages(
+                args, placement_cli.default_stages(placement, stages) or STAGES, placement, gpus))
         working_set_cli.refuse_no_effect(args, settings, stages)
         result = estimate_model(config, gpus, settings, layout, device, stages, placement,
                                 host_memory, **communication)
     else:
         working_set_cli.without_model(args)
         placement = placement_cli.placement_from(args, gpus)
-        stages = placement_cli.default_stages(placement, stages) or STAGES
+        stages = communication_cli.engine_stages(
+            args, placement_cli.default_stages(placement, stages) or STAGES, placement, gpus)
         result = estimate(parse_count(args.params, "--params"), gpus, layout, device, stages,
                           placement, host_memory, **communication)
     print(render(result.as_dict(), args.format, args.unit or "GB", partial_node_note(args, gpus)))

@@ -171,12 +171,16 @@ def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
                     engine.overlap if overlap is None else overlap)
 
 
-def _engine_stages(engine, stages, pipeline_parallel: int = 1) -> tuple[int, ...]:
-    """The stages to report: the engine's when every stage was asked (the default), else the
-    ones asked, each of which the engine must offer (beside a pipeline too)."""
+def _engine_stages(engine, stages, placement=None, gpus: int = 1) -> tuple[int, ...]:
+    """The stages to report: the engine's when every stage was asked (the default; with a shard
+    group smaller than every GPU, stage 0 and the stages the engine shards in groups), else
+    the ones asked, each of which the engine must offer."""
     engine = get_engine(engine)
     if stages is STAGES:
-        stages = tuple(s for s in STAGES if s in engine.stages)
+        grouped = (placement is not None and placement.shard_group is not None
+                   and 1 < placement.shard_group < gpus)
+        stages = tuple(s for s in STAGES if s in engine.stages
+                       and (not grouped or s == 0 or s in engine.group_stages))
     stages = check_stages(stages)
     for stage in stages:
         if stage not in engine.stages:
@@ -219,7 +223,7 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
     layout = get_layout(layout)
     device = get_device(device) if device is not None else None
     engine = get_engine(engine)
-    stages = _engine_stages(engine, stages)
+    stages = _engine_stages(engine, stages, placement, gpus)
     host_memory = _host_memory(host_memory, placement)
     if placement is None:   # Python ints, no arrays: one answer in microseconds
         capacity = None if device is None else device.capacity
@@ -274,7 +278,7 @@ def estimate_model(model: str | TransformerConfig, gpus,
     device = get_device(device) if device is not None else None
     host_memory = _host_memory(host_memory, placement)
     engine = get_engine(engine)
-    stages = _engine_stages(engine, stages)
+    stages = _engine_stages(engine, stages, placement, gpus)
     if isinstance(settings, WorkingSetSettings):   # (check_peak_inputs names a wrong type)
         # The planner's rule, the engine's: a stage it does not run beside a pipeline is refused.
         if engine.pipeline_stages == (0, 1):   # DeepSpeed's rule, in its words

@@ -36,24 +36,31 @@ traffic on most servers): the gradient copies hide behind the backward pass, the
 fetches behind the pass that needs them, the after-step copies and NVMe reads and writes hide
 behind nothing.
 
-**Overlap** (the stated assumption). A collective can run while the GPU computes something that
-does not need its result:
+**Overlap** (a stated rule, :class:`zerolib.core.step.engines.Overlap`; by default the
+traffic's engine's own, :mod:`zerolib.core.step.engines`). A collective can run while the GPU
+computes something that does not need its result:
 
-- the stage-3 all-gathers of the forward pass overlap the forward compute (each layer's
-  gather is issued ahead of it, **prefetched**, while the layer before computes);
-- the gradient all-reduce (stage 0), the gradient reduce-scatters (stages 1-3), the stage-3
-  backward all-gathers, the all-reduce across a shard group's replicas and qgZ's all-to-alls
-  overlap the backward compute (gradients are reduced bucket by bucket
-  as the backward pass produces them; the next layer's parameters are prefetched);
-- the stage 1-2 all-gather of the updated parameters runs after the optimizer step and before
-  the next forward pass, which needs them: it overlaps nothing (DeepSpeed's behaviour; engines
-  that start the next forward on the first gathered bucket hide part of it, not modelled).
+- the forward's all-gathers (stage 3; FSDP2's stage 2 too) overlap the forward compute when the
+  rule says ``forward_hidden`` (each layer's gather is issued ahead of it, **prefetched**);
+  with ``first_gather_exposed`` the first layer's gather of each micro-batch waits (nothing
+  computes before it): DeepSpeed's and FSDP2's rules, not the paper's;
+- the backward's collectives (gradient all-reduce or reduce-scatter, stage 3's backward
+  gathers, the replicas' all-reduce, qgZ's all-to-alls) overlap the backward compute at the
+  stages of ``backward_hidden``: every stage under the paper's rule and FSDP2's; under
+  DeepSpeed's defaults stage 3 only (``overlap_comm`` is on for stage 3 alone, and stages 0-1
+  reduce after the backward pass); under Megatron-LM's none unless ``--overlap-grad-reduce``;
+- stages 1-2's all-gather of the updated parameters runs after the optimizer step and before
+  the next forward: it overlaps nothing (DeepSpeed), unless ``post_step_gather_hidden`` (the
+  Ultra-Scale Playbook's description, Megatron-LM's ``--overlap-param-gather``): then it joins
+  the first micro-batch's forward;
+- ``latency_exposed`` charges every call's ring latency to the step even where its bytes hide.
 
-Within a phase, communication hides behind compute up to the compute's length and the rest is
-exposed: ``exposed = max(0, forward comm - forward compute) + max(0, backward comm - backward
-compute) + after-step comm``; step time = compute + exposed; the **network-wait fraction** is
-exposed / step time. The tails are left out: the first layer's gather has no compute before it
-to hide behind, and the last bucket's reduction none after it.
+**Micro-batches** (m, the traffic's): a step computes m micro-batches of 1/m of the compute
+each; what runs every micro-batch (stage 3's gathers, stages 2-3's reductions) hides behind each
+micro-batch's pass, what runs once (stages 0-1's reduction at the last micro-batch, the
+replicas' all-reduce, offload's copies) behind the last micro-batch's backward only
+(:func:`exposed_seconds`). Step time = compute + exposed; the **network-wait fraction** is
+exposed / step time. The last bucket's reduction, with no compute after it, is left out.
 """
 from __future__ import annotations
 

@@ -1,5 +1,10 @@
 """What each GPU communicates in one training step, per stage and per collective, in bytes: the
-one schedule of a step's collectives, for any shard group (G = N included) and ZeRO++.
+one schedule of a step's collectives, for any shard group (G = N included) and ZeRO++, as an
+engine runs it (:mod:`zerolib.core.step.engines`: "paper", the schedule below, is this module's
+default; "deepspeed" all-reduces stages 1-2's gradients in buckets, "fsdp2" gathers its stage 2
+layer by layer before each forward, "megatron" is stage 1) over m micro-batches per step (what
+runs every micro-batch counted m times). A shard group of one GPU is plain data parallelism at
+every stage: one all-reduce of every gradient, in buckets, never per layer.
 
 The schedule of one step (forward, backward, optimizer step) under each strategy, after the
 ZeRO paper (Rajbhandari et al., SC20, Sec. VII) and the engines that implement it:
