@@ -185,8 +185,9 @@ def load(data_dir=None) -> tuple[TrainedRun, ...]:
 def judge(run: TrainedRun) -> dict:
     """The peak per GPU of ``run`` under its own settings and ZeRO stage (bytes), the device's
     capacity, whether it fits, the headroom and the working-set terms."""
+    # The paper's schedule and rules, as when the md was written (the row's own engine: to wire).
     result = estimate_model(run.config, run.gpus, run.settings, layout=run.layout,
-                            device=run.device, stages=(run.zero_stage,))
+                            device=run.device, stages=(run.zero_stage,), engine="paper")
     row = result.stages[0]
     capacity = get_device(run.device).capacity
     return {"run": run.run, "parameters": parameter_count(run.config),
@@ -208,7 +209,7 @@ def planner_check(run: TrainedRun, chunks=(1, 2), mfu: float = DEFAULT_MFU) -> d
     result = plan(run.config, run.gpus, 8, run.device, run.seq_len, run.global_batch,
                   layout=run.layout, mfu=mfu, stages=(run.zero_stage,), recompute=(run.recompute,),
                   sequence_parallel=(run.sequence_parallel,), chunks=tuple(chunks),
-                  offload=("none",), shard_groups="whole",
+                  offload=("none",), shard_groups="whole", engine="paper",
                   max_micro_batch=max(8, run.micro_batch),
                   working_set=WorkingSetSettings(flash_attention=run.flash_attention))
     valid = result.valid

@@ -38,7 +38,11 @@ are the most of any stage, :mod:`zerolib.core.memory.model_parallel`):
   accumulation boundaries as well" under stages 2 and 3 (``runtime/engine.py``
   ``allreduce_gradients``, DeepSpeed 0.19.8): the stage-2/3 gradient reduce-scatter and the
   stage-3 backward all-gather overlap that micro-batch's backward, the stage-3 forward
-  all-gather its forward (:mod:`zerolib.core.step.time`'s overlap assumption); the excess is exposed.
+  all-gather its forward, as far as the engine's overlap rule hides them
+  (:mod:`zerolib.core.step.engines`; DeepSpeed's defaults hide stage 3's alone, as its
+  ``overlap_comm`` is on for stage 3 only); the excess is exposed. Which collectives run every
+  micro-batch and which once is the engine's (:func:`zerolib.core.step.engines.when`); the
+  layer units a pipeline stage gathers are its share of the model's.
 
 **Per step**, with m micro-batches per pipeline and v model chunks per stage: the pipeline runs
 m micro-batches plus the bubble of (p - 1) / v micro-batch times (Narayanan et al. 2021, arXiv
