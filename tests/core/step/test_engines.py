@@ -225,3 +225,15 @@ def test_the_planner_follows_the_engine(engine, stages, pipeline_rejected):
     assert ("pipeline_zero" in set(result.rejected["rule"])) == pipeline_rejected
     assert result.settings.as_dict()["engine"] == engine
     assert result.settings.as_dict()["overlap"]["name"] == engine
+
+
+def test_the_step_tables_take_an_engine():
+    # Llama-2-7B on 64 GPUs: a pass sends 63 x 105,287,744 x 2 = 13,266,255,744 B; stage 1 is
+    # 2 passes under the paper's schedule (the chapter's default), 3 under DeepSpeed's.
+    paper = zl.tradeoff_frame("llama-2-7b", 64, "ib-ndr", "h100-80gb", stages=[1])
+    ds = zl.tradeoff_frame("llama-2-7b", 64, "ib-ndr", "h100-80gb", stages=[1], engine="deepspeed")
+    assert int(paper["sent_bytes"].iloc[0]) == 2 * 13_266_255_744
+    assert int(ds["sent_bytes"].iloc[0]) == 3 * 13_266_255_744
+    assert ds.attrs["engine"].name == "deepspeed" and paper.attrs["engine"].name == "paper"
+    frame = zl.traffic_frame(7 * 10**9, 64, stages=[2], engine="deepspeed", micro_batches=4)
+    assert int(frame["sent_bytes"].sum()) == 9 * PASS_7B_64      # (2m + 1) passes

@@ -66,21 +66,26 @@ def _stages(stages) -> tuple[int, ...]:
     return tuple(sorted(set(check_stage(stages, "stages").ravel().tolist())))
 
 
-def _traffic(model, gpus: int, stages, layout: Layout) -> tuple[Traffic, object]:
+def _traffic(model, gpus: int, stages, layout: Layout, engine="paper",
+             micro_batches: int = 1) -> tuple[Traffic, object]:
     if isinstance(model, (str, TransformerConfig)):
         config = get_model(model)
-        return traffic_of(config, gpus, list(stages), layout), config
-    result = traffic_of(model, gpus, list(stages), layout)
+        return traffic_of(config, gpus, list(stages), layout, engine=engine,
+                          micro_batches=micro_batches), config
+    result = traffic_of(model, gpus, list(stages), layout, engine=engine,
+                        micro_batches=micro_batches)
     return result, int(result.params[0])
 
 
-def traffic_frame(model, gpus, stages=STAGES, layout: str | Layout = "mixed-adam") -> pd.DataFrame:
+def traffic_frame(model, gpus, stages=STAGES, layout: str | Layout = "mixed-adam",
+                  engine="paper", micro_batches: int = 1) -> pd.DataFrame:
     """One row per stage and collective kind: calls, bytes handed over, sent and received per GPU
-    in one step. ``model`` is a preset, a TransformerConfig or a bare parameter count."""
+    in one step as ``engine`` runs it over ``micro_batches`` (the chapter's figures: the
+    paper's schedule). ``model`` is a preset, a TransformerConfig or a bare parameter count."""
     import pandas as pd
     gpus = check_single(gpus, check_gpus, "gpus")
     stages, layout = _stages(stages), get_layout(layout)
-    result, what = _traffic(model, gpus, stages, layout)
+    result, what = _traffic(model, gpus, stages, layout, engine, micro_batches)
     calls, handed, sent = (result.by_kind(w) for w in ("calls", "handed", "sent"))
     rows = [{"stage": stage, "strategy": STRATEGY_NAMES[stage], "kind": kind,
              "calls": int(calls[kind][i]), "handed_bytes": int(handed[kind][i]),
@@ -93,20 +98,21 @@ def traffic_frame(model, gpus, stages=STAGES, layout: str | Layout = "mixed-adam
     return frame
 
 
-def _timed(model, gpus, stages, layout, link, device, compute, gpus_per_node):
+def _timed(model, gpus, stages, layout, link, device, compute, gpus_per_node, engine="paper",
+           micro_batches=1):
     gpus = check_single(gpus, check_gpus, "gpus")
     stages, layout = _stages(stages), get_layout(layout)
     ic = interconnect(link, gpus_per_node)
     device = get_device(device)
     if not isinstance(compute, ComputeSettings):
         raise TypeError(f"compute must be a ComputeSettings, got {type(compute).__name__}")
-    result, what = _traffic(model, gpus, stages, layout)
+    result, what = _traffic(model, gpus, stages, layout, engine, micro_batches)
     return gpus, stages, layout, ic, device, result, what, step_time(result, ic, device, compute)
 
 
 def _attrs(frame, what, gpus, layout, ic, device, compute, result: Traffic):
     frame.attrs.update(model=what, gpus=gpus, layout=layout, interconnect=ic, device=device,
-                       compute=compute, layers=result.layers,
+                       compute=compute, layers=result.layers, engine=result.engine,
                        bus_bandwidth=float(bus_bandwidth(ic, gpus)))
     return frame
 
@@ -115,7 +121,7 @@ def timeline_frame(model, gpus, link: str | Interconnect, device: str | Device,
                    compute: ComputeSettings = DEFAULT_COMPUTE, stages=STAGES,
                    layout: str | Layout = "mixed-adam",
                    gpus_per_node: int | None = None) -> pd.DataFrame:
-    """The blocks of one step per stage, placed in time as the overlap model of
+    """The blocks of one step per stage (the paper's schedule), placed in time as the overlap model of
     :mod:`zerolib.core.step.time` has them: lane "compute" (forward, backward, and "waiting" where
     the GPU waits for the network) and lane "network" (one block per collective slot in use).
 
@@ -162,8 +168,9 @@ def tradeoff_frame(model: str | TransformerConfig, gpus, link: str | Interconnec
                    device: str | Device, settings: WorkingSetSettings = DEFAULT_SETTINGS,
                    mfu: float = DEFAULT_COMPUTE.mfu, stages=STAGES,
                    layout: str | Layout = "mixed-adam",
-                   gpus_per_node: int | None = None) -> pd.DataFrame:
-    """Per stage: the peak memory per GPU (model state + working set, :mod:`working_set`)
+                   gpus_per_node: int | None = None, engine="paper") -> pd.DataFrame:
+    """Per stage, as ``engine`` runs it (the chapter's figure: the paper's schedule): the peak
+    memory per GPU (model state + working set, :mod:`working_set`)
     beside the step time and its parts. The tokens per GPU and the recomputation come from
     ``settings`` (sequence length x micro-batch; 8 FLOPs per parameter and token under full
     recomputation), so memory and time describe the same run."""
@@ -175,7 +182,7 @@ def tradeoff_frame(model: str | TransformerConfig, gpus, link: str | Interconnec
     compute = ComputeSettings(settings.seq_len * settings.micro_batch, check_mfu(mfu),
                               settings.recompute == "full")
     gpus, stages, layout, ic, device, result, what, times = _timed(
-        config, gpus, stages, layout, link, device, compute, gpus_per_node)
+        config, gpus, stages, layout, link, device, compute, gpus_per_node, engine)
     memory = [p.total for p in peaks(config, gpus, stages, settings, layout)]
     frame = pd.DataFrame({
         "stage": list(stages), "strategy": [STRATEGY_NAMES[s] for s in stages],
