@@ -158,6 +158,8 @@ def render(result: dict, form: str, unit: str, note: str | None = None) -> str:
              f"({layout['parameters']:g} + {layout['gradients']:g} + {layout['optimizer']:g} bytes per parameter)"]
     if device:
         lines[0] += f"; {device['name']} holds {to_unit(device['capacity'], unit):,.1f} {unit}"
+    if "engine" in result:   # whose stages these are
+        lines[0] += f"; engine {result['engine']}"
     if note:
         lines.append(note)
     extra_headers, extra_cells = [], [[] for _ in result["stages"]]
