@@ -183,6 +183,10 @@ def test_a_shard_group_of_one_gpu_is_plain_data_parallelism_at_every_stage():
         assert int(t.by_kind("calls")["all_gather"]) == int(t.by_kind("calls")["reduce_scatter"]) == 0
     plain = traffic("llama-2-7b", 64, 0, engine="paper")
     assert int(plain.total_sent) == 26_532_511_488
+    # and, like plain data parallelism, it synchronises once over 4 micro-batches.
+    for stage in (2, 3):
+        accumulated = traffic("llama-2-7b", 64, stage, shard_group=1, micro_batches=4)
+        assert int(accumulated.total_sent) == 26_532_511_488
 
 
 # --- item 8: validity follows the engine ----------------------------------------------------------

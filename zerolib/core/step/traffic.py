@@ -347,6 +347,8 @@ class Traffic:
             for stage in (0, 1, 2, 3):
                 if when(self.engine, slot.name, stage) == EVERY_MICRO_BATCH:
                     every = every | (self.stage == stage)
+            if slot.name == "gradient_all_reduce":   # G = 1: plain data parallelism's no_sync
+                every = every & (self.shard_group > 1)
             out[slot.name] = every
         return MappingProxyType(out)
 
