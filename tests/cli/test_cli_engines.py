@@ -58,3 +58,11 @@ def test_plan_engine(capsys):
     assert {row["stage"] for row in result["fits"]} <= {0, 1}
     status, out, _ = run(capsys, *base, "--engine", "fsdp2")
     assert status == 0 and "engine fsdp2 (overlap rule fsdp2)" in out
+
+
+def test_fsdp2_shows_its_stages_beside_a_pipeline(capsys):
+    # FSDP2 composes stages 0, 2 and 3 with a pipeline (torchtitan); DeepSpeed shows 0 and 1.
+    argv = ["--model", "llama-2-70b", "--gpus", "64", "--tensor-parallel", "8",
+            "--pipeline-parallel", "4", "--device", "h100-80gb"]
+    assert [r["stage"] for r in estimate_json(capsys, *argv, "--engine", "fsdp2")["stages"]] == [0, 2, 3]
+    assert [r["stage"] for r in estimate_json(capsys, *argv)["stages"]] == [0, 1]

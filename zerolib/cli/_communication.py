@@ -63,16 +63,18 @@ def engine_from(args) -> dict:
     return {} if args.engine is None else {"engine": args.engine}
 
 
-def engine_stages(args, stages, placement, gpus: int):
+def engine_stages(args, stages, placement, gpus: int, pipeline_parallel: int = 1):
     """Without ``--stage``: the stages the engine offers (with a shard group smaller than every
-    GPU, stage 0 and those it shards in groups: DeepSpeed's MiCS is stage 3's); else ``stages``."""
+    GPU, stage 0 and those it shards in groups: DeepSpeed's MiCS is stage 3's; with a pipeline,
+    those it runs beside one); else ``stages``."""
     if args.stage is not None:
         return stages
     engine = get_engine(args.engine or DEFAULT_ENGINE)
     group = None if placement is None else placement.shard_group
     grouped = group is not None and 1 < group < gpus
     kept = tuple(s for s in stages if s in engine.stages
-                 and (not grouped or s == 0 or s in engine.group_stages))
+                 and (not grouped or s == 0 or s in engine.group_stages)
+                 and (pipeline_parallel == 1 or s in engine.pipeline_stages))
     return kept or stages
 
 

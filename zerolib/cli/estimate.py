@@ -82,9 +82,12 @@ def run(args) -> int:
     if config is not None:
         settings = working_set_cli.settings_from(args, config)
         placement = placement_cli.placement_from(args, gpus, settings.tensor_parallel)
-        stages = working_set_cli.default_stages(
-            settings, args.stage is None, communication_cli.engine_stages(
-                args, placement_cli.default_stages(placement, stages) or STAGES, placement, gpus))
+        offered = placement_cli.default_stages(placement, stages) or STAGES
+        stages = (communication_cli.engine_stages(args, offered, placement, gpus,
+                                                  settings.pipeline_parallel)
+                  if args.engine is not None else working_set_cli.default_stages(
+                      settings, args.stage is None,
+                      communication_cli.engine_stages(args, offered, placement, gpus)))
         working_set_cli.refuse_no_effect(args, settings, stages)
         result = estimate_model(config, gpus, settings, layout, device, stages, placement,
                                 host_memory, **communication)
