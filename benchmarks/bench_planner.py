@@ -40,8 +40,9 @@ from zerolib.core.step.parallel import _pipeline_sends, _tensor_rows
 from zerolib.core.step.time import send_seconds
 from zerolib.core.step.traffic import layer_units
 
+# The plain-Python side walks the paper's schedule (every stage in groups, its overlap rule).
 SETTING = dict(model="llama-2-70b", gpus=1024, gpus_per_node=8, device="h100-80gb", seq_len=4096,
-               global_batch=1024, host_memory=2 * 2**40)
+               global_batch=1024, host_memory=2 * 2**40, engine="paper")
 
 
 def python_plan(s):

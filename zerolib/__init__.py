@@ -55,12 +55,13 @@ _EXPORTS = (
     ("zerolib.core.memory.tables", ("memory_table", "fewest_gpus_table", "stage_savings",
                                     "peak_frame", "group_size_table", "tier_table")),
     # the step: what it communicates and how long it takes
+    ("zerolib.core.step.engines", ("ENGINES", "get_engine", "Overlap")),
     ("zerolib.core.step.traffic", ("volume", "SLOTS")),
     ("zerolib.core.step.time", ("ComputeSettings", "compute_seconds")),
     ("zerolib.core.step.run_cost", ("RunCost", "run_cost")),
     ("zerolib.core.step.expert_parallel_traffic", ("expert_traffic",)),
     ("zerolib.core.step.tables", ("traffic_frame", "timeline_frame", "tradeoff_frame",
-                                  "group_traffic_table")),
+                                  "group_traffic_table", "overlap_frame")),
     ("zerolib.core.step.parallel", ("parallel_step_time", "cluster_interconnect")),
     # the chapter: figures and explorers
     ("zerolib.chapter.style", ("render_png",)),

@@ -13,14 +13,17 @@ STAGE_KEYS = {"stage", "parameters", "gradients", "optimizer", "total", "cluster
 
 def test_without_link_the_json_is_as_before(capsys):
     result = estimate_json(capsys, "--params", "7B", "--gpus", "64")
-    assert set(result) == EXISTING_KEYS
+    assert set(result) == EXISTING_KEYS | {"engine"}   # whose stages the rows are
+    assert result["engine"] == "deepspeed"
     assert all(set(row) == STAGE_KEYS for row in result["stages"])
 
 
 def test_link_adds_communication_and_keeps_every_key(capsys):
+    # The ZeRO paper's schedule (tests/core/step/test_engines.py holds DeepSpeed's).
     result = estimate_json(capsys, "--params", "7B", "--gpus", "64", "--device", "h100-80gb",
-                     "--link", "dgx-h100", "--link-efficiency", "line-rate")
-    assert set(result) == EXISTING_KEYS | {"interconnect", "compute_settings", "fits_judges"}
+                     "--link", "dgx-h100", "--link-efficiency", "line-rate", "--engine", "paper")
+    assert set(result) == EXISTING_KEYS | {"interconnect", "compute_settings", "fits_judges",
+                                           "engine", "micro_batches", "overlap"}
     assert all(set(row) == STAGE_KEYS | {"communication"} for row in result["stages"])
     # ceil(7e9 / 64) = 109,375,000 elements per chunk, 2 bytes: one ring pass sends
     # 63 x 109,375,000 x 2 = 13,781,250,000 bytes per GPU.
@@ -69,7 +72,7 @@ def test_model_takes_tokens_and_recomputation_from_the_working_set(capsys):
 
 def test_without_a_device_times_stop_at_the_network(capsys):
     result = estimate_json(capsys, "--params", "1B", "--gpus", "4", "--link", "ib-ndr",
-                     "--link-efficiency", "line-rate", "--stage", "0")
+                     "--link-efficiency", "line-rate", "--stage", "0", "--engine", "paper")
     c = result["stages"][0]["communication"]
     # 2 x 3 x 250,000,000 x 2 bytes = 3 GB at 50 GB/s + 8.4 + 6 x 14.0 = 92.4 us.
     assert math.isclose(c["communication_seconds"], 3e9 / 50e9 + 92.4e-6)

@@ -16,7 +16,8 @@ NEW_KEYS = {"shard_group", "replicas", "qwz", "qgz", "cross_node_bytes", "host_s
 
 def test_a_shard_group_is_timed_on_its_links(capsys):
     result = estimate_json(capsys, "--params", "7B", "--gpus", "64", "--link", "dgx-h100",
-                     "--link-efficiency", "line-rate", "--shard-group", "8", "--stage", "2", "--device", "h100-80gb")
+                     "--link-efficiency", "line-rate", "--shard-group", "8", "--stage", "2",
+                     "--device", "h100-80gb", "--engine", "paper")
     (row,) = result["stages"]
     c = row["communication"]
     assert set(c) == COMMUNICATION_KEYS | NEW_KEYS
@@ -64,7 +65,7 @@ def test_offload_reports_the_host_link(capsys):
 
 def test_table_and_csv_columns(capsys):
     status, out, _ = run(capsys, "estimate", "--params", "7B", "--gpus", "64", "--link",
-                         "dgx-h100", "--shard-group", "8")
+                         "dgx-h100", "--shard-group", "8", "--engine", "paper")
     assert status == 0 and "leaves node [GB]" in out and "24.50" in out
     status, out, _ = run(capsys, "estimate", "--params", "7B", "--gpus", "64", "--link",
                          "dgx-h100", "--format", "csv")
@@ -86,7 +87,10 @@ def test_table_and_csv_columns(capsys):
     (["--link", "dgx-h100", "--offload-optimizer", "cpu", "--host-link", "nvlink4"], "--host-link"),
     (["--link", "dgx-h100", "--qgz", "--stage", "2"], "stage 3"),
     (["--link", "dgx-h100", "--qwz", "--shard-group", "8"], "every GPU"),
-    (["--link", "dgx-h100", "--shard-group", "16", "--gpus-per-node", "6"], "divide one another"),
+    (["--link", "dgx-h100", "--shard-group", "16", "--gpus-per-node", "6", "--engine", "paper"],
+     "divide one another"),
+    (["--link", "dgx-h100", "--shard-group", "8", "--stage", "1"], "stages 3"),
+    (["--engine", "megatron", "--stage", "2"], "offers ZeRO stages 0, 1"),
 ])
 def test_bad_input_is_one_line(capsys, argv, flag):
     status, out, err = run(capsys, "estimate", "--params", "7B", "--gpus", "48", *argv)

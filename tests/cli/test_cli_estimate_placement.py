@@ -42,9 +42,13 @@ def test_zero_infinity_setting_on_dgx2_nodes(capsys):
 
 
 def test_shard_group_json_and_table(capsys):
-    result = estimate_json(capsys, "--params", "7B", "--gpus", "64", "--shard-group", "8")
+    # Every stage in groups: the paper's convention (DeepSpeed shards in groups at stage 3 only).
+    result = estimate_json(capsys, "--params", "7B", "--gpus", "64", "--shard-group", "8",
+                           "--engine", "paper")
     assert [row["total"] for row in result["stages"]] == [112 * GB, 38_500_000_000,
                                                           26_250_000_000, 14 * GB]
+    result = estimate_json(capsys, "--params", "7B", "--gpus", "64", "--shard-group", "8")
+    assert [row["stage"] for row in result["stages"]] == [0, 3]      # DeepSpeed's MiCS
     status, out, _ = run(capsys, "estimate", "--params", "7B", "--gpus", "64", "--shard-group", "8")
     assert status == 0 and "shard group of 8" in out and "14.00" in out
 

@@ -7,8 +7,15 @@ import pytest
 import zerolib as zl
 from zerolib.core.catalogue.devices import Device
 from zerolib.core.catalogue.models import TransformerConfig
-from zerolib.core.planner import PLAN_HEADER, PLAN_LEFT_OUT, RULES, describe_configuration, plan
+from zerolib.core.planner import PLAN_HEADER, PLAN_LEFT_OUT, RULES, describe_configuration
+from zerolib.core.planner import plan as plan_for_engine
 from zerolib.core.step.parallel import parallel_step_time
+
+
+def plan(*args, **options):
+    """The plans worked out here are the ZeRO paper's schedule (every stage with shard groups,
+    DeepSpeed's pipeline rule); tests/core/step/test_engines.py holds the other engines'."""
+    return plan_for_engine(*args, **{"engine": "paper", **options})
 
 # A model small enough to enumerate by hand: 2 layers of hidden 8, 2 heads, MLP 16, vocabulary
 # 10, no biases, untied. Per layer 4 x 8 x 8 (attention) + 2 x 8 x 16 (MLP) + 2 x 8 (norms)
@@ -181,7 +188,8 @@ def test_times_are_parallel_step_time(llama70b):
         data_parallel=top["data_parallel"], stage=top["stage"], micro_batches=top["micro_batches"],
         chunks=top["chunks"], sequence_parallel=top["sequence_parallel"].to_numpy(),
         recompute=top["recompute"].astype(str).to_numpy(), shard_group=top["shard_group"],
-        offload=top["offload"].astype(str).to_numpy(), host_link="pcie4-x16")
+        offload=top["offload"].astype(str).to_numpy(), host_link="pcie4-x16",
+        engine=s.engine)
     assert np.allclose(times.step_seconds, top["step_seconds"], rtol=1e-12)
 
 

@@ -208,7 +208,9 @@ def test_real_runs(nb):
     said = text(nb, "runs-deepspeed-read")
     for stage in ("stage1", "stage2"):
         rows = deepspeed[(deepspeed["strategy"] == stage) & (deepspeed["kind"] == "all_reduce")]
-        assert rows["effects"].str.contains("bucket-all-reduce").all()
+        # The engine "deepspeed" predicts the gradients' all-reduce: one call beside the norm's.
+        assert (rows["predicted_calls"] >= 1).all()
+        assert not rows["effects"].str.contains("bucket-all-reduce").any()
     assert "stages 1 and 2 reduce the gradients with an all-reduce" in said
     gathers = deepspeed[deepspeed["kind"] == "all_gather"].groupby("strategy")
     assert (gathers.get_group("stage3")["measured_bytes"] * 2

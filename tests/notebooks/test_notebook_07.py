@@ -175,7 +175,7 @@ def test_planner_intro(cells):
         return float(zl.parallel_step_time(
             M, zl.cluster_interconnect("dgx-a100", 8), A100, seq_len=4096, micro_batch=1,
             tensor_parallel=1, pipeline_parallel=1, data_parallel=64, stage=2, micro_batches=m,
-            shard_group=group).parts["data_parallel"])
+            shard_group=group, engine="paper").parts["data_parallel"])   # groups at stage 2
     assert dp(8, 1) == dp(8, 4) > 0 and dp(8, 1) != dp(64, 1)
 
 

@@ -215,11 +215,10 @@ def answers(settings: Settings) -> Answers:
 
 def left_out_for(row) -> tuple[str, ...]:
     """The items of :data:`PLAN_LEFT_OUT` that concern configuration ``row`` in particular: the
-    recomputation item for selective recomputation, the bubble item with a pipeline, the
-    tensor/pipeline traffic item with either. (The others concern every configuration alike.)"""
+    bubble item with a pipeline, the tensor/pipeline traffic item with either. (The others
+    concern every configuration alike.)"""
     t, p = int(row["tensor_parallel"]), int(row["pipeline_parallel"])
-    concerns = {"selective recomputation": str(row["recompute"]) == "selective",
-                "pipeline bubbles": p > 1,
+    concerns = {"pipeline bubbles": p > 1,
                 "tensor-parallel and pipeline traffic": t > 1 or p > 1}
     return tuple(item for item in PLAN_LEFT_OUT
                  if any(key in item and hit for key, hit in concerns.items()))
@@ -227,7 +226,7 @@ def left_out_for(row) -> tuple[str, ...]:
 
 def left_out_for_all() -> tuple[str, ...]:
     """The items of :data:`PLAN_LEFT_OUT` no single configuration is singled out for."""
-    keys = ("selective recomputation", "pipeline bubbles", "tensor-parallel and pipeline traffic")
+    keys = ("pipeline bubbles", "tensor-parallel and pipeline traffic")
     return tuple(item for item in PLAN_LEFT_OUT if not any(key in item for key in keys))
 
 

@@ -1,6 +1,7 @@
 """The communication options of ``zerolib estimate`` (``--link``, ``--gpus-per-node``,
-``--tokens-per-gpu``, ``--mfu``, ``--qwz``, ``--qgz``, ``--host-link``, ``--link-efficiency``,
-the last shared with ``zerolib plan``): parsing them, and the table and CSV columns they add.
+``--tokens-per-gpu``, ``--mfu``, ``--qwz``, ``--qgz``, ``--host-link``, ``--link-efficiency``
+(shared with ``zerolib plan``), ``--engine``, and ``--micro-batches`` as gradient
+accumulation with ``--link``): parsing them, and the table and CSV columns they add.
 
 Kept apart from ``estimate.py`` so that file only gains a few calls.
 """
@@ -12,8 +13,10 @@ from zerolib.core.catalogue.nodes import NODES, interconnect
 from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.parse import parse_fraction, parse_whole
 from zerolib.core.step.collectives import KINDS
+from zerolib.core.step.engines import DEFAULT_ENGINE, ENGINE_NAMES, get_engine
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS, MAX_CPU_ADAM_RATE
 from zerolib.core.step.time import DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU, MAX_TOKENS_PER_GPU, MIN_MFU
+from zerolib.core.step.traffic import MAX_MICRO_BATCHES
 from zerolib.core.units import to_unit
 
 OPTIONS = {"tokens_per_gpu": "--tokens-per-gpu",
@@ -40,6 +43,11 @@ def add_arguments(parser) -> None:
         "per parameter and token (8 with --recompute full; selective and full also repeat the "
         "attention core) at the device's peak x --mfu, and "
         "the step time with collectives overlapping compute as far as the schedule allows.")
+    group.add_argument("--engine", choices=list(ENGINE_NAMES),
+                       help=f"whose schedule, overlap and stages: the ZeRO paper's, DeepSpeed "
+                            f"0.19.8 at its defaults, PyTorch FSDP2, Megatron-LM's distributed "
+                            f"optimizer (default {DEFAULT_ENGINE}); decides which stages exist and "
+                            f"which run beside a pipeline, with or without --link")
     group.add_argument("--link", metavar="NAME",
                        help=f"a node ({', '.join(NODES)}) or a link joining every GPU alike "
                             f"({', '.join(LINKS)})")
@@ -112,6 +120,37 @@ def link_efficiency_from(text: str) -> str | float:
                          f"fraction above 0 and at most 1, got {text!r}") from None
 
 
+def engine_from(args) -> dict:
+    """``--engine``: the engine's name (the API's default without it)."""
+    return {} if args.engine is None else {"engine": args.engine}
+
+
+def engine_stages(args, stages, placement, gpus: int, pipeline_parallel: int = 1):
+    """Without ``--stage``: the stages the engine offers (with a shard group smaller than every
+    GPU, stage 0 and those it shards in groups: DeepSpeed's MiCS is stage 3's; with a pipeline,
+    those it runs beside one); else ``stages``."""
+    if args.stage is not None:
+        return stages
+    engine = get_engine(args.engine or DEFAULT_ENGINE)
+    group = None if placement is None else placement.shard_group
+    grouped = group is not None and 1 < group < gpus
+    kept = tuple(s for s in stages if s in engine.stages
+                 and (not grouped or s == 0 or s in engine.group_stages)
+                 and (pipeline_parallel == 1 or s in engine.pipeline_stages))
+    return kept or stages
+
+
+def micro_batches_from(args) -> dict:
+    """``--micro-batches`` with ``--link`` and no pipeline: micro-batches per step (gradient
+    accumulation), which the step's traffic and time follow."""
+    if args.link is None or args.micro_batches is None:
+        return {}
+    if args.pipeline_parallel is not None and args.pipeline_parallel.strip() != "1":
+        return {}
+    return {"micro_batches": parse_whole(args.micro_batches, "--micro-batches",
+                                         maximum=MAX_MICRO_BATCHES)}
+
+
 def options_from(args) -> dict:
     """Keyword arguments for ``estimate`` / ``estimate_model``; the flags need ``--link``."""
     if args.link is None:
@@ -174,8 +213,16 @@ def describe(result: dict) -> str:
     if compute["recomputed_attention_flops_per_token"]:   # the recompute setting's other part
         time += (f"; {compute['recompute']} recomputation repeats the attention core, "
                  f"{compute['recomputed_attention_flops_per_token']:,} FLOPs per token")
+    overlap = result["overlap"]
+    hidden = ", ".join(map(str, overlap["backward_hidden"])) or "none"
+    runs = (f"Engine {result['engine']}, {result['micro_batches']} micro-batch"
+            f"{'es' if result['micro_batches'] != 1 else ''} per step; overlap rule "
+            f"{overlap['name']} (backward collectives hidden at stages {hidden}; post-step "
+            f"all-gather {'hidden behind the next forward' if overlap['post_step_gather_hidden'] else 'exposed'}"
+            f"{'; first gather exposed' if overlap['first_gather_exposed'] else ''}"
+            f"{'; latency charged' if overlap['latency_exposed'] else ''}).")
     line = (f"Communication over {where}: bus bandwidth {ic['bus_bandwidth'] / 1e9:,.1f} GB/s per "
-            f"GPU and direction ({efficiency_words(ic['link_efficiency'])}); {time}.")
+            f"GPU and direction ({efficiency_words(ic['link_efficiency'])}); {time}. {runs}")
     hosts = [row["communication"]["host"] for row in result["stages"]
              if row["communication"]["host"] is not None]
     return line if not hosts else line + "\n" + _host_line(hosts[0])

@@ -63,7 +63,9 @@ def add_arguments(parser) -> None:
     ws.add_argument("--pipeline-chunks", metavar="V",
                     help="model chunks per pipeline stage for the interleaved schedule (default 1)")
     ws.add_argument("--micro-batches", metavar="M",
-                    help="micro-batches per step and pipeline (default: enough to fill the pipeline)")
+                    help="micro-batches per step and pipeline (default: enough to fill the "
+                         "pipeline); with --link and no pipeline, gradient accumulation's "
+                         "micro-batches per step, which the traffic and time follow (default 1)")
     ws.add_argument("--reserve", metavar="SIZE",
                     help="fixed reserve for CUDA context, NCCL and fragmentation, e.g. 2GiB, 1.5GB, 0 "
                          "(default 2GiB: an assumption, not a measurement)")

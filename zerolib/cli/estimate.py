@@ -83,6 +83,10 @@ def run(args) -> int:
     if tokens is not None and (args.link is None or args.device is None):
         raise ValueError("--tokens needs --link and --device (the run takes its steps x the step "
                          "time, which needs both)")
+    accumulation = communication_cli.micro_batches_from(args)
+    if accumulation:   # gradient accumulation: not the pipeline's flag here
+        args.micro_batches = None
+    communication.update(accumulation, **communication_cli.engine_from(args))
     refuse_no_effect(args)
     stages = communication_cli.default_stages(args, stages)
     if args.gpus_per_node is not None and not (placement_cli.requested(args)
@@ -93,8 +97,12 @@ def run(args) -> int:
     if config is not None:
         settings = working_set_cli.settings_from(args, config)
         placement = placement_cli.placement_from(args, gpus, settings.tensor_parallel)
-        stages = working_set_cli.default_stages(
-            settings, args.stage is None, placement_cli.default_stages(placement, stages) or STAGES)
+        offered = placement_cli.default_stages(placement, stages) or STAGES
+        stages = (communication_cli.engine_stages(args, offered, placement, gpus,
+                                                  settings.pipeline_parallel)
+                  if args.engine is not None else working_set_cli.default_stages(
+                      settings, args.stage is None,
+                      communication_cli.engine_stages(args, offered, placement, gpus)))
         working_set_cli.refuse_no_effect(args, settings, stages)
         result = estimate_model(config, gpus, settings, layout, device, stages, placement,
                                 host_memory, **communication, **_experts_from(args))
@@ -104,7 +112,8 @@ def run(args) -> int:
                              "model with experts)")
         working_set_cli.without_model(args)
         placement = placement_cli.placement_from(args, gpus)
-        stages = placement_cli.default_stages(placement, stages) or STAGES
+        stages = communication_cli.engine_stages(
+            args, placement_cli.default_stages(placement, stages) or STAGES, placement, gpus)
         result = estimate(parse_count(args.params, "--params"), gpus, layout, device, stages,
                           placement, host_memory, **communication)
     out = result.as_dict()
@@ -200,6 +209,8 @@ def render(result: dict, form: str, unit: str, note: str | None = None) -> str:
              f"({layout['parameters']:g} + {layout['gradients']:g} + {layout['optimizer']:g} bytes per parameter)"]
     if device:
         lines[0] += f"; {device['name']} holds {to_unit(device['capacity'], unit):,.1f} {unit}"
+    if "engine" in result:   # whose stages these are
+        lines[0] += f"; engine {result['engine']}"
     if note:
         lines.append(note)
     extra_headers, extra_cells = [], [[] for _ in result["stages"]]

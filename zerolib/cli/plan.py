@@ -39,6 +39,7 @@ from zerolib.core.planner import (
     SHARD_GROUPS,
     plan,
 )
+from zerolib.core.step.engines import DEFAULT_ENGINE, ENGINE_NAMES
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK
 from zerolib.core.step.time import DEFAULT_MFU, MIN_MFU
 from zerolib.core.units import UNITS, to_unit
@@ -100,6 +101,10 @@ def register(commands) -> None:
                         help="with tensor parallelism: try both (default), on or off")
     parser.add_argument("--shard-groups", choices=list(SHARD_GROUPS),
                         help="stages 1-3: every shard group G dividing d (default), or G = d only")
+    parser.add_argument("--engine", choices=list(ENGINE_NAMES),
+                        help=f"whose stages, pipeline rule, schedule and overlap: the ZeRO "
+                             f"paper's, DeepSpeed 0.19.8 at its defaults, PyTorch FSDP2, "
+                             f"Megatron-LM's distributed optimizer (default {DEFAULT_ENGINE})")
     parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True,
                         help="flash-style attention, no s x s scores stored (default: on)")
     working_set_cli.add_capacity_factor(parser)
@@ -168,6 +173,8 @@ def options_from(args, config) -> dict:
     options["working_set"] = WorkingSetSettings(**working_set)
     offloads = set(options.get("offload", OFFLOADS)) - {"none"}
     options.update(host_options_from(args, bool(offloads), bool(offloads)))
+    if args.engine is not None:
+        options["engine"] = args.engine
     refuse_no_effect(args, options)
     return options
 
@@ -284,7 +291,8 @@ def as_table(result, top: int, unit: str) -> str:
     lines = [
         f"Plan for {s.model.name} on {s.gpus:,} x {s.device.label} ({s.gpus_per_node} per node; "
         f"{links}; {ic.efficiency.words}), sequence {s.seq_len:,}, global batch "
-        f"{s.global_batch:,} sequences, layout {s.layout.name}, mfu {s.mfu:g}"
+        f"{s.global_batch:,} sequences, layout {s.layout.name}, mfu {s.mfu:g}, engine "
+        f"{s.engine.name} (overlap rule {(s.overlap or s.engine.overlap).name})"
         + ("" if s.host_memory is None else f", {to_unit(s.host_memory, unit):,.2f} {unit} of CPU "
                                             f"memory per node")
         + (f", offload over {s.host_link.label} on {s.host.host.label}'s CPUs and drives "

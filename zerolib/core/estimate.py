@@ -76,6 +76,7 @@ from zerolib.core.inputs import (
     check_gpus,
     check_one,
     check_params,
+    check_positive_int,
     check_single,
     check_stages,
 )
@@ -91,6 +92,13 @@ from zerolib.core.memory.working_set import (
     working_set,
 )
 from zerolib.core.step.context_parallel_traffic import assumptions
+from zerolib.core.step.engines import (
+    DEFAULT_ENGINE,
+    Engine,
+    Overlap,
+    check_engine_stage,
+    get_engine,
+)
 from zerolib.core.step.expert_parallel_traffic import expert_traffic
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, host_settings_for
 from zerolib.core.step.tables import communication_rows
@@ -100,11 +108,11 @@ from zerolib.core.step.time import (
     DEFAULT_TOKENS_PER_GPU,
     ComputeSettings,
 )
+from zerolib.core.step.traffic import MAX_MICRO_BATCHES
 
 # The traffic options of estimate / estimate_model and their defaults (each needs a link).
 TRAFFIC_DEFAULTS = {"qwz": False, "qgz": False, "host_link": DEFAULT_HOST_LINK,
-                    "host": None, "cpu_adam_rate": None}
-
+                    "host": None, "cpu_adam_rate": None, "micro_batches": 1, "overlap": None}
 
 
 @dataclass(frozen=True)
@@ -120,11 +128,18 @@ class Estimate:
     host_memory: int | None = None
     interconnect: Interconnect | None = None
     compute: ComputeSettings | None = None
+    engine: Engine | None = None
+    micro_batches: int = 1
+    overlap: Overlap | None = None     # the rule the step times follow (None: no link)
 
     def as_dict(self) -> dict:
         out = {"params": self.params, "gpus": self.gpus, "layout": self.layout.as_dict(),
                "device": self.device.as_dict() if self.device else None,
                "stages": [dict(row) for row in self.stages]}
+        if self.engine is not None:   # whose stages, validity rules and schedule
+            out["engine"] = self.engine.name
+        if self.interconnect is not None:
+            out.update(micro_batches=self.micro_batches, overlap=self.overlap.as_dict())
         if self.device is not None:   # what "fits" judges: never one judgement for another
             judged = "peak" if self.model is not None else "model state"
             out["fits_judges"] = judged + (" and host memory" if self.host_memory is not None else "")
@@ -145,8 +160,11 @@ class Estimate:
 
 
 def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
-                        traffic_options: dict, link_efficiency=None) -> Estimate:
+                        traffic_options: dict, engine: Engine, link_efficiency=None) -> Estimate:
     """``result`` with a ``communication`` object in every stage row (see the module doc)."""
+    result = Estimate(result.params, result.gpus, result.layout, result.device, result.stages,
+                      result.model, result.settings, result.placement, result.host_memory,
+                      engine=engine)
     if link is None:
         if gpus_per_node is not None:
             raise ValueError("gpus_per_node needs a link")
@@ -160,15 +178,39 @@ def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
     ic = interconnect(link, gpus_per_node, link_efficiency)
     stages = [row["stage"] for row in result.stages]
     options = dict(traffic_options)
+    overlap = options["overlap"]
+    if overlap is not None and not isinstance(overlap, Overlap):
+        raise TypeError(f"overlap must be an Overlap or None, got {type(overlap).__name__}")
     host = host_settings_for(ic.name, options.pop("host"), options.pop("cpu_adam_rate"))
     rows = communication_rows(what, result.gpus, stages, result.layout, ic, result.device,
-                              compute, result.placement, host_settings=host, **options)
+                              compute, result.placement, host_settings=host, engine=engine,
+                              **options)
     by_stage = dict(zip(sorted(stages), rows))
     with_rows = tuple({**row, "communication": {
         **by_stage[row["stage"]], "qwz": traffic_options["qwz"], "qgz": traffic_options["qgz"]}}
         for row in result.stages)
     return Estimate(result.params, result.gpus, result.layout, result.device, with_rows,
-                    result.model, result.settings, result.placement, result.host_memory, ic, compute)
+                    result.model, result.settings, result.placement, result.host_memory, ic, compute,
+                    engine, traffic_options["micro_batches"],
+                    engine.overlap if overlap is None else overlap)
+
+
+def _engine_stages(engine, stages, placement=None, gpus: int = 1) -> tuple[int, ...]:
+    """The stages to report: the engine's when every stage was asked (the default; with a shard
+    group smaller than every GPU, stage 0 and the stages the engine shards in groups), else
+    the ones asked, each of which the engine must offer."""
+    engine = get_engine(engine)
+    if stages is STAGES:
+        grouped = (placement is not None and placement.shard_group is not None
+                   and 1 < placement.shard_group < gpus)
+        stages = tuple(s for s in STAGES if s in engine.stages
+                       and (not grouped or s == 0 or s in engine.group_stages))
+    stages = check_stages(stages)
+    for stage in stages:
+        if stage not in engine.stages:
+            raise ValueError(f"engine {engine.name} offers ZeRO stages "
+                             f"{', '.join(map(str, engine.stages))}, got stage {stage}")
+    return stages
 
 
 def _with_experts(result: Estimate, expert_parallel: int, expert_tensor_parallel: int | None,
@@ -242,16 +284,21 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
              tokens_per_gpu: int = DEFAULT_TOKENS_PER_GPU, mfu: float = DEFAULT_MFU,
              qwz: bool = False, qgz: bool = False,
              host_link: str = DEFAULT_HOST_LINK, host: str | None = None,
-             cpu_adam_rate: float | None = None, link_efficiency=None) -> Estimate:
+             cpu_adam_rate: float | None = None, link_efficiency=None,
+             engine: str | Engine = DEFAULT_ENGINE, micro_batches: int = 1,
+             overlap: Overlap | None = None) -> Estimate:
     """Bytes per worker for each requested stage of one (params, gpus) setting; ``fits`` judges
     the model state against ``device`` (None without one), and with ``host_memory`` the CPU
     tier of a node against it. With ``link``, each stage's communication (a bare count: stage
-    3 gathers one flat buffer per pass). See the module doc."""
+    3 gathers one flat buffer per pass) as ``engine`` runs it over ``micro_batches``
+    micro-batches (``tokens_per_gpu`` is the whole step's), timed under ``overlap`` (None: the
+    engine's rule). See the module doc."""
     params = check_one(params, check_params, "params")
     gpus = check_one(gpus, check_gpus, "gpus")
     layout = get_layout(layout)
     device = get_device(device) if device is not None else None
-    stages = check_stages(stages)
+    engine = get_engine(engine)
+    stages = _engine_stages(engine, stages, placement, gpus)
     host_memory = _host_memory(host_memory, placement)
     if placement is None:   # Python ints, no arrays: one answer in microseconds
         capacity = None if device is None else device.capacity
@@ -262,7 +309,8 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
         return _with_communication(result, params, link, gpus_per_node,
                                    _compute(tokens_per_gpu, mfu),
                                    {"qwz": qwz, "qgz": qgz, "host_link": host_link, "host": host,
-                                    "cpu_adam_rate": cpu_adam_rate}, link_efficiency)
+                                    "cpu_adam_rate": cpu_adam_rate, "micro_batches": micro_batches,
+                                    "overlap": overlap}, engine, link_efficiency)
     tiers = place(params, gpus, stages, layout, check_placement(placement))
     columns = {**tiers.gpu_categories(), "total": tiers.gpu}
     rows = []
@@ -283,7 +331,8 @@ def estimate(params, gpus, layout: str | Layout = "mixed-adam",
     return _with_communication(result, params, link, gpus_per_node,
                                _compute(tokens_per_gpu, mfu),
                                {"qwz": qwz, "qgz": qgz, "host_link": host_link, "host": host,
-                                    "cpu_adam_rate": cpu_adam_rate}, link_efficiency)
+                                "cpu_adam_rate": cpu_adam_rate, "micro_batches": micro_batches,
+                                "overlap": overlap}, engine, link_efficiency)
 
 
 def estimate_model(model: str | TransformerConfig, gpus,
@@ -296,23 +345,29 @@ def estimate_model(model: str | TransformerConfig, gpus,
                    host_link: str = DEFAULT_HOST_LINK, host: str | None = None,
                    cpu_adam_rate: float | None = None, expert_parallel: int = 1,
                    expert_tensor_parallel: int | None = None,
-                   link_efficiency=None) -> Estimate:
+                   link_efficiency=None, engine: str | Engine = DEFAULT_ENGINE,
+                   micro_batches: int = 1, overlap: Overlap | None = None) -> Estimate:
     """The breakdown of a model preset: persistent state and working set per stage, ``fits``
     judged on the peak (see :func:`zerolib.core.memory.working_set.stage_rows`). With ``link``, each
     stage's communication, per layer for stage 3; ``tokens_per_gpu`` defaults to the working
-    set's sequence length x micro-batch, and its recompute setting chooses the FLOPs
-    (:meth:`zerolib.core.step.time.ComputeSettings.for_run`: full recomputation 8 per parameter
-    and token instead of 6, selective and full the attention core again). ``expert_parallel`` E
-    (and ``expert_tensor_parallel``, None: the tensor-parallel degree) spreads a mixture of
-    experts' routed experts: see :func:`_with_experts`; not with a placement or a link."""
+    set's sequence length x micro-batch x ``micro_batches``, and its recompute setting chooses
+    the FLOPs (:meth:`zerolib.core.step.time.ComputeSettings.for_run`: full recomputation 8 per
+    parameter and token instead of 6, selective and full the attention core again).
+    ``engine`` decides which stages exist and which run beside a pipeline (the planner's rule),
+    and the schedule. ``expert_parallel`` E (and ``expert_tensor_parallel``, None: the
+    tensor-parallel degree) spreads a mixture of experts' routed experts: see
+    :func:`_with_experts`; not with a placement or a link."""
     config, layout = get_model(model), get_layout(layout)
     gpus = check_single(gpus, check_gpus, "gpus")
     device = get_device(device) if device is not None else None
     host_memory = _host_memory(host_memory, placement)
-    stages = check_stages(stages)
+    engine = get_engine(engine)
+    stages = _engine_stages(engine, stages, placement, gpus)
     if isinstance(settings, WorkingSetSettings):   # (check_peak_inputs names a wrong type)
-        # The planner's rule: ZeRO-2/3 under a pipeline is refused, not estimated.
-        check_parallel(config, 1, settings.pipeline_parallel, stage=stages)
+        # The planner's rule, the engine's: a stage it does not run beside a pipeline is refused.
+        if engine.pipeline_stages == (0, 1):   # DeepSpeed's rule, in its words
+            check_parallel(config, 1, settings.pipeline_parallel, stage=stages)
+        check_engine_stage(engine, stages, settings.pipeline_parallel)
     # Checked once here; the rows beneath trust them.
     rows = rows_of(check_peak_inputs(config, gpus, stages, settings, layout, placement), device,
                    host_memory)
@@ -331,7 +386,11 @@ def estimate_model(model: str | TransformerConfig, gpus,
                              "collectives assume one data-parallel group for all model state")
         result = _with_experts(result, expert_parallel, expert_tensor_parallel,
                                settings.micro_batches)
+    m = check_positive_int(micro_batches, "micro_batches", MAX_MICRO_BATCHES)
+    tokens = (settings.seq_len * settings.micro_batch * m if tokens_per_gpu is None
+              else tokens_per_gpu)
     return _with_communication(result, config, link, gpus_per_node,
-                               ComputeSettings.for_run(config, settings, mfu, tokens_per_gpu),
+                               ComputeSettings.for_run(config, settings, mfu, tokens),
                                {"qwz": qwz, "qgz": qgz, "host_link": host_link, "host": host,
-                                "cpu_adam_rate": cpu_adam_rate}, link_efficiency)
+                                "cpu_adam_rate": cpu_adam_rate, "micro_batches": m,
+                                "overlap": overlap}, engine, link_efficiency)

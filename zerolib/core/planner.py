@@ -12,8 +12,9 @@ sequences, :func:`plan` enumerates every configuration
 rejects what cannot run, by the first rule of :data:`RULES` it breaks (t must divide the heads,
 the key/value heads and the MLP width, stay within a node and divide the sequence under sequence
 parallelism; p at most the layers; the interleaved schedule's divisibility; d x b must divide B,
-so each pipeline runs m = B / (d b) micro-batches per step; ZeRO stages 2-3 without pipeline
-parallelism; offload only with the node's CPU memory known), computes the peak per GPU of every
+so each pipeline runs m = B / (d b) micro-batches per step; only the stages the engine offers and
+runs beside a pipeline (DeepSpeed: stages 2-3 without pipeline parallelism); offload only with
+the node's CPU memory known), computes the peak per GPU of every
 configuration that can run exactly as :func:`zerolib.core.memory.working_set.peaks` does (tests check
 it configuration by configuration), and the step time of each with
 :func:`zerolib.core.step.parallel.parallel_step_time`: each collective on the ring it uses (a
@@ -81,11 +82,11 @@ from zerolib.core.memory.pipeline_schedule import UNIT_TERMS, activation_totals_
 from zerolib.core.memory.placement import Placement, offered_stages, tiers_of
 from zerolib.core.memory.tables import divisors_of
 from zerolib.core.memory.working_set import DEFAULT_SETTINGS, MAX_MICRO_BATCH, MAX_SEQ_LEN, WorkingSetSettings, terms_of
+from zerolib.core.step.engines import DEFAULT_ENGINE, Engine, Overlap, check_overlap, get_engine
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, DEFAULT_HOST_SETTINGS, HostSettings, host_settings_for
 from zerolib.core.step.parallel import (
     OFFLOADS,
     PARTS,
-    PIPELINE_STAGES,
     ParallelSettings,
     check_host_link,
     cluster_interconnect,
@@ -208,6 +209,8 @@ class PlanSettings:
     working_set: WorkingSetSettings
     host: HostSettings = DEFAULT_HOST_SETTINGS   # offload's host: the CPU step, the drives
     context_parallel: tuple[int, ...] = (1,)   # the CP degrees searched (1: none)
+    engine: Engine = get_engine(DEFAULT_ENGINE)   # whose schedule and validity rules
+    overlap: Overlap | None = None                # None: the engine's own overlap rule
 
     def __deepcopy__(self, memo) -> PlanSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -223,6 +226,7 @@ class PlanSettings:
                 "chunks": self.chunks if self.chunks == ALL_CHUNKS else list(self.chunks),
                 "offload": list(self.offload), "sequence_parallel": list(self.sequence_parallel),
                 "shard_groups": self.shard_groups,
+                "engine": self.engine.name, "overlap": (self.overlap or self.engine.overlap).as_dict(),
                 "flash_attention": self.working_set.flash_attention,
                 "reserve_bytes": self.working_set.reserve_bytes,
                 "host_settings": self.host.as_dict(),
@@ -239,7 +243,8 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
                   sequence_parallel=(False, True), shard_groups: str = "all",
                   working_set: WorkingSetSettings = DEFAULT_SETTINGS, host: str | None = None,
                   cpu_adam_rate: float | None = None, link_efficiency=None,
-                  context_parallel=(1,)) -> PlanSettings:
+                  context_parallel=(1,), engine: str | Engine = DEFAULT_ENGINE,
+                  overlap: Overlap | None = None) -> PlanSettings:
     """Check every input of :func:`plan` (ValueError/TypeError naming the argument). ``host``
     (None: the node of ``links`` where the host catalogue has it, else DGX A100's) and
     ``cpu_adam_rate`` (None: the roofline alone) time offload's CPU step and NVMe."""
@@ -279,7 +284,8 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         _choices(offload, tuple(OFFLOADS), "offload"),
         _choices(sequence_parallel, (False, True), "sequence_parallel"),
         _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set,
-        host_settings_for(ic.name, host, cpu_adam_rate), cp)
+        host_settings_for(ic.name, host, cpu_adam_rate), cp, get_engine(engine),
+        check_overlap(overlap))
 
 
 # --- the space, level by level ------------------------------------------------------------------
@@ -292,20 +298,23 @@ def _expand(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _zero_variants(d: int, s: PlanSettings) -> tuple[tuple[int, int, str], ...]:
-    """(stage, shard group, offload) for d data-parallel GPUs: stage 0 unsharded (G = d), stages
-    1-3 every divisor G of d (or G = d only), each offload where DeepSpeed offers it."""
-    return _variants(d, s.stages, s.offload, s.shard_groups)
+    """(stage, shard group, offload) for d data-parallel GPUs: the engine's stages, those it shards
+    in groups over every divisor G of d (or G = d), DeepSpeed's offloads (deepspeed, paper only)."""
+    e = s.engine
+    offloads = s.offload if e.zeropp else tuple(o for o in s.offload if o == "none")
+    return _variants(d, tuple(st for st in s.stages if st in e.stages), offloads, s.shard_groups,
+                     e.group_stages)
 
 
 @lru_cache(maxsize=1024)
-def _variants(d: int, stages, offloads, shard_groups) -> tuple[tuple[int, int, str], ...]:
+def _variants(d: int, stages, offloads, shard_groups, group_stages) -> tuple[tuple[int, int, str], ...]:
     out = []
     for offload in offloads:
         offered = offered_stages(_offload_placement(None, offload))
         for stage in stages:
             if stage not in offered:
                 continue
-            every = stage > 0 and shard_groups == "all"
+            every = stage in group_stages and shard_groups == "all"
             for group in (divisors_of(d)[::-1] if every else [d]):
                 out.append((stage, group, offload))
     return tuple(out)
@@ -392,7 +401,8 @@ def enumerate_space(s: PlanSettings) -> Space:
     offload_e = zero[:, 2]
     reason = reason_c[c_of_e]
     p_e = p_a[a_of_e]
-    reason = np.where((reason == PASSES) & (p_e > 1) & (stage_e > PIPELINE_STAGES[-1]),
+    piped = ~np.isin(stage_e, s.engine.pipeline_stages)   # the engine's rule (DeepSpeed: 2-3)
+    reason = np.where((reason == PASSES) & (p_e > 1) & piped,
                       REASONS.index("pipeline_zero"), reason)
     if s.host_memory is None:
         reason = np.where((reason == PASSES) & (offload_e > 0), REASONS.index("host_unknown"),
@@ -500,7 +510,7 @@ def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
         sequence_parallel=c["sequence_parallel"], recompute=c["recompute"],
         shard_group=c["shard_group"], offload=c["offload"], layout=s.layout, mfu=s.mfu,
         element_bytes=s.working_set.element_bytes, host_link=s.host_link, host=s.host,
-        context_parallel=c.get("context_parallel", 1))
+        context_parallel=c.get("context_parallel", 1), engine=s.engine, overlap=s.overlap)
     times = parallel_step_time(s.model, s.interconnect, s.device, settings)
     out = {f"{part}_seconds": seconds for part, seconds in times.parts.items()}
     out["step_seconds"] = times.step_seconds
@@ -520,7 +530,8 @@ def _memory_key(s: PlanSettings) -> tuple:
     return (s.model, s.gpus, s.gpus_per_node, s.seq_len, s.global_batch,
             tuple(s.layout.bits_per_param(c) for c in CATEGORIES), s.max_micro_batch, s.stages,
             s.recompute, s.chunks, s.offload, s.sequence_parallel, s.shard_groups,
-            s.working_set, s.host_memory is None, s.context_parallel)
+            s.working_set, s.host_memory is None, s.context_parallel, s.engine.name,
+            s.engine.group_stages)
 
 
 def _space_and_peaks(s: PlanSettings):

@@ -203,8 +203,9 @@ def load(data_dir=None) -> tuple[TrainedRun, ...]:
 def judge(run: TrainedRun) -> dict:
     """The peak per GPU of ``run`` under its own settings and ZeRO stage (bytes), the device's
     capacity, whether it fits, the headroom and the working-set terms."""
+    # Under the engine the source states: its stages and which of them run beside a pipeline.
     result = estimate_model(run.config, run.gpus, run.settings, layout=run.layout,
-                            device=run.device, stages=(run.zero_stage,))
+                            device=run.device, stages=(run.zero_stage,), engine=run.engine)
     row = result.stages[0]
     capacity = get_device(run.device).capacity
     return {"run": run.run, "parameters": parameter_count(run.config),
@@ -231,7 +232,7 @@ def planner_check(run: TrainedRun, chunks=ALL_CHUNKS, mfu: float = DEFAULT_MFU,
                                   sequence_parallel=(run.sequence_parallel,))
     result = plan(run.config, run.gpus, 8, run.device, run.seq_len, run.global_batch,
                   layout=run.layout, mfu=mfu, chunks=chunks, offload=("none",),
-                  shard_groups="whole", **fixed,
+                  shard_groups="whole", engine=run.engine, **fixed,
                   max_micro_batch=max(8, run.micro_batch),
                   working_set=WorkingSetSettings(flash_attention=run.flash_attention))
     valid = result.valid

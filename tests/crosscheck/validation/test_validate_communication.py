@@ -92,10 +92,14 @@ def test_zero_redundancy_optimizer_by_hand():
 def test_fsdp2_padding_by_hand():
     effects = effects_by(pytorch_effects("fsdp2-keep", TINY_MODELS["uneven"], 4))
     # Padded shards: ceil(45/4) = 12 rows of 33 + 1, 6 rows of 45 + 1, 2 rows of 21 + 1:
-    # 408 + 276 + 44 = 728 elements per rank, against the flat buffer's 652.
-    assert effects[("shard-padding", "all_gather")] == (4 * (728 - 652), 0)
-    assert effects[("shard-padding", "reduce_scatter")] == (4 * 4 * (728 - 652), 0)
-    assert effects[("per-layer-calls", "all_gather")] == (0, 2)
+    # 408 + 276 + 44 = 728 elements per rank, against the engine fsdp2's per-layer chunks
+    # ceil(1530/4) + ceil(966/4) + ceil(110/4) = 383 + 242 + 28 = 653.
+    assert effects[("shard-padding", "all_gather")] == (4 * (728 - 653), 0)
+    assert effects[("shard-padding", "reduce_scatter")] == (4 * 4 * (728 - 653), 0)
+    assert ("per-layer-calls", "all_gather") not in effects   # fsdp2 predicts 3 calls itself
+    assert predicted(TINY_MODELS["uneven"], 4, 2, "fp32-adam", engine="fsdp2") == {
+        "all_reduce": (0, 0), "reduce_scatter": (3, 4 * 4 * 653), "all_gather": (3, 4 * 653),
+        "broadcast": (0, 0)}
     # gloo runs the three reduce-scatters as all-reduces of 4 x 728 fp32 elements.
     assert effects[("gloo-reduce-scatter", "all_reduce")] == (4 * 4 * 728, 3)
 
@@ -124,7 +128,12 @@ def test_deepspeed_stage_1_by_hand():
     # 1,838,337 elements padded to a multiple of 8: 1,838,344 = 4 x 459,586, one element per
     # rank more than ceil(1,838,337 / 4) = 459,585.
     assert effects[("alignment-padding", "all_gather")] == (4, 0)
-    assert effects[("bucket-all-reduce", "all_reduce")] == (4 * 1_838_337, 1)
+    # The engine deepspeed predicts the bucket all-reduce of the 1,838,337 unpadded fp32
+    # gradients (one bucket of 5e8) and one all-gather of the 459,585-element chunk.
+    assert ("bucket-all-reduce", "all_reduce") not in effects
+    assert predicted(UNEVEN_DS, 4, 1, "fp32-adam", engine="deepspeed") == {
+        "all_reduce": (1, 4 * 1_838_337), "reduce_scatter": (0, 0), "all_gather": (1, 4 * 459_585),
+        "broadcast": (0, 0)}
     assert effects[("gradient-norm", "all_reduce")] == (4, 1)
     assert ("overflow-flag", "all_reduce") not in effects
     assert effects_by(deepspeed_effects("stage2", "bf16", UNEVEN_DS, 4))[

@@ -40,7 +40,11 @@ are the most of any stage, :mod:`zerolib.core.memory.model_parallel`):
   accumulation boundaries as well" under stages 2 and 3 (``runtime/engine.py``
   ``allreduce_gradients``, DeepSpeed 0.19.8): the stage-2/3 gradient reduce-scatter and the
   stage-3 backward all-gather overlap that micro-batch's backward, the stage-3 forward
-  all-gather its forward (:mod:`zerolib.core.step.time`'s overlap assumption); the excess is exposed.
+  all-gather its forward, as far as the engine's overlap rule hides them
+  (:mod:`zerolib.core.step.engines`; DeepSpeed's defaults hide stage 3's alone, as its
+  ``overlap_comm`` is on for stage 3 only); the excess is exposed. Which collectives run every
+  micro-batch and which once is the engine's (:func:`zerolib.core.step.engines.when`); the
+  layer units a pipeline stage gathers are its share of the model's.
 
 **Per step**, with m micro-batches per pipeline and v model chunks per stage: the pipeline runs
 m micro-batches plus the bubble of (p - 1) / v micro-batch times (Narayanan et al. 2021, arXiv
@@ -161,6 +165,7 @@ from zerolib.core.memory.placement import Placement, check_combination, tiers_of
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
 from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing_of
 from zerolib.core.step.context_parallel_traffic import context_rows
+from zerolib.core.step.engines import DEFAULT_ENGINE, Engine, Overlap, get_engine
 from zerolib.core.step.model_parallel_traffic import (
     pipeline_rows,
     tensor_rows,
@@ -182,7 +187,14 @@ from zerolib.core.step.time import (
     schedule_seconds,
     send_seconds,
 )
-from zerolib.core.step.traffic import STEP_PHASES, Traffic, flat_traffic, layer_units, traffic_of
+from zerolib.core.step.traffic import (
+    STEP_PHASES,
+    Traffic,
+    check_engine_schedule,
+    flat_traffic,
+    layer_units,
+    traffic_of,
+)
 
 KIND_OF = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter"}
 PARTS = ("compute", "tensor", "context", "pipeline", "data_parallel", "bubble")
@@ -471,10 +483,15 @@ class ParallelSettings:
     host_link: Link | str = DEFAULT_HOST_LINK
     host: HostSettings | None = None    # offload's host; None: the node's own (or DGX A100's)
     context_parallel: int = 1      # C GPUs share each sequence (data_parallel is then d x C)
+    engine: Engine | str = DEFAULT_ENGINE      # whose schedule (zerolib.core.step.engines)
+    overlap: Overlap | None = None              # None: the engine's own overlap rule
 
     def __post_init__(self):
         put = object.__setattr__
         put(self, "host", None if self.host is None else check_host_settings(self.host, "host"))
+        put(self, "engine", get_engine(self.engine))
+        if self.overlap is not None and not isinstance(self.overlap, Overlap):
+            raise TypeError(f"overlap must be an Overlap, got {type(self.overlap).__name__}")
         put(self, "layout", get_layout(self.layout))
         put(self, "mfu", check_mfu(self.mfu))
         put(self, "host_link", check_host_link(self.host_link))
@@ -504,10 +521,19 @@ class ParallelSettings:
                 or np.any(self.chunks > MAX_CHUNKS)):
             raise ValueError(f"micro_batch must be at most {MAX_MICRO_BATCH:,}, micro_batches at most "
                              f"{MAX_MICRO_BATCHES:,} and chunks at most {MAX_CHUNKS:,}")
-        if np.any((p > 1) & (zero > PIPELINE_STAGES[-1])):
+        engine = self.engine
+        check_engine_schedule(engine, zero, self.data_parallel,
+                              self.data_parallel if self.shard_group is None else self.shard_group,
+                              False)
+        piped = (p > 1) & ~np.isin(zero, engine.pipeline_stages)
+        if np.any(piped) and engine.pipeline_stages == PIPELINE_STAGES:
             raise ValueError("ZeRO stages 2 and 3 do not run with pipeline parallelism (DeepSpeed's "
                              "PipelineEngine: 'ZeRO-2 and ZeRO-3 are incompatible with pipeline "
                              "parallelism'); use stage 0 or 1 with pipeline_parallel > 1")
+        if np.any(piped):
+            raise ValueError(f"engine {engine.name} runs ZeRO stages "
+                             f"{', '.join(map(str, engine.pipeline_stages))} with pipeline "
+                             "parallelism")
 
     def __deepcopy__(self, memo) -> ParallelSettings:
         return self  # immutable
@@ -516,6 +542,7 @@ class ParallelSettings:
     def from_checked(cls, *, seq_len: int, layout: Layout, mfu: float, element_bytes: int,
                      host_link: Link, shard_group, recompute, offload,
                      host: HostSettings | None = None, context_parallel=1,
+                     engine: Engine | None = None, overlap: Overlap | None = None,
                      **arrays) -> ParallelSettings:
         """Settings a door checked already (the planner's configurations, enumerated from its
         checked :class:`~zerolib.core.planner.PlanSettings`), made without checking them again:
@@ -524,7 +551,9 @@ class ParallelSettings:
         put = object.__setattr__
         for name, value in (("seq_len", seq_len), ("layout", layout), ("mfu", mfu),
                             ("element_bytes", element_bytes), ("host_link", host_link),
-                            ("host", host), ("context_parallel", context_parallel)):
+                            ("host", host), ("context_parallel", context_parallel),
+                            ("engine", get_engine(DEFAULT_ENGINE) if engine is None else engine),
+                            ("overlap", overlap)):
             put(settings, name, value)
         arrays = {"chunks": 1, "sequence_parallel": False, **arrays, "recompute": recompute,
                   "offload": offload}
@@ -575,8 +604,14 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
     host_settings = node_host_settings(ic.name) if st.host is None else st.host
     c = st.context_parallel
     s = s // c      # the tokens of each sequence one GPU computes on (its CP rank's share)
+    engine = st.engine
+    rule = engine.overlap if st.overlap is None else st.overlap
     _check_rules(config, t, p, v, m, s, sp, ic)
-    units = len(layer_units(config))    # stage 3 (p = 1 only) gathers these one call each
+    # The layer units a pipeline stage gathers one call each (its share of the model's).
+    units = np.maximum(len(layer_units(config)) // p, 1)
+
+    def units_of(zero):
+        return np.where(np.isin(zero, engine.layered_stages), units, 1)
 
     def stage_part(r):
         """Per micro-batch on stage r: compute, tensor, pipeline and exposed ZeRO seconds; the
@@ -597,24 +632,36 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
         tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
         context = _context_seconds(config, ic, s, e, b, c, t, r, p, rec)
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
-        slots = _zero_slots(ic, params, d, t, zero, layout, shard_group, units)
+        slots, every = _zero_slots(ic, params, d, t, zero, layout, shard_group, units, p, engine)
         host = _host_seconds(params, d, zero, off, shard_group, layout, host_link, host_settings,
                              ic.gpus_per_node)
-        # Every micro-batch: the forward's gathers and parameter fetches overlap its forward;
-        # the backward's gathers, stages 2-3's reduce-scatter and gradient copy its backward.
+        none = np.zeros(b.shape)
+        # Every micro-batch: the forward's gathers and parameter fetches (hidden behind its
+        # forward under the rule), the backward's collectives that run every micro-batch and
+        # stages 2-3's gradient copy (behind its backward at the stages the rule hides).
         gather_f = slots["forward_all_gather"] + host["forward"]
-        in_backward = slots["backward_all_gather"] + np.where(
-            zero >= 2, slots["gradient_reduce_scatter"] + host["backward"], 0.0)
-        per_mb = np.maximum(gather_f - forward, 0.0) + np.maximum(in_backward - backward, 0.0)
+        in_backward = (sum(np.where(every[n], slots[n], 0.0) for n in _BACKWARD)
+                       + np.where(zero >= 2, host["backward"], 0.0))
         # Once per step, in the last micro-batch's backward, after what it does every time:
-        # stage 0's all-reduce, stage 1's reduce-scatter and gradient copy, the replicas'
-        # all-reduce; then, hidden behind nothing, the after-step copy and all-gather.
-        once = (slots["gradient_all_reduce"]
-                + np.where(zero == 1, slots["gradient_reduce_scatter"] + host["backward"], 0.0)
-                + slots["replica_all_reduce"])
-        last = (np.maximum(in_backward + once - backward, 0.0)
-                - np.maximum(in_backward - backward, 0.0))
-        per_step = last + slots["parameter_all_gather"] + host["after_step"]
+        # stages 0-1's reduction and gradient copy, the replicas' all-reduce.
+        once = (sum(np.where(every[n], 0.0, slots[n]) for n in _BACKWARD)
+                + np.where(zero == 1, host["backward"], 0.0))
+        after = slots["parameter_all_gather"] + host["after_step"]
+        first = none
+        if rule.first_gather_exposed:
+            first = np.where(zero >= 2, slots["forward_all_gather"] / np.maximum(units_of(zero), 1),
+                             0.0)
+        fwd_wait = (first + np.maximum(gather_f - first - forward, 0.0) if rule.forward_hidden
+                    else gather_f)
+        hidden = np.isin(zero, rule.backward_hidden)
+        bwd_wait = np.where(hidden, np.maximum(in_backward - backward, 0.0), in_backward)
+        per_mb = fwd_wait + bwd_wait
+        last = np.where(hidden, np.maximum(in_backward + once - backward, 0.0)
+                        - np.maximum(in_backward - backward, 0.0), once)
+        if rule.post_step_gather_hidden and rule.forward_hidden:   # into the first forward
+            after = (np.maximum(gather_f - first + after - forward, 0.0)
+                     - np.maximum(gather_f - first - forward, 0.0))
+        per_step = last + after
         return forward + backward, tensor, context, pipe, per_mb, per_step
 
     first, last = stage_part(np.zeros(b.shape, dtype=np.int64)), stage_part(p - 1)
@@ -640,7 +687,8 @@ def _per_degree(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
         sel = cp == degree
         sub = ParallelSettings.from_checked(
             seq_len=st.seq_len, layout=st.layout, mfu=st.mfu, element_bytes=st.element_bytes,
-            host_link=st.host_link, context_parallel=int(degree),
+            host_link=st.host_link, context_parallel=int(degree), host=st.host, engine=st.engine,
+            overlap=st.overlap,
             shard_group=None if st.shard_group is None else st.shard_group[sel],
             **{name: getattr(st, name)[sel] for name in arrays})
         times = parallel_step_time(config, ic, device, sub)
@@ -724,16 +772,23 @@ def _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v):
     return out.reshape(np.shape(b))
 
 
-def _zero_slots(ic, params, d, t, zero, layout, shard_group, units):
-    """Seconds per slot of :data:`zerolib.core.step.traffic.GROUP_SLOTS`, one pass of each:
-    bytes and calls of :func:`shard_group_traffic`'s traffic, built from the checked settings
-    by :func:`zerolib.core.step.traffic.traffic_of` (stage 3: one call per layer unit), each on
-    the ring it uses with the data-parallel ranks t apart
-    (:func:`zerolib.core.step.time.schedule_seconds`)."""
+_BACKWARD = ("backward_all_gather", "gradient_all_reduce", "gradient_reduce_scatter",
+             "replica_all_reduce")
+
+
+def _zero_slots(ic, params, d, t, zero, layout, shard_group, units, p, engine):
+    """Seconds per slot of :data:`zerolib.core.step.traffic.GROUP_SLOTS`, one pass of each, and
+    whether each runs every micro-batch: bytes and calls of :func:`shard_group_traffic`'s
+    traffic as ``engine`` runs it, built from the checked settings by
+    :func:`zerolib.core.step.traffic.traffic_of` (the engine's layered stages: one call per
+    layer unit of the pipeline stage), each on the ring it uses with the data-parallel ranks t
+    apart (:func:`zerolib.core.step.time.schedule_seconds`)."""
     # Settings checked once (shard groups divide d, every ring fits the node of _checked_node).
     traffic = traffic_of(np.asarray(params, dtype=np.int64), None, d, zero, layout, shard_group,
-                         _checked_node(d))
-    three = zero == 3
-    calls = {name: np.where(three & (count > 0), units, count) for name, count in traffic.calls.items()}
+                         _checked_node(d), engine=engine)
+    layered = np.isin(zero, engine.layered_stages)
+    calls = {name: (count if name == "gradient_all_reduce"
+                    else np.where(layered & (count > 0), units, count))
+             for name, count in traffic.calls.items()}
     seconds, _ = schedule_seconds(traffic, ic, spacing=t, calls=calls)
-    return seconds
+    return seconds, traffic.every_micro_batch

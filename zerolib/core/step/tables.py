@@ -56,6 +56,9 @@ TIMELINE_COLUMNS = ("stage", "strategy", "lane", "block", "label", "start_second
 TRADEOFF_COLUMNS = ("stage", "strategy", "memory_bytes", "compute_seconds",
                     "communication_seconds", "exposed_seconds", "step_seconds",
                     "network_wait_fraction", "sent_bytes")
+OVERLAP_COLUMNS = ("engine", "overlap", "stage", "strategy", "compute_seconds",
+                   "communication_seconds", "exposed_seconds", "step_seconds",
+                   "network_wait_fraction")
 GROUP_TRAFFIC_COLUMNS = ("gpus", "shard_group", "replicas", "stage", "strategy", "sent_bytes",
                          "inside_node_bytes", "across_nodes_bytes", "cross_node_bytes",
                          "communication_seconds", "compute_seconds", "exposed_seconds",
@@ -67,21 +70,26 @@ def _stages(stages) -> tuple[int, ...]:
     return tuple(sorted(set(check_stage(stages, "stages").ravel().tolist())))
 
 
-def _traffic(model, gpus: int, stages, layout: Layout) -> tuple[Traffic, object]:
+def _traffic(model, gpus: int, stages, layout: Layout, engine="paper",
+             micro_batches: int = 1) -> tuple[Traffic, object]:
     if isinstance(model, (str, TransformerConfig)):
         config = get_model(model)
-        return traffic_of(config, gpus, list(stages), layout), config
-    result = traffic_of(model, gpus, list(stages), layout)
+        return traffic_of(config, gpus, list(stages), layout, engine=engine,
+                          micro_batches=micro_batches), config
+    result = traffic_of(model, gpus, list(stages), layout, engine=engine,
+                        micro_batches=micro_batches)
     return result, int(result.params[0])
 
 
-def traffic_frame(model, gpus, stages=STAGES, layout: str | Layout = "mixed-adam") -> pd.DataFrame:
+def traffic_frame(model, gpus, stages=STAGES, layout: str | Layout = "mixed-adam",
+                  engine="paper", micro_batches: int = 1) -> pd.DataFrame:
     """One row per stage and collective kind: calls, bytes handed over, sent and received per GPU
-    in one step. ``model`` is a preset, a TransformerConfig or a bare parameter count."""
+    in one step as ``engine`` runs it over ``micro_batches`` (the chapter's figures: the
+    paper's schedule). ``model`` is a preset, a TransformerConfig or a bare parameter count."""
     import pandas as pd
     gpus = check_single(gpus, check_gpus, "gpus")
     stages, layout = _stages(stages), get_layout(layout)
-    result, what = _traffic(model, gpus, stages, layout)
+    result, what = _traffic(model, gpus, stages, layout, engine, micro_batches)
     calls, handed, sent = (result.by_kind(w) for w in ("calls", "handed", "sent"))
     rows = [{"stage": stage, "strategy": STRATEGY_NAMES[stage], "kind": kind,
              "calls": int(calls[kind][i]), "handed_bytes": int(handed[kind][i]),
@@ -95,14 +103,14 @@ def traffic_frame(model, gpus, stages=STAGES, layout: str | Layout = "mixed-adam
 
 
 def _timed(model, gpus, stages, layout, link, device, compute, gpus_per_node, host=None,
-           host_link=DEFAULT_HOST_LINK, host_settings=None):
+           host_link=DEFAULT_HOST_LINK, host_settings=None, engine="paper", micro_batches=1):
     gpus = check_single(gpus, check_gpus, "gpus")
     stages, layout = _stages(stages), get_layout(layout)
     ic = interconnect(link, gpus_per_node)
     device = get_device(device)
     if not isinstance(compute, ComputeSettings):
         raise TypeError(f"compute must be a ComputeSettings, got {type(compute).__name__}")
-    result, what = _traffic(model, gpus, stages, layout)
+    result, what = _traffic(model, gpus, stages, layout, engine, micro_batches)
     settings = (node_host_settings(ic.name) if host_settings is None
                 else check_host_settings(host_settings))
     traffic = None if host is None else host(result, stages, layout)
@@ -114,7 +122,7 @@ def _timed(model, gpus, stages, layout, link, device, compute, gpus_per_node, ho
 
 def _attrs(frame, what, gpus, layout, ic, device, compute, result: Traffic):
     frame.attrs.update(model=what, gpus=gpus, layout=layout, interconnect=ic, device=device,
-                       compute=compute, layers=result.layers,
+                       compute=compute, layers=result.layers, engine=result.engine,
                        bus_bandwidth=float(bus_bandwidth(ic, gpus)))
     return frame
 
@@ -125,7 +133,7 @@ def timeline_frame(model, gpus, link: str | Interconnect, device: str | Device,
                    gpus_per_node: int | None = None, placement: Placement | None = None,
                    host_link: str | Link = DEFAULT_HOST_LINK,
                    host_settings: HostSettings | None = None) -> pd.DataFrame:
-    """The blocks of one step per stage, placed in time as the overlap model of
+    """The blocks of one step per stage (the paper's schedule), placed in time as the overlap model of
     :mod:`zerolib.core.step.time` has them: lane "compute" (forward, backward, and "waiting" where
     the GPU waits for the network) and lane "network" (one block per collective slot in use).
     With an offloading ``placement`` (the collectives stay the flat schedule's), each phase's
@@ -206,8 +214,9 @@ def tradeoff_frame(model: str | TransformerConfig, gpus, link: str | Interconnec
                    device: str | Device, settings: WorkingSetSettings = DEFAULT_SETTINGS,
                    mfu: float = DEFAULT_COMPUTE.mfu, stages=STAGES,
                    layout: str | Layout = "mixed-adam",
-                   gpus_per_node: int | None = None) -> pd.DataFrame:
-    """Per stage: the peak memory per GPU (model state + working set, :mod:`working_set`)
+                   gpus_per_node: int | None = None, engine="paper") -> pd.DataFrame:
+    """Per stage, as ``engine`` runs it (the chapter's figure: the paper's schedule): the peak
+    memory per GPU (model state + working set, :mod:`working_set`)
     beside the step time and its parts. The tokens per GPU and the recomputation come from
     ``settings`` (sequence length x micro-batch; its recompute setting chooses the FLOPs,
     :meth:`~zerolib.core.step.time.ComputeSettings.for_run`), so memory and time describe the
@@ -219,7 +228,7 @@ def tradeoff_frame(model: str | TransformerConfig, gpus, link: str | Interconnec
                          "collectives only (tensor-parallel traffic is not modelled)")
     compute = ComputeSettings.for_run(config, settings, check_mfu(mfu))
     gpus, stages, layout, ic, device, result, what, times = _timed(
-        config, gpus, stages, layout, link, device, compute, gpus_per_node)
+        config, gpus, stages, layout, link, device, compute, gpus_per_node, engine=engine)
     memory = [p.total for p in peaks(config, gpus, stages, settings, layout)]
     frame = pd.DataFrame({
         "stage": list(stages), "strategy": [STRATEGY_NAMES[s] for s in stages],
@@ -263,7 +272,8 @@ def communication_rows(model, gpus, stages=STAGES, layout: str | Layout = "mixed
                        qgz: bool = False, gpus_per_node: int | None = None,
                        host_link: str | Link = DEFAULT_HOST_LINK,
                        nvme_link: str | Link | None = None,
-                       host_settings: HostSettings | None = None) -> list[dict]:
+                       host_settings: HostSettings | None = None, engine="paper",
+                       micro_batches: int = 1, overlap=None) -> list[dict]:
     """Per stage, the ``communication`` object of ``zerolib estimate``'s JSON: per collective
     kind (:data:`zerolib.core.step.traffic.GROUP_KINDS`) the calls and bytes handed, sent and
     received per GPU (and seconds with a link); the totals; with a link and a device with a
@@ -275,7 +285,8 @@ def communication_rows(model, gpus, stages=STAGES, layout: str | Layout = "mixed
     assumed and the CPU's optimizer step) and ``cpu_step_seconds`` (the CPU's optimizer step,
     0 without an offloaded optimizer; None without a link). ``host_settings`` None: the host of
     the node ``link`` names (:func:`zerolib.core.step.offload_traffic.node_host_settings`), the
-    roofline alone."""
+    roofline alone. The step runs as ``engine`` runs it over ``micro_batches`` micro-batches, its
+    time under ``overlap`` (None: the engine's rule)."""
     gpus = check_single(gpus, check_gpus, "gpus")
     stages = tuple(sorted(set(check_stage(stages, "stages").ravel().tolist())))
     layout = get_layout(layout)
@@ -284,7 +295,7 @@ def communication_rows(model, gpus, stages=STAGES, layout: str | Layout = "mixed
     per_node = _node_size(ic, placement, gpus)
     traffic = traffic_of(model, gpus, list(stages), layout, placement.shard_group,
                             placement.hpz_partition, check_flag(qwz, "qwz"),
-                            check_flag(qgz, "qgz"), per_node)
+                            check_flag(qgz, "qgz"), per_node, engine, micro_batches)
     params = (parameter_count(get_model(model)) if isinstance(model, (str, TransformerConfig))
               else int(traffic.params[0]))
     # The host's CPUs and drives are shared by the GPUs of the interconnect's node.
@@ -295,7 +306,8 @@ def communication_rows(model, gpus, stages=STAGES, layout: str | Layout = "mixed
                 if host_settings is None else check_host_settings(host_settings))
     times = None
     if ic is not None:
-        times = step_time(traffic, ic, device, compute, host, host_link, nvme_link, settings)
+        times = step_time(traffic, ic, device, compute, host, host_link, nvme_link, settings,
+                          overlap)
     calls, handed, sent = (traffic.by_kind(w) for w in ("calls", "handed", "sent"))
     rows = []
     for i in range(len(stages)):
@@ -421,3 +433,45 @@ def group_traffic_table(model: str | TransformerConfig, gpus, link: str | Interc
     table.attrs.update(model=config, gpus=gpus, layout=layout, interconnect=ic, device=device,
                        compute=compute, gpus_per_node=per_node)
     return table
+
+
+# --- the overlap rules as a sensitivity --------------------------------------------------------
+
+def overlap_frame(model, gpus, link: str | Interconnect, device: str | Device,
+                  compute: ComputeSettings = DEFAULT_COMPUTE, engine="deepspeed", stages=None,
+                  layout: str | Layout = "mixed-adam", micro_batches: int = 1,
+                  gpus_per_node: int | None = None) -> pd.DataFrame:
+    """Step time per stage under each overlap rule of
+    :func:`zerolib.core.step.engines.overlap_rules` (the engine's own first), for the engine's
+    schedule: one row per rule and stage (tidy), so what "costs no time" costs under each
+    assumption can be read side by side. ``stages``: the engine's by default."""
+    import pandas as pd
+
+    from zerolib.core.step.engines import get_engine, overlap_rules
+    engine = get_engine(engine)
+    gpus = check_single(gpus, check_gpus, "gpus")
+    stages = engine.stages if stages is None else _stages(stages)
+    layout = get_layout(layout)
+    ic = interconnect(link, gpus_per_node)
+    device = get_device(device)
+    if not isinstance(compute, ComputeSettings):
+        raise TypeError(f"compute must be a ComputeSettings, got {type(compute).__name__}")
+    result = traffic_of(model, gpus, list(stages), layout, engine=engine,
+                        micro_batches=micro_batches,
+                        gpus_per_node=None if ic.gpus_per_node is None else ic.gpus_per_node)
+    rows = []
+    for name, rule in overlap_rules(engine).items():
+        times = step_time(result, ic, device, compute, overlap=rule)
+        for i, stage in enumerate(stages):
+            rows.append({"engine": engine.name, "overlap": name, "stage": stage,
+                         "strategy": STRATEGY_NAMES[stage],
+                         "compute_seconds": float(times.compute_seconds[i]),
+                         "communication_seconds": float(times.communication_seconds[i]),
+                         "exposed_seconds": float(times.exposed_seconds[i]),
+                         "step_seconds": float(times.step_seconds[i]),
+                         "network_wait_fraction": float(times.network_wait_fraction[i])})
+    frame = pd.DataFrame(rows, columns=list(OVERLAP_COLUMNS))
+    what = get_model(model) if isinstance(model, (str, TransformerConfig)) else int(result.params[0])
+    frame.attrs.update(engine=engine, micro_batches=micro_batches,
+                       rules={name: rule for name, rule in overlap_rules(engine).items()})
+    return _attrs(frame, what, gpus, layout, ic, device, compute, result)

@@ -63,24 +63,31 @@ and before the next forward, hidden behind nothing too (DeepSpeed's default ZeRO
 :mod:`zerolib.core.step.offload_traffic` gives its time and sources): it joins the after-step
 part.
 
-**Overlap** (the stated assumption). A collective can run while the GPU computes something that
-does not need its result:
+**Overlap** (a stated rule, :class:`zerolib.core.step.engines.Overlap`; by default the
+traffic's engine's own, :mod:`zerolib.core.step.engines`). A collective can run while the GPU
+computes something that does not need its result:
 
-- the stage-3 all-gathers of the forward pass overlap the forward compute (each layer's
-  gather is issued ahead of it, **prefetched**, while the layer before computes);
-- the gradient all-reduce (stage 0), the gradient reduce-scatters (stages 1-3), the stage-3
-  backward all-gathers, the all-reduce across a shard group's replicas and qgZ's all-to-alls
-  overlap the backward compute (gradients are reduced bucket by bucket
-  as the backward pass produces them; the next layer's parameters are prefetched);
-- the stage 1-2 all-gather of the updated parameters runs after the optimizer step and before
-  the next forward pass, which needs them: it overlaps nothing (DeepSpeed's behaviour; engines
-  that start the next forward on the first gathered bucket hide part of it, not modelled).
+- the forward's all-gathers (stage 3; FSDP2's stage 2 too) overlap the forward compute when the
+  rule says ``forward_hidden`` (each layer's gather is issued ahead of it, **prefetched**);
+  with ``first_gather_exposed`` the first layer's gather of each micro-batch waits (nothing
+  computes before it): DeepSpeed's and FSDP2's rules, not the paper's;
+- the backward's collectives (gradient all-reduce or reduce-scatter, stage 3's backward
+  gathers, the replicas' all-reduce, qgZ's all-to-alls) overlap the backward compute at the
+  stages of ``backward_hidden``: every stage under the paper's rule and FSDP2's; under
+  DeepSpeed's defaults stage 3 only (``overlap_comm`` is on for stage 3 alone, and stages 0-1
+  reduce after the backward pass); under Megatron-LM's none unless ``--overlap-grad-reduce``;
+- stages 1-2's all-gather of the updated parameters runs after the optimizer step and before
+  the next forward: it overlaps nothing (DeepSpeed), unless ``post_step_gather_hidden`` (the
+  Ultra-Scale Playbook's description, Megatron-LM's ``--overlap-param-gather``): then it joins
+  the first micro-batch's forward;
+- ``latency_exposed`` charges every call's ring latency to the step even where its bytes hide.
 
-Within a phase, communication hides behind compute up to the compute's length and the rest is
-exposed: ``exposed = max(0, forward comm - forward compute) + max(0, backward comm - backward
-compute) + after-step comm``; step time = compute + exposed; the **network-wait fraction** is
-exposed / step time. The tails are left out: the first layer's gather has no compute before it
-to hide behind, and the last bucket's reduction none after it.
+**Micro-batches** (m, the traffic's): a step computes m micro-batches of 1/m of the compute
+each; what runs every micro-batch (stage 3's gathers, stages 2-3's reductions) hides behind each
+micro-batch's pass, what runs once (stages 0-1's reduction at the last micro-batch, the
+replicas' all-reduce, offload's copies) behind the last micro-batch's backward only
+(:func:`exposed_seconds`). Step time = compute + exposed; the **network-wait fraction** is
+exposed / step time. The last bucket's reduction, with no compute after it, is left out.
 """
 from __future__ import annotations
 
@@ -107,6 +114,7 @@ from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.step.collectives import across_bandwidth, ring_timing_of
+from zerolib.core.step.engines import Overlap
 from zerolib.core.step.offload_traffic import (
     DEFAULT_HOST_LINK,
     HostSettings,
@@ -303,6 +311,8 @@ class StepTime:
         """The CPU's optimizer step (0 without an offloaded optimizer)."""
         return (np.zeros(np.shape(self.host_seconds)) if self.cpu_step is None
                 else self.cpu_step)
+    overlap: Overlap | None = None       # the rule the exposed time follows
+    engine: str | None = None            # whose schedule was timed
 
     @property
     def communication_seconds(self) -> np.ndarray:
@@ -351,13 +361,18 @@ def step_time(traffic: Traffic, link: str | Interconnect, device: str | Device |
               compute: ComputeSettings = DEFAULT_COMPUTE, host: HostTraffic | None = None,
               host_link: str | Link = DEFAULT_HOST_LINK,
               nvme_link: str | Link | None = None,
-              host_settings: HostSettings | None = None) -> StepTime:
+              host_settings: HostSettings | None = None,
+              overlap: Overlap | None = None) -> StepTime:
     """Seconds of each collective on its ring, the host transfers and the CPU's optimizer step
     (``host_settings``' host; default :data:`~zerolib.core.step.offload_traffic.DEFAULT_HOST_SETTINGS`),
-    the compute (with a device) and what is exposed (see the module doc for the overlap
-    assumption)."""
+    the compute (with a device) and what is exposed under ``overlap`` (None: the traffic's
+    engine's own rule; see :func:`exposed_seconds`; the CPU step hides behind nothing).
+    ``compute`` is the whole step's, over the traffic's micro-batches."""
     if not isinstance(traffic, Traffic):
         raise TypeError(f"traffic must be a Traffic, got {type(traffic).__name__}")
+    rule = traffic.engine.overlap if overlap is None else overlap
+    if not isinstance(rule, Overlap):
+        raise TypeError(f"overlap must be an Overlap, got {type(overlap).__name__}")
     ic = interconnect(link)
     _check_node(traffic, ic)
     seconds, bandwidth = schedule_seconds(traffic, ic)
@@ -372,11 +387,70 @@ def step_time(traffic: Traffic, link: str | Interconnect, device: str | Device |
             raise TypeError(f"compute must be a ComputeSettings, got {type(compute).__name__}")
         forward, backward = compute_seconds(traffic.params, get_device(device), compute)
         compute_by_phase = MappingProxyType({"forward": forward, "backward": backward})
-        phase = {p: sum(seconds[s.name] for s in GROUP_SLOTS if s.phase == p) + host_time[p]
-                 for p in STEP_PHASES}
-        exposed = MappingProxyType({"forward": np.maximum(phase["forward"] - forward, 0.0),
-                                    "backward": np.maximum(phase["backward"] - backward, 0.0),
-                                    "after_step": phase["after_step"] + cpu})
+        latency = {}
+        for slot in GROUP_SLOTS:
+            per_call, _ = ring_timing_of(ic, slot.kind, traffic.ring_gpus[slot.name],
+                                         traffic.ring_stride[slot.name])
+            latency[slot.name] = np.asarray(traffic.calls[slot.name], dtype=np.float64) * per_call
+        exposed = dict(exposed_seconds(traffic, seconds, latency, host_time, forward, backward,
+                                       rule))
+        exposed["after_step"] = exposed["after_step"] + cpu   # after the backward, hidden by nothing
+        exposed = MappingProxyType(exposed)
     return StepTime(seconds, bandwidth, MappingProxyType(host_time), compute_by_phase, exposed,
-                    cpu)
+                    cpu_step=cpu, overlap=rule, engine=traffic.engine.name)
 
+
+def exposed_seconds(traffic: Traffic, seconds, latency, host_time, forward, backward,
+                    rule: Overlap) -> Mapping[str, np.ndarray]:
+    """Seconds per phase the GPU waits for the network, over a step of m micro-batches (each
+    computing 1/m of ``forward`` and ``backward``).
+
+    Per micro-batch, the forward's gathers hide behind its forward (``rule.forward_hidden``) and
+    the backward's collectives that run every micro-batch behind its backward at the stages of
+    ``rule.backward_hidden``; the collectives run once (stages 0-1's reduction, the replicas'
+    all-reduce, offload's copies) join the last micro-batch's backward. The post-step all-gather
+    waits before the next step unless ``rule.post_step_gather_hidden`` (then it joins the first
+    micro-batch's forward). ``rule.first_gather_exposed`` adds the first layer's gather (one
+    call's share) of each micro-batch; ``rule.latency_exposed`` charges every call's latency
+    outside the overlap."""
+    m = traffic.micro_batches
+    f, b = forward / m, backward / m
+    charge = rule.latency_exposed
+    zero = np.zeros(traffic.gpus.shape)
+    each = {"forward": zero, "backward": zero}
+    once = {"forward": host_time["forward"], "backward": host_time["backward"]}
+    fixed = zero     # latency charged outside the overlap
+    after = host_time["after_step"] + sum(seconds[s.name] for s in GROUP_SLOTS
+                                          if s.phase == "after_step")
+    for slot in GROUP_SLOTS:
+        if slot.phase == "after_step":
+            continue
+        name = slot.name
+        wire = seconds[name] - (latency[name] if charge else 0.0)
+        if charge:
+            fixed = fixed + latency[name]
+        repeated = traffic.every_micro_batch[name]
+        each[slot.phase] = each[slot.phase] + np.where(repeated, wire / m, 0.0)
+        once[slot.phase] = once[slot.phase] + np.where(repeated, 0.0, wire)
+    # The first layer's gather of each micro-batch waits (one call's share of the pass).
+    if rule.first_gather_exposed:
+        calls = traffic.calls["forward_all_gather"]
+        first = np.where(calls > 0, seconds["forward_all_gather"] / np.maximum(calls, 1), 0.0)
+    else:
+        first = zero
+    each_f = np.maximum(each["forward"] - first, 0.0)
+    once_f = once["forward"]
+    if rule.post_step_gather_hidden:   # the next forward starts on the first gathered bucket
+        once_f, after = once_f + after, zero
+    if rule.forward_hidden:   # what runs once joins the first micro-batch's forward
+        forward_exposed = (m * first + (m - 1) * np.maximum(each_f - f, 0.0)
+                           + np.maximum(each_f + once_f - f, 0.0))
+    else:
+        forward_exposed = m * each["forward"] + once_f
+    hidden = np.isin(traffic.stage, rule.backward_hidden)
+    each_b, once_b = each["backward"], once["backward"]
+    backward_hidden = ((m - 1) * np.maximum(each_b - b, 0.0)
+                       + np.maximum(each_b + once_b - b, 0.0))
+    backward_exposed = np.where(hidden, backward_hidden, m * each_b + once_b)
+    return MappingProxyType({"forward": forward_exposed + fixed,
+                             "backward": backward_exposed, "after_step": after})

@@ -1,5 +1,10 @@
 """What each GPU communicates in one training step, per stage and per collective, in bytes: the
-one schedule of a step's collectives, for any shard group (G = N included) and ZeRO++.
+one schedule of a step's collectives, for any shard group (G = N included) and ZeRO++, as an
+engine runs it (:mod:`zerolib.core.step.engines`: "paper", the schedule below, is this module's
+default; "deepspeed" all-reduces stages 1-2's gradients in buckets, "fsdp2" gathers its stage 2
+layer by layer before each forward, "megatron" is stage 1) over m micro-batches per step (what
+runs every micro-batch counted m times). A shard group of one GPU is plain data parallelism at
+every stage: one all-reduce of every gradient, in buckets, never per layer.
 
 The schedule of one step (forward, backward, optimizer step) under each strategy, after the
 ZeRO paper (Rajbhandari et al., SC20, Sec. VII) and the engines that implement it:
@@ -118,8 +123,10 @@ from zerolib.core.memory.accounting import Layout, check_shard_group, get_layout
 from zerolib.core.memory.model_parallel import layer_place
 from zerolib.core.memory.placement import DEFAULT_GPUS_PER_NODE
 from zerolib.core.step.collectives import KINDS, ring_placement, to_bytes
+from zerolib.core.step.engines import EVERY_MICRO_BATCH, PAPER, Engine, get_engine, when
 
 MAX_UNITS = 2**20   # layers of one model (far beyond any real one)
+MAX_MICRO_BATCHES = 2**20   # micro-batches of one step
 
 GROUP_KINDS = (*KINDS, "all_to_all")
 # What each kind of ring runs over: every GPU, the shard group, the replicas of one shard,
@@ -216,6 +223,8 @@ class Traffic:
     qwz: bool = False
     qgz: bool = False
     units: tuple[int, ...] | None = None  # stage 3's layers; None: one flat buffer per pass
+    engine: Engine = PAPER               # whose schedule (:mod:`zerolib.core.step.engines`)
+    micro_batches: int = 1               # m: micro-batches per step (gradient accumulation)
 
     @property
     def layers(self) -> int:
@@ -299,23 +308,75 @@ class Traffic:
         return self.layout.bits_per_param(slot.category)
 
     @cached_property
+    def _plain(self) -> np.ndarray:
+        """Where the gradients are all-reduced over every GPU in buckets, plain data
+        parallelism's schedule: stage 0, a shard group of one GPU (item: G = 1 is plain data
+        parallelism whatever the stage), and the stages the engine all-reduces (DeepSpeed 1-2)."""
+        return ((self.stage == 0) | (self.shard_group == 1)
+                | np.isin(self.stage, self.engine.all_reduce_stages))
+
+    @cached_property
+    def _layered(self) -> np.ndarray:
+        """Where the engine gathers and reduces layer by layer (stage 3; FSDP2's stage 2 too)."""
+        return np.isin(self.stage, self.engine.layered_stages) & (self.shard_group > 1)
+
+    @cached_property
     def _active(self) -> Mapping[str, np.ndarray]:
+        engine, stage, plain = self.engine, self.stage, self._plain
+        sharded = (stage > 0) & (self.shard_group > 1)
+        forward = np.isin(stage, engine.forward_gather_stages) & sharded
+        on = {
+            "forward_all_gather": forward,
+            "backward_all_gather": (stage == 3) & sharded,
+            "gradient_all_reduce": plain,
+            "gradient_reduce_scatter": sharded & ~plain & ~((stage == 3) & self.qgz),
+            "gradient_all_to_all_node": (stage == 3) & self.qgz,
+            "gradient_all_to_all_nodes": (stage == 3) & self.qgz,
+            "replica_all_reduce": (stage > 0) & ~plain,
+            "parameter_all_gather": np.isin(stage, (1, 2)) & sharded & ~forward,
+        }
+        return {name: on[name] & (self.ring_gpus[name] > 1) for name in GROUP_SLOT_NAMES}
+
+    @cached_property
+    def every_micro_batch(self) -> Mapping[str, np.ndarray]:
+        """Whether each slot runs every micro-batch (else once per step:
+        :func:`zerolib.core.step.engines.when`)."""
         out = {}
         for slot in GROUP_SLOTS:
-            low, high = slot.stages[0], slot.stages[-1]   # each slot's stages are a range
-            on = (self.stage >= low) & (self.stage <= high) & (self.ring_gpus[slot.name] > 1)
-            if slot.kind == "all_to_all":
-                on = on & self.qgz
-            elif slot.name == "gradient_reduce_scatter" and self.qgz:
-                on = on & (self.stage != 3)
-            out[slot.name] = on
-        return out
+            every = np.zeros(self.stage.shape, dtype=bool)
+            for stage in (0, 1, 2, 3):
+                if when(self.engine, slot.name, stage) == EVERY_MICRO_BATCH:
+                    every = every | (self.stage == stage)
+            if slot.name == "gradient_all_reduce":   # G = 1: plain data parallelism's no_sync
+                every = every & (self.shard_group > 1)
+            out[slot.name] = every
+        return MappingProxyType(out)
+
+    @cached_property
+    def repeats(self) -> Mapping[str, np.ndarray]:
+        """How often each slot runs in a step of m micro-batches: m or 1."""
+        m = self.micro_batches
+        return MappingProxyType({name: np.where(every, m, 1).astype(np.int64)
+                                 for name, every in self.every_micro_batch.items()})
+
+    def _buckets(self, bucket: int | None) -> np.ndarray:
+        if bucket is None:
+            return np.ones(self.params.shape, dtype=np.int64)
+        return np.maximum(ceil_div(self.params, bucket), 1)
 
     @cached_property
     def calls(self) -> Mapping[str, np.ndarray]:
-        layered = np.where(self.stage == 3, self.layers, 1)
-        return MappingProxyType({slot.name: layered * self._active[slot.name]
-                                 for slot in GROUP_SLOTS})
+        layered = np.where(self._layered, self.layers, 1)
+        engine = self.engine
+        per_pass = {name: layered for name in GROUP_SLOT_NAMES}
+        # Plain data parallelism's all-reduce runs in the engine's buckets, never per layer.
+        per_pass["gradient_all_reduce"] = self._buckets(engine.reduce_bucket)
+        if engine.gather_bucket is not None:   # DeepSpeed: the partition gathered in shards
+            per_pass["parameter_all_gather"] = np.maximum(
+                (ceil_div(self.params, self.shard_group) * self.shard_group)
+                // engine.gather_bucket, 1)
+        return MappingProxyType({name: per_pass[name] * self._active[name] * self.repeats[name]
+                                 for name in GROUP_SLOT_NAMES})
 
     # --- elements per slot --------------------------------------------------------------------
 
@@ -323,7 +384,7 @@ class Traffic:
     def _elements(self) -> Mapping[str, tuple[np.ndarray, np.ndarray]]:
         """(handed, sent) elements per slot, before masking."""
         n, g, r = self.gpus, self.shard_group, self.replicas
-        three = self.stage == 3
+        three = self._layered
         flat_shard = ceil_div(self.params, g)                  # stages 1-2: one flat buffer
         layer_shards = self._layer_sum(lambda u: ceil_div(u, g))
         shard = np.where(three, layer_shards, flat_shard)
@@ -356,7 +417,7 @@ class Traffic:
     def _per_slot(self, which: int) -> Mapping[str, np.ndarray]:
         return MappingProxyType({
             slot.name: to_bytes(self._elements[slot.name][which], self._bits(slot))
-            * self._active[slot.name] for slot in GROUP_SLOTS})
+            * self._active[slot.name] * self.repeats[slot.name] for slot in GROUP_SLOTS})
 
     @cached_property
     def handed(self) -> Mapping[str, np.ndarray]:
@@ -410,7 +471,7 @@ class Traffic:
     def _plain_flat(self) -> bool:
         whole = all(self.layout.bits_per_param(c) % 8 == 0 for c in ("parameters", "gradients"))
         return (self.units is None and whole and not (self.qwz or self.qgz)
-                and self.hpz_partition == 1)
+                and self.hpz_partition == 1 and self.engine is PAPER and self.micro_batches == 1)
 
     @cached_property
     def _flat_sent(self) -> Mapping[str, np.ndarray]:
@@ -508,11 +569,14 @@ def _check_units(units) -> np.ndarray:
 
 def traffic(model, gpus, stage, layout: str | Layout = "mixed-adam", shard_group=None,
             hpz_partition: int = 1, qwz: bool = False, qgz: bool = False,
-            gpus_per_node: int | None = None) -> Traffic:
+            gpus_per_node: int | None = None, engine: str | Engine = "paper",
+            micro_batches: int = 1) -> Traffic:
     """One step's traffic per GPU with the state sharded over ``shard_group`` of ``gpus``
-    (None: all of them, the paper's schedule) and ZeRO++'s ``hpz_partition``, ``qwz`` and
-    ``qgz``; the collectives placed on nodes of ``gpus_per_node`` GPUs (None: 8, or every GPU
-    when there are fewer, as :mod:`zerolib.core.memory.placement` counts nodes).
+    (None: all of them) and ZeRO++'s ``hpz_partition``, ``qwz`` and ``qgz``; the collectives
+    placed on nodes of ``gpus_per_node`` GPUs (None: 8, or every GPU when there are fewer, as
+    :mod:`zerolib.core.memory.placement` counts nodes), as ``engine`` runs them
+    (:mod:`zerolib.core.step.engines`; "paper": the ZeRO paper's schedule) over
+    ``micro_batches`` micro-batches per step.
 
     ``model`` is a preset name or TransformerConfig (stage 3 gathers its :func:`layer_units`
     one by one), a list of layer sizes, or a bare parameter count (:func:`flat_traffic`).
@@ -524,24 +588,47 @@ def traffic(model, gpus, stage, layout: str | Layout = "mixed-adam", shard_group
         units = _check_units(model)
     else:
         return flat_traffic(model, gpus, stage, layout, shard_group, hpz_partition, qwz, qgz,
-                            gpus_per_node)
+                            gpus_per_node, engine, micro_batches)
     return _traffic(np.asarray(int(units.sum()), dtype=np.int64), units, gpus, stage, layout,
-                    shard_group, hpz_partition, qwz, qgz, gpus_per_node)
+                    shard_group, hpz_partition, qwz, qgz, gpus_per_node, engine, micro_batches)
 
 
 def flat_traffic(params, gpus, stage, layout: str | Layout = "mixed-adam", shard_group=None,
                  hpz_partition: int = 1, qwz: bool = False, qgz: bool = False,
-                 gpus_per_node: int | None = None) -> Traffic:
+                 gpus_per_node: int | None = None, engine: str | Engine = "paper",
+                 micro_batches: int = 1) -> Traffic:
     """:func:`traffic` for a bare parameter count (no layers: stage 3 gathers one flat buffer
     per pass). ``params`` broadcasts with ``gpus``, ``stage`` and ``shard_group``, so a sweep
     of a million settings is one call."""
     return _traffic(check_params(params), None, gpus, stage, layout, shard_group, hpz_partition,
-                    qwz, qgz, gpus_per_node)
+                    qwz, qgz, gpus_per_node, engine, micro_batches)
+
+
+def check_engine_schedule(engine: Engine, stage: np.ndarray, gpus: np.ndarray, group: np.ndarray,
+                          zeropp: bool) -> None:
+    """Refuse what ``engine`` does not run: a stage it does not offer, a shard group smaller
+    than every GPU at a stage it does not shard in groups, ZeRO++ outside DeepSpeed."""
+    offered = np.isin(stage, engine.stages)
+    if not np.all(offered):
+        bad = int(stage.ravel()[np.flatnonzero(~offered.ravel())[0]])
+        raise ValueError(f"engine {engine.name} offers ZeRO stages "
+                         f"{', '.join(map(str, engine.stages))}, got stage {bad}")
+    grouped = (group > 1) & (group < gpus) & (stage > 0) & ~np.isin(stage, engine.group_stages)
+    if np.any(grouped):
+        bad = int(stage.ravel()[np.flatnonzero(grouped.ravel())[0]])
+        where = (f"stages {', '.join(map(str, engine.group_stages))}" if engine.group_stages
+                 else "no stage")
+        raise ValueError(f"engine {engine.name} shards in groups smaller than every GPU at "
+                         f"{where}, got a shard group at stage {bad}")
+    if zeropp and not engine.zeropp:
+        raise ValueError(f"ZeRO++ (hpZ, qwZ, qgZ) is DeepSpeed's; engine {engine.name} has none")
 
 
 def _traffic(params, units, gpus, stage, layout, shard_group, hpz_partition, qwz, qgz,
-             gpus_per_node) -> Traffic:
+             gpus_per_node, engine="paper", micro_batches=1) -> Traffic:
     layout = get_layout(layout)
+    engine = get_engine(engine)
+    micro_batches = check_positive_int(micro_batches, "micro_batches", MAX_MICRO_BATCHES)
     gpus, stage = check_gpus(gpus), check_stage(stage)
     if shard_group is None:     # every GPU: the group is the GPU count itself
         params, gpus, stage = broadcast(params=params, gpus=gpus, stage=stage)
@@ -553,11 +640,12 @@ def _traffic(params, units, gpus, stage, layout, shard_group, hpz_partition, qwz
     hpz = check_positive_int(hpz_partition, "hpz_partition", MAX_GPUS)
     qwz, qgz = check_flag(qwz, "qwz"), check_flag(qgz, "qgz")
     _check_zeropp(stage, gpus, group, hpz, qwz, qgz)
+    check_engine_schedule(engine, stage, gpus, group, hpz > 1 or qwz or qgz)
     per_node = (DEFAULT_GPUS_PER_NODE if gpus_per_node is None
                 else check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS))
     unit_sizes = None if units is None else tuple(int(u) for u in units)
     result = traffic_of(params, unit_sizes, gpus, stage, layout, None if shard_group is None else group,
-                        per_node, hpz, qwz, qgz)
+                        per_node, hpz, qwz, qgz, engine, micro_batches)
     if result.grouped and np.any((gpus > per_node) & (gpus % per_node != 0)):
         raise ValueError(f"gpus must fill whole nodes of gpus_per_node ({per_node}) for a shard "
                          "group or ZeRO++ to be placed on them")
@@ -570,17 +658,18 @@ def _traffic(params, units, gpus, stage, layout, shard_group, hpz_partition, qwz
 
 def traffic_of(params, units: tuple[int, ...] | None, gpus, stage, layout: Layout, shard_group,
                gpus_per_node: int, hpz_partition: int = 1, qwz: bool = False,
-               qgz: bool = False) -> Traffic:
+               qgz: bool = False, engine: Engine = PAPER, micro_batches: int = 1) -> Traffic:
     """:func:`traffic` of checked values (int64 arrays, a :class:`Layout`, a shard group that
-    divides ``gpus`` or None, a node that every ring fits): what a caller that checked its
-    settings once (:func:`zerolib.core.step.parallel.parallel_step_time`) builds, nothing
-    checked again."""
+    divides ``gpus`` or None, a node that every ring fits, an :class:`Engine`): what a caller
+    that checked its settings once (:func:`zerolib.core.step.parallel.parallel_step_time`)
+    builds, nothing checked again."""
     if shard_group is None:     # every GPU: the group is the GPU count itself
         params, gpus, stage = np.broadcast_arrays(params, gpus, stage)
         group = gpus
     else:
         params, gpus, stage, group = np.broadcast_arrays(params, gpus, stage, shard_group)
-    return Traffic(params, gpus, stage, group, layout, gpus_per_node, hpz_partition, qwz, qgz, units)
+    return Traffic(params, gpus, stage, group, layout, gpus_per_node, hpz_partition, qwz, qgz, units,
+                   engine, micro_batches)
 
 
 def group_slot(name: str) -> Slot:

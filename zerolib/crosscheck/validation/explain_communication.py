@@ -8,7 +8,11 @@ ring's wire bytes follow from it by nccl-tests' factors; a gloo run cannot show 
 algorithms are not NCCL's), so they are not compared.
 
 zerolib's prediction is :func:`zerolib.core.step.traffic.traffic` for the run's layers
-(one unit per Linear layer, weight and bias), layout and shard group (all ranks but for HSDP,
+(one unit per Linear layer, weight and bias) **as the run's engine runs them**
+(:mod:`zerolib.core.step.engines`: ``deepspeed`` for the DeepSpeed runs, whose ZeRO-1 and -2
+all-reduce each gradient bucket; ``fsdp2`` for FSDP2 and HSDP, which gather and reduce layer by
+layer, stage 2 before each forward; ``fsdp2`` for DDP too, PyTorch's stage 0; the paper's
+schedule for ``ZeroRedundancyOptimizer``, which is neither), layout and shard group (all ranks but for HSDP,
 whose gathers and reduce-scatters run in its shard group and whose shards are all-reduced
 across the replicas; with the group of all ranks it is exactly
 :func:`zerolib.core.step.traffic.traffic`): the layout gives the communicated widths (fp32
@@ -108,13 +112,18 @@ def units(spec: ModelSpec) -> tuple[int, ...]:
     return tuple(sum(prod(shape) for shape in layer) for layer in spec.layers)
 
 
+# The engine whose schedule predicts each PyTorch strategy (DeepSpeed's runs: "deepspeed").
+PYTORCH_ENGINES = {"ddp": "fsdp2", "zero1": "paper", "fsdp2-keep": "fsdp2",
+                   "fsdp2-reshard": "fsdp2", "fsdp2-bf16": "fsdp2", "hsdp": "fsdp2"}
+
+
 def predicted(spec: ModelSpec, workers: int, stage: int, layout: str,
-              shard_group: int | None = None) -> dict[str, tuple[int, int]]:
+              shard_group: int | None = None, engine: str = "paper") -> dict[str, tuple[int, int]]:
     """zerolib's (calls, bytes handed) per kind for one rank of the run, sharded over
-    ``shard_group`` of the ``workers`` (None: all); broadcast is never part of a ZeRO
-    schedule."""
+    ``shard_group`` of the ``workers`` (None: all), as ``engine`` runs it; broadcast is never
+    part of a ZeRO schedule."""
     result = traffic(list(units(spec)), workers, stage, layout, shard_group,
-                           gpus_per_node=workers)
+                     gpus_per_node=workers, engine=engine)
     calls, handed = result.by_kind("calls"), result.by_kind("handed")
     out = {kind: (int(calls[kind]), int(handed[kind])) for kind in KINDS}
     out["broadcast"] = (0, 0)
@@ -172,20 +181,15 @@ def pytorch_effects(strategy: str, spec: ModelSpec, workers: int) -> list[Traffi
     if kind == "hsdp":
         return _hsdp_effects(spec, COMMUNICATION_STRATEGIES[strategy].shards(workers), workers,
                              param_bytes, grad_bytes)
-    # FSDP2: one flat-parameter group per Linear, shards padded per tensor (dim 0).
+    # FSDP2: one flat-parameter group per Linear, shards padded per tensor (dim 0). The engine
+    # "fsdp2" gathers and reduces layer by layer at stage 2 too (before each forward, kept to
+    # the backward), so only the padding differs.
     layers = len(spec.layers)
     padded = _fsdp_padded(spec, workers)
     zerolib_units = [ceil_div(u, workers) for u in units(spec)]
     passes = 1 if stage == 2 else 2
     effects = []
-    if stage == 2:
-        reason = (f"FSDP2 gathers and reduces layer by layer ({layers} calls each), where "
-                  "zerolib's stage 2 counts one flat buffer: more calls, the same bytes")
-        effects += [TrafficEffect("per-layer-calls", "all_gather", reason, 0, layers - 1),
-                    TrafficEffect("per-layer-calls", "reduce_scatter", reason, 0, layers - 1)]
-        flat_gather, flat_reduce = chunk, workers * chunk
-    else:
-        flat_gather, flat_reduce = sum(zerolib_units), workers * sum(zerolib_units)
+    flat_gather, flat_reduce = sum(zerolib_units), workers * sum(zerolib_units)
     gather = sum(padded)
     reason = (f"FSDP2 cuts each tensor's rows into {workers} chunks of ceil(rows/{workers}) and "
               f"pads every shard to that size: {gather:,} elements per rank and pass instead of "
@@ -253,13 +257,8 @@ def deepspeed_effects(config_name: str, precision: str, spec: ModelSpec,
             f"DeepSpeed pads the flat buffer to a multiple of {ALIGNMENT_FACTOR} x {workers} "
             f"elements (nccl_start_alignment_factor): {aligned:,} elements per rank instead of "
             f"ceil(N/W) = {chunk:,}", (aligned - chunk) * param_bytes))
-        # The all-reduce hands the unpadded gradients; the reduce-scatter would the padded buffer.
-        reason = ("DeepSpeed 0.19.8's ZeRO-1/2 reduce each gradient bucket with an all-reduce of "
-                  "the unpadded gradients and keep their own partition "
-                  "(use_multi_rank_bucket_allreduce=True), not a reduce-scatter")
-        effects += [TrafficEffect("bucket-all-reduce", "reduce_scatter", reason,
-                                  -workers * chunk * grad_bytes, -1),
-                    TrafficEffect("bucket-all-reduce", "all_reduce", reason, total * grad_bytes, 1)]
+        # The bucket all-reduce of the unpadded gradients is the engine "deepspeed"'s own
+        # prediction (use_multi_rank_bucket_allreduce=True): nothing to explain there.
         return effects
     # Stage 3: each tensor partitioned on its own.
     layers = len(spec.layers)
@@ -338,12 +337,14 @@ def compare_communication(measured: pd.DataFrame) -> pd.DataFrame:
             layout = PYTORCH_LAYOUTS[strategy]
             group = COMMUNICATION_STRATEGIES[strategy].shard_group
             effects = pytorch_effects(strategy, spec, workers)
+            schedule = PYTORCH_ENGINES[strategy]
         else:
             spec = next(m for m in DEEPSPEED_MODELS if m.name == record["model"])
             stage, layout = DEEPSPEED_CONFIGS[strategy].stage, DEEPSPEED_LAYOUTS[precision]
             effects = deepspeed_effects(strategy, precision, spec, workers)
+            schedule = "deepspeed"
         effects = [e for e in effects if e.kind == kind]
-        calls, handed = predicted(spec, workers, stage, layout, group)[kind]
+        calls, handed = predicted(spec, workers, stage, layout, group, schedule)[kind]
         measured_calls, measured_bytes = int(record["measured_calls"]), int(record["measured_bytes"])
         explained_bytes, explained_calls = sum(e.bytes for e in effects), sum(e.calls for e in effects)
         bytes_left = measured_bytes - handed - explained_bytes
