@@ -33,7 +33,7 @@ RANKS = (
     ("zerolib.core.catalogue", 2),
     ("zerolib.core.memory", 3),
     ("zerolib.core.step", 4),
-    ("zerolib.core.estimate", 5), ("zerolib.core.planner", 5),
+    ("zerolib.core.estimate", 5), ("zerolib.core.plan_settings", 5), ("zerolib.core.planner", 5),
     ("zerolib.chapter", 6), ("zerolib.chapter.style", 6), ("zerolib.chapter.fast_png", 6),
     ("zerolib.chapter.charts", 7),
     ("zerolib.chapter.figures", 8),

@@ -25,11 +25,10 @@ from zerolib.core.catalogue.nodes import NODES
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, echo
 from zerolib.core.memory.accounting import STAGES
 from zerolib.core.memory.activations import RECOMPUTE
-from zerolib.core.memory.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES
+from zerolib.core.memory.model_parallel import ALL_CHUNKS, MAX_CHUNKS, MAX_MICRO_BATCHES
 from zerolib.core.memory.working_set import MAX_SEQ_LEN, WorkingSetSettings
 from zerolib.core.parse import parse_fraction, parse_size, parse_whole
 from zerolib.core.planner import (
-    ALL_CHUNKS,
     DEFAULT_LINKS,
     FIT_COLUMNS,
     MAX_PLAN_MICRO_BATCH,

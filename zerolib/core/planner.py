@@ -50,26 +50,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from zerolib.core.catalogue.devices import DEVICES, Device, get_device
-from zerolib.core.catalogue.links import Link
-from zerolib.core.catalogue.models import TransformerConfig, get_model
-from zerolib.core.catalogue.nodes import Interconnect
 from zerolib.core.inputs import (
     MAX_ARRAY_SIZE,
-    MAX_BYTES,
     MAX_GPUS,
-    check_count,
-    check_positive_int,
-    check_sequence,
-    echo,
 )
 from zerolib.core.memory import context_parallel as cp_rules
-from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, ModelState, get_layout
+from zerolib.core.memory.accounting import CATEGORIES, ModelState
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import (
-    ALL_CHUNKS,
     MAX_CHUNKS,
-    MAX_MICRO_BATCHES,
     candidate_loads,
     candidate_stages,
     chunks_for,
@@ -81,25 +70,26 @@ from zerolib.core.memory.model_parallel import (
 from zerolib.core.memory.pipeline_schedule import UNIT_TERMS, activation_totals_of, options_key, unit_terms
 from zerolib.core.memory.placement import Placement, offered_stages, tiers_of
 from zerolib.core.memory.tables import divisors_of
-from zerolib.core.memory.working_set import DEFAULT_SETTINGS, MAX_MICRO_BATCH, MAX_SEQ_LEN, WorkingSetSettings, terms_of
-from zerolib.core.step.engines import DEFAULT_ENGINE, Engine, Overlap, check_overlap, get_engine
-from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, DEFAULT_HOST_SETTINGS, HostSettings, host_settings_for
+from zerolib.core.memory.working_set import WorkingSetSettings, terms_of
+from zerolib.core.plan_settings import (  # noqa: F401  (the planner's names, where callers find them)
+    DEFAULT_LINKS,
+    MAX_PLAN_MICRO_BATCH,
+    SCHEDULE_NAMES,
+    SHARD_GROUPS,
+    PlanSettings,
+    links_for,
+    plan_settings,
+    schedule_name,
+)
 from zerolib.core.step.parallel import (
     OFFLOADS,
     PARTS,
     ParallelSettings,
-    check_host_link,
-    cluster_interconnect,
     parallel_step_time,
 )
-from zerolib.core.step.time import DEFAULT_MFU, check_mfu
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
     import pandas as pd
-
-SCHEDULE_NAMES = {1: "1F1B"}      # v > 1: "interleaved, v chunks"
-# Shard groups a plan tries under stages 1-3: every divisor G of d, or only G = d (the paper's ZeRO).
-SHARD_GROUPS = ("all", "whole")
 
 # Why a configuration cannot be run or does not fit, in the order they are checked (the first
 # broken rule is the one reported).
@@ -141,12 +131,7 @@ PLAN_LEFT_OUT = (
     "NVMe offload (not planned)",
 )
 
-# The node a device usually comes in, for plans that name no links: each catalogue entry says
-# (Device.node), so a device added to the catalogue is planned with no edit here.
-DEFAULT_LINKS: Mapping[str, str] = MappingProxyType({
-    device.name: device.node for device in DEVICES.values() if device.node is not None})
 MAX_SPACE = MAX_ARRAY_SIZE  # configurations in one plan: each is a row of every array
-MAX_PLAN_MICRO_BATCH = 1024  # largest micro-batch a plan enumerates up to
 
 # Which kinds of parallelism a configuration combines (the chapter's figure colours them).
 FAMILIES = ("data parallel only", "tensor parallel", "pipeline parallel",
@@ -157,135 +142,6 @@ FIT_COLUMNS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequenc
                "host_bytes_per_node", "step_seconds", "compute_seconds", "tensor_seconds",
                "pipeline_seconds", "data_parallel_seconds", "bubble_seconds",
                "network_wait_fraction", "bubble_fraction", "fits", "family")
-
-
-def links_for(device: str | Device, links=None) -> str | Interconnect:
-    """``links`` as given, or the node ``device`` usually comes in (:data:`DEFAULT_LINKS`)."""
-    if links is not None:
-        return links
-    device = get_device(device)
-    if device.node is None:
-        raise ValueError(f"links must be given for {device.name} (no usual node for it): a node "
-                         f"such as dgx-h100, or two links like pcie4-x16,roce-100g")
-    return device.node
-
-
-def schedule_name(chunks: int) -> str:
-    return SCHEDULE_NAMES.get(int(chunks), f"interleaved, {int(chunks)} chunks")
-
-
-def _choices(values, allowed, name) -> tuple:
-    values = check_sequence(values, name, ", ".join(map(str, allowed)))
-    if not values:
-        raise ValueError(f"{name} must name at least one of {', '.join(map(str, allowed))}")
-    for value in values:
-        if value not in allowed:
-            raise ValueError(f"{name} must be from {', '.join(map(str, allowed))}, got {echo(value)}")
-    return tuple(dict.fromkeys(values))
-
-
-@dataclass(frozen=True)
-class PlanSettings:
-    """What :func:`plan` was asked (validated)."""
-
-    model: TransformerConfig
-    gpus: int
-    gpus_per_node: int
-    device: Device
-    seq_len: int
-    global_batch: int
-    interconnect: Interconnect
-    host_link: Link
-    layout: Layout
-    mfu: float
-    host_memory: int | None
-    max_micro_batch: int
-    stages: tuple[int, ...]
-    recompute: tuple[str, ...]
-    chunks: tuple[int, ...] | str     # the schedules named, or ALL_CHUNKS
-    offload: tuple[str, ...]
-    sequence_parallel: tuple[bool, ...]
-    shard_groups: str
-    working_set: WorkingSetSettings
-    host: HostSettings = DEFAULT_HOST_SETTINGS   # offload's host: the CPU step, the drives
-    context_parallel: tuple[int, ...] = (1,)   # the CP degrees searched (1: none)
-    engine: Engine = get_engine(DEFAULT_ENGINE)   # whose schedule and validity rules
-    overlap: Overlap | None = None                # None: the engine's own overlap rule
-
-    def __deepcopy__(self, memo) -> PlanSettings:
-        return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
-
-    def as_dict(self) -> dict:
-        return {"model": self.model.name, "gpus": self.gpus, "gpus_per_node": self.gpus_per_node,
-                "device": self.device.as_dict(), "seq_len": self.seq_len,
-                "global_batch": self.global_batch, "links": self.interconnect.as_dict(),
-                "host_link": self.host_link.as_dict(),
-                "layout": self.layout.as_dict(), "mfu": self.mfu, "host_memory": self.host_memory,
-                "max_micro_batch": self.max_micro_batch, "stages": list(self.stages),
-                "recompute": list(self.recompute),
-                "chunks": self.chunks if self.chunks == ALL_CHUNKS else list(self.chunks),
-                "offload": list(self.offload), "sequence_parallel": list(self.sequence_parallel),
-                "shard_groups": self.shard_groups,
-                "engine": self.engine.name, "overlap": (self.overlap or self.engine.overlap).as_dict(),
-                "flash_attention": self.working_set.flash_attention,
-                "reserve_bytes": self.working_set.reserve_bytes,
-                "host_settings": self.host.as_dict(),
-                # a mixture of experts' token buffers (None: dropless); a dense model has none
-                **({"capacity_factor": self.working_set.capacity_factor} if self.model.experts else {}),
-                **({"context_parallel": list(self.context_parallel)} if self.context_parallel != (1,) else {})}
-
-
-def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, links=None,
-                  host_link: str | Link = DEFAULT_HOST_LINK, layout: str | Layout = "mixed-adam",
-                  mfu: float = DEFAULT_MFU,
-                  host_memory: int | None = None, max_micro_batch: int = 8, stages=STAGES,
-                  recompute=RECOMPUTE, chunks=ALL_CHUNKS, offload=tuple(OFFLOADS),
-                  sequence_parallel=(False, True), shard_groups: str = "all",
-                  working_set: WorkingSetSettings = DEFAULT_SETTINGS, host: str | None = None,
-                  cpu_adam_rate: float | None = None, link_efficiency=None,
-                  context_parallel=(1,), engine: str | Engine = DEFAULT_ENGINE,
-                  overlap: Overlap | None = None) -> PlanSettings:
-    """Check every input of :func:`plan` (ValueError/TypeError naming the argument). ``host``
-    (None: the node of ``links`` where the host catalogue has it, else DGX A100's) and
-    ``cpu_adam_rate`` (None: the roofline alone) time offload's CPU step and NVMe."""
-    config = get_model(model)
-    gpus = check_positive_int(gpus, "gpus", MAX_GPUS)
-    k = check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS)
-    if gpus > k and gpus % k:
-        raise ValueError(f"gpus ({gpus}) must fill whole nodes of gpus_per_node ({k})")
-    device = get_device(device)
-    seq_len = check_positive_int(seq_len, "seq_len", MAX_SEQ_LEN)
-    if config.position_embedding == "learned" and seq_len > config.max_positions:
-        raise ValueError(f"seq_len must be at most {config.max_positions} for {config.name} "
-                         f"(learned position embeddings), got {seq_len}")
-    global_batch = check_positive_int(global_batch, "global_batch", MAX_MICRO_BATCHES)
-    if not isinstance(working_set, WorkingSetSettings):
-        raise TypeError(f"working_set must be a WorkingSetSettings, got {type(working_set).__name__}")
-    if host_memory is not None:
-        host_memory = check_count(host_memory, "host_memory", MAX_BYTES)
-    max_micro_batch = check_positive_int(max_micro_batch, "max_micro_batch",
-                                         min(MAX_PLAN_MICRO_BATCH, MAX_MICRO_BATCH))
-    if not (isinstance(chunks, str) and chunks == ALL_CHUNKS):
-        chunks = tuple(dict.fromkeys(check_positive_int(v, "chunks", MAX_CHUNKS) for v in
-                                     check_sequence(chunks, "chunks", f"whole numbers, 1 (1F1B) to "
-                                                    f"{MAX_CHUNKS} (interleaved), or "
-                                                    f"'{ALL_CHUNKS}'")))
-        if not chunks:
-            raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: "
-                             "interleaved)")
-    ic = cluster_interconnect(links_for(device, links), k, link_efficiency)
-    cp = cp_rules.check_degrees(context_parallel, seq_len, working_set.flash_attention)
-    return PlanSettings(
-        config, gpus, k, device, seq_len, global_batch,
-        ic, check_host_link(host_link),
-        get_layout(layout), check_mfu(mfu),
-        host_memory, max_micro_batch, _choices(stages, STAGES, "stages"),
-        _choices(recompute, RECOMPUTE, "recompute"), chunks,
-        _choices(offload, tuple(OFFLOADS), "offload"),
-        _choices(sequence_parallel, (False, True), "sequence_parallel"),
-        _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set,
-        host_settings_for(ic.name, host, cpu_adam_rate), cp, get_engine(engine),
-        check_overlap(overlap))
 
 
 # --- the space, level by level ------------------------------------------------------------------

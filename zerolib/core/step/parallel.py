@@ -143,14 +143,13 @@ from zerolib.core.inputs import (
     MAX_GPUS,
     broadcast,
     check_gpus,
-    check_params,
     check_positive_int,
     check_stage,
     check_whole,
     echo,
 )
 from zerolib.core.intmath import ceil_div
-from zerolib.core.memory.accounting import Layout, ModelState, check_shard_group, get_layout
+from zerolib.core.memory.accounting import Layout, check_shard_group, get_layout
 from zerolib.core.memory.activations import RECOMPUTE, context_parallel_tokens
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
@@ -161,7 +160,6 @@ from zerolib.core.memory.model_parallel import (
     rules_of,
     stage_layers,
 )
-from zerolib.core.memory.placement import Placement, check_combination, tiers_of
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
 from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing_of
 from zerolib.core.step.context_parallel_traffic import context_rows
@@ -172,11 +170,20 @@ from zerolib.core.step.model_parallel_traffic import (
 )
 from zerolib.core.step.offload_traffic import (
     DEFAULT_HOST_LINK,
-    HOST_LINKS,
     HostSettings,
-    HostTraffic,
     check_host_settings,
     node_host_settings,
+)
+from zerolib.core.step.parallel_offload import (  # noqa: F401  (where callers find them)
+    OFFLOADS,
+    check_host_link,
+    check_offloads,
+    checked_node,
+    host_seconds_of,
+    offload_seconds,
+    setting_codes,
+    setting_groups,
+    shard_group_traffic,
 )
 from zerolib.core.step.time import (
     DEFAULT_MFU,
@@ -188,10 +195,7 @@ from zerolib.core.step.time import (
     send_seconds,
 )
 from zerolib.core.step.traffic import (
-    STEP_PHASES,
-    Traffic,
     check_engine_schedule,
-    flat_traffic,
     layer_units,
     traffic_of,
 )
@@ -201,12 +205,6 @@ PARTS = ("compute", "tensor", "context", "pipeline", "data_parallel", "bubble")
 # DeepSpeed 0.19.8 runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
 # parallelism"; Megatron-LM's distributed optimizer is stage 1.
 PIPELINE_STAGES = (0, 1)
-# Offload as DeepSpeed offers it, to the node's CPU memory (each entry: the Placement fields).
-OFFLOADS: Mapping[str, Mapping[str, str]] = MappingProxyType({
-    "none": MappingProxyType({}),
-    "optimizer": MappingProxyType({"offload_optimizer": "cpu"}),
-    "optimizer+parameters": MappingProxyType({"offload_optimizer": "cpu", "offload_params": "cpu"}),
-})
 
 
 def cluster_interconnect(links: str | Interconnect, gpus_per_node: int | None = None,
@@ -235,114 +233,6 @@ def cluster_interconnect(links: str | Interconnect, gpus_per_node: int | None = 
         return interconnect(links, efficiency=efficiency)   # one link, every GPU alike: no nodes
     return interconnect(links, gpus_per_node, efficiency)
 
-
-def check_host_link(host_link: str | Link) -> Link:
-    """The PCIe link offload copies run on (a name of :data:`zerolib.core.catalogue.links.LINKS`)."""
-    try:
-        link = get_link(host_link, "host_link")
-    except ValueError:   # name the PCIe links, the only ones allowed here
-        raise ValueError(f"host_link must be a PCIe link ({', '.join(HOST_LINKS)}), got "
-                         f"{echo(host_link)}") from None
-    if link.kind != "pcie":
-        raise ValueError(f"host_link must be a PCIe link ({', '.join(HOST_LINKS)}), got {link.name}")
-    return link
-
-
-def _checked_node(data_parallel) -> int:
-    """A node size under which :mod:`zerolib.core.step.traffic`'s and
-    :mod:`zerolib.core.memory.placement`'s node checks hold for every data-parallel group of
-    ``data_parallel``: their least common multiple (each d divides it, so every ring "sits inside
-    one node" there). The rings are placed on the cluster by
-    :func:`zerolib.core.step.collectives.ring_timing` instead; only the bytes, calls and rings, which
-    do not depend on the node, are read."""
-    node = math.lcm(*np.unique(data_parallel).tolist())
-    if node > MAX_GPUS:
-        raise ValueError(f"data_parallel degrees of one call must divide one cluster of at most "
-                         f"{MAX_GPUS:,} GPUs (their least common multiple is {node:,})")
-    return node
-
-
-def shard_group_traffic(params, data_parallel, stage, layout: str | Layout = "mixed-adam",
-                        shard_group=None) -> Traffic:
-    """ZeRO's collectives per GPU and step for ``params`` on each GPU, sharded over a group of
-    ``shard_group`` of the ``data_parallel`` GPUs (None: all of them): exactly
-    :func:`zerolib.core.step.traffic.flat_traffic`'s (one flat buffer per pass). Read its
-    ``sent``, ``calls``, ``ring_gpus`` and ``ring_stride``: it is placed on a node of every GPU
-    of the call (:func:`_checked_node`), so its ``cross_node``, ``ring_nodes`` and ``sharing``
-    say nothing about the cluster; :func:`parallel_step_time` places each ring on it."""
-    d = check_gpus(data_parallel, "data_parallel")
-    return flat_traffic(params, d, stage, layout, shard_group, gpus_per_node=_checked_node(d))
-
-
-def offload_seconds(params, data_parallel, stage, offload="none", shard_group=None,
-                    layout: str | Layout = "mixed-adam",
-                    host_link: str | Link = DEFAULT_HOST_LINK,
-                    host: HostSettings | None = None,
-                    gpus_per_node: int | None = None) -> Mapping[str, np.ndarray]:
-    """Seconds of one pass of each phase's host work per GPU (forward, backward, after_step;
-    float64, broadcast): :func:`zerolib.core.step.offload_traffic.host_traffic`'s bytes for
-    ``offload`` (names of :data:`OFFLOADS`) of ``params`` on each GPU, sharded over
-    ``shard_group`` of the ``data_parallel`` GPUs, at ``host_link``'s rate both ways at once;
-    after_step also holds the CPU's optimizer step on ``host`` (a
-    :class:`~zerolib.core.step.offload_traffic.HostSettings`; default: DGX A100's CPUs, the
-    roofline alone) shared by ``gpus_per_node`` GPUs (default: the host's); NVMe at each GPU's
-    share of the host's drives. 0 where nothing is offloaded. When each runs in a step is
-    :func:`parallel_step_time`'s."""
-    d = check_gpus(data_parallel, "data_parallel")
-    params, d, stage, codes = np.broadcast_arrays(check_params(params), d, check_stage(stage),
-                                                  _codes(offload, tuple(OFFLOADS), "offload"))
-    group = None if shard_group is None else check_shard_group(shard_group, d)
-    check_offloads(stage, codes)
-    host = check_host_settings(host, "host")
-    per_node = (host.host.gpus if gpus_per_node is None
-                else int(check_gpus(gpus_per_node, "gpus_per_node")))
-    return _host_seconds(params, d, stage, codes, group, get_layout(layout),
-                         check_host_link(host_link), host, per_node)
-
-
-@lru_cache(maxsize=64)
-def _offload_placement(code: int, gpus_per_node: int | None = None) -> Placement:
-    """The placement of the offload of :data:`OFFLOADS` numbered ``code`` (made, and so
-    checked, once)."""
-    return Placement(gpus_per_node=gpus_per_node, **OFFLOADS[tuple(OFFLOADS)[code]])
-
-
-def check_offloads(stage: np.ndarray, codes: np.ndarray) -> None:
-    """Refuse an offload (codes: indices into :data:`OFFLOADS`) at a stage DeepSpeed does not
-    offer it at, naming the setting (:func:`zerolib.core.memory.placement.check_combination`)."""
-    for code in np.unique(codes[codes > 0]).tolist():
-        placement = _offload_placement(code)
-        check_combination(stage[codes == code], np.ones(1, dtype=np.int64), placement)
-
-
-def _host_seconds(params, d, stage, codes, group, layout, host_link,
-                  host: HostSettings | None = None,
-                  gpus_per_node: int | None = None) -> Mapping[str, np.ndarray]:
-    """:func:`offload_seconds` of checked values (offload codes: indices into
-    :data:`OFFLOADS`; ``group`` dividing ``d``, or None; ``host`` None: the default host;
-    ``gpus_per_node`` None: the host's GPUs), nothing checked again."""
-    params, d, stage, codes = np.broadcast_arrays(params, d, stage, codes)
-    group = d if group is None else np.broadcast_to(group, d.shape)
-    host = node_host_settings(None) if host is None else host
-    on_node = host.host.gpus if gpus_per_node is None else gpus_per_node
-    out = {phase: np.zeros(d.shape) for phase in STEP_PHASES}
-    moved = np.flatnonzero(codes.ravel() > 0)
-    if not len(moved):
-        return MappingProxyType(out)
-    node = _checked_node(d.ravel()[moved])
-    for (g, code), rows in _groups((group.ravel()[moved], codes.ravel()[moved])):
-        at = moved[rows]
-        placement = _offload_placement(code, node).with_shard_group(g)
-        gpus = d.ravel()[at]
-        # place()'s checks held for every row when the settings were checked: its inner part.
-        state = ModelState(params.ravel()[at], gpus, stage.ravel()[at], layout, np.full(len(at), g))
-        traffic = HostTraffic(tiers_of(state, placement, gpus))
-        # The node's GPUs share its host; the placement's node (_checked_node) is for checks.
-        seconds = traffic.seconds(host_link, None, host, on_node)
-        cpu = traffic.cpu_seconds(host, on_node)
-        for phase in STEP_PHASES:
-            out[phase].ravel()[at] = seconds[phase] + (cpu if phase == "after_step" else 0.0)
-    return MappingProxyType(out)
 
 
 def bubble_fraction(pipeline_parallel, micro_batches, chunks=1) -> np.ndarray:
@@ -396,18 +286,6 @@ def _pipeline_sends(config: TransformerConfig, seq_len: int, t: int, p: int, r: 
     return sum(row.calls for row in sends) // m, sends[0].tensor_bytes
 
 
-def _codes(value, allowed, name) -> np.ndarray:
-    array = np.asarray(value, dtype=object)
-    flat = array.ravel()
-    for item in set(flat.tolist()):
-        if item not in allowed:
-            raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {echo(item)}")
-    codes = np.zeros(array.shape, dtype=np.int64)
-    for index, item in enumerate(allowed):
-        codes[array == item] = index
-    return codes
-
-
 @dataclass(frozen=True)
 class ParallelStepTime:
     """Seconds of one step per setting (float64 arrays, broadcast like the inputs). ``parts``
@@ -433,25 +311,6 @@ class ParallelStepTime:
     def bubble_fraction(self) -> np.ndarray:
         return self.parts["bubble"] / self.step_seconds
 
-
-def _groups(columns):
-    """(key, row indices) for each distinct row of ``columns`` (whole-number arrays of one
-    shape, flattened): the per-key work runs once per distinct key, over its rows at once."""
-    code = np.zeros(np.size(columns[0]), dtype=np.int64)
-    levels = []
-    for column in columns:    # one int64 code per row (mixed radix), then one 1-D unique
-        values, inverse = np.unique(np.ravel(column), return_inverse=True)
-        code = code * len(values) + np.ravel(inverse)
-        levels.append(values)
-    keys, inverse = np.unique(code, return_inverse=True)
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.cumsum(np.bincount(inverse, minlength=len(keys)))[:-1]
-    for key, rows in zip(keys.tolist(), np.split(order, bounds)):
-        point = []
-        for values in reversed(levels):
-            key, digit = divmod(key, len(values))
-            point.append(int(values[digit]))
-        yield tuple(reversed(point)), rows
 
 
 @dataclass(frozen=True, eq=False)
@@ -506,8 +365,8 @@ class ParallelSettings:
             check_gpus(self.data_parallel, "data_parallel"), check_stage(self.stage),
             check_gpus(self.micro_batches, "micro_batches"), check_gpus(self.chunks, "chunks"),
             _flags(self.sequence_parallel, "sequence_parallel"),
-            _codes(self.recompute, RECOMPUTE, "recompute"),
-            _codes(self.offload, tuple(OFFLOADS), "offload"))
+            setting_codes(self.recompute, RECOMPUTE, "recompute"),
+            setting_codes(self.offload, tuple(OFFLOADS), "offload"))
         names = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
                  "micro_batches", "chunks", "sequence_parallel", "recompute", "offload")
         for name, array in zip(names, arrays):
@@ -633,7 +492,7 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
         context = _context_seconds(config, ic, s, e, b, c, t, r, p, rec)
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
         slots, every = _zero_slots(ic, params, d, t, zero, layout, shard_group, units, p, engine)
-        host = _host_seconds(params, d, zero, off, shard_group, layout, host_link, host_settings,
+        host = host_seconds_of(params, d, zero, off, shard_group, layout, host_link, host_settings,
                              ic.gpus_per_node)
         none = np.zeros(b.shape)
         # Every micro-batch: the forward's gathers and parameter fetches (hidden behind its
@@ -731,7 +590,7 @@ def _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec):
     x (ring latency + its bytes, proportional to the micro-batch, at the bus bandwidth)."""
     shape, flat_t, flat_b = np.shape(b), np.ravel(t), np.ravel(b)
     calls = {}    # (kind, bytes at micro-batch 1) -> calls per micro-batch of every setting
-    for (pp, rr, flag, code), rows in _groups((p, r, sp.astype(np.int64), rec)):
+    for (pp, rr, flag, code), rows in setting_groups((p, r, sp.astype(np.int64), rec)):
         for kind, count, size in _tensor_rows(config, s, pp, rr, bool(flag), RECOMPUTE[code], e):
             calls.setdefault((kind, size), np.zeros(flat_t.shape, dtype=np.int64))[rows] += count
     timing = {kind: ring_timing_of(ic, kind, flat_t) for kind in CHUNKS_SENT}   # t checked once
@@ -752,7 +611,7 @@ def _context_seconds(config, ic, tokens, e, b, c, t, r, p, rec):
     k = ic.gpus_per_node
     out = np.zeros(np.size(b))
     crosses = (k is not None) & (np.ravel(t) * c > (k or 0))
-    for (tt, pp, rr, code), rows in _groups((t, p, r, rec)):
+    for (tt, pp, rr, code), rows in setting_groups((t, p, r, rec)):
         for row in context_rows(config, tokens, 1, c, tt, pp, rr, 1, RECOMPUTE[code], e):
             out[rows] += row.calls * send_seconds(ic, row.tensor_bytes * np.ravel(b)[rows],
                                                   crosses[rows])
@@ -764,7 +623,7 @@ def _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v):
     k = ic.gpus_per_node
     count = np.zeros(np.size(b), dtype=np.int64)
     size = np.zeros(np.size(b), dtype=np.int64)
-    for (tt, pp, rr, flag, vv), rows in _groups((t, p, r, sp.astype(np.int64), v)):
+    for (tt, pp, rr, flag, vv), rows in setting_groups((t, p, r, sp.astype(np.int64), v)):
         if pp > 1:
             count[rows], size[rows] = _pipeline_sends(config, s, tt, pp, rr, bool(flag), vv, e)
     crosses = (k is not None) & (np.ravel(t * d * p) > (k or 0))
@@ -783,9 +642,9 @@ def _zero_slots(ic, params, d, t, zero, layout, shard_group, units, p, engine):
     :func:`zerolib.core.step.traffic.traffic_of` (the engine's layered stages: one call per
     layer unit of the pipeline stage), each on the ring it uses with the data-parallel ranks t
     apart (:func:`zerolib.core.step.time.schedule_seconds`)."""
-    # Settings checked once (shard groups divide d, every ring fits the node of _checked_node).
+    # Settings checked once (shard groups divide d, every ring fits the node of checked_node).
     traffic = traffic_of(np.asarray(params, dtype=np.int64), None, d, zero, layout, shard_group,
-                         _checked_node(d), engine=engine)
+                         checked_node(d), engine=engine)
     layered = np.isin(zero, engine.layered_stages)
     calls = {name: (count if name == "gradient_all_reduce"
                     else np.where(layered & (count > 0), units, count))
