@@ -35,7 +35,7 @@ _EXPORTS = (
     ("zerolib.core.catalogue.models", ("MODELS", "get_model", "parameter_count",
                                        "active_parameter_count", "largest_layer")),
     ("zerolib.core.catalogue.devices", ("DEVICES", "get_device", "device_at")),
-    ("zerolib.core.catalogue.links", ("LINKS", "get_link", "LinkEfficiency")),
+    ("zerolib.core.catalogue.links", ("LINKS", "get_link")),
     ("zerolib.core.catalogue.nodes", ("NODES", "interconnect")),
     # your own model: a config.json or a Megatron-LM launch's arguments
     ("zerolib.core.catalogue.hf_config", ("model_from_config",)),
@@ -55,10 +55,10 @@ _EXPORTS = (
     ("zerolib.core.memory.tables", ("memory_table", "fewest_gpus_table", "stage_savings",
                                     "peak_frame", "group_size_table", "tier_table")),
     # the step: what it communicates and how long it takes
-    ("zerolib.core.step.engines", ("ENGINES", "get_engine", "Overlap")),
+    ("zerolib.core.step.engines", ("ENGINES",)),
     ("zerolib.core.step.traffic", ("volume", "SLOTS")),
     ("zerolib.core.step.time", ("ComputeSettings", "compute_seconds")),
-    ("zerolib.core.step.run_cost", ("RunCost", "run_cost")),
+    ("zerolib.core.step.run_cost", ("run_cost",)),
     ("zerolib.core.step.expert_parallel_traffic", ("expert_traffic",)),
     ("zerolib.core.step.tables", ("traffic_frame", "timeline_frame", "tradeoff_frame",
                                   "group_traffic_table", "overlap_frame")),

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import base64
 import datetime
-import sys
-import types
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -14,7 +12,6 @@ import pytest
 
 from zerolib.app import answers as answering
 from zerolib.app.answers import (
-    STEP_MODEL_LABEL,
     answers,
     engine_choices,
     left_out_for,
@@ -142,63 +139,19 @@ def test_what_each_configuration_leaves_out():
     assert set(left_out_for_all()) | set(piped) == set(PLAN_LEFT_OUT)
 
 
-@pytest.fixture
-def fake_engines(monkeypatch):
-    """An installed step model with named engines (what zerolib.core.step.engines provides)."""
-    module = types.ModuleType(answering.ENGINES_MODULE)
-    module.ENGINES = {"paper": types.SimpleNamespace(label="the ZeRO paper's schedule",
-                                                     stages=(0, 1, 2, 3)),
-                      "megatron": types.SimpleNamespace(label="Megatron-LM's distributed optimizer",
-                                                        stages=(0, 1))}
-    module.DEFAULT_ENGINE = "megatron"
-    monkeypatch.setitem(sys.modules, answering.ENGINES_MODULE, module)
-    return module
-
-
-def test_without_engines_the_page_names_the_step_models_own_schedule():
-    if answering.ENGINES_MODULE in sys.modules or _installed():
-        pytest.skip("this zerolib has named engines")
-    assert engine_choices() == ((STEP_MODEL_LABEL, ""),)
+def test_engines_are_offered_default_first_and_handed_to_the_core():
+    # DeepSpeed 0.19.8 at its defaults is estimate's and plan's default engine, offered first.
+    assert [name for _, name in engine_choices()] == ["deepspeed", "paper", "fsdp2", "megatron"]
     a = answers(Settings())
-    assert a.engine == "" and a.engine_label == STEP_MODEL_LABEL
-    assert answers(Settings(engine="deepspeed")).errors["plan"].startswith(
-        "engine: this zerolib's step model knows no named engines")
-
-
-def _installed() -> bool:
-    import importlib.util
-    return importlib.util.find_spec(answering.ENGINES_MODULE) is not None
-
-
-def test_engines_are_offered_default_first_and_handed_to_the_core(fake_engines, monkeypatch):
-    seen = {}
-
-    def recorder(name, takes=True):
-        def with_engine(*args, engine=None, **kwargs):
-            seen[name] = (args, engine)
-            raise ValueError(f"{name} stops here")
-
-        def without_engine(*args, **kwargs):
-            seen[name] = (args, None)
-            raise ValueError(f"{name} stops here")
-        (with_engine if takes else without_engine).__name__ = name
-        return with_engine if takes else without_engine
-
-    # Before the planner takes an engine, the page offers none and names the step model's own.
-    assert engine_choices() == ((STEP_MODEL_LABEL, ""),)
-    monkeypatch.setattr(answering, "plan_settings", recorder("plan_settings"))
-    assert engine_choices() == (("megatron (Megatron-LM's distributed optimizer)", "megatron"),
-                                ("paper (the ZeRO paper's schedule)", "paper"))
-    monkeypatch.setattr(answering, "estimate", recorder("estimate"))
-    monkeypatch.setattr(answering, "estimate_model", recorder("estimate_model", takes=False))
-    monkeypatch.setattr(answering, "plan", recorder("plan", takes=False))
-    a = answers(Settings())                          # "" is the default engine: megatron
-    assert a.engine == "megatron" and a.engine_label.startswith("megatron (")
-    assert seen["estimate"][1] == "megatron" and seen["estimate"][0][4] == (0, 1)   # its stages
-    assert a.errors["peak"] == "estimate_model stops here"   # the default, asked without it
-    other = answers(Settings(engine="paper"))
-    assert seen["estimate"][1] == "paper" and seen["estimate"][0][4] == (0, 1, 2, 3)
-    # A function that takes no engine refuses another in one line, never answering for the
-    # wrong engine.
-    assert other.errors["peak"] == ("this zerolib's estimate_model takes no engine: it answers "
-                                    "for megatron (Megatron-LM's distributed optimizer) only")
+    assert a.engine == "deepspeed" and a.engine_label.startswith("deepspeed (DeepSpeed 0.19.8")
+    assert a.plan.settings.engine.name == "deepspeed"
+    # Megatron-LM's distributed optimizer offers stages 0 and 1 only: those are what it answers.
+    m = answers(Settings(engine="megatron"))
+    assert [row["stage"] for row in m.state.stages] == [0, 1]
+    assert [row["stage"] for row in m.peak.stages] == [0, 1]
+    assert m.plan.settings.engine.name == "megatron"
+    assert set(m.plan.fits["stage"]) <= {0, 1}
+    # An engine the core does not know is one line for every answer after the model.
+    bad = answers(Settings(engine="horovod"))
+    assert bad.errors["plan"] == ("engine must be one of paper, deepspeed, fsdp2, megatron, "
+                                  "got 'horovod'")

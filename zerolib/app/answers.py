@@ -12,10 +12,8 @@ model_from_config`), then asks, in the page's order:
 4. the run's wall-clock time and GPU-hours for the settings' tokens at the fastest plan's step
    time (:func:`zerolib.core.step.run_cost.run_cost`, as ``--tokens``).
 
-Engines: the names and labels come from the installed step model at call time
-(:func:`engine_choices`). An engine is handed to a core function only when that function takes
-an ``engine`` argument; a step model without engines is named for what it computes (the ZeRO
-paper's schedule). Each part that cannot be answered (a setting the core refuses) carries one
+Engines: every answer is for the settings' engine (:data:`zerolib.core.step.engines.ENGINES`,
+the default first); each part that cannot be answered (a setting the core refuses) carries one
 line saying why, and the parts before it still answer.
 
 The rest are pure functions of an :class:`Answers`: the HTML of each answer, the plan's CSV
@@ -25,18 +23,16 @@ from __future__ import annotations
 
 import csv
 import html
-import inspect
 import io
 import json
 import math
 from dataclasses import dataclass, field
-from importlib import import_module
 
 from zerolib.app.settings import Settings
 from zerolib.core.catalogue.hf_config import model_from_config
 from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
 from zerolib.core.estimate import Estimate, estimate, estimate_model
-from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES
+from zerolib.core.memory.accounting import STRATEGY_NAMES
 from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.planner import (
     FIT_COLUMNS,
@@ -45,14 +41,11 @@ from zerolib.core.planner import (
     Plan,
     describe_configuration,
     plan,
-    plan_settings,
 )
+from zerolib.core.step.engines import DEFAULT_ENGINE, ENGINES, Engine
 from zerolib.core.step.run_cost import RunCost, run_cost
 from zerolib.core.units import format_value
 
-# What the step model computes when it knows no named engines.
-STEP_MODEL_LABEL = "the ZeRO paper's schedule (the step model of this zerolib)"
-ENGINES_MODULE = "zerolib.core.step.engines"
 TOP = 10                 # fastest configurations shown on the page
 CSV_TOP = 100            # and written to the CSV (zerolib plan --format csv --top 100)
 RUN_LEFT_OUT = "no failures, restarts, evaluation or checkpointing"
@@ -78,7 +71,7 @@ class Answers:
     settings: Settings
     model: TransformerConfig | None = None
     engine: str = ""
-    engine_label: str = STEP_MODEL_LABEL
+    engine_label: str = ""
     state: Estimate | None = None
     peak: Estimate | None = None
     peak_settings: WorkingSetSettings | None = None
@@ -88,59 +81,18 @@ class Answers:
 
 
 def engine_choices() -> tuple[tuple[str, str], ...]:
-    """(label, name) of each engine the installed step model knows, the default first; one
-    entry, the step model's own schedule (name ""), when it knows none or the planner takes
-    none."""
-    try:
-        engines = import_module(ENGINES_MODULE)
-    except ImportError:
-        return ((STEP_MODEL_LABEL, ""),)
-    if not takes_engine(plan_settings):
-        # Engines named but not yet handed to the planner: its answers are the step model's own.
-        return ((STEP_MODEL_LABEL, ""),)
-    default = getattr(engines, "DEFAULT_ENGINE", None)
-    names = sorted(engines.ENGINES, key=lambda name: name != default)
-    return tuple((f"{name} ({engines.ENGINES[name].label})", name) for name in names)
+    """(label, name) of each engine of :data:`zerolib.core.step.engines.ENGINES`, the default
+    (``estimate``'s and ``plan``'s) first."""
+    names = sorted(ENGINES, key=lambda name: name != DEFAULT_ENGINE)
+    return tuple((f"{name} ({ENGINES[name].label})", name) for name in names)
 
 
-def _engine(name: str) -> tuple[str, str, object]:
-    """(name, label, the Engine or None) of the settings' engine; "" is the default one."""
-    choices = engine_choices()
-    if not name:
-        label, name = choices[0]
-    labels = {value: label for label, value in choices}
-    if name not in labels:
-        known = ", ".join(value for _, value in choices if value)
-        raise ValueError(f"engine must be one of {known}, got {name!r}" if known else
-                         f"engine: this zerolib's step model knows no named engines (its answers "
-                         f"are {STEP_MODEL_LABEL}), got {name!r}")
-    engine = None
-    if name:
-        engine = import_module(ENGINES_MODULE).ENGINES[name]
-    return name, labels[name], engine
-
-
-def takes_engine(function) -> bool:
-    """Whether ``function`` takes an ``engine`` argument (decided when called, not at import)."""
-    return "engine" in inspect.signature(function).parameters
-
-
-def default_engine() -> str:
-    """The engine the installed step model uses when none is named ("" without engines)."""
-    return engine_choices()[0][1]
-
-
-def _with_engine(function, engine: str, checked=None) -> dict:
-    """``{"engine": engine}`` when ``function`` (or ``checked``, the function that checks its
-    options) takes one. A function that takes none answers for the step model's default engine
-    (or its own schedule), so the default is asked without it; another engine is refused in one
-    line rather than answered for the wrong one."""
-    if takes_engine(checked or function):
-        return {"engine": engine} if engine else {}
-    if engine and engine != default_engine():
-        raise ValueError(f"this zerolib's {function.__name__} takes no engine: it answers for "
-                         f"{engine_choices()[0][0]} only")
-    return {}
+def _engine(name: str) -> tuple[str, str, Engine]:
+    """(name, label, Engine) of the settings' engine; "" is the default one."""
+    name = name or DEFAULT_ENGINE
+    if name not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {name!r}")
+    return name, dict((value, label) for label, value in engine_choices())[name], ENGINES[name]
 
 
 def read_model(settings: Settings) -> TransformerConfig:
@@ -179,11 +131,10 @@ def answers(settings: Settings) -> Answers:
         for part in ("state", "peak", "plan", "run"):
             errors[part] = str(error)
         return Answers(**found)
-    # The stages the engine offers (all four for the step model's own schedule).
-    stages = tuple(getattr(engine, "stages", STAGES))
+    stages = engine.stages   # the stages the engine offers
     try:
         found["state"] = estimate(parameter_count(config), settings.gpus, settings.layout,
-                                  settings.device, stages, **_with_engine(estimate, name))
+                                  settings.device, stages, engine=name)
     except (ValueError, TypeError) as error:
         errors["state"] = str(error)
     try:
@@ -191,14 +142,14 @@ def answers(settings: Settings) -> Answers:
         found["peak_settings"] = ws
         found["peak"] = estimate_model(config, settings.gpus, ws, settings.layout,
                                        settings.device, stages,
-                                       **_with_engine(estimate_model, name))
+                                       engine=name)
     except (ValueError, TypeError) as error:
         errors["peak"] = str(error)
     try:
         found["plan"] = result = plan(
             config, settings.gpus, settings.gpus_per_node, settings.device, settings.seq_len,
             settings.global_batch, links=settings.links or None, layout=settings.layout,
-            **_with_engine(plan, name, plan_settings))
+            engine=name)
     except (ValueError, TypeError) as error:
         errors["plan"] = errors["run"] = str(error)
         return Answers(**found)

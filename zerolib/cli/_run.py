@@ -32,7 +32,7 @@ def _run_dict(cost, mfu: float, engine: str) -> dict:
             "assumptions": list(run_assumptions(mfu, engine))}
 
 
-def add_to_estimate(result: dict, tokens: int, engine: str = "paper") -> dict:
+def add_to_estimate(result: dict, tokens: int) -> dict:
     """``estimate``'s JSON with the run: ``run`` (tokens, tokens per step = tokens per GPU x
     GPUs, GPUs, steps, engine, mfu, assumptions) and per stage ``run`` (``seconds``,
     ``gpu_hours``)."""
@@ -42,7 +42,7 @@ def add_to_estimate(result: dict, tokens: int, engine: str = "paper") -> dict:
     for row in result["stages"]:
         cost = run_cost(tokens, per_step, row["communication"]["step_seconds"], result["gpus"])
         rows.append({**row, "run": {"seconds": cost.seconds, "gpu_hours": cost.gpu_hours}})
-    return {**result, "stages": rows, "run": _run_dict(cost, compute["mfu"], engine)}
+    return {**result, "stages": rows, "run": _run_dict(cost, compute["mfu"], result["engine"])}
 
 
 def estimate_lines(result: dict) -> list[str]:
@@ -75,10 +75,11 @@ def plan_cost(result, tokens: int):
     return run_cost(tokens, s.global_batch * s.seq_len, fits["step_seconds"].to_numpy(), s.gpus)
 
 
-def add_to_plan(out: dict, result, tokens: int, engine: str = "paper") -> dict:
+def add_to_plan(out: dict, result, tokens: int) -> dict:
     """``plan``'s JSON with the run: ``run`` (as estimate's) and per fitting configuration
     ``run_seconds`` and ``gpu_hours``."""
     s = result.settings
+    engine = s.engine.name
     cost = plan_cost(result, tokens)
     if cost is None:
         cost = run_cost(tokens, s.global_batch * s.seq_len, 1.0, s.gpus)   # steps only
@@ -89,7 +90,7 @@ def add_to_plan(out: dict, result, tokens: int, engine: str = "paper") -> dict:
     return {**out, "fits": fits, "run": _run_dict(cost, s.mfu, engine)}
 
 
-def plan_lines(result, tokens: int, engine: str = "paper") -> list[str]:
+def plan_lines(result, tokens: int) -> list[str]:
     """The table's lines for the run: steps, the fastest fitting configuration's time and
     GPU-hours, the assumptions."""
     s = result.settings
@@ -102,4 +103,4 @@ def plan_lines(result, tokens: int, engine: str = "paper") -> list[str]:
             f"x sequence) on {s.gpus:,} GPUs; the fastest that fits takes "
             f"{duration_text(float(cost.seconds[0]))}, {float(cost.gpu_hours[0]):,.0f} GPU-hours "
             f"(JSON and CSV: every configuration's run_seconds and gpu_hours).",
-            "Assumes " + "; ".join(run_assumptions(s.mfu, engine)) + "."]
+            "Assumes " + "; ".join(run_assumptions(s.mfu, s.engine.name)) + "."]

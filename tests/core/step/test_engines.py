@@ -25,6 +25,9 @@ from zerolib.core.step.tables import overlap_frame
 from zerolib.core.step.time import ComputeSettings, step_time
 from zerolib.core.step.traffic import flat_traffic, traffic
 
+# The hand numbers below take PCIe 4.0 x16 at its 31.5 GB/s line rate (not the rate NCCL reaches).
+PCIE = zl.interconnect("pcie4-x16", efficiency="line-rate")
+
 # 7B on 64 GPUs in 16-bit: chunks of ceil(7e9 / 64) = 109,375,000 elements; one ring pass sends
 # 63 x 109,375,000 x 2 = 13,781,250,000 bytes per GPU.
 PASS_7B_64 = 13_781_250_000
@@ -110,11 +113,11 @@ def test_stage_0_reduction_hides_only_behind_the_last_micro_batch():
     # last quarter of the backward is left to hide behind, 0.126984 - 0.0080128.
     compute = ComputeSettings(1000, 0.4)
     backward = 4e12 / (0.4 * 312e12)
-    latency = float(ring_timing(zl.interconnect("pcie4-x16"), "all_reduce", 2)[0])
+    latency = float(ring_timing(PCIE, "all_reduce", 2)[0])
     wire = 4e9 / 31.5e9 + latency
     for m in (1, 4):
         t = flat_traffic(10**9, 2, 0, "fp32-adam", engine="paper", micro_batches=m)
-        s = step_time(t, "pcie4-x16", "a100-80gb", compute)
+        s = step_time(t, PCIE, "a100-80gb", compute)
         assert math.isclose(float(s.exposed["backward"]), wire - backward / m, rel_tol=1e-9)
 
 
@@ -128,13 +131,13 @@ def test_deepspeed_stage_1_waits_for_its_reduction_and_the_playbook_hides_the_ga
     # Ultra-Scale Playbook's rule.
     compute = ComputeSettings(1000, 0.4)
     forward, backward = 2e12 / (0.4 * 312e12), 4e12 / (0.4 * 312e12)
-    ds = step_time(flat_traffic(10**9, 2, 1, "fp32-adam", engine="deepspeed"), "pcie4-x16",
+    ds = step_time(flat_traffic(10**9, 2, 1, "fp32-adam", engine="deepspeed"), PCIE,
                    "a100-80gb", compute)
-    paper = step_time(flat_traffic(10**9, 2, 1, "fp32-adam", engine="deepspeed"), "pcie4-x16",
+    paper = step_time(flat_traffic(10**9, 2, 1, "fp32-adam", engine="deepspeed"), PCIE,
                       "a100-80gb", compute, overlap=Overlap("paper"))
     assert math.isclose(float(ds.step_seconds - paper.step_seconds), backward, rel_tol=1e-9)
     playbook = overlap_rules(ENGINES["deepspeed"])["post-step gather hidden"]
-    hidden = step_time(flat_traffic(10**9, 2, 1, "fp32-adam", engine="deepspeed"), "pcie4-x16",
+    hidden = step_time(flat_traffic(10**9, 2, 1, "fp32-adam", engine="deepspeed"), PCIE,
                        "a100-80gb", compute, overlap=playbook)
     assert math.isclose(float(ds.step_seconds - hidden.step_seconds), forward, rel_tol=1e-9)
     assert ds.overlap.name == "deepspeed" and ds.engine == "deepspeed"
@@ -148,12 +151,12 @@ def test_first_gather_and_latency_rules():
     t = flat_traffic(10**9, 2, 3, "fp32-adam", engine="paper")
     gather = 2e9 / 31.5e9 + 8.4e-6 + 5.7e-6
     rules = overlap_rules(ENGINES["paper"])
-    first = step_time(t, "pcie4-x16", "a100-80gb", compute, overlap=rules["first gather exposed"])
+    first = step_time(t, PCIE, "a100-80gb", compute, overlap=rules["first gather exposed"])
     assert math.isclose(float(first.exposed["forward"]), gather, rel_tol=1e-9)
-    none = step_time(t, "pcie4-x16", "a100-80gb", compute, overlap=rules["nothing hidden"])
+    none = step_time(t, PCIE, "a100-80gb", compute, overlap=rules["nothing hidden"])
     assert math.isclose(float(none.step_seconds),
                         float(none.compute_seconds + none.communication_seconds), rel_tol=1e-12)
-    latency = step_time(t, "pcie4-x16", "a100-80gb", compute, overlap=rules["latency charged"])
+    latency = step_time(t, PCIE, "a100-80gb", compute, overlap=rules["latency charged"])
     # Three calls (forward gather, backward gather, reduce-scatter) of 8.4 + 5.7 us each.
     assert math.isclose(float(latency.exposed_seconds), 3 * 14.1e-6, rel_tol=1e-9)
 

@@ -51,7 +51,7 @@ def test_the_result_is_frozen():
     assert isinstance(cost, RunCost)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cost.steps = 1
-    assert zl.run_cost is run_cost and zl.RunCost is RunCost
+    assert zl.run_cost is run_cost and isinstance(zl.run_cost(1, 1, 1.0, 1), RunCost)
 
 
 @pytest.mark.parametrize("args, error, match", [
