@@ -61,3 +61,19 @@ def test_tables_of_other_settings_are_refused(tables):
         group_tradeoff_figure(group_size_table(7 * 10**9, 64), traffic)
     with pytest.raises(ValueError, match="group_traffic_table"):
         group_tradeoff_figure(memory, memory)
+
+
+def test_the_time_panel_names_its_schedule_and_link_rates(tables):
+    """group_traffic_table times the ZeRO paper's schedule at NCCL's achieved rates: the time
+    panel says so, and follows another link efficiency."""
+    memory, traffic = tables
+    _, (_, artists) = group_tradeoff_figure(memory, traffic, "h100-80gb")
+    subtitle = artists.titles[3].get_text()
+    assert subtitle == ("4,096 tokens per GPU · 40% of peak · the ZeRO paper's schedule · "
+                        "achieved link rates")
+    for efficiency, words in (("line-rate", "links at line rate"),
+                              (0.8, "links at 80% of line rate")):
+        other = group_traffic_table("llama-2-7b", 64,
+                                    zl.interconnect("dgx-h100", efficiency=efficiency), "h100-80gb")
+        update_group_traffic(artists, other)
+        assert artists.titles[3].get_text().endswith(f"the ZeRO paper's schedule · {words}")

@@ -88,6 +88,9 @@ def test_explorer_texts_are_pure_functions_of_the_table():
     assert rows["ZeRO-3 + optimizer on CPU"]["gpu_fits"] and not rows["ZeRO-3 + optimizer on CPU"]["host_fits"]
     summary = summary_html(table, A100, "GB", TiB)
     assert "Only the GPU fits" in summary and "ZeRO-3 + optimizer on CPU" in summary
+    # Which engine's options these are, and that no engine's schedule (no time) enters.
+    assert ("The options are DeepSpeed 0.19.8's (offload_optimizer, offload_param, ZeRO++'s "
+            "hpZ); no step time, so no engine's schedule enters.") in summary
     html = options_table_html(table, A100, "GB", TiB)
     assert html.count("<tr>") == len(OPTIONS) + 1 and "1,120 GB" in html
     assert set(TIERS) == {"gpu", "cpu", "nvme"}

@@ -34,6 +34,7 @@ from zerolib.chapter.style import (
 )
 from zerolib.core.catalogue.devices import Device
 from zerolib.core.catalogue.models import parameter_count
+from zerolib.core.step.engines import get_engine
 from zerolib.core.step.tables import GROUP_TRAFFIC_COLUMNS
 from zerolib.core.units import check_unit, format_value
 
@@ -81,7 +82,10 @@ def _grid(table: pd.DataFrame, column: str) -> tuple[np.ndarray, dict]:
 
 
 def traffic_titles(attrs) -> tuple[str, str, str, str]:
+    """The two panels' titles and subtitles; the time's names whose schedule and link rates it
+    is (the table's ``engine`` where it carries one: ``group_traffic_table`` times the paper's)."""
     ic, compute = attrs["interconnect"], attrs["compute"]
+    engine = get_engine(attrs.get("engine", "paper"))
     where = (ic.label if ic.gpus_per_node is None
              else f"{ic.label}, {gpus_text(ic.gpus_per_node)} per node: {ic.intra.name} inside, "
                   f"{ic.nics} x {ic.network.name} out")
@@ -89,7 +93,16 @@ def traffic_titles(attrs) -> tuple[str, str, str, str]:
             f"{where}",
             f"Step time on {attrs['gpus']:,} {attrs['device'].label}",
             f"{compute.tokens_per_gpu:,} tokens per GPU · {compute.mfu:.0%} of peak · "
-            "collectives overlap compute where the schedule allows")
+            f"{engine.label} · {_rates(ic.efficiency)}")
+
+
+def _rates(efficiency) -> str:
+    """The link rates the collectives were timed at, in a few words."""
+    if efficiency.setting == "achieved":
+        return "achieved link rates"
+    if efficiency.setting == "line-rate":
+        return "links at line rate"
+    return f"links at {efficiency.setting:.0%} of line rate"
 
 
 def _apply(artists: GroupTrafficArtists, table, unit):

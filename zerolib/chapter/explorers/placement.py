@@ -117,6 +117,9 @@ def summary_html(table: pd.DataFrame, device: Device, unit: str, host_memory: in
         + (f"<br>Only the GPU fits (the node's CPU memory is too small) under: "
            f"{html.escape(_and(gpu_only))}." if gpu_only else "")
         + "<br>Model state only: activations and buffers come on top of the GPU bars (notebook 4)."
+        # The placement is memory alone: no engine's collectives or overlap are timed here.
+        "<br>The options are DeepSpeed 0.19.8's (offload_optimizer, offload_param, ZeRO++'s hpZ); "
+        "no step time, so no engine's schedule enters."
         f"<br>Reference line: {html.escape(device_label(device, unit))}.</p>")
 
 
