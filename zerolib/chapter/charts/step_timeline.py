@@ -3,8 +3,8 @@
 :func:`draw_step_timeline` draws a :func:`zerolib.core.step.tables.timeline_frame`: per
 strategy two lanes, the GPU's compute (forward, backward, waiting for the network) and the
 network (each collective of the schedule, with its bytes per GPU), placed in time by the
-overlap model of :mod:`zerolib.core.step.time`. The model, GPUs, interconnect and compute settings
-named in the titles come from the frame's ``attrs``.
+overlap model of :mod:`zerolib.core.step.time`. The model, GPUs, interconnect, compute settings
+and the engine whose schedule it is named in the titles come from the frame's ``attrs``.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from matplotlib.transforms import blended_transform_factory, offset_copy
 
 from zerolib.chapter.charts.tidy import check_tidy
+from zerolib.chapter.charts.tradeoff import engine_words
 from zerolib.chapter.charts.will_it_fit import TOL_MUTED
 from zerolib.chapter.style import (
     STRATEGY_COLORS,
@@ -84,7 +85,8 @@ def step_timeline_titles(attrs: Mapping) -> tuple[str, str]:
     if ic.gpus_per_node is not None:
         where = (f"{ic.name} nodes: {gpus_text(ic.gpus_per_node)} on {ic.intra.name} inside, "
                  f"{ic.nics} {ic.network.name} port{'s' if ic.nics > 1 else ''} out")
-    subtitle = (f"{where} · bus bandwidth {format_value(attrs['bus_bandwidth'] / GB)} GB/s per GPU\n"
+    subtitle = (f"{where} · bus bandwidth {format_value(attrs['bus_bandwidth'] / GB)} GB/s per GPU"
+                f" · {engine_words(attrs)}\n"
                 f"{compute.tokens_per_gpu:,} tokens per GPU per step, "
                 f"{compute.flops_per_param_token} FLOPs per parameter and token at "
                 f"{compute.mfu:.0%} of the peak · layout {attrs['layout'].name}")
