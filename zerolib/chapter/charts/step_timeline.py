@@ -76,17 +76,18 @@ def _fits(text: str, width_points: float) -> bool:
 
 
 def step_timeline_titles(attrs: Mapping) -> tuple[str, str]:
-    """The title (model, GPUs, device) and subtitle (interconnect, compute settings, layout)."""
+    """The title (model, GPUs, device, whose schedule) and subtitle (interconnect, compute
+    settings, layout)."""
     model = attrs["model"]
     name = model.name if hasattr(model, "name") else f"{format_count(model)}-parameter model"
     ic, compute, device = attrs["interconnect"], attrs["compute"], attrs["device"]
-    title = f"One training step of {name} on {attrs['gpus']:,} {device.label}: compute and collectives"
+    title = (f"One training step of {name} on {attrs['gpus']:,} {device.label} under "
+             f"{engine_words(attrs)}")
     where = ic.label
     if ic.gpus_per_node is not None:
         where = (f"{ic.name} nodes: {gpus_text(ic.gpus_per_node)} on {ic.intra.name} inside, "
                  f"{ic.nics} {ic.network.name} port{'s' if ic.nics > 1 else ''} out")
-    subtitle = (f"{where} · bus bandwidth {format_value(attrs['bus_bandwidth'] / GB)} GB/s per GPU"
-                f" · {engine_words(attrs)}\n"
+    subtitle = (f"{where} · bus bandwidth {format_value(attrs['bus_bandwidth'] / GB)} GB/s per GPU\n"
                 f"{compute.tokens_per_gpu:,} tokens per GPU per step, "
                 f"{compute.flops_per_param_token} FLOPs per parameter and token at "
                 f"{compute.mfu:.0%} of the peak · layout {attrs['layout'].name}")
