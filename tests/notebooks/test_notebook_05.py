@@ -365,3 +365,15 @@ def test_the_figures_say_which_engine(nb):
     assert "under the ZeRO paper's schedule and overlap rule" in text(nb, "tradeoff-intro")
     (cell,) = [c for c in nb.cells if c.get("id") == "explorer"]
     assert 'engine="paper"' in cell.source
+
+
+def test_the_readme_tells_05s_lessons():
+    readme = " ".join((NOTEBOOK.parents[1] / "README.md").read_text(encoding="utf-8").split())
+    deepspeed, paper = sent_per_stage("deepspeed"), sent_per_stage("paper")
+    assert (f"7B on 64 GPUs: {deepspeed[1]:,} bytes per GPU at stage 1, not {paper[1]:,}") in readme
+    assert "(m + 1) Psi and 3m Psi under the paper's schedule, while stages 0-1 synchronise once" in readme
+    one_pass = 63 * 109_375_000 * 2
+    assert sent_per_stage("paper", 5)[2] == 6 * one_pass and sent_per_stage("paper", 5)[3] == 15 * one_pass
+    nvlink = zl.get_link("nvlink4")
+    assert (f"at the rates NCCL reaches ({nvlink.achieved_bandwidth / 1e9:g} of NVLink 4's "
+            f"{nvlink.bandwidth / 1e9:g} GB/s)") in readme
