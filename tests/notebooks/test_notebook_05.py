@@ -377,3 +377,13 @@ def test_the_readme_tells_05s_lessons():
     nvlink = zl.get_link("nvlink4")
     assert (f"at the rates NCCL reaches ({nvlink.achieved_bandwidth / 1e9:g} of NVLink 4's "
             f"{nvlink.bandwidth / 1e9:g} GB/s)") in readme
+
+
+def test_the_explorers_engine_menu(nb):
+    from zerolib.core.step.engines import DEFAULT_ENGINE
+    said = text(nb, "explorer-intro")
+    assert "the menu defaults to DeepSpeed 0.19.8, as `zerolib estimate` does" in said
+    explorer = StepTimeExplorer()
+    assert explorer.engine == DEFAULT_ENGINE == "deepspeed"
+    assert dict(explorer.controls["engine"].options)["DeepSpeed 0.19.8"] == "deepspeed"
+    assert "the paper's schedule, which is its static picture" in said
