@@ -98,3 +98,10 @@ def test_the_figures_name_the_engine_they_time(timeline, tradeoff):
     update_memory_vs_step_time(artists, fsdp2)
     assert len(artists.points[1].get_xdata()) == 0 and artists.labels[1].get_text() == ""
     assert artists.legend.get_texts()[1].get_alpha() == 0.35
+
+
+def test_the_data_readme_names_the_schedule_of_the_step_figures():
+    from zerolib.chapter.figures import data_readme
+    assert published_data(STEP_TIMELINE).attrs["engine"].name == "paper"
+    assert "follow the ZeRO paper's schedule and rule (`zerolib.core.step.engines`, engine `paper`" in " ".join(
+        data_readme().split())
