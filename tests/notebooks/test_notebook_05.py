@@ -8,6 +8,7 @@ from pathlib import Path
 
 import nbformat
 import numpy as np
+import pandas as pd
 import pytest
 
 import zerolib as zl
@@ -94,8 +95,11 @@ def test_nvlink_inside_infiniband_across(nb):
     for frame, words in ((inside, "NVLink's {} GB/s"), (across, "still runs at {} GB/s"),
                          (port, "runs at {} GB/s")):
         assert words.format(f"{frame.attrs['bus_bandwidth'] / 1e9:g}") in said
-    assert inside.attrs["bus_bandwidth"] / port.attrs["bus_bandwidth"] == 9   # "a ninth"
-    assert "a ninth of NVLink's rate" in said
+    # 48 / 370 = 0.1297: "13 % of NVLink's rate"; 8 ports of 48 GB/s = 384 GB/s, over NVLink's 370.
+    assert round(100 * port.attrs["bus_bandwidth"] / inside.attrs["bus_bandwidth"]) == 13
+    assert "13 % of NVLink's rate" in said and "48 GB/s (384 GB/s together)" in said
+    assert zl.interconnect("dgx-h100").nics * 48e9 == 384e9 > across.attrs["bus_bandwidth"]
+    assert said.startswith("Under the paper's schedule") and inside.attrs["engine"].name == "paper"
     # Every collective but the after-step gather hides across DGX nodes.
     assert (across["exposed_seconds"][[0, 3]] == 0).all() and (across["exposed_seconds"][[1, 2]] > 0).all()
     forward, backward = zl.compute_seconds(zl.parameter_count(LLAMA), "h100-80gb")
@@ -142,7 +146,8 @@ STAGE_NAMES = {0: "Plain data parallelism", 1: "ZeRO stage 1 (optimizer)",
 
 
 def explorer_after(**changes) -> StepTimeExplorer:
-    explorer = StepTimeExplorer()
+    """The notebook's explorer (it starts under the paper's schedule) after ``changes``."""
+    explorer = StepTimeExplorer(engine="paper")
     for name, value in changes.items():
         explorer.controls[name].value = value
     return explorer
@@ -158,17 +163,25 @@ def pct(cell: str) -> str:
 
 def test_things_to_try(nb):
     said = text(nb, "explorer-read")
+    assert "the explorer starts under the paper's schedule" in said
     e = explorer_after(link="ib-ndr")
-    assert e.data.attrs["bus_bandwidth"] == 50e9 and "falls to 50 GB/s" in said
+    assert e.data.attrs["bus_bandwidth"] == 48e9 and "falls to 48 GB/s" in said
     rows = {s: table(e, s) for s in range(4)}
     assert (f"Plain data parallelism takes {rows[0][5]} ({pct(rows[0][6])} waiting), stages 1 and "
             f"2 {rows[1][5]} ({pct(rows[1][6])}) and stage 3 {rows[3][5]} ({pct(rows[3][6])})") in said
     assert rows[1][5] == rows[2][5]
     assert "Fastest of them: ZeRO stage 1 (optimizer)" in e.summary.value
     assert "stage 1 is the fastest strategy that fits" in said
+    e.controls["engine"].value = "deepspeed"
+    assert f"stages 1 and 2 take {table(e, 1)[5]} ({pct(table(e, 1)[6])}), and stage 3 is the fastest" in said
+    assert "Fastest of them: ZeRO stage 3 (+ parameters)" in e.summary.value
+
+    e = explorer_after(engine="deepspeed")
+    assert (f"plain data parallelism waits {pct(table(e, 0)[6])} and stages 1 and 2 "
+            f"{pct(table(e, 1)[6])}; stage 3 still {pct(table(e, 3)[6])}") in said
 
     e = explorer_after(gpus=8)
-    assert e.data.attrs["bus_bandwidth"] == 450e9
+    assert e.data.attrs["bus_bandwidth"] == 370e9 and "NVLink only (370 GB/s)" in said
     assert f"Stage 1 now needs {table(e, 1)[1]}, stage 3 {table(e, 3)[1]}" in said
     assert f"stages 1 and 2 wait {pct(table(e, 1)[6])}" in said
 
@@ -186,10 +199,15 @@ def test_things_to_try(nb):
     assert f"last all-gather ({pct(table(e, 1)[6])})" in said and table(e, 3)[6] == "0%"
 
     e = explorer_after(device="l40s-48gb", link="pcie-8x-l40s")
-    assert e.data.attrs["bus_bandwidth"] == 31.5e9 and "31.5 GB/s bounds the ring" in said
+    assert e.data.attrs["bus_bandwidth"] == 24e9 and "PCIe's 24 GB/s (NCCL's rate on its 31.5)" in said
+    assert zl.get_link("pcie4-x16").bandwidth == 31.5e9
     assert [table(e, s)[2] for s in range(4)] == ["too big", "too big", "fits", "fits"]
-    assert (f"stage 3 ({table(e, 3)[5]}, {pct(table(e, 3)[6])} waiting) is faster than stage 2 "
-            f"({table(e, 2)[5]}, {pct(table(e, 2)[6])})") in said
+    assert table(e, 2)[6] == table(e, 3)[6]
+    assert (f"under the paper's schedule they take {table(e, 2)[5]} and {table(e, 3)[5]} "
+            f"({pct(table(e, 3)[6])} waiting each)") in said
+    e.controls["engine"].value = "deepspeed"
+    assert (f"under DeepSpeed 0.19.8 stage 2 takes {table(e, 2)[5]} and stage 3 "
+            f"{table(e, 3)[5]}") in said
     assert float(e.data["step_seconds"][3]) < float(e.data["step_seconds"][2])
 
 
@@ -223,10 +241,12 @@ def test_summary_and_links(nb):
     said = text(nb, "summary")
     t = flat_traffic(P7, 64, [0, 3]).total_sent
     assert f"{gb(t[0])} per step under stages 0-2 and {gb(t[1])}" in said
-    for link, gpus, bandwidth in (("dgx-h100", 8, "450 GB/s"), ("dgx-h100", 64, "400 GB/s"),
-                                  ("ib-ndr", 64, "50 GB/s")):
+    # At the rates NCCL reaches: NVLink 4's 370 inside and across (8 x 48 = 384 ports out), 48.
+    for link, gpus, bandwidth in (("dgx-h100", 8, "370 GB/s"), ("dgx-h100", 64, "370 GB/s"),
+                                  ("ib-ndr", 64, "48 GB/s")):
         assert float(bus_bandwidth(zl.interconnect(link), gpus)) == float(bandwidth.split()[0]) * 1e9
         assert bandwidth in said
+    assert "inside a DGX H100 a ring runs at 370 GB/s, across DGX H100 nodes at 370 GB/s" in said
     forward, backward = zl.compute_seconds(zl.parameter_count(LLAMA), "h100-80gb")
     assert f"the compute is {seconds(forward + backward, 3)} a step" in said
     frame = zl.published_data("memory-vs-step-time")
@@ -236,3 +256,134 @@ def test_summary_and_links(nb):
     assert "0 bytes unexplained" in said
     assert "](04-will-it-fit.ipynb)" in said and "](06-sharding-groups-and-offload.ipynb)" in said
     assert np.isclose(t[1] / t[0], 1.5) and "1.5x" in said
+
+
+def sent_per_stage(engine, micro_batches=1):
+    frame = zl.traffic_frame(P7, 64, zl.get_engine(engine).stages, engine=engine,
+                             micro_batches=micro_batches)
+    return frame.groupby("stage")["sent_bytes"].sum()
+
+
+def test_stages_1_and_2_as_each_engine_runs_them(nb):
+    said = text(nb, "engines-read")
+    # One ring pass of 7e9 / 64 = 109,375,000 two-byte elements, 63 chunks: 13,781,250,000 B.
+    one_pass = 63 * 109_375_000 * 2
+    deepspeed, paper = sent_per_stage("deepspeed"), sent_per_stage("paper")
+    assert deepspeed[1] == 3 * one_pass == 41_343_750_000 and paper[1] == 2 * one_pass
+    assert (f"stage 1 all-reduces ({2 * one_pass:,} B) and then all-gathers ({one_pass:,} B): "
+            f"{deepspeed[1]:,} B per GPU, not the paper's {paper[1]:,}, as much as stage 3") in said
+    assert deepspeed[3] == deepspeed[1]
+    assert 1 not in zl.get_engine("fsdp2").stages and "PyTorch FSDP2 has no stage 1" in said
+    megatron = sent_per_stage("megatron")
+    assert megatron[1] == paper[1] and "Megatron-LM's distributed optimizer is stage 1 on the paper's" in said
+    read = text(nb, "schedule-read")
+    assert "DeepSpeed 0.19.8 at its defaults runs stages 1 and 2 otherwise" in read
+    assert zl.get_engine("deepspeed").all_reduce_stages == (1, 2)
+
+
+def test_gradient_accumulations_price(nb):
+    said = text(nb, "accumulation-read")
+    one_pass = 63 * 109_375_000 * 2
+    for m in (1, 8, 64):
+        paper, deepspeed = sent_per_stage("paper", m), sent_per_stage("deepspeed", m)
+        # Stages 0-1 synchronise once: 2 passes; stage 2 (m + 1); stage 3 3m; DeepSpeed's stage 2
+        # all-reduces every micro-batch: 2m + 1.
+        assert paper[0] == paper[1] == 2 * one_pass
+        assert paper[2] == (m + 1) * one_pass and paper[3] == 3 * m * one_pass
+        assert deepspeed[2] == (2 * m + 1) * one_pass
+    assert f"stages 0 and 1 send {gb(2 * one_pass)} whatever *m*" in said
+    assert f"{gb(9 * one_pass)} at *m* = 8 and {gb(65 * one_pass)} at 64" in said
+    assert f"{gb(24 * one_pass)} and {3 * 64 * one_pass / 1e9:,.2f} GB, 96x stage 1's" in said
+    assert 3 * 64 / 2 == 96
+    assert f"(2*m* + 1) passes: {gb(17 * one_pass)} at *m* = 8" in said
+
+
+def test_the_fastest_that_fits_on_one_port_per_gpu_per_engine(nb):
+    said = text(nb, "fabric-engines-read")
+    steps = {}
+    for name, engine in zl.ENGINES.items():
+        frame = zl.tradeoff_frame(LLAMA, 64, "ib-ndr", "h100-80gb", stages=engine.stages, engine=name)
+        fits = frame[frame["memory_bytes"] <= zl.get_device("h100-80gb").capacity]
+        steps[name] = fits.set_index("stage")["step_seconds"]
+        assert frame.set_index("stage")["memory_bytes"][0] > zl.get_device("h100-80gb").capacity
+
+    def fastest(name):
+        return int(steps[name].idxmin())
+    assert fastest("paper") == 1 and steps["paper"][1] == steps["paper"][2]
+    assert f"stage 1 is the fastest that fits ({steps['paper'][1]:.3f} s, stage 2 the same)" in said
+    assert fastest("deepspeed") == 3
+    assert (f"1 and 2 move 3Ψ and reduce after the backward pass, {steps['deepspeed'][1]:.3f} s, "
+            f"and stage 3 is the fastest that fits ({steps['deepspeed'][3]:.3f} s)") in said
+    assert fastest("fsdp2") == 2 and f"Under FSDP2 stage 2 is ({steps['fsdp2'][2]:.3f} s" in said
+    assert list(steps["megatron"].index) == [1] and f"takes {steps['megatron'][1]:.3f} s at stage 1" in said
+
+
+def test_the_overlap_rule_as_a_sensitivity(nb):
+    said = text(nb, "sensitivity-read")
+    frame = pd_frame = pd.concat([zl.overlap_frame(LLAMA, 64, "dgx-h100", "h100-80gb", engine=e)
+                                  for e in ("paper", "deepspeed")])
+    step = pd_frame.set_index(["engine", "overlap", "stage"])["step_seconds"]
+    compute = float(frame["compute_seconds"].iloc[0])
+    assert step["paper", "engine", 3] == compute
+    assert f"stage 3 costs no time here ({compute:.3f} s, the compute)" in said
+    assert (f"first layer's gather exposed it takes {step['paper', 'first gather exposed', 3]:.3f} s, "
+            f"with every call's latency charged {step['paper', 'latency charged', 3]:.3f} s, and with "
+            f"nothing hidden {step['paper', 'nothing hidden', 3]:.3f} s") in said
+    assert step["paper", "post-step gather hidden", 1] == compute
+    assert (f"brings them from {step['paper', 'engine', 1]:.3f} s to "
+            f"{step['paper', 'post-step gather hidden', 1]:.3f} s") in said
+    assert (f"stages 0-2 hide nothing: {step['deepspeed', 'engine', 0]:.3f} s and "
+            f"{step['deepspeed', 'engine', 1]:.3f} s, while its stage 3 takes "
+            f"{step['deepspeed', 'engine', 3]:.3f} s") in said
+
+
+def test_the_overlap_rule_comes_before_any_costs_no_time(nb):
+    ids = [c.id for c in nb.cells if c.cell_type == "markdown"]
+    said = {i: text(nb, i) for i in ids}
+    first_rule = ids.index("timeline-intro")
+    assert "**overlap rule**" in said["timeline-intro"]
+    for i, cell_id in enumerate(ids):
+        if re.search(r"costs? no time|all of it hides", said[cell_id]):
+            assert i > first_rule, cell_id
+            assert re.search(r"under (the paper's|that) (overlap )?rule|under the paper's rule",
+                             said[cell_id], re.I), cell_id
+
+
+def test_achieved_link_rates(nb):
+    said = text(nb, "links-intro")
+    nvlink, ndr = zl.get_link("nvlink4"), zl.get_link("ib-ndr")
+    assert (nvlink.achieved_bandwidth, nvlink.bandwidth) == (370e9, 450e9)
+    assert (ndr.achieved_bandwidth, ndr.bandwidth) == (48e9, 50e9)
+    assert "about 370 of NVLink 4's 450 GB/s" in said and "48 of an NDR port's 50 GB/s" in said
+    assert "#212" in nvlink.achieved_source and "#212" in said and "#267" in said
+
+
+def test_the_figures_say_which_engine(nb):
+    assert zl.published_data("step-timeline").attrs["engine"].name == "paper"
+    assert zl.published_data("memory-vs-step-time").attrs["engine"].name == "paper"
+    assert "The figure follows the ZeRO paper's schedule" in text(nb, "timeline-intro")
+    assert "under the ZeRO paper's schedule and overlap rule" in text(nb, "tradeoff-intro")
+    (cell,) = [c for c in nb.cells if c.get("id") == "explorer"]
+    assert 'engine="paper"' in cell.source
+
+
+def test_the_readme_tells_05s_lessons():
+    readme = " ".join((NOTEBOOK.parents[1] / "README.md").read_text(encoding="utf-8").split())
+    deepspeed, paper = sent_per_stage("deepspeed"), sent_per_stage("paper")
+    assert (f"7B on 64 GPUs: {deepspeed[1]:,} bytes per GPU at stage 1, not {paper[1]:,}") in readme
+    assert "(m + 1) Psi and 3m Psi under the paper's schedule, while stages 0-1 synchronise once" in readme
+    one_pass = 63 * 109_375_000 * 2
+    assert sent_per_stage("paper", 5)[2] == 6 * one_pass and sent_per_stage("paper", 5)[3] == 15 * one_pass
+    nvlink = zl.get_link("nvlink4")
+    assert (f"at the rates NCCL reaches ({nvlink.achieved_bandwidth / 1e9:g} of NVLink 4's "
+            f"{nvlink.bandwidth / 1e9:g} GB/s)") in readme
+
+
+def test_the_explorers_engine_menu(nb):
+    from zerolib.core.step.engines import DEFAULT_ENGINE
+    said = text(nb, "explorer-intro")
+    assert "the menu defaults to DeepSpeed 0.19.8, as `zerolib estimate` does" in said
+    explorer = StepTimeExplorer()
+    assert explorer.engine == DEFAULT_ENGINE == "deepspeed"
+    assert dict(explorer.controls["engine"].options)["DeepSpeed 0.19.8"] == "deepspeed"
+    assert "the paper's schedule, which is its static picture" in said

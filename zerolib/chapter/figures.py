@@ -285,7 +285,9 @@ def _step_sentence(options: FigureOptions) -> str:
             f"{compute.tokens_per_gpu:,} tokens per GPU per step, "
             f"{compute.flops_per_param_token} FLOPs per parameter and token at {compute.mfu:.0%} "
             f"of the device's peak ({options.step_device.peak_flops / 10**12:g} TFLOP/s dense "
-            f"{options.step_device.peak_dtype}). The overlap model and every constant are in "
+            f"{options.step_device.peak_dtype}). The collectives and their overlap follow the ZeRO "
+            "paper's schedule and rule (`zerolib.core.step.engines`, engine `paper`; DeepSpeed "
+            "0.19.8's defaults differ at stages 0-2). The overlap model and every constant are in "
             "`zerolib/core/step/time.py`, `zerolib/core/catalogue/nodes.py` and `zerolib/core/catalogue/links.py`.")
 
 

@@ -80,3 +80,28 @@ def test_tradeoff_figure_and_update_in_place(tradeoff):
     assert artists.labels[3].get_text() == "25.9 GiB · 0.89 s · 53% waiting"
     fresh, _ = memory_vs_step_time_figure(slow, unit="GiB")
     assert render_png(figure) == render_png(fresh)
+
+
+def test_the_figures_name_the_engine_they_time(timeline, tradeoff):
+    # The published figures follow the ZeRO paper's schedule (the step tables' default); a
+    # frame of another engine says so in the subtitle.
+    _, ax = step_timeline_figure(timeline)
+    assert ax.get_title(loc="left").endswith("64 H100 80GB under the ZeRO paper's schedule")
+    _, artists = memory_vs_step_time_figure(tradeoff)
+    assert artists.subtitle.get_text().endswith("· the ZeRO paper's schedule")
+    deepspeed = tradeoff_frame("llama-2-7b", 64, "dgx-h100", "h100-80gb", engine="deepspeed")
+    update_memory_vs_step_time(artists, deepspeed)
+    assert artists.subtitle.get_text().endswith("· DeepSpeed 0.19.8's schedule")
+    # FSDP2 offers stages 0, 2 and 3: the stage-1 point is left out, its legend entry faded.
+    fsdp2 = tradeoff_frame("llama-2-7b", 64, "dgx-h100", "h100-80gb", stages=(0, 2, 3),
+                           engine="fsdp2")
+    update_memory_vs_step_time(artists, fsdp2)
+    assert len(artists.points[1].get_xdata()) == 0 and artists.labels[1].get_text() == ""
+    assert artists.legend.get_texts()[1].get_alpha() == 0.35
+
+
+def test_the_data_readme_names_the_schedule_of_the_step_figures():
+    from zerolib.chapter.figures import data_readme
+    assert published_data(STEP_TIMELINE).attrs["engine"].name == "paper"
+    assert "follow the ZeRO paper's schedule and rule (`zerolib.core.step.engines`, engine `paper`" in " ".join(
+        data_readme().split())

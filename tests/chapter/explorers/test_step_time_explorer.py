@@ -17,6 +17,16 @@ GPU, 40 % of 989.5 TFLOP/s, mixed-precision Adam (16-bit parameters and gradient
   three passes 3 x 0.0358547 + 105 x 296.8e-6 = 0.138728 s, hidden; step 0.418401 s.
 - Peaks (zerolib estimate --model llama-2-7b --gpus 64, flash attention, no recomputation):
   144.44, 52.37, 39.10 and 27.84 GB.
+Those are the ZeRO paper's schedule. The explorer starts at DeepSpeed 0.19.8's defaults (the
+engine `zerolib estimate` defaults to): stages 0-2 all-reduce the gradients in buckets of
+5 x 10^8 elements, ceil(P / 5e8) = 14 calls, after the backward pass (nothing hides them).
+- Stage 0: 2 x 13,266,255,744 B / 370e9 + 14 x 585.2 us = 0.0717095 + 0.0081928 = 0.0799023 s,
+  exposed: step 0.498304 s, 16.0 % waiting.
+- Stages 1-2: that all-reduce plus the after-step all-gather in floor(64 ceil(P/64) / 5e8) =
+  13 shards: 0.0358547 + 13 x 296.8e-6 = 0.0397131 s; 0.119615 s, all exposed: step 0.538017 s,
+  22.2 %; 2 + 1 passes = 39,798,767,232 B sent.
+- Stage 3: the same 0.138728 s, hidden but the first layer's gather: 0.0462427 s / 35 =
+  0.0013212 s; step 0.419722 s, 0.3 %.
 """
 import re
 
@@ -36,7 +46,7 @@ def no_display(monkeypatch):
 
 @pytest.fixture(scope="module")
 def tradeoff():
-    return tradeoff_frame("llama-2-7b", 64, "dgx-h100", "h100-80gb")
+    return tradeoff_frame("llama-2-7b", 64, "dgx-h100", "h100-80gb", engine="deepspeed")
 
 
 def cells(table_html, strategy) -> list[str]:
@@ -47,11 +57,29 @@ def cells(table_html, strategy) -> list[str]:
 
 @pytest.fixture
 def explorer():
-    return explorers.StepTimeExplorer()
+    """Under the paper's schedule, the values the module doc works out first."""
+    return explorers.StepTimeExplorer(engine="paper")
 
 
-def test_explorer_starts_at_the_chapter_setting(explorer, tradeoff):
-    assert explorer.data.equals(tradeoff)
+def test_explorer_starts_at_the_chapter_setting_under_deepspeed(tradeoff):
+    explorer = explorers.StepTimeExplorer()
+    assert explorer.engine == "deepspeed" and explorer.data.equals(tradeoff)
+    table = explorer.table.value
+    assert cells(table, "Plain data parallelism") == [
+        "Plain data parallelism", "144 GB", "too big", "26.5 GB", "0.08 s", "0.5 s", "16%"]
+    assert cells(table, "ZeRO stage 1 (optimizer)")[1:] == [
+        "52.4 GB", "fits", "39.8 GB", "0.12 s", "0.54 s", "22%"]
+    assert cells(table, "ZeRO stage 3 (+ parameters)")[1:] == [
+        "27.8 GB", "fits", "39.8 GB", "0.14 s", "0.42 s", "0%"]
+    summary = explorer.summary.value.replace("&#x27;", "'")
+    assert "Timed for DeepSpeed 0.19.8's schedule (stages 0, 1, 2, 3," in summary
+    assert "Fastest of them: ZeRO stage 3 (+ parameters), 0.42 s" in summary
+    labels = dict((v, k) for k, v in explorer.controls["engine"].options)
+    assert labels["deepspeed"] == "DeepSpeed 0.19.8" and labels["paper"] == "the ZeRO paper's schedule"
+
+
+def test_explorer_starts_at_the_chapter_setting(explorer):
+    assert explorer.data.equals(tradeoff_frame("llama-2-7b", 64, "dgx-h100", "h100-80gb"))
     table = explorer.table.value
     assert cells(table, "Plain data parallelism") == [
         "Plain data parallelism", "144 GB", "too big", "26.5 GB", "0.072 s", "0.42 s", "0%"]
@@ -62,6 +90,21 @@ def test_explorer_starts_at_the_chapter_setting(explorer, tradeoff):
     summary = explorer.summary.value
     assert "bus bandwidth 370 GB/s" in summary and "0.42 s of compute" in summary
     assert "Fastest of them: ZeRO stage 3 (+ parameters), 0.42 s" in summary
+
+
+def test_explorer_engine_shows_its_own_stages(explorer):
+    image = bytes(explorer.image.value)
+    explorer.controls["engine"].value = "fsdp2"
+    # FSDP2 has no stage 1: three rows, the stage-1 point left out of the figure.
+    assert list(explorer.data["stage"]) == [0, 2, 3] and explorer.status.value == ""
+    assert "ZeRO stage 1" not in explorer.table.value and bytes(explorer.image.value) != image
+    assert len(explorer.artists.points[1].get_xdata()) == 0
+    # FSDP2's stage 2 gathers before each forward (prefetched) and reduce-scatters per layer:
+    # hidden but the first layer's gather, as its stage 3.
+    assert "Timed for PyTorch FSDP2" in explorer.summary.value
+    explorer.controls["engine"].value = "paper"
+    assert list(explorer.data["stage"]) == [0, 1, 2, 3]
+    assert len(explorer.artists.points[1].get_xdata()) == 1
 
 
 def test_explorer_link_and_gpus_per_node(explorer):
@@ -111,6 +154,7 @@ def test_explorer_bad_starting_values():
     for kwargs, name in (({"gpus": 3}, "gpus"), ({"link": "nvlink9"}, "link"),
                          ({"gpus_per_node": 3}, "gpus_per_node"),
                          ({"tokens_per_gpu": 1000}, "tokens_per_gpu"), ({"mfu": 0.9}, "mfu"),
-                         ({"model": "gpt-5"}, "model"), ({"device": "tpu"}, "device")):
+                         ({"model": "gpt-5"}, "model"), ({"device": "tpu"}, "device"),
+                         ({"engine": "horovod"}, "engine")):
         with pytest.raises(ValueError, match=name):
             explorers.StepTimeExplorer(**kwargs)

@@ -3,8 +3,8 @@
 :func:`draw_step_timeline` draws a :func:`zerolib.core.step.tables.timeline_frame`: per
 strategy two lanes, the GPU's compute (forward, backward, waiting for the network) and the
 network (each collective of the schedule, with its bytes per GPU), placed in time by the
-overlap model of :mod:`zerolib.core.step.time`. The model, GPUs, interconnect and compute settings
-named in the titles come from the frame's ``attrs``.
+overlap model of :mod:`zerolib.core.step.time`. The model, GPUs, interconnect, compute settings
+and the engine whose schedule it is named in the titles come from the frame's ``attrs``.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from matplotlib.transforms import blended_transform_factory, offset_copy
 
 from zerolib.chapter.charts.tidy import check_tidy
+from zerolib.chapter.charts.tradeoff import engine_words
 from zerolib.chapter.charts.will_it_fit import TOL_MUTED
 from zerolib.chapter.style import (
     STRATEGY_COLORS,
@@ -75,11 +76,13 @@ def _fits(text: str, width_points: float) -> bool:
 
 
 def step_timeline_titles(attrs: Mapping) -> tuple[str, str]:
-    """The title (model, GPUs, device) and subtitle (interconnect, compute settings, layout)."""
+    """The title (model, GPUs, device, whose schedule) and subtitle (interconnect, compute
+    settings, layout)."""
     model = attrs["model"]
     name = model.name if hasattr(model, "name") else f"{format_count(model)}-parameter model"
     ic, compute, device = attrs["interconnect"], attrs["compute"], attrs["device"]
-    title = f"One training step of {name} on {attrs['gpus']:,} {device.label}: compute and collectives"
+    title = (f"One training step of {name} on {attrs['gpus']:,} {device.label} under "
+             f"{engine_words(attrs)}")
     where = ic.label
     if ic.gpus_per_node is not None:
         where = (f"{ic.name} nodes: {gpus_text(ic.gpus_per_node)} on {ic.intra.name} inside, "

@@ -4,7 +4,9 @@
 returns the artists; :func:`update_memory_vs_step_time` changes the same artists (points, the
 segment from compute time to step time that shows the wait for the network, labels, the
 device line, titles, limits) for a new frame, device or unit. The published figure, the
-notebook and the explorer all draw through these.
+notebook and the explorer all draw through these. The subtitle names the engine whose schedule
+and overlap rule the step times follow (the frame's ``attrs["engine"]``); an engine that offers
+fewer stages than were drawn (FSDP2 has no stage 1) leaves the others' points out.
 """
 from __future__ import annotations
 
@@ -55,8 +57,17 @@ def tradeoff_titles(attrs) -> tuple[str, str]:
     title = (f"Memory against step time: {attrs['model'].name} on {attrs['gpus']:,} "
              f"{attrs['device'].label}")
     subtitle = (f"{where} ({format_value(attrs['bus_bandwidth'] / GB)} GB/s) · "
-                f"{compute.tokens_per_gpu:,} tokens per GPU · {compute.mfu:.0%} of peak")
+                f"{compute.tokens_per_gpu:,} tokens per GPU · {compute.mfu:.0%} of peak · "
+                f"{engine_words(attrs)}")
     return title, subtitle
+
+
+def engine_words(attrs) -> str:
+    """Whose schedule the step times follow: "the ZeRO paper's schedule", "DeepSpeed
+    0.19.8's schedule" (frames without an engine are the paper's)."""
+    engine = attrs.get("engine")
+    label = "the ZeRO paper's schedule" if engine is None else engine.label
+    return label if label.endswith("schedule") else f"{label}'s schedule"
 
 
 @dataclass(eq=False)
@@ -84,8 +95,8 @@ class TradeoffArtists:
 def _apply(artists: TradeoffArtists, frame, device, unit):
     ax = artists.ax
     stages = tuple(int(s) for s in frame["stage"])
-    if stages != artists.stages:
-        raise ValueError(f"frame must hold the stages {artists.stages} drawn first")
+    if not set(stages) <= set(artists.stages):
+        raise ValueError(f"frame must hold some of the stages {artists.stages} drawn first")
     scale = check_unit(unit)
     device = get_device(device)
     capacity = device.capacity / scale
@@ -99,6 +110,12 @@ def _apply(artists: TradeoffArtists, frame, device, unit):
     top = max(float(memory.max()), capacity) * 1.12
     ax.set_ylim(0, top)
     heights = spread(memory, gap=0.06 * top)
+    for stage in set(artists.stages) - set(stages):   # a stage this engine does not offer
+        artists.points[stage].set_data([], [])
+        artists.waits[stage].set_data([], [])
+        artists.labels[stage].set_text("")
+    for text, stage in zip(artists.legend.get_texts(), artists.stages):
+        text.set_alpha(1.0 if stage in stages else 0.35)
     for i, stage in enumerate(stages):
         artists.points[stage].set_data([step[i]], [memory[i]])
         artists.waits[stage].set_data([compute[i], step[i]], [memory[i], memory[i]])
@@ -115,14 +132,17 @@ def _apply(artists: TradeoffArtists, frame, device, unit):
 
 
 def draw_memory_vs_step_time(ax, frame: pd.DataFrame, device: str | Device | None = None,
-                             unit: str = "GB") -> TradeoffArtists:
+                             unit: str = "GB", stages=None) -> TradeoffArtists:
     """One point per stage at (step time, peak memory per GPU); a line back to the compute time
     shows how long the GPU waits for the network; the dashed line is the device's capacity
-    (``device`` defaults to the one the frame was timed on)."""
+    (``device`` defaults to the one the frame was timed on). ``stages`` (default: the frame's)
+    are the stages artists are made for, so that a later frame of another engine can show
+    some of them."""
     frame = _check(frame)
     device = frame.attrs["device"] if device is None else get_device(device)
     check_unit(unit)
-    stages = tuple(int(s) for s in frame["stage"])
+    stages = (tuple(int(s) for s in frame["stage"]) if stages is None
+              else tuple(sorted({int(s) for s in stages})))
     figure = ax.figure
     with style():
         points, waits, labels = {}, {}, {}

@@ -3,7 +3,9 @@ a cluster the reader chooses.
 
 :func:`summary_html` and :func:`stage_table_html` are pure (tested without widgets): they read
 the drawn :func:`zerolib.core.step.tables.tradeoff_frame` and judge the **peak** (model state +
-working set) against the device and the step time against the compute alone.
+working set) against the device and the step time against the compute alone, for the engine
+chosen (:mod:`zerolib.core.step.engines`: its stages, collectives and overlap rule), which the
+summary names.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from zerolib.chapter.charts.tradeoff import (
     FIGSIZE,
     MARGINS,
     draw_memory_vs_step_time,
+    engine_words,
     tradeoff_blocks,
     update_memory_vs_step_time,
 )
@@ -32,6 +35,7 @@ from zerolib.core.catalogue.models import MODELS, get_model
 from zerolib.core.catalogue.nodes import NODES
 from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
 from zerolib.core.memory.working_set import WorkingSetSettings
+from zerolib.core.step.engines import DEFAULT_ENGINE, ENGINES
 from zerolib.core.step.tables import tradeoff_frame
 from zerolib.core.step.time import DEFAULT_MFU
 from zerolib.core.units import GB, format_value
@@ -84,6 +88,10 @@ def summary_html(frame: pd.DataFrame, device: Device, unit: str) -> str:
     where = ic.label if ic.gpus_per_node is None else (
         f"{ic.label} nodes of {gpus_text(ic.gpus_per_node)} with {ic.nics} x {ic.network.label}")
     gpus = attrs["gpus"]
+    engine = attrs["engine"]
+    verdict = (f"Timed for {engine_words(attrs)} (stages "
+               f"{', '.join(map(str, engine.stages))}, its collectives and overlap rule). "
+               f"{verdict}")
     return (f"<p><b>{html.escape(attrs['model'].name)}</b> on <b>{gpus:,} "
             f"GPU{'s' if gpus != 1 else ''}</b> ({html.escape(device.label)}), "
             f"{html.escape(where)}: bus bandwidth {format_value(attrs['bus_bandwidth'] / GB)} GB/s "
@@ -120,19 +128,21 @@ class StepTimeExplorer(Explorer):
     :data:`zerolib.core.catalogue.nodes.NODES` or a link of :data:`zerolib.core.catalogue.links.LINKS`),
     ``gpus_per_node`` (0 = the node's own; ignored for a bare link), ``tokens_per_gpu``
     (sequences of 4,096 tokens per GPU and step), ``mfu`` (utilisation of the peak),
-    ``device``, ``unit``. ``.data`` is :func:`zerolib.core.step.tables.tradeoff_frame`.
+    ``engine`` (whose schedule and overlap rule: :data:`zerolib.core.step.engines.ENGINES`, by
+    default the one ``zerolib estimate`` and ``plan`` default to), ``device``, ``unit``.
+    ``.data`` is :func:`zerolib.core.step.tables.tradeoff_frame` over the engine's stages.
     """
 
     PANEL = (
         ("Model and cluster", ("model", "gpus", "link", "gpus_per_node")),
-        ("Each step", ("tokens_per_gpu", "mfu")),
+        ("Each step", ("tokens_per_gpu", "mfu", "engine")),
         ("Device", ("device", "unit", "capacity")),
     )
 
     def __init__(self, model: str = "llama-2-7b", gpus: int = 64, link: str = "dgx-h100",
                  gpus_per_node: int = 0, tokens_per_gpu: int = SEQ_LEN, mfu: float = DEFAULT_MFU,
                  device: str = "h100-80gb", unit: str = "GB", layout: str | Layout = "mixed-adam",
-                 dpi: float = EXPLORER_DPI):
+                 engine: str = DEFAULT_ENGINE, dpi: float = EXPLORER_DPI):
         super().__init__(dpi)
         w = widgets()
         if not isinstance(model, str) or get_model(model).name not in MODELS:
@@ -145,6 +155,8 @@ class StepTimeExplorer(Explorer):
             raise ValueError(f"gpus_per_node must be one of {PER_NODE_STEPS}, got {gpus_per_node!r}")
         if tokens_per_gpu not in TOKEN_STEPS:
             raise ValueError(f"tokens_per_gpu must be one of {TOKEN_STEPS}, got {tokens_per_gpu!r}")
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         low, high, _ = MFU_RANGE
         if isinstance(mfu, bool) or not isinstance(mfu, (int, float)) or not low <= mfu <= high:
             raise ValueError(f"mfu must be a number from {low} to {high}, got {mfu!r}")
@@ -169,11 +181,15 @@ class StepTimeExplorer(Explorer):
             "mfu": w.FloatSlider(value=mfu, min=low, max=high, step=MFU_RANGE[2],
                                  readout_format=".0%", description="Utilisation", style=wide,
                                  continuous_update=True),
+            "engine": w.Dropdown(options=[(e.label, name) for name, e in ENGINES.items()],
+                                 value=engine, description="Engine"),
             **device_and_unit(device, unit),
         }
         self.data = self._frame()
+        # Every stage gets artists: another engine shows the ones it offers.
         self._start(FIGSIZE, MARGINS, tradeoff_blocks,
-                    lambda ax: draw_memory_vs_step_time(ax, self.data, self.device, self.unit))
+                    lambda ax: draw_memory_vs_step_time(ax, self.data, self.device, self.unit,
+                                                        STAGES))
         self.widget = self._box()
 
     # Current settings, read from the controls.
@@ -207,9 +223,14 @@ class StepTimeExplorer(Explorer):
     def layout(self) -> Layout:
         return self._layout
 
+    @property
+    def engine(self) -> str:
+        return self.controls["engine"].value
+
     def _frame(self):
         return tradeoff_frame(self.model, self.gpus, self.link, self.device, self.settings,
-                              self.mfu, STAGES, self.layout, self.gpus_per_node)
+                              self.mfu, ENGINES[self.engine].stages, self.layout,
+                              self.gpus_per_node, engine=self.engine)
 
     def _update(self) -> bool:
         self.data = self._frame()
