@@ -224,7 +224,8 @@ def test_what_moves_instead(cells, mixtral):
     assert zl.expert_traffic(mixtral, 8192, 1, 8).step_sent_bytes == 2 * a2a.step_sent_bytes
     assert zl.expert_traffic(mixtral, 4096, 2, 8).step_sent_bytes == 2 * a2a.step_sent_bytes
     summary = cells["closing"].split("## Summary", 1)[1]
-    assert f"({_gb(a2a.step_sent_bytes)} against {_gb(gathers)} GB per GPU per step on 8 GPUs)" in summary
+    assert (f"(for Mixtral on 8 GPUs, {_gb(a2a.step_sent_bytes)} against {_gb(gathers)} GB sent per GPU "
+            "per step)") in summary
 
 
 def test_deepseek_v3_published_layout(cells):
