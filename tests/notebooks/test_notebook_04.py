@@ -175,7 +175,13 @@ def test_experts_prose(cells):
     bound = max(10**9, fused + 50_000_000)
     assert f"from 10⁹ elements to {bound:,} ({gb(2 * bound, 2)} GB in 16 bits instead of 2 GB)" in read
     assert zl.working_set(moe, 3, SETTINGS)["gathered_parameters"] == 2 * 10**9
-    assert "out of this chapter's scope" in read
+    # Expert parallelism is modelled now: the paragraph sends the reader to notebook 8's section.
+    assert "out of this chapter's scope" not in read
+    assert ("is the subject of notebook [8](08-size-your-own-model.ipynb)'s section \"Mixtures of "
+            "experts\"") in read
+    later = nbformat.read(NOTEBOOK.parent / "08-size-your-own-model.ipynb", as_version=4)
+    assert any(c.source.startswith("## Mixtures of experts\n") for c in later.cells
+               if c.cell_type == "markdown")
     summary = cells["summary"]
     assert f"needs {with_working_set} H100s at stage 3 with this working set" in summary
     active = zl.active_parameter_count(moe)

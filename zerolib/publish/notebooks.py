@@ -6,6 +6,9 @@ A notebook is executed top to bottom in a fresh kernel of the current interprete
 - no timing metadata (``record_timing=False``, and any left by an editor is dropped);
 - the widget state is saved (``store_widget_state=True``: nbviewer and exported HTML show the
   widgets, and GitHub refuses ``metadata.widgets`` without its ``state`` key);
+- adjacent outputs of one stream (stdout, stderr) are merged into one: the kernel flushes
+  output on a timer, so one ``print`` can arrive as one output or as two, run to run (nbval
+  merges them the same way before it compares);
 - widget model ids, random uuids on every run, are renumbered in a fixed order (outputs first,
   in cell order, then the models they reference) into ids derived from the notebook's name;
 - the metadata is what JupyterLab writes when it saves the notebook in this project's
@@ -230,9 +233,26 @@ def substance(nb: nbformat.NotebookNode) -> dict:
     return {"nbformat": (nb.nbformat, nb.nbformat_minor), "metadata": metadata, "cells": cells}
 
 
+def coalesce_streams(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """``nb`` with each run of adjacent outputs of one stream merged into one (in place)."""
+    for cell in nb.cells:
+        merged = []
+        for output in cell.get("outputs", ()):
+            last = merged[-1] if merged else None
+            if (last is not None and output.output_type == last.output_type == "stream"
+                    and output.name == last.name):
+                last.text += output.text
+            else:
+                merged.append(output)
+        if cell.cell_type == "code":
+            cell.outputs = merged
+    return nb
+
+
 def normalise(nb: nbformat.NotebookNode, namespace: str) -> nbformat.NotebookNode:
-    """Stable ids, no timing metadata, the metadata JupyterLab writes, recorded package versions."""
-    nb = as_jupyterlab_saves(renumber_widgets(nb, namespace))
+    """Stable ids, adjacent pieces of one stream merged, no timing metadata, the metadata
+    JupyterLab writes, recorded package versions."""
+    nb = coalesce_streams(as_jupyterlab_saves(renumber_widgets(nb, namespace)))
     nb.metadata["zerolib"] = {"executed_with": package_versions()}
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
