@@ -144,3 +144,17 @@ def test_shard_groups_and_offload_are_not_planned_with_experts_spread():
     assert len(spread) and (spread["offload"].astype(str) == "none").all()
     assert (spread["shard_group"] == spread["data_parallel"]).all()
     assert ((valid["expert_parallel"] == 1) & (valid["offload"].astype(str) == "optimizer")).any()
+
+
+def test_compute_counts_the_active_parameters():
+    # A token runs 2 of the 8 experts: 46,702,792,704 - 32 x 6 x 176,160,768 = 12,879,925,248
+    # active parameters (the total Mixtral's source states, embedding and output included), at
+    # 6 FLOPs each per token, 1,024 tokens, on an H100's 989.5 TFLOP/s at mfu 0.4; E does not
+    # change it.
+    active = 46_702_792_704 - 32 * 6 * EXPERT
+    assert active == 12_879_925_248
+    result = plan(*ONE_NODE, **SMALL, expert_parallel=(1, 8), mfu=0.4)
+    for e in (1, 8):
+        row = _row(result, tensor_parallel=1, pipeline_parallel=1, expert_parallel=e)
+        assert row["micro_batches"] == 1
+        assert row["compute_seconds"] == pytest.approx(6 * active * 1024 / (989.5e12 * 0.4), rel=1e-12)

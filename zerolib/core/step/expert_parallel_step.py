@@ -13,8 +13,9 @@ MoE layer's routed experts (:mod:`zerolib.core.memory.expert_parallel`), so per 
   :mod:`zerolib.core.step.expert_parallel_traffic`) over the E ranks t x C apart, not overlapped
   (the ``expert`` part of the step).
 
-Compute is unchanged: under uniform routing a GPU's experts / E see E times the tokens, as many
-expert FLOPs as without expert parallelism. Only whole shard groups (G = d) and no offload are
+Compute is unchanged by E: under uniform routing a GPU's experts / E see E times the tokens, as
+many expert FLOPs as without expert parallelism, those of the active parameters (the dense part
+and k / X of the routed experts, :func:`active_parameters`). Only whole shard groups (G = d) and no offload are
 modelled with E > 1; the settings are refused otherwise.
 """
 from __future__ import annotations
@@ -64,3 +65,14 @@ def expert_parts(config, ic, st, slots, params, r, seq_len, c, units, zero_slots
     a2a = all_to_all_seconds_of(config, ic, seq_len, st.micro_batch, t, st.sequence_parallel, e,
                                 layers, st.capacity_factor, st.element_bytes, t * c)
     return out, a2a
+
+
+def active_parameters(config, params, t, p, r):
+    """Of ``params`` on one GPU of pipeline stage r (every routed expert t-split), those one
+    token's FLOPs use: the dense part and k / X of the experts, with or without expert
+    parallelism (a GPU's experts / E see E times the tokens). ``params`` for a dense model."""
+    if not config.mixture_of_experts:
+        return params
+    layers = expert_layers_of(config, p, r)
+    one = expert_elements_of(config, t, 1)
+    return params - layers * one * (config.experts - config.experts_per_token)

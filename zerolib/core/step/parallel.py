@@ -490,6 +490,8 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
         backward compute and the per-step ZeRO seconds."""
         params = parameters_on(ParallelGrid(config, t, p, r, "1f1b", 1, None, 1))   # checked
         forward, backward = np.zeros(b.shape), np.zeros(b.shape)
+        # A token runs k of a mixture's X routed experts: the FLOPs are the active parameters'.
+        active = ep_step.active_parameters(config, params, t, p, r)
         # The recompute setting chooses the FLOPs (time.py's rule): selective and full repeat
         # the attention core of this GPU's heads and layers in the backward. Under context
         # parallelism each of its s / C tokens still attends over the whole sequence.
@@ -497,7 +499,7 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
         for code, name in enumerate(RECOMPUTE):   # FLOPs are linear in the tokens
             here = rec == code
             if np.any(here):
-                fwd, bwd = compute_seconds(params, device, _compute_settings(s, mfu, name))
+                fwd, bwd = compute_seconds(active, device, _compute_settings(s, mfu, name))
                 if name != "none":
                     bwd = bwd + core * s / (device.peak_flops * mfu)
                 forward, backward = np.where(here, fwd * b, forward), np.where(here, bwd * b, backward)
