@@ -107,7 +107,7 @@ ARCHITECTURES: Mapping[str, TransformerConfig] = MappingProxyType({
 })
 # Layouts no preset holds, by the name a row gives: DeepSeek-V3 (Sec. 3.3) keeps BF16 weights,
 # FP32 weight gradients, FP32 master weights and BF16 AdamW moments: 2 + 4 + (4 + 2 + 2).
-LAYOUTS: Mapping[str, Layout] = MappingProxyType({
+ROW_LAYOUTS: Mapping[str, Layout] = MappingProxyType({
     "bf16-fp32-grads-bf16-moments": Layout.custom(2, 4, 8, name="bf16-fp32-grads-bf16-moments")})
 CONFIG_FOLDER = "tests/data/"   # a row's model may be a published config.json there
 # tflops_per_gpu: model FLOPs (6 per parameter and token); hardware_tflops_per_gpu: with the
@@ -160,8 +160,8 @@ class TrainedRun:
 
     @property
     def widths(self) -> Layout:
-        """The row's layout: a preset or one of :data:`LAYOUTS`."""
-        return LAYOUTS.get(self.layout) or get_layout(self.layout)
+        """The row's layout: a preset or one of :data:`ROW_LAYOUTS`."""
+        return ROW_LAYOUTS.get(self.layout) or get_layout(self.layout)
 
     @property
     def micro_batches(self) -> int:
@@ -237,7 +237,7 @@ def _checked(run: TrainedRun) -> TrainedRun:
     if unknown:
         raise ValueError(f"assumed must name columns, got {sorted(unknown)} (row {run.run})")
     get_device(run.device)
-    _ = run.widths    # a layout that is neither a preset nor one of LAYOUTS raises here
+    _ = run.widths    # a layout that is neither a preset nor one of ROW_LAYOUTS raises here
     return run
 
 
