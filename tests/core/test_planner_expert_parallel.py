@@ -126,6 +126,14 @@ def test_engines_place_the_expert_group_by_their_rules():
         assert mask.any()
         assert bool((result.reason[mask] == code).all()) == rejected, engine
         assert bool((result.reason[mask] == code).any()) == rejected, engine
+    # torchtitan's EP takes all of C (``ep % cp == 0``): E = 2 under C = 4 runs in Megatron-LM only.
+    options["expert_parallel"] = (2,)
+    for engine, rejected in (("megatron", False), ("fsdp2", True)):
+        result = plan(*args, **options, engine=engine)
+        mask = ((result.space.columns["tensor_parallel"] == 1)
+                & (result.space.columns["pipeline_parallel"] == 1))
+        assert bool((result.reason[mask] == code).all()) == rejected, engine
+        assert bool((result.reason[mask] == code).any()) == rejected, engine
 
 
 def test_expert_parallel_with_tensor_parallel_needs_sequence_parallel():

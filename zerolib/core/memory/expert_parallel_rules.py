@@ -10,8 +10,9 @@ engine's rule for where the expert-parallel group sits:
   tiles the same GPUs as t x C x d x p; ETP = t here);
 - DeepSpeed-MoE: the expert-parallel group carved out of the data-parallel one, E divides d
   (``deepspeed/utils/groups.py``: expert data parallel = d / E);
-- FSDP2 (torchtitan): EP borrowed from the sharded data-parallel and context-parallel degrees,
-  E divides d x C (torchtitan ``parallel_dims.py``), as Megatron-LM;
+- FSDP2 (torchtitan, ETP = TP): EP borrows all of C and part of the sharded data-parallel
+  degree, C divides E and E divides d x C (torchtitan ``distributed/parallel_dims.py``:
+  ``ep % cp == 0 and (dp_shard * cp) % ep == 0``);
 
 and, for every engine, E divides the routed experts, sequence parallelism when t > 1
 (Megatron-LM's rule for the token dispatcher), whole shard groups and no offload (what zerolib
@@ -28,10 +29,12 @@ from zerolib.core.inputs import MAX_GPUS, check_positive_int, check_sequence
 from zerolib.core.memory.expert_parallel import expert_layers_of, expert_state_of
 
 RULE = ("expert_parallel must divide the routed experts and the engine's expert group "
-        "(d x C; DeepSpeed-MoE: d), with sequence parallelism where t > 1, whole shard groups "
-        "and no offload")
+        "(d x C; DeepSpeed-MoE: d; FSDP2: a multiple of C), with sequence parallelism where "
+        "t > 1, whole shard groups and no offload")
 # Engines whose expert-parallel group lies inside the data-parallel group alone.
 DATA_PARALLEL_ONLY = ("deepspeed",)
+# Engines whose expert-parallel group takes the whole context-parallel group (C divides E).
+BORROWS_CONTEXT = ("fsdp2",)
 
 
 def check_degrees(expert_parallel, config, gpus: int) -> tuple[int, ...]:
@@ -67,7 +70,8 @@ def expand(plan, columns: Mapping[str, np.ndarray], reason: np.ndarray, size: in
     group = out["data_parallel"]     # the ZeRO group, d x C
     c = out.get("context_parallel", np.ones_like(group))
     tiled = group // c if plan.engine.name in DATA_PARALLEL_ONLY else group
-    broken = (e > 1) & ((plan.model.experts % e != 0) | (tiled % e != 0)
+    borrows = (e % c != 0) if plan.engine.name in BORROWS_CONTEXT else np.zeros(len(e), dtype=bool)
+    broken = (e > 1) & ((plan.model.experts % e != 0) | (tiled % e != 0) | borrows
                         | ((out["tensor_parallel"] > 1) & ~out["sequence_parallel"])
                         | (out["shard_group"] != group) | (out["offload"] > 0))
     reason = np.where(broken & (reason > codes["expert_parallel"]), codes["expert_parallel"], reason)
