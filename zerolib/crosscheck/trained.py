@@ -271,9 +271,10 @@ def planner_check(run: TrainedRun, chunks=ALL_CHUNKS, mfu: float = DEFAULT_MFU,
     allow) covers the row's schedule, and if so the row's configuration in the plan: found among
     the runnable ones, fits, its rank among the fitting ones (1 = fastest) and step seconds. The
     search keeps the row's recomputation, sequence parallelism, stage and no offload, and varies
-    t, p, d, the schedule and the micro-batch; ``whole``: it varies every stage, recomputation
-    and sequence parallelism too (the plan for the row's model, GPUs, device, sequence and
-    batch, without offload and with whole shard groups)."""
+    t, p, d, the schedule and the micro-batch (a mixture of experts: E = 1 and the row's E);
+    ``whole``: it varies every stage, recomputation and sequence parallelism too, and every E
+    (the plan for the row's model, GPUs, device, sequence and batch, without offload and with
+    whole shard groups)."""
     covered = run.virtual_chunks in chunks_for(run.config, run.pipeline_parallel, chunks)
     out = {"run": run.run, "covered": covered, "found": False, "fits": False, "rank": 0,
            "fitting": 0, "step_seconds": None}
