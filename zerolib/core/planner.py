@@ -8,6 +8,9 @@ sequences, :func:`plan` enumerates every configuration
     default every v >= 2 with p x v dividing the layers, :data:`ALL_CHUNKS`),
     micro-batch b (1 to ``max_micro_batch``), recomputation (none, selective, full),
     ZeRO stage, shard group G (a divisor of d; stages 1-3), offload (DeepSpeed's menu),
+    and, where asked, each context-parallel degree C and, for a mixture of experts, each
+    expert-parallel degree E (:mod:`zerolib.core.memory.expert_parallel_rules`: by default every
+    divisor of the routed experts; the experts' state over d x C / E, their all-to-alls timed),
 
 rejects what cannot run, by the first rule of :data:`RULES` it breaks (t must divide the heads,
 the key/value heads and the MLP width, stay within a node and divide the sequence under sequence
