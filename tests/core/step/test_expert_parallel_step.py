@@ -43,3 +43,19 @@ def test_one_degree_is_the_plain_step():
 def test_rules_refused_naming_them(model, changes, message):
     with pytest.raises(ValueError, match=message):
         parallel_step_time(model, IC, "h100-80gb", **{**BASE, **changes})
+
+
+def test_a_capacity_factor_pads_the_dispatch():
+    # Capacity 1.25: each of the 8 experts takes ceil(1.25 x 2 x 1024 / 8) = 320 rows from a GPU,
+    # 2,560 in all, 2,240 of them for the other 7 ranks' experts.
+    times = parallel_step_time("mixtral-8x7b", IC, "h100-80gb", **BASE, expert_parallel=8,
+                               capacity_factor=1.25)
+    traffic = expert_traffic("mixtral-8x7b", 1024, 1, 8, micro_batches=2, capacity_factor=1.25)
+    assert (traffic.rows, traffic.sent_bytes) == (2560, 2240 * 4096 * 2)
+    assert float(times.parts["expert"]) == pytest.approx(expert_traffic_seconds(traffic, IC), rel=1e-12)
+
+
+def test_a_capacity_factor_is_checked():
+    with pytest.raises(ValueError, match="capacity_factor"):
+        parallel_step_time("mixtral-8x7b", IC, "h100-80gb", **BASE, expert_parallel=8,
+                           capacity_factor=-1.0)

@@ -154,7 +154,7 @@ from zerolib.core.inputs import (
 )
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, check_shard_group, get_layout
-from zerolib.core.memory.activations import RECOMPUTE, context_parallel_tokens
+from zerolib.core.memory.activations import RECOMPUTE, check_capacity_factor, context_parallel_tokens
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
@@ -365,6 +365,8 @@ class ParallelSettings:
         put(self, "element_bytes", check_positive_int(self.element_bytes, "element_bytes", 16))
         context_parallel_tokens(self.seq_len, self.context_parallel)
         put(self, "context_parallel", int(self.context_parallel))
+        if self.capacity_factor is not None:
+            put(self, "capacity_factor", check_capacity_factor(self.capacity_factor))
         arrays = np.broadcast_arrays(
             check_gpus(self.micro_batch, "micro_batch"),
             check_gpus(self.tensor_parallel, "tensor_parallel"),
