@@ -119,6 +119,12 @@ def register(commands) -> None:
     parser.add_argument("--format", default="table", choices=("table", "json", "csv"),
                         help="table (header, ranking, rejections), json (all of it) or csv (the "
                              "fitting configurations only)")
+    parser.add_argument("--context-parallel", metavar="LIST",
+                        help="context-parallel degrees C to search, e.g. 1,2,4 (default 1: none; "
+                             "above 1 needs --flash)")
+    parser.add_argument("--expert-parallel", metavar="LIST",
+                        help="expert-parallel degrees E to search, e.g. 1,8 (default: every "
+                             "divisor of a mixture of experts' routed experts; 1 for a dense model)")
     parser.set_defaults(func=run)
 
 
@@ -174,6 +180,10 @@ def options_from(args, config) -> dict:
     options.update(host_options_from(args, bool(offloads), bool(offloads)))
     if args.engine is not None:
         options["engine"] = args.engine
+    for key, flag in (("context_parallel", "--context-parallel"), ("expert_parallel", "--expert-parallel")):
+        value = _list(getattr(args, key), flag, lambda x, flag=flag: parse_whole(x, flag, maximum=MAX_GPUS))
+        if value is not None:
+            options[key] = value
     refuse_no_effect(args, options)
     return options
 
@@ -238,7 +248,8 @@ def as_json(result, top=None) -> dict:
 def as_csv(result, top=None, tokens=None) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    columns = ["rank", *FIT_COLUMNS]     # the ranked frame's columns, in order
+    # the ranked frame's columns, in order, and the degrees searched beyond them
+    columns = ["rank", *FIT_COLUMNS, *(c for c in SEARCHED if c in result.fits.columns)]
     cost = None if tokens is None else run_cli.plan_cost(result, tokens)
     writer.writerow(columns + ([] if tokens is None else ["run_seconds", "gpu_hours"]))
     for i, row in enumerate(_rows(result.fits, top)):
@@ -253,12 +264,14 @@ def as_csv(result, top=None, tokens=None) -> str:
 _TWIN_KEY = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_parallel",
              "chunks", "schedule", "stage", "shard_group", "micro_batch", "micro_batches",
              "offload", "step_seconds")
+SEARCHED = ("context_parallel", "expert_parallel", "expert_seconds")   # columns only when searched
 
 
 def tied_rows(fits, top: int) -> list[list[dict]]:
     """The first ``top`` distinct configurations of ``fits`` (ranked), each as the list of its
     rows that differ only in recomputation and tie on step time, best-ranked first."""
-    group = fits.groupby(list(_TWIN_KEY), sort=False, dropna=False, observed=True).ngroup()
+    key = [*_TWIN_KEY, *(c for c in SEARCHED[:2] if c in fits.columns)]
+    group = fits.groupby(key, sort=False, dropna=False, observed=True).ngroup()
     first = list(dict.fromkeys(group.to_numpy().tolist()))[:top]
     chosen = fits[group.isin(first).to_numpy()]
     by_group: dict[int, list[dict]] = {g: [] for g in first}
@@ -308,6 +321,8 @@ def as_table(result, top: int, unit: str) -> str:
         headers = ["rank", "t", "SP", "p", "schedule", "d", "ZeRO", "group", "recompute",
                    "micro-batch", "offload", f"peak [{unit}]", f"headroom [{unit}]", "step [s]",
                    "network", "bubble"]
+        searched = [c for c in SEARCHED[:2] if c in fits.columns]   # C, E: shown when searched
+        headers[3:3] = [{"context_parallel": "C", "expert_parallel": "E"}[c] for c in searched]
         rows, shown, extra_peak = [], 0, 0
         for twins in tied_rows(fits, top):
             r = twins[0]
@@ -315,7 +330,8 @@ def as_table(result, top: int, unit: str) -> str:
             extra_peak = max(extra_peak, *(t["peak_bytes"] - r["peak_bytes"] for t in twins))
             rows.append([_ranks([t["rank"] for t in twins]), r["tensor_parallel"],
                          "yes" if r["sequence_parallel"] else "no",
-                         r["pipeline_parallel"], r["schedule"], r["data_parallel"], r["stage"],
+                         *(r[c] for c in searched), r["pipeline_parallel"], r["schedule"],
+                         r["data_parallel"], r["stage"],
                          r["shard_group"], "|".join(str(t["recompute"]) for t in twins),
                          f"{r['micro_batch']} x {r['micro_batches']}", r["offload"],
                          f"{to_unit(r['peak_bytes'], unit):,.2f}",

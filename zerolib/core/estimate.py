@@ -381,9 +381,15 @@ def estimate_model(model: str | TransformerConfig, gpus,
                          "attention is timed by zerolib.core.step.parallel (see zerolib plan)")
     if expert_parallel != 1 or expert_tensor_parallel is not None:
         if placement is not None or link is not None:
+            # Not a small step: estimate's communication table is one schedule over one group,
+            # and E splits it in two (the dense part over d, the experts over d / E) plus the
+            # all-to-alls; the planner's step model times both.
             raise ValueError("expert_parallel is not modelled with a placement or a link here: "
                              "the shard groups, offload and the step model's data-parallel "
-                             "collectives assume one data-parallel group for all model state")
+                             "collectives assume one data-parallel group for all model state"
+                             + ("; zerolib plan --expert-parallel E times it (the experts' "
+                                "gradients over their own group, the all-to-alls)"
+                                if link is not None else ""))
         result = _with_experts(result, expert_parallel, expert_tensor_parallel,
                                settings.micro_batches)
     m = check_positive_int(micro_batches, "micro_batches", MAX_MICRO_BATCHES)

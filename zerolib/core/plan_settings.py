@@ -20,6 +20,7 @@ from zerolib.core.inputs import (
     echo,
 )
 from zerolib.core.memory import context_parallel as cp_rules
+from zerolib.core.memory import expert_parallel_rules as ep_rules
 from zerolib.core.memory.accounting import STAGES, Layout, get_layout
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import (
@@ -106,6 +107,7 @@ class PlanSettings:
     context_parallel: tuple[int, ...] = (1,)   # the CP degrees searched (1: none)
     engine: Engine = get_engine(DEFAULT_ENGINE)   # whose schedule and validity rules
     overlap: Overlap | None = None                # None: the engine's own overlap rule
+    expert_parallel: tuple[int, ...] = (1,)   # the EP degrees searched (1: none)
 
     def __deepcopy__(self, memo) -> PlanSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -127,7 +129,8 @@ class PlanSettings:
                 "host_settings": self.host.as_dict(),
                 # a mixture of experts' token buffers (None: dropless); a dense model has none
                 **({"capacity_factor": self.working_set.capacity_factor} if self.model.experts else {}),
-                **({"context_parallel": list(self.context_parallel)} if self.context_parallel != (1,) else {})}
+                **({"context_parallel": list(self.context_parallel)} if self.context_parallel != (1,) else {}),
+                **({"expert_parallel": list(self.expert_parallel)} if self.expert_parallel != (1,) else {})}
 
 
 def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, links=None,
@@ -139,7 +142,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
                   working_set: WorkingSetSettings = DEFAULT_SETTINGS, host: str | None = None,
                   cpu_adam_rate: float | None = None, link_efficiency=None,
                   context_parallel=(1,), engine: str | Engine = DEFAULT_ENGINE,
-                  overlap: Overlap | None = None) -> PlanSettings:
+                  overlap: Overlap | None = None, expert_parallel=None) -> PlanSettings:
     """Check every input of :func:`plan` (ValueError/TypeError naming the argument). ``host``
     (None: the node of ``links`` where the host catalogue has it, else DGX A100's) and
     ``cpu_adam_rate`` (None: the roofline alone) time offload's CPU step and NVMe."""
@@ -180,4 +183,4 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         _choices(sequence_parallel, (False, True), "sequence_parallel"),
         _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set,
         host_settings_for(ic.name, host, cpu_adam_rate), cp, get_engine(engine),
-        check_overlap(overlap))
+        check_overlap(overlap), ep_rules.check_degrees(expert_parallel, config, gpus))

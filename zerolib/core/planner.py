@@ -8,6 +8,9 @@ sequences, :func:`plan` enumerates every configuration
     default every v >= 2 with p x v dividing the layers, :data:`ALL_CHUNKS`),
     micro-batch b (1 to ``max_micro_batch``), recomputation (none, selective, full),
     ZeRO stage, shard group G (a divisor of d; stages 1-3), offload (DeepSpeed's menu),
+    and, where asked, each context-parallel degree C and, for a mixture of experts, each
+    expert-parallel degree E (:mod:`zerolib.core.memory.expert_parallel_rules`: by default every
+    divisor of the routed experts; the experts' state over d x C / E, their all-to-alls timed),
 
 rejects what cannot run, by the first rule of :data:`RULES` it breaks (t must divide the heads,
 the key/value heads and the MLP width, stay within a node and divide the sequence under sequence
@@ -55,6 +58,7 @@ from zerolib.core.inputs import (
     MAX_GPUS,
 )
 from zerolib.core.memory import context_parallel as cp_rules
+from zerolib.core.memory import expert_parallel_rules as ep_rules
 from zerolib.core.memory.accounting import CATEGORIES, ModelState
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import (
@@ -102,6 +106,7 @@ RULES: Mapping[str, str] = MappingProxyType({
                     "runs a whole number of micro-batches per step)",
     "micro_batches": PARALLEL_RULES["micro_batches"],
     "pipeline_zero": PARALLEL_RULES["pipeline_zero"],
+    "expert_parallel": ep_rules.RULE,
     "host_unknown": "offloaded state needs the node's CPU memory (host_memory): unknown, so "
                     "never reported as fitting",
     "capacity": "the peak per GPU is above the device's capacity",
@@ -268,7 +273,14 @@ def enumerate_space(s: PlanSettings) -> Space:
                "chunks": v_b[b_of_e], "micro_batch": b_c[c_of_e], "micro_batches": m_c[c_of_e],
                "recompute": rec_d[d_of_e], "stage": stage_e, "shard_group": zero[:, 1],
                "offload": offload_e}
-    return Space(*cp_rules.expand(s, MappingProxyType(columns), reason, size, dict(zip(REASONS, range(PASSES)))))
+    codes = dict(zip(REASONS, range(PASSES)))
+    expanded = ep_rules.expand(s, *cp_rules.expand(s, MappingProxyType(columns), reason, size, codes),
+                               codes)
+    if expanded[2] > MAX_SPACE:
+        raise ValueError(f"the plan would enumerate {expanded[2]:,} configurations, more than "
+                         f"{MAX_SPACE:,}: name fewer expert- or context-parallel degrees, stages, "
+                         f"recomputations, chunks or a smaller max_micro_batch")
+    return Space(*expanded)
 
 
 def _first_broken(rules: dict, names, reason: np.ndarray) -> np.ndarray:
@@ -345,8 +357,11 @@ def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
     per_stage = candidate_loads(s.model, t[first_row], p[first_row], v[first_row])
     activations = _activation_totals(s, c)
     peak = stage_of_peak = host = np.full(len(p), -1, dtype=np.int64)
+    spread = np.flatnonzero(c["expert_parallel"] > 1) if "expert_parallel" in c else ()
     for (params, module), acts, r in zip(per_stage, activations, candidate_stages(s.model, p)):
         gpu, cpu_node = _persistent(s, c, params[inverse])
+        if len(spread):    # the experts over their own group (whole groups, no offload)
+            gpu[spread] = ep_rules.persistent(s, c, params[inverse], r, spread, v)
         found = gpu + sum(terms_of(c["stage"], params[inverse], module[inverse], acts, 0,
                                    s.working_set, s.layout).values())
         later = found > peak        # the earlier stage on ties, as peaks() does
@@ -366,7 +381,8 @@ def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
         sequence_parallel=c["sequence_parallel"], recompute=c["recompute"],
         shard_group=c["shard_group"], offload=c["offload"], layout=s.layout, mfu=s.mfu,
         element_bytes=s.working_set.element_bytes, host_link=s.host_link, host=s.host,
-        context_parallel=c.get("context_parallel", 1), engine=s.engine, overlap=s.overlap)
+        context_parallel=c.get("context_parallel", 1), engine=s.engine, overlap=s.overlap,
+        expert_parallel=c.get("expert_parallel", 1), capacity_factor=s.working_set.capacity_factor)
     times = parallel_step_time(s.model, s.interconnect, s.device, settings)
     out = {f"{part}_seconds": seconds for part, seconds in times.parts.items()}
     out["step_seconds"] = times.step_seconds
@@ -387,7 +403,7 @@ def _memory_key(s: PlanSettings) -> tuple:
             tuple(s.layout.bits_per_param(c) for c in CATEGORIES), s.max_micro_batch, s.stages,
             s.recompute, s.chunks, s.offload, s.sequence_parallel, s.shard_groups,
             s.working_set, s.host_memory is None, s.context_parallel, s.engine.name,
-            s.engine.group_stages)
+            s.engine.group_stages, s.expert_parallel)
 
 
 def _space_and_peaks(s: PlanSettings):
@@ -458,6 +474,9 @@ class Plan:
                 (c["tensor_parallel"] > 1) + 2 * (c["pipeline_parallel"] > 1), list(FAMILIES)),
         }, columns=list(FIT_COLUMNS))
         frame = cp_rules.apart(frame, c)     # with C searched: d and C apart (ZeRO over d x C)
+        if "expert_parallel" in c:           # with E searched: E and its all-to-alls' seconds
+            frame = frame.assign(expert_parallel=c["expert_parallel"],
+                                 expert_seconds=self.results["expert_seconds"])
         rank = np.zeros(len(frame), dtype=np.int64)
         fitting = np.flatnonzero(frame["fits"].to_numpy())
         step = frame["step_seconds"].to_numpy()[fitting]
@@ -545,6 +564,7 @@ def describe_configuration(c) -> str:
     t, p, d = int(c["tensor_parallel"]), int(c["pipeline_parallel"]), int(c["data_parallel"])
     sp = " + SP" if bool(c["sequence_parallel"]) else ""
     sp += f" x C {cp}" if (cp := int(c.get("context_parallel", 1))) > 1 else ""
+    sp += f" x E {e}" if (e := int(c.get("expert_parallel", 1))) > 1 else ""
     stage, group = int(c["stage"]), int(c["shard_group"])
     zero = "no ZeRO" if stage == 0 else f"ZeRO-{stage}" + (f" over {group}" if group != d * cp else "")
     offload = {"none": "no offload", "optimizer": "optimizer on CPU",
@@ -566,7 +586,9 @@ def plan(model, gpus, gpus_per_node, device, seq_len, global_batch, **options) -
     ``sequence_parallel``, ``shard_groups`` ("all" or "whole"), ``working_set`` (flash
     attention, reserve, DeepSpeed's buffers), ``link_efficiency`` (the rate the links run at:
     "achieved", the default, "line-rate" or a fraction; see
-    :class:`zerolib.core.catalogue.links.LinkEfficiency`)."""
+    :class:`zerolib.core.catalogue.links.LinkEfficiency`), ``context_parallel`` and
+    ``expert_parallel`` (the degrees searched; :mod:`zerolib.core.memory.expert_parallel_rules`: None, every
+    divisor of a mixture's routed experts)."""
     s = plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, **options)
     return plan_from(s)
 

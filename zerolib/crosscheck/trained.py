@@ -7,8 +7,10 @@ step model would run it as (``engine``: one of :data:`ENGINES`), the ZeRO stage,
 source reports (throughput, memory, step time).
 ``data/trained_configurations.md`` cites each row and says which columns were assumed.
 
-The models are presets of :mod:`zerolib.core.catalogue.models` or, for architectures no preset
-holds, a :class:`TransformerConfig` built here from the paper's stated hyperparameters
+The models are presets of :mod:`zerolib.core.catalogue.models`, a published ``config.json`` named
+by its path in the repository (``tests/data/...json``, read by
+:func:`zerolib.core.catalogue.hf_config.model_from_config`) or, for architectures neither holds, a
+:class:`TransformerConfig` built here from the paper's stated hyperparameters
 (:data:`ARCHITECTURES`). Three questions per row:
 
 - :func:`judge`: the peak per GPU under the row's settings, exactly as ``zerolib estimate``
@@ -19,27 +21,32 @@ holds, a :class:`TransformerConfig` built here from the paper's stated hyperpara
 - :func:`throughput`: the step time the planner predicts for that configuration at a stated
   kernel efficiency (``mfu``), turned into the unit the source reports, and the ratio.
 
-Context and expert parallelism are not modelled; every row here has both at 1. The ``engine``
-is recorded, not yet applied: the peak and the step are zerolib's one schedule for every row.
+A mixture of experts' row states its expert-parallel degree E (inside d x C, Megatron-LM's
+rule): its experts' state is sharded over d x C / E (:mod:`zerolib.core.memory.expert_parallel`),
+the planner times its all-to-alls, and its model FLOPs are the active parameters'
+(:func:`zerolib.core.catalogue.models.active_parameter_count`). A row with context parallelism
+C holds t x p x d x C GPUs, ZeRO over d x C. Each row is judged and planned under its engine.
 """
 from __future__ import annotations
 
 import csv
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from functools import lru_cache
 from types import MappingProxyType
 
 import pandas as pd
 
 from zerolib.core.catalogue.devices import get_device
-from zerolib.core.catalogue.models import MODELS, TransformerConfig, parameter_count
+from zerolib.core.catalogue.hf_config import model_from_config
+from zerolib.core.catalogue.models import MODELS, TransformerConfig, active_parameter_count, parameter_count
 from zerolib.core.estimate import estimate_model
-from zerolib.core.memory.accounting import get_layout
+from zerolib.core.memory.accounting import Layout, get_layout
 from zerolib.core.memory.model_parallel import ALL_CHUNKS, chunks_for
 from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.planner import plan
 from zerolib.crosscheck.korthikanti import gpt
-from zerolib.paths import data_file
+from zerolib.paths import REPO_ROOT, data_file
 
 CSV_NAME = "trained_configurations.csv"
 # BLOOM-176B (BigScience, arXiv 2211.05100; train/tr11-176B-ml/tr11-176B-ml.slurm): NHIDDEN
@@ -70,6 +77,20 @@ def _narayanan(billions: str, heads: int, hidden: int, layers: int) -> Transform
                           f"s = 2048, v = 51,200")
 
 
+# DeepSeek-V3's config.json shape fields (deepseek-ai/DeepSeek-V3; the report, arXiv 2412.19437,
+# Sec. 4.2: 61 layers, hidden 7168, 256 routed experts of width 2048 plus 1 shared, 8 routed per
+# token, the first 3 layers dense, MLA ranks 512 / 1536): 671,026,404,352 parameters without the
+# multi-token-prediction module. No DeepSeek-V3 config.json is in tests/data and no preset
+# holds it, so it is built here.
+DEEPSEEK_V3_CONFIG = MappingProxyType({
+    "model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
+    "num_attention_heads": 128, "num_key_value_heads": 128, "intermediate_size": 18432,
+    "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
+    "num_experts_per_tok": 8, "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
+    "moe_layer_freq": 1, "n_group": 8, "topk_group": 4, "num_nextn_predict_layers": 1,
+    "max_position_embeddings": 163840, "tie_word_embeddings": False})
+
 ARCHITECTURES: Mapping[str, TransformerConfig] = MappingProxyType({
     **{f"narayanan-{row[0]}b": _narayanan(*row) for row in NARAYANAN_TABLE1},
     # Korthikanti et al. Table 3 (the same models as zerolib.crosscheck.korthikanti.RUNS).
@@ -82,7 +103,13 @@ ARCHITECTURES: Mapping[str, TransformerConfig] = MappingProxyType({
     # 51,200 at t = 8).
     "mt-nlg-530b": gpt("MT-NLG 530B", 128, 20480, 105),
     "bloom-176b": BLOOM,
+    "deepseek-v3": model_from_config(dict(DEEPSEEK_V3_CONFIG), name="deepseek-v3"),
 })
+# Layouts no preset holds, by the name a row gives: DeepSeek-V3 (Sec. 3.3) keeps BF16 weights,
+# FP32 weight gradients, FP32 master weights and BF16 AdamW moments: 2 + 4 + (4 + 2 + 2).
+ROW_LAYOUTS: Mapping[str, Layout] = MappingProxyType({
+    "bf16-fp32-grads-bf16-moments": Layout.custom(2, 4, 8, name="bf16-fp32-grads-bf16-moments")})
+CONFIG_FOLDER = "tests/data/"   # a row's model may be a published config.json there
 # tflops_per_gpu: model FLOPs (6 per parameter and token); hardware_tflops_per_gpu: with the
 # recomputed forward pass counted too (8 under full recomputation), as Narayanan et al.'s Eq. 3.
 METRICS = ("mfu", "tflops_per_gpu", "hardware_tflops_per_gpu", "tokens_per_gpu_second")
@@ -127,12 +154,25 @@ class TrainedRun:
 
     @property
     def config(self) -> TransformerConfig:
+        if self.model.startswith(CONFIG_FOLDER):
+            return _config_file(self.model)
         return ARCHITECTURES[self.model] if self.model in ARCHITECTURES else MODELS[self.model]
+
+    @property
+    def widths(self) -> Layout:
+        """The row's layout: a preset or one of :data:`ROW_LAYOUTS`."""
+        return ROW_LAYOUTS.get(self.layout) or get_layout(self.layout)
 
     @property
     def micro_batches(self) -> int:
         """Micro-batches per step and pipeline."""
         return self.global_batch // (self.data_parallel * self.micro_batch)
+
+    @property
+    def flops_parameters(self) -> int:
+        """Parameters a token's model FLOPs count: a mixture's active ones, else all."""
+        config = self.config
+        return active_parameter_count(config) if config.mixture_of_experts else parameter_count(config)
 
     @property
     def settings(self) -> WorkingSetSettings:
@@ -142,7 +182,13 @@ class TrainedRun:
             flash_attention=self.flash_attention, tensor_parallel=self.tensor_parallel,
             sequence_parallel=self.sequence_parallel, pipeline_parallel=self.pipeline_parallel,
             pipeline_schedule="interleaved" if self.virtual_chunks > 1 else "1f1b",
-            pipeline_chunks=self.virtual_chunks, micro_batches=self.micro_batches)
+            pipeline_chunks=self.virtual_chunks, micro_batches=self.micro_batches,
+            context_parallel=self.context_parallel)
+
+
+@lru_cache(maxsize=16)
+def _config_file(name: str) -> TransformerConfig:
+    return model_from_config(REPO_ROOT / name)
 
 
 def _value(field, text: str):
@@ -162,14 +208,18 @@ def _value(field, text: str):
 
 
 def _checked(run: TrainedRun) -> TrainedRun:
-    if run.model not in ARCHITECTURES and run.model not in MODELS:
-        raise ValueError(f"model must be a preset or one of {', '.join(ARCHITECTURES)}, "
-                         f"got {run.model!r} (row {run.run})")
-    if run.context_parallel != 1 or run.expert_parallel != 1:
-        # zerolib's working set does not split sequences or experts over GPUs: such a row
-        # could not be judged under the settings its source states.
-        raise ValueError(f"context_parallel and expert_parallel must be 1 (not modelled), got "
-                         f"{run.context_parallel} and {run.expert_parallel} (row {run.run})")
+    known = run.model in ARCHITECTURES or run.model in MODELS or (
+        run.model.startswith(CONFIG_FOLDER) and run.model.endswith(".json")
+        and (REPO_ROOT / run.model).is_file())
+    if not known:
+        raise ValueError(f"model must be a preset, a {CONFIG_FOLDER}*.json config or one of "
+                         f"{', '.join(ARCHITECTURES)}, got {run.model!r} (row {run.run})")
+    e, group = run.expert_parallel, run.data_parallel * run.context_parallel
+    experts = run.config.experts
+    if e != 1 and (not experts or experts % e or group % e):
+        # Megatron-LM's rule: E divides the routed experts and sits inside d x C.
+        raise ValueError(f"expert_parallel ({e}) must divide the routed experts ({experts}) and "
+                         f"data_parallel x context_parallel ({group}) (row {run.run})")
     t, p, d = run.tensor_parallel, run.pipeline_parallel, run.data_parallel
     if t * p * d * run.context_parallel != run.gpus:
         raise ValueError(f"gpus ({run.gpus}) must equal tensor x pipeline x data x context "
@@ -187,7 +237,7 @@ def _checked(run: TrainedRun) -> TrainedRun:
     if unknown:
         raise ValueError(f"assumed must name columns, got {sorted(unknown)} (row {run.run})")
     get_device(run.device)
-    get_layout(run.layout)
+    _ = run.widths    # a layout that is neither a preset nor one of ROW_LAYOUTS raises here
     return run
 
 
@@ -204,8 +254,9 @@ def judge(run: TrainedRun) -> dict:
     """The peak per GPU of ``run`` under its own settings and ZeRO stage (bytes), the device's
     capacity, whether it fits, the headroom and the working-set terms."""
     # Under the engine the source states: its stages and which of them run beside a pipeline.
-    result = estimate_model(run.config, run.gpus, run.settings, layout=run.layout,
-                            device=run.device, stages=(run.zero_stage,), engine=run.engine)
+    result = estimate_model(run.config, run.gpus, run.settings, layout=run.widths,
+                            device=run.device, stages=(run.zero_stage,), engine=run.engine,
+                            expert_parallel=run.expert_parallel)
     row = result.stages[0]
     capacity = get_device(run.device).capacity
     return {"run": run.run, "parameters": parameter_count(run.config),
@@ -220,9 +271,10 @@ def planner_check(run: TrainedRun, chunks=ALL_CHUNKS, mfu: float = DEFAULT_MFU,
     allow) covers the row's schedule, and if so the row's configuration in the plan: found among
     the runnable ones, fits, its rank among the fitting ones (1 = fastest) and step seconds. The
     search keeps the row's recomputation, sequence parallelism, stage and no offload, and varies
-    t, p, d, the schedule and the micro-batch; ``whole``: it varies every stage, recomputation
-    and sequence parallelism too (the plan for the row's model, GPUs, device, sequence and
-    batch, without offload and with whole shard groups)."""
+    t, p, d, the schedule and the micro-batch (a mixture of experts: E = 1 and the row's E);
+    ``whole``: it varies every stage, recomputation and sequence parallelism too, and every E
+    (the plan for the row's model, GPUs, device, sequence and batch, without offload and with
+    whole shard groups)."""
     covered = run.virtual_chunks in chunks_for(run.config, run.pipeline_parallel, chunks)
     out = {"run": run.run, "covered": covered, "found": False, "fits": False, "rank": 0,
            "fitting": 0, "step_seconds": None}
@@ -230,9 +282,12 @@ def planner_check(run: TrainedRun, chunks=ALL_CHUNKS, mfu: float = DEFAULT_MFU,
         return out
     fixed = {} if whole else dict(stages=(run.zero_stage,), recompute=(run.recompute,),
                                   sequence_parallel=(run.sequence_parallel,))
+    degrees = {} if run.config.experts == 0 else {"expert_parallel": (
+        None if whole else tuple(sorted({1, run.expert_parallel})))}     # whole: every E
     result = plan(run.config, run.gpus, 8, run.device, run.seq_len, run.global_batch,
-                  layout=run.layout, mfu=mfu, chunks=chunks, offload=("none",),
-                  shard_groups="whole", engine=run.engine, **fixed,
+                  layout=run.widths, mfu=mfu, chunks=chunks, offload=("none",),
+                  shard_groups="whole", engine=run.engine, **fixed, **degrees,
+                  context_parallel=tuple(sorted({1, run.context_parallel})),
                   max_micro_batch=max(8, run.micro_batch),
                   working_set=WorkingSetSettings(flash_attention=run.flash_attention))
     valid = result.valid
@@ -243,7 +298,9 @@ def planner_check(run: TrainedRun, chunks=ALL_CHUNKS, mfu: float = DEFAULT_MFU,
                   & (valid["micro_batch"] == run.micro_batch)
                   & (valid["stage"] == run.zero_stage)
                   & (valid["recompute"] == run.recompute)
-                  & (valid["sequence_parallel"] == run.sequence_parallel)]
+                  & (valid["sequence_parallel"] == run.sequence_parallel)
+                  & (valid.get("context_parallel", 1) == run.context_parallel)
+                  & (valid.get("expert_parallel", 1) == run.expert_parallel)]
     out["fitting"] = int(valid["fits"].sum())
     if len(match):
         first = match.iloc[0]
@@ -256,13 +313,13 @@ def planner_check(run: TrainedRun, chunks=ALL_CHUNKS, mfu: float = DEFAULT_MFU,
 def throughput(run: TrainedRun, mfu: float = DEFAULT_MFU) -> dict:
     """zerolib's predicted step seconds for the row's configuration (the planner's step model at
     ``mfu``), in the unit the source reports, and published / predicted. The model FLOPs of a
-    step are 6 x parameters x tokens; hardware FLOPs 8 x with full recomputation (as the step
-    model counts them)."""
+    step are 6 x parameters x tokens (a mixture's active parameters); hardware FLOPs 8 x with
+    full recomputation (as the step model counts them)."""
     check = planner_check(run, mfu=mfu)
     seconds = check["step_seconds"]
     tokens = run.global_batch * run.seq_len
     per_gpu_tokens = tokens / seconds / run.gpus
-    model_flops = 6 * parameter_count(run.config) * tokens / seconds / run.gpus
+    model_flops = 6 * run.flops_parameters * tokens / seconds / run.gpus
     hardware_flops = model_flops * (8 if run.recompute == "full" else 6) / 6
     peak = get_device(run.device).peak_flops
     predicted = {"mfu": model_flops / peak, "tflops_per_gpu": model_flops / TFLOPS,

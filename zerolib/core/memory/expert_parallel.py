@@ -36,9 +36,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+import numpy as np
+
 from zerolib.core.catalogue.models import EXPERT_MODULES, TransformerConfig, get_model
 from zerolib.core.inputs import MAX_GPUS, check_positive_int, check_stage
-from zerolib.core.memory.accounting import Layout, get_layout, state_bytes
+from zerolib.core.memory.accounting import Layout, ModelState, get_layout, state_bytes
 from zerolib.core.memory.model_parallel import (
     candidate_stages,
     module_splits,
@@ -231,3 +233,36 @@ def state_of(layout: ExpertLayout, params: ExpertStageParameters, stage: int,
         layout, stage, params,
         MappingProxyType(state_bytes(params.dense, layout.data_parallel, stage, widths)),
         MappingProxyType(state_bytes(params.experts, layout.expert_data_parallel, stage, widths)))
+
+
+# --- the planner's path: arrays of checked settings ---------------------------------------------
+
+def expert_layers_of(config: TransformerConfig, pipeline_parallel, pipeline_stage, *,
+                     schedule: str = "1f1b", chunks: int = 1) -> np.ndarray:
+    """Layers with routed experts on pipeline stage r of p (arrays; 0 for a dense model)."""
+    p = np.asarray(pipeline_parallel, dtype=np.int64)
+    r = np.asarray(pipeline_stage, dtype=np.int64)
+    if not config.mixture_of_experts:
+        return np.zeros(np.broadcast(p, r).shape, dtype=np.int64)
+    return (stage_layers(config.layers, p, r)
+            - stage_dense_layers(config, p, r, schedule=schedule, chunks=chunks)).astype(np.int64)
+
+
+def expert_elements_of(config: TransformerConfig, tensor_parallel, experts_held) -> np.ndarray:
+    """:func:`routed_expert_elements` for arrays of checked t (ETP = t) and experts held."""
+    t = np.asarray(tensor_parallel, dtype=np.int64)
+    per_expert = sum((rank_elements(piece, t) for piece in module_splits(config)
+                      if piece.name in EXPERT_MODULES), np.zeros_like(t))
+    return per_expert * np.asarray(experts_held, dtype=np.int64)
+
+
+def expert_state_of(params, expert_layers, tensor_parallel, group, expert_parallel, stage,
+                    widths: Layout, config: TransformerConfig) -> np.ndarray:
+    """Persistent bytes per GPU holding ``params`` (every routed expert t-split, as the dense
+    count has them) with E-way expert parallelism: :func:`state_of` for arrays, the dense part
+    over the ZeRO ``group``, the experts / E held over group / E (ETP = t, whole shard groups)."""
+    e = np.asarray(expert_parallel, dtype=np.int64)
+    every = expert_layers * expert_elements_of(config, tensor_parallel, config.experts)
+    held = expert_layers * expert_elements_of(config, tensor_parallel, config.experts // e)
+    return (ModelState(params - every, group, stage, widths).total
+            + ModelState(held, group // e, stage, widths).total)

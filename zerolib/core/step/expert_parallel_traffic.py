@@ -147,3 +147,24 @@ def expert_traffic_seconds(traffic: ExpertTraffic, ic: Interconnect, stride: int
     latency, bandwidth = ring_timing_of(ic, "all_to_all", np.int64(traffic.expert_parallel),
                                         np.int64(check_positive_int(stride, "stride", MAX_GPUS)))
     return float(traffic.calls * latency + traffic.step_sent_bytes / bandwidth)
+
+
+def all_to_all_seconds_of(config, ic: Interconnect, seq_len: int, micro_batch, tensor_parallel,
+                          sequence_parallel, expert_parallel, moe_layers, capacity_factor,
+                          element_bytes: int, stride) -> np.ndarray:
+    """Seconds per micro-batch of one GPU's all-to-alls, for arrays of checked settings (the
+    planner's path; :func:`expert_traffic` and :func:`expert_traffic_seconds` per setting):
+    4 per MoE layer, each its latency plus the rows for other ranks' experts at the bus
+    bandwidth of E ranks ``stride`` apart; 0 where E = 1. ``seq_len`` is the tokens of a
+    sequence on the GPU (s / C under context parallelism)."""
+    b, t, e = (np.asarray(a, dtype=np.int64) for a in (micro_batch, tensor_parallel, expert_parallel))
+    tokens = np.where(sequence_parallel, seq_len * b // t, seq_len * b)
+    x, k = config.experts, config.experts_per_token
+    if capacity_factor is None:
+        rows = tokens * k
+    else:    # the float rule routed_rows applies, element by element
+        rows = x * np.ceil(capacity_factor * k * tokens / x).astype(np.int64)
+    sent = -(-rows * (e - 1) // e) * config.hidden * element_bytes
+    latency, bandwidth = ring_timing_of(ic, "all_to_all", e, stride)
+    seconds = ALL_TO_ALLS_PER_LAYER * np.asarray(moe_layers) * (latency + sent / bandwidth)
+    return np.where(e > 1, seconds, 0.0)

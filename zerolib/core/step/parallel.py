@@ -118,6 +118,10 @@ the gradient's own width).
 **Context parallelism** (C): ``data_parallel`` is the d x C ZeRO group, each GPU works on s / C
 tokens, and the ring's sends are the ``context`` part (:mod:`zerolib.core.step.context_parallel_traffic`).
 
+**Expert parallelism** (E, an array): the ``expert`` part is the all-to-alls of the MoE layers,
+and the routed experts' collectives run over their own group
+(:mod:`zerolib.core.step.expert_parallel_step`).
+
 Left out: Megatron-LM's and DeepSpeed's communication overlaps beyond the ones stated; the middle
 pipeline stages (fewer parameters than the first or last, and at most one more message per
 micro-batch); contention between the tensor-parallel, pipeline and data-parallel traffic of one
@@ -150,7 +154,7 @@ from zerolib.core.inputs import (
 )
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, check_shard_group, get_layout
-from zerolib.core.memory.activations import RECOMPUTE, context_parallel_tokens
+from zerolib.core.memory.activations import RECOMPUTE, check_capacity_factor, context_parallel_tokens
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
@@ -161,6 +165,7 @@ from zerolib.core.memory.model_parallel import (
     stage_layers,
 )
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
+from zerolib.core.step import expert_parallel_step as ep_step
 from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing_of
 from zerolib.core.step.context_parallel_traffic import context_rows
 from zerolib.core.step.engines import DEFAULT_ENGINE, Engine, Overlap, get_engine
@@ -201,7 +206,7 @@ from zerolib.core.step.traffic import (
 )
 
 KIND_OF = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter"}
-PARTS = ("compute", "tensor", "context", "pipeline", "data_parallel", "bubble")
+PARTS = ("compute", "tensor", "context", "expert", "pipeline", "data_parallel", "bubble")
 # DeepSpeed 0.19.8 runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
 # parallelism"; Megatron-LM's distributed optimizer is stage 1.
 PIPELINE_STAGES = (0, 1)
@@ -300,8 +305,8 @@ class ParallelStepTime:
 
     @property
     def network_seconds(self) -> np.ndarray:
-        return (self.parts["tensor"] + self.parts["context"] + self.parts["pipeline"]
-                + self.parts["data_parallel"])
+        return (self.parts["tensor"] + self.parts["context"] + self.parts["expert"]
+                + self.parts["pipeline"] + self.parts["data_parallel"])
 
     @property
     def network_wait_fraction(self) -> np.ndarray:
@@ -342,6 +347,8 @@ class ParallelSettings:
     host_link: Link | str = DEFAULT_HOST_LINK
     host: HostSettings | None = None    # offload's host; None: the node's own (or DGX A100's)
     context_parallel: int = 1      # C GPUs share each sequence (data_parallel is then d x C)
+    expert_parallel: np.ndarray = 1    # E: experts / E per GPU (expert_parallel_step's rules)
+    capacity_factor: float | None = None   # the experts' token buffers (None: dropless)
     engine: Engine | str = DEFAULT_ENGINE      # whose schedule (zerolib.core.step.engines)
     overlap: Overlap | None = None              # None: the engine's own overlap rule
 
@@ -358,17 +365,21 @@ class ParallelSettings:
         put(self, "element_bytes", check_positive_int(self.element_bytes, "element_bytes", 16))
         context_parallel_tokens(self.seq_len, self.context_parallel)
         put(self, "context_parallel", int(self.context_parallel))
+        if self.capacity_factor is not None:
+            put(self, "capacity_factor", check_capacity_factor(self.capacity_factor))
         arrays = np.broadcast_arrays(
             check_gpus(self.micro_batch, "micro_batch"),
             check_gpus(self.tensor_parallel, "tensor_parallel"),
             check_gpus(self.pipeline_parallel, "pipeline_parallel"),
             check_gpus(self.data_parallel, "data_parallel"), check_stage(self.stage),
             check_gpus(self.micro_batches, "micro_batches"), check_gpus(self.chunks, "chunks"),
+            check_gpus(self.expert_parallel, "expert_parallel"),
             _flags(self.sequence_parallel, "sequence_parallel"),
             setting_codes(self.recompute, RECOMPUTE, "recompute"),
             setting_codes(self.offload, tuple(OFFLOADS), "offload"))
         names = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
-                 "micro_batches", "chunks", "sequence_parallel", "recompute", "offload")
+                 "micro_batches", "chunks", "expert_parallel", "sequence_parallel", "recompute",
+                 "offload")
         for name, array in zip(names, arrays):
             put(self, name, np.array(array))
         b, p, zero = self.micro_batch, self.pipeline_parallel, self.stage
@@ -402,6 +413,7 @@ class ParallelSettings:
                      host_link: Link, shard_group, recompute, offload,
                      host: HostSettings | None = None, context_parallel=1,
                      engine: Engine | None = None, overlap: Overlap | None = None,
+                     capacity_factor: float | None = None,
                      **arrays) -> ParallelSettings:
         """Settings a door checked already (the planner's configurations, enumerated from its
         checked :class:`~zerolib.core.planner.PlanSettings`), made without checking them again:
@@ -412,9 +424,10 @@ class ParallelSettings:
                             ("element_bytes", element_bytes), ("host_link", host_link),
                             ("host", host), ("context_parallel", context_parallel),
                             ("engine", get_engine(DEFAULT_ENGINE) if engine is None else engine),
-                            ("overlap", overlap)):
+                            ("overlap", overlap), ("capacity_factor", capacity_factor)):
             put(settings, name, value)
-        arrays = {"chunks": 1, "sequence_parallel": False, **arrays, "recompute": recompute,
+        arrays = {"chunks": 1, "sequence_parallel": False, "expert_parallel": 1, **arrays,
+                  "recompute": recompute,
                   "offload": offload}
         names = list(arrays)
         typed = (np.asarray(arrays[n], dtype=bool if n == "sequence_parallel" else np.int64)
@@ -466,6 +479,8 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
     engine = st.engine
     rule = engine.overlap if st.overlap is None else st.overlap
     _check_rules(config, t, p, v, m, s, sp, ic)
+    ep = st.expert_parallel
+    moe = bool(np.any(ep > 1)) and ep_step.checked(config, ep, t, d, sp, shard_group, off)
     # The layer units a pipeline stage gathers one call each (its share of the model's).
     units = np.maximum(len(layer_units(config)) // p, 1)
 
@@ -477,6 +492,8 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
         backward compute and the per-step ZeRO seconds."""
         params = parameters_on(ParallelGrid(config, t, p, r, "1f1b", 1, None, 1))   # checked
         forward, backward = np.zeros(b.shape), np.zeros(b.shape)
+        # A token runs k of a mixture's X routed experts: the FLOPs are the active parameters'.
+        active = ep_step.active_parameters(config, params, t, p, r)
         # The recompute setting chooses the FLOPs (time.py's rule): selective and full repeat
         # the attention core of this GPU's heads and layers in the backward. Under context
         # parallelism each of its s / C tokens still attends over the whole sequence.
@@ -484,7 +501,7 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
         for code, name in enumerate(RECOMPUTE):   # FLOPs are linear in the tokens
             here = rec == code
             if np.any(here):
-                fwd, bwd = compute_seconds(params, device, _compute_settings(s, mfu, name))
+                fwd, bwd = compute_seconds(active, device, _compute_settings(s, mfu, name))
                 if name != "none":
                     bwd = bwd + core * s / (device.peak_flops * mfu)
                 forward, backward = np.where(here, fwd * b, forward), np.where(here, bwd * b, backward)
@@ -492,6 +509,10 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
         context = _context_seconds(config, ic, s, e, b, c, t, r, p, rec)
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
         slots, every = _zero_slots(ic, params, d, t, zero, layout, shard_group, units, p, engine)
+        expert = np.zeros(b.shape)
+        if moe:   # the experts' state reduced over d / E, their tokens' all-to-alls
+            slots, expert = ep_step.expert_parts(config, ic, st, slots, params, r, s, c, units,
+                                                 _zero_slots)
         host = host_seconds_of(params, d, zero, off, shard_group, layout, host_link, host_settings,
                              ic.gpus_per_node)
         none = np.zeros(b.shape)
@@ -521,14 +542,15 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
             after = (np.maximum(gather_f - first + after - forward, 0.0)
                      - np.maximum(gather_f - first - forward, 0.0))
         per_step = last + after
-        return forward + backward, tensor, context, pipe, per_mb, per_step
+        return forward + backward, tensor, context, expert, pipe, per_mb, per_step
 
     first, last = stage_part(np.zeros(b.shape, dtype=np.int64)), stage_part(p - 1)
-    pick_last = sum(last[:5]) > sum(first[:5])
-    compute, tensor, context, pipe, per_mb, per_step = (np.where(pick_last, y, x)
-                                                        for x, y in zip(first, last))
-    micro = compute + tensor + context + pipe + per_mb
-    parts = {"compute": m * compute, "tensor": m * tensor, "context": m * context, "pipeline": m * pipe,
+    pick_last = sum(last[:6]) > sum(first[:6])
+    compute, tensor, context, expert, pipe, per_mb, per_step = (np.where(pick_last, y, x)
+                                                                for x, y in zip(first, last))
+    micro = compute + tensor + context + expert + pipe + per_mb
+    parts = {"compute": m * compute, "tensor": m * tensor, "context": m * context,
+             "expert": m * expert, "pipeline": m * pipe,
              "data_parallel": m * per_mb + per_step,
              "bubble": (p - 1) / v * micro}
     return ParallelStepTime(MappingProxyType(parts), micro)
@@ -541,13 +563,14 @@ def _per_degree(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
     parts = {name: np.zeros(cp.shape) for name in PARTS}
     micro = np.zeros(cp.shape)
     arrays = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
-              "micro_batches", "chunks", "sequence_parallel", "recompute", "offload")
+              "micro_batches", "chunks", "expert_parallel", "sequence_parallel", "recompute",
+              "offload")
     for degree in np.unique(cp).tolist():
         sel = cp == degree
         sub = ParallelSettings.from_checked(
             seq_len=st.seq_len, layout=st.layout, mfu=st.mfu, element_bytes=st.element_bytes,
             host_link=st.host_link, context_parallel=int(degree), host=st.host, engine=st.engine,
-            overlap=st.overlap,
+            overlap=st.overlap, capacity_factor=st.capacity_factor,
             shard_group=None if st.shard_group is None else st.shard_group[sel],
             **{name: getattr(st, name)[sel] for name in arrays})
         times = parallel_step_time(config, ic, device, sub)
