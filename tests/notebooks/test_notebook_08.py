@@ -229,23 +229,31 @@ def test_what_moves_instead(cells, mixtral):
 
 
 def test_deepseek_v3_published_layout(cells):
-    from zerolib.crosscheck import expert_layouts
+    from zerolib.crosscheck import trained
 
-    (layout,) = [lay for lay in expert_layouts.layouts() if lay.name == "deepseek-v3"]
-    judged = expert_layouts.judge(layout)
+    (layout,) = [run for run in trained.load() if run.run == "deepseek-v3-2048-h800"]
+    t, p, d = layout.tensor_parallel, layout.pipeline_parallel, layout.data_parallel
+    peak = trained.judge(layout)
+    with_ep = zl.expert_model_state(layout.config, t, p, d, 1, layout.widths, expert_parallel=64)
+    judged = {"parameters": peak["parameters"], "data_parallel": d,
+              "expert_data_parallel": with_ep.layout.expert_data_parallel,
+              "model_state_without_ep": zl.expert_model_state(layout.config, t, p, d, 1,
+                                                              layout.widths).total,
+              "model_state_with_ep": with_ep.total, "peak": peak["peak"], "fits": peak["fits"]}
     # The layout as the report states it (arXiv 2412.19437 Sec. 3.2), quoted in the notebook.
     assert (layout.gpus, layout.pipeline_parallel, layout.expert_parallel, layout.zero_stage) == (2048, 16, 64, 1)
     quote = ('"16-way Pipeline Parallelism (PP), 64-way Expert Parallelism (EP) spanning 8 nodes, '
              'and ZeRO-1 Data Parallelism (DP)"')
     assert quote in cells["moe-traffic-read"]
-    assert " ".join(quote.split()) in " ".join(expert_layouts.__doc__.split())
+    md = (Path(__file__).parents[2] / "data" / "trained_configurations.md").read_text()
+    assert " ".join(quote.strip('"').split()) in " ".join(md.split())
     text = cells["deepseek-read"]
     assert judged["parameters"] == 671_026_404_352
     assert f"Its {judged['parameters']:,} parameters (without the multi-token-prediction module)" in text
     assert (judged["data_parallel"], judged["expert_data_parallel"]) == (2048 // 16, 128 // 64)
     assert "d = 2,048 / 16 = 128 data-parallel GPUs and an expert-data-parallel group of 128 / 64 = 2" in text
-    assert layout.model.experts == 256 and "all 256 experts of its stage's layers" in text
-    assert (layout.layout.parameters, layout.layout.gradients) == (2, 4)   # 16-bit weights, fp32 gradients
+    assert layout.config.experts == 256 and "all 256 experts of its stage's layers" in text
+    assert (layout.widths.parameters, layout.widths.gradients) == (2, 4)   # 16-bit weights, fp32 gradients
     assert f"ZeRO-1 would keep {_gb(judged['model_state_without_ep'])} GB of model state" in text
     assert f"With E = 64 that is {_gb(judged['model_state_with_ep'])} GB" in text
     assert (layout.recompute, layout.seq_len) == ("full", 4096)
