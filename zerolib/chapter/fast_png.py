@@ -41,6 +41,12 @@ def text_blocks(artists) -> list:
     return [artists.title, artists.subtitle, artists.legend, ax.xaxis.label, ax.yaxis.label]
 
 
+def every_text(figure: Figure) -> list:
+    """Every text artist ``figure`` holds now, in drawing order's tree order: data labels too,
+    which often draw as in the last render (a bar that did not move keeps its value)."""
+    return figure.findobj(Text)
+
+
 class _Uncacheable(Exception):
     """A block drew through something the recorder cannot compare: draw it afresh every time."""
 
