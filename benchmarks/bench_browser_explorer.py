@@ -7,7 +7,8 @@ inside the page, from the keydown event to the first frame after the new image h
 (kernel round trip, recompute, redraw, PNG, transfer, decode). Printed per explorer: the median
 of the five, beside the in-kernel time of one redraw of the same slider (``bench_explorer``
 measures that against rebuilding the figure), and their ratio: what the browser and the widget
-messages add. Target: the slowest explorer under 100 ms.
+messages add; and what one move brings from the kernel (widget updates, where the image comes
+among them, bytes), counted on the page's websocket. Target: the slowest explorer under 100 ms.
 
 Skips, saying why, without Chromium or Playwright.
 """
@@ -59,6 +60,38 @@ ARM = """(img) => { window.__latency = new Promise((resolve) => {
 }); }"""
 
 
+# Installed before the page loads: every websocket frame from the server is noted (when, how many
+# bytes, whether it is a widget update and whether it carries a binary buffer: the image).
+COUNT_MESSAGES = r"""(() => {
+  window.__frames = [];
+  const Socket = window.WebSocket;
+  const kind = (data) => {
+    try {
+      let header, content, buffers = 0;
+      if (typeof data === 'string') { const m = JSON.parse(data); header = m.header; content = m.content;
+                                      buffers = (m.buffers || []).length; }
+      else {   // the v1 kernel protocol: a count of offsets, the offsets, then the parts
+        const view = new DataView(data), n = Number(view.getBigUint64(0, true));
+        const at = (i) => Number(view.getBigUint64(8 + 8 * i, true));
+        const part = (i) => JSON.parse(new TextDecoder().decode(
+          new Uint8Array(data, at(i), (i + 1 < n ? at(i + 1) : data.byteLength) - at(i))));
+        header = part(1); content = part(4); buffers = n - 6;
+      }
+      const update = header.msg_type === 'comm_msg' && content.data && content.data.method === 'update';
+      return update ? (buffers > 0 ? 'image' : 'update') : header.msg_type;
+    } catch (e) { return 'other'; }
+  };
+  window.WebSocket = function (...args) {
+    const socket = new Socket(...args);
+    socket.addEventListener('message', (event) => window.__frames.push({
+      kind: kind(event.data), bytes: typeof event.data === 'string' ? event.data.length : event.data.byteLength}));
+    return socket;
+  };
+  window.WebSocket.prototype = Socket.prototype;
+  Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
+})();"""
+
+
 def kernel_redraw_ms(stem: str) -> float:
     """The same moves in this interpreter: the explorer's own redraw, median milliseconds."""
     import zerolib as zl  # noqa: F401  (the calls read zl)
@@ -82,22 +115,36 @@ def kernel_redraw_ms(stem: str) -> float:
     return 1000 * statistics.median(times)
 
 
-def browser_latencies(page) -> dict[str, list[float]]:
-    results = {}
+def browser_latencies(page) -> tuple[dict[str, list[float]], dict[str, list[list[dict]]]]:
+    """Per explorer: the five latencies (ms), and the frames each move brought from the kernel."""
+    results, frames = {}, {}
     for stem in SLIDERS:   # one per kind of explorer (08 shows the will-it-fit one again)
         output = explorer_output(page, stem)
         image = output.locator("img.widget-image")
         label = page.locator(".widget-label", has_text=re.compile(rf"^\s*{re.escape(SLIDERS[stem])}\s*$"))
         handle = output.locator(".widget-slider", has=label).locator(".noUi-handle").first
-        times = []
+        times, moves = [], []
         for move in MOVES:
             page.evaluate(ARM, image.element_handle())
             handle.focus()
+            page.evaluate("() => { window.__frames = []; }")
             page.keyboard.press(move)
             times.append(page.evaluate("() => window.__latency"))
             page.wait_for_timeout(300)    # let the kernel settle between moves
-        results[stem] = times
-    return results
+            moves.append(page.evaluate("() => window.__frames"))
+        results[stem], frames[stem] = times, moves
+    return results, frames
+
+
+def message_words(moves: list[list[dict]]) -> str:
+    """What one move brought, from the median move: widget updates, where the image came among
+    them, bytes."""
+    updates = sorted(moves, key=len)[len(moves) // 2]
+    kinds = [f["kind"] for f in updates if f["kind"] in ("image", "update")]
+    place = kinds.index("image") + 1 if "image" in kinds else 0
+    total = sum(f["bytes"] for f in updates)
+    return (f"{len(kinds)} widget updates per move (the image {place} of them), "
+            f"{len(updates)} messages, {total / 1000:.0f} kB")
 
 
 def main() -> int:
@@ -116,8 +163,9 @@ def main() -> int:
         with sync_playwright() as driver, jupyter_lab(root, work) as lab, \
                 chromium(driver, work / "profile", executable) as browser:
             page = browser.new_page()
+            page.add_init_script(COUNT_MESSAGES)
             run_explorers(page, lab, expect)
-            latencies = browser_latencies(page)
+            latencies, frames = browser_latencies(page)
     slowest = 0.0
     for stem, times in latencies.items():
         browser_ms = statistics.median(times)
@@ -126,7 +174,7 @@ def main() -> int:
         print(f"explorer_browser_{NAMES[stem]}: {browser_ms / kernel_ms:.1f}x (key press to new image "
               f"in Chromium, median of {len(times)}: {browser_ms:.0f} ms, against the in-kernel "
               f"redraw {kernel_ms:.0f} ms; moves {', '.join(f'{t:.0f}' for t in times)} ms; "
-              f"target < {TARGET_MS:.0f} ms)")
+              f"{message_words(frames[stem])}; target < {TARGET_MS:.0f} ms)")
     print(f"explorer_browser_slowest: {slowest:.0f} ms (target < {TARGET_MS:.0f} ms)")
     return 0
 

@@ -66,3 +66,20 @@ def test_returning_to_a_setting_rasterises_no_text_again(monkeypatch):
                                                             draw_text(self, gc, x, y, s, *a, **k)))
     explorer.controls["micro_batch"].value = 2
     assert drawn == []
+
+
+def test_a_will_it_fit_search_runs_once_per_setting(monkeypatch):
+    # The fewest-GPUs search depends on the micro-batch; moving back to one searched before
+    # takes the remembered answer (the search is a pure function of its inputs).
+    explorer = zl.WillItFitExplorer()
+    calls = []
+    search = explorers.will_it_fit.fewest_gpus_for_peak
+    monkeypatch.setattr(explorers.will_it_fit, "fewest_gpus_for_peak",
+                        lambda *args: (calls.append(args), search(*args))[1])
+    for value in (2, 1, 2, 1):
+        explorer.controls["micro_batch"].value = value
+    assert len(calls) == 1                     # micro-batch 2; 1 was searched when built
+    table = explorer.table.value
+    explorer.controls["micro_batch"].value = 2
+    explorer.controls["micro_batch"].value = 1
+    assert explorer.table.value == table
