@@ -42,8 +42,8 @@ def text_blocks(artists) -> list:
 
 
 def every_text(figure: Figure) -> list:
-    """Every text artist ``figure`` holds now, in drawing order's tree order: data labels too,
-    which often draw as in the last render (a bar that did not move keeps its value)."""
+    """Every text artist ``figure`` holds now, data labels too: many draw as in an earlier
+    render (a bar that did not move keeps its value label), so they are worth keeping as blocks."""
     return figure.findobj(Text)
 
 
