@@ -7,7 +7,10 @@ inside the page, from the keydown event to the first frame after the new image h
 (kernel round trip, recompute, redraw, PNG, transfer, decode). Printed per explorer: the median
 of the five, beside the in-kernel time of one redraw of the same slider (``bench_explorer``
 measures that against rebuilding the figure), and their ratio: what the browser and the widget
-messages add. Target: the slowest explorer under 100 ms.
+messages add; and what one move brings from the kernel (widget updates, where the image comes
+among them, bytes), counted on the page's websocket. Target: the slowest explorer under 100 ms.
+``--baseline DIR`` times the explorers of another checkout too, move for move in the same run
+(on a loaded machine only such pairs compare), and prints the ratios.
 
 Skips, saying why, without Chromium or Playwright.
 """
@@ -19,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import nbformat
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -59,6 +64,38 @@ ARM = """(img) => { window.__latency = new Promise((resolve) => {
 }); }"""
 
 
+# Installed before the page loads: every websocket frame from the server is noted (when, how many
+# bytes, whether it is a widget update and whether it carries a binary buffer: the image).
+COUNT_MESSAGES = r"""(() => {
+  window.__frames = [];
+  const Socket = window.WebSocket;
+  const kind = (data) => {
+    try {
+      let header, content, buffers = 0;
+      if (typeof data === 'string') { const m = JSON.parse(data); header = m.header; content = m.content;
+                                      buffers = (m.buffers || []).length; }
+      else {   // the v1 kernel protocol: a count of offsets, the offsets, then the parts
+        const view = new DataView(data), n = Number(view.getBigUint64(0, true));
+        const at = (i) => Number(view.getBigUint64(8 + 8 * i, true));
+        const part = (i) => JSON.parse(new TextDecoder().decode(
+          new Uint8Array(data, at(i), (i + 1 < n ? at(i + 1) : data.byteLength) - at(i))));
+        header = part(1); content = part(4); buffers = n - 6;
+      }
+      const update = header.msg_type === 'comm_msg' && content.data && content.data.method === 'update';
+      return update ? (buffers > 0 ? 'image' : 'update') : header.msg_type;
+    } catch (e) { return 'other'; }
+  };
+  window.WebSocket = function (...args) {
+    const socket = new Socket(...args);
+    socket.addEventListener('message', (event) => window.__frames.push({
+      kind: kind(event.data), bytes: typeof event.data === 'string' ? event.data.length : event.data.byteLength}));
+    return socket;
+  };
+  window.WebSocket.prototype = Socket.prototype;
+  Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
+})();"""
+
+
 def kernel_redraw_ms(stem: str) -> float:
     """The same moves in this interpreter: the explorer's own redraw, median milliseconds."""
     import zerolib as zl  # noqa: F401  (the calls read zl)
@@ -82,25 +119,72 @@ def kernel_redraw_ms(stem: str) -> float:
     return 1000 * statistics.median(times)
 
 
-def browser_latencies(page) -> dict[str, list[float]]:
-    results = {}
-    for stem in SLIDERS:   # one per kind of explorer (08 shows the will-it-fit one again)
+class Slider:
+    """The slider of one explorer on one page, and a key press on it timed."""
+
+    def __init__(self, page, stem: str):
+        self.page = page
         output = explorer_output(page, stem)
-        image = output.locator("img.widget-image")
-        label = page.locator(".widget-label", has_text=re.compile(rf"^\s*{re.escape(SLIDERS[stem])}\s*$"))
-        handle = output.locator(".widget-slider", has=label).locator(".noUi-handle").first
-        times = []
-        for move in MOVES:
-            page.evaluate(ARM, image.element_handle())
-            handle.focus()
-            page.keyboard.press(move)
-            times.append(page.evaluate("() => window.__latency"))
-            page.wait_for_timeout(300)    # let the kernel settle between moves
-        results[stem] = times
+        self.image = output.locator("img.widget-image")
+        label = page.locator(".widget-label",
+                             has_text=re.compile(rf"^\s*{re.escape(SLIDERS[stem])}\s*$"))
+        self.handle = output.locator(".widget-slider", has=label).locator(".noUi-handle").first
+
+    def press(self, move: str) -> tuple[float, list[dict]]:
+        """Milliseconds from the key press to the new image shown, and the frames it brought."""
+        self.page.bring_to_front()     # a tab in the background has its frames throttled
+        self.handle.scroll_into_view_if_needed()
+        self.page.evaluate(ARM, self.image.element_handle())
+        self.handle.focus()
+        self.page.evaluate("() => { window.__frames = []; }")
+        self.page.keyboard.press(move)
+        latency = self.page.evaluate("() => window.__latency")
+        self.page.wait_for_timeout(300)    # let the kernel settle between moves
+        return latency, self.page.evaluate("() => window.__frames")
+
+
+def browser_latencies(pages: dict, moves=MOVES) -> dict:
+    """Per page (its side: "current", "baseline") and explorer: the latencies (ms) and the frames
+    of each move. With two pages the moves alternate between them, so that a loaded machine's
+    slow moments fall on both sides alike."""
+    results = {side: {} for side in pages}
+    for stem in SLIDERS:   # one per kind of explorer (08 shows the will-it-fit one again)
+        sliders = {side: Slider(page, stem) for side, page in pages.items()}
+        for side in pages:
+            results[side][stem] = ([], [])
+        for move in moves:
+            for side, slider in sliders.items():
+                latency, frames = slider.press(move)
+                results[side][stem][0].append(latency)
+                results[side][stem][1].append(frames)
     return results
 
 
-def main() -> int:
+def message_words(moves: list[list[dict]]) -> str:
+    """What one move brought, from the median move: widget updates, where the image came among
+    them, bytes."""
+    updates = sorted(moves, key=len)[len(moves) // 2]
+    kinds = [f["kind"] for f in updates if f["kind"] in ("image", "update")]
+    place = kinds.index("image") + 1 if "image" in kinds else 0
+    total = sum(f["bytes"] for f in updates)
+    return (f"{len(kinds)} widget updates per move (the image {place} of them), "
+            f"{len(updates)} messages, {total / 1000:.0f} kB")
+
+
+def write_baseline_notebook(root: Path, baseline: Path, name: str = "baseline.ipynb") -> str:
+    """The layout notebook once more, its kernel importing zerolib from ``baseline`` (a checkout
+    of another commit) before anything else."""
+    notebook = nbformat.read(root / "explorers.ipynb", as_version=4)
+    notebook.cells[0].source = (f"import sys\nsys.path.insert(0, {str(baseline)!r})\n"
+                                + notebook.cells[0].source)
+    nbformat.write(notebook, root / name)
+    return name
+
+
+def main(argv=()) -> int:
+    """``--baseline DIR``: also time the explorers of the checkout DIR, move for move in the same
+    run (e.g. ``git worktree add /tmp/before main``), and print the ratios."""
+    baseline = Path(argv[argv.index("--baseline") + 1]).resolve() if "--baseline" in argv else None
     executable = find_chromium()
     try:
         from playwright.sync_api import expect, sync_playwright
@@ -115,21 +199,35 @@ def main() -> int:
         root = write_layout_notebook(work)
         with sync_playwright() as driver, jupyter_lab(root, work) as lab, \
                 chromium(driver, work / "profile", executable) as browser:
-            page = browser.new_page()
-            run_explorers(page, lab, expect)
-            latencies = browser_latencies(page)
+            pages = {"current": browser.new_page()}
+            names = {"current": "explorers.ipynb"}
+            if baseline is not None:
+                pages["baseline"] = browser.new_page()
+                names["baseline"] = write_baseline_notebook(root, baseline)
+            for side, page in pages.items():
+                page.add_init_script(COUNT_MESSAGES)
+                run_explorers(page, lab, expect, names[side])
+            results = browser_latencies(pages, MOVES * 2 if baseline else MOVES)
     slowest = 0.0
-    for stem, times in latencies.items():
+    for stem, (times, frames) in results["current"].items():
         browser_ms = statistics.median(times)
         kernel_ms = kernel_redraw_ms(stem)
         slowest = max(slowest, browser_ms)
         print(f"explorer_browser_{NAMES[stem]}: {browser_ms / kernel_ms:.1f}x (key press to new image "
               f"in Chromium, median of {len(times)}: {browser_ms:.0f} ms, against the in-kernel "
               f"redraw {kernel_ms:.0f} ms; moves {', '.join(f'{t:.0f}' for t in times)} ms; "
-              f"target < {TARGET_MS:.0f} ms)")
+              f"{message_words(frames)}; target < {TARGET_MS:.0f} ms)")
+        if baseline is not None:
+            before, before_frames = results["baseline"][stem]
+            before_ms = statistics.median(before)
+            paired = statistics.median(a / b for a, b in zip(times, before))
+            print(f"explorer_browser_{NAMES[stem]}_vs_baseline: {browser_ms / before_ms:.2f}x "
+                  f"(median {browser_ms:.0f} ms against {before_ms:.0f} ms at {baseline}, "
+                  f"moves interleaved; median of the paired ratios {paired:.2f}x; baseline moves "
+                  f"{', '.join(f'{t:.0f}' for t in before)} ms; {message_words(before_frames)})")
     print(f"explorer_browser_slowest: {slowest:.0f} ms (target < {TARGET_MS:.0f} ms)")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -27,7 +27,7 @@ from zerolib.chapter.explorers.panel import (
     control_panel,
     shown_at_own_size,
 )
-from zerolib.chapter.fast_png import IncrementalPng
+from zerolib.chapter.fast_png import IncrementalPng, every_text
 from zerolib.chapter.style import add_axes, new_figure
 from zerolib.core.catalogue.devices import CAPACITY_BASES, DEVICES, device_at, get_device
 from zerolib.core.memory.accounting import CATEGORIES, LAYOUTS, Layout, get_layout
@@ -218,7 +218,10 @@ class Explorer:
         self.figure = new_figure(figsize, self.dpi)
         self.artists = draw(add_axes(self.figure, margins))
         shown_at_own_size(self.image, self.figure)
-        self._renderer = IncrementalPng(self.figure, blocks(self.artists))
+        # Every text may re-use its pixels, not only the chart's slow-changing blocks: a data
+        # label that did not move draws as before (the renderer checks calls and background).
+        self._renderer = IncrementalPng(self.figure, [*blocks(self.artists),
+                                                      *every_text(self.figure)])
         self._describe()
         self.image.value = self._renderer.render()
         self._watch()
@@ -237,18 +240,22 @@ class Explorer:
         """Recompute ``.data`` from the controls and redraw the same figure in place.
 
         A setting that cannot be drawn leaves the last figure and says so in ``status``.
+        The texts are worked out before the image (a setting they cannot describe is not
+        drawn either) but sent after it: each widget change is one message to the browser,
+        handled in order, and the figure is what a reader waits for.
         """
         if self._holding:
             return
-        try:
-            drawn = self._update()
-        except NOT_DRAWABLE as error:
-            self._not_redrawn(error)
-            return
-        if drawn:
-            self.status.value = ""
-            self.image.value = self._renderer.render()
-            self.redraws += 1
+        with self.summary.hold_sync(), self.table.hold_sync():
+            try:
+                drawn = self._update()
+            except NOT_DRAWABLE as error:
+                self._not_redrawn(error)
+                return
+            if drawn:
+                self.image.value = self._renderer.render()
+                self.status.value = ""
+                self.redraws += 1
 
     def _box(self):
         """The explorer's one layout: the static note, the control panel, the texts, the

@@ -68,13 +68,18 @@ def seq_lengths_for(model: str) -> tuple[int, ...]:
 def peak_rows(frame: pd.DataFrame, device: Device) -> list[dict]:
     """Per stage of a peak frame: ``stage``, ``peak`` (bytes), ``fits`` (peak <= capacity),
     ``activations`` and ``logits_loss`` (bytes)."""
+    # Plain columns rather than a groupby: the explorer reads these twice on every move.
+    stages = frame["stage"].to_numpy()
+    components = frame["component"].to_numpy()
+    n_bytes = frame["bytes"].to_numpy()
     rows = []
-    for stage, group in frame.groupby("stage", sort=True):
-        by_component = group.set_index("component")["bytes"]
-        peak = int(by_component.sum())
+    for stage in sorted(set(stages.tolist())):
+        at = stages == stage
+        by_component = dict(zip(components[at].tolist(), n_bytes[at].tolist()))
+        peak = sum(by_component.values())      # Python ints: exact
         rows.append({"stage": int(stage), "peak": peak, "fits": peak <= device.capacity,
-                     "activations": int(by_component["activations"]),
-                     "logits_loss": int(by_component["logits_loss"])})
+                     "activations": by_component["activations"],
+                     "logits_loss": by_component["logits_loss"]})
     return rows
 
 
@@ -140,6 +145,22 @@ def peak_table_html(frame: pd.DataFrame, device: Device, unit: str, fewest: dict
         f"<tbody>{''.join(cells)}</tbody></table>")
 
 
+SEARCHES_KEPT = 32   # search results kept per kind
+
+
+def _remembered(kept: list, key: tuple, search):
+    """The result kept under ``key`` (compared by ``==``: a model of one's own is not hashable),
+    or ``search()`` on first use; the most recent first, at most SEARCHES_KEPT kept."""
+    for i, (known, found) in enumerate(kept):
+        if known == key:
+            kept.insert(0, kept.pop(i))
+            return found
+    found = search()
+    kept.insert(0, (key, found))
+    del kept[SEARCHES_KEPT:]
+    return found
+
+
 class WillItFitExplorer(Explorer):
     """Will a model train on these GPUs? Its peak per GPU, stage by stage, against the device.
 
@@ -181,8 +202,10 @@ class WillItFitExplorer(Explorer):
         if not isinstance(flash_attention, bool):
             raise TypeError(f"flash_attention must be True or False, got {flash_attention!r}")
         self._layout_fixed = get_layout(layout)
-        self._fewest = (None, None)     # (settings key, fewest GPUs per stage)
-        self._largest = (None, None)    # (settings key, largest micro-batch per stage)
+        # Search results by their inputs (pure functions of them), the least recently used
+        # dropped first: moving a slider back and forth searches each setting once.
+        self._fewest: list[tuple] = []     # (inputs, fewest GPUs per stage)
+        self._largest: list[tuple] = []    # (inputs, largest micro-batch per stage)
         wide = {"description_width": "initial"}
         self.controls = {
             "model": w.Dropdown(options=[(f"{config.name} ({_count_words(parameter_count(config))})",
@@ -254,17 +277,16 @@ class WillItFitExplorer(Explorer):
         return True
 
     def _searches(self, settings, device):
-        """Fewest GPUs and largest micro-batch per stage, each recomputed only when its inputs change."""
-        fewest_key = (self.model, settings, device)   # the device as read (capacity); not the GPU count
-        if fewest_key != self._fewest[0]:
-            found = fewest_gpus_for_peak(self.model, STAGES, settings, self.layout, device)
-            self._fewest = (fewest_key, {stage: int(n) or None for stage, n in zip(STAGES, found)})
-        largest_key = (self.model, self.gpus, replace(settings, micro_batch=1), device)
-        if largest_key != self._largest[0]:
-            found = largest_micro_batches(self.model, self.gpus, STAGES, settings, self.layout,
-                                          device, max_micro_batch=LARGEST_MICRO_BATCH_SHOWN)
-            self._largest = (largest_key, dict(zip(STAGES, found)))
-        return self._fewest[1], self._largest[1]
+        """Fewest GPUs and largest micro-batch per stage, each searched once per set of inputs."""
+        fewest_key = (self.model, settings, self.layout, device)   # the device as read; not the GPU count
+        fewest = _remembered(self._fewest, fewest_key, lambda: {
+            stage: int(n) or None for stage, n in zip(STAGES, fewest_gpus_for_peak(
+                self.model, STAGES, settings, self.layout, device))})
+        largest_key = (self.model, self.gpus, replace(settings, micro_batch=1), self.layout, device)
+        largest = _remembered(self._largest, largest_key, lambda: dict(zip(STAGES, largest_micro_batches(
+            self.model, self.gpus, STAGES, settings, self.layout, device,
+            max_micro_batch=LARGEST_MICRO_BATCH_SHOWN))))
+        return fewest, largest
 
     def _describe(self):
         device, unit = self.device, self.unit
