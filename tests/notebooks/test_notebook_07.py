@@ -14,9 +14,9 @@ import pytest
 
 import zerolib as zl
 from zerolib.core.inputs import MAX_GPUS
+from zerolib.core.memory.activations import checkpoint_terms
 from zerolib.core.memory.pipeline_schedule import layer_activations_held
 from zerolib.core.planner import PLAN_LEFT_OUT, describe_configuration
-from zerolib.core.memory.activations import checkpoint_terms
 from zerolib.core.step.engines import DEFAULT_ENGINE, get_engine
 from zerolib.core.step.model_parallel_traffic import tensor_parallel_traffic
 from zerolib.core.step.offload_traffic import host_traffic, node_host_settings
@@ -293,7 +293,8 @@ def test_ranking_read(cells, a100_plan):
     assert int(many.sent["forward_all_gather"]) == m * 2 * (-(-share // 32)) * 31
     says(text, f"runs {m} micro-batches per step", f"{gathers} gathers of its share of the weights a step",
          f"Each GPU sends {int(many.total_sent) / 1e12:.2f} TB a step where one micro-batch "
-         f"would send {int(one.total_sent) / GB:.1f} GB ({int(many.total_sent) / int(one.total_sent):.0f} times as much)",
+         f"would send {int(one.total_sent) / GB:.1f} GB "
+         f"({int(many.total_sent) / int(one.total_sent):.0f} times as much)",
          f"first layer's gather of every micro-batch: {best['data_parallel_seconds']:.2f} s a step")
     assert get_engine().overlap.first_gather_exposed
 
@@ -465,7 +466,8 @@ def test_summary(cells, a100_plan, h100_plan):
          f"fastest by its model is {describe_configuration(a)}, {a['step_seconds']:.1f} s per step",
          f"the same configuration, {h['step_seconds']:.1f} s, both under DeepSpeed 0.19.8's rules",
          f"({2 * int(a['micro_batches'])} times a step for the planner's winner)",
-         f"at 131,072 tokens on 64 H100 {_cp(131072)[0]['step_seconds'] / _cp(131072)[1]['step_seconds']:.2f} times faster",
+         f"at 131,072 tokens on 64 H100 "
+         f"{_cp(131072)[0]['step_seconds'] / _cp(131072)[1]['step_seconds']:.2f} times faster",
          "(06-sharding-groups-and-offload.ipynb)", "(09-appendix-checking-the-arithmetic.ipynb)")
 
 
@@ -527,7 +529,8 @@ def test_context_parallel_read(cells):
          f"({gb(peak(131072, 8))} GB at 131,072 tokens)",
          f"recomputation: {describe_configuration(cp128)}, {cp128['step_seconds']:.1f} s, "
          f"{tp128['step_seconds'] / cp128['step_seconds']:.2f} times faster",
-         f"it gains {tp32['step_seconds'] / cp32['step_seconds']:.2f} times ({tp32['step_seconds']:.1f} s to {cp32['step_seconds']:.1f} s)",
+         f"it gains {tp32['step_seconds'] / cp32['step_seconds']:.2f} times "
+         f"({tp32['step_seconds']:.1f} s to {cp32['step_seconds']:.1f} s)",
          f"parallelism: {describe_configuration(cp8)}, {cp8['step_seconds']:.1f} s against {tp8['step_seconds']:.1f} s",
          "zerolib times those sends as fully exposed, so CP's cost here is an upper bound")
     assert zl.get_model(M).kv_heads == 8       # "8 key/value heads cap it at 8"
