@@ -150,12 +150,15 @@ def test_time_intro(cells):
     says(cells["time-intro"], "1,024 sequences of 4,096 tokens (Llama 2's 4M tokens)", "40% of peak")
     assert 1024 * 4096 == 4_194_304   # "4M tokens" (Touvron et al., Table 1)
     says(cells["time-intro"], "Times here are for **DeepSpeed 0.19.8 at its defaults**, zerolib's default engine",
-         "except the first layer's gather of every micro-batch", "(`overlap_comm` is on for stage 3 only)",
+         "except the first layer's gather of every micro-batch",
+         "(`overlap_comm` is on for stage 3 only), hidden behind nothing, "
+         "stages 0 and 1 once per step after the last backward",
          "(NVLink 3: 230 of 300 GB/s, InfiniBand HDR 24 of 25 GB/s")
     ds = get_engine()
     assert DEFAULT_ENGINE == "deepspeed" and ds.label == "DeepSpeed 0.19.8"
     assert ds.overlap.backward_hidden == (3,) and ds.overlap.first_gather_exposed
     assert ds.overlap.forward_hidden and not ds.overlap.post_step_gather_hidden
+    assert ds.every_micro_batch == (2, 3)       # stages 0 and 1 reduce once per step
     for name, achieved, line in (("nvlink3", 230, 300), ("ib-hdr", 24, 25)):
         link = zl.get_link(name)
         assert (link.achieved, link.bandwidth) == (achieved * GB, line * GB)
