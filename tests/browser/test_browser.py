@@ -133,20 +133,21 @@ EXPLORERS = {check.notebook: check for check in (
     # 26.15 GB of working set (2 GB of it gathered parameters) = 27.0 GB; its three passes of 35
     # layers (3 x 0.03614 + 105 x 599.2 us = 0.171 s) hide behind compute.
     # Notebook 7 leaves the planner explorer at Llama-2-70B on 64 A100 80GB (DGX A100 nodes,
-    # sequence 4,096, global batch 1,024, 40% of peak); one step right is 128 GPUs. The fastest
-    # that fits is then t 2 x d 64 under ZeRO-3, 16 micro-batches of one sequence per step. One
-    # GPU holds 80 layers of (2 x 8192^2 + 2 x 8192 x 1024 + 3 x 8192 x 28672) / 2 + 2 x 8192 =
-    # 427,835,392, half the embedding and of the output layer (131,072,000 each) and the final
-    # norm: 34,488,983,552 parameters; compute 16 x 6 x that x 4096 / (0.4 x 312e12) = 108.667 s.
-    # Each micro-batch all-reduces 2 x 4096 x 8192 = 67,108,864 bytes 322 times over 2 GPUs on
-    # NVLink 3 (4 per layer, the embedding's, the output layer's): 8.4 + 2 x 3.4 us + 67,108,864
-    # / 300e9 s = 238.9 us, and 3 loss all-reduces of 16 KB: 76.97 ms, 1.232 s for 16. ZeRO-3's
-    # gathers (67.9 GB per pass at 100 GB/s: 0.68 s) hide behind each micro-batch's 2.26 s of
-    # forward compute. Step 108.667 + 1.232 = 109.9 s: "110 s".
+    # sequence 4,096, global batch 1,024, 40% of peak) under PyTorch FSDP2; one step right is 128
+    # GPUs. The fastest that fits is then t 2 x d 64 under ZeRO-3, 16 micro-batches of one
+    # sequence per step. One GPU holds 80 layers of (2 x 8192^2 + 2 x 8192 x 1024 + 3 x 8192 x
+    # 28672) / 2 + 2 x 8192 = 427,835,392, half the embedding and of the output layer
+    # (131,072,000 each) and the final norm: 34,488,983,552 parameters; compute 16 x 6 x that x
+    # 4096 / (0.4 x 312e12) = 108.667 s. Each micro-batch all-reduces 2 x 4096 x 8192 =
+    # 67,108,864 bytes 322 times over 2 GPUs on NVLink 3 at the 230 GB/s NCCL achieves (4 per
+    # layer, the embedding's, the output layer's): 8.4 + 2 x 3.4 us + 67,108,864 / 230e9 s =
+    # 307.0 us, 98.8 ms, 1.58 s for 16. ZeRO-3's gathers hide behind each micro-batch's forward
+    # compute but for the first layer's (0.14 s a step). Step 108.667 + 1.58 + 0.14 = 110.4 s:
+    # "110 s".
     ExplorerCheck(
         "07-when-zero-is-not-enough.ipynb", "GPUs", "64", "128", (
             "llama-2-70b on 128 A100 80GB",
-            "Fastest that fits: t 2 x p 1 (1F1B) x d 64, ZeRO-3, selective recomputation, "
+            "Fastest that fits: t 2 x p 1 (1F1B) x d 64, ZeRO-3, no recomputation, "
             "micro-batch 1 x 16, no offload: 110 s per step",
         )),
     # Notebook 8 leaves the explorer at Mistral-7B-v0.3 read from its config.json (h = 4096,

@@ -24,7 +24,7 @@ LOOK_UPS = 5
 MOVES = (("gpus", 128), ("seq_len", 8192), ("model", "llama-2-13b"), ("global_batch", 512),
          ("mfu", 0.45), ("gpus_per_node", 4), ("links", "dgx-h100"), ("device", "h100-80gb"),
          ("host_memory", 2 * 1024 * GiB), ("host_link", "pcie5-x16"),
-         ("shard_groups", "whole"), ("unit", "GiB"))
+         ("shard_groups", "whole"), ("engine", "fsdp2"), ("unit", "GiB"))
 
 
 def _is_check(frame) -> bool:

@@ -83,7 +83,7 @@ def test_summary_and_ranking_say_what_the_plan_says(a100):
     summary = summary_html(a100, "GB")
     assert f"<b>{a100.counts()['fit']:,} fit</b>" in summary
     assert describe_configuration(best) in summary and html.escape(PLAN_HEADER) in summary
-    assert "221 s per step" in summary        # 220.5 s, three significant digits
+    assert "222 s per step" in summary        # 221.7 s, three significant digits
     table = ranking_html(a100, "GB")
     assert table.count("<tr><td style='text-align:right'>") >= 8
     for record in a100.rejected.itertuples():
@@ -108,7 +108,7 @@ def test_the_explorer_starts_at_the_plan(explorer, a100):
 @pytest.mark.parametrize("name, value", [
     ("gpus", 128), ("gpus_per_node", 4), ("device", "h100-80gb"), ("links", "dgx-h100"),
     ("seq_len", 8192), ("global_batch", 512), ("mfu", 0.5), ("host_memory", 2**40),
-    ("shard_groups", "whole"), ("unit", "GiB"), ("model", "llama-2-13b")])
+    ("shard_groups", "whole"), ("unit", "GiB"), ("model", "llama-2-13b"), ("engine", "fsdp2")])
 def test_every_control_re_plans_and_redraws_in_place(explorer, name, value):
     figure, image = explorer.figure, bytes(explorer.image.value)
     explorer.controls[name].value = value
@@ -118,7 +118,8 @@ def test_every_control_re_plans_and_redraws_in_place(explorer, name, value):
     want = plan(c["model"].value, c["gpus"].value, c["gpus_per_node"].value, c["device"].value,
                 c["seq_len"].value, c["global_batch"].value, links=c["links"].value or None,
                 mfu=c["mfu"].value, host_memory=c["host_memory"].value or None,
-                host_link=c["host_link"].value, shard_groups=c["shard_groups"].value)
+                host_link=c["host_link"].value, shard_groups=c["shard_groups"].value,
+                engine=c["engine"].value)
     assert explorer.plan.counts() == want.counts()
     assert explorer.status.value == ""
 
@@ -176,3 +177,19 @@ def test_bad_starting_values_are_rejected():
 
 def test_top_level_names():
     assert zl.PlannerExplorer is PlannerExplorer and zl.plan is plan
+
+
+def test_the_summary_says_which_engine_the_ranking_is_for(explorer):
+    """DeepSpeed 0.19.8 by default, whose pipeline engine takes stages 0-1 only; FSDP2 composes
+    every stage it offers (0, 2, 3) with a pipeline, and the plan and its words follow."""
+    assert explorer.plan.settings.engine.name == "deepspeed"
+    assert ("Ranked for DeepSpeed 0.19.8 (its ZeRO stages 0, 1, 2, 3; beside a pipeline 0, 1; "
+            "its overlap rule).") in explorer.summary.value
+    assert "pipeline_zero" in set(explorer.plan.rejected["rule"])
+    explorer.controls["engine"].value = "fsdp2"
+    assert ("Ranked for PyTorch FSDP2 (its ZeRO stages 0, 2, 3; beside a pipeline 0, 2, 3; "
+            "its overlap rule).") in explorer.summary.value
+    assert "pipeline_zero" not in set(explorer.plan.rejected["rule"])
+    fits = explorer.plan.fits
+    assert ((fits["pipeline_parallel"] > 1) & (fits["stage"] == 3)).any()
+

@@ -35,6 +35,7 @@ from zerolib.core.planner import (
     describe_configuration,
     plan,
 )
+from zerolib.core.step.engines import DEFAULT_ENGINE, ENGINES
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS
 from zerolib.core.step.time import DEFAULT_MFU
 from zerolib.core.units import GiB, format_value
@@ -63,9 +64,17 @@ def _host(value) -> str:
                                               else f"{value // GiB} GiB")
 
 
+def engine_words(result: Plan) -> str:
+    """Which engine the plan's rules and times are for: ``'Ranked for DeepSpeed 0.19.8 (its
+    ZeRO stages 0, 1, 2, 3; beside a pipeline 0, 1; its overlap rule)'``."""
+    e = result.settings.engine
+    return (f"Ranked for {e.label} (its ZeRO stages {', '.join(map(str, e.stages))}; beside a "
+            f"pipeline {', '.join(map(str, e.pipeline_stages))}; its overlap rule).")
+
+
 def summary_html(result: Plan, unit: str) -> str:
-    """The lines above the figure: the cluster, how many configurations fit, the fastest, and
-    that the ranking is a model's."""
+    """The lines above the figure: the cluster, how many configurations fit, the fastest, the
+    engine the ranking is for, and that the ranking is a model's."""
     s = result.settings
     in_unit = unit_label(unit)
     counts = result.counts()
@@ -87,7 +96,7 @@ def summary_html(result: Plan, unit: str) -> str:
             f"</b> ({html.escape(where)}), sequence {s.seq_len:,}, global batch "
             f"{s.global_batch:,} sequences, {s.mfu:.0%} of peak. {counts['configurations']:,} "
             f"configurations, {counts['runnable']:,} can run, <b>{counts['fit']:,} fit</b>."
-            f"<br>{html.escape(verdict)}"
+            f"<br>{html.escape(verdict)}<br>{html.escape(engine_words(result))}"
             f"<br><i>{html.escape(PLAN_HEADER)} Left out: {html.escape('; '.join(PLAN_LEFT_OUT))}.</i></p>")
 
 
@@ -121,21 +130,23 @@ class PlannerExplorer(Explorer):
     usual node), ``links`` (the device's usual node, or another node), ``seq_len``,
     ``global_batch``, ``mfu``, ``host_memory`` (CPU memory per node, or not given),
     ``host_link`` (the PCIe link offload copies over), ``shard_groups`` ("all": every G dividing
-    d, as ``zerolib plan``; "whole": G = d only), ``unit``.
+    d, as ``zerolib plan``; "whole": G = d only), ``engine`` (whose stages, pipeline rule,
+    schedule and overlap: :data:`zerolib.core.step.engines.ENGINES`), ``unit``.
     ``.plan`` is the :class:`zerolib.core.planner.Plan`, ``.data`` its ``valid`` frame.
     """
 
     PANEL = (
         ("Model and cluster", ("model", "gpus", "gpus_per_node", "links", "host_memory",
                                    "host_link")),
-        ("Training", ("seq_len", "global_batch", "mfu", "shard_groups")),
+        ("Training", ("seq_len", "global_batch", "mfu", "shard_groups", "engine")),
         ("Device", ("device", "unit", "capacity")),
     )
 
     def __init__(self, model: str = "llama-2-70b", gpus: int = 64, gpus_per_node: int = 8,
                  device: str = "a100-80gb", links: str | None = None, seq_len: int = 4096,
                  global_batch: int = 1024, mfu: float = DEFAULT_MFU, host_memory: int | None = None,
-                 host_link: str = DEFAULT_HOST_LINK, shard_groups: str = "all", unit: str = "GB",
+                 host_link: str = DEFAULT_HOST_LINK, shard_groups: str = "all",
+                 engine: str = DEFAULT_ENGINE, unit: str = "GB",
                  dpi: float = EXPLORER_DPI):
         super().__init__(dpi)
         w = widgets()
@@ -146,6 +157,7 @@ class PlannerExplorer(Explorer):
                                      ("host_memory", host_memory, HOST_MEMORIES),
                                      ("host_link", host_link, HOST_LINKS),
                                      ("shard_groups", shard_groups, SHARD_GROUPS),
+                                     ("engine", engine, tuple(ENGINES)),
                                      ("links", links, (None, *NODES))):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, "
@@ -184,6 +196,9 @@ class PlannerExplorer(Explorer):
             "shard_groups": w.ToggleButtons(options=[("G = d", "whole"), ("every G", "all")],
                                             value=shard_groups, description="Shard groups",
                                             style={"button_width": "70px"}),
+            "engine": w.Dropdown(options=[(f"{e.label} ({name})", name)
+                                          for name, e in ENGINES.items()],
+                                 value=engine, description="Engine", style=wide),
             **controls,
         }
         # None set from Python means "not given": show that entry, never a blank menu.
@@ -217,7 +232,7 @@ class PlannerExplorer(Explorer):
                     self.device, int(c["seq_len"].value), int(c["global_batch"].value),
                     links=self.links, mfu=float(c["mfu"].value),
                     host_memory=self.host_memory, host_link=c["host_link"].value,
-                    shard_groups=c["shard_groups"].value)
+                    shard_groups=c["shard_groups"].value, engine=c["engine"].value)
 
     def _update(self) -> bool:
         if self._inputs() != self._planned:
