@@ -30,12 +30,11 @@ _EXPORTS = (
     ("zerolib.core.planner", ("plan", "describe_configuration", "PLAN_HEADER", "PLAN_LEFT_OUT")),
     # units and numbers people type
     ("zerolib.core.units", ("GB", "GiB", "format_bytes", "format_count")),
-    ("zerolib.core.parse", ("parse_count", "parse_size")),
     # the catalogues
     ("zerolib.core.catalogue.models", ("MODELS", "get_model", "parameter_count",
                                        "active_parameter_count", "largest_layer")),
     ("zerolib.core.catalogue.devices", ("DEVICES", "get_device", "device_at")),
-    ("zerolib.core.catalogue.links", ("LINKS", "get_link")),
+    ("zerolib.core.catalogue.links", ("LINKS", "get_link", "LinkEfficiency")),
     ("zerolib.core.catalogue.nodes", ("NODES", "interconnect")),
     # your own model: a config.json or a Megatron-LM launch's arguments
     ("zerolib.core.catalogue.hf_config", ("model_from_config",)),
@@ -55,7 +54,7 @@ _EXPORTS = (
     ("zerolib.core.memory.tables", ("memory_table", "fewest_gpus_table", "stage_savings",
                                     "peak_frame", "group_size_table", "tier_table")),
     # the step: what it communicates and how long it takes
-    ("zerolib.core.step.engines", ("ENGINES",)),
+    ("zerolib.core.step.engines", ("ENGINES", "get_engine")),
     ("zerolib.core.step.traffic", ("volume", "SLOTS")),
     ("zerolib.core.step.time", ("ComputeSettings", "compute_seconds")),
     ("zerolib.core.step.run_cost", ("run_cost",)),
