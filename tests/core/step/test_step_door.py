@@ -144,3 +144,49 @@ def test_settings_from_the_planners_checked_space_are_the_checked_ones():
     for name in rows:
         a, b = getattr(trusted, name), getattr(checked, name)
         assert a.dtype == b.dtype and np.array_equal(a, b), name
+
+
+def test_one_call_over_several_context_parallel_degrees_looks_up_and_checks_once():
+    # The planner hands one call every C it searched (a degree per setting). Before, each degree
+    # went back through parallel_step_time's door: the model looked up once more per degree
+    # (and per stage for a mixture's experts) and each degree's compute rule checked again.
+    from zerolib.core.catalogue.models import get_model
+    config = get_model("mixtral-8x7b")
+    ic = cluster_interconnect("dgx-a100", 8)
+    degrees = np.array([1, 2, 4, 8])
+
+    def settings_of(cp):
+        return ParallelSettings(seq_len=6144, mfu=0.4, context_parallel=cp, micro_batch=1,
+                                tensor_parallel=8, pipeline_parallel=1, data_parallel=8 * cp,
+                                stage=1, micro_batches=4, sequence_parallel=True)
+
+    many = ParallelSettings.from_checked(
+        seq_len=6144, layout=settings_of(1).layout, mfu=0.4, element_bytes=2,
+        host_link=settings_of(1).host_link, shard_group=None, recompute=0, offload=0,
+        context_parallel=degrees, micro_batch=1, tensor_parallel=8, pipeline_parallel=1,
+        data_parallel=8 * degrees, stage=1, micro_batches=4, sequence_parallel=True)
+    looks = Counter()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "get_model":
+            looks["get_model"] += 1
+        if event == "call" and (frame.f_globals.get("__name__") == "zerolib.core.inputs"
+                                or frame.f_code.co_name.startswith(("check_", "_check_"))):
+            looks[frame.f_code.co_name] += 1
+
+    sys.setprofile(profile)
+    try:
+        times = parallel_step_time(config, ic, "a100-80gb", many)
+    finally:
+        sys.setprofile(None)
+    # At the door, and the first time the model's layer units and experts' splits are read
+    # (kept per model after): not once per degree and stage (before: 17).
+    assert looks["get_model"] <= 3, looks
+    assert looks["_check_rules"] == len(degrees), looks         # each C's rules: s / C differs
+    assert sum(looks.values()) - looks["get_model"] - looks["_check_rules"] <= 3, looks  # the device
+    # The same times as one call per degree through the door.
+    for k, cp in enumerate(degrees.tolist()):
+        one = parallel_step_time(config, ic, "a100-80gb", settings_of(cp))
+        assert float(times.step_seconds[k]) == float(one.step_seconds)
+        for name in times.parts:
+            assert float(times.parts[name][k]) == float(one.parts[name]), name

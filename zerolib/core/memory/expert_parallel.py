@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from types import MappingProxyType
 
 import numpy as np
@@ -248,11 +249,18 @@ def expert_layers_of(config: TransformerConfig, pipeline_parallel, pipeline_stag
             - stage_dense_layers(config, p, r, schedule=schedule, chunks=chunks)).astype(np.int64)
 
 
+@lru_cache(maxsize=64)
+def _expert_splits(config: TransformerConfig) -> tuple:
+    """The routed experts' modules with their split rules, looked up once per model (the step
+    time asks for them on every stage of every context-parallel degree)."""
+    return tuple(piece for piece in module_splits(config) if piece.name in EXPERT_MODULES)
+
+
 def expert_elements_of(config: TransformerConfig, tensor_parallel, experts_held) -> np.ndarray:
     """:func:`routed_expert_elements` for arrays of checked t (ETP = t) and experts held."""
     t = np.asarray(tensor_parallel, dtype=np.int64)
-    per_expert = sum((rank_elements(piece, t) for piece in module_splits(config)
-                      if piece.name in EXPERT_MODULES), np.zeros_like(t))
+    per_expert = sum((rank_elements(piece, t) for piece in _expert_splits(config)),
+                     np.zeros_like(t))
     return per_expert * np.asarray(experts_held, dtype=np.int64)
 
 

@@ -465,7 +465,12 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
     config = get_model(model)
     ic = link if isinstance(link, Interconnect) else cluster_interconnect(link, gpus_per_node)
     device = get_device(device)
-    st = settings
+    return _step_time(config, ic, device, settings)
+
+
+def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
+    """:func:`parallel_step_time` beneath its door: the model, interconnect and device looked up
+    and the settings checked already (so :func:`_per_degree` calls it once per degree)."""
     if np.ndim(st.context_parallel):    # a CP degree per setting (the planner's): one call each
         return _per_degree(config, ic, device, st)
     layout, mfu, host_link, s, e = st.layout, st.mfu, st.host_link, st.seq_len, st.element_bytes
@@ -482,7 +487,7 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
     ep = st.expert_parallel
     moe = bool(np.any(ep > 1)) and ep_step.checked(config, ep, t, d, sp, shard_group, off)
     # The layer units a pipeline stage gathers one call each (its share of the model's).
-    units = np.maximum(len(layer_units(config)) // p, 1)
+    units = np.maximum(_unit_count(config) // p, 1)
 
     def units_of(zero):
         return np.where(np.isin(zero, engine.layered_stages), units, 1)
@@ -573,7 +578,7 @@ def _per_degree(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
             overlap=st.overlap, capacity_factor=st.capacity_factor,
             shard_group=None if st.shard_group is None else st.shard_group[sel],
             **{name: getattr(st, name)[sel] for name in arrays})
-        times = parallel_step_time(config, ic, device, sub)
+        times = _step_time(config, ic, device, sub)    # checked once, at the door
         for name in PARTS:
             parts[name][sel] = times.parts[name]
         micro[sel] = times.micro_batch_seconds
@@ -584,7 +589,14 @@ def _per_degree(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
 def _compute_settings(seq_len: int, mfu: float, recompute: str) -> ComputeSettings:
     """The per-parameter compute rule of a micro-batch of ``seq_len`` tokens per sequence (made,
     and so checked, once for each); the attention core is added per stage by the caller."""
-    return ComputeSettings(seq_len, mfu, recompute)
+    return ComputeSettings.from_checked(seq_len, mfu, recompute)   # each checked at the door
+
+
+@lru_cache(maxsize=64)
+def _unit_count(config: TransformerConfig) -> int:
+    """How many layer units stage 3 gathers (:func:`layer_units`): looked up once per model,
+    not once per context-parallel degree."""
+    return len(layer_units(config))
 
 
 def _flags(value, name: str) -> np.ndarray:

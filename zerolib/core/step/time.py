@@ -194,6 +194,16 @@ class ComputeSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
 
     @classmethod
+    def from_checked(cls, tokens_per_gpu: int, mfu: float, recompute: str) -> ComputeSettings:
+        """Settings a door checked already (the parallel step's, from its checked
+        :class:`~zerolib.core.step.parallel.ParallelSettings`), made without checking them again."""
+        settings = object.__new__(cls)
+        for name, value in (("tokens_per_gpu", tokens_per_gpu), ("mfu", mfu),
+                            ("recompute", recompute), ("attention_flops_per_token", 0)):
+            object.__setattr__(settings, name, value)
+        return settings
+
+    @classmethod
     def for_run(cls, model: str | TransformerConfig, settings, mfu: float = DEFAULT_MFU,
                 tokens_per_gpu: int | None = None) -> ComputeSettings:
         """The compute of the run a :class:`~zerolib.core.memory.working_set.WorkingSetSettings`
