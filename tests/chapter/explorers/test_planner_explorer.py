@@ -108,7 +108,8 @@ def test_the_explorer_starts_at_the_plan(explorer, a100):
 @pytest.mark.parametrize("name, value", [
     ("gpus", 128), ("gpus_per_node", 4), ("device", "h100-80gb"), ("links", "dgx-h100"),
     ("seq_len", 8192), ("global_batch", 512), ("mfu", 0.5), ("host_memory", 2**40),
-    ("shard_groups", "whole"), ("unit", "GiB"), ("model", "llama-2-13b"), ("engine", "fsdp2")])
+    ("shard_groups", "whole"), ("unit", "GiB"), ("model", "llama-2-13b"), ("engine", "fsdp2"),
+    ("context_parallel", 2)])
 def test_every_control_re_plans_and_redraws_in_place(explorer, name, value):
     figure, image = explorer.figure, bytes(explorer.image.value)
     explorer.controls[name].value = value
@@ -119,7 +120,8 @@ def test_every_control_re_plans_and_redraws_in_place(explorer, name, value):
                 c["seq_len"].value, c["global_batch"].value, links=c["links"].value or None,
                 mfu=c["mfu"].value, host_memory=c["host_memory"].value or None,
                 host_link=c["host_link"].value, shard_groups=c["shard_groups"].value,
-                engine=c["engine"].value)
+                engine=c["engine"].value,
+                context_parallel=(1, 2) if c["context_parallel"].value == 2 else (1,))
     assert explorer.plan.counts() == want.counts()
     assert explorer.status.value == ""
 
@@ -173,6 +175,10 @@ def test_bad_starting_values_are_rejected():
         PlannerExplorer(device="tpu")
     with pytest.raises(ValueError, match="host_link"):
         PlannerExplorer(host_link="nvlink4")
+    with pytest.raises(ValueError, match="context_parallel must be one of 1, 2, 4, 8, got 3"):
+        PlannerExplorer(context_parallel=3)
+    with pytest.raises(ValueError, match="expert_parallel must be one of all, none, got 'some'"):
+        PlannerExplorer(expert_parallel="some")
 
 
 def test_top_level_names():
@@ -193,3 +199,49 @@ def test_the_summary_says_which_engine_the_ranking_is_for(explorer):
     fits = explorer.plan.fits
     assert ((fits["pipeline_parallel"] > 1) & (fits["stage"] == 3)).any()
 
+
+
+def test_the_context_parallel_control_searches_every_degree_up_to_its_largest(explorer, a100):
+    """C = 1 by default (the plan notebook 07 shows); 4 searches C = 1, 2 and 4: every
+    configuration once per degree, so three times as many, and the summary says so."""
+    assert explorer.plan.settings.context_parallel == (1,)
+    assert ("Searched no context parallelism (C = 1); a dense model has no experts to spread."
+            in explorer.summary.value)
+    image = bytes(explorer.image.value)
+    explorer.controls["context_parallel"].value = 4
+    assert explorer.plan.settings.context_parallel == (1, 2, 4)
+    assert explorer.plan.counts()["configurations"] == 3 * a100.counts()["configurations"]
+    want = plan("llama-2-70b", 64, 8, "a100-80gb", 4096, 1024, context_parallel=(1, 2, 4))
+    assert explorer.plan.counts() == want.counts()
+    assert set(explorer.plan.valid["context_parallel"]) == {1, 2, 4}
+    assert "Searched context parallelism C = 1, 2, 4;" in explorer.summary.value
+    assert bytes(explorer.image.value) != image
+    assert bytes(explorer.image.value) == fast_png.IncrementalPng(explorer.figure).render()
+    assert [label for label, _ in explorer.controls["context_parallel"].options] == [
+        "1 only", "1, 2", "1, 2, 4", "1, 2, 4, 8"]
+
+
+def test_the_expert_parallel_control_is_for_a_mixture_of_experts(explorer):
+    """Mixtral's 8 experts split over E = 1, 2, 4 or 8 GPUs (every divisor, the planner's
+    default); E = 1 alone is a quarter of the configurations. A dense model has nothing to
+    spread: the control is disabled there."""
+    assert explorer.controls["expert_parallel"].disabled
+    moe = PlannerExplorer(model="mixtral-8x7b")
+    assert not moe.controls["expert_parallel"].disabled
+    assert moe.plan.settings.expert_parallel == (1, 2, 4, 8)
+    assert ("Searched no context parallelism (C = 1) and expert parallelism E = 1, 2, 4, 8 "
+            "(every divisor of its 8 experts).") in moe.summary.value
+    assert set(moe.plan.valid["expert_parallel"]) <= {1, 2, 4, 8}
+    every = moe.plan.counts()["configurations"]
+    image = bytes(moe.image.value)
+    moe.controls["expert_parallel"].value = "none"
+    assert moe.plan.settings.expert_parallel == (1,)
+    assert 4 * moe.plan.counts()["configurations"] == every
+    assert "expert_parallel" not in moe.plan.valid.columns      # E = 1: nothing spread
+    assert ("Searched no context parallelism (C = 1) and no expert parallelism (E = 1)."
+            in moe.summary.value)
+    assert bytes(moe.image.value) != image
+    moe.controls["context_parallel"].value = 2
+    assert "Searched context parallelism C = 1, 2 and no expert parallelism" in moe.summary.value
+    moe.controls["model"].value = "llama-2-7b"
+    assert moe.controls["expert_parallel"].disabled

@@ -57,6 +57,12 @@ HOST_MEMORIES = (None, 512 * GiB, TiB, 2 * TiB)        # None: not given (offloa
 USUAL_NODE = ""
 NO_HOST_MEMORY = 0
 TOP = 8                                                # rows of the ranking shown
+# The context-parallel degrees searched, up to a largest C (1: none; Megatron-LM's
+# --context-parallel-size runs at powers of two, and 2C divides every sequence offered).
+MAX_CONTEXT_PARALLEL = (1, 2, 4, 8)
+# The expert-parallel degrees searched for a mixture of experts: every divisor of its routed
+# experts (the planner's default) or none.
+EXPERT_PARALLEL = ("all", "none")
 
 
 def _host(value) -> str:
@@ -70,6 +76,40 @@ def engine_words(result: Plan) -> str:
     e = result.settings.engine
     return (f"Ranked for {e.label} (its ZeRO stages {', '.join(map(str, e.stages))}; beside a "
             f"pipeline {', '.join(map(str, e.pipeline_stages))}; its overlap rule).")
+
+
+def context_degrees(largest: int) -> tuple[int, ...]:
+    """The context-parallel degrees searched up to ``largest`` (one of
+    :data:`MAX_CONTEXT_PARALLEL`): ``(1, 2, 4)`` for 4."""
+    if largest not in MAX_CONTEXT_PARALLEL or isinstance(largest, bool):
+        raise ValueError(f"context_parallel must be one of {', '.join(map(str, MAX_CONTEXT_PARALLEL))}, "
+                         f"got {largest!r}")
+    return tuple(c for c in MAX_CONTEXT_PARALLEL if c <= largest)
+
+
+def expert_degrees(choice: str) -> tuple[int, ...] | None:
+    """The planner's ``expert_parallel`` for a choice of :data:`EXPERT_PARALLEL`: None (every
+    divisor of the routed experts) for "all", ``(1,)`` for "none"."""
+    if choice not in EXPERT_PARALLEL:
+        raise ValueError(f"expert_parallel must be one of {', '.join(EXPERT_PARALLEL)}, got {choice!r}")
+    return None if choice == "all" else (1,)
+
+
+def searched_words(result: Plan) -> str:
+    """Which context- and expert-parallel degrees the plan searched: ``'Searched context
+    parallelism C = 1, 2 and expert parallelism E = 1, 2, 4, 8 (every divisor of its
+    8 experts).'``."""
+    s = result.settings
+    cp = s.context_parallel
+    words = ("no context parallelism (C = 1)" if cp == (1,)
+             else f"context parallelism C = {', '.join(map(str, cp))}")
+    if not s.model.mixture_of_experts:
+        return f"Searched {words}; a dense model has no experts to spread."
+    ep = s.expert_parallel
+    every = tuple(e for e in range(1, min(s.model.experts, s.gpus) + 1) if s.model.experts % e == 0)
+    experts = f" (every divisor of its {s.model.experts} experts)" if ep == every else ""
+    return (f"Searched {words} and " + ("no expert parallelism (E = 1)" if ep == (1,) else
+            f"expert parallelism E = {', '.join(map(str, ep))}{experts}") + ".")
 
 
 def summary_html(result: Plan, unit: str) -> str:
@@ -96,7 +136,8 @@ def summary_html(result: Plan, unit: str) -> str:
             f"</b> ({html.escape(where)}), sequence {s.seq_len:,}, global batch "
             f"{s.global_batch:,} sequences, {s.mfu:.0%} of peak. {counts['configurations']:,} "
             f"configurations, {counts['runnable']:,} can run, <b>{counts['fit']:,} fit</b>."
-            f"<br>{html.escape(verdict)}<br>{html.escape(engine_words(result))}"
+            f"<br>{html.escape(verdict)}<br>{html.escape(engine_words(result))} "
+            f"{html.escape(searched_words(result))}"
             f"<br><i>{html.escape(PLAN_HEADER)} Left out: {html.escape('; '.join(PLAN_LEFT_OUT))}.</i></p>")
 
 
@@ -131,14 +172,18 @@ class PlannerExplorer(Explorer):
     ``global_batch``, ``mfu``, ``host_memory`` (CPU memory per node, or not given),
     ``host_link`` (the PCIe link offload copies over), ``shard_groups`` ("all": every G dividing
     d, as ``zerolib plan``; "whole": G = d only), ``engine`` (whose stages, pipeline rule,
-    schedule and overlap: :data:`zerolib.core.step.engines.ENGINES`), ``unit``.
+    schedule and overlap: :data:`zerolib.core.step.engines.ENGINES`), ``context_parallel``
+    (the largest C searched: 1 only, or 1, 2, ... up to 8), ``expert_parallel`` ("all": every
+    divisor of a mixture's routed experts; "none": E = 1; no effect on a dense model, where it
+    is disabled), ``unit``.
     ``.plan`` is the :class:`zerolib.core.planner.Plan`, ``.data`` its ``valid`` frame.
     """
 
     PANEL = (
         ("Model and cluster", ("model", "gpus", "gpus_per_node", "links", "host_memory",
                                    "host_link")),
-        ("Training", ("seq_len", "global_batch", "mfu", "shard_groups", "engine")),
+        ("Training", ("seq_len", "global_batch", "mfu", "shard_groups", "engine",
+                      "context_parallel", "expert_parallel")),
         ("Device", ("device", "unit", "capacity")),
     )
 
@@ -146,7 +191,8 @@ class PlannerExplorer(Explorer):
                  device: str = "a100-80gb", links: str | None = None, seq_len: int = 4096,
                  global_batch: int = 1024, mfu: float = DEFAULT_MFU, host_memory: int | None = None,
                  host_link: str = DEFAULT_HOST_LINK, shard_groups: str = "all",
-                 engine: str = DEFAULT_ENGINE, unit: str = "GB",
+                 engine: str = DEFAULT_ENGINE, context_parallel: int = 1,
+                 expert_parallel: str = "all", unit: str = "GB",
                  dpi: float = EXPLORER_DPI):
         super().__init__(dpi)
         w = widgets()
@@ -158,6 +204,8 @@ class PlannerExplorer(Explorer):
                                      ("host_link", host_link, HOST_LINKS),
                                      ("shard_groups", shard_groups, SHARD_GROUPS),
                                      ("engine", engine, tuple(ENGINES)),
+                                     ("context_parallel", context_parallel, MAX_CONTEXT_PARALLEL),
+                                     ("expert_parallel", expert_parallel, EXPERT_PARALLEL),
                                      ("links", links, (None, *NODES))):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, "
@@ -199,6 +247,14 @@ class PlannerExplorer(Explorer):
             "engine": w.Dropdown(options=[(f"{e.label} ({name})", name)
                                           for name, e in ENGINES.items()],
                                  value=engine, description="Engine", style=wide),
+            "context_parallel": w.Dropdown(
+                options=[("1 only" if c == 1 else ", ".join(map(str, context_degrees(c))), c)
+                         for c in MAX_CONTEXT_PARALLEL],
+                value=context_parallel, description="Context parallel C", style=wide),
+            "expert_parallel": w.ToggleButtons(options=[("every E", "all"), ("E = 1", "none")],
+                                               value=expert_parallel,
+                                               description="Expert parallel",
+                                               style={"button_width": "60px"}),
             **controls,
         }
         # None set from Python means "not given": show that entry, never a blank menu.
@@ -232,7 +288,9 @@ class PlannerExplorer(Explorer):
                     self.device, int(c["seq_len"].value), int(c["global_batch"].value),
                     links=self.links, mfu=float(c["mfu"].value),
                     host_memory=self.host_memory, host_link=c["host_link"].value,
-                    shard_groups=c["shard_groups"].value, engine=c["engine"].value)
+                    shard_groups=c["shard_groups"].value, engine=c["engine"].value,
+                    context_parallel=context_degrees(c["context_parallel"].value),
+                    expert_parallel=expert_degrees(c["expert_parallel"].value))
 
     def _update(self) -> bool:
         if self._inputs() != self._planned:
@@ -243,5 +301,7 @@ class PlannerExplorer(Explorer):
         return True
 
     def _describe(self):
+        # A dense model has no experts: its expert-parallel choice changes nothing.
+        self.controls["expert_parallel"].disabled = not self.plan.settings.model.mixture_of_experts
         self.summary.value = summary_html(self.plan, self.unit)
         self.table.value = ranking_html(self.plan, self.unit)
