@@ -118,6 +118,18 @@ the gradient's own width).
 **Context parallelism** (C): ``data_parallel`` is the d x C ZeRO group, each GPU works on s / C
 tokens, and the ring's sends are the ``context`` part (:mod:`zerolib.core.step.context_parallel_traffic`).
 
+**ZeRO-R** (``partition_activations``, ``cpu_checkpointing``: arrays, full recomputation only;
+:mod:`zerolib.core.step.context_parallel_traffic` counts the bytes): P_a all-gathers each layer's
+checkpoint (s / C x b x h elements) over the t tensor-parallel GPUs before the layer is
+recomputed, every micro-batch, and P_a+cpu copies the checkpoint as the GPU keeps it (1 / t of
+it with P_a or sequence parallelism) to the host in the forward and back in the backward, on
+``host_link``. Both are in the ``tensor`` part and neither is overlapped: DeepSpeed 0.19's
+``CheckpointFunction.backward`` calls ``gather_partitioned_activations`` (a blocking
+``dist.all_gather``; its ``transport_stream`` is commented out) and then reruns the layer, and
+the forward's ``partition.cpu()`` and the backward's copy up are blocking too
+(``runtime/activation_checkpointing/checkpointing.py``). Under sequence parallelism or at t = 1
+nothing is gathered.
+
 **Expert parallelism** (E, an array): the ``expert`` part is the all-to-alls of the MoE layers,
 and the routed experts' collectives run over their own group
 (:mod:`zerolib.core.step.expert_parallel_step`).
@@ -351,6 +363,9 @@ class ParallelSettings:
     capacity_factor: float | None = None   # the experts' token buffers (None: dropless)
     engine: Engine | str = DEFAULT_ENGINE      # whose schedule (zerolib.core.step.engines)
     overlap: Overlap | None = None              # None: the engine's own overlap rule
+    # ZeRO-R, per setting: P_a (partitioned checkpoints) and P_a+cpu; full recomputation only.
+    partition_activations: np.ndarray = False
+    cpu_checkpointing: np.ndarray = False
 
     def __post_init__(self):
         put = object.__setattr__
@@ -376,10 +391,12 @@ class ParallelSettings:
             check_gpus(self.expert_parallel, "expert_parallel"),
             _flags(self.sequence_parallel, "sequence_parallel"),
             setting_codes(self.recompute, RECOMPUTE, "recompute"),
-            setting_codes(self.offload, tuple(OFFLOADS), "offload"))
+            setting_codes(self.offload, tuple(OFFLOADS), "offload"),
+            _flags(self.partition_activations, "partition_activations"),
+            _flags(self.cpu_checkpointing, "cpu_checkpointing"))
         names = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
                  "micro_batches", "chunks", "expert_parallel", "sequence_parallel", "recompute",
-                 "offload")
+                 "offload", "partition_activations", "cpu_checkpointing")
         for name, array in zip(names, arrays):
             put(self, name, np.array(array))
         b, p, zero = self.micro_batch, self.pipeline_parallel, self.stage
@@ -387,6 +404,11 @@ class ParallelSettings:
             group = np.broadcast_to(check_gpus(self.shard_group, "shard_group"), b.shape)
             put(self, "shard_group", check_shard_group(group, self.data_parallel))
         check_offloads(self.stage, self.offload)
+        full = self.recompute == RECOMPUTE.index("full")
+        for name in ("partition_activations", "cpu_checkpointing"):   # the working set's rule
+            if np.any(getattr(self, name) & ~full):
+                raise ValueError(f"{name} applies to activation checkpoints: it needs "
+                                 "recompute='full' wherever it is set")
         if (np.any(b > MAX_MICRO_BATCH) or np.any(self.micro_batches > MAX_MICRO_BATCHES)
                 or np.any(self.chunks > MAX_CHUNKS)):
             raise ValueError(f"micro_batch must be at most {MAX_MICRO_BATCH:,}, micro_batches at most "
@@ -426,11 +448,12 @@ class ParallelSettings:
                             ("engine", get_engine(DEFAULT_ENGINE) if engine is None else engine),
                             ("overlap", overlap), ("capacity_factor", capacity_factor)):
             put(settings, name, value)
-        arrays = {"chunks": 1, "sequence_parallel": False, "expert_parallel": 1, **arrays,
+        arrays = {"chunks": 1, "sequence_parallel": False, "expert_parallel": 1,
+                  "partition_activations": False, "cpu_checkpointing": False, **arrays,
                   "recompute": recompute,
                   "offload": offload}
         names = list(arrays)
-        typed = (np.asarray(arrays[n], dtype=bool if n == "sequence_parallel" else np.int64)
+        typed = (np.asarray(arrays[n], dtype=bool if n in _BOOL_ARRAYS else np.int64)
                  for n in names)    # the dtypes __post_init__ gives them
         for name, array in zip(names, np.broadcast_arrays(*typed)):
             put(settings, name, np.array(array))
@@ -467,6 +490,9 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
     device = get_device(device)
     st = settings
     if np.ndim(st.context_parallel):    # a CP degree per setting (the planner's): one call each
+        if np.any(st.partition_activations) or np.any(st.cpu_checkpointing):
+            raise ValueError("partition_activations and cpu_checkpointing need one "
+                             "context_parallel degree for all settings")
         return _per_degree(config, ic, device, st)
     layout, mfu, host_link, s, e = st.layout, st.mfu, st.host_link, st.seq_len, st.element_bytes
     b, t, p, d, zero = (st.micro_batch, st.tensor_parallel, st.pipeline_parallel, st.data_parallel,
@@ -505,7 +531,9 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
                 if name != "none":
                     bwd = bwd + core * s / (device.peak_flops * mfu)
                 forward, backward = np.where(here, fwd * b, forward), np.where(here, bwd * b, backward)
-        tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
+        tensor = (_tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
+                  + _checkpoint_seconds(config, ic, host_link, s, e, b, t, p, r, sp, rec,
+                                        st.partition_activations, st.cpu_checkpointing))
         context = _context_seconds(config, ic, s, e, b, c, t, r, p, rec)
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
         slots, every = _zero_slots(ic, params, d, t, zero, layout, shard_group, units, p, engine)
@@ -625,6 +653,26 @@ def _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec):
     return np.where(flat_t > 1, out, 0.0).reshape(shape)
 
 
+def _checkpoint_seconds(config, ic, host_link, s, e, b, t, p, r, sp, rec, pa, cpu):
+    """ZeRO-R's seconds per micro-batch on stage r, in the ``tensor`` part (module doc): per
+    layer, P_a's all-gather of the checkpoint's s x b x h elements over the t GPUs, and
+    P_a+cpu's copy of the checkpoint as this GPU keeps it to the host and back, on
+    ``host_link``; none of it overlapped."""
+    full = rec == RECOMPUTE.index("full")
+    gather = pa & full & (t > 1) & ~sp
+    copy = cpu & full
+    if not (np.any(gather) or np.any(copy)):
+        return np.zeros(np.shape(b))
+    layers = stage_layers(config.layers, p, r)
+    elements = s * b * config.hidden               # one checkpoint, whole (s: this CP rank's)
+    latency, bandwidth = ring_timing_of(ic, "all_gather", np.where(gather, t, 2))
+    sent = CHUNKS_SENT["all_gather"] * (t - 1) * ceil_div(e * elements, t)
+    gathered = np.where(gather, latency + sent / bandwidth, 0.0)
+    kept = e * ceil_div(elements, np.where(pa | sp, t, 1))   # P_a or SP: 1 / t of it
+    copies = np.where(copy, 2 * kept / float(host_link.bandwidth), 0.0)   # down, then back
+    return layers * (gathered + copies)
+
+
 def _context_seconds(config, ic, tokens, e, b, c, t, r, p, rec):
     """Seconds of the ring attention's sends per micro-batch on stage r (``tokens``: s / C):
     each row's calls x one point-to-point message of its K,V block (exactly proportional to the
@@ -654,6 +702,7 @@ def _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v):
     return out.reshape(np.shape(b))
 
 
+_BOOL_ARRAYS = ("sequence_parallel", "partition_activations", "cpu_checkpointing")
 _BACKWARD = ("backward_all_gather", "gradient_all_reduce", "gradient_reduce_scatter",
              "replica_all_reduce")
 
