@@ -11,6 +11,12 @@ sequences, :func:`plan` enumerates every configuration
     and, where asked, each context-parallel degree C and, for a mixture of experts, each
     expert-parallel degree E (:mod:`zerolib.core.memory.expert_parallel_rules`: by default every
     divisor of the routed experts; the experts' state over d x C / E, their all-to-alls timed),
+    and ZeRO-R's options (``zero_r``, :data:`zerolib.core.plan_settings.ZERO_R`) where they
+    change something: P_a under full recomputation with t > 1 and no sequence parallelism (its
+    checkpoints at 1 / t, one all-gather of each per layer and micro-batch), P_a+cpu under full
+    recomputation (no checkpoint on the GPU, its copies on the host link). By default the
+    engines that offer it (DeepSpeed, the paper) search P_a beside none, the others neither;
+    P_a+cpu only when asked, as its host memory is not judged,
 
 rejects what cannot run, by the first rule of :data:`RULES` it breaks (t must divide the heads,
 the key/value heads and the MLP width, stay within a node and divide the sequence under sequence
@@ -659,7 +665,9 @@ def plan(model, gpus, gpus_per_node, device, seq_len, global_batch, **options) -
     "achieved", the default, "line-rate" or a fraction; see
     :class:`zerolib.core.catalogue.links.LinkEfficiency`), ``context_parallel`` and
     ``expert_parallel`` (the degrees searched; :mod:`zerolib.core.memory.expert_parallel_rules`: None, every
-    divisor of a mixture's routed experts)."""
+    divisor of a mixture's routed experts), ``zero_r`` (ZeRO-R's options searched, names of
+    :data:`zerolib.core.plan_settings.ZERO_R`; None: "none" and "partition" under DeepSpeed and
+    the paper, "none" under FSDP2 and Megatron-LM)."""
     s = plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, **options)
     return plan_from(s)
 
