@@ -299,20 +299,26 @@ def _zero_r_expand(s: PlanSettings, columns: Mapping[str, np.ndarray], reason: n
     ``partition_activations`` and ``cpu_checkpointing`` columns; unchanged for ("none",)."""
     if s.zero_r == ("none",):
         return columns, reason, size
-    full = columns["recompute"] == RECOMPUTE.index("full")
-    splits = full & (columns["tensor_parallel"] > 1) & ~columns["sequence_parallel"]
-    live = reason == PASSES
-    # (size, options): the option's effective (P_a, cpu) as a code 2 pa + cpu on each row.
-    codes = np.stack([2 * (pa & splits & live) + (cpu & full & live)
+    live = np.flatnonzero((reason == PASSES) & (columns["recompute"] == RECOMPUTE.index("full")))
+    splits = (columns["tensor_parallel"][live] > 1) & ~columns["sequence_parallel"][live]
+    # (live rows, options): each option's effective (P_a, cpu) as a code 2 pa + cpu.
+    codes = np.stack([np.full(len(live), cpu, dtype=np.int64) + 2 * (pa & splits)
                       for pa, cpu in (ZERO_R[name] for name in s.zero_r)], axis=1)
     keep = np.ones(codes.shape, dtype=bool)     # an option repeating an earlier one: dropped
     for j in range(1, codes.shape[1]):
         keep[:, j] = np.all(codes[:, :j] != codes[:, j:j + 1], axis=1)
-    index = np.repeat(np.arange(size), keep.sum(axis=1))
-    code = codes[keep]
-    out = {name: values[index] for name, values in columns.items()}
+    counts = np.ones(size, dtype=np.int64)
+    counts[live] = keep.sum(axis=1)
+    total = int(counts.sum())
+    code = np.zeros(total, dtype=np.int64)       # the other rows: none
+    starts = np.cumsum(counts) - counts
+    ranks = np.cumsum(keep, axis=1) - 1
+    for j in range(codes.shape[1]):    # option j of a live row sits at its start + its rank
+        at = keep[:, j]
+        code[starts[live[at]] + ranks[at, j]] = codes[at, j]
+    out = {name: np.repeat(values, counts) for name, values in columns.items()}
     out["partition_activations"], out["cpu_checkpointing"] = code >= 2, (code % 2) == 1
-    return MappingProxyType(out), reason[index], len(index)
+    return MappingProxyType(out), np.repeat(reason, counts), total
 
 
 def _first_broken(rules: dict, names, reason: np.ndarray) -> np.ndarray:
