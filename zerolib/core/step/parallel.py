@@ -118,17 +118,9 @@ the gradient's own width).
 **Context parallelism** (C): ``data_parallel`` is the d x C ZeRO group, each GPU works on s / C
 tokens, and the ring's sends are the ``context`` part (:mod:`zerolib.core.step.context_parallel_traffic`).
 
-**ZeRO-R** (``partition_activations``, ``cpu_checkpointing``: arrays, full recomputation only;
-:mod:`zerolib.core.step.context_parallel_traffic` counts the bytes): P_a all-gathers each layer's
-checkpoint (s / C x b x h elements) over the t tensor-parallel GPUs before the layer is
-recomputed, every micro-batch, and P_a+cpu copies the checkpoint as the GPU keeps it (1 / t of
-it with P_a or sequence parallelism) to the host in the forward and back in the backward, on
-``host_link``. Both are in the ``tensor`` part and neither is overlapped: DeepSpeed 0.19's
-``CheckpointFunction.backward`` calls ``gather_partitioned_activations`` (a blocking
-``dist.all_gather``; its ``transport_stream`` is commented out) and then reruns the layer, and
-the forward's ``partition.cpu()`` and the backward's copy up are blocking too
-(``runtime/activation_checkpointing/checkpointing.py``). Under sequence parallelism or at t = 1
-nothing is gathered.
+**ZeRO-R** (``partition_activations``, ``cpu_checkpointing``: arrays, full recomputation only):
+P_a's all-gather of each checkpoint and P_a+cpu's host copies, in the ``tensor`` part, not
+overlapped (:mod:`zerolib.core.step.zero_r_step` says why).
 
 **Expert parallelism** (E, an array): the ``expert`` part is the all-to-alls of the MoE layers,
 and the routed experts' collectives run over their own group
@@ -216,6 +208,7 @@ from zerolib.core.step.traffic import (
     layer_units,
     traffic_of,
 )
+from zerolib.core.step.zero_r_step import checkpoint_seconds
 
 KIND_OF = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter"}
 PARTS = ("compute", "tensor", "context", "expert", "pipeline", "data_parallel", "bubble")
@@ -532,8 +525,8 @@ def parallel_step_time(model, link: str | Interconnect, device: str | Device,
                     bwd = bwd + core * s / (device.peak_flops * mfu)
                 forward, backward = np.where(here, fwd * b, forward), np.where(here, bwd * b, backward)
         tensor = (_tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
-                  + _checkpoint_seconds(config, ic, host_link, s, e, b, t, p, r, sp, rec,
-                                        st.partition_activations, st.cpu_checkpointing))
+                  + checkpoint_seconds(config, ic, host_link, s, e, b, t, p, r, sp, rec,
+                                       st.partition_activations, st.cpu_checkpointing))
         context = _context_seconds(config, ic, s, e, b, c, t, r, p, rec)
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
         slots, every = _zero_slots(ic, params, d, t, zero, layout, shard_group, units, p, engine)
@@ -651,26 +644,6 @@ def _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec):
         sent = CHUNKS_SENT[kind] * (flat_t - 1) * ceil_div(size * flat_b, flat_t)
         out += count * (latency + sent / bandwidth)
     return np.where(flat_t > 1, out, 0.0).reshape(shape)
-
-
-def _checkpoint_seconds(config, ic, host_link, s, e, b, t, p, r, sp, rec, pa, cpu):
-    """ZeRO-R's seconds per micro-batch on stage r, in the ``tensor`` part (module doc): per
-    layer, P_a's all-gather of the checkpoint's s x b x h elements over the t GPUs, and
-    P_a+cpu's copy of the checkpoint as this GPU keeps it to the host and back, on
-    ``host_link``; none of it overlapped."""
-    full = rec == RECOMPUTE.index("full")
-    gather = pa & full & (t > 1) & ~sp
-    copy = cpu & full
-    if not (np.any(gather) or np.any(copy)):
-        return np.zeros(np.shape(b))
-    layers = stage_layers(config.layers, p, r)
-    elements = s * b * config.hidden               # one checkpoint, whole (s: this CP rank's)
-    latency, bandwidth = ring_timing_of(ic, "all_gather", np.where(gather, t, 2))
-    sent = CHUNKS_SENT["all_gather"] * (t - 1) * ceil_div(e * elements, t)
-    gathered = np.where(gather, latency + sent / bandwidth, 0.0)
-    kept = e * ceil_div(elements, np.where(pa | sp, t, 1))   # P_a or SP: 1 / t of it
-    copies = np.where(copy, 2 * kept / float(host_link.bandwidth), 0.0)   # down, then back
-    return layers * (gathered + copies)
 
 
 def _context_seconds(config, ic, tokens, e, b, c, t, r, p, rec):
