@@ -35,6 +35,7 @@ from zerolib.core.planner import (
     OFFLOADS,
     PLAN_HEADER,
     PLAN_LEFT_OUT,
+    SEARCHED_COLUMNS,
     SHARD_GROUPS,
     plan,
 )
@@ -290,8 +291,7 @@ def as_csv(result, top=None, tokens=None) -> str:
 _TWIN_KEY = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_parallel",
              "chunks", "schedule", "stage", "shard_group", "micro_batch", "micro_batches",
              "offload", "step_seconds")
-SEARCHED = ("context_parallel", "expert_parallel", "expert_seconds",   # columns only when searched
-            "partition_activations", "cpu_checkpointing")
+SEARCHED = SEARCHED_COLUMNS     # columns only when searched
 _ZERO_R_KEY = ("partition_activations", "cpu_checkpointing")
 
 

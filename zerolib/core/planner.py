@@ -155,6 +155,9 @@ FIT_COLUMNS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequenc
                "host_bytes_per_node", "step_seconds", "compute_seconds", "tensor_seconds",
                "pipeline_seconds", "data_parallel_seconds", "bubble_seconds",
                "network_wait_fraction", "bubble_fraction", "fits", "family")
+# Columns a plan's frames hold only when their dimension is searched, after FIT_COLUMNS.
+SEARCHED_COLUMNS = ("context_parallel", "expert_parallel", "expert_seconds",
+                    "partition_activations", "cpu_checkpointing")
 
 
 # --- the space, level by level ------------------------------------------------------------------
