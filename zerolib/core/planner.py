@@ -44,7 +44,7 @@ roofline, a lower bound, or a measured ``cpu_adam_rate`` where slower).
 Every array is computed once per level of the space (the (t, p) grid, then schedules and
 sequence parallelism, micro-batches, recomputation, and the ZeRO variants of each data-parallel
 degree) and spread over the levels below by index, so the whole space is a few dozen numpy
-operations: Llama-2-70B on 1,024 GPUs, some 321,000 configurations, in well under a second
+operations: Llama-2-70B on 1,024 GPUs, some 324,000 configurations, in well under a second
 (``benchmarks/bench_planner.py``). The space and the peaks do not depend on the device, the links
 or the utilisation; the last few are remembered, so changing only those re-times, not re-counts.
 """
