@@ -1,14 +1,19 @@
 """The planner: every configuration of Llama-2-70B on 1,024 H100 GPUs (nodes of 8, sequence
 4,096, global batch 1,024, the default schedules: 1F1B and every number of model chunks v with
 p x v dividing the 80 layers), through the vectorised planner versus a plain-Python enumeration
-of the same space, and versus the same plan over ``--chunks 1,2`` only, in the same run
-(medians).
+of the same space, versus the same plan over ``--chunks 1,2`` only, and versus the same plan
+without ZeRO-R's P_a (``zero_r=("none",)``), in the same run (medians).
 
 The plain-Python side walks the space in nested loops, one configuration at a time, in the
 planner's order: the rules as Python conditions, then for each configuration that can run its
 peak (model state placed by ``place``, activations by ``stage_activation_terms``, DeepSpeed's
-buffers and the reserve in Python integers) and its step time (compute, the tensor-parallel
-rows, the pipeline's messages, ZeRO's collectives and the bubble in Python floats). The library
+buffers and the reserve in Python integers) and its step time (the parts
+``parallel_step_time`` sums: compute, the tensor-parallel rows and ZeRO-R's P_a all-gather, the
+ring attention's sends and the experts' all-to-alls (none here: C = 1, a dense model), the
+pipeline's messages, ZeRO's collectives and the bubble, in Python floats). Under full
+recomputation with t > 1 and no sequence parallelism each configuration that can run comes
+again with P_a (the engine searches it by default): the checkpoints kept at 1 / t, one
+all-gather of each layer's checkpoint per micro-batch. The library
 calls whose arguments repeat are remembered (``functools.lru_cache``), as a careful plain-Python
 planner would. Both sides must agree on every configuration: the reason it is rejected, its peak
 to the byte, its step time to 1e-9.
@@ -59,12 +64,19 @@ def python_plan(s):
                 int(largest_module_per_gpu(config, t, p, pipeline_stage=r)))
 
     @cache
-    def activations(t, p, r, v, b, sp, rec, m):
-        return sum(stage_activation_terms(
+    def activations(t, p, r, v, b, sp, rec, m, pa=False):
+        terms = stage_activation_terms(
             config, seq, b, t, p, r, schedule="interleaved" if v > 1 else "1f1b", chunks=v,
             micro_batches=m, sequence_parallel=sp, recompute=rec,
             flash_attention=ws.flash_attention, element_bytes=ws.element_bytes,
-            mask_bytes=ws.mask_bytes, dropout=ws.dropout, logits_bytes=ws.logits_bytes).values())
+            mask_bytes=ws.mask_bytes, dropout=ws.dropout, logits_bytes=ws.logits_bytes)
+        total = sum(terms.values())
+        if pa:   # the stored checkpoints (s b h elements each, whole) kept at 1 / t
+            whole = ws.element_bytes * seq * b * config.hidden
+            held, rest = divmod(terms["transformer_layers"], whole)
+            assert rest == 0
+            total -= held * (whole - ws.element_bytes * -(-(seq * b * config.hidden) // t))
+        return total
 
     @cache
     def placed(params, d, stage, group, offload):
@@ -75,8 +87,13 @@ def python_plan(s):
     @cache
     def host_seconds(params, d, stage, group, offload):
         placement = Placement(shard_group=group, gpus_per_node=d, **OFFLOADS[offload])
-        seconds = host_traffic(params, d, stage, layout, placement).seconds(s.host_link)
-        return {phase: float(value) for phase, value in seconds.items()}
+        traffic = host_traffic(params, d, stage, layout, placement)
+        # The node's k GPUs share its host: its drives and the CPU's optimizer step, which
+        # runs once per step after the last backward, before the updated partition comes up.
+        seconds = traffic.seconds(s.host_link, None, s.host, k)
+        cpu = float(traffic.cpu_seconds(s.host, k))
+        return {phase: float(value) + (cpu if phase == "after_step" else 0.0)
+                for phase, value in seconds.items()}
 
     @cache
     def ring_constants(size, stride):
@@ -92,7 +109,7 @@ def python_plan(s):
         latency, bandwidth = ring_constants(size, stride)
         return calls * latency[kind] + sent / bandwidth
 
-    def stage_time(t, p, d, r, v, b, sp, rec, stage, m, group, offload):
+    def stage_time(t, p, d, r, v, b, sp, rec, stage, m, group, offload, pa=False):
         params = on_gpu(t, p, r)[0]
         full = rec == "full"
         forward = 2 * params * seq / rate * b
@@ -107,6 +124,12 @@ def python_plan(s):
                 latency, bandwidth = ring_constants(t, 1)
                 sent = CHUNKS_SENT[kind] * (t - 1) * -(-(size * b) // t)
                 tensor += calls * (latency[kind] + sent / bandwidth)
+        if pa:   # P_a: each layer's checkpoint all-gathered before it is recomputed
+            latency, bandwidth = ring_constants(t, 1)
+            layers = config.layers // p + (r < config.layers % p)
+            whole = ws.element_bytes * seq * b * config.hidden
+            tensor += layers * (latency["all_gather"] + (t - 1) * -(-whole // t) / bandwidth)
+        context = expert = 0.0     # C = 1 and a dense model: no ring attention, no all-to-alls
         pipe = 0.0
         if p > 1:
             count, size = _pipeline_sends(config, seq, t, p, r, sp, v, ws.element_bytes)
@@ -120,8 +143,11 @@ def python_plan(s):
         gather_b = gather_f
         scatter = ring(group, t, "reduce_scatter", group_pass * grad, calls) if stage >= 1 else 0.0
         replicas = d // group
+        # G = 1 is plain data parallelism whatever the stage (traffic's _plain): one bucketed
+        # all-reduce of the gradients, not one per layer unit.
         replica = (ring(replicas, group * t, "all_reduce",
-                        2 * (replicas - 1) * -(-shard // replicas) * grad, calls)
+                        2 * (replicas - 1) * -(-shard // replicas) * grad,
+                        1 if group == 1 else calls)
                    if stage >= 1 else 0.0)
         reduce0 = ring(d, t, "all_reduce", 2 * (d - 1) * -(-params // d) * grad, 1) if stage == 0 else 0.0
         host = host_seconds(params, d, stage, group, offload)
@@ -133,8 +159,10 @@ def python_plan(s):
         last = max(in_backward + once - backward, 0.0) - max(in_backward - backward, 0.0)
         after = ring(group, t, "all_gather", group_pass * param, 1) if stage in (1, 2) else 0.0
         per_step = last + after + host["after_step"]
-        return forward + backward, tensor, pipe, per_mb, per_step
+        return forward + backward, tensor, context, expert, pipe, per_mb, per_step
 
+    assert "partition+cpu" not in s.zero_r     # P_a+cpu is not walked here
+    judged = _judge(s, on_gpu, placed, activations, stage_time)
     out = []
     for t in divisors(n):
         for p in divisors(n // t):
@@ -172,34 +200,52 @@ def python_plan(s):
                                 if reason is not None:
                                     out.append((REASONS.index(reason), None, None))
                                     continue
-                                peaks, hosts, times = [], [], []
-                                for r in dict.fromkeys((0, p - 1)):
-                                    params, module = on_gpu(t, p, r)
-                                    gpu, cpu = placed(params, d, stage, group, offload)
-                                    work = activations(t, p, r, v, b, sp, rec, m) + ws.reserve_bytes
-                                    if stage == 0:
-                                        work += grad * params
-                                    else:
-                                        work += grad * ws.reduce_bucket_size
-                                    if stage == 3:
-                                        work += param * min(params, max(ws.max_live_parameters,
-                                                                        module + ws.prefetch_bucket_size))
-                                    peaks.append(gpu + work)
-                                    hosts.append(cpu)
-                                    times.append(stage_time(t, p, d, r, v, b, sp, rec, stage, m, group,
-                                                           offload))
-                                peak = max(peaks)
-                                slow = max(times, key=lambda x: sum(x[:4]))
-                                micro = sum(slow[:4])
-                                step = m * micro + slow[4] + (p - 1) / v * micro
-                                if peak > s.device.capacity:
-                                    reason = REASONS.index("capacity")
-                                elif s.host_memory is not None and max(hosts) > s.host_memory:
-                                    reason = REASONS.index("host_memory")
-                                else:
-                                    reason = PASSES
-                                out.append((reason, peak, step))
+                                splits = rec == "full" and t > 1 and not sp
+                                options = dict.fromkeys(name == "partition" and splits
+                                                        for name in s.zero_r)
+                                for pa in options:
+                                    out.append(judged(t, p, d, v, b, sp, rec, m, stage, group,
+                                                      offload, pa))
     return out
+
+
+def _judge(s, on_gpu, placed, activations, stage_time):
+    """The judging of one configuration that can run: (reason, peak, step seconds)."""
+    ws = s.working_set
+    grad, param = (s.layout.bits_per_param("gradients") // 8,
+                   s.layout.bits_per_param("parameters") // 8)
+
+    def judged(t, p, d, v, b, sp, rec, m, stage, group, offload, pa):
+        peaks, hosts, times = [], [], []
+        for r in dict.fromkeys((0, p - 1)):
+            params, module = on_gpu(t, p, r)
+            gpu, cpu = placed(params, d, stage, group, offload)
+            work = activations(t, p, r, v, b, sp, rec, m, pa) + ws.reserve_bytes
+            if stage == 0:
+                work += grad * params
+            else:
+                work += grad * ws.reduce_bucket_size
+            if stage == 3:
+                work += param * min(params, max(ws.max_live_parameters,
+                                                module + ws.prefetch_bucket_size))
+            peaks.append(gpu + work)
+            hosts.append(cpu)
+            times.append(stage_time(t, p, d, r, v, b, sp, rec, stage, m, group,
+                                   offload, pa))
+        peak = max(peaks)
+        # The parts of one micro-batch, every one parallel_step_time sums
+        # (all but the per-step collectives, the last).
+        slow = max(times, key=lambda x: sum(x[:-1]))
+        micro = sum(slow[:-1])
+        step = m * micro + slow[-1] + (p - 1) / v * micro
+        if peak > s.device.capacity:
+            reason = REASONS.index("capacity")
+        elif s.host_memory is not None and max(hosts) > s.host_memory:
+            reason = REASONS.index("host_memory")
+        else:
+            reason = PASSES
+        return reason, peak, step
+    return judged
 
 
 def vectorised(s):
@@ -229,8 +275,11 @@ def main():
     assert np.allclose(steps, result.results["step_seconds"], rtol=1e-9, equal_nan=True)
     narrow = plan_settings(**SETTING, chunks=(1, 2))
     narrow_size = plan_from(narrow).size
+    plain = plan_settings(**SETTING, zero_r=("none",))
+    plain_size = plan_from(plain).size
     fast = median_seconds(lambda: vectorised(s), 7, before=clear_memos)
     before = median_seconds(lambda: vectorised(narrow), 7, before=clear_memos)
+    no_zero_r = median_seconds(lambda: vectorised(plain), 7, before=clear_memos)
     slow = median_seconds(lambda: python_plan(s), 3, before=clear_memos)
     print(f"planner-70b-1024-gpus: {slow / fast:.0f}x ({result.size:,} configurations of "
           f"Llama-2-70B on 1,024 H100s, every schedule the layers allow, {len(result.runnable):,} "
@@ -241,6 +290,10 @@ def main():
           f"p x v dividing the layers, {result.size:,} configurations, {fast * 1e3:.0f} ms vs "
           f"--chunks 1,2, {narrow_size:,} configurations, {before * 1e3:.0f} ms, medians; "
           f"target: the plan stays < 1 s)")
+    print(f"planner-zero-r: {fast / no_zero_r:.2f}x (the default search with ZeRO-R's P_a "
+          f"beside none, {result.size:,} configurations, {fast * 1e3:.0f} ms vs zero_r none, "
+          f"{plain_size:,} configurations, {no_zero_r * 1e3:.0f} ms, medians; target: the plan "
+          f"stays < 1 s)")
 
 
 if __name__ == "__main__":

@@ -11,13 +11,15 @@ from cli_support import run
 from zerolib.core.planner import PLAN_HEADER, PLAN_LEFT_OUT, plan
 
 # The ZeRO paper's schedule: the values below were worked out for it.
+# ZeRO-R's P_a off: the numbers here were worked out without it (tests/cli/test_cli_plan_zero_r.py).
 BASE = ("plan", "--model", "llama-2-70b", "--gpus", "64", "--gpus-per-node", "8",
-        "--device", "a100-80gb", "--seq", "4096", "--global-batch", "1024", "--engine", "paper")
+        "--device", "a100-80gb", "--seq", "4096", "--global-batch", "1024", "--engine", "paper",
+        "--partition-activations", "off")
 
 
 @pytest.fixture(scope="module")
 def core():
-    return plan("llama-2-70b", 64, 8, "a100-80gb", 4096, 1024, engine="paper")
+    return plan("llama-2-70b", 64, 8, "a100-80gb", 4096, 1024, engine="paper", zero_r=("none",))
 
 
 def test_table_says_it_ranks_by_a_model(capsys, core):
@@ -106,7 +108,7 @@ def key(row):
 def test_offloaded_configurations_are_timed_on_the_host_link(capsys):
     argv = ("plan", "--model", "llama-2-70b", "--gpus", "8", "--gpus-per-node", "8", "--device",
             "a100-80gb", "--seq", "4096", "--global-batch", "64", "--max-micro-batch", "1",
-            "--host-memory", "4TiB")
+            "--host-memory", "4TiB", "--partition-activations", "off")
     _, out, _ = run(capsys, *argv, "--format", "json")
     result = json.loads(out)
     assert result["settings"]["host_link"]["name"] == "pcie4-x16"

@@ -38,6 +38,7 @@ from zerolib.core.planner import (
     FIT_COLUMNS,
     PLAN_HEADER,
     PLAN_LEFT_OUT,
+    SEARCHED_COLUMNS,
     Plan,
     describe_configuration,
     plan,
@@ -193,11 +194,12 @@ def _plain(value):
 
 def plan_csv(result: Plan, top: int | None = CSV_TOP) -> str:
     """The fitting configurations, fastest first, as ``zerolib plan --format csv --top N``
-    writes them (columns ``rank`` and :data:`zerolib.core.planner.FIT_COLUMNS`)."""
+    writes them (columns ``rank``, :data:`zerolib.core.planner.FIT_COLUMNS` and the searched
+    ones of :data:`zerolib.core.planner.SEARCHED_COLUMNS`)."""
     shown = result.fits if top is None else result.fits.head(top)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    columns = ["rank", *FIT_COLUMNS]
+    columns = ["rank", *FIT_COLUMNS, *(c for c in SEARCHED_COLUMNS if c in shown.columns)]
     writer.writerow(columns)
     for record in shown.to_dict("records"):
         cells = [str(record[c]) if hasattr(record[c], "categories") else _plain(record[c])

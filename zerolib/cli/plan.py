@@ -35,6 +35,7 @@ from zerolib.core.planner import (
     OFFLOADS,
     PLAN_HEADER,
     PLAN_LEFT_OUT,
+    SEARCHED_COLUMNS,
     SHARD_GROUPS,
     plan,
 )
@@ -125,6 +126,14 @@ def register(commands) -> None:
     parser.add_argument("--expert-parallel", metavar="LIST",
                         help="expert-parallel degrees E to search, e.g. 1,8 (default: every "
                              "divisor of a mixture of experts' routed experts; 1 for a dense model)")
+    parser.add_argument("--partition-activations", choices=("search", "on", "off"),
+                        help="ZeRO-R P_a (DeepSpeed partition_activations) under full "
+                             "recomputation with t > 1 and no sequence parallelism: search it "
+                             "beside none, always, or never (default: search for the engines that "
+                             "offer it, deepspeed and paper; off for fsdp2 and megatron)")
+    parser.add_argument("--cpu-checkpointing", action="store_true", default=None,
+                        help="also search ZeRO-R P_a+cpu (DeepSpeed cpu_checkpointing: "
+                             "checkpoints in host memory, copied over the host link)")
     parser.set_defaults(func=run)
 
 
@@ -184,8 +193,26 @@ def options_from(args, config) -> dict:
         value = _list(getattr(args, key), flag, lambda x, flag=flag: parse_whole(x, flag, maximum=MAX_GPUS))
         if value is not None:
             options[key] = value
+    zero_r = _zero_r_from(args)
+    if zero_r is not None:
+        options["zero_r"] = zero_r
     refuse_no_effect(args, options)
     return options
+
+
+def _zero_r_from(args) -> tuple[str, ...] | None:
+    """The ZeRO-R options searched (None: the engine's default)."""
+    mode, cpu = args.partition_activations, bool(args.cpu_checkpointing)
+    if mode == "off":
+        if cpu:
+            raise ValueError("--cpu-checkpointing needs --partition-activations search or on "
+                             "(P_a+cpu keeps the partitioned checkpoints on the host)")
+        return ("none",)
+    if mode == "on":
+        return ("partition+cpu",) if cpu else ("partition",)
+    if mode == "search" or cpu:
+        return ("none", "partition", *(("partition+cpu",) if cpu else ()))
+    return None
 
 
 def refuse_no_effect(args, options: dict) -> None:
@@ -264,13 +291,14 @@ def as_csv(result, top=None, tokens=None) -> str:
 _TWIN_KEY = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_parallel",
              "chunks", "schedule", "stage", "shard_group", "micro_batch", "micro_batches",
              "offload", "step_seconds")
-SEARCHED = ("context_parallel", "expert_parallel", "expert_seconds")   # columns only when searched
+SEARCHED = SEARCHED_COLUMNS     # columns only when searched
+_ZERO_R_KEY = ("partition_activations", "cpu_checkpointing")
 
 
 def tied_rows(fits, top: int) -> list[list[dict]]:
     """The first ``top`` distinct configurations of ``fits`` (ranked), each as the list of its
     rows that differ only in recomputation and tie on step time, best-ranked first."""
-    key = [*_TWIN_KEY, *(c for c in SEARCHED[:2] if c in fits.columns)]
+    key = [*_TWIN_KEY, *(c for c in (*SEARCHED[:2], *_ZERO_R_KEY) if c in fits.columns)]
     group = fits.groupby(key, sort=False, dropna=False, observed=True).ngroup()
     first = list(dict.fromkeys(group.to_numpy().tolist()))[:top]
     chosen = fits[group.isin(first).to_numpy()]
@@ -292,6 +320,11 @@ def _cpu_step_basis(s) -> str:
         return (f"CPU step at the {s.host.host.memory_bandwidth / 1e9:,.1f} GB/s memory-bandwidth "
                 "roofline")
     return f"CPU step at {s.host.cpu_adam_rate:,.0f} parameters/s or the roofline if slower"
+
+
+def _zero_r_label(row) -> str:
+    pa, cpu = bool(row["partition_activations"]), bool(row["cpu_checkpointing"])
+    return {(True, True): "P_a+cpu", (True, False): "P_a", (False, True): "cpu"}.get((pa, cpu), "-")
 
 
 def as_table(result, top: int, unit: str) -> str:
@@ -323,6 +356,9 @@ def as_table(result, top: int, unit: str) -> str:
                    "network", "bubble"]
         searched = [c for c in SEARCHED[:2] if c in fits.columns]   # C, E: shown when searched
         headers[3:3] = [{"context_parallel": "C", "expert_parallel": "E"}[c] for c in searched]
+        zero_r = "partition_activations" in fits.columns     # ZeRO-R searched: which option
+        if zero_r:
+            headers.insert(headers.index("recompute") + 1, "ZeRO-R")
         rows, shown, extra_peak = [], 0, 0
         for twins in tied_rows(fits, top):
             r = twins[0]
@@ -333,6 +369,7 @@ def as_table(result, top: int, unit: str) -> str:
                          *(r[c] for c in searched), r["pipeline_parallel"], r["schedule"],
                          r["data_parallel"], r["stage"],
                          r["shard_group"], "|".join(str(t["recompute"]) for t in twins),
+                         *([_zero_r_label(r)] if zero_r else []),
                          f"{r['micro_batch']} x {r['micro_batches']}", r["offload"],
                          f"{to_unit(r['peak_bytes'], unit):,.2f}",
                          f"{to_unit(r['headroom_bytes'], unit):,.2f}", f"{r['step_seconds']:,.2f}",

@@ -52,6 +52,14 @@ DEFAULT_LINKS: Mapping[str, str] = MappingProxyType({
     device.name: device.node for device in DEVICES.values() if device.node is not None})
 
 
+# ZeRO-R's activation options a plan can search (Rajbhandari et al. SC20 Sec. VI-A): (P_a,
+# P_a+cpu) as DeepSpeed's activation_checkpointing sets partition_activations, cpu_checkpointing.
+ZERO_R: Mapping[str, tuple[bool, bool]] = MappingProxyType({
+    "none": (False, False), "partition": (True, False), "partition+cpu": (True, True)})
+# Engines that offer ZeRO-R, whose plans search P_a by default: DeepSpeed has it (and the paper
+# describes it); Megatron-LM and FSDP2 have no partitioned checkpoints.
+ZERO_R_ENGINES = ("paper", "deepspeed")
+
 MAX_PLAN_MICRO_BATCH = 1024  # largest micro-batch a plan enumerates up to
 
 
@@ -108,6 +116,7 @@ class PlanSettings:
     engine: Engine = get_engine(DEFAULT_ENGINE)   # whose schedule and validity rules
     overlap: Overlap | None = None                # None: the engine's own overlap rule
     expert_parallel: tuple[int, ...] = (1,)   # the EP degrees searched (1: none)
+    zero_r: tuple[str, ...] = ("none",)       # ZeRO-R's options searched (names of ZERO_R)
 
     def __deepcopy__(self, memo) -> PlanSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -130,7 +139,8 @@ class PlanSettings:
                 # a mixture of experts' token buffers (None: dropless); a dense model has none
                 **({"capacity_factor": self.working_set.capacity_factor} if self.model.experts else {}),
                 **({"context_parallel": list(self.context_parallel)} if self.context_parallel != (1,) else {}),
-                **({"expert_parallel": list(self.expert_parallel)} if self.expert_parallel != (1,) else {})}
+                **({"expert_parallel": list(self.expert_parallel)} if self.expert_parallel != (1,) else {}),
+                **({"zero_r": list(self.zero_r)} if self.zero_r != ("none",) else {})}
 
 
 def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, links=None,
@@ -142,10 +152,13 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
                   working_set: WorkingSetSettings = DEFAULT_SETTINGS, host: str | None = None,
                   cpu_adam_rate: float | None = None, link_efficiency=None,
                   context_parallel=(1,), engine: str | Engine = DEFAULT_ENGINE,
-                  overlap: Overlap | None = None, expert_parallel=None) -> PlanSettings:
+                  overlap: Overlap | None = None, expert_parallel=None,
+                  zero_r=None) -> PlanSettings:
     """Check every input of :func:`plan` (ValueError/TypeError naming the argument). ``host``
     (None: the node of ``links`` where the host catalogue has it, else DGX A100's) and
-    ``cpu_adam_rate`` (None: the roofline alone) time offload's CPU step and NVMe."""
+    ``cpu_adam_rate`` (None: the roofline alone) time offload's CPU step and NVMe. ``zero_r``
+    names the ZeRO-R options searched (:data:`ZERO_R`; None: "none" and "partition" for the
+    engines of :data:`ZERO_R_ENGINES`, "none" for the others)."""
     config = get_model(model)
     gpus = check_positive_int(gpus, "gpus", MAX_GPUS)
     k = check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS)
@@ -173,6 +186,16 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
                              "interleaved)")
     ic = cluster_interconnect(links_for(device, links), k, link_efficiency)
     cp = cp_rules.check_degrees(context_parallel, seq_len, working_set.flash_attention)
+    engine = get_engine(engine)
+    if zero_r is None:
+        zero_r = ("none", "partition") if engine.name.split(" ")[0] in ZERO_R_ENGINES else ("none",)
+    zero_r = _choices(zero_r, tuple(ZERO_R), "zero_r")
+    if zero_r != ("none",) and engine.name.split(" ")[0] not in ZERO_R_ENGINES:
+        raise ValueError(f"zero_r must be ('none',) for engine {engine.name}: it has no partitioned "
+                         f"activation checkpoints (DeepSpeed's activation_checkpointing has them)")
+    if working_set.partition_activations or working_set.cpu_checkpointing:
+        raise ValueError("working_set's partition_activations and cpu_checkpointing are the "
+                         "plan's to search: give zero_r instead")
     return PlanSettings(
         config, gpus, k, device, seq_len, global_batch,
         ic, check_host_link(host_link),
@@ -182,5 +205,5 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         _choices(offload, tuple(OFFLOADS), "offload"),
         _choices(sequence_parallel, (False, True), "sequence_parallel"),
         _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set,
-        host_settings_for(ic.name, host, cpu_adam_rate), cp, get_engine(engine),
-        check_overlap(overlap), ep_rules.check_degrees(expert_parallel, config, gpus))
+        host_settings_for(ic.name, host, cpu_adam_rate), cp, engine,
+        check_overlap(overlap), ep_rules.check_degrees(expert_parallel, config, gpus), zero_r)

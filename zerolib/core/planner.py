@@ -11,6 +11,12 @@ sequences, :func:`plan` enumerates every configuration
     and, where asked, each context-parallel degree C and, for a mixture of experts, each
     expert-parallel degree E (:mod:`zerolib.core.memory.expert_parallel_rules`: by default every
     divisor of the routed experts; the experts' state over d x C / E, their all-to-alls timed),
+    and ZeRO-R's options (``zero_r``, :data:`zerolib.core.plan_settings.ZERO_R`) where they
+    change something: P_a under full recomputation with t > 1 and no sequence parallelism (its
+    checkpoints at 1 / t, one all-gather of each per layer and micro-batch), P_a+cpu under full
+    recomputation (no checkpoint on the GPU, its copies on the host link). By default the
+    engines that offer it (DeepSpeed, the paper) search P_a beside none, the others neither;
+    P_a+cpu only when asked, as its host memory is not judged,
 
 rejects what cannot run, by the first rule of :data:`RULES` it breaks (t must divide the heads,
 the key/value heads and the MLP width, stay within a node and divide the sequence under sequence
@@ -38,7 +44,7 @@ roofline, a lower bound, or a measured ``cpu_adam_rate`` where slower).
 Every array is computed once per level of the space (the (t, p) grid, then schedules and
 sequence parallelism, micro-batches, recomputation, and the ZeRO variants of each data-parallel
 degree) and spread over the levels below by index, so the whole space is a few dozen numpy
-operations: Llama-2-70B on 1,024 GPUs, some 321,000 configurations, in well under a second
+operations: Llama-2-70B on 1,024 GPUs, some 324,000 configurations, in well under a second
 (``benchmarks/bench_planner.py``). The space and the peaks do not depend on the device, the links
 or the utilisation; the last few are remembered, so changing only those re-times, not re-counts.
 """
@@ -60,7 +66,7 @@ from zerolib.core.inputs import (
 from zerolib.core.memory import context_parallel as cp_rules
 from zerolib.core.memory import expert_parallel_rules as ep_rules
 from zerolib.core.memory.accounting import CATEGORIES, ModelState
-from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.activations import RECOMPUTE, checkpoint_terms_of
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     candidate_loads,
@@ -80,6 +86,7 @@ from zerolib.core.plan_settings import (  # noqa: F401  (the planner's names, wh
     MAX_PLAN_MICRO_BATCH,
     SCHEDULE_NAMES,
     SHARD_GROUPS,
+    ZERO_R,
     PlanSettings,
     links_for,
     plan_settings,
@@ -89,6 +96,7 @@ from zerolib.core.step.parallel import (
     OFFLOADS,
     PARTS,
     ParallelSettings,
+    ParallelStepTime,
     parallel_step_time,
 )
 
@@ -147,6 +155,9 @@ FIT_COLUMNS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequenc
                "host_bytes_per_node", "step_seconds", "compute_seconds", "tensor_seconds",
                "pipeline_seconds", "data_parallel_seconds", "bubble_seconds",
                "network_wait_fraction", "bubble_fraction", "fits", "family")
+# Columns a plan's frames hold only when their dimension is searched, after FIT_COLUMNS.
+SEARCHED_COLUMNS = ("context_parallel", "expert_parallel", "expert_seconds",
+                    "partition_activations", "cpu_checkpointing")
 
 
 # --- the space, level by level ------------------------------------------------------------------
@@ -276,11 +287,41 @@ def enumerate_space(s: PlanSettings) -> Space:
     codes = dict(zip(REASONS, range(PASSES)))
     expanded = ep_rules.expand(s, *cp_rules.expand(s, MappingProxyType(columns), reason, size, codes),
                                codes)
+    expanded = _zero_r_expand(s, *expanded)
     if expanded[2] > MAX_SPACE:
         raise ValueError(f"the plan would enumerate {expanded[2]:,} configurations, more than "
                          f"{MAX_SPACE:,}: name fewer expert- or context-parallel degrees, stages, "
                          f"recomputations, chunks or a smaller max_micro_batch")
     return Space(*expanded)
+
+
+def _zero_r_expand(s: PlanSettings, columns: Mapping[str, np.ndarray], reason: np.ndarray,
+                   size: int) -> tuple[Mapping[str, np.ndarray], np.ndarray, int]:
+    """Each runnable-so-far row once per ZeRO-R option of ``s.zero_r`` that changes it (P_a:
+    full recomputation, t > 1, no sequence parallelism; P_a+cpu: full recomputation), with
+    ``partition_activations`` and ``cpu_checkpointing`` columns; unchanged for ("none",)."""
+    if s.zero_r == ("none",):
+        return columns, reason, size
+    live = np.flatnonzero((reason == PASSES) & (columns["recompute"] == RECOMPUTE.index("full")))
+    splits = (columns["tensor_parallel"][live] > 1) & ~columns["sequence_parallel"][live]
+    # (live rows, options): each option's effective (P_a, cpu) as a code 2 pa + cpu.
+    codes = np.stack([np.full(len(live), cpu, dtype=np.int64) + 2 * (pa & splits)
+                      for pa, cpu in (ZERO_R[name] for name in s.zero_r)], axis=1)
+    keep = np.ones(codes.shape, dtype=bool)     # an option repeating an earlier one: dropped
+    for j in range(1, codes.shape[1]):
+        keep[:, j] = np.all(codes[:, :j] != codes[:, j:j + 1], axis=1)
+    counts = np.ones(size, dtype=np.int64)
+    counts[live] = keep.sum(axis=1)
+    total = int(counts.sum())
+    code = np.zeros(total, dtype=np.int64)       # the other rows: none
+    starts = np.cumsum(counts) - counts
+    ranks = np.cumsum(keep, axis=1) - 1
+    for j in range(codes.shape[1]):    # option j of a live row sits at its start + its rank
+        at = keep[:, j]
+        code[starts[live[at]] + ranks[at, j]] = codes[at, j]
+    out = {name: np.repeat(values, counts) for name, values in columns.items()}
+    out["partition_activations"], out["cpu_checkpointing"] = code >= 2, (code % 2) == 1
+    return MappingProxyType(out), np.repeat(reason, counts), total
 
 
 def _first_broken(rules: dict, names, reason: np.ndarray) -> np.ndarray:
@@ -296,7 +337,10 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
     ws = s.working_set
     t, b, sp, rec = c["tensor_parallel"], c["micro_batch"], c["sequence_parallel"], c["recompute"]
     cp = c.get("context_parallel", np.ones_like(t))
-    code = (((t * (MAX_PLAN_MICRO_BATCH + 1) + b) * 2 + sp) * len(RECOMPUTE) + rec) * 1025 + cp
+    pa = c.get("partition_activations", np.zeros_like(sp))
+    cpu = c.get("cpu_checkpointing", np.zeros_like(sp))
+    code = (((((t * (MAX_PLAN_MICRO_BATCH + 1) + b) * 2 + sp) * len(RECOMPUTE) + rec) * 1025 + cp)
+            * 4 + 2 * pa + cpu)
     keys, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     units = {name: np.zeros(len(keys), dtype=np.int64) for name in UNIT_TERMS}
     for index, row in enumerate(first.tolist()):
@@ -304,6 +348,13 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
                               ws.element_bytes, ws.mask_bytes, ws.dropout, ws.logits_bytes,
                               ws.capacity_factor)
         terms = unit_terms(s.model, s.seq_len // int(cp[row]), int(b[row]), int(t[row]), options)
+        if pa[row] or cpu[row]:    # the working set's rule: ZeRO-R's checkpoint, split or on the host
+            kept = checkpoint_terms_of(s.seq_len // int(cp[row]), int(b[row]), s.model.hidden,
+                                       int(t[row]), ws.element_bytes, bool(sp[row]),
+                                       bool(pa[row]), bool(cpu[row]))["gpu"]
+            terms = {**terms, "transformer_layers": kept}
+            if s.model.dense_layers:
+                terms["dense_transformer_layer"] = kept
         for name in UNIT_TERMS:
             units[name][index] = terms[name]
     per_row = {name: values[inverse] for name, values in units.items()}
@@ -382,13 +433,40 @@ def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
         shard_group=c["shard_group"], offload=c["offload"], layout=s.layout, mfu=s.mfu,
         element_bytes=s.working_set.element_bytes, host_link=s.host_link, host=s.host,
         context_parallel=c.get("context_parallel", 1), engine=s.engine, overlap=s.overlap,
-        expert_parallel=c.get("expert_parallel", 1), capacity_factor=s.working_set.capacity_factor)
-    times = parallel_step_time(s.model, s.interconnect, s.device, settings)
+        expert_parallel=c.get("expert_parallel", 1), capacity_factor=s.working_set.capacity_factor,
+        **{name: c[name] for name in ("partition_activations", "cpu_checkpointing") if name in c})
+    if "partition_activations" in c and "context_parallel" in c:
+        times = _per_context_degree(s, settings)    # ZeRO-R's step takes one degree at a time
+    else:
+        times = parallel_step_time(s.model, s.interconnect, s.device, settings)
     out = {f"{part}_seconds": seconds for part, seconds in times.parts.items()}
     out["step_seconds"] = times.step_seconds
     out["network_wait_fraction"] = times.network_wait_fraction
     out["bubble_fraction"] = times.bubble_fraction
     return out
+
+
+def _per_context_degree(s: PlanSettings, st: ParallelSettings):
+    """:func:`parallel_step_time` of settings with a CP degree per row, one degree at a time."""
+    cp = st.context_parallel
+    parts = {name: np.zeros(cp.shape) for name in PARTS}
+    micro = np.zeros(cp.shape)
+    names = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
+             "micro_batches", "chunks", "expert_parallel", "sequence_parallel", "recompute",
+             "offload", "partition_activations", "cpu_checkpointing")
+    for degree in np.unique(cp).tolist():
+        sel = cp == degree
+        sub = ParallelSettings.from_checked(
+            seq_len=st.seq_len, layout=st.layout, mfu=st.mfu, element_bytes=st.element_bytes,
+            host_link=st.host_link, context_parallel=int(degree), host=st.host, engine=st.engine,
+            overlap=st.overlap, capacity_factor=st.capacity_factor,
+            shard_group=None if st.shard_group is None else st.shard_group[sel],
+            **{name: getattr(st, name)[sel] for name in names})
+        times = parallel_step_time(s.model, s.interconnect, s.device, sub)
+        for name in PARTS:
+            parts[name][sel] = times.parts[name]
+        micro[sel] = times.micro_batch_seconds
+    return ParallelStepTime(MappingProxyType(parts), micro)
 
 
 # The space and its peaks do not depend on the device, the links or the utilisation: remembered
@@ -403,7 +481,7 @@ def _memory_key(s: PlanSettings) -> tuple:
             tuple(s.layout.bits_per_param(c) for c in CATEGORIES), s.max_micro_batch, s.stages,
             s.recompute, s.chunks, s.offload, s.sequence_parallel, s.shard_groups,
             s.working_set, s.host_memory is None, s.context_parallel, s.engine.name,
-            s.engine.group_stages, s.expert_parallel)
+            s.engine.group_stages, s.expert_parallel, s.zero_r)
 
 
 def _space_and_peaks(s: PlanSettings):
@@ -474,6 +552,9 @@ class Plan:
                 (c["tensor_parallel"] > 1) + 2 * (c["pipeline_parallel"] > 1), list(FAMILIES)),
         }, columns=list(FIT_COLUMNS))
         frame = cp_rules.apart(frame, c)     # with C searched: d and C apart (ZeRO over d x C)
+        if "partition_activations" in c:     # with ZeRO-R searched: which options each row runs
+            frame = frame.assign(partition_activations=c["partition_activations"],
+                                 cpu_checkpointing=c["cpu_checkpointing"])
         if "expert_parallel" in c:           # with E searched: E and its all-to-alls' seconds
             frame = frame.assign(expert_parallel=c["expert_parallel"],
                                  expert_seconds=self.results["expert_seconds"])
@@ -552,7 +633,9 @@ class Plan:
                      pipeline_parallel=int(row["pipeline_parallel"]),
                      pipeline_schedule="interleaved" if int(row["chunks"]) > 1 else "1f1b",
                      pipeline_chunks=int(row["chunks"]), micro_batches=int(row["micro_batches"]),
-                     context_parallel=int(row.get("context_parallel", 1)))
+                     context_parallel=int(row.get("context_parallel", 1)),
+                     partition_activations=bool(row.get("partition_activations", False)),
+                     cpu_checkpointing=bool(row.get("cpu_checkpointing", False)))
         placement = Placement(shard_group=int(row["shard_group"]), gpus_per_node=s.gpus_per_node,
                               **OFFLOADS[str(row["offload"])])
         return ws, placement
@@ -570,8 +653,11 @@ def describe_configuration(c) -> str:
     offload = {"none": "no offload", "optimizer": "optimizer on CPU",
                "optimizer+parameters": "optimizer and parameters on CPU"}[str(c["offload"])]
     recompute = "no" if str(c["recompute"]) == "none" else str(c["recompute"])
+    zero_r = {(True, True): " with P_a+cpu", (True, False): " with P_a",
+              (False, True): " with checkpoints on the CPU"}.get(
+        (bool(c.get("partition_activations", False)), bool(c.get("cpu_checkpointing", False))), "")
     return (f"t {t}{sp} x p {p} ({schedule_name(int(c['chunks']))}) x d {d}, {zero}, "
-            f"{recompute} recomputation, micro-batch {int(c['micro_batch'])} x "
+            f"{recompute} recomputation{zero_r}, micro-batch {int(c['micro_batch'])} x "
             f"{int(c['micro_batches'])}, {offload}")
 
 
@@ -588,7 +674,9 @@ def plan(model, gpus, gpus_per_node, device, seq_len, global_batch, **options) -
     "achieved", the default, "line-rate" or a fraction; see
     :class:`zerolib.core.catalogue.links.LinkEfficiency`), ``context_parallel`` and
     ``expert_parallel`` (the degrees searched; :mod:`zerolib.core.memory.expert_parallel_rules`: None, every
-    divisor of a mixture's routed experts)."""
+    divisor of a mixture's routed experts), ``zero_r`` (ZeRO-R's options searched, names of
+    :data:`zerolib.core.plan_settings.ZERO_R`; None: "none" and "partition" under DeepSpeed and
+    the paper, "none" under FSDP2 and Megatron-LM)."""
     s = plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, **options)
     return plan_from(s)
 

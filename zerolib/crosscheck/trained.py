@@ -280,8 +280,9 @@ def planner_check(run: TrainedRun, chunks=ALL_CHUNKS, mfu: float = DEFAULT_MFU,
            "fitting": 0, "step_seconds": None}
     if not covered:
         return out
+    # The rows state no ZeRO-R (DeepSpeed's default: off), so the fixed search keeps it off.
     fixed = {} if whole else dict(stages=(run.zero_stage,), recompute=(run.recompute,),
-                                  sequence_parallel=(run.sequence_parallel,))
+                                  sequence_parallel=(run.sequence_parallel,), zero_r=("none",))
     degrees = {} if run.config.experts == 0 else {"expert_parallel": (
         None if whole else tuple(sorted({1, run.expert_parallel})))}     # whole: every E
     result = plan(run.config, run.gpus, 8, run.device, run.seq_len, run.global_batch,
@@ -300,7 +301,8 @@ def planner_check(run: TrainedRun, chunks=ALL_CHUNKS, mfu: float = DEFAULT_MFU,
                   & (valid["recompute"] == run.recompute)
                   & (valid["sequence_parallel"] == run.sequence_parallel)
                   & (valid.get("context_parallel", 1) == run.context_parallel)
-                  & (valid.get("expert_parallel", 1) == run.expert_parallel)]
+                  & (valid.get("expert_parallel", 1) == run.expert_parallel)
+                  & ~valid.get("partition_activations", False)]
     out["fitting"] = int(valid["fits"].sum())
     if len(match):
         first = match.iloc[0]

@@ -118,6 +118,10 @@ the gradient's own width).
 **Context parallelism** (C): ``data_parallel`` is the d x C ZeRO group, each GPU works on s / C
 tokens, and the ring's sends are the ``context`` part (:mod:`zerolib.core.step.context_parallel_traffic`).
 
+**ZeRO-R** (``partition_activations``, ``cpu_checkpointing``: arrays, full recomputation only):
+P_a's all-gather of each checkpoint and P_a+cpu's host copies, in the ``tensor`` part, not
+overlapped (:mod:`zerolib.core.step.zero_r_step` says why).
+
 **Expert parallelism** (E, an array): the ``expert`` part is the all-to-alls of the MoE layers,
 and the routed experts' collectives run over their own group
 (:mod:`zerolib.core.step.expert_parallel_step`).
@@ -204,6 +208,7 @@ from zerolib.core.step.traffic import (
     layer_units,
     traffic_of,
 )
+from zerolib.core.step.zero_r_step import checkpoint_seconds
 
 KIND_OF = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter"}
 PARTS = ("compute", "tensor", "context", "expert", "pipeline", "data_parallel", "bubble")
@@ -351,6 +356,9 @@ class ParallelSettings:
     capacity_factor: float | None = None   # the experts' token buffers (None: dropless)
     engine: Engine | str = DEFAULT_ENGINE      # whose schedule (zerolib.core.step.engines)
     overlap: Overlap | None = None              # None: the engine's own overlap rule
+    # ZeRO-R, per setting: P_a (partitioned checkpoints) and P_a+cpu; full recomputation only.
+    partition_activations: np.ndarray = False
+    cpu_checkpointing: np.ndarray = False
 
     def __post_init__(self):
         put = object.__setattr__
@@ -376,10 +384,12 @@ class ParallelSettings:
             check_gpus(self.expert_parallel, "expert_parallel"),
             _flags(self.sequence_parallel, "sequence_parallel"),
             setting_codes(self.recompute, RECOMPUTE, "recompute"),
-            setting_codes(self.offload, tuple(OFFLOADS), "offload"))
+            setting_codes(self.offload, tuple(OFFLOADS), "offload"),
+            _flags(self.partition_activations, "partition_activations"),
+            _flags(self.cpu_checkpointing, "cpu_checkpointing"))
         names = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
                  "micro_batches", "chunks", "expert_parallel", "sequence_parallel", "recompute",
-                 "offload")
+                 "offload", "partition_activations", "cpu_checkpointing")
         for name, array in zip(names, arrays):
             put(self, name, np.array(array))
         b, p, zero = self.micro_batch, self.pipeline_parallel, self.stage
@@ -387,6 +397,11 @@ class ParallelSettings:
             group = np.broadcast_to(check_gpus(self.shard_group, "shard_group"), b.shape)
             put(self, "shard_group", check_shard_group(group, self.data_parallel))
         check_offloads(self.stage, self.offload)
+        full = self.recompute == RECOMPUTE.index("full")
+        for name in ("partition_activations", "cpu_checkpointing"):   # the working set's rule
+            if np.any(getattr(self, name) & ~full):
+                raise ValueError(f"{name} applies to activation checkpoints: it needs "
+                                 "recompute='full' wherever it is set")
         if (np.any(b > MAX_MICRO_BATCH) or np.any(self.micro_batches > MAX_MICRO_BATCHES)
                 or np.any(self.chunks > MAX_CHUNKS)):
             raise ValueError(f"micro_batch must be at most {MAX_MICRO_BATCH:,}, micro_batches at most "
@@ -426,11 +441,12 @@ class ParallelSettings:
                             ("engine", get_engine(DEFAULT_ENGINE) if engine is None else engine),
                             ("overlap", overlap), ("capacity_factor", capacity_factor)):
             put(settings, name, value)
-        arrays = {"chunks": 1, "sequence_parallel": False, "expert_parallel": 1, **arrays,
+        arrays = {"chunks": 1, "sequence_parallel": False, "expert_parallel": 1,
+                  "partition_activations": False, "cpu_checkpointing": False, **arrays,
                   "recompute": recompute,
                   "offload": offload}
         names = list(arrays)
-        typed = (np.asarray(arrays[n], dtype=bool if n == "sequence_parallel" else np.int64)
+        typed = (np.asarray(arrays[n], dtype=bool if n in _BOOL_ARRAYS else np.int64)
                  for n in names)    # the dtypes __post_init__ gives them
         for name, array in zip(names, np.broadcast_arrays(*typed)):
             put(settings, name, np.array(array))
@@ -472,6 +488,9 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
     """:func:`parallel_step_time` beneath its door: the model, interconnect and device looked up
     and the settings checked already (so :func:`_per_degree` calls it once per degree)."""
     if np.ndim(st.context_parallel):    # a CP degree per setting (the planner's): one call each
+        if np.any(st.partition_activations) or np.any(st.cpu_checkpointing):
+            raise ValueError("partition_activations and cpu_checkpointing need one "
+                             "context_parallel degree for all settings")
         return _per_degree(config, ic, device, st)
     layout, mfu, host_link, s, e = st.layout, st.mfu, st.host_link, st.seq_len, st.element_bytes
     b, t, p, d, zero = (st.micro_batch, st.tensor_parallel, st.pipeline_parallel, st.data_parallel,
@@ -510,7 +529,9 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
                 if name != "none":
                     bwd = bwd + core * s / (device.peak_flops * mfu)
                 forward, backward = np.where(here, fwd * b, forward), np.where(here, bwd * b, backward)
-        tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
+        tensor = (_tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
+                  + checkpoint_seconds(config, ic, host_link, s, e, b, t, p, r, sp, rec,
+                                       st.partition_activations, st.cpu_checkpointing))
         context = _context_seconds(config, ic, s, e, b, c, t, r, p, rec)
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
         slots, every = _zero_slots(ic, params, d, t, zero, layout, shard_group, units, p, engine)
@@ -666,6 +687,7 @@ def _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v):
     return out.reshape(np.shape(b))
 
 
+_BOOL_ARRAYS = ("sequence_parallel", "partition_activations", "cpu_checkpointing")
 _BACKWARD = ("backward_all_gather", "gradient_all_reduce", "gradient_reduce_scatter",
              "replica_all_reduce")
 
