@@ -168,7 +168,6 @@ EXPLORERS = {check.notebook: check for check in (
     ExplorerCheck(
         "05-the-price-of-zero.ipynb", "GPUs", "64", "128", (
             "llama-2-7b on 128 GPUs",
-            "Timed for the ZeRO paper's schedule",
             "ZeRO stage 1 (optimizer) 51.7 GB fits 26.7 GB 0.073 s 0.46 s 8%",
             "ZeRO stage 3 (+ parameters) 27.0 GB fits 40.1 GB 0.17 s 0.42 s 0%",
         )),

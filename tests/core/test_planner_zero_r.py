@@ -78,10 +78,13 @@ def test_cpu_checkpointing_leaves_no_checkpoint_on_the_gpu():
 
 @pytest.fixture(scope="module")
 def llama70b():
-    return plan("llama-2-70b", 64, 8, "a100-80gb", 4096, 1024, host_memory=2**40)
+    return plan("llama-2-70b", 64, 8, "a100-80gb", 4096, 1024, host_memory=2**40,
+                zero_r=("none", "partition"))
 
 
-def test_deepspeed_searches_p_a_by_default(llama70b):
+def test_p_a_is_searched_when_asked(llama70b):
+    # DeepSpeed's activation_checkpointing defaults partition_activations to false: so does plan.
+    assert plan("llama-2-7b", 16, 8, "a100-40gb", 2048, 64, max_micro_batch=1).settings.zero_r == ("none",)
     assert llama70b.settings.zero_r == ("none", "partition")
     fits = llama70b.fits
     assert fits["partition_activations"].any() and not fits["cpu_checkpointing"].any()
@@ -115,7 +118,8 @@ def test_p_a_times_are_parallel_step_time(llama70b):
 
 def test_with_context_parallel_degrees_too():
     result = plan("llama-2-7b", 16, 8, "a100-40gb", 8192, 64, max_micro_batch=1,
-                  recompute=("full",), offload=("none",), context_parallel=(1, 2))
+                  recompute=("full",), offload=("none",), context_parallel=(1, 2),
+                  zero_r=("none", "partition"))
     valid = result.valid
     both = valid[valid["partition_activations"] & (valid["context_parallel"] == 2)]
     assert len(both)

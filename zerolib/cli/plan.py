@@ -129,8 +129,8 @@ def register(commands) -> None:
     parser.add_argument("--partition-activations", choices=("search", "on", "off"),
                         help="ZeRO-R P_a (DeepSpeed partition_activations) under full "
                              "recomputation with t > 1 and no sequence parallelism: search it "
-                             "beside none, always, or never (default: search for the engines that "
-                             "offer it, deepspeed and paper; off for fsdp2 and megatron)")
+                             "beside none, always, or never (default: off, DeepSpeed's own default; "
+                             "the engines that offer it: deepspeed and paper)")
     parser.add_argument("--cpu-checkpointing", action="store_true", default=None,
                         help="also search ZeRO-R P_a+cpu (DeepSpeed cpu_checkpointing: "
                              "checkpoints in host memory, copied over the host link)")

@@ -157,8 +157,9 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
     """Check every input of :func:`plan` (ValueError/TypeError naming the argument). ``host``
     (None: the node of ``links`` where the host catalogue has it, else DGX A100's) and
     ``cpu_adam_rate`` (None: the roofline alone) time offload's CPU step and NVMe. ``zero_r``
-    names the ZeRO-R options searched (:data:`ZERO_R`; None: "none" and "partition" for the
-    engines of :data:`ZERO_R_ENGINES`, "none" for the others)."""
+    names the ZeRO-R options searched (:data:`ZERO_R`; None: "none" only, DeepSpeed's default:
+    its ``activation_checkpointing`` config has ``partition_activations`` and
+    ``cpu_checkpointing`` false; only the engines of :data:`ZERO_R_ENGINES` offer the others)."""
     config = get_model(model)
     gpus = check_positive_int(gpus, "gpus", MAX_GPUS)
     k = check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS)
@@ -188,7 +189,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
     cp = cp_rules.check_degrees(context_parallel, seq_len, working_set.flash_attention)
     engine = get_engine(engine)
     if zero_r is None:
-        zero_r = ("none", "partition") if engine.name.split(" ")[0] in ZERO_R_ENGINES else ("none",)
+        zero_r = ("none",)
     zero_r = _choices(zero_r, tuple(ZERO_R), "zero_r")
     if zero_r != ("none",) and engine.name.split(" ")[0] not in ZERO_R_ENGINES:
         raise ValueError(f"zero_r must be ('none',) for engine {engine.name}: it has no partitioned "
