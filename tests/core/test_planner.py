@@ -188,8 +188,7 @@ def test_times_are_parallel_step_time(llama70b):
         data_parallel=top["data_parallel"], stage=top["stage"], micro_batches=top["micro_batches"],
         chunks=top["chunks"], sequence_parallel=top["sequence_parallel"].to_numpy(),
         recompute=top["recompute"].astype(str).to_numpy(), shard_group=top["shard_group"],
-        offload=top["offload"].astype(str).to_numpy(), host_link="pcie4-x16",
-        partition_activations=top["partition_activations"].to_numpy(), engine=s.engine)
+        offload=top["offload"].astype(str).to_numpy(), host_link="pcie4-x16", engine=s.engine)
     assert np.allclose(times.step_seconds, top["step_seconds"], rtol=1e-12)
 
 
