@@ -38,11 +38,12 @@ def expand(plan, columns: Mapping[str, np.ndarray], reason: np.ndarray, size: in
     """A plan's ``columns``, ``reason`` and ``size`` once per degree of ``plan.context_parallel``
     (unchanged for (1,)), with a ``context_parallel`` column and each degree's micro-batches.
     ``plan`` is a checked :class:`zerolib.core.planner.PlanSettings` (its ``seq_len``,
-    ``global_batch``, ``host_memory``, its engine's ``pipeline_stages``); ``codes`` gives each rule's reason code in the order
-    they are checked (``context_parallel`` and the structural rules before ``global_batch``,
-    then ``micro_batches``, ``pipeline_zero``, ``host_unknown``), the code of a configuration
-    that breaks none being ``len(codes)``. A row whose structural rules held at C = 1 is checked
-    again at C > 1 from ``context_parallel`` on; ``data_parallel`` stays the ZeRO group."""
+    ``global_batch``, ``host_memory``, its engine's ``pipeline_stages``); ``codes`` gives
+    each rule's reason code in the order they are checked (``context_parallel`` and the
+    structural rules before ``global_batch``, then ``micro_batches``, ``pipeline_zero``,
+    ``host_unknown``), the code of a configuration that breaks none being ``len(codes)``. A row
+    whose structural rules held at C = 1 is checked again at C > 1 from ``context_parallel`` on;
+    ``data_parallel`` stays the ZeRO group."""
     degrees = plan.context_parallel
     if degrees == (1,):
         return columns, reason, size
