@@ -1,7 +1,11 @@
-"""``estimate --context-parallel`` and ZeRO-R's ``--partition-activations`` /
+"""``estimate --context-parallel``, ``plan --context-parallel`` under an engine without ring
+attention, and ZeRO-R's ``--partition-activations`` /
 ``--cpu-checkpointing``: said in the JSON with what was assumed, carried to the working set, and
 refused in one line where they would change nothing or cannot run."""
 from __future__ import annotations
+
+import csv
+import io
 
 import pytest
 from cli_support import estimate_json, run
@@ -75,3 +79,25 @@ def test_gpus_must_hold_whole_groups(capsys):
 def test_flags_need_a_model(capsys):
     status, out, err = run(capsys, "estimate", "--params", "7B", "--gpus", "8", "--context-parallel", "2")
     assert status == 2 and "--context-parallel needs --model" in err
+
+
+PLAN = ("plan", "--model", "llama-2-7b", "--gpus", "16", "--gpus-per-node", "8", "--device",
+        "h100-80gb", "--seq", "8192", "--global-batch", "16", "--max-micro-batch", "1",
+        "--chunks", "1", "--offload", "none", "--flash")
+
+
+@pytest.mark.parametrize("engine", [(), ("--engine", "deepspeed"), ("--engine", "paper")])
+def test_plan_refuses_context_parallel_under_an_engine_without_it(capsys, engine):
+    status, out, err = run(capsys, *PLAN, "--context-parallel", "1,2", *engine)
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    name = engine[1] if engine else "deepspeed"    # DeepSpeed is the default engine
+    assert (f"context_parallel must be (1,) for engine {name}: it runs no ring-attention context "
+            f"parallelism (the engines that do: fsdp2, megatron)") in err
+
+
+@pytest.mark.parametrize("engine", ["fsdp2", "megatron"])
+def test_plan_searches_it_under_an_engine_with_it(capsys, engine):
+    status, out, err = run(capsys, *PLAN, "--context-parallel", "1,2", "--engine", engine,
+                           "--format", "csv")
+    assert status == 0 and err == ""
+    assert {row["context_parallel"] for row in csv.DictReader(io.StringIO(out))} == {"1", "2"}

@@ -1,6 +1,7 @@
 """The planner searching context parallelism: each configuration once per CP degree, the
 ZeRO group d x C, the micro-batches B / (d b), and the peaks and times of the working set and
-the step model for the same setting."""
+the step model for the same setting. Under Megatron-LM's rules (its distributed optimizer is
+ZeRO-1; it runs --context-parallel-size), and FSDP2's where its stages 2-3 matter."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +12,8 @@ from zerolib.core.memory.working_set import WorkingSetSettings, peaks
 from zerolib.core.step.parallel import cluster_interconnect, parallel_step_time
 
 ARGS = ("llama-2-70b", 64, 8, "h100-80gb", 32_768, 64)
-SMALL = dict(stages=(1,), recompute=("selective",), chunks=(1,), offload=("none",), shard_groups="whole")
+SMALL = dict(stages=(1,), recompute=("selective",), chunks=(1,), offload=("none",), shard_groups="whole",
+             engine="megatron")
 
 
 def test_without_degrees_the_plan_is_unchanged():
@@ -45,7 +47,7 @@ def test_a_cp_row_by_hand():
     step = parallel_step_time("llama-2-70b", cluster_interconnect("dgx-h100", 8), "h100-80gb",
                               seq_len=32_768, micro_batch=1, tensor_parallel=8, pipeline_parallel=1,
                               data_parallel=8, stage=1, micro_batches=16, sequence_parallel=True,
-                              recompute="selective", context_parallel=2)
+                              recompute="selective", context_parallel=2, engine="megatron")
     assert float(step.step_seconds) == pytest.approx(row.step_seconds, rel=1e-12)
     assert "x C 2" in planner.describe_configuration(row)
 
@@ -67,3 +69,33 @@ def test_the_door_checks_the_degrees():
                      working_set=WorkingSetSettings(flash_attention=False))
     with pytest.raises(ValueError, match="context_parallel must name at least one degree"):
         planner.plan(*ARGS, **SMALL, context_parallel=())
+
+
+def test_fsdp2_runs_stages_2_and_3_beside_a_pipeline_at_every_degree():
+    # FSDP2 runs ZeRO-2/3 inside pipeline stages (torchtitan); at C = 2 as at C = 1. Llama 2 7B on
+    # 16 GPUs, t 1 x p 2: the ZeRO group (the shard group) is 8 GPUs, d = 8 / C replicas of
+    # b = 1 each run 16 / d micro-batches: d 8 and 2 at C = 1, d 4 and 4 at C = 2.
+    result = planner.plan("llama-2-7b", 16, 8, "h100-80gb", 8192, 16, engine="fsdp2", stages=(2, 3),
+                          context_parallel=(1, 2), recompute=("full",), chunks=(1,), max_micro_batch=1,
+                          shard_groups="whole", offload=("none",))
+    valid = result.valid
+    piped = valid[(valid.tensor_parallel == 1) & (valid.pipeline_parallel == 2)]
+    assert sorted(zip(piped.context_parallel, piped.stage, piped.data_parallel, piped.shard_group,
+                      piped.micro_batches)) == [
+        (1, 2, 8, 8, 2), (1, 3, 8, 8, 2), (2, 2, 4, 8, 4), (2, 3, 4, 8, 4)]
+    assert "pipeline_zero" not in set(result.rejected["rule"])
+    row = piped[(piped.context_parallel == 2) & (piped.stage == 3)].iloc[0]
+    ws, placement = result.settings_for(row)
+    assert peaks("llama-2-7b", 16, [3], ws, placement=placement)[0].total == row.peak_bytes
+    step = parallel_step_time("llama-2-7b", cluster_interconnect("dgx-h100", 8), "h100-80gb",
+                              seq_len=8192, micro_batch=1, tensor_parallel=1, pipeline_parallel=2,
+                              data_parallel=8, stage=3, micro_batches=4, recompute="full",
+                              context_parallel=2, engine="fsdp2")
+    assert float(step.step_seconds) == pytest.approx(row.step_seconds, rel=1e-12)
+
+
+def test_engines_without_ring_attention_refuse_degrees_above_1():
+    for engine in ("deepspeed", "paper"):
+        with pytest.raises(ValueError, match=f"context_parallel must be \\(1,\\) for engine {engine}"):
+            planner.plan(*ARGS, **dict(SMALL, engine=engine), context_parallel=(1, 2))
+    assert planner.plan(*ARGS, **dict(SMALL, engine="deepspeed"), context_parallel=(1,)).size

@@ -114,12 +114,15 @@ def test_the_experts_gradients_reduce_over_their_smaller_group():
 
 def test_engines_place_the_expert_group_by_their_rules():
     # 16 GPUs at t 1, p 1 and C 4: the ZeRO group d x C is 16, d = 4. Megatron-LM and FSDP2
-    # (torchtitan) take E from d x C, so E = 8 runs; DeepSpeed-MoE carves it from d = 4 alone.
+    # (torchtitan) take E from d x C, so E = 8 runs; DeepSpeed runs no ring attention, so it
+    # never meets C 4 (DeepSpeed-MoE would carve E from d alone).
     args = ("mixtral-8x7b", 16, 8, "h100-80gb", 1024, 16)
     options = dict(SMALL, stages=(0,), expert_parallel=(8,), context_parallel=(4,),
                    working_set=WorkingSetSettings(flash_attention=True))
     code = REASONS.index("expert_parallel")
-    for engine, rejected in (("megatron", False), ("deepspeed", True), ("fsdp2", False)):
+    with pytest.raises(ValueError, match="context_parallel must be \\(1,\\) for engine deepspeed"):
+        plan(*args, **options, engine="deepspeed")
+    for engine, rejected in (("megatron", False), ("fsdp2", False)):
         result = plan(*args, **options, engine=engine)
         mask = ((result.space.columns["tensor_parallel"] == 1)
                 & (result.space.columns["pipeline_parallel"] == 1))

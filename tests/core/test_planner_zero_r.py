@@ -1,5 +1,7 @@
 """ZeRO-R in the planner: P_a (and P_a+cpu) searched where they change something, their peaks
 equal to working_set.peaks for the same setting, their times to parallel_step_time's."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -7,6 +9,7 @@ import zerolib as zl
 from zerolib.core.catalogue.devices import Device
 from zerolib.core.catalogue.models import TransformerConfig
 from zerolib.core.planner import describe_configuration, plan
+from zerolib.core.step.engines import get_engine
 from zerolib.core.step.parallel import parallel_step_time
 
 # The tiny model of tests/core/test_planner.py: 2 layers of hidden 8, 2 heads, MLP 16.
@@ -116,10 +119,23 @@ def test_p_a_times_are_parallel_step_time(llama70b):
     assert np.allclose(times.step_seconds, top["step_seconds"], rtol=1e-12)
 
 
+def test_no_named_engine_offers_both_p_a_and_context_parallelism():
+    # DeepSpeed (and the paper) have P_a and no ring attention; Megatron-LM and FSDP2 the reverse.
+    with pytest.raises(ValueError, match="context_parallel must be \\(1,\\) for engine deepspeed"):
+        plan("llama-2-7b", 16, 8, "a100-40gb", 8192, 64, context_parallel=(1, 2),
+             zero_r=("none", "partition"))
+    with pytest.raises(ValueError, match="zero_r must be \\('none',\\) for engine megatron"):
+        plan("llama-2-7b", 16, 8, "a100-40gb", 8192, 64, context_parallel=(1, 2),
+             zero_r=("none", "partition"), engine="megatron")
+
+
 def test_with_context_parallel_degrees_too():
+    # No named engine runs both (above); the paper's schedule granted ring attention keeps the
+    # planner's P_a x C rows checked against the working set and the step model.
+    both_engine = replace(get_engine("paper"), context_parallel=True)
     result = plan("llama-2-7b", 16, 8, "a100-40gb", 8192, 64, max_micro_batch=1,
                   recompute=("full",), offload=("none",), context_parallel=(1, 2),
-                  zero_r=("none", "partition"))
+                  zero_r=("none", "partition"), engine=both_engine)
     valid = result.valid
     both = valid[valid["partition_activations"] & (valid["context_parallel"] == 2)]
     assert len(both)

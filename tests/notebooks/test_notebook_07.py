@@ -500,13 +500,16 @@ def test_zero_r_read(cells):
 _CP: dict = {}
 
 
-def _cp(seq):
-    """The fastest on 64 H100 at Llama 2's 4M tokens per step, without and with CP up to 8."""
-    if seq not in _CP:
+def _cp(seq, engine="fsdp2"):
+    """The fastest on 64 H100 at Llama 2's 4M tokens per step, without and with CP up to 8,
+    under FSDP2's rules (torchtitan's ring attention beside FSDP); without CP alone under
+    another engine."""
+    if (seq, engine) not in _CP:
         batch = 4 * 1024 * 1024 // seq
-        _CP[seq] = tuple(zl.plan(M, 64, 8, "h100-80gb", seq, batch, context_parallel=cps).fits.iloc[0]
-                         for cps in ((1,), (1, 2, 4, 8)))
-    return _CP[seq]
+        _CP[seq, engine] = tuple(
+            zl.plan(M, 64, 8, "h100-80gb", seq, batch, context_parallel=cps, engine=engine).fits.iloc[0]
+            for cps in ((1,), (1, 2, 4, 8)) if engine == "fsdp2" or cps == (1,))
+    return _CP[seq, engine]
 
 
 def test_context_parallel_read(cells):
@@ -536,6 +539,16 @@ def test_context_parallel_read(cells):
          f"({tp32['step_seconds']:.1f} s to {cp32['step_seconds']:.1f} s)",
          f"parallelism: {describe_configuration(cp8)}, {cp8['step_seconds']:.1f} s against {tp8['step_seconds']:.1f} s",
          "zerolib times those sends as fully exposed, so CP's cost here is an upper bound")
+    # "Without CP FSDP2's fastest are DeepSpeed's, at the same step times: every one is ZeRO-3".
+    for seq, tp in ((8192, tp8), (32768, tp32), (131072, tp128)):
+        (deepspeed,) = _cp(seq, "deepspeed")
+        assert tp["stage"] == deepspeed["stage"] == 3
+        assert describe_configuration(tp) == describe_configuration(deepspeed)
+        assert tp["step_seconds"] == deepspeed["step_seconds"]
+    says(text, "Without CP FSDP2's fastest are DeepSpeed's, at the same step times: every one is ZeRO-3")
     assert zl.get_model(M).kv_heads == 8       # "8 key/value heads cap it at 8"
     says(cells["context-parallel-intro"], "8 key/value heads cap it at 8", "in 2*C* chunks",
-         "ZeRO shards over the *d* × *C* GPUs", "(DeepSpeed 0.19.8's rules)")
+         "ZeRO shards over the *d* × *C* GPUs", "both under PyTorch FSDP2's rules (`engine=\"fsdp2\"`",
+         "the planner refuses *C* > 1 under it")
+    with pytest.raises(ValueError, match="context_parallel must be \\(1,\\) for engine deepspeed"):
+        zl.plan(M, 64, 8, "h100-80gb", 8192, 512, context_parallel=(1, 2, 4, 8))

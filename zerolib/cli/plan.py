@@ -122,7 +122,8 @@ def register(commands) -> None:
                              "fitting configurations only)")
     parser.add_argument("--context-parallel", metavar="LIST",
                         help="context-parallel degrees C to search, e.g. 1,2,4 (default 1: none; "
-                             "above 1 needs --flash)")
+                             "above 1 needs --flash and an --engine with ring attention: "
+                             "megatron or fsdp2)")
     parser.add_argument("--expert-parallel", metavar="LIST",
                         help="expert-parallel degrees E to search, e.g. 1,8 (default: every "
                              "divisor of a mixture of experts' routed experts; 1 for a dense model)")

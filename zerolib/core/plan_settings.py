@@ -29,7 +29,14 @@ from zerolib.core.memory.model_parallel import (
     MAX_MICRO_BATCHES,
 )
 from zerolib.core.memory.working_set import DEFAULT_SETTINGS, MAX_MICRO_BATCH, MAX_SEQ_LEN, WorkingSetSettings
-from zerolib.core.step.engines import DEFAULT_ENGINE, Engine, Overlap, check_overlap, get_engine
+from zerolib.core.step.engines import (
+    CONTEXT_PARALLEL_ENGINES,
+    DEFAULT_ENGINE,
+    Engine,
+    Overlap,
+    check_overlap,
+    get_engine,
+)
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, DEFAULT_HOST_SETTINGS, HostSettings, host_settings_for
 from zerolib.core.step.parallel import (
     OFFLOADS,
@@ -159,7 +166,9 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
     ``cpu_adam_rate`` (None: the roofline alone) time offload's CPU step and NVMe. ``zero_r``
     names the ZeRO-R options searched (:data:`ZERO_R`; None: "none" only, DeepSpeed's default:
     its ``activation_checkpointing`` config has ``partition_activations`` and
-    ``cpu_checkpointing`` false; only the engines of :data:`ZERO_R_ENGINES` offer the others)."""
+    ``cpu_checkpointing`` false; only the engines of :data:`ZERO_R_ENGINES` offer the others).
+    ``context_parallel`` above 1 only for an engine that runs it (``Engine.context_parallel``:
+    Megatron-LM, FSDP2 with torchtitan)."""
     config = get_model(model)
     gpus = check_positive_int(gpus, "gpus", MAX_GPUS)
     k = check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS)
@@ -188,6 +197,10 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
     ic = cluster_interconnect(links_for(device, links), k, link_efficiency)
     cp = cp_rules.check_degrees(context_parallel, seq_len, working_set.flash_attention)
     engine = get_engine(engine)
+    if cp != (1,) and not engine.context_parallel:
+        raise ValueError(f"context_parallel must be (1,) for engine {engine.name}: it runs no "
+                         f"ring-attention context parallelism (the engines that do: "
+                         f"{', '.join(CONTEXT_PARALLEL_ENGINES)})")
     if zero_r is None:
         zero_r = ("none",)
     zero_r = _choices(zero_r, tuple(ZERO_R), "zero_r")

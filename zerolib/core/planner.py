@@ -8,7 +8,8 @@ sequences, :func:`plan` enumerates every configuration
     default every v >= 2 with p x v dividing the layers, :data:`ALL_CHUNKS`),
     micro-batch b (1 to ``max_micro_batch``), recomputation (none, selective, full),
     ZeRO stage, shard group G (a divisor of d; stages 1-3), offload (DeepSpeed's menu),
-    and, where asked, each context-parallel degree C and, for a mixture of experts, each
+    and, where asked, each context-parallel degree C (under an engine that runs ring attention,
+    Megatron-LM or FSDP2: ``Engine.context_parallel``) and, for a mixture of experts, each
     expert-parallel degree E (:mod:`zerolib.core.memory.expert_parallel_rules`: by default every
     divisor of the routed experts; the experts' state over d x C / E, their all-to-alls timed),
     and ZeRO-R's options (``zero_r``, :data:`zerolib.core.plan_settings.ZERO_R`) where they

@@ -25,8 +25,9 @@ MOVES = (("gpus", 128), ("seq_len", 8192), ("model", "llama-2-13b"), ("global_ba
          ("mfu", 0.45), ("gpus_per_node", 4), ("links", "dgx-h100"), ("device", "h100-80gb"),
          ("host_memory", 2 * 1024 * GiB), ("host_link", "pcie5-x16"),
          ("shard_groups", "whole"), ("engine", "fsdp2"), ("context_parallel", 8), ("unit", "GiB"))
-# A mixture of experts: its expert-parallel degrees, and the context-parallel ones beside them
-# (C = 1, 2, 4, 8 times every E dividing its 8 experts; each C once timed, not once checked).
+# A mixture of experts under Megatron-LM (which runs context parallelism): its expert-parallel
+# degrees, and the context-parallel ones beside them (C = 1, 2, 4, 8 times every E dividing its
+# 8 experts; each C once timed, not once checked).
 MOE_MOVES = (("context_parallel", 8), ("expert_parallel", "none"), ("context_parallel", 4),
              ("expert_parallel", "all"))
 ALL_MOVES = ([("dense", control) for control, _ in MOVES]
@@ -73,7 +74,7 @@ def count_move(explorer, control: str, value) -> Counter:
 def moves():
     explorer = PlannerExplorer()
     counts = {("dense", control): count_move(explorer, control, value) for control, value in MOVES}
-    moe = PlannerExplorer(model="mixtral-8x7b")
+    moe = PlannerExplorer(model="mixtral-8x7b", engine="megatron")   # it runs ring attention
     counts.update({("moe", f"{control}={value}"): count_move(moe, control, value)
                    for control, value in MOE_MOVES})
     return counts

@@ -111,6 +111,8 @@ def test_the_explorer_starts_at_the_plan(explorer, a100):
     ("shard_groups", "whole"), ("unit", "GiB"), ("model", "llama-2-13b"), ("engine", "fsdp2"),
     ("context_parallel", 2)])
 def test_every_control_re_plans_and_redraws_in_place(explorer, name, value):
+    if name == "context_parallel":      # C needs an engine that runs ring attention
+        explorer.controls["engine"].value = "megatron"
     figure, image = explorer.figure, bytes(explorer.image.value)
     explorer.controls[name].value = value
     assert explorer.figure is figure and bytes(explorer.image.value) != image
@@ -201,17 +203,22 @@ def test_the_summary_says_which_engine_the_ranking_is_for(explorer):
 
 
 
-def test_the_context_parallel_control_searches_every_degree_up_to_its_largest(explorer, a100):
-    """C = 1 by default (the plan notebook 07 shows); 4 searches C = 1, 2 and 4: every
-    configuration once per degree, so three times as many, and the summary says so."""
+def test_the_context_parallel_control_searches_every_degree_up_to_its_largest(explorer):
+    """C = 1 by default (the plan notebook 07 shows); under FSDP2 (torchtitan's ring attention)
+    4 searches C = 1, 2 and 4: every configuration once per degree, so three times as many as
+    FSDP2's plan without CP, and the summary says so."""
     assert explorer.plan.settings.context_parallel == (1,)
     assert ("Searched no context parallelism (C = 1); a dense model has no experts to spread."
             in explorer.summary.value)
+    explorer.controls["engine"].value = "fsdp2"
+    assert not explorer.controls["context_parallel"].disabled
     image = bytes(explorer.image.value)
     explorer.controls["context_parallel"].value = 4
     assert explorer.plan.settings.context_parallel == (1, 2, 4)
-    assert explorer.plan.counts()["configurations"] == 3 * a100.counts()["configurations"]
-    want = plan("llama-2-70b", 64, 8, "a100-80gb", 4096, 1024, context_parallel=(1, 2, 4))
+    alone = plan("llama-2-70b", 64, 8, "a100-80gb", 4096, 1024, engine="fsdp2")
+    assert explorer.plan.counts()["configurations"] == 3 * alone.counts()["configurations"]
+    want = plan("llama-2-70b", 64, 8, "a100-80gb", 4096, 1024, context_parallel=(1, 2, 4),
+                engine="fsdp2")
     assert explorer.plan.counts() == want.counts()
     assert set(explorer.plan.valid["context_parallel"]) == {1, 2, 4}
     assert "Searched context parallelism C = 1, 2, 4;" in explorer.summary.value
@@ -219,6 +226,41 @@ def test_the_context_parallel_control_searches_every_degree_up_to_its_largest(ex
     assert bytes(explorer.image.value) == fast_png.IncrementalPng(explorer.figure).render()
     assert [label for label, _ in explorer.controls["context_parallel"].options] == [
         "1 only", "1, 2", "1, 2, 4", "1, 2, 4, 8"]
+
+
+def test_the_context_parallel_control_is_for_an_engine_with_ring_attention(explorer):
+    """DeepSpeed (the default) and the paper's schedule run no ring attention: the control is
+    disabled at "1 only" there, as the expert-parallel one is for a dense model. Moving to such
+    an engine with C = 4 sets C back to 1 in one redraw."""
+    control = explorer.controls["context_parallel"]
+    assert control.disabled and control.value == 1
+    for engine, disabled in (("megatron", False), ("paper", True), ("fsdp2", False)):
+        explorer.controls["engine"].value = engine
+        assert control.disabled == disabled, engine
+        assert control.value == 1 and explorer.status.value == ""
+    control.value = 4
+    assert explorer.plan.settings.context_parallel == (1, 2, 4)
+    redraws = explorer.redraws
+    explorer.controls["engine"].value = "deepspeed"
+    assert explorer.redraws == redraws + 1
+    assert control.disabled and control.value == 1
+    assert explorer.plan.settings.context_parallel == (1,)
+    assert explorer.plan.settings.engine.name == "deepspeed" and explorer.status.value == ""
+    assert "Searched no context parallelism (C = 1)" in explorer.summary.value
+    # Moving between engines that both run it keeps C, also in one redraw.
+    explorer.controls["engine"].value = "megatron"
+    control.value = 2
+    redraws = explorer.redraws
+    explorer.controls["engine"].value = "fsdp2"
+    assert explorer.redraws == redraws + 1 and control.value == 2
+    assert explorer.plan.settings.context_parallel == (1, 2)
+
+
+def test_a_start_with_context_parallelism_needs_an_engine_with_it():
+    with pytest.raises(ValueError, match="context_parallel must be 1 under engine deepspeed: it runs "
+                       "no ring-attention context parallelism \\(the engines that do: fsdp2, megatron\\)"):
+        PlannerExplorer(context_parallel=2)
+    assert PlannerExplorer(engine="megatron", context_parallel=2).plan.settings.context_parallel == (1, 2)
 
 
 def test_the_expert_parallel_control_is_for_a_mixture_of_experts(explorer):
@@ -241,6 +283,7 @@ def test_the_expert_parallel_control_is_for_a_mixture_of_experts(explorer):
     assert ("Searched no context parallelism (C = 1) and no expert parallelism (E = 1)."
             in moe.summary.value)
     assert bytes(moe.image.value) != image
+    moe.controls["engine"].value = "megatron"      # an engine with ring attention
     moe.controls["context_parallel"].value = 2
     assert "Searched context parallelism C = 1, 2 and no expert parallelism" in moe.summary.value
     moe.controls["model"].value = "llama-2-7b"

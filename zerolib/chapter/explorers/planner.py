@@ -35,7 +35,7 @@ from zerolib.core.planner import (
     describe_configuration,
     plan,
 )
-from zerolib.core.step.engines import DEFAULT_ENGINE, ENGINES
+from zerolib.core.step.engines import CONTEXT_PARALLEL_ENGINES, DEFAULT_ENGINE, ENGINES
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS
 from zerolib.core.step.time import DEFAULT_MFU
 from zerolib.core.units import GiB, format_value
@@ -173,7 +173,9 @@ class PlannerExplorer(Explorer):
     ``host_link`` (the PCIe link offload copies over), ``shard_groups`` ("all": every G dividing
     d, as ``zerolib plan``; "whole": G = d only), ``engine`` (whose stages, pipeline rule,
     schedule and overlap: :data:`zerolib.core.step.engines.ENGINES`), ``context_parallel``
-    (the largest C searched: 1 only, or 1, 2, ... up to 8), ``expert_parallel`` ("all": every
+    (the largest C searched: 1 only, or 1, 2, ... up to 8; under an engine without ring
+    attention, DeepSpeed's and the paper's, disabled at 1 only, and moving to such an engine sets
+    it back to 1 in the same redraw), ``expert_parallel`` ("all": every
     divisor of a mixture's routed experts; "none": E = 1; no effect on a dense model, where it
     is disabled), ``unit``.
     ``.plan`` is the :class:`zerolib.core.planner.Plan`, ``.data`` its ``valid`` frame.
@@ -210,6 +212,10 @@ class PlannerExplorer(Explorer):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, "
                                  f"got {value!r}")
+        if context_parallel != 1 and not ENGINES[engine].context_parallel:
+            raise ValueError(f"context_parallel must be 1 under engine {engine}: it runs no "
+                             f"ring-attention context parallelism (the engines that do: "
+                             f"{', '.join(CONTEXT_PARALLEL_ENGINES)})")
         wide = {"description_width": "initial"}
         controls = device_and_unit(device, unit)
         controls["device"].options = [(d.label, d.name) for d in DEVICES.values()
@@ -268,6 +274,19 @@ class PlannerExplorer(Explorer):
                     lambda ax: draw_plan_peaks(ax, self.data, self.unit))
         self.widget = self._box()
 
+    def _watch(self):
+        # The engine redraws through its own observer: one redraw, C set back to 1 first where
+        # the new engine has no context parallelism.
+        for name, control in self.controls.items():
+            if name != "engine":
+                control.observe(lambda _change: self.redraw(), names="value")
+        self.controls["engine"].observe(self.reporting(self._engine_changed), names="value")
+
+    def _engine_changed(self, change):
+        with self.hold():
+            if not ENGINES[change["new"]].context_parallel:
+                self.controls["context_parallel"].value = 1
+
     def _inputs(self) -> tuple:
         """Every control the plan depends on (all but the unit, which only changes the figure)."""
         return tuple(control.value for name, control in self.controls.items() if name != "unit")
@@ -301,7 +320,9 @@ class PlannerExplorer(Explorer):
         return True
 
     def _describe(self):
-        # A dense model has no experts: its expert-parallel choice changes nothing.
+        # A dense model has no experts: its expert-parallel choice changes nothing; an engine
+        # without ring attention has no context-parallel choice.
         self.controls["expert_parallel"].disabled = not self.plan.settings.model.mixture_of_experts
+        self.controls["context_parallel"].disabled = not self.plan.settings.engine.context_parallel
         self.summary.value = summary_html(self.plan, self.unit)
         self.table.value = ranking_html(self.plan, self.unit)

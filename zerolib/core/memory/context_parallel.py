@@ -16,7 +16,6 @@ import numpy as np
 
 from zerolib.core.inputs import check_positive_int, check_sequence
 from zerolib.core.memory.activations import MAX_CONTEXT_PARALLEL, context_parallel_tokens
-from zerolib.core.memory.model_parallel import PIPELINE_STAGES
 
 
 def check_degrees(context_parallel, seq_len: int, flash_attention: bool) -> tuple[int, ...]:
@@ -39,11 +38,12 @@ def expand(plan, columns: Mapping[str, np.ndarray], reason: np.ndarray, size: in
     """A plan's ``columns``, ``reason`` and ``size`` once per degree of ``plan.context_parallel``
     (unchanged for (1,)), with a ``context_parallel`` column and each degree's micro-batches.
     ``plan`` is a checked :class:`zerolib.core.planner.PlanSettings` (its ``seq_len``,
-    ``global_batch``, ``host_memory``); ``codes`` gives each rule's reason code in the order
-    they are checked (``context_parallel`` and the structural rules before ``global_batch``,
-    then ``micro_batches``, ``pipeline_zero``, ``host_unknown``), the code of a configuration
-    that breaks none being ``len(codes)``. A row whose structural rules held at C = 1 is checked
-    again at C > 1 from ``context_parallel`` on; ``data_parallel`` stays the ZeRO group."""
+    ``global_batch``, ``host_memory``, its engine's ``pipeline_stages``); ``codes`` gives
+    each rule's reason code in the order they are checked (``context_parallel`` and the
+    structural rules before ``global_batch``, then ``micro_batches``, ``pipeline_zero``,
+    ``host_unknown``), the code of a configuration that breaks none being ``len(codes)``. A row
+    whose structural rules held at C = 1 is checked again at C > 1 from ``context_parallel`` on;
+    ``data_parallel`` stays the ZeRO group."""
     degrees = plan.context_parallel
     if degrees == (1,):
         return columns, reason, size
@@ -63,7 +63,8 @@ def expand(plan, columns: Mapping[str, np.ndarray], reason: np.ndarray, size: in
     out["micro_batches"] = np.where(c > 1, m, out["micro_batches"])
     checks = (("context_parallel", ~splits), ("global_batch", ~whole),
               ("micro_batches", (out["chunks"] > 1) & (m % p != 0)),
-              ("pipeline_zero", (p > 1) & (out["stage"] > PIPELINE_STAGES[-1])),
+              # the engine's rule, as at C = 1 (FSDP2 runs stages 2-3 beside a pipeline)
+              ("pipeline_zero", (p > 1) & ~np.isin(out["stage"], plan.engine.pipeline_stages)),
               ("host_unknown", (plan.host_memory is None) & (out["offload"] > 0)))
     for name, broken in checks:
         reason = np.where(again & (reason == passes) & broken, codes[name], reason)

@@ -33,6 +33,13 @@ and those choices move bytes and time:
   with ``--overlap-grad-reduce`` and ``--overlap-param-gather`` (both off by default); composes
   with tensor and pipeline parallelism; no stage 2 or 3.
 
+**Context parallelism** (ring attention, the sequence split over C GPUs): Megatron-LM
+(``--context-parallel-size``, TransformerEngine's p2p ring) and FSDP2 with torchtitan
+(``context_parallel`` over a dp_shard x cp mesh) run it, ZeRO sharding over d x C in both.
+DeepSpeed 0.19.8 splits sequences with DeepSpeed-Ulysses (``deepspeed/sequence/layer.py``
+``DistributedAttention``: an all-to-all over the heads, another scheme, not modelled here); the
+paper's schedule has none.
+
 **Gradient accumulation** (m micro-batches per step). Stages 0-1 synchronise only at the last
 micro-batch (DDP ``no_sync``, FSDP2 ``set_requires_gradient_sync(False)``, DeepSpeed's stage 1
 reduces at the accumulation boundary, Megatron's grad buffer at the last micro-batch); stage 2
@@ -112,6 +119,7 @@ class Engine:
     layered_stages: tuple[int, ...] = (3,)    # stages that gather and reduce layer by layer
     forward_gather_stages: tuple[int, ...] = (3,)   # gather each layer before every forward
     every_micro_batch: tuple[int, ...] = (2, 3)     # stages that reduce every micro-batch
+    context_parallel: bool = False            # runs ring-attention context parallelism
     reduce_bucket: int | None = None          # stages 0-2's gradient buckets (None: one call)
     gather_bucket: int | None = None          # stages 1-2's all-gather shards (None: one call)
     overlap: Overlap = field(default_factory=lambda: Overlap("paper"))
@@ -129,6 +137,7 @@ class Engine:
                 "stages": list(self.stages), "pipeline_stages": list(self.pipeline_stages),
                 "shard_group_stages": list(self.group_stages), "zeropp": self.zeropp,
                 "gradient_all_reduce_stages": list(self.all_reduce_stages),
+                "context_parallel": self.context_parallel,
                 "flags": dict(self.flags), "overlap": self.overlap.as_dict()}
 
     def with_flags(self, **flags) -> Engine:
@@ -166,6 +175,8 @@ DEEPSPEED_SOURCES = MappingProxyType({
     f"partitioned_param_coordinator.py fetch_sub_module, stage3.py reduce_ipg_grads; {_DS}",
     "ZeRO-2/3 refused with a pipeline": f"deepspeed/runtime/pipe/engine.py PipelineEngine.__init__; "
     f"{_DS}",
+    "no ring-attention context parallelism (Ulysses' all-to-all instead, not modelled)":
+    f"deepspeed/sequence/layer.py DistributedAttention; {_DS}",
 })
 FSDP2_SOURCES = MappingProxyType({
     "reshard_after_forward True = stage 3, False = stage 2": "torch/distributed/fsdp/_fully_shard/"
@@ -178,6 +189,9 @@ FSDP2_SOURCES = MappingProxyType({
     "_fsdp_param_group.py FSDPParamGroup (all_gather_stream, reduce_scatter_stream); PyTorch 2.13",
     "composes with pipeline parallelism": "torchtitan/distributed/parallel_dims.py and "
     "torchtitan/models/llama3/infra/parallelize.py (FSDP2 inside pipeline stages)",
+    "context parallelism: ring attention, FSDP over dp_shard x cp": "torch/distributed/tensor/"
+    "experimental/_context_parallel/_attention.py context_parallel (ring attention); "
+    "torchtitan/distributed/parallel_dims.py (the dp_shard_cp mesh); PyTorch 2.13",
 })
 MEGATRON_SOURCES = MappingProxyType({
     "distributed optimizer = stage 1: reduce-scatter + all-gather": "megatron/core/distributed/"
@@ -190,6 +204,10 @@ MEGATRON_SOURCES = MappingProxyType({
     "distributed_data_parallel.py DistributedDataParallel.no_sync",
     "composes with tensor and pipeline parallelism": "megatron/core/parallel_state.py "
     "initialize_model_parallel",
+    "context parallelism: --context-parallel-size, ring attention": "megatron/training/"
+    "arguments.py _add_distributed_args; megatron/core/parallel_state.py "
+    "initialize_model_parallel (data_parallel_group with_context_parallel); TransformerEngine's "
+    "AttnFuncWithCPAndKVP2P (cp_comm_type p2p)",
 })
 PAPER_SOURCES = MappingProxyType({
     "stages 1-2: reduce-scatter + all-gather, 2 Psi": "Rajbhandari et al., ZeRO, SC20, Sec. VII-B1",
@@ -247,7 +265,7 @@ def megatron_engine(overlap_grad_reduce: bool = False, overlap_param_gather: boo
     name = "megatron" + ("" if flags == dict(MEGATRON_DEFAULTS) else " (flags)")
     return Engine(
         "megatron", "Megatron-LM distributed optimizer", "core 0.x", stages=(0, 1),
-        pipeline_stages=(0, 1), group_stages=(), zeropp=False,
+        pipeline_stages=(0, 1), group_stages=(), zeropp=False, context_parallel=True,
         overlap=Overlap(name, backward_hidden=(0, 1) if overlap_grad_reduce else (),
                         post_step_gather_hidden=overlap_param_gather),
         flags=MappingProxyType(flags), sources=MEGATRON_SOURCES)
@@ -257,12 +275,14 @@ PAPER = Engine("paper", "the ZeRO paper's schedule", "SC20", stages=(0, 1, 2, 3)
                pipeline_stages=(0, 1), group_stages=(1, 2, 3), zeropp=True,
                overlap=Overlap("paper"), sources=PAPER_SOURCES)
 FSDP2 = Engine("fsdp2", "PyTorch FSDP2", "2.13", stages=(0, 2, 3), pipeline_stages=(0, 2, 3),
-               group_stages=(2, 3), zeropp=False, layered_stages=(2, 3),
+               group_stages=(2, 3), zeropp=False, context_parallel=True, layered_stages=(2, 3),
                forward_gather_stages=(2, 3),
                overlap=Overlap("fsdp2", first_gather_exposed=True), sources=FSDP2_SOURCES)
 ENGINES: Mapping[str, Engine] = MappingProxyType({
     "paper": PAPER, "deepspeed": deepspeed_engine(), "fsdp2": FSDP2, "megatron": megatron_engine()})
 ENGINE_NAMES = tuple(ENGINES)
+# The engines that run ring-attention context parallelism (Engine.context_parallel).
+CONTEXT_PARALLEL_ENGINES = tuple(name for name, e in ENGINES.items() if e.context_parallel)
 DEFAULT_ENGINE = "deepspeed"   # ZeRO's reference implementation, at its defaults
 
 
