@@ -35,7 +35,7 @@ _EXPORTS = (
                                        "active_parameter_count", "largest_layer")),
     ("zerolib.core.catalogue.devices", ("DEVICES", "get_device", "device_at")),
     ("zerolib.core.catalogue.links", ("LINKS", "get_link", "LinkEfficiency")),
-    ("zerolib.core.catalogue.nodes", ("NODES", "interconnect")),
+    ("zerolib.core.catalogue.nodes", ("NODES", "interconnect", "cluster_interconnect")),
     # your own model: a config.json or a Megatron-LM launch's arguments
     ("zerolib.core.catalogue.hf_config", ("model_from_config",)),
     ("zerolib.core.catalogue.megatron_args", ("model_from_megatron_args",)),
@@ -61,7 +61,7 @@ _EXPORTS = (
     ("zerolib.core.step.expert_parallel_traffic", ("expert_traffic",)),
     ("zerolib.core.step.tables", ("traffic_frame", "timeline_frame", "tradeoff_frame",
                                   "group_traffic_table", "overlap_frame")),
-    ("zerolib.core.step.parallel", ("parallel_step_time", "cluster_interconnect")),
+    ("zerolib.core.step.parallel", ("parallel_step_time",)),
     # the chapter: figures and explorers
     ("zerolib.chapter.style", ("render_png",)),
     ("zerolib.chapter.figures", ("FigureOptions", "published_figure", "published_data")),

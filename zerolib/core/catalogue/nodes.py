@@ -63,7 +63,7 @@ from zerolib.core.catalogue.links import (
     get_link,
     link_efficiency,
 )
-from zerolib.core.inputs import MAX_GPUS, check_gpus, echo
+from zerolib.core.inputs import MAX_GPUS, check_gpus, check_positive_int, echo
 from zerolib.core.intmath import ceil_div
 
 
@@ -333,3 +333,30 @@ def latency_of(ic: Interconnect, kind: str, gpus: np.ndarray) -> np.ndarray:
     """:func:`ring_latency` of a checked ``kind`` and int64 ``gpus`` (a caller that checked
     them once, such as the planner's rings)."""
     return spanning_latency_of(ic, kind, gpus, _nodes(ic, gpus))
+
+
+def cluster_interconnect(links: str | Interconnect, gpus_per_node: int | None = None,
+                         efficiency=None) -> Interconnect:
+    """The interconnect a plan runs on: a node of :data:`zerolib.core.catalogue.nodes.NODES` (with
+    ``gpus_per_node`` GPUs; one port per GPU where the node has that), ``"INTRA,NETWORK"`` (two
+    links of :data:`zerolib.core.catalogue.links.LINKS`: GPUs joined by INTRA inside a node of
+    ``gpus_per_node`` and one NETWORK port per GPU), or one link joining every GPU alike; its
+    links at ``efficiency`` (None: the achieved bus bandwidth, see
+    :class:`zerolib.core.catalogue.links.LinkEfficiency`)."""
+    if isinstance(links, str) and "," in links:
+        parts = [part.strip().lower() for part in links.split(",")]
+        if len(parts) != 2 or not all(parts):
+            raise ValueError(f"links must be a node ({', '.join(NODES)}), a link, or two links "
+                             f"INTRA,NETWORK like nvlink4,ib-ndr; got {echo(links)}")
+        intra, network = get_link(parts[0]), get_link(parts[1])
+        if network.kind != "network":
+            raise ValueError(f"the second of two links must be a network link, got {network.name}")
+        if gpus_per_node is None:
+            raise ValueError("two links INTRA,NETWORK need gpus_per_node")
+        k = check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS)
+        return Interconnect(f"{intra.name},{network.name}", f"{intra.label} inside, "
+                            f"{network.label} across", intra, network, k, k,
+                            link_efficiency(efficiency))
+    if isinstance(links, str) and links.strip().lower() in LINKS:
+        return interconnect(links, efficiency=efficiency)   # one link, every GPU alike: no nodes
+    return interconnect(links, gpus_per_node, efficiency)

@@ -144,11 +144,10 @@ from types import MappingProxyType
 import numpy as np
 
 from zerolib.core.catalogue.devices import Device, get_device
-from zerolib.core.catalogue.links import LINKS, Link, get_link, link_efficiency
+from zerolib.core.catalogue.links import Link
 from zerolib.core.catalogue.models import TransformerConfig, get_model
-from zerolib.core.catalogue.nodes import NODES, Interconnect, interconnect
+from zerolib.core.catalogue.nodes import Interconnect, cluster_interconnect
 from zerolib.core.inputs import (
-    MAX_GPUS,
     broadcast,
     check_gpus,
     check_positive_int,
@@ -215,34 +214,6 @@ PARTS = ("compute", "tensor", "context", "expert", "pipeline", "data_parallel", 
 # DeepSpeed 0.19.8 runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
 # parallelism"; Megatron-LM's distributed optimizer is stage 1.
 PIPELINE_STAGES = (0, 1)
-
-
-def cluster_interconnect(links: str | Interconnect, gpus_per_node: int | None = None,
-                         efficiency=None) -> Interconnect:
-    """The interconnect a plan runs on: a node of :data:`zerolib.core.catalogue.nodes.NODES` (with
-    ``gpus_per_node`` GPUs; one port per GPU where the node has that), ``"INTRA,NETWORK"`` (two
-    links of :data:`zerolib.core.catalogue.links.LINKS`: GPUs joined by INTRA inside a node of
-    ``gpus_per_node`` and one NETWORK port per GPU), or one link joining every GPU alike; its
-    links at ``efficiency`` (None: the achieved bus bandwidth, see
-    :class:`zerolib.core.catalogue.links.LinkEfficiency`)."""
-    if isinstance(links, str) and "," in links:
-        parts = [part.strip().lower() for part in links.split(",")]
-        if len(parts) != 2 or not all(parts):
-            raise ValueError(f"links must be a node ({', '.join(NODES)}), a link, or two links "
-                             f"INTRA,NETWORK like nvlink4,ib-ndr; got {echo(links)}")
-        intra, network = get_link(parts[0]), get_link(parts[1])
-        if network.kind != "network":
-            raise ValueError(f"the second of two links must be a network link, got {network.name}")
-        if gpus_per_node is None:
-            raise ValueError("two links INTRA,NETWORK need gpus_per_node")
-        k = check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS)
-        return Interconnect(f"{intra.name},{network.name}", f"{intra.label} inside, "
-                            f"{network.label} across", intra, network, k, k,
-                            link_efficiency(efficiency))
-    if isinstance(links, str) and links.strip().lower() in LINKS:
-        return interconnect(links, efficiency=efficiency)   # one link, every GPU alike: no nodes
-    return interconnect(links, gpus_per_node, efficiency)
-
 
 
 def bubble_fraction(pipeline_parallel, micro_batches, chunks=1) -> np.ndarray:
