@@ -97,7 +97,6 @@ from zerolib.core.step.parallel import (
     OFFLOADS,
     PARTS,
     ParallelSettings,
-    ParallelStepTime,
     parallel_step_time,
 )
 
@@ -436,38 +435,12 @@ def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
         context_parallel=c.get("context_parallel", 1), engine=s.engine, overlap=s.overlap,
         expert_parallel=c.get("expert_parallel", 1), capacity_factor=s.working_set.capacity_factor,
         **{name: c[name] for name in ("partition_activations", "cpu_checkpointing") if name in c})
-    if "partition_activations" in c and "context_parallel" in c:
-        times = _per_context_degree(s, settings)    # ZeRO-R's step takes one degree at a time
-    else:
-        times = parallel_step_time(s.model, s.interconnect, s.device, settings)
+    times = parallel_step_time(s.model, s.interconnect, s.device, settings)
     out = {f"{part}_seconds": seconds for part, seconds in times.parts.items()}
     out["step_seconds"] = times.step_seconds
     out["network_wait_fraction"] = times.network_wait_fraction
     out["bubble_fraction"] = times.bubble_fraction
     return out
-
-
-def _per_context_degree(s: PlanSettings, st: ParallelSettings):
-    """:func:`parallel_step_time` of settings with a CP degree per row, one degree at a time."""
-    cp = st.context_parallel
-    parts = {name: np.zeros(cp.shape) for name in PARTS}
-    micro = np.zeros(cp.shape)
-    names = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
-             "micro_batches", "chunks", "expert_parallel", "sequence_parallel", "recompute",
-             "offload", "partition_activations", "cpu_checkpointing")
-    for degree in np.unique(cp).tolist():
-        sel = cp == degree
-        sub = ParallelSettings.from_checked(
-            seq_len=st.seq_len, layout=st.layout, mfu=st.mfu, element_bytes=st.element_bytes,
-            host_link=st.host_link, context_parallel=int(degree), host=st.host, engine=st.engine,
-            overlap=st.overlap, capacity_factor=st.capacity_factor,
-            shard_group=None if st.shard_group is None else st.shard_group[sel],
-            **{name: getattr(st, name)[sel] for name in names})
-        times = parallel_step_time(s.model, s.interconnect, s.device, sub)
-        for name in PARTS:
-            parts[name][sel] = times.parts[name]
-        micro[sel] = times.micro_batch_seconds
-    return ParallelStepTime(MappingProxyType(parts), micro)
 
 
 # The space and its peaks do not depend on the device, the links or the utilisation: remembered

@@ -459,9 +459,6 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
     """:func:`parallel_step_time` beneath its door: the model, interconnect and device looked up
     and the settings checked already (so :func:`_per_degree` calls it once per degree)."""
     if np.ndim(st.context_parallel):    # a CP degree per setting (the planner's): one call each
-        if np.any(st.partition_activations) or np.any(st.cpu_checkpointing):
-            raise ValueError("partition_activations and cpu_checkpointing need one "
-                             "context_parallel degree for all settings")
         return _per_degree(config, ic, device, st)
     layout, mfu, host_link, s, e = st.layout, st.mfu, st.host_link, st.seq_len, st.element_bytes
     b, t, p, d, zero = (st.micro_batch, st.tensor_parallel, st.pipeline_parallel, st.data_parallel,
@@ -561,7 +558,7 @@ def _per_degree(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
     micro = np.zeros(cp.shape)
     arrays = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
               "micro_batches", "chunks", "expert_parallel", "sequence_parallel", "recompute",
-              "offload")
+              "offload", "partition_activations", "cpu_checkpointing")
     for degree in np.unique(cp).tolist():
         sel = cp == degree
         sub = ParallelSettings.from_checked(
@@ -569,7 +566,7 @@ def _per_degree(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
             host_link=st.host_link, context_parallel=int(degree), host=st.host, engine=st.engine,
             overlap=st.overlap, capacity_factor=st.capacity_factor,
             shard_group=None if st.shard_group is None else st.shard_group[sel],
-            **{name: getattr(st, name)[sel] for name in arrays})
+            **{name: np.broadcast_to(getattr(st, name), cp.shape)[sel] for name in arrays})
         times = _step_time(config, ic, device, sub)    # checked once, at the door
         for name in PARTS:
             parts[name][sel] = times.parts[name]
