@@ -55,8 +55,8 @@ DeepSpeed's MiCS (``mics.py``: the stage-3 reduce-scatter within the shard group
   ceil(ceil(E / G) / R) = ceil(E / N) elements;
 - stage 0 keeps its all-reduce over all N (it shards nothing). G = N is exactly the schedule
   above (:data:`SLOTS`, the slots of :data:`GROUP_SLOTS` on the whole group's rings); G = 1
-  all-reduces every gradient over all N GPUs: plain data parallelism's traffic, per layer
-  under stage 3.
+  all-reduces every gradient over all N GPUs in one bucketed call, at every stage: plain data
+  parallelism's schedule and traffic.
 
 Per GPU the bytes hardly change with G (about 2 Psi for stages 0-2, 3 Psi for stage 3, as in
 the ZeRO paper); what changes is **where they go**. Ranks fill nodes in order and groups are
