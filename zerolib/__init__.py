@@ -51,8 +51,9 @@ _EXPORTS = (
                                          "fewest_gpus_for_peak", "largest_micro_batch",
                                          "stage_rows")),
     ("zerolib.core.memory.feasibility", ("model_state_fits", "fewest_gpus", "largest_model")),
-    ("zerolib.core.memory.tables", ("memory_table", "fewest_gpus_table", "stage_savings",
-                                    "peak_frame", "group_size_table", "tier_table")),
+    ("zerolib.core.memory.tables", ("NEVER", "show_never", "memory_table", "fewest_gpus_table",
+                                    "stage_savings", "peak_frame", "group_size_table",
+                                    "tier_table")),
     # the step: what it communicates and how long it takes
     ("zerolib.core.step.engines", ("ENGINES", "get_engine")),
     ("zerolib.core.step.traffic", ("volume", "SLOTS")),

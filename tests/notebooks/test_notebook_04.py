@@ -13,9 +13,9 @@ import pytest
 from conftest import REPO
 
 import zerolib as zl
-from zerolib.core.memory.activations import layer_activation_terms
 from zerolib.chapter.explorers import WillItFitExplorer
 from zerolib.core.catalogue.devices import get_device
+from zerolib.core.memory.activations import layer_activation_terms
 from zerolib.core.units import GB
 from zerolib.crosscheck.validation import report
 

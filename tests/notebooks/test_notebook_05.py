@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 import zerolib as zl
+from zerolib.chapter.explorers import StepTimeExplorer
 from zerolib.core.catalogue.nodes import bus_bandwidth
 from zerolib.core.step.time import step_time
 from zerolib.core.step.traffic import flat_traffic, traffic
-from zerolib.chapter.explorers import StepTimeExplorer
 from zerolib.core.units import format_value
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "05-the-price-of-zero.ipynb"

@@ -21,16 +21,15 @@ import pytest
 from PIL import Image
 
 import zerolib as zl
-from zerolib.core.memory.activations import layer_activation_terms
 from zerolib.chapter.explorers.base import STATIC_NOTE
+from zerolib.core.memory.activations import layer_activation_terms
+from zerolib.paths import CHAPTER
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
 GB = 10**9
-# The chapter's reading order: the main path, then the appendix.
-ORDER = ["00-index", "01-bytes-per-parameter", "02-memory-vs-gpu-count", "03-memory-vs-model-size",
-         "04-will-it-fit", "05-the-price-of-zero", "06-sharding-groups-and-offload",
-         "07-when-zero-is-not-enough", "09-appendix-checking-the-arithmetic"]
+# The chapter's reading order: the main path, the optional notebooks, the appendix.
+ORDER = list(CHAPTER)
 PRESENT = [name for name in ORDER if (NOTEBOOKS / f"{name}.ipynb").is_file()]
 SELECTIVE = zl.WorkingSetSettings(seq_len=4096, micro_batch=1, recompute="selective")
 FULL = zl.WorkingSetSettings(seq_len=4096, micro_batch=1, recompute="full")

@@ -1,4 +1,5 @@
 """Tidy DataFrames leave the library with one row per (model, workers, stage)."""
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -41,3 +42,17 @@ def test_stage_savings_show_where_fp32_gradients_move_the_savings():
     assert table.loc["bf16-fp32-grads", "saved"].tolist() == [0, 9 * 10**9, 3 * 10**9, 1_500_000_000]
     with pytest.raises(TypeError, match="params must be a single number"):
         stage_savings([10**9, 2 * 10**9], 4)
+
+
+def test_show_never_marks_where_nothing_fits():
+    import pandas as pd
+
+    from zerolib.core.memory.tables import show_never
+    # 7B on A100 80GB, plain DP: 16 x 7e9 = 112 GB per GPU at any count -> never; stage 3 from 2.
+    table = fewest_gpus_table([7e9], max_gpus=8)
+    assert show_never(table["fewest_gpus"]).tolist() == ["never", 2, 2, 2]
+    assert show_never(None) == "never" and show_never(pd.NA) == "never"
+    assert show_never(0) == 0 and show_never(0, zero_is_never=True) == "never"
+    assert show_never([np.int64(3), None]) == [3, "never"]
+    frame = show_never(pd.DataFrame({"a": pd.array([1, None], dtype="Int64")}))
+    assert frame["a"].tolist() == [1, "never"]

@@ -76,6 +76,31 @@ def memory_table(params, gpus, stages=STAGES, layout: str | Layout = "mixed-adam
     return table
 
 
+NEVER = "never"   # how every table and sentence of the chapter shows a count at which nothing fits
+
+
+def show_never(values, *, zero_is_never: bool = False):
+    """``values`` for display, with "never" where nothing fits: None or <NA> (a fewest-GPUs
+    answer), and 0 too when ``zero_is_never`` (a largest-micro-batch answer). Takes a scalar, a
+    sequence, a Series or a DataFrame and returns the same kind (an object Series or frame)."""
+    import pandas as pd
+
+    def one(value):
+        if value is None or value is pd.NA or (zero_is_never and not isinstance(value, bool)
+                                               and isinstance(value, (int, np.integer))
+                                               and value == 0):
+            return NEVER
+        return value.item() if isinstance(value, np.generic) else value
+
+    if isinstance(values, pd.DataFrame):
+        return values.astype(object).apply(lambda column: column.map(one))
+    if isinstance(values, pd.Series):
+        return values.astype(object).map(one)
+    if isinstance(values, (list, tuple, np.ndarray)):
+        return [one(v) for v in values]
+    return one(values)
+
+
 def fewest_gpus_table(params, layout: str | Layout = "mixed-adam",
                       device: str | Device = "a100-80gb", stages=STAGES,
                       max_gpus: int = 1024) -> pd.DataFrame:
