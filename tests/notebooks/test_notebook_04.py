@@ -1,5 +1,6 @@
-"""Notebook 04's sections on shipped implementations and other model shapes: every number and
-claim in their prose, checked against zerolib and the recorded measurement.
+"""Notebook 04, the peak working set: every number and claim in its prose, checked against
+zerolib and the recorded measurements, and its shape (terms defined before use, links out to the
+notebooks that hold what moved away, "never" where nothing fits).
 
 Each expected value is derived here from zerolib's functions or the recorded file, or by hand
 where noted; the test then finds the sentence in the notebook's markdown.
@@ -7,6 +8,8 @@ where noted; the test then finds the sentence in the notebook's markdown.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 
 import nbformat
 import pytest
@@ -15,180 +18,181 @@ from conftest import REPO
 import zerolib as zl
 from zerolib.chapter.explorers import WillItFitExplorer
 from zerolib.core.catalogue.devices import get_device
-from zerolib.core.memory.activations import layer_activation_terms
 from zerolib.core.units import GB
 from zerolib.crosscheck.validation import report
 
 NOTEBOOK = REPO / "notebooks" / "04-will-it-fit.ipynb"
 H100 = get_device("h100-80gb").capacity
+A100 = get_device("a100-80gb").capacity
 SETTINGS = zl.WorkingSetSettings(seq_len=4096, micro_batch=1, recompute="selective", flash_attention=True)
 GPUS = 8
+MODEL = "llama-2-7b"
 
 
 @pytest.fixture(scope="module")
-def cells() -> dict[str, str]:
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    return {cell.get("id"): " ".join(cell.source.split()) for cell in nb.cells}   # one line each
+def notebook():
+    return nbformat.read(NOTEBOOK, as_version=4)
 
 
 @pytest.fixture(scope="module")
-def shipped():
-    return report.load_shipped()
+def cells(notebook) -> dict[str, str]:
+    return {cell.get("id"): " ".join(cell.source.split()) for cell in notebook.cells}   # one line each
 
 
 def gb(n_bytes, digits=1) -> str:
     return f"{n_bytes / GB:.{digits}f}"
 
 
-def test_shipped_percentages(cells, shipped):
-    summary = report.shipped_summary(shipped).set_index("case")["difference"]
-    text = cells["shipped-read"]
-    assert "`unexplained` is 0 in every case" in text
-    assert (report.shipped_summary(shipped)["unexplained [B]"] == 0).all()
-    assert (f"GPT-2's block saves {summary['gpt2-b1'][1:]} more than Table 2 at micro-batch 1 and "
-            f"{summary['gpt2-b2'][1:]} more at micro-batch 2") in text
-    assert (f"Llama's saves {summary['llama-eager-b1'][1:]} and {summary['llama-eager-b2'][1:]} more with "
-            f"eager attention, {summary['llama-sdpa-b1'][1:]} and {summary['llama-sdpa-b2'][1:]} more with "
-            f"`sdpa`") in text
-    # The lesson's range: the smallest and largest difference over the cases.
-    relative = shipped.groupby("case")["measured_bytes"].sum() / shipped.groupby("case")["formula_bytes"].sum() - 1
-    low, high = f"{round(100 * relative.min())}%", f"{round(100 * relative.max())}%"
-    assert (low, high) == ("23%", "63%")
-    for cell in ("shipped-lesson", "left-out", "summary"):
-        assert f"{low} to {high} more" in cells[cell]
-    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
-    assert f"which save {low} to {high} more than the formula" in readme
+def prose(notebook) -> str:
+    return " ".join(" ".join(c.source.split()) for c in notebook.cells if c.cell_type == "markdown")
 
 
-def test_shipped_mechanisms_prose(cells, shipped):
-    text = cells["shipped-mechanisms-read"]
-    wide = report.shipped_mechanisms(shipped)
-    s, b, h, f = 64, 1, 64, 256
-    # gelu_new: three more 2sbf tensors = 24sbh with f = 4h; 24/34 of Table 2's sbh part.
-    assert wide.at["python-gelu", "gpt2-b1"] == 3 * 2 * s * b * f == 24 * s * b * h
-    assert "3 × 2*sbf* = 24*sbh*" in text and f"by themselves {round(100 * 24 / 34)}% of Table 2's 34*sbh*" in text
-    # The fused view: 4sbh, 16,384 bytes at the measured shape; nothing without the cache.
-    assert wide.at["fused-qkv-view", "gpt2-b1"] == 4 * s * b * h == 16_384
-    assert "4*sbh* bytes more (16,384 here)" in text
-    assert wide.loc["fused-qkv-view", ["gpt2-no-cache-b1", "gpt2-b2"]].sum() == 0
-    totals = report.shipped_summary(shipped).set_index("case")["measured [B]"]
-    assert 2 * totals["gpt2-no-cache-b1"] == totals["gpt2-no-cache-b2"]   # "what micro-batch 2 saves per sequence"
-    # RMSNorm: 2 more bytes (fp32 copy) + 2 (x_hat) per element per norm: 4sbh a norm, 8sbh a layer;
-    # with the 2sbh input it replaces, 6sbh a norm.
-    per_norm = (wide.at["rmsnorm-fp32-input", "llama-sdpa-b1"] + wide.at["rmsnorm-weight-input", "llama-sdpa-b1"]) // 2
-    assert per_norm == 4 * s * b * h
-    assert "6*sbh* bytes a norm where the formula counts its 2*sbh* input, 8*sbh* more a layer" in text
-    # Eager softmax: fp32 (4 bytes) + bf16 copy (2 bytes) = 6as^2b against the formula's 2.
-    a = 4
-    assert wide.at["softmax-fp32", "llama-eager-b1"] + wide.at["softmax-downcast-copy", "llama-eager-b1"] \
-        == (6 - 2) * a * s * s * b
-    assert "6*as*²*b* bytes where the formula counts 2*as*²*b*" in text
-    assert wide.loc[["repeat-kv", "softmax-fp32", "softmax-downcast-copy"], "llama-sdpa-b1"].sum() == 0
+def test_prose_is_within_its_budget(notebook):
+    words = sum(len(c.source.split()) for c in notebook.cells if c.cell_type == "markdown")
+    assert words <= 2000, words
 
 
-def test_shipped_at_the_notebooks_setting(cells):
-    model = zl.get_model("llama-2-7b")
-    extras = report.shipped_extras("llama-sdpa", model, 4096, 1).set_index("mechanism")
-    total = extras["model [B]"].sum()
-    # By hand: two norms x (2 more bytes + 2 bytes) x s x h per layer, 32 layers, plus 2 x 4 bytes
-    # x s per layer of 1/rms; the rotary tables once: 2 tables x 2 bytes x s x 128.
-    s, h = 4096, 4096
-    assert total == 32 * (2 * 4 * s * h + 2 * 4 * s) + 2 * 2 * s * 128
-    text = cells["shipped-lesson"]
-    assert f"{gb(total, 2)} GB more per sequence" in text
-    assert f"the rotary tables are {extras.at['rotary-cos-sin', 'model [B]'] / 1e6:.1f} MB" in text
-    assert f"{gb(total, 2)} GB more per sequence" in cells["summary"]
-    peaks, fits = [], []
-    for b in (1, 2, 3):
-        formula = zl.peak(model, GPUS, 3, dataclasses.replace(SETTINGS, micro_batch=b)).total
-        shipped_peak = formula + report.shipped_extras("llama-sdpa", model, 4096, b)["model [B]"].sum()
-        peaks.append(gb(shipped_peak))
-        fits.append(shipped_peak <= H100)
-    assert fits == [True, True, False]
-    assert zl.largest_micro_batch(model, GPUS, 3, SETTINGS, device="h100-80gb") == 3   # the formula's three
-    assert (f"Stage 3 still fits one sequence per GPU ({peaks[0]} GB) and two ({peaks[1]} GB), but no "
-            f"longer the three the formula allows ({peaks[2]} GB against {gb(H100)} GB)") in text
+def test_terms_are_defined_in_bold_before_their_first_use(notebook):
+    text = prose(notebook)
+    for term, use in (("working set", r"working set"), ("peak", r"\bpeak\b"),
+                      ("Flash attention", r"flash attention"),
+                      ("Selective recomputation", r"selective recomputation"),
+                      ("full recomputation", r"full recomputation")):
+        defined = text.find(f"**{term}**")
+        assert defined >= 0, f"{term} is not defined in bold"
+        first = re.search(use, text.replace(f"**{term}**", "\0" * (len(term) + 4)), re.I)
+        assert first is None or first.start() > defined, f"{term} is used before it is defined"
 
 
-def test_shapes_prose(cells):
-    text = cells["shapes-read"]
-    big = "llama-3.1-405b"
-    P = zl.parameter_count(big)
-    assert f"{P:,} parameters, {zl.get_model(big).layers} layers of {zl.get_model(big).hidden:,}" in text
-    assert f"{16 * P / GB:,.0f} GB without ZeRO" in text
-    assert f"stage 3 needs {zl.fewest_gpus(P, 3, device='h100-80gb')} H100s just to hold it" in text
-    activations = zl.working_set(big, 3, SETTINGS)["activations"]
-    assert activations > H100
-    assert f"its activations, {gb(activations)} GB even with selective recomputation" in text
+def test_what_moved_out_is_one_sentence_and_a_link(cells, notebook):
+    text = prose(notebook)
+    for gone in ("## The formula against a model as shipped", "## Other shapes", "### How ZeRO treats experts",
+                 "more than a hundred times", "Trillion Parameter Models"):
+        assert gone not in text
+    assert "[the shipped blocks measured against the formula](12-appendix-real-runs.ipynb)" in cells["left-out"]
+    assert "experts ([notebook 10](10-experts-and-other-architectures.ipynb))" in cells["left-out"]
+    assert "[notebook 10](10-experts-and-other-architectures.ipynb)'s subject" in cells["explorer-read"]
+    assert "[notebook 9](09-size-your-own-model.ipynb)" in cells["explorer-read"]
+    assert "[appendix](12-appendix-real-runs.ipynb)" in cells["lessons-intro"]
+    assert "[notebook 5's \"The words\"](05-the-price-of-zero.ipynb#The-words)" in cells["working-intro"]
+    assert "[the ZeRO paper](https://arxiv.org/abs/1910.02054)" in cells["title"]
+
+
+def test_the_summary_and_its_way_on(cells, notebook):
+    last = [c for c in notebook.cells if c.cell_type == "markdown"][-1]
+    assert last.id == "summary" and last.source.startswith("## Summary\n")
+    body, line = last.source.removeprefix("## Summary\n").strip().rsplit("\n\n", 1)
+    sentences = re.split(r"(?<=\.)\s+(?=[A-Z])", " ".join(body.split()))
+    assert 3 <= len(sentences) <= 5, sentences
+    assert line == ("Previous: [3 · Memory versus model size](03-memory-vs-model-size.ipynb) · "
+                    "Next: [5 · The price of ZeRO](05-the-price-of-zero.ipynb) · [Contents](00-index.ipynb)")
+    peaks = zl.peaks(MODEL, GPUS, zl.STAGES, SETTINGS)
+    text = cells["summary"]
+    assert (f"it is {gb(peaks[0].total)} GB without ZeRO and {gb(peaks[1].total)}, {gb(peaks[2].total)} "
+            f"and {gb(peaks[3].total)} GB at stages 1, 2 and 3") in text
+    activations = {p.working_set["activations"] for p in peaks}
+    assert len(activations) == 1 and f"the same {gb(activations.pop())} GB of activations" in text
+    fewest = [zl.fewest_gpus_for_peak(MODEL, s, SETTINGS, device="h100-80gb") for s in zl.STAGES]
+    assert fewest == [None, 3, 2, 2]
+    assert "Plain data parallelism never fits, stage 1 fits from 3 GPUs and stages 2 and 3 from 2" in text
+    assert "None of the three settings notebooks 2 and 3 judged on model state fits" in text
+
+
+def test_the_working_set_terms(cells):
+    text = cells["working-intro"]
+    model = zl.get_model(MODEL)
+    s, b, h, f = 4096, 1, model.hidden, model.ffn_hidden
+    per_layer = 2 * (8 * s * b * h + 4 * s * b * f)             # 8 s x h and 4 s x f tensors, 2 bytes
+    assert per_layer == 16 * s * b * h + 8 * s * b * f
+    assert f == 11_008 and f"*f* = {f:,}" in text
+    assert f"16*sbh* + 8*sbf* = {gb(per_layer, 2)} GB, and 32 layers make {gb(32 * per_layer)} GB" in text
+    terms = zl.model_activation_terms(model, s, b, recompute="selective", flash_attention=True)
+    assert terms["transformer_layers"] == model.layers * per_layer
+    assert terms["logits_loss"] == 6 * 4096 * 32_000
+    assert f"6 × 4,096 × 32,000 bytes = {gb(6 * 4096 * 32_000, 2)} GB" in text
+    working = {stage: zl.working_set(MODEL, stage, SETTINGS) for stage in zl.STAGES}
+    assert working[0]["ddp_buckets"] == 2 * zl.parameter_count(MODEL)
+    assert f"2Ψ bytes = {gb(working[0]['ddp_buckets'])} GB" in text
+    assert all(working[stage]["reduce_bucket"] == 5 * 10**8 * 2 for stage in (1, 2, 3))
+    overlapped = zl.working_set(MODEL, 1, dataclasses.replace(SETTINGS, overlap_comm=True))
+    assert overlapped["reduce_bucket"] == 2 * 10**9
+    assert "allocated whole: 1 GB (2 GB with `overlap_comm`" in text
+    # max(10^9, largest module + prefetch bucket) elements in 16 bits.
+    assert zl.largest_layer(MODEL) == 32_000 * 4096 == 131_072_000
+    assert working[3]["gathered_parameters"] == 2 * max(10**9, 131_072_000 + 5 * 10**7) == 2 * 10**9
+    assert "max(10⁹, 131,072,000 + 5 × 10⁷) = 10⁹ elements, 2 GB" in text
+    assert working[1]["reserve"] == 2 * 2**30 and "2 GiB" in cells["working-intro"]
+
+
+def test_the_peak_against_the_device(cells):
+    text = cells["peak-read"]
+    peaks = zl.peaks(MODEL, GPUS, zl.STAGES, SETTINGS)
+    plain, stage3 = peaks[0], peaks[3]
+    assert (f"the working set adds {gb(plain.working_set_total)} GB to the {gb(plain.persistent['total'])} "
+            f"GB of model state, {gb(plain.working_set['ddp_buckets'])} GB of it DDP's copy of the "
+            f"gradients: {gb(plain.total)} GB per GPU, too big") in text
+    assert plain.total > H100 and all(p.total <= H100 for p in peaks[1:])
+    assert (f"With ZeRO all three stages fit: {gb(peaks[1].total)}, {gb(peaks[2].total)} and "
+            f"{gb(stage3.total)} GB") in text
+    assert stage3.working_set_total > 1.9 * stage3.persistent["total"]                       # "nearly twice"
+    assert (f"the working set, {gb(stage3.working_set_total)} GB, is nearly twice the persistent state, "
+            f"{gb(stage3.persistent['total'])} GB") in text
+    activations = stage3.working_set["activations"]
+    assert activations > stage3.persistent["total"]
+    assert f"the activations alone, {gb(activations)} GB, are more than everything stage 3 keeps" in text
+
+
+def test_the_fewest_gpus_and_the_largest_micro_batch(cells, notebook):
+    text = cells["limits-read"]
+    assert zl.peak(MODEL, 10**6, 0, SETTINGS).persistent["total"] == 16 * zl.parameter_count(MODEL)
+    assert f"its replicated state alone is {gb(16 * zl.parameter_count(MODEL))} GB" in text
+    assert "Stage 1 fits from 3 GPUs, stages 2 and 3 from 2" in text
+    spare = H100 - zl.peak(MODEL, 2, 2, SETTINGS).total
+    assert 0 < spare and zl.peak(MODEL, 1, 2, SETTINGS).total > H100
+    assert f"(stage 2 with {gb(spare)} GB to spare)" in text
+    largest = [zl.largest_micro_batch(MODEL, GPUS, s, SETTINGS, device="h100-80gb") for s in zl.STAGES]
+    assert largest == [0, 2, 2, 3]
+    assert "stages 1 and 2 take 2 sequences per GPU and stage 3 takes 3" in text
+    # By hand at stage 3: 16 x P / 8 + 1 GB + 2 GB + 2 GiB does not grow; each sequence adds the
+    # activations and the logits.
+    P = zl.parameter_count(MODEL)
+    fixed = 16 * P // 8 + 10**9 + 2 * 10**9 + 2 * 2**30
+    per_sequence = zl.working_set(MODEL, 3, SETTINGS)["activations"] + 6 * 4096 * 32_000
+    assert f"is {gb(16 * P // 8, 2)} + 1 + 2 + {gb(2 * 2**30, 2)} = {gb(fixed, 2)} GB" in text
+    assert f"each sequence adds 20.2 + 0.79 = {gb(per_sequence, 2)} GB" in text
+    assert f"({gb(H100, 2)} − {gb(fixed, 2)}) / {gb(per_sequence, 2)} = {(H100 - fixed) / per_sequence:.1f}" in text
+    assert math.floor((H100 - fixed) / per_sequence) == 3
+    # The table says "never", not 0 or <NA>, where nothing fits.
+    table = next(c for c in notebook.cells if c.get("id") == "limits").outputs[0]["data"]["text/plain"]
+    assert table.count("never") == 2 and "<NA>" not in table and "None" not in table
+    assert re.search(r"Plain data parallelism\s+never", table)
+
+
+def test_the_explorers_things_to_try(cells):
+    text = cells["explorer-read"]
+    two = dataclasses.replace(SETTINGS, micro_batch=2)
+    grown = zl.peak(MODEL, GPUS, 1, two).total - zl.peak(MODEL, GPUS, 1, SETTINGS).total
+    assert grown == zl.peak(MODEL, GPUS, 3, two).total - zl.peak(MODEL, GPUS, 3, SETTINGS).total
+    assert f"every bar is {gb(grown)} GB taller" in text
+    stage1 = zl.peak(MODEL, GPUS, 1, two).total
+    assert H100 - 4 * GB < stage1 <= H100                                   # "just under the line"
+    assert f"stage 1 reaches {gb(stage1)} GB, just under the line, and needs " \
+           f"{zl.fewest_gpus_for_peak(MODEL, 1, two, device='h100-80gb')} GPUs instead of 3" in text
+    # No recomputation, no flash attention: a x s x s probabilities in 2 bytes a layer.
+    bare = dataclasses.replace(SETTINGS, recompute="none", flash_attention=False)
+    assert 32 * 4096 * 4096 * 2 == 1_073_741_824
+    assert "32 × 4,096 × 4,096 attention probabilities, 1.07 GB a layer" in text
+    assert zl.peak(MODEL, GPUS, 1, bare).total > H100
+    assert f"stage 1 no longer fits ({gb(zl.peak(MODEL, GPUS, 1, bare).total)} GB)" in text
+    none = zl.working_set(MODEL, 1, dataclasses.replace(SETTINGS, recompute="none"))["activations"]
+    assert f"differ by {gb(none - zl.working_set(MODEL, 1, SETTINGS)['activations'], 2)} GB" in text
     full = dataclasses.replace(SETTINGS, recompute="full")
-    assert f"stage 3 fits from {zl.fewest_gpus_for_peak(big, 3, full, device='h100-80gb')} GPUs" in text
-    assert zl.fewest_gpus_for_peak(big, 3, SETTINGS, device="h100-80gb") is None
-
-    gemma = zl.get_model("gemma-2-9b")
-    assert (gemma.heads, gemma.head_width, gemma.hidden, gemma.query_width) == (16, 256, 3584, 4096)
-    assert "16 heads of 256 on a hidden size of 3,584" in text and "4,096 wide, not 3,584" in text
-    assert f"{zl.parameter_count(gemma):,} parameters" in text
-    logits = zl.model_activation_terms(gemma, 4096, 1)["logits_loss"]
-    assert logits == 6 * 4096 * 256_000
-    assert f"logits and loss {gb(logits, 2)} GB per 4,096-token sequence" in text
-    terms = layer_activation_terms(4096, 1, gemma.hidden, gemma.heads, kv_heads=gemma.kv_heads,
-                                      head_dim=256, post_norms=True, gated_mlp=True, ffn_hidden=gemma.ffn_hidden)
-    assert terms["post_attention_norm_input"] == terms["post_mlp_norm_input"] == 2 * 4096 * gemma.hidden
-
-    moe = "mixtral-8x7b"
-    assert (f"{zl.parameter_count(moe):,} parameters in all, {zl.active_parameter_count(moe):,} active "
-            f"per token") in text
-    assert round(zl.active_parameter_count(moe) / 1e9, 1) == 12.9
-    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
-    assert f"{zl.active_parameter_count(moe):,} of Mixtral's {zl.parameter_count(moe):,}" in readme
+    assert f"the activations fall to {gb(zl.working_set(MODEL, 3, full)['activations'], 2)} GB" in text
+    assert (f"stage 3 takes {zl.largest_micro_batch(MODEL, GPUS, 3, full, device='h100-80gb', max_micro_batch=64)} "
+            "sequences per GPU") in text
 
 
-def test_experts_prose(cells):
-    moe = "mixtral-8x7b"
-    P = zl.parameter_count(moe)
-    text = cells["shapes-read"]
-    assert f"({16 * P / GB:.1f} GB for Mixtral without ZeRO)" in text
-    per_gpu = zl.model_state(P, GPUS, 3).total
-    assert per_gpu == 16 * P // GPUS and per_gpu > H100
-    assert f"stage 3 keeps {gb(per_gpu)} GB of model state per GPU, more than the {gb(H100)} GB" in text
-    read = cells["experts-read"]
-    state_only = zl.fewest_gpus(P, 3, device="h100-80gb")
-    with_working_set = zl.fewest_gpus_for_peak(moe, 3, SETTINGS, device="h100-80gb")
-    assert (state_only, with_working_set) == (9, 20)
-    assert "Nine GPUs hold Mixtral's model state at stage 3; with the working set it takes 20" in read
-
-    def layers(name):
-        return zl.model_activation_terms(name, 4096, 1, recompute="selective", flash_attention=True)[
-            "transformer_layers"]
-
-    assert f"{gb(layers(moe))} GB for 32 layers at 4,096 tokens" in read
-    dense = gb(layers("mistral-7b-v0.1"))
-    assert f"Mistral-7B, the same attention and width with one dense MLP, keeps {dense} GB" in read
-    mistral, mixtral = zl.get_model("mistral-7b-v0.1"), zl.get_model(moe)
-    assert (mistral.hidden, mistral.heads, mistral.kv_heads, mistral.ffn_hidden) == \
-           (mixtral.hidden, mixtral.heads, mixtral.kv_heads, mixtral.ffn_hidden)
-    # The largest module, per-expert modules against transformers 5's fused experts, and the
-    # stage-3 gathered-parameter bound max(10^9, largest + 5 x 10^7) in 16-bit bytes.
-    assert zl.largest_layer(moe) == 131_072_000 and "131,072,000-element embedding" in read
-    fused = zl.largest_layer(moe, fused_experts=True)
-    assert f"one module of {fused:,} elements" in read
-    bound = max(10**9, fused + 50_000_000)
-    assert f"from 10⁹ elements to {bound:,} ({gb(2 * bound, 2)} GB in 16 bits instead of 2 GB)" in read
-    assert zl.working_set(moe, 3, SETTINGS)["gathered_parameters"] == 2 * 10**9
-    # Expert parallelism is modelled now: the paragraph sends the reader to notebook 8's section.
-    assert "out of this chapter's scope" not in read
-    assert ("is the subject of notebook [8](08-size-your-own-model.ipynb)'s section \"Mixtures of "
-            "experts\"") in read
-    later = nbformat.read(NOTEBOOK.parent / "08-size-your-own-model.ipynb", as_version=4)
-    assert any(c.source.startswith("## Mixtures of experts\n") for c in later.cells
-               if c.cell_type == "markdown")
-    summary = cells["summary"]
-    assert f"needs {with_working_set} H100s at stage 3 with this working set" in summary
-    active = zl.active_parameter_count(moe)
-    assert f"follows its {P / 1e9:.1f}B parameters, not the {active / 1e9:.1f}B active" in summary
-
-
-def test_mixtral_thing_to_try_in_the_explorer(cells):
+def test_the_mixtral_thing_to_try_in_the_explorer(cells):
     text = cells["explorer-read"]
     assert ("Mixtral-8x7B: on 8 GPUs nothing fits, not even stage 3 (its model state alone is "
             f"{gb(16 * zl.parameter_count('mixtral-8x7b') // 8)} GB per GPU); move the GPUs to 20 and "
@@ -201,3 +205,11 @@ def test_mixtral_thing_to_try_in_the_explorer(cells):
     assert "ZeRO stage 3" in explorer.summary.value and "Fits under no strategy" not in explorer.summary.value
     explorer.controls["gpus"].value = 19
     assert "Fits under no strategy" in explorer.summary.value
+
+
+def test_the_shipped_blocks_range_in_one_sentence(cells):
+    shipped = report.load_shipped()
+    relative = shipped.groupby("case")["measured_bytes"].sum() / shipped.groupby("case")["formula_bytes"].sum() - 1
+    low, high = f"{round(100 * relative.min())}%", f"{round(100 * relative.max())}%"
+    assert (low, high) == ("23%", "63%")
+    assert f"save {low} to {high} more" in cells["left-out"]
