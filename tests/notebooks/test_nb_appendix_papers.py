@@ -5,6 +5,7 @@ states, recomputed with zerolib or worked out by hand in a comment, and found in
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import nbformat
@@ -71,6 +72,9 @@ def test_the_summary(cells):
     table = side_by_side.model_state_by_convention("llama-3-8b", 8)
     stage0 = table[table["stage"] == 0]
     says(text, f"span {gb(stage0['bytes'].min(), 1)} to {gb(stage0['bytes'].max(), 1)} GB")
+    # Three to five sentences between the heading and the navigation line.
+    body = text.split("## Summary", 1)[1].split("Previous:")[0]
+    assert 3 <= len(re.findall(r"[.!?](?=\s|$)", body.strip())) <= 5
     last = text.split("Previous:")[1]
     says(last, "(10-experts-and-other-architectures.ipynb)", "(12-appendix-real-runs.ipynb)",
          "[Contents](00-index.ipynb)")

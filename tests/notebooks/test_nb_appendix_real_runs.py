@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from pathlib import Path
 
 import nbformat
@@ -87,6 +88,9 @@ def test_the_summary(cells, three):
     text = cells["summary"]
     says(text, "4-byte step counters", "rests 0.06 % above", "a 1 GB reduce bucket",
          "save 23% to 63% more", "4.30 GB more per sequence")
+    # Three to five sentences between the heading and the navigation line.
+    body = text.split("## Summary", 1)[1].split("Previous:")[0]
+    assert 3 <= len(re.findall(r"[.!?](?=\s|$)", body.strip())) <= 5
     last = text.split("Previous:")[1]
     says(last, "(11-appendix-papers-and-other-systems.ipynb)", "Next: [Contents](00-index.ipynb)")
 
