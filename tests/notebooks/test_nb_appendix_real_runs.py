@@ -225,6 +225,8 @@ def test_the_activations_prose(cells):
     # Two norms x (mean + 1/std) x 2 x 64 tokens x 2 bytes = 1,024 bytes.
     assert table2["measured [B]"] - table2["formula [B]"] == 2 * 2 * 2 * 64 * 2 == 1_024
     text = cells["activation-read"]
+    assert f"{100 * 1_024 / 442_368:.1f}" == "0.2"
+    says(text, "0.2 % of the layer")
     says(text, "(+1,024 bytes in bf16)", f"(`cpu-dropout`, +{summary.at['cpu-dropout', 'difference'][1:3]} %)",
          f"(`flash`, {summary.at['flash', 'difference'][:-1]} %)")
 
