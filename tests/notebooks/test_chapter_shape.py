@@ -36,8 +36,8 @@ TERMS = {"all-gather": r"all-gathers?", "reduce-scatter": r"reduce-scatters?",
          "all-reduce": r"all-reduces?", "bucket": r"buckets?", "prefetch": r"prefetch\w*",
          "overlap": r"overlap\w*"}
 # The live-widget disclaimer: the index's one note and each explorer's STATIC_NOTE say it.
-DISCLAIMER = re.compile(r"moves? nothing|move nothing|needs? a running kernel|shows? no widgets|"
-                        r"look live|in a static copy", re.I)
+DISCLAIMER = re.compile(r"(controls|sliders)[^.]{0,60}\bmove nothing|needs? a running kernel|"
+                        r"shows? no widgets|look live|in a static copy", re.I)
 NAV = re.compile(r"^Previous: \[[^\]]+\]\(([\w-]+)\.ipynb\) · Next: \[[^\]]+\]\(([\w-]+)\.ipynb\) · "
                  r"\[Contents\]\(00-index\.ipynb\)$")
 ABBREVIATION = re.compile(r"\b(e\.g|i\.e|vs|Sec|et al|cf|etc|approx|Fig|Eq)\.", re.I)
