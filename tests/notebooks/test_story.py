@@ -184,6 +184,27 @@ def test_the_fewest_gpus_table_is_read_at_its_own_settings():
     assert "explorer" not in cell.source and nb.cells.index(cell) < [c.id for c in nb.cells].index("explorer")
 
 
+def test_the_explorers_readings_hold_at_their_settings():
+    """The static readings beside the two explorers, at the settings each explorer starts with."""
+    two = markdown("02-memory-vs-gpu-count")["explorer-read"]
+    # 70B: stage 1 keeps 4 bytes x 70e9 = 280 GB on every GPU, stage 2 keeps 2 x 70e9 = 140 GB.
+    assert zl.fewest_gpus(70e9, 1, device=A100) is None and zl.fewest_gpus(70e9, 2, device=A100) is None
+    says(two, "stage 1 keeps 280 GB of fp16 parameters and gradients on every GPU, stage 2 still 140 GB")
+    three = markdown("03-memory-vs-model-size")
+    # 64 GPUs: 7B x 4.1875 = 29.3 GB, 13B 54.4 GB at stage 1; 30B x 2.21875 = 66.6 GB at stage 2.
+    per_gpu = {(p, s): int(zl.model_state(p * 10**9, 64, s).total) for p, s in ((7, 1), (13, 1), (30, 2), (70, 3))}
+    says(three["fits-read"], f"7B and 13B ({gb(per_gpu[(7, 1)])} and {gb(per_gpu[(13, 1)])} GB)",
+         f"adds 30B ({gb(per_gpu[(30, 2)])} GB)", f"takes 70B ({gb(per_gpu[(70, 3)])} GB)")
+    # 8 GPUs: 70B at stage 3 is 1,120 / 8 = 140 GB, 30B at stage 3 480 / 8 = 60 GB, at stage 2
+    # 60 + 420 / 8 = 112.5 GB: only stage 3 holds 30B.
+    assert int(zl.model_state(70e9, 8, 3).total) == 140 * GB and int(zl.model_state(30e9, 8, 3).total) == 60 * GB
+    assert not zl.model_state_fits(30e9, 8, 2, device=A100) and zl.model_state_fits(30e9, 8, 3, device=A100)
+    # 1T at stage 3: 16,000 GB / 186 = 86.02 GB is over 85.90, / 187 = 85.56 GB under it.
+    assert zl.fewest_gpus(10**12, 3, device=A100) == 187
+    says(three["explorer-read"], "(1,120 GB / 8 = 140 GB per GPU), and 30B's needs stage 3 (60 GB)",
+         "70B's model state fits with stage 3 from 14 GPUs", "from 187 GPUs on (16,000 GB / 187 = 85.6 GB")
+
+
 # --- 4. Engines, terms and one citation ---------------------------------------------------------
 
 def test_the_comparison_names_its_engines_and_the_amp_gradients():
