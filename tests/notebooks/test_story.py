@@ -205,6 +205,16 @@ def test_the_explorers_readings_hold_at_their_settings():
          "70B's model state fits with stage 3 from 14 GPUs", "from 187 GPUs on (16,000 GB / 187 = 85.6 GB")
 
 
+def test_the_papers_table_2_is_one_sentence_with_its_result():
+    text = markdown("03-memory-vs-model-size")["paper-intro"]
+    # 64 GPUs of 32 x 10^9 bytes: 32e9 / 16 = 2.0B, / (4 + 12/64) = 7.64B, / (2 + 14/64) = 14.42B,
+    # / (16/64) = 128.0B parameters.
+    largest = [round(zl.largest_model(64, s, "mixed-adam", zl.paper.PAPER_V100) / 1e9, 1) for s in zl.STAGES]
+    assert largest == [2.0, 7.6, 14.4, 128.0]
+    says(text, "the same search gives the 2B, 7.6B, 14.4B and 128B of its Table 2",
+         "(11-appendix-papers-and-other-systems.ipynb)")
+
+
 # --- 4. Engines, terms and one citation ---------------------------------------------------------
 
 def test_the_comparison_names_its_engines_and_the_amp_gradients():
