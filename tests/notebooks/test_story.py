@@ -255,7 +255,7 @@ def test_the_three_lessons_are_in_the_main_text():
     says(text, "1,000,000,000 bytes", "2.3 times its even share", "42.8% below", "14.3% above")
 
 
-# --- order and no repeats (the rest of the shape: tests/notebooks/test_chapter_shape.py) -----------------------------------------------
+# --- order and no repeats (the rest of the shape: tests/notebooks/test_chapter_shape.py) ---------------
 
 def test_the_readme_table_lists_every_notebook_in_order():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
