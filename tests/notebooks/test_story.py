@@ -1,5 +1,6 @@
 """The chapter tells one consistent story: every corrected claim of its prose held to zerolib, and
-the shape of the chapter (order, links, definitions, no repeated figure or table) checked.
+the README's order and no repeated figure or table checked (the chapter's shape, its parts,
+openings, summaries and the things said once, is tests/notebooks/test_chapter_shape.py).
 
 Each claim test reads a markdown cell by id, normalises its whitespace, and checks the phrases
 that carry a number or a conclusion against values computed here with zerolib (the arithmetic in
@@ -21,7 +22,6 @@ import pytest
 from PIL import Image
 
 import zerolib as zl
-from zerolib.chapter.explorers.base import STATIC_NOTE
 from zerolib.core.memory.activations import layer_activation_terms
 from zerolib.paths import CHAPTER
 
@@ -65,12 +65,13 @@ def test_no_room_to_spare_for_70b_on_64_gpus():
                                                                    device=A100) is None
     assert full.total <= A100.capacity
     fewest_full = zl.fewest_gpus_for_peak("llama-2-70b", 3, FULL, device=A100)
-    says(text["seventy-read"], f"{gb(selective.total)} GB per GPU at stage 3",
+    says(text["seventy-read"], f"Recomputing only the attention core, Llama-2-70B peaks at "
+                               f"{gb(selective.total)} GB per GPU at stage 3",
          f"activations alone are {gb(selective.working_set['activations'])} GB",
-         "Its peak fits at no GPU count", f"full recomputation the peak falls to {gb(full.total)} GB",
+         "Its peak fits at no GPU count", f"Recomputing every layer, the peak falls to {gb(full.total)} GB",
          f"fits from {fewest_full} GPUs")
-    says(text["summary"], f"{gb(selective.total)} GB with selective recomputation",
-         f"{gb(full.total)} GB with full recomputation")
+    says(text["summary"], f"{gb(selective.total)} GB recomputing only the attention core and "
+                          f"{gb(full.total)} GB recomputing every layer")
 
 
 def test_the_older_cards_are_judged_on_the_peak_not_the_model_state():
@@ -81,8 +82,18 @@ def test_the_older_cards_are_judged_on_the_peak_not_the_model_state():
     full = zl.peak("llama-2-70b", 64, 3, FULL).total
     selective = zl.peak("llama-2-70b", 64, 3, SELECTIVE).total
     assert rtx.capacity < full <= v100.capacity and selective > v100.capacity
-    says(text, f"{gb(full)} GB, fits the V100 32GB ({gb(v100.capacity)} GB) but not the RTX 4090 "
-               f"24GB ({gb(rtx.capacity)} GB), and with selective recomputation neither")
+    says(text, f"the peak recomputing every layer, {gb(full)} GB, fits the V100 32GB ({gb(v100.capacity)} GB) "
+               f"but not the RTX 4090 24GB ({gb(rtx.capacity)} GB), and recomputing only the attention core neither")
+
+
+@pytest.mark.parametrize("name", ["01-bytes-per-parameter", "02-memory-vs-gpu-count", "03-memory-vs-model-size"])
+def test_terms_of_the_peak_wait_for_section_4(name):
+    """Recomputation, the peak and the working set are defined in 04: before it the chapter names
+    no recomputation scheme and points forward where it first speaks of the peak."""
+    cells = [c for c in read(name).cells if c.cell_type == "markdown"]
+    assert not any(re.search(r"selective|full recomputation", c.source, re.I) for c in cells), name
+    first = next((c for c in cells if re.search(r"\bpeaks?\b|working set|recomput", c.source, re.I)), None)
+    assert first is None or "(04-will-it-fit.ipynb" in first.source, f"{name} [{first.id}]"
 
 
 # --- 2. "Model state fits" is named, and the will-it-fit section revisits it ------------------
@@ -152,6 +163,13 @@ def test_the_threshold_table_and_its_reading():
             moved.setdefault((params, stage), []).append(zl.fewest_gpus(params, stage, device=device))
     assert moved[(13e9, 1)] == [5, 6, 5] and moved[(30e9, 2)] == [17, 22, 17]
     assert moved[(70e9, 3)] == [14, 14, 14] and moved[(7e9, 1)] == [2, 2, 2]
+    # 22 hangs on 6 bytes: on 21 GPUs each holds 2 bytes x 30e9 of fp16 parameters plus 14 bytes
+    # for each of its ceil(30e9 / 21) = 1,428,571,429 parameters' share: 80,000,000,006 bytes.
+    on_21 = 2 * 30 * 10**9 + 14 * 1_428_571_429
+    decimal = zl.device_at("h100-80gb", "decimal")
+    assert int(zl.model_state(30e9, 21, 2).total) == on_21 == decimal.capacity + 6
+    says(text["threshold-read"], "on 21 GPUs 30B's stage 2 holds 80,000,000,006 bytes, 6 bytes over the 80 GB line")
+    says(text["summary"], "because on 21 GPUs it misses the line by 6 bytes")
     # At 5 GPUs 13B's stage 1 holds 13 x (4 + 12/5) = 83.2 GB: under 85.9, over 80.
     assert int(zl.model_state(13e9, 5, 1).total) == 83_200_000_000
     says(text["threshold-read"], "13B's stage 1 needs 6 GPUs instead of 5", "83.2 GB",
@@ -161,28 +179,52 @@ def test_the_threshold_table_and_its_reading():
     says(text["summary"], "13B's stage 1 needs 6 GPUs instead of 5 and 30B's stage 2 22 instead of 17")
 
 
-# --- 4. Static renders: the chapter never leaves a reader moving a dead slider ------------------
-
-@pytest.mark.parametrize("name", PRESENT)
-def test_no_claim_that_static_viewers_show_no_widgets(name):
-    for text in markdown(name).values():
-        assert "static viewers show no" not in text.lower()
-
-
-@pytest.mark.parametrize("name", [n for n in PRESENT if n not in ("00-index", "01-bytes-per-parameter",
-                                                                  "11-appendix-papers-and-other-systems",
-                                                                  "12-appendix-real-runs")])
-def test_every_saved_explorer_says_it_needs_a_kernel(name):
-    nb = read(name)
-    states = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
-    values = [m["state"].get("value", "") for m in states.get("state", {}).values()
-              if m.get("model_name") == "HTMLModel"]
-    assert STATIC_NOTE in values, f"{name}: the saved explorer does not carry its static note"
-    text = " ".join(markdown(name).values())
-    says(text, "GitHub shows no widgets", "move")
+def test_the_fewest_gpus_table_is_read_at_its_own_settings():
+    text = markdown("02-memory-vs-gpu-count")["fewest-read"]
+    fewest = {(p, s): zl.fewest_gpus(p * 10**9, s, device=A100) for p in (7, 13, 30, 70) for s in zl.STAGES}
+    # 7B: 112 GB replicated without ZeRO; with any stage 2 GPUs (70, 63, 56 GB).
+    assert fewest[(7, 0)] is None and fewest[(7, 1)] == fewest[(7, 2)] == fewest[(7, 3)] == 2
+    assert fewest[(13, 1)] == 5 and fewest[(30, 1)] is None and (fewest[(30, 2)], fewest[(30, 3)]) == (17, 6)
+    assert fewest[(70, 2)] is None and fewest[(70, 3)] == 14
+    says(text, "7B needs ZeRO (any stage, from 2 GPUs)", "13B's fits with stage 1 from 5 GPUs",
+         "30B's needs stage 2 (17 GPUs) or stage 3 (6 GPUs)", "70B's needs stage 3 (14 GPUs)")
+    nb = read("02-memory-vs-gpu-count")
+    (cell,) = [c for c in nb.cells if c.id == "fewest"]
+    assert "explorer" not in cell.source and nb.cells.index(cell) < [c.id for c in nb.cells].index("explorer")
 
 
-# --- 5. Engines, terms and one citation ---------------------------------------------------------
+def test_the_explorers_readings_hold_at_their_settings():
+    """The static readings beside the two explorers, at the settings each explorer starts with."""
+    two = markdown("02-memory-vs-gpu-count")["explorer-read"]
+    # 70B: stage 1 keeps 4 bytes x 70e9 = 280 GB on every GPU, stage 2 keeps 2 x 70e9 = 140 GB.
+    assert zl.fewest_gpus(70e9, 1, device=A100) is None and zl.fewest_gpus(70e9, 2, device=A100) is None
+    says(two, "stage 1 keeps 280 GB of fp16 parameters and gradients on every GPU, stage 2 still 140 GB")
+    three = markdown("03-memory-vs-model-size")
+    # 64 GPUs: 7B x 4.1875 = 29.3 GB, 13B 54.4 GB at stage 1; 30B x 2.21875 = 66.6 GB at stage 2.
+    per_gpu = {(p, s): int(zl.model_state(p * 10**9, 64, s).total) for p, s in ((7, 1), (13, 1), (30, 2), (70, 3))}
+    says(three["fits-read"], f"7B and 13B ({gb(per_gpu[(7, 1)])} and {gb(per_gpu[(13, 1)])} GB)",
+         f"adds 30B ({gb(per_gpu[(30, 2)])} GB)", f"takes 70B ({gb(per_gpu[(70, 3)])} GB)")
+    # 8 GPUs: 70B at stage 3 is 1,120 / 8 = 140 GB, 30B at stage 3 480 / 8 = 60 GB, at stage 2
+    # 60 + 420 / 8 = 112.5 GB: only stage 3 holds 30B.
+    assert int(zl.model_state(70e9, 8, 3).total) == 140 * GB and int(zl.model_state(30e9, 8, 3).total) == 60 * GB
+    assert not zl.model_state_fits(30e9, 8, 2, device=A100) and zl.model_state_fits(30e9, 8, 3, device=A100)
+    # 1T at stage 3: 16,000 GB / 186 = 86.02 GB is over 85.90, / 187 = 85.56 GB under it.
+    assert zl.fewest_gpus(10**12, 3, device=A100) == 187
+    says(three["explorer-read"], "(1,120 GB / 8 = 140 GB per GPU), and 30B's needs stage 3 (60 GB)",
+         "70B's model state fits with stage 3 from 14 GPUs", "from 187 GPUs on (16,000 GB / 187 = 85.6 GB")
+
+
+def test_the_papers_table_2_is_one_sentence_with_its_result():
+    text = markdown("03-memory-vs-model-size")["paper-intro"]
+    # 64 GPUs of 32 x 10^9 bytes: 32e9 / 16 = 2.0B, / (4 + 12/64) = 7.64B, / (2 + 14/64) = 14.42B,
+    # / (16/64) = 128.0B parameters.
+    largest = [round(zl.largest_model(64, s, "mixed-adam", zl.paper.PAPER_V100) / 1e9, 1) for s in zl.STAGES]
+    assert largest == [2.0, 7.6, 14.4, 128.0]
+    says(text, "the same search gives the 2B, 7.6B, 14.4B and 128B of its Table 2",
+         "(11-appendix-papers-and-other-systems.ipynb)")
+
+
+# --- 4. Engines, terms and one citation ---------------------------------------------------------
 
 def test_the_comparison_names_its_engines_and_the_amp_gradients():
     cells = markdown("04-will-it-fit")
@@ -232,44 +274,12 @@ def test_the_three_lessons_are_in_the_main_text():
     assert "more than a hundred" not in text
 
 
-# --- shape: order, links, definitions, no repeats -----------------------------------------------
-
-def test_the_index_lists_every_section_in_order():
-    text = " ".join(markdown("00-index").values())
-    positions = [text.find(f"]({name}.ipynb)") for name in PRESENT[1:]]
-    assert all(p >= 0 for p in positions) and positions == sorted(positions)
-
+# --- order and no repeats (the rest of the shape: tests/notebooks/test_chapter_shape.py) ---------------
 
 def test_the_readme_table_lists_every_notebook_in_order():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     positions = [readme.find(f"(notebooks/{name}.ipynb)") for name in PRESENT]
     assert all(p >= 0 for p in positions) and positions == sorted(positions)
-
-
-@pytest.mark.parametrize("name", PRESENT[1:])
-def test_every_section_ends_with_previous_and_next(name):
-    last = [c for c in read(name).cells if c.cell_type == "markdown"][-1].source
-    previous, following = ORDER[ORDER.index(name) - 1], (ORDER + ["00-index"])[ORDER.index(name) + 1]
-    assert "Previous:" in last and "Next:" in last, f"{name}: its last cell links neither way"
-    assert f"({previous}.ipynb)" in last and f"({following}.ipynb)" in last, name
-
-
-TERMS = {"all-gather": r"all-gathers?\b", "reduce-scatter": r"reduce-scatters?\b",
-         "all-reduce": r"all-reduces?\b", "bucket": r"\bbuckets?\b", "prefetch": r"\bprefetch",
-         "overlap": r"\boverlap"}
-
-
-@pytest.mark.parametrize("term", TERMS)
-def test_every_communication_term_is_defined_where_first_used(term):
-    # A notebook that uses a term before the one defining it links forward to 05's "The words".
-    for name in PRESENT[1:]:                      # the index summarises; it defines nothing
-        text = " ".join(markdown(name).values())
-        if re.search(TERMS[term], text, re.I):
-            if re.search(r"\*\*" + TERMS[term].replace(r"\b", "") + r"\w*\*\*", text, re.I):
-                return
-            assert "](05-the-price-of-zero.ipynb#The-words)" in text, (
-                f"{term} is used in {name} but neither defined (in bold) there nor linked to 05's words")
-    pytest.fail(f"{term} is never used")
 
 
 def _images(nb) -> list[np.ndarray]:

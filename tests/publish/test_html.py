@@ -138,6 +138,26 @@ def test_the_index_gives_one_line_per_section(chapter, tmp_path):
     ]
 
 
+def test_the_index_keeps_the_contents_parts(chapter, tmp_path):
+    """00-index's contents in parts (### headings): each part's heading, then its sections, numbered
+    on from the part before as the notebook numbers them; the index's own line first."""
+    nbformat.write(new_notebook(cells=[new_markdown_cell(
+        "# The chapter\n\n## Contents\n\n### Main path (about an hour)\n\nRead in order.\n\n"
+        "1. [The first](01-first.ipynb): what the first teaches.\n\n### Appendix\n\n"
+        "2. [The second](02-second.ipynb): what the second checks.\n\n## Running\n\nRun it.")]),
+        chapter / "00-index.ipynb")
+    out = tmp_path / "html"
+    export_chapter(out, chapter)
+    index = (out / "index.html").read_text(encoding="utf-8")
+    body = index[index.index("<h2>Contents</h2>"):index.index("</body>")]
+    assert body == (
+        '<h2>Contents</h2>\n<ol>\n<li><a href="00-index.html">Contents</a>: this list, with how to run '
+        'the notebooks</li>\n</ol>\n<h3>Main path (about an hour)</h3>\n<ol start="1">\n'
+        '<li><a href="01-first.html">The first</a>: what the first teaches.</li>\n</ol>\n'
+        '<h3>Appendix</h3>\n<ol start="2">\n<li><a href="02-second.html">The second</a>: what the '
+        'second checks.</li>\n</ol>\n')
+
+
 def test_markdown_headings_are_plain_text(chapter):
     nb = nbformat.read(chapter / "01-first.ipynb", as_version=4)
     assert markdown_headings(nb) == ("1 · The first notebook", "A linked section")

@@ -12,7 +12,8 @@ nbconvert's lab template does the rendering from the recorded outputs (nothing i
   (:mod:`zerolib.publish.saved_widgets`): a note that it is not live, the settings its controls
   showed, its texts, figure and tables; so a page never shows an empty ``Out[N]:``;
 - an ``index.html`` gives the chapter's contents, one line per section: the lines of
-  ``00-index``'s "Contents" list where the chapter has one, else each page's first sentence.
+  ``00-index``'s "Contents" list where the chapter has one, else each page's first sentence,
+  under the list's own part headings (``### Main path``) where it has them.
 
 The pages load require.js and the widget renderer from CDNs by default; ``widget_js`` is a
 folder holding ``require.js`` (npm package ``requirejs``) and the files of
@@ -138,26 +139,41 @@ _CONTENTS_ITEM = re.compile(r"^\s*\d+\.\s+\[([^\]]+)\]\((?:\./)?([^)#/]+)\.ipynb
 _SENTENCE = re.compile(r"^(.+?[.!?])(\s|$)", re.S)
 
 
-def contents_lines(nb: nbformat.NotebookNode) -> dict[str, tuple[str, str]]:
-    """An index notebook's "Contents" list: notebook stem -> (its title there, its line)."""
-    lines: dict[str, tuple[str, str]] = {}
+def _contents_items(nb: nbformat.NotebookNode):
+    """(part, match) for each item of an index notebook's "Contents" list, in order: the part is
+    the plain text of the sub-heading (``### Main path``) the item sits under, or ""."""
     for cell in nb.cells:
         if cell.cell_type != "markdown" or not re.search(r"^#+\s+Contents\s*$", cell.source, re.M):
             continue
-        items, current = [], None
+        items, current, part = [], None, ""
         for line in cell.source.split("\n"):
-            if re.match(r"^\s*\d+\.\s", line):
+            heading = _HEADING.match(line)
+            if heading:                         # below the Contents heading: a part of the list
+                part = plain_text(heading.group(2)) if len(heading.group(1)) > 2 else ""
+                current = None
+            elif re.match(r"^\s*\d+\.\s", line):
                 current = [line]
-                items.append(current)
+                items.append((part, current))
             elif current is not None and line.strip() and line.startswith((" ", "\t")):
                 current.append(line.strip())    # an item's continuation lines
             else:
                 current = None
-        for item in items:
+        for part, item in items:
             match = _CONTENTS_ITEM.match(" ".join(item))
             if match:
-                lines[match.group(2)] = (plain_text(match.group(1)), plain_text(match.group(3)))
-    return lines
+                yield part, match
+
+
+def contents_lines(nb: nbformat.NotebookNode) -> dict[str, tuple[str, str]]:
+    """An index notebook's "Contents" list: notebook stem -> (its title there, its line)."""
+    return {match.group(2): (plain_text(match.group(1)), plain_text(match.group(3)))
+            for _, match in _contents_items(nb)}
+
+
+def contents_parts(nb: nbformat.NotebookNode) -> dict[str, str]:
+    """An index notebook's "Contents" list: notebook stem -> the part it is listed under ("" for
+    none)."""
+    return {match.group(2): part for part, match in _contents_items(nb)}
 
 
 def first_sentence(nb: nbformat.NotebookNode) -> str:
@@ -173,21 +189,33 @@ def first_sentence(nb: nbformat.NotebookNode) -> str:
     return ""
 
 
-def _index_page(pages: list[Page], contents: dict[str, tuple[str, str]], title: str) -> str:
-    """The chapter's contents: one line per section, its title linking to its page."""
-    items = []
-    for p in pages:
+def _index_page(pages: list[Page], contents: dict[str, tuple[str, str]], title: str,
+                parts: dict[str, str] | None = None) -> str:
+    """The chapter's contents: one line per section, its title linking to its page, each under
+    its part's heading (pages in no part first, in a list of their own)."""
+    parts = parts or {}
+    groups: dict[str, list[str]] = {}
+    for p in sorted(pages, key=lambda p: bool(parts.get(p.notebook.stem))):
         name, line = contents.get(p.notebook.stem, (p.title, ""))
         if not line:
             line = first_sentence(nbformat.read(p.notebook, as_version=4))
-        items.append(f'<li><a href="{html.escape(p.path.name)}">{html.escape(name)}</a>'
-                     + (f": {html.escape(line)}" if line else "") + "</li>")
-    body = "\n".join(items)
+        groups.setdefault(parts.get(p.notebook.stem, ""), []).append(
+            f'<li><a href="{html.escape(p.path.name)}">{html.escape(name)}</a>'
+            + (f": {html.escape(line)}" if line else "") + "</li>")
+    lists, number = [], 1
+    for part, items in groups.items():
+        if part:                                # numbered on from the part before, as in 00-index
+            lists.append(f"<h3>{html.escape(part)}</h3>\n<ol start=\"{number}\">\n" + "\n".join(items)
+                         + "\n</ol>")
+            number += len(items)
+        else:
+            lists.append("<ol>\n" + "\n".join(items) + "\n</ol>")
+    body = "\n".join(lists)
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\" />\n"
             f"<title>{html.escape(title)}</title>\n"
             "<style>body {max-width: 50em; margin: 2em auto; padding: 0 1em; font-family: sans-serif;"
             " line-height: 1.5;} li {margin-bottom: 0.6em;}</style>\n</head>\n<body>\n"
-            f"<h1>{html.escape(title)}</h1>\n<h2>Contents</h2>\n<ol>\n{body}\n</ol>\n</body>\n</html>\n")
+            f"<h1>{html.escape(title)}</h1>\n<h2>Contents</h2>\n{body}\n</body>\n</html>\n")
 
 
 INDEX_NOTEBOOK = "00-index"
@@ -227,10 +255,12 @@ def export_chapter(out_dir: str | Path, notebook_dir: str | Path | None = None,
         headings = markdown_headings(nb)
         pages.append(Page(notebook, page, headings[0] if headings else notebook.stem, headings))
     index = next((p for p in pages if p.notebook.stem == INDEX_NOTEBOOK), None)
-    contents = contents_lines(nbformat.read(index.notebook, as_version=4)) if index else {}
+    index_nb = nbformat.read(index.notebook, as_version=4) if index else None
+    contents = contents_lines(index_nb) if index else {}
+    parts = contents_parts(index_nb) if index else {}
     if index is not None:
         contents.setdefault(INDEX_NOTEBOOK, ("Contents", "this list, with how to run the notebooks"))
     files[out_dir / "index.html"] = _index_page(pages, contents,
-                                                index.title if index else DEFAULT_TITLE)
+                                                index.title if index else DEFAULT_TITLE, parts)
     write_files(files, only_changed=False)
     return pages
