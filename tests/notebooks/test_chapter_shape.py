@@ -38,8 +38,9 @@ TERMS = {"all-gather": r"all-gathers?", "reduce-scatter": r"reduce-scatters?",
 # The live-widget disclaimer: the index's one note and each explorer's STATIC_NOTE say it.
 DISCLAIMER = re.compile(r"(controls|sliders)[^.]{0,60}\bmove nothing|needs? a running kernel|"
                         r"shows? no widgets|look live|in a static copy", re.I)
-NAV = re.compile(r"^Previous: \[[^\]]+\]\(([\w-]+)\.ipynb\) · Next: \[[^\]]+\]\(([\w-]+)\.ipynb\) · "
-                 r"\[Contents\]\(00-index\.ipynb\)$")
+# The last notebook's Next is the contents itself, so its line has no third link.
+NAV = re.compile(r"^Previous: \[[^\]]+\]\(([\w-]+)\.ipynb\) · Next: \[[^\]]+\]\(([\w-]+)\.ipynb\)"
+                 r"( · \[Contents\]\(00-index\.ipynb\))?$")
 ABBREVIATION = re.compile(r"\b(e\.g|i\.e|vs|Sec|et al|cf|etc|approx|Fig|Eq)\.", re.I)
 
 
@@ -165,7 +166,8 @@ def test_each_notebook_closes_with_a_short_summary_and_its_neighbours(name):
     following = CHAPTER[index + 1] if index + 1 < len(CHAPTER) else INDEX
     match = NAV.match(nav.strip())
     assert match, f"{name}: the last line is not Previous · Next · Contents: {nav!r}"
-    assert match.groups() == (CHAPTER[index - 1], following), f"{name}: links {match.groups()}"
+    assert match.groups()[:2] == (CHAPTER[index - 1], following), f"{name}: links {match.groups()}"
+    assert match.group(3) or following == INDEX, f"{name}: no link to the contents: {nav!r}"
     assert not ABBREVIATION.search(body), f"{name}: an abbreviation in the summary: {body[:200]}"
     listed = bullets(body)
     count = len(listed) if listed else len(sentences(body))
