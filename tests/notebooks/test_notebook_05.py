@@ -209,7 +209,7 @@ def test_summary_and_links(nb):
     assert np.isclose(t[1] / t[0], 1.5) and "stage 3 costs 1.5x" in said
     deepspeed, paper = sent_per_stage("deepspeed"), sent_per_stage("paper")
     assert deepspeed[1] / paper[1] == deepspeed[2] / paper[2] == 1.5
-    assert "DeepSpeed 0.19.8's defaults cost 1.5x at stages 1 and 2 as well" in said
+    assert "DeepSpeed 0.19.8's defaults send 1.5x at stages 1 and 2 as well" in said
     # At the rates NCCL reaches: NVLink 4's 370 inside and across (8 x 48 = 384 ports out), 48.
     for link, gpus, bandwidth in (("dgx-h100", 8, 370e9), ("dgx-h100", 64, 370e9), ("ib-ndr", 64, 48e9)):
         assert float(bus_bandwidth(zl.interconnect(link), gpus)) == bandwidth
