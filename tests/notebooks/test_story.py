@@ -282,6 +282,28 @@ def test_the_readme_table_lists_every_notebook_in_order():
     assert all(p >= 0 for p in positions) and positions == sorted(positions)
 
 
+TERMS = {"all-gather": r"all-gathers?\b", "reduce-scatter": r"reduce-scatters?\b",
+         "all-reduce": r"all-reduces?\b", "bucket": r"\bbuckets?\b", "prefetch": r"\bprefetch",
+         "overlap": r"\boverlap"}
+
+
+# The collectives are defined once, in 05's "The words"; the other notebooks link to its anchor,
+# 05-the-price-of-zero.ipynb#The-words (JupyterLab's anchor of the heading "## The words").
+DEFINER = "05-the-price-of-zero"
+
+
+@pytest.mark.parametrize("term", TERMS)
+def test_every_communication_term_is_defined_in_05s_words(term):
+    cells = [c for c in read(DEFINER).cells if c.cell_type == "markdown"]
+    (words,) = [i for i, c in enumerate(cells) if c.id == "words"]
+    assert cells[words].source.startswith("## The words\n")
+    assert re.search(r"\*\*" + TERMS[term].replace(r"\b", "") + r"\w*\*\*", cells[words].source, re.I), (
+        f"{term} is not defined (in bold) in {DEFINER}'s The words")
+    # Terms before use: no cell of 05 before The words uses the term.
+    for cell in cells[:words]:
+        assert not re.search(TERMS[term], cell.source, re.I), f"{DEFINER} uses {term} before The words"
+
+
 def _images(nb) -> list[np.ndarray]:
     thumbnails = []
     for cell in nb.cells:
