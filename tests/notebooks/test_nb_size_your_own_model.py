@@ -133,3 +133,16 @@ def test_summary_and_its_links(cells, model):
     assert "Previous: [8 · ZeRO beside model parallelism](08-zero-beside-model-parallelism.ipynb)" in text
     assert "Next: [10 · Experts and other architectures](10-experts-and-other-architectures.ipynb)" in text
     assert "[Contents](00-index.ipynb)" in text
+
+
+def test_the_explorer_starts_on_the_fewest_gpus(cells, model):
+    """The explorer's saved picture differs from the peaks figure: 3 GPUs, where stages 1-3 first fit."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    (code,) = [c for c in nb.cells if c.id == "explorer-static"]
+    assert "gpus=3" in code.source
+    assert "It starts here on those 3 GPUs, pictured first" in cells["explorer-intro"]
+    explorer = zl.WillItFitExplorer(model=model, gpus=3, seq_len=4096, device="h100-80gb")
+    assert ("Fits under ZeRO stage 1 (optimizer), ZeRO stage 2 (+ gradients) and ZeRO stage 3 "
+            "(+ parameters). Too big under Plain data parallelism.") in explorer.summary.value
+    peaks = {p.stage: p.total for p in zl.peaks(model, 3, [0, 1, 2, 3], SETTINGS)}
+    assert peaks[0] > zl.get_device("h100-80gb").capacity >= max(peaks[1], peaks[2], peaks[3])

@@ -161,7 +161,8 @@ def test_no_claim_that_static_viewers_show_no_widgets(name):
 
 
 @pytest.mark.parametrize("name", [n for n in PRESENT if n not in ("00-index", "01-bytes-per-parameter",
-                                                                  "09-appendix-checking-the-arithmetic")])
+                                                                  "09-appendix-checking-the-arithmetic",
+                                                                  "10-experts-and-other-architectures")])
 def test_every_saved_explorer_says_it_needs_a_kernel(name):
     nb = read(name)
     states = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
