@@ -73,6 +73,9 @@ def test_group_figure_read(cells):
     assert fits16["fits"] and not too_big8["fits"]
     says(text, f"the peak is {gb(fits16['peak'])} GB with a group of 16, which fits",
          f"{gb(too_big8['peak'])} GB with a group of 8, which does not")
+    spare = zl.get_device("a100-80gb").capacity - fits16["peak"]
+    assert 0 < spare < 5 * GB
+    says(text, f"which fits, with {gb(spare)} GB to spare")
 
 
 def test_hpz_read(cells):
