@@ -330,3 +330,25 @@ def test_opening_summary_and_links(cells):
     assert activations > max(device.capacity for device in DEVICES.values())   # "any one GPU"
     assert (f"Llama-3.1-405B's activations alone ({gb(activations)} GB at 4,096 tokens with selective "
             "recomputation) exceed any one GPU") in summary
+
+
+def test_deepseek_v3_latent_attention(cells):
+    """DeepSeek-V3's shape as its config.json gives it (deepseek-ai/DeepSeek-V3; arXiv 2412.19437
+    Sec. 2.1.1 and 4.2): 61 layers of 7,168, the first 3 dense; 128 heads of 128 with a 64-wide
+    rotary part; key/value latent 512, query latent 1,536; 256 routed experts, 8 per token."""
+    from zerolib.crosscheck import trained
+
+    config = next(r.config for r in trained.load() if r.run == "deepseek-v3-2048-h800")
+    assert (config.layers, config.hidden, config.dense_layers) == (61, 7168, 3)
+    assert (config.heads, config.head_width, config.rope_head_dim) == (128, 128, 64)
+    assert (config.kv_lora_rank, config.q_lora_rank) == (512, 1536)
+    assert (config.experts, config.experts_per_token) == (256, 8)
+    text = cells["mla-read"]
+    assert ("its 128 heads of 128 (plus a 64-wide rotary part) read keys and values through a "
+            "512-wide latent and queries through a 1,536-wide one") in text
+    assert "its first 3 of 61 layers are dense, the rest hold 256 routed experts, 8 per token" in text
+    total, active = zl.parameter_count(config), zl.active_parameter_count(config)
+    assert (f"counts {total:,} parameters without the multi-token-prediction module, {active:,} active "
+            "per token") in text
+    assert active // 10**9 == 37            # the report: "37B activated for each token"
+    assert "(the report's \"37B activated for each token\")" in text
