@@ -312,10 +312,11 @@ def test_opening_summary_and_links(cells):
     text = cells["title"]
     assert text.startswith("# 10 · Experts and other architectures")
     for target in ("01-bytes-per-parameter.ipynb", "04-will-it-fit.ipynb",
-                   "05-the-price-of-zero.ipynb#The-words", "09-size-your-own-model.ipynb"):
+                   "05-the-price-of-zero.ipynb#The-words", "09-size-your-own-model.ipynb",
+                   "https://arxiv.org/abs/1910.02054"):
         assert f"]({target})" in text
     everything = " ".join(cells.values())
-    assert "Rajbhandari" not in everything and "08-size-your-own-model" not in everything
+    assert "Rajbhandari, Rasley" not in everything and "08-size-your-own-model" not in everything
     assert "](08-zero-beside-model-parallelism.ipynb)" in cells["shapes-read"]
     summary = cells["summary"]
     assert summary.startswith("## Summary")

@@ -120,7 +120,7 @@ def test_the_opening_assumes_the_main_path_and_links_back(cells):
                    "08-zero-beside-model-parallelism.ipynb", "https://arxiv.org/abs/1910.02054"):
         assert f"]({target})" in text
     everything = " ".join(cells.values())
-    assert "Rajbhandari" not in everything and "Trillion Parameter Models" not in everything
+    assert "Rajbhandari, Rasley" not in everything and "Trillion Parameter Models" not in everything
     # The mixture-of-experts sections live in notebook 10 now; this one points there.
     assert "## Mixtures of experts" not in everything
     assert "](10-experts-and-other-architectures.ipynb)" in cells["your-own"]
