@@ -114,11 +114,11 @@ EXPLORERS = {check.notebook: check for check in (
             "ZeRO stage 3 (+ parameters) 81.6 GB fits 7 3",
             "Fewest GPUs that fit (micro-batch 3)",
         )),
-    # Notebook 6 starts the explorer at 16 GPUs; one step right is 32 (four nodes of 8). ZeRO-3:
+    # Notebook 7 starts the explorer at 16 GPUs; one step right is 32 (four nodes of 8). ZeRO-3:
     # 16 B x 70e9 / 32 = 35.0 GB. Optimizer on the CPU: 2 B x 70e9 / 32 = 4.375 GB on each GPU;
     # each node's 8 GPUs keep 16 B x 70e9 / 32 x 8 = 280 GB of CPU memory, under 1 TiB.
     ExplorerCheck(
-        "06-sharding-groups-and-offload.ipynb", "GPUs", "16", "32", (
+        "07-shard-groups-and-offload.ipynb", "GPUs", "16", "32", (
             "70B parameters on 32 GPUs, sharded over groups of 32 (1 replica)",
             "ZeRO-3 35.0 GB fits 0 GB fits 0 GB",
             "ZeRO-3 + optimizer on CPU 4.38 GB fits 280 GB fits 0 GB",
@@ -150,8 +150,8 @@ EXPLORERS = {check.notebook: check for check in (
             "Fastest that fits: t 2 x p 1 (1F1B) x d 64, ZeRO-3, no recomputation, "
             "micro-batch 1 x 16, no offload: 110 s per step",
         )),
-    # Notebook 8 leaves the explorer at Mistral-7B-v0.3 read from its config.json (h = 4096,
-    # 32 layers, 32 heads of 128, 8 key/value heads, f = 14336, vocabulary 32,768) on 8 H100 80GB,
+    # Notebook 9 leaves the explorer at Mistral-7B-v0.3 read from its config.json (h = 4096,
+    # 32 layers, 32 heads of 128, 8 key/value heads, f = 14336, vocabulary 32,768) on 3 H100 80GB,
     # sequence 4096, micro-batch 1, selective recomputation, flash attention; one step right is
     # micro-batch 2 (sb = 8192). A layer keeps 2 bytes x (4 sbh: the two norms' inputs, the QKV
     # and the MLP inputs; sbh for Q; 2 x 1024 sb for K and V; sbh for the output projection's
@@ -160,7 +160,7 @@ EXPLORERS = {check.notebook: check for check in (
     # statistics recomputed = 44,192,235,520 bytes: "44.2 GB". Logits and loss: (2 + 4) x 8192 x
     # 32,768 = 1,610,612,736 bytes: "1.61 GB".
     ExplorerCheck(
-        "08-size-your-own-model.ipynb", "Micro-batch", "1", "2", (
+        "09-size-your-own-model.ipynb", "Micro-batch", "1", "2", (
             "sequence 4,096 · micro-batch 2 · selective recomputation",
             "activations (44.2 GB) and the logits and loss (1.61 GB)",
             "Fewest GPUs that fit (micro-batch 2)",
@@ -198,7 +198,7 @@ def lab(tmp_path_factory, chromium_path, playwright):
     work = tmp_path_factory.mktemp("jupyterlab")
     root = work / "notebooks"
     shutil.copytree(NOTEBOOKS, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    # Notebook 08 reads a published config.json from ../tests/data, as it does in the checkout.
+    # Notebook 09 reads a published config.json from ../tests/data, as it does in the checkout.
     shutil.copytree(REPO / "tests" / "data", work / "tests" / "data")
     with jupyter_lab(root, work) as server:
         yield server
