@@ -273,9 +273,9 @@ def test_gradient_accumulations_price(nb):
         assert paper[0] == paper[1] == 2 * one_pass
         assert paper[2] == (m + 1) * one_pass and paper[3] == 3 * m * one_pass
         assert deepspeed[2] == (2 * m + 1) * one_pass
-    assert f"stages 0 and 1 send {gb(2 * one_pass)} whatever *G*" in said
-    assert f"stage 2 makes *G* + 1 passes, {gb(9 * one_pass)} at *G* = 8, and stage 3 3*G*, {gb(24 * one_pass)}" in said
-    assert f"2*G* + 1 passes: {gb(17 * one_pass)} at *G* = 8" in said
+    assert f"stages 0 and 1 send {gb(2 * one_pass)} whatever *m*" in said
+    assert f"stage 2 makes *m* + 1 passes, {gb(9 * one_pass)} at *m* = 8, and stage 3 3*m*, {gb(24 * one_pass)}" in said
+    assert f"2*m* + 1 passes: {gb(17 * one_pass)} at *m* = 8" in said
 
 
 def test_the_fastest_that_fits_on_one_port_per_gpu_per_engine(nb):
