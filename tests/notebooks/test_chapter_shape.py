@@ -161,7 +161,9 @@ def test_each_notebook_opens_with_what_you_will_learn(name):
 def test_each_notebook_closes_with_a_short_summary_and_its_neighbours(name):
     last = markdown_cells(name)[-1].source.strip()
     assert last.startswith("## Summary\n"), f"{name}: the last markdown cell is not ## Summary"
-    body, _, nav = last.removeprefix("## Summary\n").rpartition("\n")
+    # The navigation is the last paragraph, wrapped or not.
+    body, _, nav = last.removeprefix("## Summary\n").rpartition("\n\n")
+    nav = " ".join(nav.split())
     index = CHAPTER.index(name)
     following = CHAPTER[index + 1] if index + 1 < len(CHAPTER) else INDEX
     match = NAV.match(nav.strip())
