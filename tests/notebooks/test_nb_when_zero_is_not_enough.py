@@ -88,6 +88,13 @@ def test_title(cells):
     assert "Memory Optimizations Toward" not in " ".join(cells.values())      # short form only
 
 
+def test_activations_intro(cells):
+    says(cells["activations-intro"], "Notebook [3](03-memory-vs-model-size.ipynb) found that "
+         "Llama-2-70B's model state fits on 64 GPUs and its run does not")
+    assert zl.model_state_fits(zl.parameter_count(M), 64, 3, device=A100)
+    assert stage3(64).total > A100.capacity
+
+
 def test_activations_read(cells):
     text = cells["activations-read"]
     p3, big = stage3(64), stage3(1024)
