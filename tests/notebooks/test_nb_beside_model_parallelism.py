@@ -540,3 +540,14 @@ def test_context_parallel_read(cells):
          "the planner refuses *c* > 1 under it")
     with pytest.raises(ValueError, match="context_parallel must be \\(1,\\) for engine deepspeed"):
         zl.plan(M, 64, 8, "h100-80gb", 8192, 512, context_parallel=(1, 2, 4, 8))
+
+
+def test_the_pages_section_links_land_on_headings_here():
+    """The engineer's page links its plan and what the plan leaves out to this notebook's headings."""
+    from zerolib.app.answers import SECTIONS
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    headings = {line.lstrip("#").strip() for c in nb.cells if c.cell_type == "markdown"
+                for line in c.source.splitlines() if line.startswith("## ")}
+    for part in ("plan", "left_out"):
+        notebook, heading = SECTIONS[part]
+        assert notebook == NOTEBOOK.name and heading in headings, part
