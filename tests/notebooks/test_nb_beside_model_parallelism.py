@@ -197,7 +197,8 @@ def test_rejected_read(cells, a100_plan):
          f"{rules['global_batch'].configurations:,} cannot cut",
          f"{rules['pipeline_zero'].configurations:,} put ZeRO-2",
          f"{rules['host_unknown'].configurations:,} offload to CPU memory",
-         f"{rules['capacity'].configurations:,} peak above", f"closest at {gb(rules['capacity'].example_bytes)} GB",
+         f"{rules['capacity'].configurations:,} peak above", f"closest at {gb(rules['capacity'].example_bytes)} GB, "
+         f"{(rules['capacity'].example_bytes - A100.capacity) / 1e6:.2f} MB over its {gb(A100.capacity)} GB",
          "fit, under DeepSpeed 0.19.8's rules")
     # Only the schedules Megatron-LM accepts are enumerated: no schedule rule rejects any.
     assert set(rules) == {"kv_heads", "global_batch", "pipeline_zero", "host_unknown", "capacity"}

@@ -181,7 +181,10 @@ def test_ranking_read(cells, a100_plan):
     c = a100_plan.counts()
     fits = a100_plan.fits
     best = fits.iloc[0]
-    says(text, f"Of {c['configurations']:,} configurations {c['fit']:,} fit",
+    fits_peak = a100_plan.valid[a100_plan.valid["fits"]]
+    assert len(fits_peak) == c["fit"] and (fits_peak["peak_bytes"] <= A100.capacity).all()
+    says(text, f"Of {c['configurations']:,} configurations {c['fit']:,} fit: their peaks, not only "
+               f"their model state, are under the A100's {gb(A100.capacity, 1)} GB",
          f"The fastest is {describe_configuration(best)}: {gb(best['peak_bytes'])} GB per GPU, "
          f"{best['step_seconds']:.1f} s per step", "ZeRO-3 over the other 32")
     assert (best["tensor_parallel"], best["sequence_parallel"], best["stage"]) == (2, True, 3)
