@@ -16,7 +16,7 @@ import pytest
 import zerolib as zl
 from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.memory.pipeline_schedule import layer_activations_held
-from zerolib.core.planner import describe_configuration
+from zerolib.core.planner import FAMILIES, describe_configuration
 from zerolib.core.step.model_parallel_traffic import tensor_parallel_traffic
 from zerolib.paths import CHAPTER, GOING_FURTHER, APPENDIX
 
@@ -186,7 +186,7 @@ def test_ranking_read(cells, a100_plan):
     says(text, f"Of {c['configurations']:,} configurations {c['fit']:,} fit: their peaks, not only "
                f"their model state, are under the A100's {gb(A100.capacity, 1)} GB",
          f"The fastest is {describe_configuration(best)}: {gb(best['peak_bytes'])} GB per GPU, "
-         f"{best['step_seconds']:.1f} s per step", "ZeRO-3 over the other 32")
+         f"{best['step_seconds']:.1f} s per step", "ZeRO-3 over the 32 data-parallel GPUs to fit without recomputation")
     assert (best["tensor_parallel"], best["sequence_parallel"], best["stage"]) == (2, True, 3)
     assert best["recompute"] == "none" and best["data_parallel"] == best["shard_group"] == 32
     assert acts(2, 1, True, 0) * 2 == pytest.approx(acts(1, 1, False, 0), rel=0.01)  # "halves"
@@ -199,10 +199,13 @@ def test_ranking_read(cells, a100_plan):
 
 
 def test_figure_read(cells, a100_plan):
-    says(cells["figure-read"], "a third slower", "only on the right")
+    says(cells["figure-read"], "a third slower", "only on the right",
+         "ZeRO without model parallelism (the legend's \"data parallel only\", every stage)")
     valid = a100_plan.valid
     plain = valid[(valid["tensor_parallel"] == 1) & (valid["pipeline_parallel"] == 1)]
     assert set(plain[plain["fits"]]["recompute"]) == {"full"}
+    assert set(plain["stage"]) == {0, 1, 2, 3}          # "every stage"
+    assert FAMILIES[0] == "data parallel only" and set(plain["family"].astype(str)) == {FAMILIES[0]}
     assert zl.ComputeSettings(1, 0.4, "full").flops_per_param_token / 6 == pytest.approx(4 / 3)
 
 
