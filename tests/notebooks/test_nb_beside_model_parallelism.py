@@ -453,7 +453,8 @@ def test_summary(cells, a100_plan, h100_plan):
          f"{fsdp2.counts()['fit']:,} configurations fit and the same one comes first",
          f"at 131,072 tokens on 64 H100 it is "
          f"{_cp(131072)[0]['step_seconds'] / _cp(131072)[1]['step_seconds']:.2f} times faster",
-         f"from {gb(activations(False))} GB to {gb(activations(True))} GB")
+         f"cuts the activations of *t* 8 under full recomputation from {gb(activations(False))} GB "
+         f"to {gb(activations(True))} GB")
     assert describe_configuration(a) == describe_configuration(h)
     assert bubble_fraction(8, 16, 2) == pytest.approx(7 / 32)          # (p - 1) / (v G)
     bullets = [line for line in text.split(" - ")[1:]]
