@@ -1,4 +1,5 @@
-"""Notebook 08's prose (going further: ZeRO beside model parallelism): every number and judgement a markdown cell states, recomputed with zerolib.
+"""Notebook 08's prose (going further: ZeRO beside model parallelism): every number and judgement
+a markdown cell states, recomputed with zerolib.
 
 Each test reads one markdown cell (by id), normalises its whitespace and checks the phrases that
 carry numbers against values computed here, so a change in the library that moves a number makes
@@ -6,22 +7,19 @@ the sentence fail until the text (and the executed notebook) follow.
 """
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import nbformat
-import numpy as np
 import pytest
 
 import zerolib as zl
-from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.memory.activations import checkpoint_terms
-from zerolib.core.memory.pipeline_schedule import layer_activations_held
+from zerolib.core.plan_settings import plan_settings
 from zerolib.core.planner import PLAN_LEFT_OUT, describe_configuration
 from zerolib.core.step.engines import DEFAULT_ENGINE, get_engine
-from zerolib.core.step.model_parallel_traffic import tensor_parallel_traffic
 from zerolib.core.step.offload_traffic import host_traffic, node_host_settings
 from zerolib.core.step.parallel import bubble_fraction
-from zerolib.core.step.time import attention_core_flops
 from zerolib.core.step.traffic import flat_traffic
 from zerolib.core.units import format_value
 from zerolib.paths import CHAPTER
@@ -328,8 +326,6 @@ def test_explorer_intro(cells):
     assert describe_configuration(fits.iloc[0]) == describe_configuration(deepspeed.fits.iloc[0])
     # Issue 23: the explorer's count differs from the table's (3,309 against 1,000); say why:
     # the same shard groups (every G, zerolib plan's default too), another engine.
-    from zerolib.core.plan_settings import plan_settings
-    import inspect
     default_groups = inspect.signature(plan_settings).parameters["shard_groups"].default
     explorer_groups = inspect.signature(zl.PlannerExplorer).parameters["shard_groups"].default
     assert default_groups == explorer_groups == e.plan.settings.shard_groups == "all"
@@ -444,7 +440,7 @@ def test_summary(cells, a100_plan, h100_plan):
                                     partition_activations=pa)
         return zl.estimate_model(M, 64, run, device=A100, stages=[3]).stages[0]["working_set"]["activations"]
 
-    says(text, f"(*p* − 1)/(*v* *G*) of the ideal time",
+    says(text, "(*p* − 1)/(*v* *G*) of the ideal time",
          f"({2 * int(a['micro_batches'])} times a step for the planner's winner)",
          f"On 64 A100 80GB {c['fit']:,} of {c['configurations']:,} configurations fit under DeepSpeed 0.19.8's rules",
          f"fastest by the planner's model is {describe_configuration(a)}, {a['step_seconds']:.1f} s per step",
@@ -538,7 +534,8 @@ def test_context_parallel_read(cells):
     says(text, "Without CP FSDP2's fastest are DeepSpeed's, at the same step times: every one is ZeRO-3")
     assert zl.get_model(M).kv_heads == 8       # "8 key/value heads cap it at 8"
     says(cells["context-parallel-intro"], "8 key/value heads cap it at 8", "in 2*c* chunks",
-         "ZeRO shards over the *d* × *c* GPUs", "(the tables write *c* as \"C\")", "both under PyTorch FSDP2's rules (`engine=\"fsdp2\"`",
+         "ZeRO shards over the *d* × *c* GPUs", "(the tables write *c* as \"C\")",
+         "both under PyTorch FSDP2's rules (`engine=\"fsdp2\"`",
          "the planner refuses *c* > 1 under it")
     with pytest.raises(ValueError, match="context_parallel must be \\(1,\\) for engine deepspeed"):
         zl.plan(M, 64, 8, "h100-80gb", 8192, 512, context_parallel=(1, 2, 4, 8))

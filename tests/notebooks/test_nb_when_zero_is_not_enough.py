@@ -18,7 +18,7 @@ from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.memory.pipeline_schedule import layer_activations_held
 from zerolib.core.planner import FAMILIES, describe_configuration
 from zerolib.core.step.model_parallel_traffic import tensor_parallel_traffic
-from zerolib.paths import CHAPTER, GOING_FURTHER, APPENDIX
+from zerolib.paths import APPENDIX, CHAPTER, GOING_FURTHER
 
 STEM = "06-when-zero-is-not-enough"
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / f"{STEM}.ipynb"
