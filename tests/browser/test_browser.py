@@ -132,7 +132,7 @@ EXPLORERS = {check.notebook: check for check in (
     # after-step gather is exposed: 0.4551 s a step, 8 %. Stage 3 holds 16P / 128 = 0.84 GB +
     # 26.15 GB of working set (2 GB of it gathered parameters) = 27.0 GB; its three passes of 35
     # layers (3 x 0.03614 + 105 x 599.2 us = 0.171 s) hide behind compute.
-    # Notebook 7 leaves the planner explorer at Llama-2-70B on 64 A100 80GB (DGX A100 nodes,
+    # Notebook 8 leaves the planner explorer at Llama-2-70B on 64 A100 80GB (DGX A100 nodes,
     # sequence 4,096, global batch 1,024, 40% of peak) under PyTorch FSDP2; one step right is 128
     # GPUs. The fastest that fits is then t 2 x d 64 under ZeRO-3, 16 micro-batches of one
     # sequence per step. One GPU holds 80 layers of (2 x 8192^2 + 2 x 8192 x 1024 + 3 x 8192 x
@@ -145,7 +145,7 @@ EXPLORERS = {check.notebook: check for check in (
     # compute but for the first layer's (0.14 s a step). Step 108.667 + 1.58 + 0.14 = 110.4 s:
     # "110 s".
     ExplorerCheck(
-        "07-when-zero-is-not-enough.ipynb", "GPUs", "64", "128", (
+        "08-zero-beside-model-parallelism.ipynb", "GPUs", "64", "128", (
             "llama-2-70b on 128 A100 80GB",
             "Fastest that fits: t 2 x p 1 (1F1B) x d 64, ZeRO-3, no recomputation, "
             "micro-batch 1 x 16, no offload: 110 s per step",

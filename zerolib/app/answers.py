@@ -56,9 +56,8 @@ SECTIONS = {
     "model": ("08-size-your-own-model.ipynb", "What zerolib read"),
     "state": ("04-will-it-fit.ipynb", "Layer 1: persistent model state"),
     "peak": ("04-will-it-fit.ipynb", "The peak against the device"),
-    "plan": ("07-when-zero-is-not-enough.ipynb",
-             "The planner: every configuration, which fit, which is fastest"),
-    "left_out": ("07-when-zero-is-not-enough.ipynb", "What the ranking leaves out"),
+    "plan": ("08-zero-beside-model-parallelism.ipynb", "The planner in depth"),
+    "left_out": ("08-zero-beside-model-parallelism.ipynb", "What the ranking leaves out"),
     "run": ("05-the-price-of-zero.ipynb", "Compute, overlap and the step time"),
 }
 CHAPTER_URL = "http://127.0.0.1:8888/lab/tree/"   # where `zerolib lab` serves the chapter
