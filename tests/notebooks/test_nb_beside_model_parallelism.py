@@ -139,7 +139,7 @@ def test_time_read(cells):
          "of the whole step",
          f"idles {float(p8.parts['bubble']):.2f} s in its bubble, {float(p8.bubble_fraction):.2%}",
          f"the same {float(p16.parts['bubble']):.2f} s are {float(p16.bubble_fraction):.0%} of the step",
-         "(*p* − 1)/(*G* + *p* − 1) = 7/23")
+         "(*p* − 1)/(*m* + *p* − 1) = 7/23")
     # Issue 23: two shares of one step, both of the whole step: the tensor-parallel collectives
     # alone (29.609 / 254.498 = 11.6%) and everything that waits for the network (12.4%).
     tensor_share = float(t8.parts["tensor"] / t8.step_seconds)
@@ -440,7 +440,7 @@ def test_summary(cells, a100_plan, h100_plan):
                                     partition_activations=pa)
         return zl.estimate_model(M, 64, run, device=A100, stages=[3]).stages[0]["working_set"]["activations"]
 
-    says(text, "(*p* − 1)/(*v* *G*) of the ideal time",
+    says(text, "(*p* − 1)/(*v* *m*) of the ideal time",
          f"({2 * int(a['micro_batches'])} times a step for the planner's winner)",
          f"On 64 A100 80GB {c['fit']:,} of {c['configurations']:,} configurations fit under DeepSpeed 0.19.8's rules",
          f"fastest by the planner's model is {describe_configuration(a)}, {a['step_seconds']:.1f} s per step",
