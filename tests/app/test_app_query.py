@@ -93,3 +93,18 @@ def test_any_settings_round_trip(model, device, gpus, per_node, links, seq, batc
                       gpus_per_node=per_node, links=links, seq_len=seq, global_batch=batch,
                       micro_batch=micro, tokens=tokens)
     assert from_query(to_query(chosen)) == (chosen, ())
+
+
+def test_every_chapter_link_of_the_page_lands_on_a_heading():
+    """Each answer's "where the chapter explains it" names a chapter notebook and one of its
+    headings (as JupyterLab anchors it): a renamed notebook or heading breaks the page's links."""
+    import nbformat
+
+    from zerolib.app.answers import SECTIONS
+    from zerolib.paths import CHAPTER, NOTEBOOK_DIR
+    for part, (notebook, heading) in SECTIONS.items():
+        assert notebook.removesuffix(".ipynb") in CHAPTER, part
+        nb = nbformat.read(NOTEBOOK_DIR / notebook, as_version=4)
+        headings = {line.lstrip("#").strip() for c in nb.cells if c.cell_type == "markdown"
+                    for line in c.source.splitlines() if line.startswith("#")}
+        assert heading in headings, (part, notebook, heading)

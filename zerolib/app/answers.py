@@ -53,7 +53,7 @@ RUN_LEFT_OUT = "no failures, restarts, evaluation or checkpointing"
 
 # Where the chapter explains each answer (notebook, heading as JupyterLab anchors it).
 SECTIONS = {
-    "model": ("08-size-your-own-model.ipynb", "What zerolib read"),
+    "model": ("09-size-your-own-model.ipynb", "What zerolib read"),
     "state": ("04-will-it-fit.ipynb", "Layer 1: persistent model state"),
     "peak": ("04-will-it-fit.ipynb", "The peak against the device"),
     "plan": ("08-zero-beside-model-parallelism.ipynb", "The planner in depth"),
