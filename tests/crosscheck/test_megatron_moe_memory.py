@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-import pytest
-
 from zerolib.crosscheck.conventions import megatron_theoretical_memory as megatron
 
 DENSE, EXPERT = 1_605_636_096, 176_160_768
