@@ -58,3 +58,15 @@ def test_what_the_step_model_does_not_time_is_refused():
     with pytest.raises(ValueError, match="expert_tensor_parallel = tensor_parallel"):
         estimate_model("mixtral-8x7b", 64, WorkingSetSettings(recompute="full"), device="h100-80gb",
                        expert_parallel=8, expert_tensor_parallel=2, **common)
+
+
+def test_the_engines_rules_are_the_planners():
+    # the planner searches C > 1 only under megatron and fsdp2, and under FSDP2 C | E
+    with pytest.raises(ValueError, match="^engine deepspeed runs no ring-attention context parallelism"):
+        estimate_model("llama-2-7b", 16, WorkingSetSettings(seq_len=32_768, recompute="full",
+                                                            context_parallel=4),
+                       device="h100-80gb", link="dgx-h100", stages=(1,), engine="deepspeed")
+    with pytest.raises(ValueError, match=r"context_parallel \(4\) must divide expert_parallel, got 2"):
+        estimate_model("mixtral-8x7b", 16, WorkingSetSettings(recompute="full", context_parallel=4),
+                       device="h100-80gb", link="dgx-h100", stages=(2,), engine="fsdp2",
+                       expert_parallel=2)

@@ -80,6 +80,7 @@ from zerolib.core.inputs import (
     check_single,
     check_stages,
 )
+from zerolib.core.memory import expert_parallel_rules as ep_rules
 from zerolib.core.memory.accounting import STAGES, Layout, get_layout, state_bytes
 from zerolib.core.memory.activations import context_parallel_tokens
 from zerolib.core.memory.expert_parallel import check_expert_layout, stage_parameters, state_of
@@ -94,6 +95,7 @@ from zerolib.core.memory.working_set import (
 )
 from zerolib.core.step.context_parallel_traffic import assumptions
 from zerolib.core.step.engines import (
+    CONTEXT_PARALLEL_ENGINES,
     DEFAULT_ENGINE,
     Engine,
     Overlap,
@@ -289,6 +291,15 @@ def _with_parallel_step(result: Estimate, link, gpus_per_node, link_efficiency, 
     if expert_tensor_parallel is not None and expert_tensor_parallel != s.tensor_parallel:
         raise ValueError(f"the step model times expert_tensor_parallel = tensor_parallel "
                          f"({s.tensor_parallel}) only, got {expert_tensor_parallel}")
+    # The planner's engine rules (plan_settings, expert_parallel_rules): only these layouts
+    # are ones plan would time.
+    if c > 1 and not engine.context_parallel:
+        raise ValueError(f"engine {engine.name} runs no ring-attention context parallelism (the "
+                         f"engines that do: {', '.join(CONTEXT_PARALLEL_ENGINES)})")
+    # (DeepSpeed-MoE's E | d is E | d x C here: it runs no context parallelism)
+    if engine.name in ep_rules.BORROWS_CONTEXT and expert_parallel > 1 and expert_parallel % c:
+        raise ValueError(f"engine {engine.name} spreads experts over the whole context-parallel "
+                         f"group: context_parallel ({c}) must divide expert_parallel, got {expert_parallel}")
     ic = interconnect(link, gpus_per_node, link_efficiency)
     stages = [row["stage"] for row in result.stages]
     settings = ParallelSettings(
