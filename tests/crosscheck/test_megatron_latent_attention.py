@@ -52,7 +52,8 @@ def test_deepseek_v3_is_its_published_671b_and_37b_active():
     frame = megatron.parameter_comparison(ARCHITECTURES["deepseek-v3"]).set_index("item")
     assert frame.loc["total parameters", "megatron_bytes"] == 671_026_404_352
     assert round(frame.loc["total parameters", "megatron_bytes"] / 1e9) == 671
-    assert round(frame.loc["active parameters", "megatron_bytes"] / 1e9) in (37, 38)
+    # 37,552,282,624 active (the embedding and output layer included): the report's "37B"
+    assert frame.loc["active parameters", "megatron_bytes"] == 37_552_282_624
     assert (frame.difference_bytes == 0).all()
 
 
@@ -133,3 +134,9 @@ def test_context_parallelism_enters_the_world_size():
     args = megatron.args_for(TINY, 16, 1, data_parallel=2, context_parallel=2, expert_parallel=4,
                              distributed_optimizer=True)
     assert args.world_size == 4 and megatron.expert_data_parallel_size(args) == 1
+
+
+def test_latent_attention_needs_its_ranks():
+    args = dataclasses.replace(megatron.args_for(TINY, 16, 1), kv_lora_rank=None)
+    with pytest.raises(ValueError, match="multi_latent_attention needs kv_lora_rank"):
+        megatron.parameter_counts(args)

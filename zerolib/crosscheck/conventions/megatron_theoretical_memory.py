@@ -249,6 +249,10 @@ def _attention_parameters(a: MegatronArgs, norm_size: int) -> Fraction:
     grouped-query one."""
     h = a.hidden_size
     if a.multi_latent_attention:
+        missing = [name for name in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+                   if getattr(a, name) is None]
+        if missing:
+            raise ValueError(f"multi_latent_attention needs {', '.join(missing)} (whole numbers)")
         qk = a.qk_head_dim + a.qk_pos_emb_head_dim
         if a.q_lora_rank is None:
             q_term = h * a.num_attention_heads * qk
