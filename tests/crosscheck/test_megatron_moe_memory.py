@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-import pytest
-
 from zerolib.crosscheck.conventions import megatron_theoretical_memory as megatron
 
 DENSE, EXPERT = 1_605_636_096, 176_160_768
@@ -48,10 +46,11 @@ def test_comparison_agrees_to_the_byte_but_the_named_final_norm():
     assert set(named["item"]) == {"dense", "total"}
 
 
-def test_latent_attention_is_refused():
+def test_latent_attention_is_transcribed_not_refused():
+    # DeepSeek-V2-Lite's config.json: latent attention beside experts (refused before)
     from conftest import REPO
 
     from zerolib.core.catalogue.hf_config import model_from_config
     config = model_from_config(REPO / "tests" / "data" / "deepseek-v2-lite.json")
-    with pytest.raises(ValueError, match="latent attention"):
-        megatron.args_for(config, 4096, 1)
+    args = megatron.args_for(config, 4096, 1)
+    assert args.multi_latent_attention and args.kv_lora_rank == 512 and args.qk_pos_emb_head_dim == 64

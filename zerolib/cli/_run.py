@@ -40,7 +40,9 @@ def add_to_estimate(result: dict, tokens: int) -> dict:
     per_step = compute["tokens_per_gpu"] * result["gpus"]
     rows, cost = [], None
     for row in result["stages"]:
-        cost = run_cost(tokens, per_step, row["communication"]["step_seconds"], result["gpus"])
+        # the planner's step model times context and expert parallelism (parallel_step)
+        timed = row["communication"] if "communication" in row else row["parallel_step"]
+        cost = run_cost(tokens, per_step, timed["step_seconds"], result["gpus"])
         rows.append({**row, "run": {"seconds": cost.seconds, "gpu_hours": cost.gpu_hours}})
     return {**result, "stages": rows, "run": _run_dict(cost, compute["mfu"], result["engine"])}
 

@@ -22,6 +22,7 @@ from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.memory.accounting import CATEGORIES, STAGES, STRATEGY_NAMES
 from zerolib.core.memory.placement import DEFAULT_GPUS_PER_NODE
 from zerolib.core.parse import parse_count, parse_whole
+from zerolib.core.step.parallel import PARTS
 from zerolib.core.units import UNITS, to_unit
 
 
@@ -146,6 +147,39 @@ def _experts_line(result: dict) -> str | None:
             f"send {traffic['sent_bytes_per_step']:,} bytes per GPU ({traffic['routing']} routing)")
 
 
+def _has_parallel_step(result: dict) -> bool:
+    return bool(result["stages"]) and "parallel_step" in result["stages"][0]
+
+
+def _parallel_step_line(result: dict) -> str:
+    step, compute = result["stages"][0]["parallel_step"], result["compute_settings"]
+    spread = ", ".join(f"{name} = {step[key]}" for name, key in (
+        ("C", "context_parallel"), ("E", "expert_parallel")) if step[key] > 1)
+    m = result["micro_batches"]
+    return (f"Step timed as zerolib plan times it ({spread}): on {result['interconnect']['name']}, "
+            f"engine {result['engine']}, {m} micro-batch{'es' if m > 1 else ''} of "
+            f"{compute['tokens_per_gpu'] // m:,} tokens per GPU, mfu {compute['mfu']:g}; ring "
+            "attention and the experts' all-to-alls are not overlapped")
+
+
+def _parallel_step_columns(result: dict) -> tuple[list[str], list[list[str]]]:
+    shown = [part for part in PARTS if part in ("compute", "context", "expert", "data_parallel")]
+    headers = [f"{part.replace('_', '-')} [s]" for part in shown] + ["step [s]", "network wait"]
+    cells = [[f"{row['parallel_step']['parts'][part]:,.3f}" for part in shown]
+             + [f"{row['parallel_step']['step_seconds']:,.3f}",
+                f"{row['parallel_step']['network_wait_fraction']:.1%}"]
+             for row in result["stages"]]
+    return headers, cells
+
+
+def _parallel_step_csv(result: dict) -> tuple[list[str], list[list]]:
+    headers = [f"{part}_seconds" for part in PARTS] + ["step_seconds", "network_wait_fraction"]
+    cells = [[row["parallel_step"]["parts"][part] for part in PARTS]
+             + [row["parallel_step"]["step_seconds"], row["parallel_step"]["network_wait_fraction"]]
+             for row in result["stages"]]
+    return headers, cells
+
+
 def refuse_no_effect(args) -> None:
     """Flags of the table, the compute time or the host judgement that would change nothing."""
     if args.unit is not None and args.format != "table":
@@ -190,6 +224,8 @@ def render(result: dict, form: str, unit: str, note: str | None = None) -> str:
                                     if placement_cli.has_tiers(result) else ([], None))
         comm_headers, comm_cells = (communication_cli.csv_columns(result)
                                     if communication_cli.has_communication(result) else ([], None))
+        if _has_parallel_step(result):
+            comm_headers, comm_cells = _parallel_step_csv(result)
         if "run" in result:   # after every other column, so theirs keep their places
             run_headers, run_cells = run_cli.estimate_csv(result)
             comm_headers = comm_headers + run_headers
@@ -230,6 +266,9 @@ def render(result: dict, form: str, unit: str, note: str | None = None) -> str:
     if communication_cli.has_communication(result):
         comm_headers, comm_cells = communication_cli.table_columns(result, unit)
         lines.append(communication_cli.describe(result))
+    if _has_parallel_step(result):
+        comm_headers, comm_cells = _parallel_step_columns(result)
+        lines.append(_parallel_step_line(result))
     judged = [f"{result['fits_judges']} fits"] if device else []
     headers = ["strategy", *(f"{c} [{unit}]" for c in CATEGORIES), f"per GPU [{unit}]",
                f"all GPUs [{unit}]", *extra_headers, *judged, *comm_headers]

@@ -80,7 +80,9 @@ from zerolib.core.inputs import (
     check_single,
     check_stages,
 )
+from zerolib.core.memory import expert_parallel_rules as ep_rules
 from zerolib.core.memory.accounting import STAGES, Layout, get_layout, state_bytes
+from zerolib.core.memory.activations import context_parallel_tokens
 from zerolib.core.memory.expert_parallel import check_expert_layout, stage_parameters, state_of
 from zerolib.core.memory.model_parallel import candidate_stages, check_parallel
 from zerolib.core.memory.placement import Placement, check_placement, gpus_on_node, place
@@ -93,6 +95,7 @@ from zerolib.core.memory.working_set import (
 )
 from zerolib.core.step.context_parallel_traffic import assumptions
 from zerolib.core.step.engines import (
+    CONTEXT_PARALLEL_ENGINES,
     DEFAULT_ENGINE,
     Engine,
     Overlap,
@@ -101,6 +104,7 @@ from zerolib.core.step.engines import (
 )
 from zerolib.core.step.expert_parallel_traffic import expert_traffic
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, host_settings_for
+from zerolib.core.step.parallel import ParallelSettings, parallel_step_time
 from zerolib.core.step.tables import communication_rows
 from zerolib.core.step.time import (
     DEFAULT_COMPUTE,
@@ -262,6 +266,67 @@ def _with_experts(result: Estimate, expert_parallel: int, expert_tensor_parallel
                     result.interconnect, result.compute)
 
 
+def _with_parallel_step(result: Estimate, link, gpus_per_node, link_efficiency, mfu,
+                        tokens_per_gpu, micro_batches: int, engine: Engine, expert_parallel: int,
+                        expert_tensor_parallel, options: dict, overlap) -> Estimate:
+    """``result`` timed by the planner's step model
+    (:func:`zerolib.core.step.parallel.parallel_step_time`, ring attention over C, the experts'
+    all-to-alls and their own gradient group) where context or expert parallelism is set: each
+    row gains ``parallel_step`` (``parts``: seconds of each part of
+    :data:`zerolib.core.step.parallel.PARTS`, ``step_seconds``, ``network_wait_fraction``,
+    ``bubble_fraction``, ``context_parallel``, ``expert_parallel``), the same numbers
+    ``zerolib plan`` gives the configuration. Needs a device; not with ZeRO++, offload options or
+    ``tokens_per_gpu`` (the step's tokens are seq_len / C x micro_batch x micro_batches)."""
+    s, config = result.settings, result.model
+    c = s.context_parallel
+    if result.device is None:
+        raise ValueError("a link with context or expert parallelism needs a device (the step "
+                         "model times compute beside the collectives)")
+    used = [name for name, value in options.items() if value != TRAFFIC_DEFAULTS[name]]
+    if tokens_per_gpu is not None:
+        used.insert(0, "tokens_per_gpu")
+    if used:
+        raise ValueError(f"{used[0]} is not modelled with context or expert parallelism and a "
+                         "link (the planner's step model times them)")
+    if expert_tensor_parallel is not None and expert_tensor_parallel != s.tensor_parallel:
+        raise ValueError(f"the step model times expert_tensor_parallel = tensor_parallel "
+                         f"({s.tensor_parallel}) only, got {expert_tensor_parallel}")
+    # The planner's engine rules (plan_settings, expert_parallel_rules): only these layouts
+    # are ones plan would time.
+    if c > 1 and not engine.context_parallel:
+        raise ValueError(f"engine {engine.name} runs no ring-attention context parallelism (the "
+                         f"engines that do: {', '.join(CONTEXT_PARALLEL_ENGINES)})")
+    # (DeepSpeed-MoE's E | d is E | d x C here: it runs no context parallelism)
+    if engine.name in ep_rules.BORROWS_CONTEXT and expert_parallel > 1 and expert_parallel % c:
+        raise ValueError(f"engine {engine.name} spreads experts over the whole context-parallel "
+                         f"group: context_parallel ({c}) must divide expert_parallel, got {expert_parallel}")
+    ic = interconnect(link, gpus_per_node, link_efficiency)
+    stages = [row["stage"] for row in result.stages]
+    settings = ParallelSettings(
+        seq_len=s.seq_len, micro_batch=s.micro_batch, tensor_parallel=s.tensor_parallel,
+        pipeline_parallel=s.pipeline_parallel,
+        data_parallel=result.gpus // (s.tensor_parallel * s.pipeline_parallel), stage=stages,
+        micro_batches=micro_batches, chunks=s.pipeline_chunks,
+        sequence_parallel=s.sequence_parallel, recompute=s.recompute, layout=result.layout,
+        mfu=mfu, element_bytes=s.element_bytes, host_link=options["host_link"],
+        context_parallel=c, expert_parallel=expert_parallel, capacity_factor=s.capacity_factor,
+        engine=engine, overlap=overlap, partition_activations=s.partition_activations,
+        cpu_checkpointing=s.cpu_checkpointing)
+    times = parallel_step_time(config, ic, result.device, settings)
+    rows = tuple({**row, "parallel_step": {
+        "parts": {part: float(seconds[i]) for part, seconds in times.parts.items()},
+        "step_seconds": float(times.step_seconds[i]),
+        "network_wait_fraction": float(times.network_wait_fraction[i]),
+        "bubble_fraction": float(times.bubble_fraction[i]),
+        "context_parallel": c, "expert_parallel": expert_parallel}}
+        for i, row in enumerate(result.stages))
+    tokens = context_parallel_tokens(s.seq_len, c) * s.micro_batch * micro_batches
+    return Estimate(result.params, result.gpus, result.layout, result.device, rows, config, s,
+                    result.placement, result.host_memory, ic,
+                    ComputeSettings.for_run(config, s, mfu, tokens), engine, micro_batches,
+                    engine.overlap if overlap is None else overlap)
+
+
 def _compute(tokens_per_gpu, mfu) -> ComputeSettings:
     """The compute settings (checked when made); the defaults' object is made once."""
     if tokens_per_gpu is DEFAULT_TOKENS_PER_GPU and mfu is DEFAULT_MFU:
@@ -356,7 +421,8 @@ def estimate_model(model: str | TransformerConfig, gpus,
     ``engine`` decides which stages exist and which run beside a pipeline (the planner's rule),
     and the schedule. ``expert_parallel`` E (and ``expert_tensor_parallel``, None: the
     tensor-parallel degree) spreads a mixture of experts' routed experts: see
-    :func:`_with_experts`; not with a placement or a link."""
+    :func:`_with_experts`; not with a placement. With a link and context or expert parallelism
+    the step is timed by the planner's step model (:func:`_with_parallel_step`)."""
     config, layout = get_model(model), get_layout(layout)
     gpus = check_single(gpus, check_gpus, "gpus")
     device = get_device(device) if device is not None else None
@@ -376,23 +442,20 @@ def estimate_model(model: str | TransformerConfig, gpus,
     if link is not None and (settings.tensor_parallel != 1 or settings.pipeline_parallel != 1):
         raise ValueError("a link with tensor or pipeline parallelism is not modelled here: the "
                          "step model times data-parallel collectives only (see zerolib plan)")
-    if link is not None and settings.context_parallel != 1:
-        raise ValueError("a link with context parallelism is not modelled here: the ring "
-                         "attention is timed by zerolib.core.step.parallel (see zerolib plan)")
     if expert_parallel != 1 or expert_tensor_parallel is not None:
-        if placement is not None or link is not None:
-            # Not a small step: estimate's communication table is one schedule over one group,
-            # and E splits it in two (the dense part over d, the experts over d / E) plus the
-            # all-to-alls; the planner's step model times both.
-            raise ValueError("expert_parallel is not modelled with a placement or a link here: "
-                             "the shard groups, offload and the step model's data-parallel "
-                             "collectives assume one data-parallel group for all model state"
-                             + ("; zerolib plan --expert-parallel E times it (the experts' "
-                                "gradients over their own group, the all-to-alls)"
-                                if link is not None else ""))
+        if placement is not None:
+            raise ValueError("expert_parallel is not modelled with a placement here: the shard "
+                             "groups and offload assume one data-parallel group for all model "
+                             "state")
         result = _with_experts(result, expert_parallel, expert_tensor_parallel,
                                settings.micro_batches)
     m = check_positive_int(micro_batches, "micro_batches", MAX_MICRO_BATCHES)
+    if link is not None and (settings.context_parallel != 1 or expert_parallel != 1):
+        return _with_parallel_step(
+            result, link, gpus_per_node, link_efficiency, mfu, tokens_per_gpu, m, engine,
+            expert_parallel, expert_tensor_parallel,
+            {"qwz": qwz, "qgz": qgz, "host_link": host_link, "host": host,
+             "cpu_adam_rate": cpu_adam_rate}, overlap)
     tokens = (settings.seq_len * settings.micro_batch * m if tokens_per_gpu is None
               else tokens_per_gpu)
     return _with_communication(result, config, link, gpus_per_node,
