@@ -119,7 +119,7 @@ def test_labels_stay_in_the_axes_on_their_side_of_the_capacity_line(device, gpus
     named = {f"config {k}": int(valid.index[r]) for k, r in enumerate(rows)}
     figure, artists = plan_peaks_figure(valid, named=named, dpi=80)
     line = line_y(figure, artists)
-    for text, row in [(artists.best_label, None), *zip(artists.named, rows)]:
+    for text, row in [(artists.best_label, None), *zip([t for t, _ in artists.named], rows)]:
         if not text.get_visible():
             continue
         box, axes = label_box(figure, text)
@@ -134,8 +134,8 @@ def test_labels_stay_in_the_axes_on_their_side_of_the_capacity_line(device, gpus
 def test_named_configurations_are_labelled_and_checked(a100):
     valid = a100.valid
     figure, artists = plan_peaks_figure(valid, named={"ZeRO-3, t 1": 5})
-    assert [t.get_text() for t in artists.named] == ["ZeRO-3, t 1"]
-    assert artists.named[0].xy == (valid["step_seconds"].iloc[5], valid["peak_bytes"].iloc[5] / 1e9)
+    assert [t.get_text() for t, _ in artists.named] == ["ZeRO-3, t 1"]
+    assert artists.named[0][0].xy == (valid["step_seconds"].iloc[5], valid["peak_bytes"].iloc[5] / 1e9)
     with pytest.raises(ValueError, match=r"named\['x'\] must be an index label of the frame, got 10000000"):
         plan_peaks_figure(valid, named={"x": 10**7})
     with pytest.raises(TypeError, match="named must map label strings to index labels"):

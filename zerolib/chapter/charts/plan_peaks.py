@@ -52,6 +52,7 @@ FRONTIER_COLOR = "#333333"
 BEST_LABEL = "fastest that fits"
 LABEL_SIZE = 10                       # points: 11 px at the explorers' 80 dpi
 LABEL_OFFSET = 7                      # points from a labelled point to its label
+LEADER_GAP = 8                        # points: a leader starts at the ring's edge
 _TICKS = np.array([1, 2, 5]) * 10.0 ** np.arange(-3, 7)[:, None]
 
 
@@ -102,7 +103,8 @@ class PlanPeaksArtists:
     points: dict            # family -> PathCollection of its frontier configurations
     best: object            # the ring around the fastest configuration that fits
     best_label: object      # its label
-    named: list             # Text per configuration the caller named, in the caller's order
+    best_leader: object     # Line2D from the ring to its label, where the label stands off
+    named: list             # (Text, leader) per configuration the caller named, in order
     device_line: object
     legend: object
     title: object
@@ -197,23 +199,34 @@ def _label_place(ax, text: str, x: float, y: float, line: float, marks: np.ndarr
     return chosen
 
 
-def _place(text, ax, x: float, y: float, line: float, marks, steps):
+def _place(text, leader, ax, x: float, y: float, line: float, marks, steps):
     dx, dy, ha, va = _label_place(ax, text.get_text(), x, y, line, marks, steps)
     text.xy = (x, y)
     text.set_position((dx, dy))
     text.set_horizontalalignment(ha)
     text.set_verticalalignment(va)
     text.set_visible(True)
-    # A leader only where the label stands off (beside its point it needs none).
-    text.arrow_patch.set_visible(math.hypot(dx, dy) > 2 * LABEL_OFFSET)
+    # A leader where the label stands off (beside its point it needs none), from the ring's
+    # edge to the label's corner, in axes fractions (worked out here: a patch clipped to the
+    # label's box would cost a bezier split on every draw).
+    far = math.hypot(dx, dy)
+    leader.set_visible(far > 2 * LABEL_OFFSET)
+    if far > 2 * LABEL_OFFSET:
+        (x0, x1), (b, t) = ax.get_xlim(), ax.get_ylim()
+        width, height = (v * 72 / ax.figure.dpi for v in (ax.bbox.width, ax.bbox.height))
+        fx, fy = (x - x0) / (x1 - x0), math.log(y / b) / math.log(t / b)
+        start = LEADER_GAP / far
+        leader.set_data([fx + start * dx / width, fx + dx / width],
+                        [fy + start * dy / height, fy + dy / height])
 
 
 def _label(ax, text: str):
-    return ax.annotate(text, (0, 0), xytext=(0, 0), textcoords="offset points",
-                       fontsize=LABEL_SIZE, color="#111111", zorder=7, visible=False,
-                       bbox=dict(LABEL_BACKING),
-                       arrowprops=dict(arrowstyle="-", color="#111111", lw=0.8, shrinkA=0,
-                                       shrinkB=8))
+    label = ax.annotate(text, (0, 0), xytext=(0, 0), textcoords="offset points",
+                        fontsize=LABEL_SIZE, color="#111111", zorder=7, visible=False,
+                        bbox=dict(LABEL_BACKING))
+    leader, = ax.plot([], [], color="#111111", lw=0.8, transform=ax.transAxes, zorder=6.5,
+                      visible=False)
+    return label, leader
 
 
 def _apply(artists: PlanPeaksArtists, frame: pd.DataFrame, unit: str, rows: dict):
@@ -252,12 +265,13 @@ def _apply(artists: PlanPeaksArtists, frame: pd.DataFrame, unit: str, rows: dict
     if len(best):
         x, y = float(step[best[0]]), float(peak[best[0]])
         artists.best.set_offsets([[x, y]])
-        _place(artists.best_label, ax, x, y, capacity, marks, marks)
+        _place(artists.best_label, artists.best_leader, ax, x, y, capacity, marks, marks)
     else:
         artists.best.set_offsets(np.empty((0, 2)))
         artists.best_label.set_visible(False)
-    for text, at in zip(artists.named, rows.values()):
-        _place(text, ax, float(step[at]), float(peak[at]), capacity, marks, marks)
+        artists.best_leader.set_visible(False)
+    for (text, leader), at in zip(artists.named, rows.values()):
+        _place(text, leader, ax, float(step[at]), float(peak[at]), capacity, marks, marks)
     ax.set_xlabel("Estimated step time [s] (a model, not a measurement)")
     ax.set_ylabel(f"Peak per GPU [{unit}], log scale")
     show_device_and_titles(artists, s.device, unit, capacity, plan_titles(frame))
@@ -301,10 +315,10 @@ def draw_plan_peaks(ax, frame: pd.DataFrame, unit: str = "GB",
         ax.yaxis.set_minor_locator(NullLocator())
         fix_axis_labels(ax)
         # The labels last: drawn over everything, in the caller's order.
-        best_label = _label(ax, BEST_LABEL)
+        best_label, best_leader = _label(ax, BEST_LABEL)
         texts = [_label(ax, label) for label in rows]
-        artists = PlanPeaksArtists(ax, rest, frontier_line, points, best, best_label, texts,
-                                   device_line, legend, title, subtitle)
+        artists = PlanPeaksArtists(ax, rest, frontier_line, points, best, best_label,
+                                   best_leader, texts, device_line, legend, title, subtitle)
         _apply(artists, frame, unit, rows)
     return artists
 
@@ -316,9 +330,10 @@ def update_plan_peaks(artists: PlanPeaksArtists, frame: pd.DataFrame, unit: str 
     frame = _check(frame)
     rows = _named_rows(frame, named)
     with style():
-        if list(rows) != [t.get_text() for t in artists.named]:
-            for text in artists.named:
+        if list(rows) != [text.get_text() for text, _ in artists.named]:
+            for text, leader in artists.named:
                 text.remove()
+                leader.remove()
             artists.named = [_label(artists.ax, label) for label in rows]
         _apply(artists, frame, unit, rows)
     return artists
