@@ -287,3 +287,34 @@ def test_the_expert_parallel_control_is_for_a_mixture_of_experts(explorer):
     assert "Searched context parallelism C = 1, 2 and no expert parallelism" in moe.summary.value
     moe.controls["model"].value = "llama-2-7b"
     assert moe.controls["expert_parallel"].disabled
+
+
+def test_a_setting_returned_to_is_not_planned_again(explorer, monkeypatch):
+    """A slider moved back and forth: each setting is planned once while it is among the last
+    PLANS_KEPT (8) settings, and planned again once it has dropped out."""
+    from zerolib.chapter.explorers import planner as planner_explorer
+
+    made = []
+    monkeypatch.setattr(planner_explorer, "plan",
+                        lambda *args, **kwargs: (made.append(args), plan(*args, **kwargs))[1])
+    gpus = explorer.controls["gpus"]
+    for value in (128, 64, 128, 64, 128):
+        gpus.value = value
+        assert explorer.plan.settings.gpus == value
+        assert bytes(explorer.image.value) == fast_png.IncrementalPng(explorer.figure).render()
+    assert len(made) == 1                      # 128 once; 64 was planned when it was built
+    assert planner_explorer.PLANS_KEPT == 8
+    # Seven settings more (nine in all): 64 GPUs at 4,096 tokens, the least recently used,
+    # drops out.
+    for seq in (1024, 2048, 8192, 16384, 32768):
+        explorer.controls["seq_len"].value = seq
+    for value in (256, 512):
+        gpus.value = value
+    assert len(made) == 8 and len(explorer._plans) == 8
+    explorer.controls["seq_len"].value = 4096  # 512 GPUs at 4,096: new
+    gpus.value = 64                            # dropped out: planned again
+    assert len(made) == 10
+    gpus.value = 512                           # at 4,096: still kept
+    assert len(made) == 10
+    gpus.value = 64
+    assert explorer.plan.counts() == plan("llama-2-70b", 64, 8, "a100-80gb", 4096, 1024).counts()

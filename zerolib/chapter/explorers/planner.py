@@ -1,9 +1,11 @@
-"""The planner explorer: every configuration of a model on a cluster the reader picks, the peak
-per GPU of each against its step time and the capacity line, the fastest that fit and why the
-rest are rejected.
+"""The planner explorer: every configuration of a model on a cluster the reader picks, its
+frontier (the fastest for each peak per GPU) against step time and the capacity line over the
+rest faded, the fastest that fit and why the rest are rejected.
 
 :func:`summary_html` and :func:`ranking_html` are pure (tested without widgets): they read a
-:class:`zerolib.core.planner.Plan` (its counts, its ranked fits, its rejections by rule).
+:class:`zerolib.core.planner.Plan` (its counts, its ranked fits, its rejections by rule). The
+explorer remembers the plans of its last :data:`PLANS_KEPT` settings with their texts, so a
+slider moved back to a setting costs a redraw, not a plan.
 """
 from __future__ import annotations
 
