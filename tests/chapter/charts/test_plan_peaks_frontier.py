@@ -100,8 +100,12 @@ def test_the_figure_draws_the_frontier_prominently_and_the_rest_faded(a100):
 
 
 def label_box(figure, text):
+    """The label's extent with its white backing, and the axes'."""
+    from matplotlib.transforms import Bbox
     renderer = figure.canvas.get_renderer()
-    return text.get_window_extent(renderer), text.axes.get_window_extent(renderer)
+    box = Bbox.union([text.get_window_extent(renderer),
+                      text.get_bbox_patch().get_window_extent(renderer)])
+    return box, text.axes.get_window_extent(renderer)
 
 
 def line_y(figure, artists):

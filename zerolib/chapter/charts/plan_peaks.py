@@ -161,15 +161,18 @@ def _label_place(ax, text: str, x: float, y: float, line: float, marks: np.ndarr
     mx, my = pts(marks[:, 0], marks[:, 1]) if len(marks) else (np.empty(0), np.empty(0))
     sx, sy = pts(steps[:, 0], steps[:, 1]) if len(steps) else (np.empty(0), np.empty(0))
     wide, tall, pad = 0.62 * LABEL_SIZE * len(text) + 4, LABEL_SIZE * 1.5, 4
+    back = LABEL_BACKING["pad"] * LABEL_SIZE               # the white backing around the text
     below = y <= line
-    if below and len(sx):
+
+    def under(at):          # the staircase's height at ``at`` (points), infinite left of it
+        return sy[np.searchsorted(sx, at, side="right") - 1] if len(sx) and at >= sx[0] else np.inf
+    if below and abs(under(px) - py) < 0.5:
         # Under the staircase nothing runs (every configuration is above or right of it): a
-        # label there, joined to its point by a leader, is clear of every point and the line.
-        left = min(max(px - 0.3 * wide, 2.0), width - wide - 2)
-        right = left + wide
-        under = sy[np.searchsorted(sx, right, side="right") - 1] if right >= sx[0] else np.inf
-        top = min(under, py - 2.2 * LABEL_OFFSET) - pad
-        if top - tall >= 2 and left >= 0:
+        # label of a point on it goes there, joined by a leader, clear of every point and the
+        # line.
+        left = min(max(px - 0.3 * wide, back), width - wide - back)
+        top = min(under(left + wide + back), py - 2.2 * LABEL_OFFSET) - pad - back
+        if top - tall - back >= 0 and left >= back:
             return left - px, top - py, "left", "top"
     best, chosen = None, None
     for kx, ky, ha, va in _SPOTS:
@@ -177,9 +180,9 @@ def _label_place(ax, text: str, x: float, y: float, line: float, marks: np.ndarr
         left = px + dx - {"right": wide, "center": wide / 2, "left": 0}[ha]
         low = py + dy - {"top": tall, "center": tall / 2, "bottom": 0}[va]
         right, high = left + wide, low + tall
-        if left < 0 or right > width or low < 0 or high > height:
+        if left < back or right > width - back or low < back or high > height - back:
             continue
-        if (high > pl) if below else (low < pl):
+        if (high + back > pl) if below else (low - back < pl):
             continue
         over = int(np.sum((mx > left - pad) & (mx < right + pad) & (my > low - pad)
                           & (my < high + pad)))
@@ -253,7 +256,8 @@ def _apply(artists: PlanPeaksArtists, frame: pd.DataFrame, unit: str, rows: dict
         low, high = float(step.min()), float(step.max())
         pad = max(high - low, 0.05 * high) * 0.06
         ax.set_xlim(low - pad, high + pad)
-        bottom = min(float(peak.min()), capacity) / 1.25
+        # Room under the frontier, where nothing runs, for the labels.
+        bottom = min(float(peak.min()), capacity) / 2
         top = max(float(peak.max()), capacity) * 1.25
     else:
         ax.set_xlim(0, 1)
