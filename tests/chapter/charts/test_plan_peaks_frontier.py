@@ -4,9 +4,10 @@ updating the figure gives the pixels of a fresh draw for any sequence of plans."
 import numpy as np
 import pandas as pd
 import pytest
-from matplotlib.colors import to_rgba
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from matplotlib.colors import to_rgba
+from matplotlib.transforms import Bbox
 
 from zerolib.chapter import fast_png
 from zerolib.chapter.charts.plan_peaks import (
@@ -101,7 +102,6 @@ def test_the_figure_draws_the_frontier_prominently_and_the_rest_faded(a100):
 
 def label_box(figure, text):
     """The label's extent with its white backing, and the axes'."""
-    from matplotlib.transforms import Bbox
     renderer = figure.canvas.get_renderer()
     box = Bbox.union([text.get_window_extent(renderer),
                       text.get_bbox_patch().get_window_extent(renderer)])
