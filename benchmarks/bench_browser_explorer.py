@@ -9,6 +9,10 @@ of the five, beside the in-kernel time of one redraw of the same slider (``bench
 measures that against rebuilding the figure), and their ratio: what the browser and the widget
 messages add; and what one move brings from the kernel (widget updates, where the image comes
 among them, bytes), counted on the page's websocket. Target: the slowest explorer under 100 ms.
+The moves go back and forth, so all but the first return to a setting shown before: an explorer
+that remembers what is a pure function of its controls (the planner its plans, every explorer its
+encoded images) answers those faster, and the first move, printed first, is the one that shows
+a new setting's cost.
 ``--baseline DIR`` times the explorers of another checkout too, move for move in the same run
 (on a loaded machine only such pairs compare), and prints the ratios.
 
@@ -215,8 +219,9 @@ def main(argv=()) -> int:
         slowest = max(slowest, browser_ms)
         print(f"explorer_browser_{NAMES[stem]}: {browser_ms / kernel_ms:.1f}x (key press to new image "
               f"in Chromium, median of {len(times)}: {browser_ms:.0f} ms, against the in-kernel "
-              f"redraw {kernel_ms:.0f} ms; moves {', '.join(f'{t:.0f}' for t in times)} ms; "
-              f"{message_words(frames)}; target < {TARGET_MS:.0f} ms)")
+              f"redraw {kernel_ms:.0f} ms; moves {', '.join(f'{t:.0f}' for t in times)} ms, the "
+              f"first to a setting not shown before; {message_words(frames)}; "
+              f"target < {TARGET_MS:.0f} ms)")
         if baseline is not None:
             before, before_frames = results["baseline"][stem]
             before_ms = statistics.median(before)

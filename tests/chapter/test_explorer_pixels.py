@@ -125,3 +125,29 @@ def test_settings_the_recorder_cannot_compare_draw_everything_afresh():
         before = renderer.full_draws
         assert renderer.render() == full_render(explorer)
         assert renderer.full_draws == before + 1
+
+
+# The planner explorer remembers plans, texts and encoded images; moves among a few values
+# return to settings often, and every image must be that of a figure drawn afresh from a plan
+# made afresh.
+PLANNER_MOVES = {"gpus": [64, 128], "device": ["a100-80gb", "h100-80gb"], "unit": ["GB", "GiB"],
+                 "seq_len": [4096, 8192], "shard_groups": ["all", "whole"]}
+
+
+@settings(max_examples=6, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(moves=st.lists(st.sampled_from([(name, value) for name, values in PLANNER_MOVES.items()
+                                       for value in values]), min_size=2, max_size=7))
+def test_the_planner_explorer_shows_a_fresh_plan_drawn_afresh_whatever_it_remembers(moves):
+    from zerolib.chapter.charts.plan_peaks import plan_peaks_figure
+
+    explorer = explorers.PlannerExplorer()
+    for name, value in moves:
+        explorer.controls[name].value = value
+        fresh_plan = explorer._plan()                     # made again, not remembered
+        figure, _ = plan_peaks_figure(fresh_plan.valid, explorer.unit, dpi=explorer.dpi)
+        image = bytes(explorer.image.value)
+        assert image == full_render(explorer), (name, value)
+        assert image == fast_png.IncrementalPng(figure).render(), (name, value)
+        assert explorer.summary.value == explorers.planner.summary_html(fresh_plan, explorer.unit)
+        assert explorer.table.value == explorers.planner.ranking_html(fresh_plan, explorer.unit)

@@ -33,6 +33,7 @@ RC_PREFIXES = ("agg.", "font.", "mathtext.", "path.", "text.")
 MARGIN = 2   # pixels around a block's extent, for antialiasing
 RING = 12    # pixels around the extent; a block drawing in RING but outside MARGIN is not kept
 KEPT = 512   # drawings kept, the least recently used dropped first
+PNGS_KEPT = 8   # encoded images kept under their pixels (a slider moved back and forth)
 
 
 def text_blocks(artists) -> list:
@@ -261,10 +262,26 @@ class IncrementalPng:
         self._rc: tuple | None = ()
         self._reused = 0
         self.full_draws = 0     # renders that re-used nothing
+        # Pixels -> PNG bytes: encoding is a pure function of the pixels, and a reader returning
+        # to a setting draws the same pixels again. Keyed by a checksum, confirmed by comparing
+        # every pixel (a checksum alone could collide).
+        self._pngs: OrderedDict[int, tuple[np.ndarray, bytes]] = OrderedDict()
+        self.encodings_skipped = 0
 
     def render(self) -> bytes:
         """PNG bytes of the figure as it is now."""
-        return encode_png(self.draw(), self.compress_level)
+        pixels = self.draw()
+        key = zlib.crc32(pixels)
+        kept = self._pngs.get(key)
+        if kept is not None and np.array_equal(kept[0], pixels):
+            self._pngs.move_to_end(key)
+            self.encodings_skipped += 1
+            return kept[1]
+        png = encode_png(pixels, self.compress_level)
+        self._pngs[key] = (pixels.copy(), png)
+        while len(self._pngs) > PNGS_KEPT:
+            self._pngs.popitem(last=False)
+        return png
 
     def draw(self) -> np.ndarray:
         """The figure's pixels (RGBA) as they are now, re-using texts drawn before."""

@@ -36,15 +36,13 @@ def a100():
 def test_the_chart_draws_every_configuration(a100):
     figure, artists = plan_peaks_figure(a100.valid)
     valid = a100.valid
-    drawn = sum(len(artists.points[name].get_offsets()) for name in FAMILIES)
-    assert drawn == len(valid)
-    # Each family's points are its configurations at (step seconds, peak in GB).
-    family = valid["family"].astype(str).to_numpy()
-    for name in FAMILIES:
-        sel = family == name
-        want = np.column_stack([valid["step_seconds"].to_numpy()[sel],
-                                valid["peak_bytes"].to_numpy()[sel] / 1e9])
-        assert np.allclose(artists.points[name].get_offsets(), want)
+    # Each configuration once: on the frontier in its family's colours, or in the faded rest.
+    drawn = {tuple(p) for name in FAMILIES for p in artists.points[name].get_offsets()}
+    drawn |= {tuple(p) for p in artists.rest.get_offsets()}
+    want = {(s, p / 1e9) for s, p in zip(valid["step_seconds"], valid["peak_bytes"])}
+    assert drawn == want
+    assert sum(len(artists.points[name].get_offsets()) for name in FAMILIES) \
+        + len(artists.rest.get_offsets()) == len(valid)
     # The ring is on the planner's first; the dashed line at the capacity.
     best = a100.fits.iloc[0]
     assert np.allclose(artists.best.get_offsets(), [[best["step_seconds"], best["peak_bytes"] / 1e9]])
@@ -69,7 +67,8 @@ def test_offloaded_configurations_are_drawn_at_their_step_time():
     assert (valid["offload"] != "none").any() and valid["step_seconds"].notna().all()
     figure = new_figure((9.6, 6.4))
     artists = draw_plan_peaks(add_axes(figure, (0.95, 0.35, 1.45, 0.8)), valid)
-    assert sum(len(artists.points[name].get_offsets()) for name in FAMILIES) == len(valid)
+    assert sum(len(artists.points[name].get_offsets()) for name in FAMILIES) \
+        + len(artists.rest.get_offsets()) == len(valid)
     assert "offload" not in plan_titles(valid)[1]
 
 
@@ -288,3 +287,34 @@ def test_the_expert_parallel_control_is_for_a_mixture_of_experts(explorer):
     assert "Searched context parallelism C = 1, 2 and no expert parallelism" in moe.summary.value
     moe.controls["model"].value = "llama-2-7b"
     assert moe.controls["expert_parallel"].disabled
+
+
+def test_a_setting_returned_to_is_not_planned_again(explorer, monkeypatch):
+    """A slider moved back and forth: each setting is planned once while it is among the last
+    PLANS_KEPT (8) settings, and planned again once it has dropped out."""
+    from zerolib.chapter.explorers import planner as planner_explorer
+
+    made = []
+    monkeypatch.setattr(planner_explorer, "plan",
+                        lambda *args, **kwargs: (made.append(args), plan(*args, **kwargs))[1])
+    gpus = explorer.controls["gpus"]
+    for value in (128, 64, 128, 64, 128):
+        gpus.value = value
+        assert explorer.plan.settings.gpus == value
+        assert bytes(explorer.image.value) == fast_png.IncrementalPng(explorer.figure).render()
+    assert len(made) == 1                      # 128 once; 64 was planned when it was built
+    assert planner_explorer.PLANS_KEPT == 8
+    # Seven settings more (nine in all): 64 GPUs at 4,096 tokens, the least recently used,
+    # drops out.
+    for seq in (1024, 2048, 8192, 16384, 32768):
+        explorer.controls["seq_len"].value = seq
+    for value in (256, 512):
+        gpus.value = value
+    assert len(made) == 8 and len(explorer._plans) == 8
+    explorer.controls["seq_len"].value = 4096  # 512 GPUs at 4,096: new
+    gpus.value = 64                            # dropped out: planned again
+    assert len(made) == 10
+    gpus.value = 512                           # at 4,096: still kept
+    assert len(made) == 10
+    gpus.value = 64
+    assert explorer.plan.counts() == plan("llama-2-70b", 64, 8, "a100-80gb", 4096, 1024).counts()
