@@ -51,7 +51,7 @@ _EXPORTS = (
                                          "fewest_gpus_for_peak", "largest_micro_batch",
                                          "stage_rows")),
     ("zerolib.core.memory.feasibility", ("model_state_fits", "fewest_gpus", "largest_model")),
-    ("zerolib.core.memory.tables", ("NEVER", "show_never", "memory_table", "fewest_gpus_table",
+    ("zerolib.core.memory.tables", ("show_never", "memory_table", "fewest_gpus_table",
                                     "stage_savings", "peak_frame", "group_size_table",
                                     "tier_table")),
     # the step: what it communicates and how long it takes
@@ -72,7 +72,6 @@ _EXPORTS = (
     ("zerolib.chapter.charts.offload_tiers", ("offload_tiers_figure",)),
     ("zerolib.chapter.charts.conventions", ("conventions_figure",)),
     ("zerolib.chapter.charts.step_timeline", ("step_timeline_figure",)),
-    ("zerolib.chapter.charts.tradeoff", ("memory_vs_step_time_figure",)),
     ("zerolib.chapter.charts.group_traffic", ("group_tradeoff_figure",)),
     ("zerolib.chapter.charts.plan_peaks", ("plan_peaks_figure",)),
     ("zerolib.chapter.explorers", ("GpuCountExplorer", "ModelSizeExplorer", "WillItFitExplorer",
