@@ -23,7 +23,7 @@ SECTIONS = CHAPTER[1:]
 # main path is read in about an hour.
 BUDGETS = {"01-bytes-per-parameter": 1150, "02-memory-vs-gpu-count": 1150,
            "03-memory-vs-model-size": 950, "04-will-it-fit": 2000, "05-the-price-of-zero": 2100,
-           "06-when-zero-is-not-enough": 1350}
+           "06-when-zero-is-not-enough": 1400}
 MAIN_PATH_WORDS = 9000
 PARTS = {"Main path": MAIN_PATH, "Going further": GOING_FURTHER, "Appendix": APPENDIX}
 
