@@ -1,4 +1,5 @@
-"""Notebook 07's prose (shard groups and offload): every number and judgement a markdown cell states, recomputed with zerolib.
+"""Notebook 07's prose (shard groups and offload): every number and judgement a markdown cell
+states, recomputed with zerolib.
 
 Each test reads one markdown cell (by id), normalises its whitespace and checks the phrases that
 carry numbers against values computed here, so a change in the library that moves a number makes
