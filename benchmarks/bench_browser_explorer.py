@@ -47,10 +47,10 @@ TARGET_MS = 100.0
 # The slider each explorer's browser test moves (tests/test_browser.py), by its label.
 SLIDERS = {"02-memory-vs-gpu-count": "Model size", "03-memory-vs-model-size": "GPUs",
            "04-will-it-fit": "Micro-batch", "05-the-price-of-zero": "GPUs",
-           "06-sharding-groups-and-offload": "GPUs", "08-zero-beside-model-parallelism": "GPUs"}
+           "07-shard-groups-and-offload": "GPUs", "08-zero-beside-model-parallelism": "GPUs"}
 NAMES = {"02-memory-vs-gpu-count": "gpu_count", "03-memory-vs-model-size": "model_size",
          "04-will-it-fit": "will_it_fit", "05-the-price-of-zero": "step_time",
-         "06-sharding-groups-and-offload": "placement", "08-zero-beside-model-parallelism": "planner"}
+         "07-shard-groups-and-offload": "placement", "08-zero-beside-model-parallelism": "planner"}
 
 # Armed before the key press: resolves with the milliseconds from the keydown to the first
 # animation frame after the image's new source has loaded.
