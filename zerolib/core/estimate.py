@@ -254,7 +254,8 @@ def _with_experts(result: Estimate, expert_parallel: int, expert_tensor_parallel
                                  moe_layers=state.parameters.expert_layers,
                                  micro_batches=micro_batches or p,   # None: enough to fill the pipeline
                                  capacity_factor=s.capacity_factor, element_bytes=s.element_bytes,
-                                 tensor_parallel=t, sequence_parallel=s.sequence_parallel)
+                                 tensor_parallel=t, sequence_parallel=s.sequence_parallel,
+                                 expert_tensor_parallel=lay.expert_tensor_parallel)
         new = {name: state.category(name) for name in ("parameters", "gradients", "optimizer")}
         fits = None if result.device is None else bool(peak <= result.device.capacity)
         rows.append({**row, "pipeline_stage": r, **new, "total": state.total,
@@ -288,9 +289,6 @@ def _with_parallel_step(result: Estimate, link, gpus_per_node, link_efficiency, 
     if used:
         raise ValueError(f"{used[0]} is not modelled with context or expert parallelism and a "
                          "link (the planner's step model times them)")
-    if expert_tensor_parallel is not None and expert_tensor_parallel != s.tensor_parallel:
-        raise ValueError(f"the step model times expert_tensor_parallel = tensor_parallel "
-                         f"({s.tensor_parallel}) only, got {expert_tensor_parallel}")
     # The planner's engine rules (plan_settings, expert_parallel_rules): only these layouts
     # are ones plan would time.
     if c > 1 and not engine.context_parallel:
@@ -310,7 +308,7 @@ def _with_parallel_step(result: Estimate, link, gpus_per_node, link_efficiency, 
         sequence_parallel=s.sequence_parallel, recompute=s.recompute, layout=result.layout,
         mfu=mfu, element_bytes=s.element_bytes, host_link=options["host_link"],
         context_parallel=c, expert_parallel=expert_parallel, capacity_factor=s.capacity_factor,
-        engine=engine, overlap=overlap, partition_activations=s.partition_activations,
+        expert_tensor_parallel=expert_tensor_parallel, engine=engine, overlap=overlap, partition_activations=s.partition_activations,
         cpu_checkpointing=s.cpu_checkpointing)
     times = parallel_step_time(config, ic, result.device, settings)
     rows = tuple({**row, "parallel_step": {
@@ -318,7 +316,9 @@ def _with_parallel_step(result: Estimate, link, gpus_per_node, link_efficiency, 
         "step_seconds": float(times.step_seconds[i]),
         "network_wait_fraction": float(times.network_wait_fraction[i]),
         "bubble_fraction": float(times.bubble_fraction[i]),
-        "context_parallel": c, "expert_parallel": expert_parallel}}
+        "context_parallel": c, "expert_parallel": expert_parallel,
+        "expert_tensor_parallel": (s.tensor_parallel if expert_tensor_parallel is None
+                                   else expert_tensor_parallel)}}
         for i, row in enumerate(result.stages))
     tokens = context_parallel_tokens(s.seq_len, c) * s.micro_batch * micro_batches
     return Estimate(result.params, result.gpus, result.layout, result.device, rows, config, s,
@@ -450,7 +450,8 @@ def estimate_model(model: str | TransformerConfig, gpus,
         result = _with_experts(result, expert_parallel, expert_tensor_parallel,
                                settings.micro_batches)
     m = check_positive_int(micro_batches, "micro_batches", MAX_MICRO_BATCHES)
-    if link is not None and (settings.context_parallel != 1 or expert_parallel != 1):
+    if link is not None and (settings.context_parallel != 1 or expert_parallel != 1
+                             or expert_tensor_parallel is not None):
         return _with_parallel_step(
             result, link, gpus_per_node, link_efficiency, mfu, tokens_per_gpu, m, engine,
             expert_parallel, expert_tensor_parallel,
