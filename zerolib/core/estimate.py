@@ -65,7 +65,7 @@ include the host transfers that do not hide behind compute and the CPU's optimiz
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
@@ -434,6 +434,15 @@ def estimate_model(model: str | TransformerConfig, gpus,
         if engine.pipeline_stages == (0, 1):   # DeepSpeed's rule, in its words
             check_parallel(config, 1, settings.pipeline_parallel, stage=stages)
         check_engine_stage(engine, stages, settings.pipeline_parallel)
+        # One ETP for the experts' state and their tokens' activations.
+        given = settings.expert_tensor_parallel
+        if given is not None and expert_tensor_parallel is not None and given != expert_tensor_parallel:
+            raise ValueError(f"expert_tensor_parallel ({expert_tensor_parallel}) and the settings' "
+                             f"expert_tensor_parallel ({given}) must agree")
+        if expert_tensor_parallel is None:
+            expert_tensor_parallel = given
+        elif given is None:
+            settings = replace(settings, expert_tensor_parallel=expert_tensor_parallel)
     # Checked once here; the rows beneath trust them.
     rows = rows_of(check_peak_inputs(config, gpus, stages, settings, layout, placement), device,
                    host_memory)

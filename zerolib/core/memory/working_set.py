@@ -194,6 +194,9 @@ class WorkingSetSettings:
     # the tokens routed to it, as transformers runs Mixtral); c gives each of the E experts
     # ceil(c x k x s x b / E) slots (zerolib.core.memory.activations).
     capacity_factor: float | None = None
+    # Expert tensor parallelism: each routed expert split over ETP ranks (None: tensor_parallel),
+    # which changes the rows the experts gather (zerolib.core.memory.activations).
+    expert_tensor_parallel: int | None = None
     # Context parallelism: C ranks share each sequence (Megatron-LM's --context-parallel-size).
     context_parallel: int = 1
     # ZeRO-R's P_a and P_a+cpu (DeepSpeed activation_checkpointing: partition_activations,
@@ -231,6 +234,8 @@ class WorkingSetSettings:
                 check_positive_int(width, "logits_bytes entry", MAX_ELEMENT_BYTES)
         if self.capacity_factor is not None:
             object.__setattr__(self, "capacity_factor", check_capacity_factor(self.capacity_factor))
+        if self.expert_tensor_parallel is not None:
+            check_positive_int(self.expert_tensor_parallel, "expert_tensor_parallel", MAX_GPUS)
         object.__setattr__(self, "context_parallel", check_positive_int(
             self.context_parallel, "context_parallel", MAX_CONTEXT_PARALLEL))
         context_parallel_tokens(self.seq_len, self.context_parallel)
@@ -299,7 +304,7 @@ def _activations(config: TransformerConfig, s: WorkingSetSettings,
     tokens = s.seq_len // s.context_parallel     # this CP rank's share of each sequence
     units = unit_terms(config, tokens, s.micro_batch, s.tensor_parallel, options_key(
         s.sequence_parallel, s.recompute, s.flash_attention, s.element_bytes, s.mask_bytes,
-        s.dropout, s.logits_bytes, s.capacity_factor))
+        s.dropout, s.logits_bytes, s.capacity_factor, s.expert_tensor_parallel))
     if s.partition_activations or s.cpu_checkpointing:
         # Full recomputation keeps one checkpoint per layer: ZeRO-R's is split or on the host.
         units = {**units, "transformer_layers": checkpoint_on_gpu(config, s)}
