@@ -78,7 +78,8 @@ def expert_parts(config, ic, st, slots, params, r, seq_len, c, units, zero_slots
     every = layers * expert_elements_of(config, t, config.experts)
     held = layers * expert_elements_of(config, etp, config.experts // e)
     edp = t * d // (etp * e)        # Megatron-LM's expert data parallel (d / E at ETP = t)
-    group = None if st.shard_group is None else st.shard_group // e
+    # whole groups where the experts are spread (checked): t x group / (ETP x E) is the EDP
+    group = None if st.shard_group is None else t * st.shard_group // (etp * e)
     dense, _ = zero_slots(ic, params - every, d, t, st.stage, st.layout, st.shard_group, units, p,
                           st.engine)
     experts, _ = zero_slots(ic, held, edp, etp * e, st.stage, st.layout, group, units, p,
