@@ -359,16 +359,15 @@ class ParallelSettings:
             setting_codes(self.recompute, RECOMPUTE, "recompute"),
             setting_codes(self.offload, tuple(OFFLOADS), "offload"),
             _flags(self.partition_activations, "partition_activations"),
-            _flags(self.cpu_checkpointing, "cpu_checkpointing"))
+            _flags(self.cpu_checkpointing, "cpu_checkpointing"),
+            *(() if self.expert_tensor_parallel is None else
+              (check_gpus(self.expert_tensor_parallel, "expert_tensor_parallel"),)))
         names = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
                  "micro_batches", "chunks", "expert_parallel", "sequence_parallel", "recompute",
-                 "offload", "partition_activations", "cpu_checkpointing")
+                 "offload", "partition_activations", "cpu_checkpointing", "expert_tensor_parallel")
         for name, array in zip(names, arrays):
             put(self, name, np.array(array))
         b, p, zero = self.micro_batch, self.pipeline_parallel, self.stage
-        if self.expert_tensor_parallel is not None:
-            put(self, "expert_tensor_parallel", np.array(np.broadcast_to(
-                check_gpus(self.expert_tensor_parallel, "expert_tensor_parallel"), b.shape)))
         if self.shard_group is not None:
             group = np.broadcast_to(check_gpus(self.shard_group, "shard_group"), b.shape)
             put(self, "shard_group", check_shard_group(group, self.data_parallel))
