@@ -228,7 +228,8 @@ def _with_experts(result: Estimate, expert_parallel: int, expert_tensor_parallel
     ``expert_parallel`` (what was assumed, both parts) and ``expert_traffic``
     (:func:`zerolib.core.step.expert_parallel_traffic.expert_traffic`: the all-to-alls per step on
     that stage) are added. The working set is the one zerolib computes for the stage: under
-    uniform routing a GPU's experts hold as many token rows as without expert parallelism."""
+    uniform routing a GPU's experts hold as many token rows as without expert parallelism (at
+    ETP other than t, the rows its ETP ranks gather: the settings carry ETP)."""
     s, config = result.settings, result.model
     t, p = s.tensor_parallel, s.pipeline_parallel
     if result.gpus % (t * p):
@@ -275,7 +276,9 @@ def _with_parallel_step(result: Estimate, link, gpus_per_node, link_efficiency, 
     all-to-alls and their own gradient group) where context or expert parallelism is set: each
     row gains ``parallel_step`` (``parts``: seconds of each part of
     :data:`zerolib.core.step.parallel.PARTS`, ``step_seconds``, ``network_wait_fraction``,
-    ``bubble_fraction``, ``context_parallel``, ``expert_parallel``), the same numbers
+    ``bubble_fraction``, ``context_parallel``, ``expert_parallel``,
+    ``expert_tensor_parallel``; ETP other than t adds its all-gathers and reduce-scatters and
+    reduces the experts over t x d / (ETP x E)), the same numbers
     ``zerolib plan`` gives the configuration. Needs a device; not with ZeRO++, offload options or
     ``tokens_per_gpu`` (the step's tokens are seq_len / C x micro_batch x micro_batches)."""
     s, config = result.settings, result.model

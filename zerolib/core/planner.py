@@ -11,7 +11,9 @@ sequences, :func:`plan` enumerates every configuration
     and, where asked, each context-parallel degree C (under an engine that runs ring attention,
     Megatron-LM or FSDP2: ``Engine.context_parallel``) and, for a mixture of experts, each
     expert-parallel degree E (:mod:`zerolib.core.memory.expert_parallel_rules`: by default every
-    divisor of the routed experts; the experts' state over d x C / E, their all-to-alls timed),
+    divisor of the routed experts; the experts' state over d x C / E, their all-to-alls timed)
+    and, under Megatron-LM, each expert-tensor-parallel degree ETP it accepts
+    (:func:`zerolib.core.memory.expert_parallel_rules.expand_etp`),
     and ZeRO-R's options (``zero_r``, :data:`zerolib.core.plan_settings.ZERO_R`) where they
     change something: P_a under full recomputation with t > 1 and no sequence parallelism (its
     checkpoints at 1 / t, one all-gather of each per layer and micro-batch), P_a+cpu under full
