@@ -293,7 +293,8 @@ def enumerate_space(s: PlanSettings) -> Space:
     expanded = ep_rules.expand_etp(s, *expanded, PASSES)
     if expanded[2] > MAX_SPACE:
         raise ValueError(f"the plan would enumerate {expanded[2]:,} configurations, more than "
-                         f"{MAX_SPACE:,}: name fewer expert- or context-parallel degrees, stages, "
+                         f"{MAX_SPACE:,}: name fewer expert- or context-parallel degrees (or "
+                         f"expert-tensor-parallel ones), stages, "
                          f"recomputations, chunks or a smaller max_micro_batch")
     return Space(*expanded)
 

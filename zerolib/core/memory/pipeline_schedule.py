@@ -45,7 +45,6 @@ from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.activations import (
     LOSS_FP32_BYTES,
     check_capacity_factor,
-    check_expert_tensor_parallel,
     layer_kinds,
     model_activation_terms,
     model_terms,
@@ -163,10 +162,8 @@ def unit_terms(config, seq_len: int, micro_batch: int, t: int, options: tuple,
     o = dict(options)
     dropout = config.dropout if o["dropout"] is None else o["dropout"]
     widths = (o["element_bytes"], LOSS_FP32_BYTES) if o["logits_bytes"] is None else o["logits_bytes"]
-    etp = o.get("expert_tensor_parallel")    # present only where given
-    if etp is not None:    # its rules need the model: checked here, once per key
-        etp = check_expert_tensor_parallel(etp, t, o["sequence_parallel"], config.experts,
-                                           config.ffn_hidden)
+    etp = o.get("expert_tensor_parallel")    # present only where given, checked at the door
+    etp = None if etp == t else etp
     terms = dict(model_terms(config, seq_len, micro_batch, t, o["sequence_parallel"],
                              o["recompute"], o["flash_attention"], o["element_bytes"],
                              o["mask_bytes"], dropout, widths, o["capacity_factor"], etp))

@@ -122,6 +122,7 @@ from zerolib.core.memory.activations import (
     MAX_CONTEXT_PARALLEL,
     RECOMPUTE,
     check_capacity_factor,
+    check_expert_tensor_parallel,
     checkpoint_terms_of,
     context_parallel_tokens,
 )
@@ -302,6 +303,9 @@ def _activations(config: TransformerConfig, s: WorkingSetSettings,
         raise ValueError(f"seq_len must be at most {config.max_positions} for {config.name} "
                          f"(learned position embeddings), got {s.seq_len}")
     tokens = s.seq_len // s.context_parallel     # this CP rank's share of each sequence
+    if s.expert_tensor_parallel is not None:     # its rules need the model
+        check_expert_tensor_parallel(s.expert_tensor_parallel, s.tensor_parallel,
+                                     s.sequence_parallel, config.experts, config.ffn_hidden)
     units = unit_terms(config, tokens, s.micro_batch, s.tensor_parallel, options_key(
         s.sequence_parallel, s.recompute, s.flash_attention, s.element_bytes, s.mask_bytes,
         s.dropout, s.logits_bytes, s.capacity_factor, s.expert_tensor_parallel))
