@@ -311,8 +311,8 @@ def _with_parallel_step(result: Estimate, link, gpus_per_node, link_efficiency, 
         sequence_parallel=s.sequence_parallel, recompute=s.recompute, layout=result.layout,
         mfu=mfu, element_bytes=s.element_bytes, host_link=options["host_link"],
         context_parallel=c, expert_parallel=expert_parallel, capacity_factor=s.capacity_factor,
-        expert_tensor_parallel=expert_tensor_parallel, engine=engine, overlap=overlap, partition_activations=s.partition_activations,
-        cpu_checkpointing=s.cpu_checkpointing)
+        expert_tensor_parallel=expert_tensor_parallel, engine=engine, overlap=overlap,
+        partition_activations=s.partition_activations, cpu_checkpointing=s.cpu_checkpointing)
     times = parallel_step_time(config, ic, result.device, settings)
     rows = tuple({**row, "parallel_step": {
         "parts": {part: float(seconds[i]) for part, seconds in times.parts.items()},
