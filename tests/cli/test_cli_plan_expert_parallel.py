@@ -20,7 +20,7 @@ def test_expert_parallel_list_becomes_a_column(capsys):
     assert "context_parallel" not in rows[0] and "expert_seconds" in rows[0]
     status, out, _ = run(capsys, *BASE, "--expert-parallel", "1,8")
     header = next(line for line in out.splitlines() if line.startswith("rank"))
-    assert header.split()[:5] == ["rank", "t", "SP", "E", "p"]
+    assert header.split()[:6] == ["rank", "t", "SP", "E", "ETP", "p"]   # ETP: a mixture of experts
 
 
 def test_both_degrees_searched(capsys):
@@ -34,7 +34,7 @@ def test_both_degrees_searched(capsys):
     status, out, _ = run(capsys, *BASE, "--expert-parallel", "2", "--context-parallel", "1,2",
                          "--flash", "--engine", "megatron")
     header = next(line for line in out.splitlines() if line.startswith("rank"))
-    assert header.split()[:6] == ["rank", "t", "SP", "C", "E", "p"]
+    assert header.split()[:7] == ["rank", "t", "SP", "C", "E", "ETP", "p"]
 
 
 def test_a_dense_model_without_experts_is_a_line(capsys):

@@ -144,7 +144,10 @@ def _experts_line(result: dict) -> str | None:
             f"{e['expert_tensor_parallel']}; the dense part is sharded over d = "
             f"{e['data_parallel']}, the routed experts over the expert-data-parallel group of "
             f"{e['expert_data_parallel']}; {traffic['all_to_all_calls']:,} all-to-alls per step "
-            f"send {traffic['sent_bytes_per_step']:,} bytes per GPU ({traffic['routing']} routing)")
+            f"send {traffic['sent_bytes_per_step']:,} bytes per GPU ({traffic['routing']} routing)"
+            + (f"; {traffic['etp_calls']:,} all-gathers and reduce-scatters over the "
+               f"{traffic['expert_tensor_parallel']} expert-tensor-parallel ranks send "
+               f"{traffic['etp_sent_bytes_per_step']:,}" if traffic.get("etp_calls") else ""))
 
 
 def _has_parallel_step(result: dict) -> bool:
@@ -154,7 +157,8 @@ def _has_parallel_step(result: dict) -> bool:
 def _parallel_step_line(result: dict) -> str:
     step, compute = result["stages"][0]["parallel_step"], result["compute_settings"]
     spread = ", ".join(f"{name} = {step[key]}" for name, key in (
-        ("C", "context_parallel"), ("E", "expert_parallel")) if step[key] > 1)
+        ("C", "context_parallel"), ("E", "expert_parallel"), ("ETP", "expert_tensor_parallel"))
+        if step.get(key, 1) > 1) or "E = 1"
     m = result["micro_batches"]
     return (f"Step timed as zerolib plan times it ({spread}): on {result['interconnect']['name']}, "
             f"engine {result['engine']}, {m} micro-batch{'es' if m > 1 else ''} of "

@@ -127,6 +127,11 @@ def register(commands) -> None:
     parser.add_argument("--expert-parallel", metavar="LIST",
                         help="expert-parallel degrees E to search, e.g. 1,8 (default: every "
                              "divisor of a mixture of experts' routed experts; 1 for a dense model)")
+    parser.add_argument("--expert-tensor-parallel", metavar="LIST",
+                        help="expert-tensor-parallel degrees ETP to search beside t, e.g. 1,2 "
+                             "(Megatron-LM's --expert-tensor-parallel-size; default: under "
+                             "--engine megatron every divisor of a mixture of experts' ffn width, "
+                             "else ETP = t only)")
     parser.add_argument("--partition-activations", choices=("search", "on", "off"),
                         help="ZeRO-R P_a (DeepSpeed partition_activations) under full "
                              "recomputation with t > 1 and no sequence parallelism: search it "
@@ -190,7 +195,8 @@ def options_from(args, config) -> dict:
     options.update(host_options_from(args, bool(offloads), bool(offloads)))
     if args.engine is not None:
         options["engine"] = args.engine
-    for key, flag in (("context_parallel", "--context-parallel"), ("expert_parallel", "--expert-parallel")):
+    for key, flag in (("context_parallel", "--context-parallel"), ("expert_parallel", "--expert-parallel"),
+                      ("expert_tensor_parallel", "--expert-tensor-parallel")):
         value = _list(getattr(args, key), flag, lambda x, flag=flag: parse_whole(x, flag, maximum=MAX_GPUS))
         if value is not None:
             options[key] = value
@@ -357,6 +363,9 @@ def as_table(result, top: int, unit: str) -> str:
                    "network", "bubble"]
         searched = [c for c in SEARCHED[:2] if c in fits.columns]   # C, E: shown when searched
         headers[3:3] = [{"context_parallel": "C", "expert_parallel": "E"}[c] for c in searched]
+        etp = bool(s.model.experts)      # a mixture of experts: each row's ETP (t unless searched)
+        if etp:
+            headers.insert(3 + len(searched), "ETP")
         zero_r = "partition_activations" in fits.columns     # ZeRO-R searched: which option
         if zero_r:
             headers.insert(headers.index("recompute") + 1, "ZeRO-R")
@@ -367,7 +376,9 @@ def as_table(result, top: int, unit: str) -> str:
             extra_peak = max(extra_peak, *(t["peak_bytes"] - r["peak_bytes"] for t in twins))
             rows.append([_ranks([t["rank"] for t in twins]), r["tensor_parallel"],
                          "yes" if r["sequence_parallel"] else "no",
-                         *(r[c] for c in searched), r["pipeline_parallel"], r["schedule"],
+                         *(r[c] for c in searched),
+                         *([r.get("expert_tensor_parallel", r["tensor_parallel"])] if etp else []),
+                         r["pipeline_parallel"], r["schedule"],
                          r["data_parallel"], r["stage"],
                          r["shard_group"], "|".join(str(t["recompute"]) for t in twins),
                          *([_zero_r_label(r)] if zero_r else []),

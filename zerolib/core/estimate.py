@@ -65,7 +65,7 @@ include the host transfers that do not hide behind compute and the CPU's optimiz
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
@@ -228,7 +228,8 @@ def _with_experts(result: Estimate, expert_parallel: int, expert_tensor_parallel
     ``expert_parallel`` (what was assumed, both parts) and ``expert_traffic``
     (:func:`zerolib.core.step.expert_parallel_traffic.expert_traffic`: the all-to-alls per step on
     that stage) are added. The working set is the one zerolib computes for the stage: under
-    uniform routing a GPU's experts hold as many token rows as without expert parallelism."""
+    uniform routing a GPU's experts hold as many token rows as without expert parallelism (at
+    ETP other than t, the rows its ETP ranks gather: the settings carry ETP)."""
     s, config = result.settings, result.model
     t, p = s.tensor_parallel, s.pipeline_parallel
     if result.gpus % (t * p):
@@ -254,7 +255,8 @@ def _with_experts(result: Estimate, expert_parallel: int, expert_tensor_parallel
                                  moe_layers=state.parameters.expert_layers,
                                  micro_batches=micro_batches or p,   # None: enough to fill the pipeline
                                  capacity_factor=s.capacity_factor, element_bytes=s.element_bytes,
-                                 tensor_parallel=t, sequence_parallel=s.sequence_parallel)
+                                 tensor_parallel=t, sequence_parallel=s.sequence_parallel,
+                                 expert_tensor_parallel=lay.expert_tensor_parallel)
         new = {name: state.category(name) for name in ("parameters", "gradients", "optimizer")}
         fits = None if result.device is None else bool(peak <= result.device.capacity)
         rows.append({**row, "pipeline_stage": r, **new, "total": state.total,
@@ -274,7 +276,9 @@ def _with_parallel_step(result: Estimate, link, gpus_per_node, link_efficiency, 
     all-to-alls and their own gradient group) where context or expert parallelism is set: each
     row gains ``parallel_step`` (``parts``: seconds of each part of
     :data:`zerolib.core.step.parallel.PARTS`, ``step_seconds``, ``network_wait_fraction``,
-    ``bubble_fraction``, ``context_parallel``, ``expert_parallel``), the same numbers
+    ``bubble_fraction``, ``context_parallel``, ``expert_parallel``,
+    ``expert_tensor_parallel``; ETP other than t adds its all-gathers and reduce-scatters and
+    reduces the experts over t x d / (ETP x E)), the same numbers
     ``zerolib plan`` gives the configuration. Needs a device; not with ZeRO++, offload options or
     ``tokens_per_gpu`` (the step's tokens are seq_len / C x micro_batch x micro_batches)."""
     s, config = result.settings, result.model
@@ -288,9 +292,6 @@ def _with_parallel_step(result: Estimate, link, gpus_per_node, link_efficiency, 
     if used:
         raise ValueError(f"{used[0]} is not modelled with context or expert parallelism and a "
                          "link (the planner's step model times them)")
-    if expert_tensor_parallel is not None and expert_tensor_parallel != s.tensor_parallel:
-        raise ValueError(f"the step model times expert_tensor_parallel = tensor_parallel "
-                         f"({s.tensor_parallel}) only, got {expert_tensor_parallel}")
     # The planner's engine rules (plan_settings, expert_parallel_rules): only these layouts
     # are ones plan would time.
     if c > 1 and not engine.context_parallel:
@@ -310,15 +311,17 @@ def _with_parallel_step(result: Estimate, link, gpus_per_node, link_efficiency, 
         sequence_parallel=s.sequence_parallel, recompute=s.recompute, layout=result.layout,
         mfu=mfu, element_bytes=s.element_bytes, host_link=options["host_link"],
         context_parallel=c, expert_parallel=expert_parallel, capacity_factor=s.capacity_factor,
-        engine=engine, overlap=overlap, partition_activations=s.partition_activations,
-        cpu_checkpointing=s.cpu_checkpointing)
+        expert_tensor_parallel=expert_tensor_parallel, engine=engine, overlap=overlap,
+        partition_activations=s.partition_activations, cpu_checkpointing=s.cpu_checkpointing)
     times = parallel_step_time(config, ic, result.device, settings)
     rows = tuple({**row, "parallel_step": {
         "parts": {part: float(seconds[i]) for part, seconds in times.parts.items()},
         "step_seconds": float(times.step_seconds[i]),
         "network_wait_fraction": float(times.network_wait_fraction[i]),
         "bubble_fraction": float(times.bubble_fraction[i]),
-        "context_parallel": c, "expert_parallel": expert_parallel}}
+        "context_parallel": c, "expert_parallel": expert_parallel,
+        "expert_tensor_parallel": (s.tensor_parallel if expert_tensor_parallel is None
+                                   else expert_tensor_parallel)}}
         for i, row in enumerate(result.stages))
     tokens = context_parallel_tokens(s.seq_len, c) * s.micro_batch * micro_batches
     return Estimate(result.params, result.gpus, result.layout, result.device, rows, config, s,
@@ -434,6 +437,15 @@ def estimate_model(model: str | TransformerConfig, gpus,
         if engine.pipeline_stages == (0, 1):   # DeepSpeed's rule, in its words
             check_parallel(config, 1, settings.pipeline_parallel, stage=stages)
         check_engine_stage(engine, stages, settings.pipeline_parallel)
+        # One ETP for the experts' state and their tokens' activations.
+        given = settings.expert_tensor_parallel
+        if given is not None and expert_tensor_parallel is not None and given != expert_tensor_parallel:
+            raise ValueError(f"expert_tensor_parallel ({expert_tensor_parallel}) and the settings' "
+                             f"expert_tensor_parallel ({given}) must agree")
+        if expert_tensor_parallel is None:
+            expert_tensor_parallel = given
+        elif given is None:
+            settings = replace(settings, expert_tensor_parallel=expert_tensor_parallel)
     # Checked once here; the rows beneath trust them.
     rows = rows_of(check_peak_inputs(config, gpus, stages, settings, layout, placement), device,
                    host_memory)
@@ -450,7 +462,8 @@ def estimate_model(model: str | TransformerConfig, gpus,
         result = _with_experts(result, expert_parallel, expert_tensor_parallel,
                                settings.micro_batches)
     m = check_positive_int(micro_batches, "micro_batches", MAX_MICRO_BATCHES)
-    if link is not None and (settings.context_parallel != 1 or expert_parallel != 1):
+    if link is not None and (settings.context_parallel != 1 or expert_parallel != 1
+                             or expert_tensor_parallel is not None):
         return _with_parallel_step(
             result, link, gpus_per_node, link_efficiency, mfu, tokens_per_gpu, m, engine,
             expert_parallel, expert_tensor_parallel,

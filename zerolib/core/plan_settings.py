@@ -124,6 +124,8 @@ class PlanSettings:
     overlap: Overlap | None = None                # None: the engine's own overlap rule
     expert_parallel: tuple[int, ...] = (1,)   # the EP degrees searched (1: none)
     zero_r: tuple[str, ...] = ("none",)       # ZeRO-R's options searched (names of ZERO_R)
+    # The ETP degrees searched besides t (None: ETP = t only; expert_parallel_rules)
+    expert_tensor_parallel: tuple[int, ...] | None = None
 
     def __deepcopy__(self, memo) -> PlanSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -147,7 +149,9 @@ class PlanSettings:
                 **({"capacity_factor": self.working_set.capacity_factor} if self.model.experts else {}),
                 **({"context_parallel": list(self.context_parallel)} if self.context_parallel != (1,) else {}),
                 **({"expert_parallel": list(self.expert_parallel)} if self.expert_parallel != (1,) else {}),
-                **({"zero_r": list(self.zero_r)} if self.zero_r != ("none",) else {})}
+                **({"zero_r": list(self.zero_r)} if self.zero_r != ("none",) else {}),
+                **({"expert_tensor_parallel": list(self.expert_tensor_parallel)}
+                   if self.expert_tensor_parallel is not None else {})}
 
 
 def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, links=None,
@@ -160,7 +164,7 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
                   cpu_adam_rate: float | None = None, link_efficiency=None,
                   context_parallel=(1,), engine: str | Engine = DEFAULT_ENGINE,
                   overlap: Overlap | None = None, expert_parallel=None,
-                  zero_r=None) -> PlanSettings:
+                  zero_r=None, expert_tensor_parallel=None) -> PlanSettings:
     """Check every input of :func:`plan` (ValueError/TypeError naming the argument). ``host``
     (None: the node of ``links`` where the host catalogue has it, else DGX A100's) and
     ``cpu_adam_rate`` (None: the roofline alone) time offload's CPU step and NVMe. ``zero_r``
@@ -168,7 +172,9 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
     its ``activation_checkpointing`` config has ``partition_activations`` and
     ``cpu_checkpointing`` false; only the engines of :data:`ZERO_R_ENGINES` offer the others).
     ``context_parallel`` above 1 only for an engine that runs it (``Engine.context_parallel``:
-    Megatron-LM, FSDP2 with torchtitan)."""
+    Megatron-LM, FSDP2 with torchtitan). ``expert_tensor_parallel`` names the ETP degrees searched
+    (:func:`zerolib.core.memory.expert_parallel_rules.check_etp_degrees`; None: under Megatron-LM
+    every divisor of a mixture's expert width, else ETP = t only)."""
     config = get_model(model)
     gpus = check_positive_int(gpus, "gpus", MAX_GPUS)
     k = check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS)
@@ -220,4 +226,5 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         _choices(sequence_parallel, (False, True), "sequence_parallel"),
         _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set,
         host_settings_for(ic.name, host, cpu_adam_rate), cp, engine,
-        check_overlap(overlap), ep_rules.check_degrees(expert_parallel, config, gpus), zero_r)
+        check_overlap(overlap), ep_rules.check_degrees(expert_parallel, config, gpus), zero_r,
+        ep_rules.check_etp_degrees(expert_tensor_parallel, config, gpus, engine))

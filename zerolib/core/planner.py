@@ -11,7 +11,9 @@ sequences, :func:`plan` enumerates every configuration
     and, where asked, each context-parallel degree C (under an engine that runs ring attention,
     Megatron-LM or FSDP2: ``Engine.context_parallel``) and, for a mixture of experts, each
     expert-parallel degree E (:mod:`zerolib.core.memory.expert_parallel_rules`: by default every
-    divisor of the routed experts; the experts' state over d x C / E, their all-to-alls timed),
+    divisor of the routed experts; the experts' state over d x C / E, their all-to-alls timed)
+    and, under Megatron-LM, each expert-tensor-parallel degree ETP it accepts
+    (:func:`zerolib.core.memory.expert_parallel_rules.expand_etp`),
     and ZeRO-R's options (``zero_r``, :data:`zerolib.core.plan_settings.ZERO_R`) where they
     change something: P_a under full recomputation with t > 1 and no sequence parallelism (its
     checkpoints at 1 / t, one all-gather of each per layer and micro-batch), P_a+cpu under full
@@ -157,7 +159,7 @@ FIT_COLUMNS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequenc
                "network_wait_fraction", "bubble_fraction", "fits", "family")
 # Columns a plan's frames hold only when their dimension is searched, after FIT_COLUMNS.
 SEARCHED_COLUMNS = ("context_parallel", "expert_parallel", "expert_seconds",
-                    "partition_activations", "cpu_checkpointing")
+                    "partition_activations", "cpu_checkpointing", "expert_tensor_parallel")
 
 
 # --- the space, level by level ------------------------------------------------------------------
@@ -288,9 +290,11 @@ def enumerate_space(s: PlanSettings) -> Space:
     expanded = ep_rules.expand(s, *cp_rules.expand(s, MappingProxyType(columns), reason, size, codes),
                                codes)
     expanded = _zero_r_expand(s, *expanded)
+    expanded = ep_rules.expand_etp(s, *expanded, PASSES)
     if expanded[2] > MAX_SPACE:
         raise ValueError(f"the plan would enumerate {expanded[2]:,} configurations, more than "
-                         f"{MAX_SPACE:,}: name fewer expert- or context-parallel degrees, stages, "
+                         f"{MAX_SPACE:,}: name fewer expert- or context-parallel degrees (or "
+                         f"expert-tensor-parallel ones), stages, "
                          f"recomputations, chunks or a smaller max_micro_batch")
     return Space(*expanded)
 
@@ -341,12 +345,16 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
     cpu = c.get("cpu_checkpointing", np.zeros_like(sp))
     code = (((((t * (MAX_PLAN_MICRO_BATCH + 1) + b) * 2 + sp) * len(RECOMPUTE) + rec) * 1025 + cp)
             * 4 + 2 * pa + cpu)
+    etp = c.get("expert_tensor_parallel")
+    if etp is not None:    # ETP changes the experts' gathered rows (a searched ETP only)
+        code = code * (MAX_GPUS + 1) + etp
     keys, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     units = {name: np.zeros(len(keys), dtype=np.int64) for name in UNIT_TERMS}
     for index, row in enumerate(first.tolist()):
         options = options_key(bool(sp[row]), RECOMPUTE[int(rec[row])], ws.flash_attention,
                               ws.element_bytes, ws.mask_bytes, ws.dropout, ws.logits_bytes,
-                              ws.capacity_factor)
+                              ws.capacity_factor,
+                              None if etp is None or etp[row] == t[row] else int(etp[row]))
         terms = unit_terms(s.model, s.seq_len // int(cp[row]), int(b[row]), int(t[row]), options)
         if pa[row] or cpu[row]:    # the working set's rule: ZeRO-R's checkpoint, split or on the host
             kept = checkpoint_terms_of(s.seq_len // int(cp[row]), int(b[row]), s.model.hidden,
@@ -408,7 +416,7 @@ def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
     per_stage = candidate_loads(s.model, t[first_row], p[first_row], v[first_row])
     activations = _activation_totals(s, c)
     peak = stage_of_peak = host = np.full(len(p), -1, dtype=np.int64)
-    spread = np.flatnonzero(c["expert_parallel"] > 1) if "expert_parallel" in c else ()
+    spread = ep_rules.spread_rows(c)
     for (params, module), acts, r in zip(per_stage, activations, candidate_stages(s.model, p)):
         gpu, cpu_node = _persistent(s, c, params[inverse])
         if len(spread):    # the experts over their own group (whole groups, no offload)
@@ -434,7 +442,8 @@ def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
         element_bytes=s.working_set.element_bytes, host_link=s.host_link, host=s.host,
         context_parallel=c.get("context_parallel", 1), engine=s.engine, overlap=s.overlap,
         expert_parallel=c.get("expert_parallel", 1), capacity_factor=s.working_set.capacity_factor,
-        **{name: c[name] for name in ("partition_activations", "cpu_checkpointing") if name in c})
+        **{name: c[name] for name in ("partition_activations", "cpu_checkpointing",
+                                      "expert_tensor_parallel") if name in c})
     times = parallel_step_time(s.model, s.interconnect, s.device, settings)
     out = {f"{part}_seconds": seconds for part, seconds in times.parts.items()}
     out["step_seconds"] = times.step_seconds
@@ -455,7 +464,7 @@ def _memory_key(s: PlanSettings) -> tuple:
             tuple(s.layout.bits_per_param(c) for c in CATEGORIES), s.max_micro_batch, s.stages,
             s.recompute, s.chunks, s.offload, s.sequence_parallel, s.shard_groups,
             s.working_set, s.host_memory is None, s.context_parallel, s.engine.name,
-            s.engine.group_stages, s.expert_parallel, s.zero_r)
+            s.engine.group_stages, s.expert_parallel, s.zero_r, s.expert_tensor_parallel)
 
 
 def _space_and_peaks(s: PlanSettings):
@@ -532,6 +541,10 @@ class Plan:
         if "expert_parallel" in c:           # with E searched: E and its all-to-alls' seconds
             frame = frame.assign(expert_parallel=c["expert_parallel"],
                                  expert_seconds=self.results["expert_seconds"])
+        if "expert_tensor_parallel" in c:    # with ETP searched: each row's ETP
+            frame = frame.assign(expert_tensor_parallel=c["expert_tensor_parallel"])
+            if "expert_seconds" not in frame:
+                frame = frame.assign(expert_seconds=self.results["expert_seconds"])
         rank = np.zeros(len(frame), dtype=np.int64)
         fitting = np.flatnonzero(frame["fits"].to_numpy())
         step = frame["step_seconds"].to_numpy()[fitting]
@@ -622,6 +635,7 @@ def describe_configuration(c) -> str:
     sp = " + SP" if bool(c["sequence_parallel"]) else ""
     sp += f" x C {cp}" if (cp := int(c.get("context_parallel", 1))) > 1 else ""
     sp += f" x E {e}" if (e := int(c.get("expert_parallel", 1))) > 1 else ""
+    sp += f" (ETP {k})" if (k := int(c.get("expert_tensor_parallel", t))) != t else ""
     stage, group = int(c["stage"]), int(c["shard_group"])
     zero = "no ZeRO" if stage == 0 else f"ZeRO-{stage}" + (f" over {group}" if group != d * cp else "")
     offload = {"none": "no offload", "optimizer": "optimizer on CPU",

@@ -45,6 +45,16 @@ Conventions and what is left out:
   each expert's f-wide tensors are split as a dense MLP's (expert tensor parallelism equal to the
   tensor-parallel degree); expert parallelism, which gives each rank whole experts, is not
   modelled.
+- Expert tensor parallelism other than t (``expert_tensor_parallel`` = ETP, Megatron-LM's
+  ``--expert-tensor-parallel-size``; None: t, the count above): Megatron-LM's alltoall dispatcher
+  (``token_dispatcher.py`` at d98e8a64, ``tp_group = pg_collection.expt_tp``) all-gathers the rows
+  a rank received over its ETP ranks before the experts and reduce-scatters their outputs back
+  after. With uniform routing a rank of the sequence-parallel t dispatches and receives
+  slots / t rows, so the experts' first projections save the gathered ETP x slots / t rows
+  (``expert_input``: h x ETP x slots / t per rank); their f-wide tensors are those rows by
+  f / ETP, slots x f / t as at ETP = t; ``expert_output`` (the reduce-scattered rows the
+  probabilities weight) keeps slots / t rows. Needs sequence parallelism where t > 1 (each
+  rank routes its own part of the sequence).
 - Norms on queries and keys (``qk_norm``: Qwen3 and Gemma-3 per head, OLMo-2 over the whole
   projection; transformers' modeling files): each RMSNorm saves its input, so Q and K are held
   twice (the projections' outputs and the normed copies the attention reads).
@@ -146,7 +156,7 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
                            experts_per_token=0, qk_norm="none", shared_norm=False,
                            shared_expert_ffn=0, shared_expert_gate=False,
                            capacity_factor=None, kv_lora_rank=0, q_lora_rank=0, rope_head_dim=0,
-                           v_head_dim=0) -> Mapping[str, int]:
+                           v_head_dim=0, expert_tensor_parallel=None) -> Mapping[str, int]:
     """Bytes each saved tensor of one transformer layer takes on one tensor-parallel rank.
 
     Terms that a setting removes are 0 rather than absent, so the names stay the same.
@@ -154,7 +164,8 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
     (default: hidden / heads) sets the width of each head; ``post_norms`` adds Gemma-2's norms
     after attention and after the MLP; ``experts`` and ``experts_per_token`` make the MLP a
     mixture of experts (see the module doc for what that saves); ``qk_norm``, ``shared_norm``,
-    ``shared_expert_ffn``, ``shared_expert_gate`` and ``capacity_factor`` as the module doc says.
+    ``shared_expert_ffn``, ``shared_expert_gate``, ``capacity_factor`` and
+    ``expert_tensor_parallel`` (None: ``tensor_parallel``) as the module doc says.
     """
     s = check_positive_int(seq_len, "seq_len")
     b = check_positive_int(micro_batch, "micro_batch")
@@ -194,10 +205,31 @@ def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=No
     if (n_experts == 0) != (k == 0) or k > n_experts:
         raise ValueError(f"experts_per_token ({k}) must be from 1 to experts ({n_experts}), or both 0 "
                          f"for a dense MLP")
+    etp = check_expert_tensor_parallel(expert_tensor_parallel, t, sp, n_experts, f)
 
     return _layer_terms(s, b, h, a, f, kv, d, t, e, m, n_experts, k, gated, sp, flash, drop, post,
                         recompute, qk_norm, shared_norm, shared_gate, fs, kv_rank, q_rank, rope,
-                        v_width, capacity_factor)
+                        v_width, capacity_factor, etp)
+
+
+def check_expert_tensor_parallel(expert_tensor_parallel, t: int, sp: bool, experts: int,
+                                 ffn_hidden: int) -> int | None:
+    """A checked ETP, or None where it is t (or not given): the count of the module doc."""
+    if expert_tensor_parallel is None:
+        return None
+    etp = check_positive_int(expert_tensor_parallel, "expert_tensor_parallel")
+    if etp == t:
+        return None
+    if not experts:
+        raise ValueError(f"expert_tensor_parallel other than tensor_parallel ({t}) needs a mixture "
+                         f"of experts, got {etp}")
+    if ffn_hidden % etp:
+        raise ValueError(f"expert_tensor_parallel must divide ffn_hidden (each expert's width, "
+                         f"{ffn_hidden}), got {etp}")
+    if t > 1 and not sp:
+        raise ValueError("expert_tensor_parallel other than tensor_parallel needs "
+                         "sequence_parallel where tensor_parallel is above 1")
+    return etp
 
 
 def check_capacity_factor(capacity_factor) -> float:
@@ -211,8 +243,10 @@ def check_capacity_factor(capacity_factor) -> float:
 
 def _layer_terms(s, b, h, a, f, kv, d, t, e, m, n_experts, k, gated, sp, flash, drop, post,
                  recompute, qk_norm="none", shared_norm=False, shared_gate=False, fs=0, kv_rank=0,
-                 q_rank=0, rope=0, v_width=0, capacity_factor=None) -> Mapping[str, int]:
-    """:func:`layer_activation_terms` of checked Python ints and flags (d: the head width)."""
+                 q_rank=0, rope=0, v_width=0, capacity_factor=None,
+                 etp=None) -> Mapping[str, int]:
+    """:func:`layer_activation_terms` of checked Python ints and flags (d: the head width; ``etp``
+    None: ETP = t, else the checked ETP of :func:`check_expert_tensor_parallel`)."""
     sbh = s * b * h
     # Token slots the experts hold: k per token dropless, else E fixed buffers of the capacity.
     slots = s * b * k
@@ -279,7 +313,8 @@ def _layer_terms(s, b, h, a, f, kv, d, t, e, m, n_experts, k, gated, sp, flash, 
         terms["mlp_input"] = e * _split(sbh, pointwise_t)
     if n_experts:
         terms["router_probabilities"] = ROUTER_BYTES * _split(s * b * n_experts, pointwise_t)
-        terms["expert_input"] = e * _split(slots * h, pointwise_t)
+        terms["expert_input"] = (e * _split(slots * h, pointwise_t) if etp is None
+                                 else e * _split(etp * slots * h, t))    # ETP x slots / t rows
         terms["expert_output"] = e * _split(slots * h, pointwise_t)
     if fs:
         sbfs = s * b * fs
@@ -327,14 +362,15 @@ def logits_widths(logits_bytes, element_bytes: int) -> tuple[int, ...]:
 def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", tensor_parallel=1,
                            sequence_parallel=False, flash_attention=False, element_bytes=2,
                            mask_bytes=1, dropout=None, logits_bytes=None,
-                           capacity_factor=None) -> Mapping[str, int]:
+                           capacity_factor=None, expert_tensor_parallel=None) -> Mapping[str, int]:
     """Activation bytes of a whole model on one rank, by term.
 
     ``model`` is a preset name or a :class:`zerolib.core.catalogue.models.TransformerConfig`. ``dropout=None``
     uses the model's own (GPT-2 trains with dropout; the Llama family does not).
     ``logits_bytes`` lists the widths of the vocabulary-sized tensors held at once: by default
     ``(element_bytes, 4)`` (the logits, then their fp32 copy for the loss); the paper's Sec. 4.3
-    uses ``(4,)``. ``capacity_factor`` (None: dropless) sizes the experts' token buffers.
+    uses ``(4,)``. ``capacity_factor`` (None: dropless) sizes the experts' token buffers;
+    ``expert_tensor_parallel`` (None: ``tensor_parallel``) splits each expert (module doc).
 
     Terms: ``transformer_layers`` (L x one layer), ``recompute_transient`` (one layer being
     recomputed during backward), ``embedding_dropout_mask`` (the embedding output itself is the
@@ -359,22 +395,27 @@ def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", ten
                   mask_bytes=mask_bytes, dropout=drop)
     # The layer inputs are checked once here; the layer sums of model_terms trust them.
     layer_activation_terms(seq_len, micro_batch, config.hidden, config.heads, recompute=recompute,
-                           **common)
+                           expert_tensor_parallel=expert_tensor_parallel, **common)
+    etp = check_expert_tensor_parallel(expert_tensor_parallel, int(tensor_parallel),
+                                       bool(sequence_parallel), config.experts, config.ffn_hidden)
     return model_terms(config, int(seq_len), int(micro_batch), int(tensor_parallel),
                        bool(sequence_parallel), recompute, bool(flash_attention),
-                       int(element_bytes), int(mask_bytes), bool(drop), widths, capacity_factor)
+                       int(element_bytes), int(mask_bytes), bool(drop), widths, capacity_factor,
+                       etp)
 
 
 def model_terms(config, seq_len: int, micro_batch: int, tensor_parallel: int,
                 sequence_parallel: bool, recompute: str, flash_attention: bool,
                 element_bytes: int, mask_bytes: int, dropout: bool,
-                logits_widths: tuple[int, ...], capacity_factor=None) -> Mapping[str, int]:
+                logits_widths: tuple[int, ...], capacity_factor=None,
+                etp=None) -> Mapping[str, int]:
     """:func:`model_activation_terms` of checked inputs (a TransformerConfig, Python ints and
-    flags, ``dropout`` resolved, the logits' widths): the planner's path, per setting."""
+    flags, ``dropout`` resolved, the logits' widths, ``etp`` checked or None): the planner's
+    path, per setting."""
     s, b, h, v, t = seq_len, micro_batch, config.hidden, config.vocab, tensor_parallel
     one, dense, transient = layer_kinds(config, s, b, t, sequence_parallel, recompute,
                                         flash_attention, element_bytes, mask_bytes, dropout,
-                                        capacity_factor)
+                                        capacity_factor, etp)
     layers_total = config.layers * one
     if config.dense_layers:     # DeepSeek's first layers: a dense gated MLP, no experts
         layers_total = config.sparse_layers * one + config.dense_layers * dense
@@ -394,7 +435,7 @@ def model_terms(config, seq_len: int, micro_batch: int, tensor_parallel: int,
 def layer_kinds(config, seq_len: int, micro_batch: int, tensor_parallel: int,
                 sequence_parallel: bool, recompute: str, flash_attention: bool,
                 element_bytes: int, mask_bytes: int, dropout: bool,
-                capacity_factor=None) -> tuple[int, int, int]:
+                capacity_factor=None, etp=None) -> tuple[int, int, int]:
     """(one layer, one of the first dense layers, the recompute transient) in bytes on one
     rank, of checked inputs (as :func:`model_terms`). "One layer" is every layer of a model
     whose layers are alike, else one with experts; the dense layer is 0 without ``dense_layers``;
@@ -410,7 +451,8 @@ def layer_kinds(config, seq_len: int, micro_batch: int, tensor_parallel: int,
                                 sequence_parallel, flash_attention, dropout, config.post_norms, how,
                                 config.qk_norm, config.shared_norm, o["shared_gate"], o["fs"],
                                 config.kv_lora_rank, config.q_lora_rank, config.rope_head_dim,
-                                config.v_head_dim, capacity_factor).values())
+                                config.v_head_dim, capacity_factor,
+                                etp if o["n_experts"] else None).values())
 
     one = layer(recompute)
     if recompute == "none":

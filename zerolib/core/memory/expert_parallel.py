@@ -257,7 +257,8 @@ def _expert_splits(config: TransformerConfig) -> tuple:
 
 
 def expert_elements_of(config: TransformerConfig, tensor_parallel, experts_held) -> np.ndarray:
-    """:func:`routed_expert_elements` for arrays of checked t (ETP = t) and experts held."""
+    """:func:`routed_expert_elements` for arrays of checked split degrees (t, or ETP) and
+    experts held."""
     t = np.asarray(tensor_parallel, dtype=np.int64)
     per_expert = sum((rank_elements(piece, t) for piece in _expert_splits(config)),
                      np.zeros_like(t))
@@ -265,12 +266,16 @@ def expert_elements_of(config: TransformerConfig, tensor_parallel, experts_held)
 
 
 def expert_state_of(params, expert_layers, tensor_parallel, group, expert_parallel, stage,
-                    widths: Layout, config: TransformerConfig) -> np.ndarray:
+                    widths: Layout, config: TransformerConfig,
+                    expert_tensor_parallel=None) -> np.ndarray:
     """Persistent bytes per GPU holding ``params`` (every routed expert t-split, as the dense
     count has them) with E-way expert parallelism: :func:`state_of` for arrays, the dense part
-    over the ZeRO ``group``, the experts / E held over group / E (ETP = t, whole shard groups)."""
+    over the ZeRO ``group``, the experts / E held, split ETP ways, over t x group / (ETP x E)
+    (ETP None: t, so group / E; whole shard groups)."""
     e = np.asarray(expert_parallel, dtype=np.int64)
-    every = expert_layers * expert_elements_of(config, tensor_parallel, config.experts)
-    held = expert_layers * expert_elements_of(config, tensor_parallel, config.experts // e)
+    t = np.asarray(tensor_parallel, dtype=np.int64)
+    etp = t if expert_tensor_parallel is None else np.asarray(expert_tensor_parallel, dtype=np.int64)
+    every = expert_layers * expert_elements_of(config, t, config.experts)
+    held = expert_layers * expert_elements_of(config, etp, config.experts // e)
     return (ModelState(params - every, group, stage, widths).total
-            + ModelState(held, group // e, stage, widths).total)
+            + ModelState(held, t * group // (etp * e), stage, widths).total)

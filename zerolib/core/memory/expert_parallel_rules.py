@@ -14,6 +14,23 @@ engine's rule for where the expert-parallel group sits:
   degree, C divides E and E divides d x C (torchtitan ``distributed/parallel_dims.py``:
   ``ep % cp == 0 and (dp_shard * cp) % ep == 0``);
 
+Expert tensor parallelism (ETP, each routed expert split over ETP ranks) is searched under
+Megatron-LM only, among the values it accepts (``--expert-tensor-parallel-size``, by default t,
+``megatron/training/arguments.py`` at d98e8a64): ETP divides each expert's width (``ffn_hidden``)
+and ETP x E divides t x d x C (``parallel_state.py``: world divisible by ETP x EP x PP, the
+expert data parallel group world / (ETP x EP x PP)), with sequence parallelism where t > 1 and
+ETP differs from t. The other engines keep ETP = t in the search:
+
+- DeepSpeed-MoE splits experts over the tensor-parallel group or not at all (``MoE(...,
+  enable_expert_tensor_parallelism=False)``, ``deepspeed/moe/layer.py``: ETP = 1 by default, t
+  with the flag); zerolib searches its ETP = t;
+- torchtitan's FSDP2 offers ETP = TP or 1 (``parallel_dims.py``: "Currently we only support
+  ETP=TP or ETP=1"; with ETP = 1 EP also borrows the tensor-parallel group,
+  ``ep % (cp * tp) == 0``); zerolib searches its ETP = TP.
+
+Each configuration that is runnable so far is repeated once per other ETP that obeys the
+rules (an ETP breaking them is not enumerated); the configuration at ETP = t stays as it was.
+
 and, for every engine, E divides the routed experts, sequence parallelism when t > 1
 (Megatron-LM's rule for the token dispatcher), whole shard groups and no offload (what zerolib
 models with E > 1). Pure numpy over a plan's columns.
@@ -27,6 +44,9 @@ import numpy as np
 
 from zerolib.core.inputs import MAX_GPUS, check_positive_int, check_sequence
 from zerolib.core.memory.expert_parallel import expert_layers_of, expert_state_of
+
+# Engines whose plans search expert tensor parallelism (the others keep ETP = t, module doc).
+ETP_ENGINES = ("megatron",)
 
 RULE = ("expert_parallel must divide the routed experts and the engine's expert group "
         "(d x C; DeepSpeed-MoE: d; FSDP2: a multiple of C), with sequence parallelism where "
@@ -79,6 +99,17 @@ def expand(plan, columns: Mapping[str, np.ndarray], reason: np.ndarray, size: in
     return MappingProxyType(out), reason, len(reason)
 
 
+def spread_rows(c: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The configurations whose experts lie on their own group: E > 1 or ETP other than t."""
+    if "expert_parallel" not in c and "expert_tensor_parallel" not in c:
+        return np.zeros(0, dtype=np.int64)
+    t = c["tensor_parallel"]
+    spread = c.get("expert_parallel", np.ones_like(t)) > 1
+    if "expert_tensor_parallel" in c:
+        spread = spread | (c["expert_tensor_parallel"] != t)
+    return np.flatnonzero(spread)
+
+
 def persistent(plan, c: Mapping[str, np.ndarray], params: np.ndarray, r: np.ndarray,
                rows: np.ndarray, chunks: np.ndarray) -> np.ndarray:
     """Persistent bytes on a GPU of pipeline stage ``r`` holding ``params`` (every routed
@@ -92,5 +123,63 @@ def persistent(plan, c: Mapping[str, np.ndarray], params: np.ndarray, r: np.ndar
         sel = v == chunk
         layers[sel] = expert_layers_of(config, p[sel], stage_r[sel],
                                        schedule="interleaved" if chunk > 1 else "1f1b", chunks=chunk)
-    return expert_state_of(params[rows], layers, c["tensor_parallel"][rows], c["data_parallel"][rows],
-                           c["expert_parallel"][rows], c["stage"][rows], plan.layout, config)
+    t = c["tensor_parallel"][rows]
+    e = c["expert_parallel"][rows] if "expert_parallel" in c else np.ones_like(t)
+    etp = c["expert_tensor_parallel"][rows] if "expert_tensor_parallel" in c else t
+    return expert_state_of(params[rows], layers, t, c["data_parallel"][rows], e, c["stage"][rows],
+                           plan.layout, config, etp)
+
+
+def check_etp_degrees(expert_tensor_parallel, config, gpus: int, engine) -> tuple[int, ...] | None:
+    """The ETP a plan searches, checked once: None (ETP = t only: a dense model, or an engine not
+    in :data:`ETP_ENGINES` by default); by default under Megatron-LM every divisor of
+    ``ffn_hidden`` up to ``gpus``; else the whole numbers named (a mixture of experts, an engine
+    of :data:`ETP_ENGINES`)."""
+    if expert_tensor_parallel is None:
+        if not config.mixture_of_experts or engine.name not in ETP_ENGINES:
+            return None
+        return tuple(k for k in range(1, min(config.ffn_hidden, gpus) + 1)
+                     if config.ffn_hidden % k == 0)
+    degrees = tuple(dict.fromkeys(check_positive_int(k, "expert_tensor_parallel", MAX_GPUS)
+                                  for k in check_sequence(expert_tensor_parallel,
+                                                          "expert_tensor_parallel",
+                                                          "whole numbers")))
+    if not degrees:
+        raise ValueError("expert_tensor_parallel must name at least one degree")
+    if not config.mixture_of_experts:
+        raise ValueError(f"expert_tensor_parallel needs a mixture of experts; {config.name} has "
+                         f"no experts")
+    if engine.name not in ETP_ENGINES:
+        raise ValueError(f"expert_tensor_parallel is searched under engine "
+                         f"{', '.join(ETP_ENGINES)} only; engine {engine.name} keeps it at "
+                         f"tensor_parallel")
+    broken = [k for k in degrees if config.ffn_hidden % k]
+    if broken:
+        raise ValueError(f"expert_tensor_parallel must divide ffn_hidden (each expert's width, "
+                         f"{config.ffn_hidden} for {config.name}), got {broken[0]}")
+    return degrees
+
+
+def expand_etp(plan, columns: Mapping[str, np.ndarray], reason: np.ndarray, size: int,
+               passes: int) -> tuple[Mapping[str, np.ndarray], np.ndarray, int]:
+    """A plan's ``columns``, ``reason`` and ``size`` with an ``expert_tensor_parallel`` column
+    (unchanged where ``plan.expert_tensor_parallel`` is None): each row at ETP = t, then each
+    runnable-so-far row (reason ``passes``) once more per other ETP searched that obeys the rules
+    (module doc)."""
+    degrees = plan.expert_tensor_parallel
+    if degrees is None:
+        return columns, reason, size
+    t, group = columns["tensor_parallel"], columns["data_parallel"]    # the ZeRO group, d x C
+    e = columns.get("expert_parallel", np.ones_like(t))
+    whole = (columns["shard_group"] == group) & (columns["offload"] == 0)
+    open_rows = (reason == passes) & whole
+    index, etp = [np.arange(size)], [t]
+    for k in degrees:
+        ok = open_rows & (t != k) & ((t * group) % (k * e) == 0) & ((t == 1) | columns["sequence_parallel"])
+        rows = np.flatnonzero(ok)
+        index.append(rows)
+        etp.append(np.full(len(rows), k, dtype=np.int64))
+    index = np.concatenate(index)
+    out = {name: values[index] for name, values in columns.items()}
+    out["expert_tensor_parallel"] = np.concatenate(etp).astype(np.int64)
+    return MappingProxyType(out), reason[index], len(index)

@@ -162,13 +162,16 @@ def unit_terms(config, seq_len: int, micro_batch: int, t: int, options: tuple,
     o = dict(options)
     dropout = config.dropout if o["dropout"] is None else o["dropout"]
     widths = (o["element_bytes"], LOSS_FP32_BYTES) if o["logits_bytes"] is None else o["logits_bytes"]
+    etp = o.get("expert_tensor_parallel")    # present only where given, checked at the door
+    etp = None if etp == t else etp
     terms = dict(model_terms(config, seq_len, micro_batch, t, o["sequence_parallel"],
                              o["recompute"], o["flash_attention"], o["element_bytes"],
-                             o["mask_bytes"], dropout, widths, o["capacity_factor"]))
+                             o["mask_bytes"], dropout, widths, o["capacity_factor"], etp))
     # One layer of each kind: the stages multiply them by the layers they hold.
     terms["transformer_layers"], terms["dense_transformer_layer"], _ = layer_kinds(
         config, seq_len, micro_batch, t, o["sequence_parallel"], o["recompute"],
-        o["flash_attention"], o["element_bytes"], o["mask_bytes"], dropout, o["capacity_factor"])
+        o["flash_attention"], o["element_bytes"], o["mask_bytes"], dropout, o["capacity_factor"],
+        etp)
     # The loss's logits follow the vocabulary rows, padded when asked.
     rows = int(rows_on_rank(config.vocab, t, vocab_divisible_by))
     terms["logits_loss"] = terms["logits_loss"] // ceil_div(config.vocab, t) * rows
@@ -188,10 +191,15 @@ def _unit_terms_cached(config, seq_len, micro_batch, t: int, options: tuple,
 
 def options_key(sequence_parallel: bool, recompute: str, flash_attention: bool,
                 element_bytes: int, mask_bytes: int, dropout: bool | None,
-                logits_bytes: tuple[int, ...] | None, capacity_factor: float | None = None) -> tuple:
-    """The ``options`` of :func:`unit_terms` (checked values; hashable)."""
-    return tuple(_activation_options(sequence_parallel, recompute, flash_attention, element_bytes,
-                                     mask_bytes, dropout, logits_bytes, capacity_factor).items())
+                logits_bytes: tuple[int, ...] | None, capacity_factor: float | None = None,
+                expert_tensor_parallel: int | None = None) -> tuple:
+    """The ``options`` of :func:`unit_terms` (checked values; hashable); an
+    ``expert_tensor_parallel`` only where given (a dense setting's key is unchanged)."""
+    options = _activation_options(sequence_parallel, recompute, flash_attention, element_bytes,
+                                  mask_bytes, dropout, logits_bytes, capacity_factor)
+    if expert_tensor_parallel is not None:
+        options["expert_tensor_parallel"] = expert_tensor_parallel
+    return tuple(options.items())
 
 
 def activation_unit_terms(model, seq_len, micro_batch, tensor_parallel: int, *,

@@ -122,6 +122,7 @@ from zerolib.core.memory.activations import (
     MAX_CONTEXT_PARALLEL,
     RECOMPUTE,
     check_capacity_factor,
+    check_expert_tensor_parallel,
     checkpoint_terms_of,
     context_parallel_tokens,
 )
@@ -194,6 +195,9 @@ class WorkingSetSettings:
     # the tokens routed to it, as transformers runs Mixtral); c gives each of the E experts
     # ceil(c x k x s x b / E) slots (zerolib.core.memory.activations).
     capacity_factor: float | None = None
+    # Expert tensor parallelism: each routed expert split over ETP ranks (None: tensor_parallel),
+    # which changes the rows the experts gather (zerolib.core.memory.activations).
+    expert_tensor_parallel: int | None = None
     # Context parallelism: C ranks share each sequence (Megatron-LM's --context-parallel-size).
     context_parallel: int = 1
     # ZeRO-R's P_a and P_a+cpu (DeepSpeed activation_checkpointing: partition_activations,
@@ -231,6 +235,8 @@ class WorkingSetSettings:
                 check_positive_int(width, "logits_bytes entry", MAX_ELEMENT_BYTES)
         if self.capacity_factor is not None:
             object.__setattr__(self, "capacity_factor", check_capacity_factor(self.capacity_factor))
+        if self.expert_tensor_parallel is not None:
+            check_positive_int(self.expert_tensor_parallel, "expert_tensor_parallel", MAX_GPUS)
         object.__setattr__(self, "context_parallel", check_positive_int(
             self.context_parallel, "context_parallel", MAX_CONTEXT_PARALLEL))
         context_parallel_tokens(self.seq_len, self.context_parallel)
@@ -297,9 +303,12 @@ def _activations(config: TransformerConfig, s: WorkingSetSettings,
         raise ValueError(f"seq_len must be at most {config.max_positions} for {config.name} "
                          f"(learned position embeddings), got {s.seq_len}")
     tokens = s.seq_len // s.context_parallel     # this CP rank's share of each sequence
+    if s.expert_tensor_parallel is not None:     # its rules need the model
+        check_expert_tensor_parallel(s.expert_tensor_parallel, s.tensor_parallel,
+                                     s.sequence_parallel, config.experts, config.ffn_hidden)
     units = unit_terms(config, tokens, s.micro_batch, s.tensor_parallel, options_key(
         s.sequence_parallel, s.recompute, s.flash_attention, s.element_bytes, s.mask_bytes,
-        s.dropout, s.logits_bytes, s.capacity_factor))
+        s.dropout, s.logits_bytes, s.capacity_factor, s.expert_tensor_parallel))
     if s.partition_activations or s.cpu_checkpointing:
         # Full recomputation keeps one checkpoint per layer: ZeRO-R's is split or on the host.
         units = {**units, "transformer_layers": checkpoint_on_gpu(config, s)}

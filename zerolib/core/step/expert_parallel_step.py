@@ -13,6 +13,15 @@ MoE layer's routed experts (:mod:`zerolib.core.memory.expert_parallel`), so per 
   :mod:`zerolib.core.step.expert_parallel_traffic`) over the E ranks t x C apart, not overlapped
   (the ``expert`` part of the step).
 
+Expert tensor parallelism (``expert_tensor_parallel``, ETP; None: t) changes three things where it
+differs from t: a GPU holds its experts / E split ETP ways (their elements as
+:func:`~zerolib.core.memory.expert_parallel.expert_elements_of` counts them at ETP); their
+expert-data-parallel group is t x d / (ETP x E) GPUs, ETP x E apart (Megatron-LM's
+``expert_data_parallel_size = world / (ETP x EP x PP)``, ``parallel_state.py`` ~871-884); and
+each MoE layer adds the dispatcher's ETP all-gathers and reduce-scatters
+(:mod:`zerolib.core.step.expert_parallel_traffic`) to the ``expert`` part. The all-to-alls run
+over E ranks ETP x C apart (t x C at ETP = t, as before).
+
 Compute is unchanged by E: under uniform routing a GPU's experts / E see E times the tokens, as
 many expert FLOPs as without expert parallelism, those of the active parameters (the dense part
 and k / X of the routed experts, :func:`active_parameters`). Only whole shard groups (G = d) and no offload are
@@ -26,8 +35,9 @@ from zerolib.core.memory.expert_parallel import expert_elements_of, expert_layer
 from zerolib.core.step.expert_parallel_traffic import all_to_all_seconds_of
 
 
-def checked(config, e, t, d, sp, shard_group, offload) -> bool:
-    """True once the arrays of a setting with some E > 1 obey the rules (ValueError otherwise)."""
+def checked(config, e, t, d, sp, shard_group, offload, etp=None) -> bool:
+    """True once the arrays of a setting with some E > 1 or some ETP other than t obey the rules
+    (ValueError otherwise); ``etp`` None: ETP = t."""
     if not config.mixture_of_experts:
         raise ValueError(f"expert_parallel above 1 needs a mixture of experts; {config.name} has "
                          f"no experts")
@@ -35,9 +45,20 @@ def checked(config, e, t, d, sp, shard_group, offload) -> bool:
     if np.any(config.experts % e):
         raise ValueError(f"expert_parallel must divide the routed experts ({config.experts} for "
                          f"{config.name})")
-    if np.any(d % e):
+    if etp is None and np.any(d % e):
         raise ValueError("expert_parallel must divide data_parallel (the experts' grid tiles "
                          "the ZeRO group)")
+    if etp is not None:
+        if np.any(config.ffn_hidden % etp):
+            raise ValueError(f"expert_tensor_parallel must divide ffn_hidden (each expert's width, "
+                             f"{config.ffn_hidden} for {config.name})")
+        if np.any((t * d) % (etp * e)):
+            raise ValueError("expert_tensor_parallel x expert_parallel must divide "
+                             "tensor_parallel x data_parallel (the experts' grid tiles the GPUs)")
+        if np.any((etp != t) & (t > 1) & ~sp):
+            raise ValueError("expert_tensor_parallel other than tensor_parallel needs "
+                             "sequence_parallel where tensor_parallel is above 1")
+        many = many | (etp != t)
     if np.any(many & (t > 1) & ~sp):
         raise ValueError("expert_parallel above 1 with tensor_parallel above 1 needs "
                          "sequence_parallel (Megatron-LM's rule)")
@@ -51,19 +72,23 @@ def expert_parts(config, ic, st, slots, params, r, seq_len, c, units, zero_slots
     """(the ZeRO slots' seconds with the experts over their own group, the all-to-alls' seconds
     per micro-batch) on pipeline stage r; rows with E = 1 keep ``slots`` as given."""
     e, t, p, d = st.expert_parallel, st.tensor_parallel, st.pipeline_parallel, st.data_parallel
+    given = getattr(st, "expert_tensor_parallel", None)
+    etp = t if given is None else given
     layers = expert_layers_of(config, p, r)
     every = layers * expert_elements_of(config, t, config.experts)
-    held = layers * expert_elements_of(config, t, config.experts // e)
-    group = None if st.shard_group is None else st.shard_group // e
+    held = layers * expert_elements_of(config, etp, config.experts // e)
+    edp = t * d // (etp * e)        # Megatron-LM's expert data parallel (d / E at ETP = t)
+    # whole groups where the experts are spread (checked): t x group / (ETP x E) is the EDP
+    group = None if st.shard_group is None else t * st.shard_group // (etp * e)
     dense, _ = zero_slots(ic, params - every, d, t, st.stage, st.layout, st.shard_group, units, p,
                           st.engine)
-    experts, _ = zero_slots(ic, held, d // e, t * e, st.stage, st.layout, group, units, p,
+    experts, _ = zero_slots(ic, held, edp, etp * e, st.stage, st.layout, group, units, p,
                             st.engine)
-    many = e > 1
+    many = (e > 1) | (etp != t)
     out = {name: np.where(many, dense[name] + experts[name], seconds)
            for name, seconds in slots.items()}
     a2a = all_to_all_seconds_of(config, ic, seq_len, st.micro_batch, t, st.sequence_parallel, e,
-                                layers, st.capacity_factor, st.element_bytes, t * c)
+                                layers, st.capacity_factor, st.element_bytes, etp * c, given)
     return out, a2a
 
 

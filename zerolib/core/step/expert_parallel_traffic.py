@@ -29,6 +29,21 @@ routing: a GPU's X / E experts each receive one buffer from each of the E ranks,
 as many rows as its own experts would hold without expert parallelism, so
 :mod:`zerolib.core.memory.activations`' count stands and is not repeated here.
 
+Expert tensor parallelism (ETP, Megatron-LM's ``--expert-tensor-parallel-size``; by default t):
+the alltoall dispatcher works over the expert group of ETP x E ranks (``token_dispatcher.py`` at
+d98e8a64: ``self.tp_group = pg_collection.expt_tp``). Each rank dispatches its own rows over E
+(``token_dispatch``: ``all_to_all(self.ep_group, ...)``), then all-gathers what it received over
+the ETP ranks before the experts (``dispatch_postprocess``: ``gather_from_sequence_parallel_region
+(..., group=self.tp_group)``), and reduce-scatters the experts' partial outputs back after them
+(``combine_preprocess``: ``reduce_scatter_to_sequence_parallel_region(..., group=self.tp_group)``);
+the backward pass runs the reverse of each (a reduce-scatter for the all-gather, an all-gather for
+the reduce-scatter). Per MoE layer and micro-batch, with R the rows a GPU hands to one all-to-all,
+that is 2 all-gathers and 2 reduce-scatters over ETP, each of an ETP x R-row tensor of which a GPU
+sends (ETP - 1) x R rows. They are counted where ETP differs from t; at ETP = t (the default)
+zerolib's tensor-parallel traffic of the layer (its MLP's all-gather and reduce-scatter over the
+same t ranks, :mod:`zerolib.core.step.model_parallel_traffic`) stands in for them, as before. The
+probabilities' all-to-all and all-gather (one value per row) and the split sizes are not counted.
+
 Timing through the one ring model (:func:`zerolib.core.step.collectives.ring_timing_of` with
 kind ``all_to_all``, as qgZ's all-to-alls are timed in :mod:`zerolib.core.step.time`): latency per
 call for E - 1 steps, the bytes sent at the ring's bus bandwidth. The expert-parallel group sits
@@ -49,6 +64,8 @@ from zerolib.core.memory.activations import check_capacity_factor
 from zerolib.core.step.collectives import ring_timing_of
 
 ALL_TO_ALLS_PER_LAYER = 4   # dispatch and combine, forward and backward
+# Over ETP: the all-gather before the experts and the reduce-scatter after, forward and backward.
+ETP_COLLECTIVES_PER_LAYER = 4
 MAX_TOKENS = 2**40
 
 
@@ -64,6 +81,21 @@ class ExpertTraffic:
     moe_layers: int                # MoE layers on the GPU (its pipeline stage)
     micro_batches: int
     capacity_factor: float | None
+    expert_tensor_parallel: int = 1    # ETP where it differs from t; 1: no ETP collectives
+    etp_tensor_bytes: int = 0      # per ETP all-gather (its output) or reduce-scatter (its input)
+    etp_sent_bytes: int = 0        # per ETP call: the (ETP - 1) x R rows a GPU sends
+
+    @property
+    def etp_calls(self) -> int:
+        """ETP all-gathers and reduce-scatters per step on one GPU: 4 per MoE layer per
+        micro-batch where ETP is counted (see the module doc), else none."""
+        if self.expert_tensor_parallel == 1:
+            return 0
+        return ETP_COLLECTIVES_PER_LAYER * self.moe_layers * self.micro_batches
+
+    @property
+    def step_etp_sent_bytes(self) -> int:
+        return self.etp_calls * self.etp_sent_bytes
 
     @property
     def calls(self) -> int:
@@ -89,7 +121,12 @@ class ExpertTraffic:
                 "handed_bytes_per_all_to_all": self.handed_bytes,
                 "sent_bytes_per_all_to_all": self.sent_bytes,
                 "handed_bytes_per_step": self.step_handed_bytes,
-                "sent_bytes_per_step": self.step_sent_bytes}
+                "sent_bytes_per_step": self.step_sent_bytes,
+                "expert_tensor_parallel": self.expert_tensor_parallel,
+                "etp_calls": self.etp_calls,
+                "etp_tensor_bytes_per_call": self.etp_tensor_bytes,
+                "etp_sent_bytes_per_call": self.etp_sent_bytes,
+                "etp_sent_bytes_per_step": self.step_etp_sent_bytes}
 
 
 def routed_rows(experts: int, experts_per_token: int, tokens: int,
@@ -103,10 +140,12 @@ def routed_rows(experts: int, experts_per_token: int, tokens: int,
 def expert_traffic(model, seq_len: int, micro_batch: int, expert_parallel: int, *,
                    moe_layers: int | None = None, micro_batches: int = 1,
                    capacity_factor: float | None = None, element_bytes: int = 2,
-                   tensor_parallel: int = 1, sequence_parallel: bool = False) -> ExpertTraffic:
+                   tensor_parallel: int = 1, sequence_parallel: bool = False,
+                   expert_tensor_parallel: int | None = None) -> ExpertTraffic:
     """The all-to-alls of ``model`` under ``expert_parallel`` E for one GPU. ``moe_layers``
     (None: every layer with experts, i.e. no pipeline) counts the MoE layers the GPU holds;
-    ``micro_batches`` the micro-batches per step it runs."""
+    ``micro_batches`` the micro-batches per step it runs; ``expert_tensor_parallel`` (None: t)
+    adds the ETP all-gathers and reduce-scatters where it differs from t."""
     config = get_model(model)
     e = check_positive_int(expert_parallel, "expert_parallel", MAX_GPUS)
     if not config.mixture_of_experts:
@@ -118,6 +157,15 @@ def expert_traffic(model, seq_len: int, micro_batch: int, expert_parallel: int, 
     b = check_positive_int(micro_batch, "micro_batch", MAX_TOKENS)
     t = check_positive_int(tensor_parallel, "tensor_parallel", MAX_GPUS)
     sp = check_flag(sequence_parallel, "sequence_parallel")
+    etp = t if expert_tensor_parallel is None else check_positive_int(
+        expert_tensor_parallel, "expert_tensor_parallel", MAX_GPUS)
+    if config.ffn_hidden % etp:
+        raise ValueError(f"expert_tensor_parallel must divide ffn_hidden (each expert's width): "
+                         f"{config.name} has {config.ffn_hidden}, got expert_tensor_parallel {etp}")
+    if etp != t and t > 1 and not sp:
+        raise ValueError("expert_tensor_parallel other than tensor_parallel needs "
+                         "sequence_parallel where tensor_parallel is above 1 (each tensor-parallel "
+                         "rank dispatches its part of the sequence)")
     if t > 1 and e > 1 and not sp:
         raise ValueError("expert_parallel above 1 with tensor_parallel above 1 needs "
                          "sequence_parallel (Megatron-LM's rule: each tensor-parallel rank "
@@ -135,28 +183,44 @@ def expert_traffic(model, seq_len: int, micro_batch: int, expert_parallel: int, 
     rows = routed_rows(config.experts, config.experts_per_token, tokens, c)
     row_bytes = config.hidden * width
     away = -(-rows * (e - 1) // e)     # exact with a capacity (X / E buffers per rank)
+    counted = etp if etp != t else 1     # at ETP = t the tensor-parallel traffic stands in
     return ExpertTraffic(e, tokens, rows, rows * row_bytes if e > 1 else 0,
-                         away * row_bytes, layers, m, c)
+                         away * row_bytes, layers, m, c, counted,
+                         counted * rows * row_bytes if counted > 1 else 0,
+                         (counted - 1) * rows * row_bytes)
 
 
 def expert_traffic_seconds(traffic: ExpertTraffic, ic: Interconnect, stride: int = 1) -> float:
     """Seconds per step of the all-to-alls on their ring (E ranks ``stride`` apart on ``ic``):
     each call's latency plus the bytes sent at the ring's bus bandwidth; not overlapped."""
-    if traffic.calls == 0:
-        return 0.0
-    latency, bandwidth = ring_timing_of(ic, "all_to_all", np.int64(traffic.expert_parallel),
-                                        np.int64(check_positive_int(stride, "stride", MAX_GPUS)))
-    return float(traffic.calls * latency + traffic.step_sent_bytes / bandwidth)
+    stride = np.int64(check_positive_int(stride, "stride", MAX_GPUS))
+    seconds = 0.0
+    if traffic.calls:
+        latency, bandwidth = ring_timing_of(ic, "all_to_all", np.int64(traffic.expert_parallel),
+                                            stride)
+        seconds += float(traffic.calls * latency + traffic.step_sent_bytes / bandwidth)
+    if traffic.etp_calls:     # the ETP ranks are neighbours (innermost in the expert grid)
+        seconds += float(traffic.etp_calls * _etp_call_seconds(
+            ic, np.int64(traffic.expert_tensor_parallel), traffic.etp_sent_bytes))
+    return seconds
+
+
+def _etp_call_seconds(ic: Interconnect, etp, sent_bytes):
+    """Seconds of one ETP all-gather or reduce-scatter: its latency plus the bytes a GPU sends
+    at the bus bandwidth of ETP adjacent ranks (the two have the same ring cost)."""
+    latency, bandwidth = ring_timing_of(ic, "all_gather", etp, np.int64(1))
+    return latency + sent_bytes / bandwidth
 
 
 def all_to_all_seconds_of(config, ic: Interconnect, seq_len: int, micro_batch, tensor_parallel,
                           sequence_parallel, expert_parallel, moe_layers, capacity_factor,
-                          element_bytes: int, stride) -> np.ndarray:
+                          element_bytes: int, stride, expert_tensor_parallel=None) -> np.ndarray:
     """Seconds per micro-batch of one GPU's all-to-alls, for arrays of checked settings (the
     planner's path; :func:`expert_traffic` and :func:`expert_traffic_seconds` per setting):
     4 per MoE layer, each its latency plus the rows for other ranks' experts at the bus
     bandwidth of E ranks ``stride`` apart; 0 where E = 1. ``seq_len`` is the tokens of a
-    sequence on the GPU (s / C under context parallelism)."""
+    sequence on the GPU (s / C under context parallelism). ``expert_tensor_parallel`` (None: t)
+    adds the ETP all-gathers and reduce-scatters where it differs from t."""
     b, t, e = (np.asarray(a, dtype=np.int64) for a in (micro_batch, tensor_parallel, expert_parallel))
     tokens = np.where(sequence_parallel, seq_len * b // t, seq_len * b)
     x, k = config.experts, config.experts_per_token
@@ -167,4 +231,12 @@ def all_to_all_seconds_of(config, ic: Interconnect, seq_len: int, micro_batch, t
     sent = -(-rows * (e - 1) // e) * config.hidden * element_bytes
     latency, bandwidth = ring_timing_of(ic, "all_to_all", e, stride)
     seconds = ALL_TO_ALLS_PER_LAYER * np.asarray(moe_layers) * (latency + sent / bandwidth)
-    return np.where(e > 1, seconds, 0.0)
+    seconds = np.where(e > 1, seconds, 0.0)
+    if expert_tensor_parallel is None:
+        return seconds
+    etp = np.asarray(expert_tensor_parallel, dtype=np.int64)
+    counted = np.where(etp != t, etp, 1)
+    etp_sent = (counted - 1) * rows * config.hidden * element_bytes
+    etp_seconds = (ETP_COLLECTIVES_PER_LAYER * np.asarray(moe_layers)
+                   * _etp_call_seconds(ic, counted, etp_sent))
+    return seconds + np.where(counted > 1, etp_seconds, 0.0)

@@ -325,6 +325,8 @@ class ParallelSettings:
     context_parallel: int = 1      # C GPUs share each sequence (data_parallel is then d x C)
     expert_parallel: np.ndarray = 1    # E: experts / E per GPU (expert_parallel_step's rules)
     capacity_factor: float | None = None   # the experts' token buffers (None: dropless)
+    # ETP: each expert split over ETP ranks (None: tensor_parallel, Megatron-LM's default)
+    expert_tensor_parallel: np.ndarray | None = None
     engine: Engine | str = DEFAULT_ENGINE      # whose schedule (zerolib.core.step.engines)
     overlap: Overlap | None = None              # None: the engine's own overlap rule
     # ZeRO-R, per setting: P_a (partitioned checkpoints) and P_a+cpu; full recomputation only.
@@ -357,10 +359,12 @@ class ParallelSettings:
             setting_codes(self.recompute, RECOMPUTE, "recompute"),
             setting_codes(self.offload, tuple(OFFLOADS), "offload"),
             _flags(self.partition_activations, "partition_activations"),
-            _flags(self.cpu_checkpointing, "cpu_checkpointing"))
+            _flags(self.cpu_checkpointing, "cpu_checkpointing"),
+            *(() if self.expert_tensor_parallel is None else
+              (check_gpus(self.expert_tensor_parallel, "expert_tensor_parallel"),)))
         names = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
                  "micro_batches", "chunks", "expert_parallel", "sequence_parallel", "recompute",
-                 "offload", "partition_activations", "cpu_checkpointing")
+                 "offload", "partition_activations", "cpu_checkpointing", "expert_tensor_parallel")
         for name, array in zip(names, arrays):
             put(self, name, np.array(array))
         b, p, zero = self.micro_batch, self.pipeline_parallel, self.stage
@@ -471,8 +475,9 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
     engine = st.engine
     rule = engine.overlap if st.overlap is None else st.overlap
     _check_rules(config, t, p, v, m, s, sp, ic)
-    ep = st.expert_parallel
-    moe = bool(np.any(ep > 1)) and ep_step.checked(config, ep, t, d, sp, shard_group, off)
+    ep, etp = st.expert_parallel, st.expert_tensor_parallel
+    moe = ((bool(np.any(ep > 1)) or (etp is not None and bool(np.any(etp != t))))
+           and ep_step.checked(config, ep, t, d, sp, shard_group, off, etp))
     # The layer units a pipeline stage gathers one call each (its share of the model's).
     units = np.maximum(_unit_count(config) // p, 1)
 
@@ -559,14 +564,18 @@ def _per_degree(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
     arrays = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
               "micro_batches", "chunks", "expert_parallel", "sequence_parallel", "recompute",
               "offload", "partition_activations", "cpu_checkpointing")
+    etp = st.expert_tensor_parallel
     for degree in np.unique(cp).tolist():
         sel = cp == degree
+        extra = {} if etp is None else {
+            "expert_tensor_parallel": np.broadcast_to(etp, cp.shape)[sel]}
         sub = ParallelSettings.from_checked(
             seq_len=st.seq_len, layout=st.layout, mfu=st.mfu, element_bytes=st.element_bytes,
             host_link=st.host_link, context_parallel=int(degree), host=st.host, engine=st.engine,
             overlap=st.overlap, capacity_factor=st.capacity_factor,
             shard_group=None if st.shard_group is None else st.shard_group[sel],
-            **{name: np.broadcast_to(getattr(st, name), cp.shape)[sel] for name in arrays})
+            **{name: np.broadcast_to(getattr(st, name), cp.shape)[sel] for name in arrays},
+            **extra)
         times = _step_time(config, ic, device, sub)    # checked once, at the door
         for name in PARTS:
             parts[name][sel] = times.parts[name]
