@@ -49,7 +49,7 @@ def test_will_it_fit_table_follows_the_capacity_reading():
     for row, most_gpus, most_batch in zip(rows, fewest, largest):
         cells = row.split("<td style='text-align:right'>")
         assert cells[2].startswith(f"{int(most_gpus) or 'never'}<")
-        assert cells[3].startswith(f"{most_batch or 'none'}<")
+        assert cells[3].startswith(f"{most_batch or 'never'}<")
 
 
 def test_planner_judges_fits_on_the_capacity_reading():

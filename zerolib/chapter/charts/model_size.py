@@ -23,7 +23,6 @@ from zerolib.chapter.charts.tidy import (
 )
 from zerolib.chapter.style import (
     DEVICE_COLOR,
-    LABEL_BACKING,
     STRATEGY_COLORS,
     add_axes,
     device_label,
@@ -98,10 +97,15 @@ def _labels_fit(ax, n_models: int, n_stages: int) -> bool:
 
 
 _VALUE_LABEL_SIZE = 9  # points
+# A value label the capacity line would run through starts this far above the line instead
+# (points: half the line's width and a gap), read as the bar's value like the others.
+_LINE_CLEAR_PT = 3
+_LONGEST_LABEL_PT = 34   # a rotated "1,120" and its gap above the bar
 
 
-def _crosses(ax, height: float, text: str, line: float) -> bool:
-    """Whether the rotated value label above a bar of ``height`` reaches the line at ``line``.
+def _label_span(ax, height: float, text: str, line: float) -> tuple[float, float, float]:
+    """Where the rotated value label above a bar of ``height`` starts and ends, and where the
+    line at ``line`` is, in points above the axes' bottom.
 
     On the log axis a label starts 2 points above its bar and is about 0.64 em per character
     long (DejaVu Sans digits), so this is arithmetic on the axes' points per decade.
@@ -112,7 +116,21 @@ def _crosses(ax, height: float, text: str, line: float) -> bool:
     start = (math.log10(max(height, low)) - math.log10(low)) * per_decade + 2
     end = start + len(text) * 0.64 * _VALUE_LABEL_SIZE
     at = (math.log10(max(line, low)) - math.log10(low)) * per_decade
-    return start - 3 <= at <= end + 3
+    return start, end, at
+
+
+def _crosses(ax, height: float, text: str, line: float) -> bool:
+    """Whether the rotated value label above a bar of ``height`` reaches the line at ``line``."""
+    start, end, at = _label_span(ax, height, text, line)
+    return start - _LINE_CLEAR_PT <= at <= end + _LINE_CLEAR_PT
+
+
+def _above_line(ax, line: float) -> float:
+    """The height (data units) at which a label starts :data:`_LINE_CLEAR_PT` above the line."""
+    low, high = ax.get_ylim()
+    per_decade = (ax.get_position().height * ax.figure.get_figheight() * 72
+                  / math.log10(high / low))
+    return line * 10 ** (_LINE_CLEAR_PT / per_decade)
 
 
 def _make_bars(artists: ModelSizeArtists, n_models: int):
@@ -170,19 +188,33 @@ def _apply_model_size(artists: ModelSizeArtists, table, device, unit):
     low = 10 ** math.floor(math.log10(positive.min()) - 0.15)
     span = math.log10(positive.max()) - math.log10(low)
     height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
-    room = max(0.3, 34 * span / (height_pt - 34))
+    room = max(0.3, _LONGEST_LABEL_PT * span / (height_pt - _LONGEST_LABEL_PT))
     ax.set_ylim(low, positive.max() * 10**room)
     ax.set_ylabel(f"Model state per GPU [{unit}] (log scale)")
 
     show_labels = _labels_fit(ax, len(params), len(artists.stages))
+    texts = {stage: [format_value(height) for height in values[stage]] for stage in artists.stages}
+    crossing = {stage: [show_labels and _crosses(ax, height, text, capacity)
+                        for height, text in zip(values[stage], texts[stage])]
+                for stage in artists.stages}
+    if any(any(flags) for flags in crossing.values()):
+        # A label moved above the line must end inside the axes: the top grows when it must
+        # (solved on the log axis: the line's height plus the label's, in points).
+        needed = _LINE_CLEAR_PT + 2 + _LONGEST_LABEL_PT
+        at, bottom = math.log10(max(capacity, low)), math.log10(low)
+        top = max(math.log10(ax.get_ylim()[1]),
+                  (at * height_pt - needed * bottom) / (height_pt - needed))
+        ax.set_ylim(low, 10**top)
+        crossing = {stage: [show_labels and _crosses(ax, height, text, capacity)
+                            for height, text in zip(values[stage], texts[stage])]
+                    for stage in artists.stages}
+    above = _above_line(ax, capacity)
     for stage in artists.stages:
-        for text, height in zip(artists.value_labels[stage], values[stage]):
-            text.set_y(height)
-            text.set_text(format_value(height))
+        for text, height, label, moved in zip(artists.value_labels[stage], values[stage],
+                                              texts[stage], crossing[stage]):
+            text.set_y(max(above, height) if moved else height)
+            text.set_text(label)
             text.set_visible(show_labels)
-            crossing = show_labels and _crosses(ax, height, text.get_text(), capacity)
-            if crossing != (text.get_bbox_patch() is not None):
-                text.set_bbox(dict(LABEL_BACKING) if crossing else None)
 
     show_device_and_titles(artists, device, unit, capacity,
                             _model_size_titles(gpus, params, table.attrs['layout']))

@@ -26,6 +26,11 @@ from zerolib.core.memory.accounting import STRATEGY_NAMES
 from zerolib.core.units import format_value
 
 
+# How far an end label's centre stays from the capacity line, in points: half a 10-point
+# label's height, half the line's width and a gap, so the line never runs through a label.
+_LINE_CLEAR_PT = 9
+
+
 @dataclass(eq=False)
 class StageLineArtists:
     """What :func:`draw_stage_lines` drew."""
@@ -44,14 +49,23 @@ class StageLineArtists:
         return self.legend.get_texts()[len(self.stages)]
 
 
-def spread(values, gap: float) -> list[float]:
-    """Label heights: each value, pushed apart so neighbours are at least ``gap`` apart."""
-    order = np.argsort(values, kind="stable")
+def spread(values, gap: float, line: float | None = None, clear: float = 0.0) -> list[float]:
+    """Label heights: each value, pushed apart so neighbours are at least ``gap`` apart, and,
+    when a reference ``line`` is given, at least ``clear`` from it (labels at or above the line
+    go above it, the others below), so that no label is written on the line."""
     placed = np.array(values, dtype=float)
+    floor = -np.inf if line is None else line + clear
+    above = placed >= (-np.inf if line is None else line)
     previous = -np.inf
-    for i in order:
-        placed[i] = max(placed[i], previous + gap)
-        previous = placed[i]
+    for i in np.argsort(placed, kind="stable"):
+        if above[i]:
+            placed[i] = max(placed[i], floor, previous + gap)
+            previous = placed[i]
+    previous = np.inf
+    for i in np.argsort(-placed, kind="stable"):
+        if not above[i]:
+            placed[i] = min(placed[i], line - clear, previous - gap)
+            previous = placed[i]
     return list(placed)
 
 
@@ -89,7 +103,9 @@ def show_stage_lines(artists: StageLineArtists, x, values: dict, unit: str, capa
     artists.ax.set_ylim(0, top)
     artists.ax.set_ylabel(f"Model state per GPU [{unit}]")
     last = {stage: float(values[stage][-1]) for stage in artists.stages}
-    heights = spread([last[s] for s in artists.stages], gap=0.045 * top)
+    height_pt = artists.ax.get_position().height * artists.ax.figure.get_figheight() * 72
+    heights = spread([last[s] for s in artists.stages], gap=0.045 * top, line=capacity,
+                     clear=_LINE_CLEAR_PT / height_pt * top)
     for stage, height in zip(artists.stages, heights):
         artists.end_labels[stage].set_position((int(x[-1]), height))
         artists.end_labels[stage].set_text(f"{format_value(last[stage])} {unit}")

@@ -10,6 +10,7 @@ fewer stages than were drawn (FSDP2 has no stage 1) leaves the others' points ou
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pandas as pd
@@ -42,6 +43,15 @@ from zerolib.core.units import GB, check_unit, format_value
 FIGSIZE = (8.8, 5.8)  # inches
 MARGINS = (0.95, 2.6, 1.45, 0.8)  # left, right (the point labels), bottom (legend), top
 COMPUTE_COLOR = "#777777"
+# Where the data (compute time to the slowest step) sits along the x axis, as fractions of it:
+# room on the left for the compute line's label, on the right for the points. Two thirds of
+# the axis show what differs between the stages (an axis from 0 squeezed it into 5 %).
+DATA_SPAN = (0.25, 0.92)
+# The narrowest x range, as a fraction of the step time: stages less than a third of a per
+# cent apart (or equal, with nothing to wait for) are drawn in a window of this width.
+MIN_WINDOW = 0.005
+# The label room right of the points and the capacity line's clearance, in points.
+LABEL_CLEAR_PT = 9
 
 
 def _check(frame) -> pd.DataFrame:
@@ -105,11 +115,13 @@ def _apply(artists: TradeoffArtists, frame, device, unit):
     compute = frame["compute_seconds"].to_numpy(dtype=float)
     wait = frame["network_wait_fraction"].to_numpy(dtype=float)
 
-    right = float(step.max()) * 1.08
-    ax.set_xlim(0, right)
+    left, right = step_limits(compute, step)
+    ax.set_xlim(left, right)
     top = max(float(memory.max()), capacity) * 1.12
     ax.set_ylim(0, top)
-    heights = spread(memory, gap=0.06 * top)
+    height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
+    heights = spread(memory, gap=0.06 * top, line=capacity,
+                     clear=LABEL_CLEAR_PT / height_pt * top)
     for stage in set(artists.stages) - set(stages):   # a stage this engine does not offer
         artists.points[stage].set_data([], [])
         artists.waits[stage].set_data([], [])
@@ -126,9 +138,27 @@ def _apply(artists: TradeoffArtists, frame, device, unit):
     artists.compute_line.set_data([compute[0], compute[0]], [0, 1])
     artists.compute_label.set_x(compute[0])
     artists.compute_label.set_text(f"compute {format_value(compute[0])} s")
-    ax.set_xlabel("Step time [s]")
+    ax.set_xlabel(f"Step time [s] (the axis starts at {plain_number(left)} s, not at 0)")
     ax.set_ylabel(f"Peak memory per GPU [{unit}]")
     show_device_and_titles(artists, device, unit, capacity, tradeoff_titles(frame.attrs))
+
+
+def step_limits(compute, step) -> tuple[float, float]:
+    """The x range: compute time to the slowest step placed at :data:`DATA_SPAN` of the axis,
+    or, for stages closer than that, centred in a window :data:`MIN_WINDOW` of the step time
+    wide; the left end rounded down to a round number (the axis label names it)."""
+    low = float(min(compute.min(), step.min()))
+    high = float(step.max())
+    first, last = DATA_SPAN
+    width = (high - low) / (last - first)
+    if width < MIN_WINDOW * high:
+        width = MIN_WINDOW * high
+        first = last = 0.5 - (high - low) / width / 2
+        last = 1 - first
+    # Down to a hundredth of the window's order of magnitude: "0.404 s", not "0.40347 s".
+    unit = 10 ** math.floor(math.log10(width)) / 100
+    left = max(0.0, math.floor((low - first * width) / unit) * unit)
+    return left, high + (1 - last) * width
 
 
 def draw_memory_vs_step_time(ax, frame: pd.DataFrame, device: str | Device | None = None,

@@ -77,6 +77,7 @@ _SEGMENT_LABEL_SIZE = 9        # points (10 px in the explorer); a segment shows
 _ZERO_EVERYWHERE = "#777777"   # legend text of a component that is 0 in every bar drawn
 # Room above the tallest bar for its two label lines (value, verdict), in points.
 _ABOVE_BAR_PT = 36
+_SEGMENT_LINE_CLEAR_PT = 1.5   # half the capacity line's width and a little: the line clears a label
 # The capacity tag sits right of the axes at the line's height; the legend starts beyond it.
 _TAG_OFFSET_PT, _LEGEND_OFFSET_PT = 6, 72
 
@@ -166,6 +167,24 @@ class WillItFitArtists:
         return self.legend.get_texts()[self.legend_index[component]]
 
 
+def _segment_label_at(bottom: float, value: float, line: float, points_per_unit: float):
+    """Where a segment's value label goes: its middle, or, when the capacity line would run
+    through the label there, the part of the segment above or below the line if the label
+    fits in it; None when it fits nowhere (the label is hidden)."""
+    half = (_SEGMENT_LABEL_SIZE + 4) / 2 / points_per_unit   # half the label's height, and a gap
+    clear = half + _SEGMENT_LINE_CLEAR_PT / points_per_unit
+    top, middle = bottom + value, bottom + value / 2
+    if value < 2 * half:
+        return None
+    if abs(middle - line) >= clear:
+        return middle
+    if top - max(bottom, line + clear - half) >= 2 * half:     # room above the line
+        return max(line + clear, bottom + half)
+    if min(top, line - clear + half) - bottom >= 2 * half:     # room below it
+        return min(line - clear, top - half)
+    return None
+
+
 def _apply_will_it_fit(artists: WillItFitArtists, frame, device, unit):
     ax = artists.ax
     model, gpus, stages, grid = _check_peak_frame(frame)
@@ -192,9 +211,10 @@ def _apply_will_it_fit(artists: WillItFitArtists, frame, device, unit):
                                                   artists.segment_labels[component])):
             rectangle.set_y(bottoms[i, j])
             rectangle.set_height(values[i, j])
-            text.set_y(bottoms[i, j] + values[i, j] / 2)
+            at = _segment_label_at(bottoms[i, j], values[i, j], capacity, points_per_unit)
+            text.set_y(bottoms[i, j] + values[i, j] / 2 if at is None else at)
             text.set_text(format_value(values[i, j]))
-            text.set_visible(values[i, j] * points_per_unit >= _SEGMENT_LABEL_SIZE + 4)
+            text.set_visible(at is not None)
         everywhere_zero = not grid[:, j].any()
         legend_text = artists.legend_text(component)
         legend_text.set_text(COMPONENT_LABELS[component] + (": 0 here" if everywhere_zero else ""))

@@ -30,7 +30,7 @@ from zerolib.chapter.style import device_label, gpus_text, layout_summary
 from zerolib.core.catalogue.devices import Device, capacity_text
 from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, model_state
-from zerolib.core.memory.tables import fewest_gpus_table, memory_table
+from zerolib.core.memory.tables import fewest_gpus_table, memory_table, show_never
 from zerolib.core.units import format_count
 
 # Model sizes a reader can pick (parameters). The chapter's five, plus common sizes around them.
@@ -63,7 +63,7 @@ def fewest_gpus_html(params: int, layout: Layout, device: Device, unit: str) -> 
         stage = int(row.stage)
         if pd.isna(row.fewest_gpus):
             floor = model_state(params, MAX_GPUS, stage, layout).total
-            cell, per_gpu = "never", f"at least {in_unit(floor, unit)} at any GPU count"
+            cell, per_gpu = show_never(row.fewest_gpus), f"at least {in_unit(floor, unit)} at any GPU count"
         else:
             n = int(row.fewest_gpus)
             cell = str(n)

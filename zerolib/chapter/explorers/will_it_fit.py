@@ -31,7 +31,7 @@ from zerolib.core.catalogue.devices import Device, capacity_text
 from zerolib.core.catalogue.models import MODELS, TransformerConfig, get_model, parameter_count
 from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
 from zerolib.core.memory.activations import RECOMPUTE
-from zerolib.core.memory.tables import peak_frame
+from zerolib.core.memory.tables import peak_frame, show_never
 from zerolib.core.memory.working_set import (
     WorkingSetSettings,
     fewest_gpus_for_peak,
@@ -126,15 +126,13 @@ def peak_table_html(frame: pd.DataFrame, device: Device, unit: str, fewest: dict
     cells = []
     for row in peak_rows(frame, device):
         stage = row["stage"]
-        most = largest[stage]
-        if most == 0:
-            most = "none"
-        elif most == LARGEST_MICRO_BATCH_SHOWN:
+        most = show_never(largest[stage], zero_is_never=True)   # 0: not even one sequence
+        if most == LARGEST_MICRO_BATCH_SHOWN:
             most = f"{most} or more"       # the search stops at the slider's end
         cells.append(
             f"<tr><td>{html.escape(STRATEGY_NAMES[stage])}</td>{right(in_unit(row['peak'], unit))}"
             f"<td>{'fits' if row['fits'] else 'too big'}</td>"
-            f"{right('never' if fewest[stage] is None else fewest[stage])}"
+            f"{right(show_never(fewest[stage]))}"
             f"{right(most)}</tr>")
     return (
         f"<table><caption>Per GPU on {on} against the {html.escape(device.label)} "
