@@ -6,7 +6,11 @@ Megatron-LM's alltoall dispatcher (token_dispatcher.py at d98e8a64): a rank rout
 tokens, 8 rows; under uniform routing it receives 8 rows back from the all-to-all and all-gathers
 them over its ETP ranks, so the experts' first projections save ETP x 8 rows of 16 elements:
   ETP = 1: 8 rows  x 16 x 2 B = 256 B;  ETP = 4: 32 rows x 16 x 2 B = 1,024 B.
-At ETP = t = 2 zerolib keeps its count (slots x h / t = 16 x 16 / 2 x 2 B = 256 B).
+ETP = t = 2 (and None, which means t) gathers over its 2 ranks as well (dispatch_postprocess:
+gather_from_sequence_parallel_region(..., group=self.tp_group), tp_group = expt_tp):
+  16 rows x 16 x 2 B = 512 B (it was slots x h / t = 256 B, the same as ETP = 1: an under-count).
+Megatron-LM's default allgather dispatcher gathers the 4 tokens of each of the ETP x EP ranks and
+keeps the rows routed to its own experts: under uniform routing the same ETP x 8 rows.
 The f-wide tensors are ETP x 8 rows by 32 / ETP: 8 x 32 x 2 B = 512 B each, for every ETP.
 """
 from __future__ import annotations
@@ -28,7 +32,7 @@ def _layer(etp):
     return layer_activation_terms(8, 1, 16, 2, expert_tensor_parallel=etp, **LAYER)
 
 
-@pytest.mark.parametrize("etp, expert_input", [(None, 256), (2, 256), (1, 256), (4, 1024)])
+@pytest.mark.parametrize("etp, expert_input", [(None, 512), (2, 512), (1, 256), (4, 1024)])
 def test_expert_input_is_the_gathered_rows(etp, expert_input):
     terms = _layer(etp)
     assert terms["expert_input"] == expert_input
@@ -41,7 +45,7 @@ def test_expert_input_is_the_gathered_rows(etp, expert_input):
 def test_only_expert_input_changes():
     base, wide = _layer(None), _layer(4)
     assert {k for k in base if base[k] != wide[k]} == {"expert_input"}
-    assert sum(wide.values()) - sum(base.values()) == 1024 - 256
+    assert sum(wide.values()) - sum(base.values()) == 1024 - 512
 
 
 def test_at_t_1_the_gather_is_etp_times_the_rows():
@@ -51,15 +55,28 @@ def test_at_t_1_the_gather_is_etp_times_the_rows():
     assert terms["expert_input"] == 32 * 16 * 2
 
 
+def test_etp_equal_to_t_is_no_longer_etp_1():
+    # the under-count fixed: ETP = 1 gathers nothing (8 rows), ETP = t = 2 gathers 16 rows
+    assert _layer(2)["expert_input"] - _layer(1)["expert_input"] == (16 - 8) * 16 * 2
+
+
+def test_without_sequence_parallelism_a_rank_holds_every_row():
+    # t = 2 without sequence parallelism (ETP = t): each rank routes all 8 tokens, 16 rows,
+    # nothing to gather: 16 x 16 x 2 B, as before
+    terms = layer_activation_terms(8, 1, 16, 2, ffn_hidden=32, gated_mlp=True, experts=4,
+                                   experts_per_token=2, tensor_parallel=2)
+    assert terms["expert_input"] == 16 * 16 * 2
+
+
 def test_the_model_and_the_schedule_carry_it():
     model = model_activation_terms(TINY, 8, 1, tensor_parallel=2, sequence_parallel=True,
                                    expert_tensor_parallel=4)
     plain = model_activation_terms(TINY, 8, 1, tensor_parallel=2, sequence_parallel=True)
-    assert model["transformer_layers"] - plain["transformer_layers"] == 2 * (1024 - 256)
+    assert model["transformer_layers"] - plain["transformer_layers"] == 2 * (1024 - 512)
     options = options_key(True, "none", False, 2, 1, None, None, None, 4)
     one = unit_terms(TINY, 8, 1, 2, options)["transformer_layers"]
     assert one - unit_terms(TINY, 8, 1, 2, options_key(True, "none", False, 2, 1, None, None,
-                                                       None))["transformer_layers"] == 768
+                                                       None))["transformer_layers"] == 512
     # a dense setting's key is what it was
     assert options_key(True, "none", False, 2, 1, None, None, None) == options_key(
         True, "none", False, 2, 1, None, None, None, None)

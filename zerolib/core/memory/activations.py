@@ -54,7 +54,12 @@ Conventions and what is left out:
   (``expert_input``: h x ETP x slots / t per rank); their f-wide tensors are those rows by
   f / ETP, slots x f / t as at ETP = t; ``expert_output`` (the reduce-scattered rows the
   probabilities weight) keeps slots / t rows. Needs sequence parallelism where t > 1 (each
-  rank routes its own part of the sequence).
+  rank routes its own part of the sequence). The same holds at ETP = t (None) under sequence
+  parallelism: the dispatcher gathers over its t ranks, so ``expert_input`` is slots x h on
+  every rank, not slots x h / t. Megatron-LM's default dispatcher at that commit,
+  ``allgather`` (``transformer_config.py``: ``moe_token_dispatcher_type = "allgather"``),
+  gathers every token over the ETP x EP ranks and keeps the rows of its own experts: under
+  uniform routing the same ETP x slots / t rows, so one count serves both.
 - Norms on queries and keys (``qk_norm``: Qwen3 and Gemma-3 per head, OLMo-2 over the whole
   projection; transformers' modeling files): each RMSNorm saves its input, so Q and K are held
   twice (the projections' outputs and the normed copies the attention reads).
@@ -313,8 +318,12 @@ def _layer_terms(s, b, h, a, f, kv, d, t, e, m, n_experts, k, gated, sp, flash, 
         terms["mlp_input"] = e * _split(sbh, pointwise_t)
     if n_experts:
         terms["router_probabilities"] = ROUTER_BYTES * _split(s * b * n_experts, pointwise_t)
-        terms["expert_input"] = (e * _split(slots * h, pointwise_t) if etp is None
-                                 else e * _split(etp * slots * h, t))    # ETP x slots / t rows
+        # The experts' first projections save the rows gathered over the ETP ranks, ETP x
+        # slots / t (token_dispatcher.py at d98e8a64, dispatch_postprocess: the all-gather over
+        # tp_group = expt_tp), at ETP = t too: slots rows. Without sequence parallelism (t = 1,
+        # or ETP = t) a rank already holds every token's k rows.
+        gathered = etp if etp is not None else (t if sp else 1)
+        terms["expert_input"] = e * _split(gathered * slots * h, pointwise_t)
         terms["expert_output"] = e * _split(slots * h, pointwise_t)
     if fs:
         sbfs = s * b * fs
