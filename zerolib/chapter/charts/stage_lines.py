@@ -25,7 +25,6 @@ from zerolib.chapter.style import (
 from zerolib.core.memory.accounting import STRATEGY_NAMES
 from zerolib.core.units import format_value
 
-
 # How far an end label's centre stays from the capacity line, in points: half a 10-point
 # label's height, half the line's width and a gap, so the line never runs through a label.
 _LINE_CLEAR_PT = 9
