@@ -81,8 +81,8 @@ NEVER = "never"   # how every table and sentence of the chapter shows a count at
 
 def show_never(values, *, zero_is_never: bool = False):
     """``values`` for display, with "never" where nothing fits: None or <NA> (a fewest-GPUs
-    answer), and 0 too when ``zero_is_never`` (a largest-micro-batch answer). Takes a scalar, a
-    sequence, a Series or a DataFrame and returns the same kind (an object Series or frame)."""
+    answer), and 0 too when ``zero_is_never`` (a largest-micro-batch answer). A scalar gives a
+    scalar, a list, tuple or array a list, a Series or DataFrame one of object dtype."""
     import pandas as pd
 
     def one(value):
