@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from prose_support import markdown_cells, says
 
 import zerolib as zl
 from zerolib.core.memory.placement import Placement, place
@@ -25,18 +26,12 @@ T5 = 2_851_000_000                                            # t5-3b in DeepSpe
 
 
 @pytest.fixture(scope="module")
-def cells():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    return {c.id: " ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown"}
+def cells() -> dict[str, str]:
+    return markdown_cells("11-appendix-papers-and-other-systems")
 
 
 def gb(n_bytes, places=2) -> str:
     return f"{n_bytes / GB:,.{places}f}"
-
-
-def says(text: str, *phrases: str):
-    for phrase in phrases:
-        assert phrase in text, f"expected {phrase!r} in: {text[:300]}..."
 
 
 # --- the opening and the summary -------------------------------------------------------------

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from prose_support import markdown_cells, says
 
 import zerolib as zl
 from zerolib.core.catalogue.devices import get_device
@@ -26,8 +27,7 @@ GPUS = 8
 
 @pytest.fixture(scope="module")
 def cells() -> dict[str, str]:
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    return {c.id: " ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown"}
+    return markdown_cells("12-appendix-real-runs")
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +48,6 @@ def three():
 
 def gb(n_bytes, digits=1) -> str:
     return f"{n_bytes / GB:.{digits}f}"
-
-
-def says(text: str, *phrases: str):
-    for phrase in phrases:
-        assert phrase in text, f"expected {phrase!r} in: {text[:300]}..."
 
 
 def rank_bytes(sharded, strategy, category, phase="rest"):

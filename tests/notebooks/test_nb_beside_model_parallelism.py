@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from prose_support import markdown_cells, says
 
 import zerolib as zl
 from zerolib.core.memory.activations import checkpoint_terms
@@ -34,9 +35,8 @@ FULL = zl.WorkingSetSettings(seq_len=4096, micro_batch=1, recompute="full")
 
 
 @pytest.fixture(scope="module")
-def cells():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    return {c.id: " ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown"}
+def cells() -> dict[str, str]:
+    return markdown_cells(STEM)
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +51,6 @@ def h100_plan():
 
 def gb(n_bytes, places=2) -> str:
     return f"{n_bytes / GB:,.{places}f}"
-
-
-def says(text: str, *phrases: str):
-    for phrase in phrases:
-        assert phrase in text, f"expected {phrase!r} in: {text[:400]}..."
 
 
 def ordinal(n: int) -> str:

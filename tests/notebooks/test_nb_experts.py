@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from prose_support import markdown_cells
 
 import zerolib as zl
 from zerolib.core.catalogue.devices import get_device
@@ -28,8 +29,7 @@ GPUS = 8
 
 @pytest.fixture(scope="module")
 def cells() -> dict[str, str]:
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    return {c.id: " ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown"}
+    return markdown_cells("10-experts-and-other-architectures")
 
 
 def gb(n_bytes, digits=1) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
+from prose_support import markdown_cells, says
 
 import zerolib as zl
 from zerolib.core.memory.placement import OPTIONS, Placement, place
@@ -29,18 +30,12 @@ FULL = zl.WorkingSetSettings(seq_len=4096, micro_batch=1, recompute="full")
 
 
 @pytest.fixture(scope="module")
-def cells():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    return {c.id: " ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown"}
+def cells() -> dict[str, str]:
+    return markdown_cells("07-shard-groups-and-offload")
 
 
 def gb(n_bytes, places=2) -> str:
     return f"{n_bytes / GB:,.{places}f}"
-
-
-def says(text: str, *phrases: str):
-    for phrase in phrases:
-        assert phrase in text, f"expected {phrase!r} in: {text[:300]}..."
 
 
 def stage3_at(group: int) -> int:

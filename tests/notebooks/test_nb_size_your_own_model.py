@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from prose_support import markdown_cells
 
 import zerolib as zl
 from zerolib.core.planner import describe_configuration
@@ -27,9 +28,8 @@ GPT3 = ("--num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-leng
 
 
 @pytest.fixture(scope="module")
-def cells():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    return {c.id: " ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown"}
+def cells() -> dict[str, str]:
+    return markdown_cells("09-size-your-own-model")
 
 
 @pytest.fixture(scope="module")

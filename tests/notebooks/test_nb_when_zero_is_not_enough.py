@@ -12,6 +12,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
+from prose_support import markdown_cells, says
 
 import zerolib as zl
 from zerolib.core.inputs import MAX_GPUS
@@ -35,8 +36,8 @@ def notebook():
 
 
 @pytest.fixture(scope="module")
-def cells(notebook):
-    return {c.id: " ".join(c.source.split()) for c in notebook.cells if c.cell_type == "markdown"}
+def cells():
+    return markdown_cells(STEM)
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +47,6 @@ def a100_plan():
 
 def gb(n_bytes, places=2) -> str:
     return f"{n_bytes / GB:,.{places}f}"
-
-
-def says(text: str, *phrases: str):
-    for phrase in phrases:
-        assert phrase in text, f"expected {phrase!r} in: {text[:400]}..."
 
 
 def ordinal(n: int) -> str:

@@ -16,17 +16,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
 from PIL import Image
+from prose_support import NOTEBOOKS, markdown_cells, read_notebook, says
 
 import zerolib as zl
 from zerolib.core.memory.activations import layer_activation_terms
 from zerolib.paths import CHAPTER
 
 REPO = Path(__file__).resolve().parents[2]
-NOTEBOOKS = REPO / "notebooks"
 GB = 10**9
 # The chapter's reading order: the main path, the optional notebooks, the appendix.
 ORDER = list(CHAPTER)
@@ -36,19 +35,6 @@ FULL = zl.WorkingSetSettings(seq_len=4096, micro_batch=1, recompute="full")
 A100 = zl.get_device("a100-80gb")
 
 
-def read(name: str) -> nbformat.NotebookNode:
-    return nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-
-
-def markdown(name: str) -> dict[str, str]:
-    return {c.id: " ".join(c.source.split()) for c in read(name).cells if c.cell_type == "markdown"}
-
-
-def says(text: str, *phrases: str):
-    for phrase in phrases:
-        assert phrase in text, f"expected {phrase!r} in: {text[:400]}..."
-
-
 def gb(n_bytes, places=1) -> str:
     return f"{n_bytes / GB:,.{places}f}"
 
@@ -56,7 +42,7 @@ def gb(n_bytes, places=1) -> str:
 # --- 1. Model state is not the run: 70B on 64 A100s -----------------------------------------------
 
 def test_no_room_to_spare_for_70b_on_64_gpus():
-    text = markdown("03-memory-vs-model-size")
+    text = markdown_cells("03-memory-vs-model-size")
     assert not any("room to spare" in cell for cell in text.values())
     selective, full = (zl.peak("llama-2-70b", 64, 3, s) for s in (SELECTIVE, FULL))
     # 16 x 68,976,648,192 / 64 = 17.24 GB of model state; the activations of 80 layers at 4,096
@@ -75,7 +61,7 @@ def test_no_room_to_spare_for_70b_on_64_gpus():
 
 
 def test_the_older_cards_are_judged_on_the_peak_not_the_model_state():
-    text = markdown("03-memory-vs-model-size")["seventy-read"]
+    text = markdown_cells("03-memory-vs-model-size")["seventy-read"]
     state = zl.model_state(zl.parameter_count("llama-2-70b"), 64, 3).total
     v100, rtx = zl.get_device("v100-32gb"), zl.get_device("rtx4090-24gb")
     assert state <= rtx.capacity <= v100.capacity                       # "would sit under" both
@@ -90,7 +76,7 @@ def test_the_older_cards_are_judged_on_the_peak_not_the_model_state():
 def test_terms_of_the_peak_wait_for_section_4(name):
     """Recomputation, the peak and the working set are defined in 04: before it the chapter names
     no recomputation scheme and points forward where it first speaks of the peak."""
-    cells = [c for c in read(name).cells if c.cell_type == "markdown"]
+    cells = [c for c in read_notebook(name).cells if c.cell_type == "markdown"]
     assert not any(re.search(r"selective|full recomputation", c.source, re.I) for c in cells), name
     first = next((c for c in cells if re.search(r"\bpeaks?\b|working set|recomput", c.source, re.I)), None)
     assert first is None or "(04-will-it-fit.ipynb" in first.source, f"{name} [{first.id}]"
@@ -101,14 +87,14 @@ def test_terms_of_the_peak_wait_for_section_4(name):
 @pytest.mark.parametrize("name", ["02-memory-vs-gpu-count", "03-memory-vs-model-size"])
 def test_every_fit_judgement_says_what_it_judges(name):
     qualified = re.compile(r"model state|state|peak|the run|working set|Will it fit|fit\?", re.I)
-    for cell_id, text in markdown(name).items():
+    for cell_id, text in markdown_cells(name).items():
         for sentence in re.split(r"(?<=[.;:])\s+(?=[A-Z(*-])", text):
             if re.search(r"\bfits?\b|\bfitting\b", sentence, re.I):
                 assert qualified.search(sentence), f"{name} [{cell_id}]: {sentence}"
 
 
 def test_the_model_state_judgements_are_revisited_on_the_peak():
-    text = markdown("04-will-it-fit")["revisit-read"]
+    text = markdown_cells("04-will-it-fit")["revisit-read"]
     cases = {("llama-2-7b", 2, 1): None, ("llama-2-13b", 64, 1): None, ("llama-2-70b", 14, 3): None}
     for model, gpus, stage in cases:
         result = zl.peak(model, gpus, stage, SELECTIVE)
@@ -144,7 +130,7 @@ def test_the_model_state_judgements_are_revisited_on_the_peak():
 # --- 3. 14 GPUs for 70B, and how far the answers move with the reading of "80GB" ---------------
 
 def test_fourteen_gpus_for_70b_is_explained_by_thirteen():
-    text = markdown("02-memory-vs-gpu-count")["explorer-read"]
+    text = markdown_cells("02-memory-vs-gpu-count")["explorer-read"]
     state = 70e9 * 16
     assert state / 13 > A100.capacity >= state / 14      # 86.15 GB above 85.90, 80.0 below
     says(text, "on 13 each GPU would hold 1,120 GB / 13 = 86.2 GB, just above the 85.9 GB line",
@@ -155,7 +141,7 @@ def test_fourteen_gpus_for_70b_is_explained_by_thirteen():
 
 
 def test_the_threshold_table_and_its_reading():
-    text = markdown("02-memory-vs-gpu-count")
+    text = markdown_cells("02-memory-vs-gpu-count")
     moved = {}
     for basis in ("nominal", "decimal", "reported"):
         device = zl.device_at("h100-80gb", basis)
@@ -180,7 +166,7 @@ def test_the_threshold_table_and_its_reading():
 
 
 def test_the_fewest_gpus_table_is_read_at_its_own_settings():
-    text = markdown("02-memory-vs-gpu-count")["fewest-read"]
+    text = markdown_cells("02-memory-vs-gpu-count")["fewest-read"]
     fewest = {(p, s): zl.fewest_gpus(p * 10**9, s, device=A100) for p in (7, 13, 30, 70) for s in zl.STAGES}
     # 7B: 112 GB replicated without ZeRO; with any stage 2 GPUs (70, 63, 56 GB).
     assert fewest[(7, 0)] is None and fewest[(7, 1)] == fewest[(7, 2)] == fewest[(7, 3)] == 2
@@ -188,18 +174,18 @@ def test_the_fewest_gpus_table_is_read_at_its_own_settings():
     assert fewest[(70, 2)] is None and fewest[(70, 3)] == 14
     says(text, "7B needs ZeRO (any stage, from 2 GPUs)", "13B's fits with stage 1 from 5 GPUs",
          "30B's needs stage 2 (17 GPUs) or stage 3 (6 GPUs)", "70B's needs stage 3 (14 GPUs)")
-    nb = read("02-memory-vs-gpu-count")
+    nb = read_notebook("02-memory-vs-gpu-count")
     (cell,) = [c for c in nb.cells if c.id == "fewest"]
     assert "explorer" not in cell.source and nb.cells.index(cell) < [c.id for c in nb.cells].index("explorer")
 
 
 def test_the_explorers_readings_hold_at_their_settings():
     """The static readings beside the two explorers, at the settings each explorer starts with."""
-    two = markdown("02-memory-vs-gpu-count")["explorer-read"]
+    two = markdown_cells("02-memory-vs-gpu-count")["explorer-read"]
     # 70B: stage 1 keeps 4 bytes x 70e9 = 280 GB on every GPU, stage 2 keeps 2 x 70e9 = 140 GB.
     assert zl.fewest_gpus(70e9, 1, device=A100) is None and zl.fewest_gpus(70e9, 2, device=A100) is None
     says(two, "stage 1 keeps 280 GB of fp16 parameters and gradients on every GPU, stage 2 still 140 GB")
-    three = markdown("03-memory-vs-model-size")
+    three = markdown_cells("03-memory-vs-model-size")
     # 64 GPUs: 7B x 4.1875 = 29.3 GB, 13B 54.4 GB at stage 1; 30B x 2.21875 = 66.6 GB at stage 2.
     per_gpu = {(p, s): int(zl.model_state(p * 10**9, 64, s).total) for p, s in ((7, 1), (13, 1), (30, 2), (70, 3))}
     says(three["fits-read"], f"7B and 13B ({gb(per_gpu[(7, 1)])} and {gb(per_gpu[(13, 1)])} GB)",
@@ -215,7 +201,7 @@ def test_the_explorers_readings_hold_at_their_settings():
 
 
 def test_the_papers_table_2_is_one_sentence_with_its_result():
-    text = markdown("03-memory-vs-model-size")["paper-intro"]
+    text = markdown_cells("03-memory-vs-model-size")["paper-intro"]
     # 64 GPUs of 32 x 10^9 bytes: 32e9 / 16 = 2.0B, / (4 + 12/64) = 7.64B, / (2 + 14/64) = 14.42B,
     # / (16/64) = 128.0B parameters.
     largest = [round(zl.largest_model(64, s, "mixed-adam", zl.paper.PAPER_V100) / 1e9, 1) for s in zl.STAGES]
@@ -227,7 +213,7 @@ def test_the_papers_table_2_is_one_sentence_with_its_result():
 # --- 4. Engines, terms and one citation ---------------------------------------------------------
 
 def test_the_comparison_names_its_engines_and_the_amp_gradients():
-    cells = markdown("04-will-it-fit")
+    cells = markdown_cells("04-will-it-fit")
     says(cells["working-intro"], "stage 0 is PyTorch's DDP, stages 1–3 are DeepSpeed's ZeRO")
     model = zl.get_model("llama-2-7b")
     ours = zl.peak(model, 8, 0, SELECTIVE)
@@ -239,7 +225,7 @@ def test_the_comparison_names_its_engines_and_the_amp_gradients():
 
 
 def test_the_5as_over_h_term_is_named_for_what_it_is():
-    text = markdown("04-will-it-fit")["working-intro"]
+    text = markdown_cells("04-will-it-fit")["working-intro"]
     assert "attention scores, their softmax" not in text
     says(text, "the softmax output (2 bytes an element), its dropout mask (1 byte) and the dropout's output (2 bytes)")
     # The same three tensors are 5as/h x sbh bytes in zerolib's Table 2 terms (a=4, s=64, b=2).
@@ -255,7 +241,7 @@ def test_one_form_of_the_korthikanti_citation_everywhere():
 
 
 def test_the_three_lessons_are_in_the_main_text():
-    text = markdown("04-will-it-fit")["lessons-read"]
+    text = markdown_cells("04-will-it-fit")["lessons-read"]
     sharded, buffers = zl.report.load_sharded(), zl.report.load_deepspeed_buffers()
     lessons = zl.report.sizing_lessons(sharded, buffers)
     assert lessons["measured"].iloc[0].startswith("1,000,000,000 B")
@@ -294,7 +280,7 @@ DEFINER = "05-the-price-of-zero"
 
 @pytest.mark.parametrize("term", TERMS)
 def test_every_communication_term_is_defined_in_05s_words(term):
-    cells = [c for c in read(DEFINER).cells if c.cell_type == "markdown"]
+    cells = [c for c in read_notebook(DEFINER).cells if c.cell_type == "markdown"]
     (words,) = [i for i, c in enumerate(cells) if c.id == "words"]
     assert cells[words].source.startswith("## The words\n")
     assert re.search(r"\*\*" + TERMS[term].replace(r"\b", "") + r"\w*\*\*", cells[words].source, re.I), (
@@ -318,7 +304,7 @@ def _images(nb) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("name", PRESENT)
 def test_no_figure_is_shown_twice(name):
-    thumbnails = _images(read(name))
+    thumbnails = _images(read_notebook(name))
     for i, a in enumerate(thumbnails):
         for b in thumbnails[i + 1:]:
             assert np.abs(a - b).mean() > 1.0, f"{name} shows the same figure twice"
@@ -326,7 +312,7 @@ def test_no_figure_is_shown_twice(name):
 
 @pytest.mark.parametrize("name", PRESENT)
 def test_no_table_is_printed_twice(name):
-    tables = [output["data"]["text/html"] for cell in read(name).cells for output in cell.get("outputs", ())
+    tables = [output["data"]["text/html"] for cell in read_notebook(name).cells for output in cell.get("outputs", ())
               if "text/html" in output.get("data", {})]
     assert len(tables) == len(set(tables)), f"{name} prints a table twice"
 
@@ -343,7 +329,7 @@ def _readme_commands() -> tuple[str, list[str]]:
 
 def test_the_index_install_command_is_the_readme_command():
     setup, _ = _readme_commands()
-    assert f"```bash\n{setup}\n```" in read("00-index").cells[1].source
+    assert f"```bash\n{setup}\n```" in read_notebook("00-index").cells[1].source
 
 
 def test_readme_examples_run_as_written(tmp_path):
