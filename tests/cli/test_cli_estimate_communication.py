@@ -124,7 +124,13 @@ def test_bad_input_is_one_line(capsys, argv, flag):
     assert len(err.strip().splitlines()) == 1 and flag in err and "Traceback" not in err
 
 
-def test_tensor_parallel_with_a_link_is_refused(capsys):
+def test_tensor_parallel_with_a_link_is_timed_as_the_plan_times_it(capsys):
+    # refused once ("not modelled"); the planner's step model times it, and needs the device
     status, _, err = run(capsys, "estimate", "--model", "llama-2-7b", "--gpus", "8",
                          "--tensor-parallel", "2", "--link", "dgx-h100")
-    assert status == 2 and "tensor or pipeline parallelism is not modelled" in err
+    assert status == 2 and "a link with model parallelism (tensor, pipeline, context or expert) needs a device" in err
+    status, out, err = run(capsys, "estimate", "--model", "llama-2-7b", "--gpus", "8",
+                           "--tensor-parallel", "2", "--link", "dgx-h100", "--device", "h100-80gb")
+    assert status == 0 and err == ""
+    assert "Step timed as zerolib plan times it (t = 2): on dgx-h100" in out
+    assert "the tensor-parallel collectives are not overlapped" in out and "tensor [s]" in out

@@ -47,7 +47,7 @@ def test_table_says_what_was_assumed(capsys):
     (("--params", "7B", "--expert-parallel", "2"), "--expert-parallel and --expert-tensor-parallel need --model"),
     (("--model", "llama-2-7b", "--expert-parallel", "2"), "need a mixture of experts"),
     (("--model", "mixtral-8x7b", "--expert-parallel", "2", "--link", "dgx-h100"),
-     "a link with context or expert parallelism needs a device"),
+     "a link with model parallelism (tensor, pipeline, context or expert) needs a device"),
     (("--model", "mixtral-8x7b", "--expert-parallel", "2", "--shard-group", "2"),
      "expert_parallel is not modelled with a placement here"),
 ])

@@ -47,8 +47,8 @@ def test_run_cost_uses_the_step(capsys):
 
 
 @pytest.mark.parametrize("extra, words", [
-    (("--qwz",), "qwz is not modelled with context or expert parallelism and a link"),
-    (("--tokens-per-gpu", "4096"), "tokens_per_gpu is not modelled with context or expert parallelism"),
+    (("--qwz",), "qwz is not modelled with model parallelism (tensor, pipeline, context or expert) and a link"),
+    (("--tokens-per-gpu", "4096"), "tokens_per_gpu is not modelled with model parallelism"),
 ])
 def test_what_it_does_not_time_is_one_line(capsys, extra, words):
     code, out, err = run(capsys, *CP, *extra)

@@ -56,4 +56,4 @@ def test_estimate_with_a_link_times_experts_as_the_plan_does(capsys):
     status, out, err = run(capsys, "estimate", "--model", "mixtral-8x7b", "--gpus", "8",
                            "--expert-parallel", "2", "--link", "dgx-h100")
     assert status == 2 and out == "" and err.strip().count("\n") == 0
-    assert "a link with context or expert parallelism needs a device" in err
+    assert "a link with model parallelism (tensor, pipeline, context or expert) needs a device" in err

@@ -51,7 +51,8 @@ def test_what_the_step_model_does_not_time_is_refused():
     common = {"link": "dgx-h100", "stages": (1,), "engine": "megatron"}
     with pytest.raises(ValueError, match="needs a device"):
         estimate_model("llama-2-7b", 16, settings, **common)
-    with pytest.raises(ValueError, match="^qwz is not modelled with context or expert parallelism"):
+    with pytest.raises(ValueError, match=r"^qwz is not modelled with model parallelism "
+                                         r"\(tensor, pipeline, context or expert\)"):
         estimate_model("llama-2-7b", 16, settings, device="h100-80gb", qwz=True, **common)
     with pytest.raises(ValueError, match="^tokens_per_gpu is not modelled"):
         estimate_model("llama-2-7b", 16, settings, device="h100-80gb", tokens_per_gpu=4096, **common)

@@ -42,7 +42,9 @@ def add_arguments(parser) -> None:
         "(ring algorithm), their time at the link's bus bandwidth, the compute time from 6 FLOPs "
         "per parameter and token (8 with --recompute full; selective and full also repeat the "
         "attention core) at the device's peak x --mfu, and "
-        "the step time with collectives overlapping compute as far as the schedule allows.")
+        "the step time with collectives overlapping compute as far as the schedule allows. "
+        "With tensor, pipeline, context or expert parallelism the step is timed as zerolib plan "
+        "times the configuration (needs --device; one row of the planner's step model).")
     group.add_argument("--engine", choices=list(ENGINE_NAMES),
                        help=f"whose schedule, overlap and stages: the ZeRO paper's, DeepSpeed "
                             f"0.19.8 at its defaults, PyTorch FSDP2, Megatron-LM's distributed "

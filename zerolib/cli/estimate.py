@@ -155,19 +155,36 @@ def _has_parallel_step(result: dict) -> bool:
 
 
 def _parallel_step_line(result: dict) -> str:
-    step, compute = result["stages"][0]["parallel_step"], result["compute_settings"]
-    spread = ", ".join(f"{name} = {step[key]}" for name, key in (
-        ("C", "context_parallel"), ("E", "expert_parallel"), ("ETP", "expert_tensor_parallel"))
-        if step.get(key, 1) > 1) or "E = 1"
+    step, compute, ws = (result["stages"][0]["parallel_step"], result["compute_settings"],
+                         result["working_set_settings"])
+    degrees = (("t", ws["tensor_parallel"]), ("p", ws["pipeline_parallel"]),
+               ("C", step["context_parallel"]), ("E", step["expert_parallel"]))
+    spread = [f"{name} = {value}" for name, value in degrees if value > 1]
+    if step["expert_parallel"] > 1 or step["expert_tensor_parallel"] != ws["tensor_parallel"]:
+        spread.append(f"ETP = {step['expert_tensor_parallel']}")   # (the experts' own t)
+    not_overlapped = [what for what, shown in (
+        ("the tensor-parallel collectives", ws["tensor_parallel"] > 1),
+        ("the pipeline's sends", ws["pipeline_parallel"] > 1),
+        ("ring attention", step["context_parallel"] > 1),
+        ("the experts' all-to-alls", step["expert_parallel"] > 1)) if shown]
     m = result["micro_batches"]
-    return (f"Step timed as zerolib plan times it ({spread}): on {result['interconnect']['name']}, "
-            f"engine {result['engine']}, {m} micro-batch{'es' if m > 1 else ''} of "
-            f"{compute['tokens_per_gpu'] // m:,} tokens per GPU, mfu {compute['mfu']:g}; ring "
-            "attention and the experts' all-to-alls are not overlapped")
+    return (f"Step timed as zerolib plan times it ({', '.join(spread) or 'E = 1'}): on "
+            f"{result['interconnect']['name']}, engine {result['engine']}, {m} micro-batch"
+            f"{'es' if m > 1 else ''} of {compute['tokens_per_gpu'] // m:,} tokens per GPU, mfu "
+            f"{compute['mfu']:g}" + (f"; {_and(not_overlapped)} "
+                                     f"{'is' if not_overlapped == ['ring attention'] else 'are'} "
+                                     "not overlapped" if not_overlapped else ""))
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def _parallel_step_columns(result: dict) -> tuple[list[str], list[list[str]]]:
-    shown = [part for part in PARTS if part in ("compute", "context", "expert", "data_parallel")]
+    # compute, context, expert and data-parallel always; the tensor-parallel, pipeline and bubble
+    # parts where some row has them
+    shown = [part for part in PARTS if part in ("compute", "context", "expert", "data_parallel")
+             or any(row["parallel_step"]["parts"][part] for row in result["stages"])]
     headers = [f"{part.replace('_', '-')} [s]" for part in shown] + ["step [s]", "network wait"]
     cells = [[f"{row['parallel_step']['parts'][part]:,.3f}" for part in shown]
              + [f"{row['parallel_step']['step_seconds']:,.3f}",

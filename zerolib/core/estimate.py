@@ -273,25 +273,29 @@ def _with_parallel_step(result: Estimate, link, gpus_per_node, link_efficiency, 
                         expert_tensor_parallel, options: dict, overlap) -> Estimate:
     """``result`` timed by the planner's step model
     (:func:`zerolib.core.step.parallel.parallel_step_time`, ring attention over C, the experts'
-    all-to-alls and their own gradient group) where context or expert parallelism is set: each
+    all-to-alls and their own gradient group) where tensor, pipeline, context or expert
+    parallelism is set (t, p, C or E above 1, or an ETP given): each
     row gains ``parallel_step`` (``parts``: seconds of each part of
     :data:`zerolib.core.step.parallel.PARTS`, ``step_seconds``, ``network_wait_fraction``,
     ``bubble_fraction``, ``context_parallel``, ``expert_parallel``,
     ``expert_tensor_parallel``; ETP other than t adds its all-gathers and reduce-scatters and
     reduces the experts over t x d / (ETP x E)), the same numbers
-    ``zerolib plan`` gives the configuration. Needs a device; not with ZeRO++, offload options or
-    ``tokens_per_gpu`` (the step's tokens are seq_len / C x micro_batch x micro_batches)."""
+    ``zerolib plan`` gives the configuration. Needs a device; not with a placement, ZeRO++, offload
+    options or ``tokens_per_gpu`` (the step's tokens are seq_len / C x micro_batch x
+    micro_batches; beside a pipeline, micro_batches are the settings', p when not given)."""
     s, config = result.settings, result.model
     c = s.context_parallel
     if result.device is None:
-        raise ValueError("a link with context or expert parallelism needs a device (the step "
-                         "model times compute beside the collectives)")
+        raise ValueError("a link with model parallelism (tensor, pipeline, context or expert) "
+                         "needs a device (the step model times compute beside the collectives)")
     used = [name for name, value in options.items() if value != TRAFFIC_DEFAULTS[name]]
     if tokens_per_gpu is not None:
         used.insert(0, "tokens_per_gpu")
+    if result.placement is not None:
+        used.insert(0, "a placement (shard group, ZeRO++ or offload)")
     if used:
-        raise ValueError(f"{used[0]} is not modelled with context or expert parallelism and a "
-                         "link (the planner's step model times them)")
+        raise ValueError(f"{used[0]} is not modelled with model parallelism (tensor, pipeline, "
+                         "context or expert) and a link (the planner's step model times them)")
     # The planner's engine rules (plan_settings, expert_parallel_rules): only these layouts
     # are ones plan would time.
     if c > 1 and not engine.context_parallel:
@@ -424,8 +428,9 @@ def estimate_model(model: str | TransformerConfig, gpus,
     ``engine`` decides which stages exist and which run beside a pipeline (the planner's rule),
     and the schedule. ``expert_parallel`` E (and ``expert_tensor_parallel``, None: the
     tensor-parallel degree) spreads a mixture of experts' routed experts: see
-    :func:`_with_experts`; not with a placement. With a link and context or expert parallelism
-    the step is timed by the planner's step model (:func:`_with_parallel_step`)."""
+    :func:`_with_experts`; not with a placement. With a link and model parallelism (tensor,
+    pipeline, context or expert) the step is timed by the planner's step model
+    (:func:`_with_parallel_step`)."""
     config, layout = get_model(model), get_layout(layout)
     gpus = check_single(gpus, check_gpus, "gpus")
     device = get_device(device) if device is not None else None
@@ -451,9 +456,6 @@ def estimate_model(model: str | TransformerConfig, gpus,
                    host_memory)
     result = Estimate(parameter_count(config), gpus, layout, device, tuple(rows), config, settings,
                       placement, host_memory)
-    if link is not None and (settings.tensor_parallel != 1 or settings.pipeline_parallel != 1):
-        raise ValueError("a link with tensor or pipeline parallelism is not modelled here: the "
-                         "step model times data-parallel collectives only (see zerolib plan)")
     if expert_parallel != 1 or expert_tensor_parallel is not None:
         if placement is not None:
             raise ValueError("expert_parallel is not modelled with a placement here: the shard "
@@ -462,7 +464,16 @@ def estimate_model(model: str | TransformerConfig, gpus,
         result = _with_experts(result, expert_parallel, expert_tensor_parallel,
                                settings.micro_batches)
     m = check_positive_int(micro_batches, "micro_batches", MAX_MICRO_BATCHES)
-    if link is not None and (settings.context_parallel != 1 or expert_parallel != 1
+    p = settings.pipeline_parallel
+    if link is not None and p > 1:
+        # A pipeline's micro-batches are the step's: the settings' (None: p, enough to fill it).
+        if m != 1:
+            raise ValueError(f"micro_batches ({m}) is gradient accumulation without a pipeline; "
+                             f"with pipeline_parallel {p} the settings' micro_batches are the "
+                             "step's")
+        m = settings.micro_batches or p
+    if link is not None and (settings.tensor_parallel != 1 or p != 1
+                             or settings.context_parallel != 1 or expert_parallel != 1
                              or expert_tensor_parallel is not None):
         return _with_parallel_step(
             result, link, gpus_per_node, link_efficiency, mfu, tokens_per_gpu, m, engine,
