@@ -20,7 +20,7 @@ TINY = TransformerConfig("tiny-moe", hidden=16, layers=2, heads=2, kv_heads=2, f
 
 
 @pytest.mark.parametrize("etp, sent", [
-    pytest.param(2, 2048, marks=pytest.mark.xfail(strict=True, reason="ETP = t not counted yet")),
+    (2, 2048),
     (4, 6144)])
 def test_dispatcher_etp_collectives_per_step(etp, sent):
     traffic = expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, sequence_parallel=True,

@@ -476,7 +476,9 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
     rule = engine.overlap if st.overlap is None else st.overlap
     _check_rules(config, t, p, v, m, s, sp, ic)
     ep, etp = st.expert_parallel, st.expert_tensor_parallel
-    moe = ((bool(np.any(ep > 1)) or (etp is not None and bool(np.any(etp != t))))
+    # Every mixture: its dispatcher's ETP collectives run at ETP = t and E = 1 too.
+    spread = bool(np.any(ep > 1)) or (etp is not None and bool(np.any(etp != t)))
+    moe = ((spread or config.mixture_of_experts)
            and ep_step.checked(config, ep, t, d, sp, shard_group, off, etp))
     # The layer units a pipeline stage gathers one call each (its share of the model's).
     units = np.maximum(_unit_count(config) // p, 1)
