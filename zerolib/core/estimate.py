@@ -256,7 +256,8 @@ def _with_experts(result: Estimate, expert_parallel: int, expert_tensor_parallel
                                  micro_batches=micro_batches or p,   # None: enough to fill the pipeline
                                  capacity_factor=s.capacity_factor, element_bytes=s.element_bytes,
                                  tensor_parallel=t, sequence_parallel=s.sequence_parallel,
-                                 expert_tensor_parallel=lay.expert_tensor_parallel)
+                                 expert_tensor_parallel=lay.expert_tensor_parallel,
+                                 recompute=s.recompute)
         new = {name: state.category(name) for name in ("parameters", "gradients", "optimizer")}
         fits = None if result.device is None else bool(peak <= result.device.capacity)
         rows.append({**row, "pipeline_stage": r, **new, "total": state.total,

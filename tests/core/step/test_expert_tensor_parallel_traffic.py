@@ -9,7 +9,8 @@ sends (ETP - 1) x R rows.
 
 t = 2 with sequence parallelism: a rank routes 4 tokens, R = 8 rows (256 B per all-to-all, half
 of it to the other of E = 2 ranks).
-  ETP = 1: no gather;  ETP = 2 = t: counted in the tensor-parallel traffic (none here);
+  ETP = 1: no gather;  ETP = 2 = t: tensor 2 x 8 x 32 = 512 B, sent 1 x 8 x 32 = 256 B per call
+  (the dispatcher gathers over the ETP group at ETP = t too, token_dispatcher.py 741-751, 829);
   ETP = 4: tensor 4 x 8 x 32 = 1,024 B, sent 3 x 8 x 32 = 768 B per call.
 t = 1: R = 16 rows; ETP = 2: tensor 2 x 16 x 32 = 1,024 B, sent 512 B per call.
 """
@@ -33,11 +34,14 @@ def _t2(etp, **extra):
                           expert_tensor_parallel=etp, **extra)
 
 
-@pytest.mark.parametrize("etp", [None, 1, 2])
-def test_at_t_2_etp_1_and_2_add_no_collective(etp):
+# Was (0, 0, 0) at ETP = t as well: the dispatcher's collectives over ETP = t are now counted
+# (4 per layer x 2 layers x 3 micro-batches = 24 calls of a 2 x 256 B tensor, 256 B sent each).
+@pytest.mark.parametrize("etp, etp_traffic", [(None, (24, 512, 256)), (1, (0, 0, 0)),
+                                              (2, (24, 512, 256))])
+def test_at_t_2_etp_1_adds_no_collective_and_etp_2_its_own(etp, etp_traffic):
     traffic = _t2(etp, micro_batches=3)
     assert (traffic.tokens, traffic.rows, traffic.handed_bytes, traffic.sent_bytes) == (4, 8, 256, 128)
-    assert (traffic.etp_calls, traffic.etp_tensor_bytes, traffic.etp_sent_bytes) == (0, 0, 0)
+    assert (traffic.etp_calls, traffic.etp_tensor_bytes, traffic.etp_sent_bytes) == etp_traffic
 
 
 def test_at_t_2_etp_4_gathers_and_scatters_the_rows():

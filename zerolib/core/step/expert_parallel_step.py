@@ -19,7 +19,10 @@ differs from t: a GPU holds its experts / E split ETP ways (their elements as
 expert-data-parallel group is t x d / (ETP x E) GPUs, ETP x E apart (Megatron-LM's
 ``expert_data_parallel_size = world / (ETP x EP x PP)``, ``parallel_state.py`` ~871-884); and
 each MoE layer adds the dispatcher's ETP all-gathers and reduce-scatters
-(:mod:`zerolib.core.step.expert_parallel_traffic`) to the ``expert`` part. The all-to-alls run
+(:mod:`zerolib.core.step.expert_parallel_traffic`) to the ``expert`` part. Those run at ETP = t
+too, E = 1 included (a plain tensor-parallel mixture: 4 per MoE layer and micro-batch, 6 under
+full recomputation, in place of the MLP's collectives over t, which the ``tensor`` part leaves
+out of a MoE layer), so every mixture goes through :func:`expert_parts`. The all-to-alls run
 over E ranks ETP x C apart (t x C at ETP = t, as before).
 
 Compute is unchanged by E: under uniform routing a GPU's experts / E see E times the tokens, as
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.expert_parallel import expert_elements_of, expert_layers_of
 from zerolib.core.step.expert_parallel_traffic import all_to_all_seconds_of
 
@@ -80,15 +84,19 @@ def expert_parts(config, ic, st, slots, params, r, seq_len, c, units, zero_slots
     edp = t * d // (etp * e)        # Megatron-LM's expert data parallel (d / E at ETP = t)
     # whole groups where the experts are spread (checked): t x group / (ETP x E) is the EDP
     group = None if st.shard_group is None else t * st.shard_group // (etp * e)
-    dense, _ = zero_slots(ic, params - every, d, t, st.stage, st.layout, st.shard_group, units, p,
-                          st.engine)
-    experts, _ = zero_slots(ic, held, edp, etp * e, st.stage, st.layout, group, units, p,
-                            st.engine)
     many = (e > 1) | (etp != t)
-    out = {name: np.where(many, dense[name] + experts[name], seconds)
-           for name, seconds in slots.items()}
+    out = slots
+    if np.any(many):     # E = 1 at ETP = t: the experts' state reduces with the dense part's
+        dense, _ = zero_slots(ic, params - every, d, t, st.stage, st.layout, st.shard_group, units,
+                              p, st.engine)
+        experts, _ = zero_slots(ic, held, edp, etp * e, st.stage, st.layout, group, units, p,
+                                st.engine)
+        out = {name: np.where(many, dense[name] + experts[name], seconds)
+               for name, seconds in slots.items()}
+    # The dispatcher's ETP collectives at every ETP above 1 (E = 1 too), full recomputation's.
     a2a = all_to_all_seconds_of(config, ic, seq_len, st.micro_batch, t, st.sequence_parallel, e,
-                                layers, st.capacity_factor, st.element_bytes, etp * c, given)
+                                layers, st.capacity_factor, st.element_bytes, etp * c, etp,
+                                st.recompute == RECOMPUTE.index("full"))
     return out, a2a
 
 

@@ -39,10 +39,17 @@ the ETP ranks before the experts (``dispatch_postprocess``: ``gather_from_sequen
 the backward pass runs the reverse of each (a reduce-scatter for the all-gather, an all-gather for
 the reduce-scatter). Per MoE layer and micro-batch, with R the rows a GPU hands to one all-to-all,
 that is 2 all-gathers and 2 reduce-scatters over ETP, each of an ETP x R-row tensor of which a GPU
-sends (ETP - 1) x R rows. They are counted where ETP differs from t; at ETP = t (the default)
-zerolib's tensor-parallel traffic of the layer (its MLP's all-gather and reduce-scatter over the
-same t ranks, :mod:`zerolib.core.step.model_parallel_traffic`) stands in for them, as before. The
-probabilities' all-to-all and all-gather (one value per row) and the split sizes are not counted.
+sends (ETP - 1) x R rows; full recomputation re-runs the layer's forward in the backward pass, and
+with it the all-gather and the reduce-scatter: 6. They are counted at every ETP above 1, ETP = t
+(the default) included: the MoE layer runs none of a dense MLP's collectives over t (its input
+and output stay sequence shards), so :mod:`zerolib.core.step.model_parallel_traffic` leaves the
+MLP's rows out of a MoE layer (:func:`~zerolib.core.step.model_parallel_traffic.moe_mlp_free_layers`).
+The one exception is ETP = t > 1 without sequence parallelism, which Megatron-LM refuses for
+training (``moe_layer.py`` 636): there the dense MLP's all-reduces over t stand in and the ETP
+collectives are not counted. The reduce-scatter runs at the probabilities' width
+(``hidden_states.to(self.probs.dtype)``, line 830), the activations' own unless
+``moe_router_dtype`` is set. The probabilities' all-to-all and all-gather (one value per row),
+the split sizes and the recomputed forward's all-to-alls are not counted.
 
 Timing through the one ring model (:func:`zerolib.core.step.collectives.ring_timing_of` with
 kind ``all_to_all``, as qgZ's all-to-alls are timed in :mod:`zerolib.core.step.time`): latency per
@@ -60,12 +67,14 @@ import numpy as np
 from zerolib.core.catalogue.models import get_model
 from zerolib.core.catalogue.nodes import Interconnect
 from zerolib.core.inputs import MAX_GPUS, check_flag, check_positive_int, whole_in_range
-from zerolib.core.memory.activations import check_capacity_factor
+from zerolib.core.memory.activations import RECOMPUTE, check_capacity_factor
 from zerolib.core.step.collectives import ring_timing_of
 
 ALL_TO_ALLS_PER_LAYER = 4   # dispatch and combine, forward and backward
-# Over ETP: the all-gather before the experts and the reduce-scatter after, forward and backward.
+# Over ETP: the all-gather before the experts and the reduce-scatter after, forward and backward;
+# full recomputation runs the forward's two again in the backward pass.
 ETP_COLLECTIVES_PER_LAYER = 4
+ETP_RECOMPUTED_PER_LAYER = 2
 MAX_TOKENS = 2**40
 
 
@@ -81,17 +90,19 @@ class ExpertTraffic:
     moe_layers: int                # MoE layers on the GPU (its pipeline stage)
     micro_batches: int
     capacity_factor: float | None
-    expert_tensor_parallel: int = 1    # ETP where it differs from t; 1: no ETP collectives
+    expert_tensor_parallel: int = 1    # ETP where its collectives are counted; 1: none
     etp_tensor_bytes: int = 0      # per ETP all-gather (its output) or reduce-scatter (its input)
     etp_sent_bytes: int = 0        # per ETP call: the (ETP - 1) x R rows a GPU sends
+    full_recompute: bool = False   # the forward's ETP collectives run again in the backward
 
     @property
     def etp_calls(self) -> int:
         """ETP all-gathers and reduce-scatters per step on one GPU: 4 per MoE layer per
-        micro-batch where ETP is counted (see the module doc), else none."""
+        micro-batch (6 under full recomputation) where ETP is counted (see the module doc)."""
         if self.expert_tensor_parallel == 1:
             return 0
-        return ETP_COLLECTIVES_PER_LAYER * self.moe_layers * self.micro_batches
+        return (int(etp_calls_per_layer(self.full_recompute)) * self.moe_layers
+                * self.micro_batches)
 
     @property
     def step_etp_sent_bytes(self) -> int:
@@ -129,6 +140,20 @@ class ExpertTraffic:
                 "etp_sent_bytes_per_step": self.step_etp_sent_bytes}
 
 
+def etp_calls_per_layer(full_recompute):
+    """ETP all-gathers and reduce-scatters per MoE layer and micro-batch: 4, or 6 where full
+    recomputation re-runs the forward (arrays too)."""
+    return ETP_COLLECTIVES_PER_LAYER + ETP_RECOMPUTED_PER_LAYER * np.asarray(full_recompute,
+                                                                            dtype=np.int64)
+
+
+def counted_etp(expert_tensor_parallel, tensor_parallel, sequence_parallel):
+    """The ETP whose dispatcher collectives are counted (arrays too): ETP, except 1 (none) at
+    ETP = t > 1 without sequence parallelism, where the dense MLP's all-reduces stand in."""
+    etp = np.asarray(expert_tensor_parallel, dtype=np.int64)
+    return np.where((etp != tensor_parallel) | np.asarray(sequence_parallel, dtype=bool), etp, 1)
+
+
 def routed_rows(experts: int, experts_per_token: int, tokens: int,
                 capacity_factor: float | None) -> int:
     """Token rows one GPU hands to a dispatch: T x k dropless, else X x ceil(c x k x T / X)."""
@@ -141,11 +166,14 @@ def expert_traffic(model, seq_len: int, micro_batch: int, expert_parallel: int, 
                    moe_layers: int | None = None, micro_batches: int = 1,
                    capacity_factor: float | None = None, element_bytes: int = 2,
                    tensor_parallel: int = 1, sequence_parallel: bool = False,
-                   expert_tensor_parallel: int | None = None) -> ExpertTraffic:
+                   expert_tensor_parallel: int | None = None,
+                   recompute: str = "none") -> ExpertTraffic:
     """The all-to-alls of ``model`` under ``expert_parallel`` E for one GPU. ``moe_layers``
     (None: every layer with experts, i.e. no pipeline) counts the MoE layers the GPU holds;
     ``micro_batches`` the micro-batches per step it runs; ``expert_tensor_parallel`` (None: t)
-    adds the ETP all-gathers and reduce-scatters where it differs from t."""
+    adds the dispatcher's ETP all-gathers and reduce-scatters at any ETP above 1 (see the module
+    doc), ``recompute`` (a name of :data:`~zerolib.core.memory.activations.RECOMPUTE`) whether
+    full recomputation runs the forward's again."""
     config = get_model(model)
     e = check_positive_int(expert_parallel, "expert_parallel", MAX_GPUS)
     if not config.mixture_of_experts:
@@ -178,16 +206,18 @@ def expert_traffic(model, seq_len: int, micro_batch: int, expert_parallel: int, 
         moe_layers, "moe_layers", 0, config.sparse_layers,
         f"a whole number of MoE layers from 0 to {config.sparse_layers}"))
     m = check_positive_int(micro_batches, "micro_batches", 2**24)
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
     c = None if capacity_factor is None else check_capacity_factor(capacity_factor)
     tokens = s * b // t if sp else s * b
     rows = routed_rows(config.experts, config.experts_per_token, tokens, c)
     row_bytes = config.hidden * width
     away = -(-rows * (e - 1) // e)     # exact with a capacity (X / E buffers per rank)
-    counted = etp if etp != t else 1     # at ETP = t the tensor-parallel traffic stands in
+    counted = int(counted_etp(etp, t, sp))
     return ExpertTraffic(e, tokens, rows, rows * row_bytes if e > 1 else 0,
                          away * row_bytes, layers, m, c, counted,
                          counted * rows * row_bytes if counted > 1 else 0,
-                         (counted - 1) * rows * row_bytes)
+                         (counted - 1) * rows * row_bytes, recompute == "full")
 
 
 def expert_traffic_seconds(traffic: ExpertTraffic, ic: Interconnect, stride: int = 1) -> float:
@@ -214,13 +244,15 @@ def _etp_call_seconds(ic: Interconnect, etp, sent_bytes):
 
 def all_to_all_seconds_of(config, ic: Interconnect, seq_len: int, micro_batch, tensor_parallel,
                           sequence_parallel, expert_parallel, moe_layers, capacity_factor,
-                          element_bytes: int, stride, expert_tensor_parallel=None) -> np.ndarray:
+                          element_bytes: int, stride, expert_tensor_parallel=None,
+                          full_recompute=False) -> np.ndarray:
     """Seconds per micro-batch of one GPU's all-to-alls, for arrays of checked settings (the
     planner's path; :func:`expert_traffic` and :func:`expert_traffic_seconds` per setting):
     4 per MoE layer, each its latency plus the rows for other ranks' experts at the bus
     bandwidth of E ranks ``stride`` apart; 0 where E = 1. ``seq_len`` is the tokens of a
     sequence on the GPU (s / C under context parallelism). ``expert_tensor_parallel`` (None: t)
-    adds the ETP all-gathers and reduce-scatters where it differs from t."""
+    adds the dispatcher's ETP all-gathers and reduce-scatters as :func:`expert_traffic` counts
+    them (``full_recompute``: 6 per MoE layer instead of 4)."""
     b, t, e = (np.asarray(a, dtype=np.int64) for a in (micro_batch, tensor_parallel, expert_parallel))
     tokens = np.where(sequence_parallel, seq_len * b // t, seq_len * b)
     x, k = config.experts, config.experts_per_token
@@ -232,11 +264,9 @@ def all_to_all_seconds_of(config, ic: Interconnect, seq_len: int, micro_batch, t
     latency, bandwidth = ring_timing_of(ic, "all_to_all", e, stride)
     seconds = ALL_TO_ALLS_PER_LAYER * np.asarray(moe_layers) * (latency + sent / bandwidth)
     seconds = np.where(e > 1, seconds, 0.0)
-    if expert_tensor_parallel is None:
-        return seconds
-    etp = np.asarray(expert_tensor_parallel, dtype=np.int64)
-    counted = np.where(etp != t, etp, 1)
+    counted = counted_etp(t if expert_tensor_parallel is None else expert_tensor_parallel, t,
+                          sequence_parallel)
     etp_sent = (counted - 1) * rows * config.hidden * element_bytes
-    etp_seconds = (ETP_COLLECTIVES_PER_LAYER * np.asarray(moe_layers)
+    etp_seconds = (etp_calls_per_layer(full_recompute) * np.asarray(moe_layers)
                    * _etp_call_seconds(ic, counted, etp_sent))
     return seconds + np.where(counted > 1, etp_seconds, 0.0)

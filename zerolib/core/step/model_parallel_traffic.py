@@ -21,6 +21,13 @@ projections' inputs and gathers it again in the backward pass for the weight gra
 extra all-gather in the backward pass", ``LinearWithGradAccumulationAndAsyncCommunication``):
 two more all-gathers per layer, listed on their own.
 
+Mixture-of-experts layers under sequence parallelism (Megatron-LM, which requires sequence
+parallelism for MoE training at t > 1): the attention's collectives over t stay, the MLP's do not
+run; the layer's routed experts are gathered and reduce-scattered by the token dispatcher over
+the expert-tensor-parallel ranks instead (:mod:`zerolib.core.step.expert_parallel_traffic`
+counts those), and a shared expert, a dense MLP over t, keeps the MLP's rows
+(:func:`moe_mlp_free_layers`).
+
 Around the layers (Megatron-LM): the vocabulary-parallel embedding's output is all-reduced in
 the forward pass (reduce-scattered under sequence parallelism, all-gathered back in backward);
 the output layer's input is all-reduced in the backward pass (gathered in forward and
@@ -50,6 +57,7 @@ import numpy as np
 from zerolib.core.catalogue.models import get_model
 from zerolib.core.inputs import MAX_BYTES, check_flag, check_positive_int, echo
 from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.expert_parallel import expert_layers_of
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
@@ -129,29 +137,52 @@ def tensor_parallel_traffic(model, seq_len, micro_batch, tensor_parallel, pipeli
     return tensor_rows(config, s, b, t, p, r, m, bsh, sp, recompute)
 
 
+def moe_mlp_free_layers(config, p: int, r: int, sequence_parallel: bool) -> int:
+    """Layers on pipeline stage r whose MLP runs no collective over the t ranks: the MoE layers
+    of a mixture without a shared expert, under sequence parallelism (0 otherwise).
+
+    Megatron-LM (d98e8a64) hands a MoE layer its input as the sequence shard and gets its output
+    back as one: the routed experts' all-gather and reduce-scatter run in the token dispatcher
+    over the expert-tensor-parallel group (``megatron/core/transformer/moe/token_dispatcher.py``
+    86: ``self.tp_group = pg_collection.expt_tp``; 741-751 and 829), counted by
+    :mod:`zerolib.core.step.expert_parallel_traffic` at any ETP above 1, ETP = t included. A
+    shared expert is a dense MLP over t (``SharedExpertMLP``) and keeps its collectives. Without
+    sequence parallelism Megatron-LM refuses MoE training at t > 1 (``moe_layer.py`` 636); the
+    dense MLP's all-reduces stand in there."""
+    if not (sequence_parallel and config.mixture_of_experts) or config.shared_expert_ffn:
+        return 0
+    return int(expert_layers_of(config, p, r))
+
+
 def tensor_rows(config, s: int, b: int, t: int, p: int, r: int, m: int, bsh: int, sp: bool,
                 recompute: str) -> tuple[ParallelTraffic, ...]:
     """:func:`tensor_parallel_traffic` of checked inputs (``bsh``: bytes of one b x s x h
-    activation): the step model's path, whose caller checked them once."""
+    activation): the step model's path, whose caller checked them once, and the estimate's.
+    The one count of a layer's collectives over t: every layer's attention, and the MLP of the
+    layers whose MLP runs over t (all but :func:`moe_mlp_free_layers`)."""
     if t == 1:
         return ()
     passes = m * int(stage_layers(config.layers, p, r))   # layer passes per step on this GPU
+    # Sublayers whose collectives run over t: every layer's attention, and the MLP of every
+    # layer but a routed-only MoE layer under sequence parallelism (see moe_mlp_free_layers).
+    both = passes + m * (int(stage_layers(config.layers, p, r)) - moe_mlp_free_layers(config, p, r, sp))
+    only = "" if both == 2 * passes else " (the MLP's in the layers that have one over t)"
 
     def row(collective, phase, what, calls, size=bsh):
         return ParallelTraffic("tensor", collective, phase, what, calls, size, t)
 
     rows = []
     if sp:
-        rows += [row("all-gather", "forward", "layer inputs before the QKV and MLP up projections", 2 * passes),
-                 row("reduce-scatter", "forward", "attention and MLP outputs", 2 * passes),
-                 row("reduce-scatter", "backward", "gradients of the gathered layer inputs", 2 * passes),
-                 row("all-gather", "backward", "gradients of the attention and MLP outputs", 2 * passes),
+        rows += [row("all-gather", "forward", "layer inputs before the QKV and MLP up projections" + only, both),
+                 row("reduce-scatter", "forward", "attention and MLP outputs" + only, both),
+                 row("reduce-scatter", "backward", "gradients of the gathered layer inputs" + only, both),
+                 row("all-gather", "backward", "gradients of the attention and MLP outputs" + only, both),
                  row("all-gather", "backward", "saved sequence shards of the projections' inputs, "
-                                               "gathered again for the weight gradients", 2 * passes)]
+                                               "gathered again for the weight gradients" + only, both)]
         if recompute == "full":
-            rows += [row("all-gather", "backward", "recomputed forward: layer inputs", 2 * passes),
-                     row("reduce-scatter", "backward", "recomputed forward: attention and MLP outputs",
-                         2 * passes)]
+            rows += [row("all-gather", "backward", "recomputed forward: layer inputs" + only, both),
+                     row("reduce-scatter", "backward", "recomputed forward: attention and MLP outputs"
+                         + only, both)]
     else:
         rows += [row("all-reduce", "forward", "attention and MLP outputs (g)", 2 * passes),
                  row("all-reduce", "backward", "gradients of the QKV and MLP up projections' inputs (f)",

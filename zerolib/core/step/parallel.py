@@ -122,8 +122,10 @@ tokens, and the ring's sends are the ``context`` part (:mod:`zerolib.core.step.c
 P_a's all-gather of each checkpoint and P_a+cpu's host copies, in the ``tensor`` part, not
 overlapped (:mod:`zerolib.core.step.zero_r_step` says why).
 
-**Expert parallelism** (E, an array): the ``expert`` part is the all-to-alls of the MoE layers,
-and the routed experts' collectives run over their own group
+**Expert parallelism** (E, an array): the ``expert`` part is the all-to-alls of the MoE layers
+and the token dispatcher's all-gathers and reduce-scatters over the expert-tensor-parallel ranks
+(at any ETP above 1, E = 1 and ETP = t included: a MoE layer's MLP runs none over t, so the
+``tensor`` part leaves it out), and the routed experts' collectives run over their own group
 (:mod:`zerolib.core.step.expert_parallel_step`).
 
 Left out: Megatron-LM's and DeepSpeed's communication overlaps beyond the ones stated; the middle
@@ -476,7 +478,9 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
     rule = engine.overlap if st.overlap is None else st.overlap
     _check_rules(config, t, p, v, m, s, sp, ic)
     ep, etp = st.expert_parallel, st.expert_tensor_parallel
-    moe = ((bool(np.any(ep > 1)) or (etp is not None and bool(np.any(etp != t))))
+    # Every mixture: its dispatcher's ETP collectives run at ETP = t and E = 1 too.
+    spread = bool(np.any(ep > 1)) or (etp is not None and bool(np.any(etp != t)))
+    moe = ((spread or config.mixture_of_experts)
            and ep_step.checked(config, ep, t, d, sp, shard_group, off, etp))
     # The layer units a pipeline stage gathers one call each (its share of the model's).
     units = np.maximum(_unit_count(config) // p, 1)
