@@ -3,12 +3,27 @@
 With E-way expert parallelism each GPU holds experts / E of every layer's routed experts, so the
 tokens its router sends elsewhere must travel there and back (GShard, Lepikhin et al. 2020,
 Sec. 2.2; Megatron-LM's ``MoEAlltoAllTokenDispatcher``; DeepSpeed-MoE's ``_AllToAll``). Per MoE
-layer and micro-batch, four all-to-alls over the E ranks of the expert-parallel group:
+layer and micro-batch, four all-to-alls over the E ranks of the expert-parallel group (six under
+full recomputation):
 
 - forward: **dispatch** (each token's k copies to the ranks of its experts) and **combine** (the
   experts' outputs back to the token's rank);
 - backward: the gradients of both, the same sizes in the opposite direction (the autograd of an
-  all-to-all is the reverse all-to-all).
+  all-to-all is the reverse all-to-all);
+- full recomputation: the forward's two again, before the backward, so 6. Megatron-LM d98e8a64's
+  ``--recompute-granularity full`` wraps whole layers, MoE layers included, in
+  ``tensor_parallel.checkpoint`` (``transformer_block.py`` 662-663 calls ``checkpointed_forward``,
+  ``recompute.py`` 142), whose backward re-runs the layer's forward (``tensor_parallel/random.py``
+  659), the MoE layer's ``self.dispatch`` and ``self.combine`` with it (``moe_layer.py`` 680-685);
+  its selective default, ``core_attn`` (``transformer_config.py`` 1940-1941), re-runs core
+  attention only (``transformer_block.py`` 299-301), no all-to-all (``moe`` among the
+  ``recompute_modules`` would re-run them, ``moe_layer.py`` 247-249 and 701-713; not modelled).
+  DeepSpeed's activation checkpointing re-runs the checkpointed function in the backward
+  (``runtime/activation_checkpointing/checkpointing.py`` 745 at edaa722, version 0.19.6) and
+  torchtitan's full activation checkpointing wraps each block, MoE and its expert-parallel
+  all-to-alls included (``torchtitan/distributed/activation_checkpoint.py`` 166-183 at b5bcd76; its
+  ``models/common/token_dispatcher.py`` 261 and 328 call ``all_to_all_single``),
+  while its selective one saves ``all_to_all_single``'s outputs (line 63) and re-sends none.
 
 Bytes handed to one all-to-all per GPU: the token rows it routes, x hidden x the activation
 width (2 bytes in 16-bit). Rows:
@@ -48,8 +63,8 @@ The one exception is ETP = t > 1 without sequence parallelism, which Megatron-LM
 training (``moe_layer.py`` 636): there the dense MLP's all-reduces over t stand in and the ETP
 collectives are not counted. The reduce-scatter runs at the probabilities' width
 (``hidden_states.to(self.probs.dtype)``, line 830), the activations' own unless
-``moe_router_dtype`` is set. The probabilities' all-to-all and all-gather (one value per row),
-the split sizes and the recomputed forward's all-to-alls are not counted.
+``moe_router_dtype`` is set. The probabilities' all-to-all and all-gather (one value per row)
+and the split sizes are not counted.
 
 Timing through the one ring model (:func:`zerolib.core.step.collectives.ring_timing_of` with
 kind ``all_to_all``, as qgZ's all-to-alls are timed in :mod:`zerolib.core.step.time`): latency per
@@ -71,6 +86,7 @@ from zerolib.core.memory.activations import RECOMPUTE, check_capacity_factor
 from zerolib.core.step.collectives import ring_timing_of
 
 ALL_TO_ALLS_PER_LAYER = 4   # dispatch and combine, forward and backward
+ALL_TO_ALLS_RECOMPUTED_PER_LAYER = 2   # full recomputation runs the forward's two again
 # Over ETP: the all-gather before the experts and the reduce-scatter after, forward and backward;
 # full recomputation runs the forward's two again in the backward pass.
 ETP_COLLECTIVES_PER_LAYER = 4
@@ -93,7 +109,7 @@ class ExpertTraffic:
     expert_tensor_parallel: int = 1    # ETP where its collectives are counted; 1: none
     etp_tensor_bytes: int = 0      # per ETP all-gather (its output) or reduce-scatter (its input)
     etp_sent_bytes: int = 0        # per ETP call: the (ETP - 1) x R rows a GPU sends
-    full_recompute: bool = False   # the forward's ETP collectives run again in the backward
+    full_recompute: bool = False   # the forward's collectives run again in the backward
 
     @property
     def etp_calls(self) -> int:
@@ -110,10 +126,12 @@ class ExpertTraffic:
 
     @property
     def calls(self) -> int:
-        """All-to-alls per step on one GPU: 4 per MoE layer per micro-batch (none when E = 1)."""
+        """All-to-alls per step on one GPU: 4 per MoE layer per micro-batch, 6 under full
+        recomputation (none when E = 1)."""
         if self.expert_parallel == 1:
             return 0
-        return ALL_TO_ALLS_PER_LAYER * self.moe_layers * self.micro_batches
+        return (int(all_to_alls_per_layer(self.full_recompute)) * self.moe_layers
+                * self.micro_batches)
 
     @property
     def step_handed_bytes(self) -> int:
@@ -138,6 +156,13 @@ class ExpertTraffic:
                 "etp_tensor_bytes_per_call": self.etp_tensor_bytes,
                 "etp_sent_bytes_per_call": self.etp_sent_bytes,
                 "etp_sent_bytes_per_step": self.step_etp_sent_bytes}
+
+
+def all_to_alls_per_layer(full_recompute):
+    """All-to-alls per MoE layer and micro-batch: 4, or 6 where full recomputation re-runs the
+    forward's dispatch and combine (arrays too)."""
+    return ALL_TO_ALLS_PER_LAYER + ALL_TO_ALLS_RECOMPUTED_PER_LAYER * np.asarray(
+        full_recompute, dtype=np.int64)
 
 
 def etp_calls_per_layer(full_recompute):
@@ -173,7 +198,7 @@ def expert_traffic(model, seq_len: int, micro_batch: int, expert_parallel: int, 
     ``micro_batches`` the micro-batches per step it runs; ``expert_tensor_parallel`` (None: t)
     adds the dispatcher's ETP all-gathers and reduce-scatters at any ETP above 1 (see the module
     doc), ``recompute`` (a name of :data:`~zerolib.core.memory.activations.RECOMPUTE`) whether
-    full recomputation runs the forward's again."""
+    full recomputation runs the forward's all-to-alls and ETP collectives again."""
     config = get_model(model)
     e = check_positive_int(expert_parallel, "expert_parallel", MAX_GPUS)
     if not config.mixture_of_experts:
@@ -248,11 +273,11 @@ def all_to_all_seconds_of(config, ic: Interconnect, seq_len: int, micro_batch, t
                           full_recompute=False) -> np.ndarray:
     """Seconds per micro-batch of one GPU's all-to-alls, for arrays of checked settings (the
     planner's path; :func:`expert_traffic` and :func:`expert_traffic_seconds` per setting):
-    4 per MoE layer, each its latency plus the rows for other ranks' experts at the bus
-    bandwidth of E ranks ``stride`` apart; 0 where E = 1. ``seq_len`` is the tokens of a
-    sequence on the GPU (s / C under context parallelism). ``expert_tensor_parallel`` (None: t)
-    adds the dispatcher's ETP all-gathers and reduce-scatters as :func:`expert_traffic` counts
-    them (``full_recompute``: 6 per MoE layer instead of 4)."""
+    4 per MoE layer (6 under ``full_recompute``), each its latency plus the rows for other ranks'
+    experts at the bus bandwidth of E ranks ``stride`` apart; 0 where E = 1. ``seq_len`` is the
+    tokens of a sequence on the GPU (s / C under context parallelism). ``expert_tensor_parallel``
+    (None: t) adds the dispatcher's ETP all-gathers and reduce-scatters as :func:`expert_traffic`
+    counts them (``full_recompute``: 6 per MoE layer instead of 4)."""
     b, t, e = (np.asarray(a, dtype=np.int64) for a in (micro_batch, tensor_parallel, expert_parallel))
     tokens = np.where(sequence_parallel, seq_len * b // t, seq_len * b)
     x, k = config.experts, config.experts_per_token
@@ -262,7 +287,8 @@ def all_to_all_seconds_of(config, ic: Interconnect, seq_len: int, micro_batch, t
         rows = x * np.ceil(capacity_factor * k * tokens / x).astype(np.int64)
     sent = -(-rows * (e - 1) // e) * config.hidden * element_bytes
     latency, bandwidth = ring_timing_of(ic, "all_to_all", e, stride)
-    seconds = ALL_TO_ALLS_PER_LAYER * np.asarray(moe_layers) * (latency + sent / bandwidth)
+    seconds = (all_to_alls_per_layer(full_recompute) * np.asarray(moe_layers)
+               * (latency + sent / bandwidth))
     seconds = np.where(e > 1, seconds, 0.0)
     counted = counted_etp(t if expert_tensor_parallel is None else expert_tensor_parallel, t,
                           sequence_parallel)
