@@ -10,6 +10,7 @@ MoE layer's routed experts (:mod:`zerolib.core.memory.expert_parallel`), so per 
   fewer bytes on a smaller ring, each slot timed by the same schedule
   (:mod:`zerolib.core.step.traffic`) and added to the dense part's;
 - each MoE layer runs 4 all-to-alls per micro-batch (dispatch and combine, forward and backward;
+  6 under full recomputation, which re-runs the forward's two;
   :mod:`zerolib.core.step.expert_parallel_traffic`) over the E ranks t x C apart, not overlapped
   (the ``expert`` part of the step).
 

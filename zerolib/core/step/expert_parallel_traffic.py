@@ -66,6 +66,16 @@ collectives are not counted. The reduce-scatter runs at the probabilities' width
 ``moe_router_dtype`` is set. The probabilities' all-to-all and all-gather (one value per row)
 and the split sizes are not counted.
 
+The dispatcher is Megatron-LM's ``--moe-token-dispatcher-type alltoall``
+(``MoEAlltoAllTokenDispatcher``), what its Mixtral example trains with
+(``examples/mixtral/train_mixtral_8x7b_distributed.sh`` 56) and the all-to-all dispatch and
+combine DeepSeek-V3 reports (arXiv 2412.19437, Sec. 3.2.2; Megatron-LM's DeepSeek-V3 example runs
+``flex``, DeepEP's all-to-all kernels, ``examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh`` 93);
+Megatron-LM's default, ``allgather`` (``transformer_config.py`` 891), would instead all-gather
+every token's hidden state over the ETP x E ranks and reduce-scatter the experts' outputs back
+(``token_dispatcher.py`` 299-300 and 365-366), (ETP x E - 1) x T rows received per call whatever
+k, not modelled here.
+
 Timing through the one ring model (:func:`zerolib.core.step.collectives.ring_timing_of` with
 kind ``all_to_all``, as qgZ's all-to-alls are timed in :mod:`zerolib.core.step.time`): latency per
 call for E - 1 steps, the bytes sent at the ring's bus bandwidth. The expert-parallel group sits
