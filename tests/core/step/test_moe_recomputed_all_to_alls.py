@@ -16,8 +16,7 @@ import pytest
 from zerolib.core.catalogue.models import TransformerConfig
 from zerolib.core.catalogue.nodes import cluster_interconnect
 from zerolib.core.step.collectives import ring_timing_of
-from zerolib.core.step.expert_parallel_traffic import (all_to_all_seconds_of, expert_traffic,
-                                                        expert_traffic_seconds)
+from zerolib.core.step.expert_parallel_traffic import all_to_all_seconds_of, expert_traffic, expert_traffic_seconds
 
 TINY = TransformerConfig("tiny-moe", hidden=16, layers=2, heads=2, kv_heads=2, ffn_hidden=32,
                          vocab=64, max_positions=64, tied_embeddings=False, gated_mlp=True,
