@@ -39,9 +39,9 @@ def test_the_step_is_the_plans(frame, etp):
     assert step["step_seconds"] == pytest.approx(float(row.step_seconds), rel=1e-12)
     assert stage["peak"] == int(row.peak_bytes)
     # 6 all-to-alls per MoE layer and micro-batch (full recomputation), all 32 layers on the
-    # GPU; ETP 2 as many all-gathers and reduce-scatters, none at ETP 1. (The traffic row counts
-    # the settings' micro-batches, 1 here without a pipeline, not the step's 2.)
+    # GPU, the step's 2 micro-batches (gradient accumulation); ETP 2 as many all-gathers and
+    # reduce-scatters, none at ETP 1
     traffic = stage["expert_traffic"]
-    assert (traffic["moe_layers"], traffic["micro_batches"]) == (32, 1)
-    assert traffic["all_to_all_calls"] == 32 * 6
-    assert traffic["etp_calls"] == (0 if etp == 1 else 32 * 6)
+    assert (traffic["moe_layers"], traffic["micro_batches"]) == (32, 2)
+    assert traffic["all_to_all_calls"] == 32 * 6 * 2
+    assert traffic["etp_calls"] == (0 if etp == 1 else 32 * 6 * 2)

@@ -457,13 +457,6 @@ def estimate_model(model: str | TransformerConfig, gpus,
                    host_memory)
     result = Estimate(parameter_count(config), gpus, layout, device, tuple(rows), config, settings,
                       placement, host_memory)
-    if expert_parallel != 1 or expert_tensor_parallel is not None:
-        if placement is not None:
-            raise ValueError("expert_parallel is not modelled with a placement here: the shard "
-                             "groups and offload assume one data-parallel group for all model "
-                             "state")
-        result = _with_experts(result, expert_parallel, expert_tensor_parallel,
-                               settings.micro_batches)
     m = check_positive_int(micro_batches, "micro_batches", MAX_MICRO_BATCHES)
     p = settings.pipeline_parallel
     if link is not None and p > 1:
@@ -473,6 +466,14 @@ def estimate_model(model: str | TransformerConfig, gpus,
                              f"with pipeline_parallel {p} the settings' micro_batches are the "
                              "step's")
         m = settings.micro_batches or p
+    if expert_parallel != 1 or expert_tensor_parallel is not None:
+        if placement is not None:
+            raise ValueError("expert_parallel is not modelled with a placement here: the shard "
+                             "groups and offload assume one data-parallel group for all model "
+                             "state")
+        # the experts' traffic per step: the step's micro-batches where a link times it
+        result = _with_experts(result, expert_parallel, expert_tensor_parallel,
+                               m if link is not None else settings.micro_batches)
     if link is not None and (settings.tensor_parallel != 1 or p != 1
                              or settings.context_parallel != 1 or expert_parallel != 1
                              or expert_tensor_parallel is not None):
