@@ -68,6 +68,7 @@ def test_a_move_from_the_browser_draws_its_neighbours_when_idle_and_sends_nothin
     async def reader():
         browser_move(gpus, 4)                     # 64 -> 128, as the browser sends it
         assert explorer.prefetched == 0           # nothing before the kernel is idle
+        assert any(widget is explorer.image for widget, _ in sent)   # the move's own image
         del sent[:]
         shown = seen()
         await asyncio.sleep(3)
@@ -131,3 +132,18 @@ def test_nothing_is_drawn_ahead_of_a_setting_that_was_not_drawn():
     image = bytes(explorer.image.value)
     assert not explorer.prefetch("seq_len", 8192)
     assert bytes(explorer.image.value) == image == fast_png.IncrementalPng(explorer.figure).render()
+
+
+def test_the_image_goes_before_the_shard_group_options_that_follow_the_gpu_count(sent):
+    # The reader waits for the figure; the shard group's new options (divisors of 32) and value
+    # can follow it.
+    explorer = explorers.PlacementExplorer(params=70 * 10**9, gpus=16, gpus_per_node=8,
+                                           host_memory=1024**4, device="a100-80gb")
+    shard_group = explorer.controls["shard_group"]
+    del sent[:]
+    explorer.controls["gpus"].value = 32
+    widgets = [widget for widget, _ in sent]
+    assert explorer.image in widgets and shard_group in widgets
+    assert widgets.index(explorer.image) < widgets.index(shard_group)
+    assert widgets.count(shard_group) == 1          # options and value in one message
+    assert shard_group.value == 32
