@@ -147,3 +147,12 @@ def test_the_image_goes_before_the_shard_group_options_that_follow_the_gpu_count
     assert widgets.index(explorer.image) < widgets.index(shard_group)
     assert widgets.count(shard_group) == 1          # options and value in one message
     assert shard_group.value == 32
+
+
+def test_a_layout_slider_is_never_drawn_ahead():
+    # Its value is read through the layout controls' own widgets, not the explorer's controls:
+    # an image drawn "ahead" would show the present layout under another layout's key.
+    explorer = zl.GpuCountExplorer()
+    assert not explorer.prefetch("optimizer_bytes", 6.0)
+    explorer.controls["optimizer_bytes"].value = 6.0
+    assert bytes(explorer.image.value) == fast_png.IncrementalPng(explorer.figure).render()

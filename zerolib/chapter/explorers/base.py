@@ -328,6 +328,8 @@ class Explorer:
         """Draw and keep the image the explorer would show with control ``name`` at ``value``
         (the others as they are), without a widget message and leaving what the reader sees
         as it is; True when it drew (False: kept already, or a setting it cannot draw)."""
+        if name in self.LAYOUT_CONTROLS:
+            return False    # read through LayoutControls' own widgets, which a stand-in cannot replace
         if self._renderer.kept(self._key()) is None:
             return False    # the figure does not show the controls (their setting was not drawn)
         values = {name: value, **self._followers(name, value)}
