@@ -248,7 +248,7 @@ class Explorer:
         self.redraws = 0
         self.prefetched = 0     # settings drawn ahead of the reader
         self._holding = False
-        self._ahead: list = []  # (control name, value) still to work out ahead
+        self._ahead: list = []  # steps still to work out ahead, one per idle callback
         self._ahead_handle = None
 
     def reporting(self, observer):

@@ -5,7 +5,9 @@ rest faded, the fastest that fit and why the rest are rejected.
 :func:`summary_html` and :func:`ranking_html` are pure (tested without widgets): they read a
 :class:`zerolib.core.planner.Plan` (its counts, its ranked fits, its rejections by rule). The
 explorer remembers the plans of its last :data:`PLANS_KEPT` settings with their texts, so a
-slider moved back to a setting costs a redraw, not a plan.
+slider moved back to a setting costs no plan (and, its image kept, no draw); a slider's
+neighbouring settings are planned and drawn ahead while the kernel is idle, the plan in a
+callback of its own.
 """
 from __future__ import annotations
 
