@@ -4,6 +4,9 @@ The explorers render through :class:`zerolib.chapter.fast_png.IncrementalPng`, w
 the pixels of texts drawn before. A full render here is a plain ``canvas.draw()`` through the
 same PNG encoder (``IncrementalPng(figure)`` with no blocks), so the two must be equal bytes.
 Random control sequences in every explorer, plus the sequences that once left stale text.
+Explorers keep images under their control values and draw neighbouring settings ahead of the
+reader (``Explorer.prefetch``); random sequences with such steps in between must show what a
+twin explorer that never drew ahead shows, image and texts, and the full render of its figure.
 """
 import io
 
@@ -72,6 +75,46 @@ def test_random_control_changes_give_the_pixels_of_a_full_render(kind, data):
     for _ in range(data.draw(st.integers(1, 6), label="changes")):
         name = data.draw(st.sampled_from(names), label="control")
         explorer.controls[name].value = data.draw(values(explorer.controls[name]), label=name)
+        assert bytes(explorer.image.value) == full_render(explorer), name
+
+
+def sliders(explorer) -> list[str]:
+    w = explorers.base.widgets()
+    return sorted(name for name, control in explorer.controls.items()
+                  if isinstance(control, (w.SelectionSlider, w.IntSlider)))
+
+
+def shown(explorer) -> tuple:
+    return (bytes(explorer.image.value), explorer.summary.value, explorer.table.value,
+            explorer.status.value)
+
+
+@pytest.mark.parametrize("kind", EXPLORERS)
+@settings(max_examples=6, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_drawing_ahead_changes_nothing_shown_and_every_move_shows_a_fresh_render(kind, data):
+    explorer, twin = EXPLORERS[kind](), EXPLORERS[kind]()
+    names = sorted(explorer.controls)
+    for _ in range(data.draw(st.integers(1, 6), label="steps")):
+        if data.draw(st.booleans(), label="ahead"):
+            # A setting drawn ahead: one slider's value, or its neighbour (what the kernel's
+            # idle callback draws), the other controls as they are.
+            name = data.draw(st.sampled_from(sliders(explorer)), label="slider")
+            before = shown(explorer)
+            value = data.draw(values(explorer.controls[name]), label=name)
+            explorer.prefetch(name, value)
+            assert shown(explorer) == before, name
+            assert bytes(explorer.image.value) == full_render(explorer), name
+            if data.draw(st.booleans(), label="then moved there"):
+                explorer.controls[name].value = value
+                twin.controls[name].value = value
+        else:
+            name = data.draw(st.sampled_from(names), label="control")
+            value = data.draw(values(explorer.controls[name]), label=name)
+            explorer.controls[name].value = value
+            twin.controls[name].value = value
+        assert shown(explorer) == shown(twin), name
         assert bytes(explorer.image.value) == full_render(explorer), name
 
 

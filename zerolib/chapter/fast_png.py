@@ -5,6 +5,7 @@ draw.
 """
 from __future__ import annotations
 
+import copy
 import enum
 import math
 import struct
@@ -34,6 +35,7 @@ MARGIN = 2   # pixels around a block's extent, for antialiasing
 RING = 12    # pixels around the extent; a block drawing in RING but outside MARGIN is not kept
 KEPT = 512   # drawings kept, the least recently used dropped first
 PNGS_KEPT = 8   # encoded images kept under their pixels (a slider moved back and forth)
+SHOWN_KEPT = 16  # encoded images kept under their caller's key (an explorer's control values)
 
 
 def text_blocks(artists) -> list:
@@ -183,6 +185,7 @@ class _Recorder:
     def __init__(self, renderer: RendererAgg):
         self.renderer = renderer
         self.calls: list = []
+        self.replay: list = []   # the same calls as handed over, to draw them without a re-run
         self.forward = False
 
     def __getattr__(self, name):
@@ -197,7 +200,19 @@ class _Recorder:
         self.calls.append((name, _plain(args), _plain(kwargs)))
         if self.forward:
             return getattr(self.renderer, name)(*args, **kwargs)
+        # A graphics context as it is at the call (the block may change it after); the other
+        # arguments are not changed between a dry run and its replay, which follows at once.
+        self.replay.append((name, [copy.copy(a) if isinstance(a, GraphicsContextBase) else a
+                                   for a in args],
+                            {k: copy.copy(v) if isinstance(v, GraphicsContextBase) else v
+                             for k, v in kwargs.items()}))
         return None
+
+    def draw_replay(self, replay: list) -> None:
+        """Hand the real renderer the calls a dry run recorded: the block's pixels, without
+        laying it out again."""
+        for name, args, kwargs in replay:
+            getattr(self.renderer, name)(*args, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -257,6 +272,7 @@ class IncrementalPng:
         self._kept: OrderedDict[tuple, _Kept] = OrderedDict()   # drawing calls -> pixels
         self._states: OrderedDict[tuple, tuple] = OrderedDict()  # legend state -> its calls
         self.dry_runs_skipped = 0   # legends whose calls came from their state
+        self.replays = True         # a block drawn afresh replays its dry run's calls
         self._all_rc: tuple | None = None
         self._recorder: _Recorder | None = None
         self._rc: tuple | None = ()
@@ -267,9 +283,53 @@ class IncrementalPng:
         # every pixel (a checksum alone could collide).
         self._pngs: OrderedDict[int, tuple[np.ndarray, bytes]] = OrderedDict()
         self.encodings_skipped = 0
+        # Caller's key -> PNG bytes, for a caller whose figure is a function of its key.
+        self._shown: OrderedDict[tuple, bytes] = OrderedDict()
+        self.shown_kept = SHOWN_KEPT   # 0: every render draws
+        self.draws_skipped = 0
 
-    def render(self) -> bytes:
-        """PNG bytes of the figure as it is now."""
+    def _full_key(self, key) -> tuple | None:
+        """``key`` with what rasterising reads besides the figure's artists: the rcParams (under
+        the chapter's style), the figure's dpi and size; None where the rcParams cannot be compared."""
+        with style():
+            try:
+                rc = _rc_key()
+            except _Uncacheable:
+                return None
+        return (key, rc, self.figure.dpi, tuple(self.figure.get_size_inches()))
+
+    def kept(self, key) -> bytes | None:
+        """The PNG rendered before under ``key`` (see :meth:`render`), or None."""
+        full = self._full_key(key)
+        png = None if full is None else self._shown.get(full)
+        if png is not None:
+            self._shown.move_to_end(full)
+        return png
+
+    def render(self, key=None) -> bytes:
+        """PNG bytes of the figure as it is now.
+
+        With a ``key`` (hashable) the caller promises that the figure's artists are a function
+        of it (an explorer: of its control values, the artists updated from them): the PNG of an
+        earlier render under an equal key, with equal rcParams, dpi and size, is given back
+        without drawing, else the figure is drawn and its PNG kept under the key (the last
+        ``shown_kept``, :data:`SHOWN_KEPT` unless set).
+        """
+        full = None if key is None else self._full_key(key)
+        if full is not None:
+            png = self._shown.get(full)
+            if png is not None:
+                self._shown.move_to_end(full)
+                self.draws_skipped += 1
+                return png
+        png = self._render()
+        if full is not None and self.shown_kept:
+            self._shown[full] = png
+            while len(self._shown) > self.shown_kept:
+                self._shown.popitem(last=False)
+        return png
+
+    def _render(self) -> bytes:
         pixels = self.draw()
         key = zlib.crc32(pixels)
         kept = self._pngs.get(key)
@@ -311,7 +371,7 @@ class IncrementalPng:
         if self._recorder is None or self._recorder.renderer is not renderer:
             self._recorder = _Recorder(renderer)   # one per renderer keeps text metrics cached
         recorder = self._recorder
-        recorder.calls, recorder.forward = [], forward
+        recorder.calls, recorder.replay, recorder.forward = [], [], forward
         type(block).draw(block, recorder)
         return (self._rc, renderer.width, renderer.height, renderer.dpi, tuple(recorder.calls))
 
@@ -330,6 +390,8 @@ class IncrementalPng:
         if calls is not None:
             self._states.move_to_end(state)
             self.dry_runs_skipped += 1
+            if self._recorder is not None:
+                self._recorder.replay = None   # no dry run: nothing to replay
             return calls
         calls = self._calls(block, renderer, forward=False)
         self._states[state] = calls
@@ -338,9 +400,8 @@ class IncrementalPng:
         return calls
 
     @staticmethod
-    def _window(block, renderer, margin: int) -> tuple:
-        """Rows and columns of the canvas within ``margin`` pixels of the block's extent."""
-        box = block.get_window_extent(renderer)
+    def _window(box, renderer, margin: int) -> tuple:
+        """Rows and columns of the canvas within ``margin`` pixels of ``box`` (a block's extent)."""
         width, height = int(renderer.width), int(renderer.height)
         x0, x1 = max(math.floor(box.x0) - margin, 0), min(math.ceil(box.x1) + margin, width)
         y0, y1 = max(math.floor(box.y0) - margin, 0), min(math.ceil(box.y1) + margin, height)
@@ -364,9 +425,15 @@ class IncrementalPng:
             self._kept.move_to_end(key)
             self._reused += 1
             return None
-        region, window = self._window(block, renderer, MARGIN), self._window(block, renderer, RING)
+        recorder = self._recorder         # its replay is this block's dry run's (None: none ran)
+        replay = recorder.replay if recorder is not None and recorder.renderer is renderer else None
+        box = block.get_window_extent(renderer)     # laid out once for both windows
+        region, window = self._window(box, renderer, MARGIN), self._window(box, renderer, RING)
         before = pixels[window].copy()
-        self._calls(block, renderer, forward=True)
+        if replay is not None and self.replays:
+            recorder.draw_replay(replay)    # the dry run's calls, laid out once
+        else:
+            self._calls(block, renderer, forward=True)
         # The region inside the window, and whether anything changed outside it.
         inner = tuple(slice(r.start - w.start, r.stop - w.start) for r, w in zip(region, window))
         outside = pixels[window].copy()

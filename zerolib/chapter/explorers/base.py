@@ -9,6 +9,15 @@ freshly rendered PNG bytes into an ``ipywidgets.Image``. No ``display()``, ``int
 ``Output`` widget is involved, so the widget state a notebook saves holds the image and strict
 nbval passes.
 
+Every image is kept under the values of all the controls (the figure's artists are a function
+of them), so a setting shown before, or worked out ahead, costs the recompute and the texts but
+no draw. Worked out ahead: after a control moved by the reader in the browser (never a change
+set from Python, so executing a notebook does no extra work), while the kernel is idle, the
+explorer draws the next value either way of that control (the direction of travel first), one
+per callback on the kernel's running event loop, with stand-ins for the controls and the texts:
+no widget message is sent and what the reader sees does not change. Where no loop runs, nothing
+is worked out ahead.
+
 A control value that cannot be drawn (a width typed off the slider's steps, a setting the model
 cannot take, a value set from Python such as ``None`` or NaN) never fails silently: every
 observer reports through the ``status`` line above the image what happened and that the figure
@@ -17,6 +26,7 @@ change.
 """
 from __future__ import annotations
 
+import asyncio
 import html
 import math
 from contextlib import contextmanager
@@ -44,6 +54,9 @@ STATIC_NOTE = ("<p style='font-size:smaller;color:#555'>The controls redraw the 
                "Python kernel runs this notebook. In a static copy (nbviewer, an HTML export) they "
                "show the state the notebook was saved in and move nothing: run the notebook to use "
                "them.</p>")
+
+
+PREFETCH_DELAY = 0.02   # seconds after a move before working out its neighbours
 
 
 def widgets():
@@ -171,6 +184,48 @@ class LayoutControls:
         self._on_change()
 
 
+class _StandIn:
+    """A widget's value held apart from the widget: read and set like the widget (its other
+    attributes read from it), but setting it sends nothing and leaves the widget as it is."""
+
+    def __init__(self, widget, value):
+        vars(self).update(_widget=widget, value=value)
+
+    def __getattr__(self, name):
+        return getattr(self._widget, name)
+
+    def __setattr__(self, name, value):
+        vars(self)[name] = value
+
+
+def _text_stand_ins(attributes: dict) -> dict:
+    """Stand-ins for an explorer's text widgets, from its attributes."""
+    return {n: _StandIn(attributes[n], attributes[n].value) for n in ("status", "summary", "table")}
+
+
+def neighbours(control, old, new) -> list:
+    """The next value either way of a slider moved from ``old`` to ``new``, the direction of
+    travel first; none for other controls (a reader picks any entry of a menu)."""
+    w = widgets()
+    if isinstance(control, w.SelectionSlider):
+        options = [o[1] if isinstance(o, tuple) else o for o in control.options]
+        if new not in options:
+            return []
+        at = options.index(new)
+        ahead = 1 if old not in options or options.index(old) < at else -1
+        return [options[i] for i in (at + ahead, at - ahead) if 0 <= i < len(options)]
+    if isinstance(control, w.IntSlider):
+        ahead = control.step if old is None or old < new else -control.step
+        return [v for v in (new + ahead, new - ahead) if control.min <= v <= control.max]
+    return []
+
+
+def from_the_browser(control) -> bool:
+    """Whether ``control``'s change now comes from the browser: ipywidgets holds the synced
+    values under a lock while it applies a frontend's update (``Widget.set_state``)."""
+    return bool(getattr(control, "_property_lock", None))
+
+
 class Explorer:
     """Shared machinery: the image, the text widgets, observing the controls, redrawing.
 
@@ -191,7 +246,10 @@ class Explorer:
         self.summary = w.HTML()
         self.table = w.HTML()
         self.redraws = 0
+        self.prefetched = 0     # settings drawn ahead of the reader
         self._holding = False
+        self._ahead: list = []  # steps still to work out ahead, one per idle callback
+        self._ahead_handle = None
 
     def reporting(self, observer):
         """``observer`` wrapped so that a value it cannot take is reported in ``status``."""
@@ -210,7 +268,88 @@ class Explorer:
     def _watch(self):
         for name, control in self.controls.items():
             if name not in self.LAYOUT_CONTROLS:
-                control.observe(lambda _change: self.redraw(), names="value")
+                control.observe(lambda change, name=name: self._moved(name, change), names="value")
+
+    def _moved(self, name, change):
+        """A control's observer: redraw, then, for a move the reader made in the browser, work
+        out the neighbouring values of that control while the kernel is idle."""
+        self.redraw()
+        if from_the_browser(change["owner"]):
+            self._look_ahead(name, neighbours(change["owner"], change["old"], change["new"]))
+
+    def _look_ahead(self, name, values):
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return        # no event loop (a script, a test): nothing is worked out ahead
+        self._ahead = [step for value in values for step in self._steps_ahead(name, value)]
+        if self._ahead_handle is None:
+            self._ahead_handle = loop.call_later(PREFETCH_DELAY, self._prefetch_next)
+
+    def _steps_ahead(self, name, value) -> list:
+        """What working out ``name`` at ``value`` ahead takes, one callback each: drawing it
+        (an explorer may put slow pure work in a callback of its own before)."""
+        return [lambda: self.prefetch(name, value)]
+
+    def _prefetch_next(self):
+        """One step per callback, so the kernel answers the reader in between."""
+        self._ahead_handle = None
+        while self._ahead:
+            if self._ahead.pop(0)():
+                break
+        if self._ahead:
+            self._ahead_handle = asyncio.get_running_loop().call_later(0, self._prefetch_next)
+
+    def _key(self, controls=None) -> tuple:
+        """Every control's value: what the figure's artists are a function of."""
+        return tuple((name, control.value)
+                     for name, control in (self.controls if controls is None else controls).items())
+
+    def _followers(self, name, value) -> dict:
+        """The controls that follow ``name`` set to ``value`` (their observers set them), with
+        their values then: none unless an explorer says so."""
+        return {}
+
+    @contextmanager
+    def _at(self, values: dict):
+        """The explorer with stand-ins for its controls (``values`` for some) and its texts,
+        its attributes as they were afterwards."""
+        saved = dict(vars(self))
+        try:
+            vars(self).update(controls={n: _StandIn(c, values.get(n, c.value))
+                                        for n, c in self.controls.items()},
+                              **_text_stand_ins(saved))
+            yield
+        finally:
+            vars(self).clear()
+            vars(self).update(saved)
+
+    def prefetch(self, name, value) -> bool:
+        """Draw and keep the image the explorer would show with control ``name`` at ``value``
+        (the others as they are), without a widget message and leaving what the reader sees
+        as it is; True when it drew (False: kept already, or a setting it cannot draw)."""
+        if name in self.LAYOUT_CONTROLS:
+            return False    # read through LayoutControls' own widgets, which a stand-in cannot replace
+        if self._renderer.kept(self._key()) is None:
+            return False    # the figure does not show the controls (their setting was not drawn)
+        values = {name: value, **self._followers(name, value)}
+        stand_ins = {n: _StandIn(c, values.get(n, c.value)) for n, c in self.controls.items()}
+        if self._renderer.kept(self._key(stand_ins)) is not None:
+            return False
+        try:
+            with self._at(values):
+                try:
+                    drawn = self._update()
+                except NOT_DRAWABLE:
+                    drawn = False
+                if drawn:
+                    self._renderer.render(self._key())
+        finally:
+            with self._at({}):
+                self._update()   # the figure back to the reader's setting
+        if drawn:
+            self.prefetched += 1
+        return drawn
 
     def _start(self, figsize, margins, blocks, draw):
         """Draw the first figure from ``.data`` (``draw(ax)`` returns the artists), render it,
@@ -223,7 +362,7 @@ class Explorer:
         self._renderer = IncrementalPng(self.figure, [*blocks(self.artists),
                                                       *every_text(self.figure)])
         self._describe()
-        self.image.value = self._renderer.render()
+        self.image.value = self._renderer.render(self._key())
         self._watch()
 
     @contextmanager
@@ -253,7 +392,7 @@ class Explorer:
                 self._not_redrawn(error)
                 return
             if drawn:
-                self.image.value = self._renderer.render()
+                self.image.value = self._renderer.render(self._key())
                 self.status.value = ""
                 self.redraws += 1
 

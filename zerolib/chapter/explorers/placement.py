@@ -8,6 +8,7 @@ each node's CPU memory against the host memory.
 from __future__ import annotations
 
 import html
+from contextlib import ExitStack
 from dataclasses import replace
 
 import pandas as pd
@@ -181,6 +182,7 @@ class PlacementExplorer(Explorer):
         if host_memory not in HOST_MEMORIES:
             raise ValueError(f"host_memory must be one of {', '.join(map(_size, HOST_MEMORIES))}")
         wide = {"description_width": "initial"}
+        self._after_image = ExitStack()   # widget messages held until the image is sent
         self.controls = {
             "params": w.SelectionSlider(options=[(format_count(p), p) for p in MODEL_SIZES],
                                         value=params, description="Model size",
@@ -210,12 +212,34 @@ class PlacementExplorer(Explorer):
     def _group_options(gpus: int) -> list[tuple[str, int]]:
         return [(f"{g}" + (" (all)" if g == gpus else ""), g) for g in divisors(gpus)]
 
+    def _followers(self, name, value) -> dict:
+        """The shard group at a GPU count worked out ahead, as :meth:`_gpus_changed` sets it."""
+        if name != "gpus":
+            return {}
+        return {"shard_group": self._group_for(self.controls["shard_group"].value,
+                                               self.controls["gpus"].value, value)}
+
+    def redraw(self):
+        """The base redraw, then the shard group's held messages: the figure is what a reader
+        waits for, and the slider's new options can follow it."""
+        try:
+            super().redraw()
+        finally:
+            if not self._holding:
+                self._after_image.close()
+
+    @staticmethod
+    def _group_for(group: int, old_gpus: int, new_gpus: int) -> int:
+        return new_gpus if group == old_gpus else min(group, new_gpus)
+
     def _gpus_changed(self, change):
         """Keep the shard group a divisor of the new GPU count ("all" stays "all"); the redraw
         observer that runs next draws both changes at once."""
         control = self.controls["shard_group"]
+        # Its new options and value reach the browser after the image (see :meth:`redraw`).
+        self._after_image.enter_context(control.hold_sync())
         old_gpus, new_gpus = change["old"], change["new"]
-        value = new_gpus if control.value == old_gpus else min(control.value, new_gpus)
+        value = self._group_for(control.value, old_gpus, new_gpus)
         self._holding = True     # the shard group's own change must not redraw on its own
         try:
             control.options = self._group_options(new_gpus)

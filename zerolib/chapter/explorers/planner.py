@@ -5,7 +5,9 @@ rest faded, the fastest that fit and why the rest are rejected.
 :func:`summary_html` and :func:`ranking_html` are pure (tested without widgets): they read a
 :class:`zerolib.core.planner.Plan` (its counts, its ranked fits, its rejections by rule). The
 explorer remembers the plans of its last :data:`PLANS_KEPT` settings with their texts, so a
-slider moved back to a setting costs a redraw, not a plan.
+slider moved back to a setting costs no plan (and, its image kept, no draw); a slider's
+neighbouring settings are planned and drawn ahead while the kernel is idle, the plan in a
+callback of its own.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from zerolib.chapter.charts.plan_peaks import (
 )
 from zerolib.chapter.explorers.base import (
     EXPLORER_DPI,
+    NOT_DRAWABLE,
     Explorer,
     device_and_unit,
     unit_label,
@@ -288,8 +291,25 @@ class PlannerExplorer(Explorer):
         # the new engine has no context parallelism.
         for name, control in self.controls.items():
             if name != "engine":
-                control.observe(lambda _change: self.redraw(), names="value")
+                control.observe(lambda change, name=name: self._moved(name, change), names="value")
         self.controls["engine"].observe(self.reporting(self._engine_changed), names="value")
+
+    def _steps_ahead(self, name, value) -> list:
+        # The plan and its texts in a callback of their own, then the drawing: the kernel can
+        # answer a key press between the two.
+        return [lambda: self._plan_ahead(name, value), *super()._steps_ahead(name, value)]
+
+    def _plan_ahead(self, name, value) -> bool:
+        """Make and remember the plan (and its texts) with control ``name`` at ``value``;
+        True when it made one."""
+        before = self.plans_made
+        with self._at({name: value}):
+            try:
+                self.plan = self._remembered_plan()
+                self._texts()
+            except NOT_DRAWABLE:
+                return False
+            return self.plans_made > before
 
     def _engine_changed(self, change):
         with self.hold():
