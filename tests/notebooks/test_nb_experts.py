@@ -221,6 +221,10 @@ def test_what_moves_instead(cells, mixtral):
     gathers = int(frame.loc["all_gather", "sent_bytes"])
     assert gathers == 2 * 2 * X * 7 // 8
     assert "4 all-to-alls: the dispatch of each token to its 2 experts" in cells["moe-traffic-intro"]
+    assert ("(6 under full recomputation, whose second forward pass runs the first two again)"
+            in cells["moe-traffic-intro"])
+    again = zl.expert_traffic(mixtral, 4096, 1, 8, recompute="full")
+    assert (again.calls, again.step_sent_bytes) == (6 * 32, 3 * a2a.step_sent_bytes // 2)
     assert "ZeRO-3's all-gathers of the same experts without expert parallelism" in cells["moe-traffic-intro"]
     text = cells["moe-traffic-read"]
     assert (f"e = 8 costs each GPU {a2a.calls} all-to-alls per step (4 x 32 layers), each handing over "
