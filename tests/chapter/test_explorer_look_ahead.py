@@ -1,9 +1,10 @@
-"""Explorers draw the neighbours of a slider the reader moved, while the kernel is idle.
+"""Explorers draw the neighbours of their sliders while the kernel is idle.
 
-Only after a move made in the browser (a frontend's update, applied through
-``Widget.set_state``), only where an event loop runs, one neighbour per callback, the direction
-of travel first; no widget message is sent, and a move to a setting drawn ahead sends the kept
-image without drawing it again.
+After the first draw, every slider's; after a move made in the browser (a frontend's update,
+applied through ``Widget.set_state``, not a change set from Python), the moved slider's, the
+direction of travel first. Only where an event loop runs, one setting per callback; no widget
+message is sent, and a move to a setting drawn ahead sends the kept image without drawing it
+again.
 """
 import asyncio
 import math
@@ -156,3 +157,34 @@ def test_a_layout_slider_is_never_drawn_ahead():
     assert not explorer.prefetch("optimizer_bytes", 6.0)
     explorer.controls["optimizer_bytes"].value = 6.0
     assert bytes(explorer.image.value) == fast_png.IncrementalPng(explorer.figure).render()
+
+
+def test_after_the_first_draw_every_sliders_neighbours_are_drawn_when_idle(sent):
+    # Built in a kernel (an event loop runs): once idle, the next value either way of each
+    # slider, GPUs 128 and 32, sequence 8,192 and 2,048, global batch 2,048 and 512 (the
+    # utilisation slider is a float's: none), so a reader's first move draws nothing.
+    async def notebook():
+        explorer = planner()
+        del sent[:]
+        for _ in range(600):                     # at most 60 s on a slow machine
+            await asyncio.sleep(0.1)
+            if not explorer._ahead and explorer._ahead_handle is None and explorer.prefetched:
+                break
+        return explorer
+
+    explorer = asyncio.run(notebook())
+    assert sent == []                             # nothing sent, nothing the reader sees changed
+    assert explorer.prefetched == 6 and len(explorer._plans) == 7     # the first and 6 ahead
+    assert explorer.controls["gpus"].value == 64 and explorer.redraws == 0
+    for name, value in [("gpus", 128), ("seq_len", 8192), ("global_batch", 512)]:
+        control = explorer.controls[name]
+        back, draws = control.value, explorer._renderer.draws_skipped
+        control.value = value
+        assert explorer._renderer.draws_skipped == draws + 1, name   # the kept image
+        assert bytes(explorer.image.value) == fast_png.IncrementalPng(explorer.figure).render()
+        fresh = planner()
+        for other, c in explorer.controls.items():
+            fresh.controls[other].value = c.value
+        assert (explorer.summary.value, explorer.table.value) == (fresh.summary.value,
+                                                                  fresh.table.value)
+        control.value = back

@@ -11,12 +11,13 @@ nbval passes.
 
 Every image is kept under the values of all the controls (the figure's artists are a function
 of them), so a setting shown before, or worked out ahead, costs the recompute and the texts but
-no draw. Worked out ahead: after a control moved by the reader in the browser (never a change
-set from Python, so executing a notebook does no extra work), while the kernel is idle, the
-explorer draws the next value either way of that control (the direction of travel first), one
-per callback on the kernel's running event loop, with stand-ins for the controls and the texts:
-no widget message is sent and what the reader sees does not change. Where no loop runs, nothing
-is worked out ahead.
+no draw. Worked out ahead, while the kernel is idle, one setting per callback on the kernel's
+running event loop, with stand-ins for the controls and the texts (no widget message is sent
+and what the reader sees does not change): after the first draw, the next value either way of
+every slider, so that a reader's first move finds its setting drawn; after a control moved by
+the reader in the browser (not a change set from Python), the next value either way of that
+control, the direction of travel first. Where no loop runs (a script, a test), nothing is
+worked out ahead; a notebook executed in a kernel does the first of these between its cells.
 
 A control value that cannot be drawn (a width typed off the slider's steps, a setting the model
 cannot take, a value set from Python such as ``None`` or NaN) never fails silently: every
@@ -57,6 +58,7 @@ STATIC_NOTE = ("<p style='font-size:smaller;color:#555'>The controls redraw the 
 
 
 PREFETCH_DELAY = 0.02   # seconds after a move before working out its neighbours
+FIRST_LOOK_DELAY = 0.5  # seconds after the first draw before working out every slider's
 
 
 def widgets():
@@ -275,16 +277,28 @@ class Explorer:
         out the neighbouring values of that control while the kernel is idle."""
         self.redraw()
         if from_the_browser(change["owner"]):
-            self._look_ahead(name, neighbours(change["owner"], change["old"], change["new"]))
+            self._look_ahead([(name, value) for value in
+                              neighbours(change["owner"], change["old"], change["new"])])
 
-    def _look_ahead(self, name, values):
+    def _look_ahead_at_start(self):
+        """Every slider's neighbours after the first draw: each slider's next value first, then
+        the ones before."""
+        sides = [[(name, value) for value in neighbours(control, None, control.value)]
+                 for name, control in self.controls.items() if name not in self.LAYOUT_CONTROLS]
+        self._look_ahead([pair for side in (0, 1) for pair in
+                          (pairs[side] for pairs in sides if len(pairs) > side)],
+                         FIRST_LOOK_DELAY)
+
+    def _look_ahead(self, settings: list, delay: float = PREFETCH_DELAY):
+        """Work out ``settings`` ((control, value) pairs, in order) while the kernel is idle,
+        in place of what was still to be worked out."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return        # no event loop (a script, a test): nothing is worked out ahead
-        self._ahead = [step for value in values for step in self._steps_ahead(name, value)]
+        self._ahead = [step for name, value in settings for step in self._steps_ahead(name, value)]
         if self._ahead_handle is None:
-            self._ahead_handle = loop.call_later(PREFETCH_DELAY, self._prefetch_next)
+            self._ahead_handle = loop.call_later(delay, self._prefetch_next)
 
     def _steps_ahead(self, name, value) -> list:
         """What working out ``name`` at ``value`` ahead takes, one callback each: drawing it
@@ -364,6 +378,7 @@ class Explorer:
         self._describe()
         self.image.value = self._renderer.render(self._key())
         self._watch()
+        self._look_ahead_at_start()
 
     @contextmanager
     def hold(self):
