@@ -95,12 +95,11 @@ from zerolib.core.inputs import MAX_GPUS, check_flag, check_positive_int, whole_
 from zerolib.core.memory.activations import RECOMPUTE, check_capacity_factor
 from zerolib.core.step.collectives import ring_timing_of
 
-ALL_TO_ALLS_PER_LAYER = 4   # dispatch and combine, forward and backward
-ALL_TO_ALLS_RECOMPUTED_PER_LAYER = 2   # full recomputation runs the forward's two again
-# Over ETP: the all-gather before the experts and the reduce-scatter after, forward and backward;
-# full recomputation runs the forward's two again in the backward pass.
-ETP_COLLECTIVES_PER_LAYER = 4
-ETP_RECOMPUTED_PER_LAYER = 2
+# Each kind of a MoE layer's dispatcher collective (the all-to-alls: dispatch and combine; over
+# ETP: the all-gather before the experts and the reduce-scatter after) runs twice in the forward
+# and twice in the backward; full recomputation runs the forward's two again.
+CALLS_PER_LAYER = 4
+RECOMPUTED_PER_LAYER = 2
 MAX_TOKENS = 2**40
 
 
@@ -127,7 +126,7 @@ class ExpertTraffic:
         micro-batch (6 under full recomputation) where ETP is counted (see the module doc)."""
         if self.expert_tensor_parallel == 1:
             return 0
-        return (int(etp_calls_per_layer(self.full_recompute)) * self.moe_layers
+        return (int(calls_per_layer(self.full_recompute)) * self.moe_layers
                 * self.micro_batches)
 
     @property
@@ -140,7 +139,7 @@ class ExpertTraffic:
         recomputation (none when E = 1)."""
         if self.expert_parallel == 1:
             return 0
-        return (int(all_to_alls_per_layer(self.full_recompute)) * self.moe_layers
+        return (int(calls_per_layer(self.full_recompute)) * self.moe_layers
                 * self.micro_batches)
 
     @property
@@ -168,18 +167,11 @@ class ExpertTraffic:
                 "etp_sent_bytes_per_step": self.step_etp_sent_bytes}
 
 
-def all_to_alls_per_layer(full_recompute):
-    """All-to-alls per MoE layer and micro-batch: 4, or 6 where full recomputation re-runs the
-    forward's dispatch and combine (arrays too)."""
-    return ALL_TO_ALLS_PER_LAYER + ALL_TO_ALLS_RECOMPUTED_PER_LAYER * np.asarray(
-        full_recompute, dtype=np.int64)
-
-
-def etp_calls_per_layer(full_recompute):
-    """ETP all-gathers and reduce-scatters per MoE layer and micro-batch: 4, or 6 where full
-    recomputation re-runs the forward (arrays too)."""
-    return ETP_COLLECTIVES_PER_LAYER + ETP_RECOMPUTED_PER_LAYER * np.asarray(full_recompute,
-                                                                            dtype=np.int64)
+def calls_per_layer(full_recompute):
+    """Calls of each kind of dispatcher collective per MoE layer and micro-batch, the
+    all-to-alls or the ETP all-gathers and reduce-scatters: 4, or 6 where full recomputation
+    re-runs the forward (arrays too)."""
+    return CALLS_PER_LAYER + RECOMPUTED_PER_LAYER * np.asarray(full_recompute, dtype=np.int64)
 
 
 def counted_etp(expert_tensor_parallel, tensor_parallel, sequence_parallel):
@@ -297,12 +289,12 @@ def all_to_all_seconds_of(config, ic: Interconnect, seq_len: int, micro_batch, t
         rows = x * np.ceil(capacity_factor * k * tokens / x).astype(np.int64)
     sent = -(-rows * (e - 1) // e) * config.hidden * element_bytes
     latency, bandwidth = ring_timing_of(ic, "all_to_all", e, stride)
-    seconds = (all_to_alls_per_layer(full_recompute) * np.asarray(moe_layers)
+    seconds = (calls_per_layer(full_recompute) * np.asarray(moe_layers)
                * (latency + sent / bandwidth))
     seconds = np.where(e > 1, seconds, 0.0)
     counted = counted_etp(t if expert_tensor_parallel is None else expert_tensor_parallel, t,
                           sequence_parallel)
     etp_sent = (counted - 1) * rows * config.hidden * element_bytes
-    etp_seconds = (etp_calls_per_layer(full_recompute) * np.asarray(moe_layers)
+    etp_seconds = (calls_per_layer(full_recompute) * np.asarray(moe_layers)
                    * _etp_call_seconds(ic, counted, etp_sent))
     return seconds + np.where(counted > 1, etp_seconds, 0.0)
