@@ -279,7 +279,7 @@ class PlannerExplorer(Explorer):
                 lambda change, not_given=not_given: change["new"] is None and setattr(
                     change["owner"], "value", not_given), names="value")
         self._plans: OrderedDict[tuple, tuple] = OrderedDict()   # inputs -> (plan, texts by unit)
-        self.plans_made = 0
+        self.plans_made = 0     # plans made to show a setting (not those worked out ahead)
         self.plan = self._remembered_plan()
         self.data = self.plan.valid
         self._start(FIGSIZE, MARGINS, plan_peaks_blocks,
