@@ -7,6 +7,7 @@ field, answers, and writes the changed run back: ``zerolib estimate --run base.t
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from zerolib.core.run import FIELDS, Run
@@ -17,6 +18,22 @@ _DEST_OF = {"seq_len": "seq", "flash_attention": "flash", "reserve_bytes": "rese
 # flags whose dest takes a text value (the rest are switches)
 _SWITCHES = ("sequence_parallel", "overlap_comm", "ddp_gradient_as_bucket_view",
              "partition_activations", "cpu_checkpointing", "hpz", "qwz", "qgz")
+
+
+def flag_of(name: str) -> str:
+    """The flag that sets run field ``name`` (a flat name of :data:`FIELDS`)."""
+    return "--" + _DEST_OF.get(name, name).replace("_", "-")
+
+
+# "parallel.sequence" -> "--sequence-parallel": a run's field named as the command line names it
+_FLAG_OF_PATH = {".".join(path): flag_of(name) for name, path in FIELDS.items()}
+_FLAG_OF_PATH.update({"cluster.gpus": "--gpus", "trainer.stages": "--stage"})
+_PATH_WORD = re.compile(r"\b(cluster|parallel|trainer|batch)\.(buckets\.)?[a-z_]+\b")
+
+
+def in_flags(message: str) -> str:
+    """A run's message with each field (``parallel.tensor``) named by its flag."""
+    return _PATH_WORD.sub(lambda m: _FLAG_OF_PATH.get(m.group(0), m.group(0)), message)
 
 
 def add_arguments(parser) -> None:

@@ -125,7 +125,7 @@ def run(args) -> int:
         fields.update(working_set_cli.fields_from(args, config), **_experts_from(args))
         if stages is not None:
             fields["stages"] = stages
-        answer = Run.of(config, gpus, **fields)
+        answer = _run_of(config, gpus, fields)
         working_set_cli.refuse_no_effect(args, answer.working_set_settings(), stages or STAGES)
     else:
         if args.expert_parallel is not None or args.expert_tensor_parallel is not None:
@@ -134,7 +134,7 @@ def run(args) -> int:
         working_set_cli.without_model(args)
         if stages is not None:
             fields["stages"] = stages
-        answer = Run.of(parse_count(args.params, "--params"), gpus, **fields)
+        answer = _run_of(parse_count(args.params, "--params"), gpus, fields)
     result = estimate(answer)
     run_file_cli.save(args, answer)
     out = result.as_dict()
@@ -142,6 +142,14 @@ def run(args) -> int:
         out = run_cli.add_to_estimate(out, tokens)
     print(render(out, args.format, args.unit or "GB", partial_node_note(args, gpus)))
     return 0
+
+
+def _run_of(model, gpus: int, fields: dict) -> Run:
+    """The run the flags describe; a field's message names its flag."""
+    try:
+        return Run.of(model, gpus, **fields)
+    except (ValueError, TypeError) as error:
+        raise type(error)(run_file_cli.in_flags(str(error))) from None
 
 
 def _experts_from(args) -> dict:

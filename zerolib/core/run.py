@@ -29,12 +29,12 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from types import MappingProxyType
 
-from zerolib.core.catalogue.devices import CAPACITY_BASES, DEVICES
+from zerolib.core.catalogue.devices import CAPACITY_BASES, DEVICES, Device, device_at
 from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, MAX_PARAMS, STAGES, echo
 from zerolib.core.memory.accounting import LAYOUTS, Layout
 from zerolib.core.memory.activations import MAX_CONTEXT_PARALLEL, RECOMPUTE
-from zerolib.core.memory.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES, SCHEDULES
+from zerolib.core.memory.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES, RULES, SCHEDULES
 from zerolib.core.memory.placement import Placement
 from zerolib.core.memory.working_set import (
     ALLGATHER_BUCKET_SIZE,
@@ -59,6 +59,7 @@ DEFAULT_MFU = 0.4
 MAX_TOKENS = 10**16            # training tokens of a whole run: far above any published run
 MAX_TOKENS_PER_GPU = 2**40
 MAX_CPU_ADAM_RATE = 10**15
+SCHEDULE_RULE = RULES["schedule"]
 
 
 class _Noun:
@@ -131,9 +132,17 @@ def _plain(value):
     return value
 
 
+def _reading(name: str, basis: str):
+    try:
+        return device_at(name, basis)
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True)
 class Cluster(_Noun):
-    """The hardware: ``gpus`` of ``device`` (None: fit is not judged), read at ``capacity``
+    """The hardware: ``gpus`` of ``device`` (a catalogue name or Device; None: fit is not
+    judged), read at ``capacity``
     (nominal GiB, decimal GB or what nvidia-smi reports); ``link`` a node or a link of the
     catalogues (None: the step is not timed; the planner takes the device's usual node), with
     ``gpus_per_node`` (None: the node's own) at ``link_efficiency``; the ``host`` whose CPUs and
@@ -154,6 +163,13 @@ class Cluster(_Noun):
 
     def __post_init__(self):
         self._whole("gpus", 1, MAX_GPUS)
+        if isinstance(self.device, Device):   # a catalogue device, maybe read at another basis
+            found = [basis for basis in CAPACITY_BASES if self.device.name in DEVICES
+                     and _reading(self.device.name, basis) == self.device]
+            if not found:
+                self._fail("device", "a device of the catalogue", self.device.name)
+            object.__setattr__(self, "device", self.device.name)
+            object.__setattr__(self, "capacity", found[0])
         self._choice("device", tuple(DEVICES), optional=True)
         self._choice("capacity", CAPACITY_BASES)
         if self.link is not None and (not isinstance(self.link, str) or not self.link.strip()):
@@ -208,10 +224,9 @@ class Parallelism(_Noun):
         if self.sequence and self.tensor == 1:
             raise ValueError("parallel.sequence needs parallel.tensor of 2 or more (without tensor "
                              "parallelism there is nothing to split along the sequence)")
-        if self.schedule == "interleaved" and self.chunks < 2:
-            raise ValueError("parallel.schedule 'interleaved' needs parallel.chunks of 2 or more")
-        if self.schedule == "1f1b" and self.chunks > 1:
-            raise ValueError("parallel.chunks above 1 needs parallel.schedule 'interleaved'")
+        if (self.schedule == "interleaved") != (self.chunks > 1):   # the planner's rule, in its words
+            raise ValueError(f"parallel.schedule and parallel.chunks: {SCHEDULE_RULE}, got "
+                             f"{self.schedule} with chunks = {self.chunks}")
 
     @property
     def model_parallel(self) -> int:
