@@ -25,14 +25,15 @@ TINY = TransformerConfig("tiny", hidden=8, layers=2, heads=2, kv_heads=2, ffn_hi
 TINY_GPU = Device("tiny-gpu", "tiny GPU", 10_000, "a test device", peak_flops=10**12,
                   peak_dtype="bf16")
 # No reserve, no DeepSpeed buckets, stage 3 gathering only the module it runs.
-BARE = zl.WorkingSetSettings(reserve_bytes=0, reduce_bucket_size=0, max_live_parameters=0,
-                             prefetch_bucket_size=0, flash_attention=True)
+# no buffers and no reserve: the peak is model state and activations (a run's fields)
+BARE_RUN = dict(reserve_bytes=0, reduce_bucket_size=0, max_live_parameters=0,
+                prefetch_bucket_size=0, flash_attention=True)
 
 
 @pytest.fixture(scope="module")
 def tiny():
     return plan(TINY, 4, 2, TINY_GPU, 8, 4, links="nvlink4,ib-ndr", max_micro_batch=2,
-                recompute=("none",), chunks=(1,), offload=("none",), working_set=BARE)
+                recompute=("none",), chunks=(1,), offload=("none",), **BARE_RUN)
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +103,7 @@ def test_tiny_times_with_a_shard_group_and_offload_by_hand():
     # 0.4e12 = 4.896e-8 s, backward twice that. Everything communicated is exposed.
     result = plan(TINY, 4, 2, TINY_GPU, 8, 4, links="nvlink4,ib-ndr", max_micro_batch=1,
                   recompute=("none",), chunks=(1,), stages=(2,), sequence_parallel=(False,),
-                  host_memory=2**30, working_set=BARE, link_efficiency="line-rate")
+                  host_memory=2**30, **BARE_RUN, link_efficiency="line-rate")
     v = result.valid
 
     def seconds(**match):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import zerolib.core.planner as planner
-from zerolib.core.memory.working_set import WorkingSetSettings, peaks
+from zerolib.core.memory.working_set import peaks
 from zerolib.core.step.parallel import cluster_interconnect, parallel_step_time
 
 ARGS = ("llama-2-70b", 64, 8, "h100-80gb", 32_768, 64)
@@ -66,7 +66,7 @@ def test_the_door_checks_the_degrees():
         planner.plan(*ARGS, **SMALL, context_parallel=(3,))
     with pytest.raises(ValueError, match="context_parallel above 1 needs flash_attention"):
         planner.plan(*ARGS, **SMALL, context_parallel=(2,),
-                     working_set=WorkingSetSettings(flash_attention=False))
+                     flash_attention=False)
     with pytest.raises(ValueError, match="context_parallel must name at least one degree"):
         planner.plan(*ARGS, **SMALL, context_parallel=())
 

@@ -14,7 +14,7 @@ DEEPSEEK = zl.model_from_config(REPO / "tests" / "data" / "deepseek-v2-lite.json
 def test_deepseek_peaks_are_working_set_peaks():
     result = plan(DEEPSEEK, 16, 8, "h100-80gb", 1024, 64, max_micro_batch=1, recompute=("none",),
                   expert_parallel=(1,),   # the dense count zl.peaks makes
-                  working_set=zl.WorkingSetSettings(capacity_factor=1.25))
+                  capacity_factor=1.25)
     valid = result.valid
     piped = valid[valid["pipeline_parallel"].to_numpy() >= 2]
     middle = 0

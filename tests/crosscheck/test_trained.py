@@ -153,7 +153,7 @@ def test_llama_405b_fits_in_the_whole_plan_only_under_full_recomputation():
     run = RUNS["llama-3.1-405b-8k"]
     result = plan(run.config, run.gpus, 8, run.device, run.seq_len, run.global_batch,
                   layout=run.layout, mfu=trained.DEFAULT_MFU, offload=("none",),
-                  shard_groups="whole", working_set=WorkingSetSettings(flash_attention=True),
+                  shard_groups="whole", flash_attention=True,
                   engine=run.engine)
     fits = result.fits
     assert len(fits) == trained.planner_check(run, whole=True)["fitting"] > 0

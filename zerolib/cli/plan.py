@@ -26,7 +26,7 @@ from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, echo
 from zerolib.core.memory.accounting import STAGES
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import ALL_CHUNKS, MAX_CHUNKS, MAX_MICRO_BATCHES
-from zerolib.core.memory.working_set import MAX_SEQ_LEN, WorkingSetSettings
+from zerolib.core.memory.working_set import MAX_SEQ_LEN
 from zerolib.core.parse import parse_fraction, parse_size, parse_whole
 from zerolib.core.planner import (
     DEFAULT_LINKS,
@@ -186,11 +186,13 @@ def options_from(args, config) -> dict:
         value = _list(text, name, parse)
         if value is not None:
             options[key] = value
-    working_set = {"flash_attention": args.flash,
-                   "capacity_factor": working_set_cli.capacity_factor_from(args, config)}
+    if args.flash is not None:
+        options["flash_attention"] = args.flash
+    capacity_factor = working_set_cli.capacity_factor_from(args, config)
+    if capacity_factor is not None:
+        options["capacity_factor"] = capacity_factor
     if args.reserve is not None:
-        working_set["reserve_bytes"] = parse_size(args.reserve, "--reserve", maximum=MAX_BYTES)
-    options["working_set"] = WorkingSetSettings(**working_set)
+        options["reserve_bytes"] = parse_size(args.reserve, "--reserve", maximum=MAX_BYTES)
     offloads = set(options.get("offload", OFFLOADS)) - {"none"}
     options.update(host_options_from(args, bool(offloads), bool(offloads)))
     if args.engine is not None:

@@ -385,7 +385,9 @@ def _node_gpus(run: Run, placement: Placement | None) -> int | None:
 
 def _device(run: Run) -> Device | None:
     c = run.cluster
-    return None if c.device is None else device_at(c.device, c.capacity)
+    if c.device is None or isinstance(c.device, Device):
+        return c.device
+    return device_at(c.device, c.capacity)
 
 
 def _estimate_count(run: Run) -> Estimate:

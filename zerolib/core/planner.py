@@ -91,6 +91,7 @@ from zerolib.core.plan_settings import (  # noqa: F401  (the planner's names, wh
     SHARD_GROUPS,
     ZERO_R,
     PlanSettings,
+    Search,
     links_for,
     plan_settings,
     schedule_name,
@@ -649,24 +650,21 @@ def describe_configuration(c) -> str:
             f"{int(c['micro_batches'])}, {offload}")
 
 
-def plan(model, gpus, gpus_per_node, device, seq_len, global_batch, **options) -> Plan:
-    """Every configuration of ``model`` on ``gpus`` GPUs (``gpus_per_node`` per node) of
-    ``device`` at ``seq_len`` tokens and ``global_batch`` sequences per step: which can run,
-    their peaks and step times, which fit, ranked (see the module doc). ``options`` are
-    :func:`plan_settings`'s: ``links``, ``host_link`` (the PCIe link offload copies over,
-    default ``pcie4-x16``), ``host`` and ``cpu_adam_rate`` (the host offload's CPU step and
-    NVMe run on), ``layout``, ``mfu``, ``host_memory``,
-    ``max_micro_batch``, ``stages``, ``recompute``, ``chunks``, ``offload``,
-    ``sequence_parallel``, ``shard_groups`` ("all" or "whole"), ``working_set`` (flash
-    attention, reserve, DeepSpeed's buffers), ``link_efficiency`` (the rate the links run at:
-    "achieved", the default, "line-rate" or a fraction; see
-    :class:`zerolib.core.catalogue.links.LinkEfficiency`), ``context_parallel`` and
-    ``expert_parallel`` (the degrees searched; :mod:`zerolib.core.memory.expert_parallel_rules`: None, every
-    divisor of a mixture's routed experts), ``zero_r`` (ZeRO-R's options searched, names of
-    :data:`zerolib.core.plan_settings.ZERO_R`; None: "none" and "partition" under DeepSpeed and
-    the paper, "none" under FSDP2 and Megatron-LM)."""
-    s = plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, **options)
-    return plan_from(s)
+def plan(run, gpus=None, gpus_per_node=None, device=None, seq_len=None, global_batch=None, *,
+         search: Search | None = None, **options) -> Plan:
+    """Every configuration of a run's model on its cluster, at its sequence and global batch:
+    which can run, their peaks and step times, which fit, ranked (see the module doc).
+    ``plan(run, search=Search(...))``: the run fixes the model, cluster, trainer and batch; the
+    search (:class:`zerolib.core.plan_settings.Search`) names what is searched. The short form
+    builds both: ``plan(model, gpus, gpus_per_node, device, seq_len, global_batch, **options)``,
+    the options a run's fields (``links``, ``host_link``, ``host``, ``cpu_adam_rate``,
+    ``layout``, ``mfu``, ``host_memory``, ``link_efficiency``, ``engine``, ``flash_attention``,
+    ``reserve_bytes`` ...) or the search's (``max_micro_batch``, ``stages``, ``recompute``,
+    ``chunks``, ``offload``, ``sequence_parallel``, ``shard_groups``, ``context_parallel``,
+    ``expert_parallel``, ``expert_tensor_parallel``, ``zero_r``). Each fitting row is a run:
+    :meth:`Plan.run`."""
+    return plan_from(plan_settings(run, gpus, gpus_per_node, device, seq_len, global_batch,
+                                   search=search, **options))
 
 
 def plan_from(s: PlanSettings) -> Plan:

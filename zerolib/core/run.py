@@ -22,6 +22,7 @@ same fields in TOML, one table per noun (:meth:`Run.to_toml`, :func:`from_toml`;
 """
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import numbers
@@ -122,6 +123,8 @@ class _Noun:
 
 def _plain(value):
     """A field's value as TOML/JSON can hold it."""
+    if isinstance(value, Device):
+        return {f.name: getattr(value, f.name) for f in fields(value) if getattr(value, f.name) is not None}
     if isinstance(value, Layout):
         return value.name if LAYOUTS.get(value.name) is value else [
             sum(w for _, w in value.parts[c]) for c in ("parameters", "gradients", "optimizer")]
@@ -163,14 +166,16 @@ class Cluster(_Noun):
 
     def __post_init__(self):
         self._whole("gpus", 1, MAX_GPUS)
+        if isinstance(self.device, Mapping):   # a device of one's own, from a run file
+            object.__setattr__(self, "device", Device(**self.device))
         if isinstance(self.device, Device):   # a catalogue device, maybe read at another basis
             found = [basis for basis in CAPACITY_BASES if self.device.name in DEVICES
                      and _reading(self.device.name, basis) == self.device]
-            if not found:
-                self._fail("device", "a device of the catalogue", self.device.name)
-            object.__setattr__(self, "device", self.device.name)
-            object.__setattr__(self, "capacity", found[0])
-        self._choice("device", tuple(DEVICES), optional=True)
+            if found:
+                object.__setattr__(self, "device", self.device.name)
+                object.__setattr__(self, "capacity", found[0])
+        if not isinstance(self.device, Device):   # (one of one's own stays a Device)
+            self._choice("device", tuple(DEVICES), optional=True)
         self._choice("capacity", CAPACITY_BASES)
         if self.link is not None and (not isinstance(self.link, str) or not self.link.strip()):
             self._fail("link", "the name of a node or a link (zerolib estimate --help lists them)",
@@ -293,7 +298,15 @@ class Trainer(_Noun):
     capacity_factor: float | None = None
 
     def __post_init__(self):
-        self._choice("engine", ENGINE_NAMES)
+        if not isinstance(self.engine, str):   # an Engine (a convention of one's own settings)
+            from zerolib.core.step.engines import ENGINES, Engine
+            if not isinstance(self.engine, Engine):
+                raise TypeError(f"trainer.engine must be an engine's name or an Engine, got "
+                                f"{echo(self.engine)}")
+            if ENGINES.get(self.engine.name) == self.engine:
+                object.__setattr__(self, "engine", self.engine.name)
+        if isinstance(self.engine, str):
+            self._choice("engine", ENGINE_NAMES)
         if self.stages is not None:
             stages = self.stages if isinstance(self.stages, (tuple, list)) else (self.stages,)
             for stage in stages:
@@ -469,7 +482,10 @@ class Run:
         whole = {name: changes.pop(name) for name in ("model", *NOUNS) if name in changes}
         unknown = [name for name in changes if name not in FIELDS]
         if unknown:
-            raise TypeError(f"a run has no field {unknown[0]!r} (its fields: {', '.join(FIELDS)})")
+            near = difflib.get_close_matches(unknown[0], FIELDS, n=1)
+            raise TypeError(f"a run has no field {unknown[0]!r}"
+                            + (f": did you mean {near[0]!r}?" if near else
+                               " (docs/run-file.md lists every field)"))
         nouns = {name: whole.get(name, getattr(self, name)) for name in NOUNS}
         grouped: dict[str, dict] = {}
         for name, value in changes.items():

@@ -43,7 +43,6 @@ from zerolib.core.catalogue.models import MODELS, TransformerConfig, active_para
 from zerolib.core.estimate import estimate
 from zerolib.core.memory.accounting import Layout, get_layout
 from zerolib.core.memory.model_parallel import ALL_CHUNKS, chunks_for
-from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.planner import plan
 from zerolib.core.run import Run
 from zerolib.crosscheck.korthikanti import gpt
@@ -291,7 +290,7 @@ def planner_check(run: TrainedRun, chunks=ALL_CHUNKS, mfu: float = DEFAULT_MFU,
                   shard_groups="whole", engine=run.engine, **fixed, **degrees,
                   context_parallel=tuple(sorted({1, run.context_parallel})),
                   max_micro_batch=max(8, run.micro_batch),
-                  working_set=WorkingSetSettings(flash_attention=run.flash_attention))
+                  flash_attention=run.flash_attention)
     valid = result.valid
     match = valid[(valid["tensor_parallel"] == run.tensor_parallel)
                   & (valid["pipeline_parallel"] == run.pipeline_parallel)

@@ -38,9 +38,11 @@ from zerolib.core.planner import (
     PLAN_LEFT_OUT,
     SHARD_GROUPS,
     Plan,
+    Search,
     describe_configuration,
     plan,
 )
+from zerolib.core.run import Run
 from zerolib.core.step.engines import CONTEXT_PARALLEL_ENGINES, DEFAULT_ENGINE, ENGINES
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS
 from zerolib.core.step.time import DEFAULT_MFU
@@ -331,14 +333,25 @@ class PlannerExplorer(Explorer):
         return self.controls["host_memory"].value or None
 
     def _plan(self) -> Plan:
+        return plan(self.run, search=self.search)
+
+    @property
+    def run(self) -> Run:
+        """The run the controls describe (what the planner keeps fixed)."""
         c = self.controls
-        return plan(c["model"].value, int(c["gpus"].value), int(c["gpus_per_node"].value),
-                    self.device, int(c["seq_len"].value), int(c["global_batch"].value),
-                    links=self.links, mfu=float(c["mfu"].value),
-                    host_memory=self.host_memory, host_link=c["host_link"].value,
-                    shard_groups=c["shard_groups"].value, engine=c["engine"].value,
-                    context_parallel=context_degrees(c["context_parallel"].value),
-                    expert_parallel=expert_degrees(c["expert_parallel"].value))
+        return Run.of(c["model"].value, int(c["gpus"].value),
+                      gpus_per_node=int(c["gpus_per_node"].value), device=self.device,
+                      seq_len=int(c["seq_len"].value), global_batch=int(c["global_batch"].value),
+                      link=self.links, mfu=float(c["mfu"].value), host_memory=self.host_memory,
+                      host_link=c["host_link"].value, engine=c["engine"].value)
+
+    @property
+    def search(self) -> Search:
+        """What the controls ask the planner to search."""
+        c = self.controls
+        return Search(shard_groups=c["shard_groups"].value,
+                      context_parallel=context_degrees(c["context_parallel"].value),
+                      expert_parallel=expert_degrees(c["expert_parallel"].value))
 
     def _remembered_plan(self) -> Plan:
         """The plan for the controls as they are: remembered under their values (the last
