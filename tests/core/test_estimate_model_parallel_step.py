@@ -59,9 +59,15 @@ def test_a_pipeline_without_micro_batches_runs_p_of_them():
 
 def test_what_the_step_model_does_not_time_is_refused():
     tp = dict(recompute="full", tensor_parallel=2)
-    # the shard group would change the data-parallel collectives, which this path does not take
-    with pytest.raises(ValueError, match=r"^a placement \(shard group, ZeRO\+\+ or offload\) is "
-                                         r"not modelled with model parallelism"):
+    # a shard group is timed as the planner times it (test_planner.py: every row's run); the
+    # engine's rule still holds: Megatron-LM shards over the whole data-parallel group
+    with pytest.raises(ValueError, match=r"^engine megatron shards in groups smaller than every "
+                                         r"GPU at no stage"):
         estimate("llama-2-7b", 16, **tp, stages=(1,), shard_group=4, **COMMON)
+    # ZeRO++'s hpZ is not in the planner's step model
+    with pytest.raises(ValueError, match=r"^ZeRO\+\+'s hpZ or NVMe offload is not modelled with "
+                                         r"model parallelism"):
+        estimate("llama-2-7b", 16, **tp, stages=(3,), hpz=True, gpus_per_node=8,
+                 **{**COMMON, "engine": "deepspeed"})
     with pytest.raises(ValueError, match="needs a device"):
         estimate("llama-2-7b", 16, **tp, stages=(1,), link="dgx-h100", engine="megatron")

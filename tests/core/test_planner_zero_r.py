@@ -30,7 +30,8 @@ def tiny(**options):
 
 def _same_as_working_set(result, rows):
     for _, row in rows.iterrows():
-        ws, placement = result.settings_for(row)
+        run = result.run(row)
+        ws, placement = run.working_set_settings(), run.placement()
         (peak,) = zl.peaks(result.settings.model, result.settings.gpus, [int(row["stage"])], ws,
                            result.settings.layout, placement)
         assert (peak.total, peak.pipeline_stage) == (row["peak_bytes"], row["pipeline_stage"]), \

@@ -271,9 +271,10 @@ def _with_parallel_step(result: Estimate, run: Run, micro_batches: int) -> Estim
     ``bubble_fraction``, ``context_parallel``, ``expert_parallel``,
     ``expert_tensor_parallel``; ETP other than t adds its all-gathers and reduce-scatters and
     reduces the experts over t x d / (ETP x E)), the same numbers
-    ``zerolib plan`` gives the configuration. Needs a device; not with a placement, ZeRO++, offload
-    options or ``tokens_per_gpu`` (the step's tokens are seq_len / C x micro_batch x
-    micro_batches; beside a pipeline, micro_batches are the settings', p when not given)."""
+    ``zerolib plan`` gives the configuration (a shard group and offload to CPU memory included,
+    as the planner searches them). Needs a device; not with ZeRO++ (hpZ, qwZ, qgZ), NVMe offload
+    or ``tokens_per_gpu`` (the step's tokens are seq_len / C x micro_batch x micro_batches;
+    beside a pipeline, micro_batches are the run's, p when not given)."""
     engine, mfu = get_engine(run.trainer.engine), run.trainer.mfu
     expert_parallel, expert_tensor_parallel = run.parallel.expert, run.parallel.expert_tensor
     overlap = run.trainer.overlap
@@ -285,11 +286,22 @@ def _with_parallel_step(result: Estimate, run: Run, micro_batches: int) -> Estim
     if result.device is None:
         raise ValueError("a link with model parallelism (tensor, pipeline, context or expert) "
                          "needs a device (the step model times compute beside the collectives)")
-    used = [name for name, value in options.items() if value != TRAFFIC_DEFAULTS[name]]
+    used = [name for name in ("qwz", "qgz") if options[name]]
     if tokens_per_gpu is not None:
         used.insert(0, "tokens_per_gpu")
-    if result.placement is not None:
-        used.insert(0, "a placement (shard group, ZeRO++ or offload)")
+    placement = result.placement
+    offload = "none"
+    if placement is not None:   # the planner's: a shard group, offload to CPU memory
+        if placement.hpz_partition > 1 or "nvme" in (placement.offload_optimizer,
+                                                     placement.offload_params):
+            used.insert(0, "ZeRO++'s hpZ or NVMe offload")
+        offload = {(): "none", ("optimizer",): "optimizer",
+                   ("optimizer", "parameters"): "optimizer+parameters"}.get(tuple(
+                       name for name, where in (("optimizer", placement.offload_optimizer),
+                                                ("parameters", placement.offload_params))
+                       if where == "cpu"), "none")
+    if placement is None or offload == "none":
+        used += [name for name in ("host", "cpu_adam_rate") if options[name] is not None]
     if used:
         raise ValueError(f"{used[0]} is not modelled with model parallelism (tensor, pipeline, "
                          "context or expert) and a link (the planner's step model times them)")
@@ -311,6 +323,9 @@ def _with_parallel_step(result: Estimate, run: Run, micro_batches: int) -> Estim
         micro_batches=micro_batches, chunks=s.pipeline_chunks,
         sequence_parallel=s.sequence_parallel, recompute=s.recompute, layout=result.layout,
         mfu=mfu, element_bytes=s.element_bytes, host_link=options["host_link"],
+        shard_group=None if placement is None else placement.shard_group, offload=offload,
+        host=None if offload == "none" else host_settings_for(ic.name, options["host"],
+                                                               options["cpu_adam_rate"]),
         context_parallel=c, expert_parallel=expert_parallel, capacity_factor=s.capacity_factor,
         expert_tensor_parallel=expert_tensor_parallel, engine=engine, overlap=overlap,
         partition_activations=s.partition_activations, cpu_checkpointing=s.cpu_checkpointing)
