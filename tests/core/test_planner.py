@@ -233,8 +233,7 @@ def test_the_host_is_judged_on_the_heavier_pipeline_stage():
     result = plan("llama-2-70b", 32, 8, "a100-80gb", 4096, 64, max_micro_batch=1,
                   host_memory=2**40, stages=(1,), offload=("optimizer",))
     for _, row in result.valid.head(40).iterrows():
-        run = result.run(row)
-        ws, placement = run.working_set_settings(), run.placement()
+        placement = result.run(row).placement()
         on_node = []
         for r in {0, int(row["pipeline_parallel"]) - 1}:
             params = int(zl.parameters_per_gpu("llama-2-70b", int(row["tensor_parallel"]),

@@ -1,8 +1,13 @@
+"""An explorer starts at a run: its fields become the controls' values (explorers/start.py)."""
+from __future__ import annotations
+
+import pytest
+
+import zerolib as zl
 
 
 def test_an_explorer_starts_at_a_run():
     # A run hands an explorer its setting; fields named beside it win; an unknown name is refused.
-    import zerolib as zl
     run = zl.Run.of("llama-2-13b", 16, device="a100-80gb", micro_batch=2, recompute="full")
     values = {k: c.value for k, c in zl.WillItFitExplorer(run).controls.items()}
     assert (values["model"], values["gpus"], values["micro_batch"], values["recompute"],
