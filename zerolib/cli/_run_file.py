@@ -36,7 +36,7 @@ def in_flags(message: str) -> str:
     return _PATH_WORD.sub(lambda m: _FLAG_OF_PATH.get(m.group(0), m.group(0)), message)
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser, saved: str = "the run this answer was for") -> None:
     group = parser.add_argument_group(
         "run files", "A run written in TOML (docs/run-file.md): its fields stand in for the flags "
                      "they match; a flag given beside it wins.")
@@ -44,8 +44,7 @@ def add_arguments(parser) -> None:
                        help="answer for the run in FILE (a model and every setting); flags "
                             "override its fields")
     group.add_argument("--save-run", metavar="FILE",
-                       help="write the run this answer was for to FILE (TOML), to share or to "
-                            "come back to")
+                       help=f"write {saved} to FILE (TOML), to share or to come back to")
 
 
 def read(args) -> Run | None:
@@ -59,9 +58,10 @@ def read(args) -> Run | None:
         raise ValueError(f"--run: {error}") from None
 
 
-def fill_args(args, run: Run) -> None:
+def fill_args(args, run: Run, renamed: dict | None = None) -> None:
     """Every flag ``run`` holds a value for (other than its default) and the command line left
-    out, set as if typed; the model too, when no model flag was given."""
+    out, set as if typed; the model too, when no model flag was given. ``renamed``: a
+    command's own flag names for fields (``{"link": "links"}``)."""
     default = Run(run.model)
     if not any(getattr(args, name, None) is not None
                for name in ("params", "model", "config", "megatron_args")):
@@ -73,9 +73,9 @@ def fill_args(args, run: Run) -> None:
         args.gpus = str(run.cluster.gpus)
     for name, path in FIELDS.items():
         value, base = _get(run, path), _get(default, path)
-        if value == base or value is None or name in ("gpus", "global_batch", "overlap"):
+        if value == base or value is None or name in ("gpus", "overlap"):
             continue
-        dest = _DEST_OF.get(name, name)
+        dest = (renamed or {}).get(name, _DEST_OF.get(name, name))
         if not hasattr(args, dest) or _given(args, dest):
             continue
         if name == "layout":
@@ -116,9 +116,14 @@ def _text(value) -> str:
     return str(value)
 
 
-def save(args, run: Run) -> None:
-    """``--save-run FILE``: the run, written atomically."""
+def save(args, run: Run | None) -> None:
+    """``--save-run FILE``: the run, written atomically (None: nothing to write, said on
+    stderr)."""
     if getattr(args, "save_run", None) is None:
+        return
+    if run is None:
+        import sys
+        print(f"--save-run: nothing fits, so no run was written to {args.save_run}", file=sys.stderr)
         return
     from zerolib._io import atomic_write
     path = Path(args.save_run)
