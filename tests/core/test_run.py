@@ -57,6 +57,7 @@ def test_every_field_has_one_flat_name():
         value = getattr(run, path[0])
         for part in path[1:]:
             value = getattr(value, part)   # every path exists
+        assert run.replace(**{name: value}) == run, name   # and takes its own value back
 
 
 def test_replace_moves_one_field_and_checks_it():
