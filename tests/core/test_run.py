@@ -123,3 +123,17 @@ def test_a_run_file_is_bounded(tmp_path):
         read_run(big)
     with pytest.raises(ValueError, match=r"is not a file"):
         read_run(tmp_path)
+
+
+def test_the_run_file_page_documents_every_field():
+    from dataclasses import fields
+    from pathlib import Path
+
+    from zerolib.core.run import Buckets
+    text = (Path(__file__).resolve().parents[2] / "docs" / "run-file.md").read_text()
+    for noun in (Cluster, Parallelism, Trainer, Batch):
+        for f in fields(noun):
+            if f.name != "buckets":
+                assert f"| `{f.name}`" in text or f"| `{f.name}`," in text, (noun.__name__, f.name)
+    for f in fields(Buckets):
+        assert f"| `buckets.{f.name}`" in text, f.name
