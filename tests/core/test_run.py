@@ -29,7 +29,8 @@ def test_a_run_is_the_nouns_an_engineer_uses():
     (lambda: Trainer(recompute="some"), r"^trainer\.recompute must be one of none, selective, full"),
     (lambda: Trainer(partition_activations=True), r"^trainer\.partition_activations .* needs "
                                                   r"trainer\.recompute 'full'"),
-    (lambda: Trainer(mfu=0), r"^trainer\.mfu must be a number above 0"),
+    (lambda: Trainer(mfu=0), r"^trainer\.mfu must be a number above 0 and at most 1"),
+    (lambda: Trainer(mfu=0.0001), r"^trainer\.mfu must be at least 0\.001 \(0\.1%\)"),
     (lambda: Trainer(stages=(4,)), r"^trainer\.stages must be ZeRO stages from 0 to 3"),
     (lambda: Batch(micro_batch=-1), r"^batch\.micro_batch must be a whole number from 1"),
     (lambda: Run(0), r"^model must be a whole parameter count"),
@@ -137,3 +138,10 @@ def test_the_run_file_page_documents_every_field():
                 assert f"| `{f.name}`" in text or f"| `{f.name}`," in text, (noun.__name__, f.name)
     for f in fields(Buckets):
         assert f"| `buckets.{f.name}`" in text, f.name
+
+
+def test_the_light_defaults_are_the_engines_own():
+    # the run's door checks engine names without importing the step: the names are the step's
+    from zerolib.core.defaults import ENGINE_NAMES
+    from zerolib.core.step.engines import ENGINES
+    assert tuple(ENGINES) == ENGINE_NAMES

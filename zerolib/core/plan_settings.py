@@ -12,6 +12,7 @@ from zerolib.core.catalogue.links import Link
 from zerolib.core.catalogue.models import TransformerConfig
 from zerolib.core.catalogue.nodes import NODES, Interconnect
 from zerolib.core.inputs import (
+    check_mfu,
     check_positive_int,
     check_sequence,
     echo,
@@ -40,7 +41,6 @@ from zerolib.core.step.parallel import (
     check_host_link,
     cluster_interconnect,
 )
-from zerolib.core.step.time import check_mfu
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
     pass
@@ -205,10 +205,7 @@ def plan_request(run, gpus=None, gpus_per_node=None, device=None, seq_len=None,
 
 
 def _search(fields_by_name: dict) -> Search:
-    none_means_default = ("context_parallel", "stages", "recompute", "chunks", "offload",
-                          "sequence_parallel", "shard_groups", "max_micro_batch")
-    return Search(**{name: value for name, value in fields_by_name.items()
-                     if not (value is None and name in none_means_default)})
+    return Search(**fields_by_name)
 
 
 def plan_settings(run, gpus=None, gpus_per_node=None, device=None, seq_len=None,

@@ -31,12 +31,22 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from types import MappingProxyType
 
 from zerolib.core.catalogue.devices import CAPACITY_BASES, DEVICES, Device, device_at
+from zerolib.core.catalogue.links import EFFICIENCY_NAMES, HOST_LINKS
 from zerolib.core.catalogue.models import TransformerConfig, get_model
-from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, MAX_PARAMS, STAGES, echo
+from zerolib.core.defaults import (
+    DEFAULT_ENGINE,
+    DEFAULT_HOST_LINK,
+    DEFAULT_MFU,
+    ENGINE_NAMES,
+    MAX_CPU_ADAM_RATE,
+    MAX_RUN_TOKENS,
+    MAX_TOKENS_PER_GPU,
+)
+from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, MAX_PARAMS, STAGES, check_mfu, echo
 from zerolib.core.memory.accounting import LAYOUTS, Layout
 from zerolib.core.memory.activations import MAX_CONTEXT_PARALLEL, RECOMPUTE
 from zerolib.core.memory.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES, RULES, SCHEDULES
-from zerolib.core.memory.placement import Placement
+from zerolib.core.memory.placement import OFFLOAD_DEVICES, Placement
 from zerolib.core.memory.working_set import (
     ALLGATHER_BUCKET_SIZE,
     DEFAULT_RESERVE,
@@ -50,16 +60,6 @@ from zerolib.core.memory.working_set import (
     WorkingSetSettings,
 )
 
-# Names the nouns check against, kept here so that making a Run imports no step module.
-ENGINE_NAMES = ("paper", "deepspeed", "fsdp2", "megatron")
-DEFAULT_ENGINE = "deepspeed"
-OFFLOAD_TARGETS = ("none", "cpu", "nvme")
-EFFICIENCY_NAMES = ("achieved", "line-rate")
-DEFAULT_HOST_LINK = "pcie4-x16"
-DEFAULT_MFU = 0.4
-MAX_TOKENS = 10**16            # training tokens of a whole run: far above any published run
-MAX_TOKENS_PER_GPU = 2**40
-MAX_CPU_ADAM_RATE = 10**15
 SCHEDULE_RULE = RULES["schedule"]
 
 
@@ -188,8 +188,9 @@ class Cluster(_Noun):
             self._number("link_efficiency", 0.0, 1.0, open_low=True)
         if self.host is not None and (not isinstance(self.host, str) or not self.host.strip()):
             self._fail("host", "the name of a host (dgx-a100, dgx-h100)", self.host)
-        if not isinstance(self.host_link, str):
-            self._fail("host_link", "the name of a PCIe link", self.host_link)
+        if not isinstance(self.host_link, str) or self.host_link.strip().lower() not in HOST_LINKS:
+            self._fail("host_link", f"a PCIe link ({', '.join(HOST_LINKS)})", self.host_link)
+        object.__setattr__(self, "host_link", self.host_link.strip().lower())
         self._whole("host_memory", 0, MAX_BYTES, optional=True)
         self._whole("cpu_adam_rate", 1, MAX_CPU_ADAM_RATE, optional=True)
 
@@ -339,15 +340,15 @@ class Trainer(_Noun):
         if not isinstance(self.buckets, Buckets):
             raise TypeError(f"trainer.buckets must be a Buckets, got {echo(self.buckets)}")
         self._whole("reserve", 0, MAX_BYTES)
-        self._choice("offload_optimizer", OFFLOAD_TARGETS)
-        self._choice("offload_params", OFFLOAD_TARGETS)
+        self._choice("offload_optimizer", OFFLOAD_DEVICES)
+        self._choice("offload_params", OFFLOAD_DEVICES)
         for name in ("partition_activations", "cpu_checkpointing", "qwz", "qgz"):
             self._flag(name)
             if name in ("partition_activations", "cpu_checkpointing") and getattr(self, name) \
                     and self.recompute != "full":
                 raise ValueError(f"trainer.{name} applies to activation checkpoints: it needs "
                                  f"trainer.recompute 'full', got {self.recompute!r}")
-        self._number("mfu", 0.0, 1.0, open_low=True)
+        object.__setattr__(self, "mfu", check_mfu(self.mfu, "trainer.mfu"))
         if self.overlap is not None:
             from zerolib.core.step.engines import Overlap  # the step's noun, imported when used
             if not isinstance(self.overlap, Overlap):
@@ -380,7 +381,7 @@ class Batch(_Noun):
         self._whole("micro_batch", 1, MAX_MICRO_BATCH)
         self._whole("micro_batches", 1, MAX_MICRO_BATCHES, optional=True)
         self._whole("global_batch", 1, MAX_MICRO_BATCHES, optional=True)
-        self._whole("tokens", 1, MAX_TOKENS, optional=True)
+        self._whole("tokens", 1, MAX_RUN_TOKENS, optional=True)
         self._whole("tokens_per_gpu", 1, MAX_TOKENS_PER_GPU, optional=True)
 
 
