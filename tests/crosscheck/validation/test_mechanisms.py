@@ -54,14 +54,34 @@ def test_hand_counts_are_what_the_record_shows():
         "full": L * T * 2 * H,
         "uniform-2": 2 * T * 2 * H,                                 # two chunks of two layers
         "block-2": 2 * T * 2 * H + 2 * T * llama_none_per_token(),
+        # Float8Linear saves its bf16 input as nn.Linear does; under the op-level policy the
+        # saved max ops add the amax (a bf16 scalar) of the input and of the weight of each of
+        # the 7 Linear layers
+        "float8-none": L * T * llama_none_per_token(),
+        "float8-op-sac": L * (T * op_sac_per_token() + 7 * 2 * 2),
     }
     assert saved["measured_bytes"].to_dict() == expected
     assert (saved["hand_bytes"] == saved["measured_bytes"]).all()
     # The allocator also holds the CPU RNG state (5,056 B) of every checkpoint call.
     calls = {"none": 0, "none-dropout": 0, "op-sac": 4, "op-sac-cpu-list": 4, "selective": 4,
-             "selective-dropout": 4, "full": 4, "uniform-2": 2, "block-2": 2}
+             "selective-dropout": 4, "full": 4, "uniform-2": 2, "block-2": 2, "float8-none": 0,
+             "float8-op-sac": 4}
     for case, count in calls.items():
         assert int(saved.at[case, "allocator_bytes"]) == expected[case] + 5056 * count, case
+
+
+def test_full_width_by_hand():
+    # Llama-3-8B's layer on fake tensors, 4 layers of 8,192 tokens
+    h, a, k, d, f, tokens = 4096, 32, 8, 128, 14336, 4 * 8192
+    none = 2 * (4 * h + 4 + 2 * h + 2 * h) + 4 * a * d + 4 * k * d + 4 * a + 8 * f
+    assert none == 200_840
+    recorded = read_csv(DATA / MECHANISMS_FILE)
+    wide = recorded[recorded["mechanism"] == "saved activations, full width"].set_index("case")
+    assert wide.at["none", "measured_bytes"] == tokens * none
+    assert wide.at["op-sac", "measured_bytes"] == tokens * (4 * h + 4 * a * d + 2 * k * d + 4 * a + 2 * f)
+    assert wide.at["selective", "measured_bytes"] == tokens * (none - 4 * a)
+    assert wide.at["full", "measured_bytes"] == tokens * 2 * h
+    assert (wide["measured_bytes"] == wide["hand_bytes"]).all()
 
 
 def test_loss_per_logit_by_hand():
@@ -94,13 +114,23 @@ def test_fsdp_state_by_hand():
     for case in ("pipeline-after-micro-batch-1", "default-after-micro-batch-1"):
         assert got[(case, "SHARDED_PARAM")] == 4 * P // W
         assert got[(case, "OPT")] == 8 * P // W + 4 * n
-    assert (fsdp["measured_bytes"] == fsdp["hand_bytes"]).all()
+    # fp8 all-gather: the 14 Linear weights in fp8 (1 B) with an fp32 scale each, norms in bf16;
+    # after the reshard only the scales stay
+    linear = P - 2 * 2 * H
+    assert got[("pipeline-fp8-after-micro-batch-1", "UNSHARDED_PARAM")] == linear + 4 * 14 + 2 * (P - linear)
+    assert got[("pipeline-fp8-after-micro-batch-1", "TEMP")] == 4 * P
+    assert got[("pipeline-fp8-after-micro-batch-2", "UNSHARDED_PARAM")] == 4 * 14
+    explained = fsdp[fsdp["hand_bytes"] != 0]
+    assert (explained["measured_bytes"] == explained["hand_bytes"]).all()
+    # the one row not explained says so
+    (left,) = fsdp[fsdp["hand_bytes"] == 0].to_dict("records")
+    assert left["measured_bytes"] == 28 and left["note"].startswith("not explained")
 
 
 def test_recorded_file_is_tidy_and_deterministic():
     recorded = read_csv(DATA / MECHANISMS_FILE)
     assert to_csv_text(recorded) == (DATA / MECHANISMS_FILE).read_text(encoding="utf-8")
-    for column in ("torch_version", "transformers_version", "megatron_core_version"):
+    for column in ("torch_version", "transformers_version", "megatron_core_version", "torchao_version"):
         assert recorded[column].nunique() == 1 and recorded[column].iloc[0] != ""
     text = (DATA / "mechanisms_measured.md").read_text(encoding="utf-8")
     for column in recorded.columns:
@@ -139,6 +169,23 @@ def test_recompute_policies_measured_again(mechanism_run, name, per_token):
     assert found["tracker"] == L * T * per_token
     checkpoints = 0 if name == "none" else L
     assert found["allocator"] == found["tracker"] + 5056 * checkpoints   # the CPU RNG states
+
+
+@pytest.mark.torch
+def test_float8_saves_what_bf16_saves(mechanism_run):
+    optional_import("torchao", HINT)
+    from zerolib.crosscheck.validation.explain_mechanisms import RECOMPUTE_CASES
+
+    found = mechanism_run.measure_recompute(_case(RECOMPUTE_CASES, "float8-none"))
+    assert found["tracker"] == found["allocator"] == L * T * llama_none_per_token()
+
+
+@pytest.mark.torch
+def test_full_width_on_fake_tensors(mechanism_run):
+    from zerolib.crosscheck.validation.explain_mechanisms import FULL_WIDTH, RECOMPUTE_CASES
+
+    found = mechanism_run.measure_recompute(_case(RECOMPUTE_CASES, "op-sac"), FULL_WIDTH, fake=True)
+    assert found["tracker"] == 4 * 8192 * 63_616 and found["allocator"] is None
 
 
 @pytest.mark.torch

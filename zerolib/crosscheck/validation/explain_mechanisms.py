@@ -63,9 +63,14 @@ class RecomputeCase:
     description: str
     dropout: bool = False   # Megatron's hidden dropout 0.1 after attention and after the MLP
     recompute_layers: int = 0   # Megatron's --recompute-num-layers (uniform, block)
+    float8: bool = False    # every Linear a torchao Float8Linear (tensorwise dynamic scales)
 
 
 LLAMA_SHAPE = LlamaShape()
+# Llama-3-8B's layer (hidden 4,096, 32 heads, 8 key/value heads of 128, MLP 14,336) at 8,192
+# tokens: run on fake tensors, to show the per-token counts hold at a real width.
+FULL_WIDTH = LlamaShape(seq_len=8192, micro_batch=1, hidden=4096, heads=32, kv_heads=8,
+                        head_dim=128, ffn_hidden=14336, layers=4)
 STAGE_SHAPE = LlamaShape(layers=2)   # the pipeline stage FSDP2 shards
 
 RECOMPUTE_CASES = (
@@ -93,7 +98,16 @@ RECOMPUTE_CASES = (
     RecomputeCase("block-2", "megatron", "block",
                   "Megatron --recompute-method block --recompute-num-layers 2",
                   recompute_layers=2),
+    RecomputeCase("float8-none", "torchtitan", "none",
+                  "torchao Float8Linear for every Linear (torchtitan's float8 converter), no "
+                  "recomputation", float8=True),
+    RecomputeCase("float8-op-sac", "torchtitan", "op-sac",
+                  "torchao Float8Linear, torchtitan's op-level policy (its list saves max: the "
+                  "amax of each fp8 cast)", float8=True),
 )
+LINEARS_PER_LAYER = 7      # q, k, v, o, gate, up, down
+AMAX_BYTES = 2             # torch.max of a bf16 tensor: a bf16 scalar
+
 
 
 def none_per_token(shape: LlamaShape, dropout: bool = False) -> int:
@@ -131,6 +145,12 @@ def recompute_hand_bytes(case: RecomputeCase, shape: LlamaShape) -> tuple[int, s
     if case.policy == "none":
         formula = "16h+8 + 4ad+4kd+4a + 8f" + (" + 2h" if case.dropout else "")
         return L * T * none, formula
+    if case.policy == "op-sac" and case.float8:
+        # Float8Linear saves its bf16 input, as nn.Linear; the policy's max keeps the amax of the
+        # input's and the weight's fp8 casts of each Linear (2 bf16 scalars)
+        amax = 2 * LINEARS_PER_LAYER * AMAX_BYTES
+        return (L * (T * op_sac_per_token(shape) + amax),
+                f"2h + 2ad + 2kd + (2ad+4a) + 2f + 2h, + {amax} B per layer (amax scalars)")
     if case.policy == "op-sac":
         return L * T * op_sac_per_token(shape), "2h + 2ad + 2kd + (2ad+4a) + 2f + 2h"
     if case.policy == "op-sac-cpu-list":
@@ -247,6 +267,7 @@ def frame(rows) -> pd.DataFrame:
 
 FSDP_RANKS = 4
 FSDP_MICRO_BATCHES = 2
+FSDP_SETTINGS = ("pipeline", "default", "pipeline-fp8")
 # FSDPMemTracker's category -> what it holds between micro-batches, and its bytes by hand from
 # P (the stage's parameters), n (its parameter tensors) and W (ranks); dim 0 of every tensor
 # here divides by W, so no shard padding.
@@ -263,6 +284,12 @@ FSDP_STATE = {
 }
 
 
+def fp8_unsharded_bytes(P: int, linear: int, linear_tensors: int) -> int:
+    """Unsharded parameters with fp8 all-gather: the Linear weights in fp8 (1 B) with one fp32
+    scale each, the norms' weights in bf16 (2 B)."""
+    return linear + 4 * linear_tensors + 2 * (P - linear)
+
+
 def fsdp_expected(pipeline: bool, micro_batch: int, micro_batches: int) -> set[str]:
     """The categories holding bytes after micro-batch ``micro_batch`` (1-based)'s backward."""
     if pipeline and micro_batch < micro_batches:
@@ -272,21 +299,27 @@ def fsdp_expected(pipeline: bool, micro_batch: int, micro_batches: int) -> set[s
 
 # --- the rows ----------------------------------------------------------------------------------
 
-def _recompute_rows(measured: dict, shape: LlamaShape) -> list[dict]:
+def _recompute_rows(measured: dict, shape: LlamaShape, fake: bool = False) -> list[dict]:
     rows = []
     configuration = (f"transformers LlamaDecoderLayer x {shape.layers}, bf16, sdpa, s={shape.seq_len}, "
                      f"b={shape.micro_batch}, h={shape.hidden}, a={shape.heads}, k={shape.kv_heads}, "
-                     f"d={shape.head_dim}, f={shape.ffn_hidden}")
+                     f"d={shape.head_dim}, f={shape.ffn_hidden}"
+                     + (", fake tensors (Llama-3-8B's layer)" if fake else ""))
     for case in RECOMPUTE_CASES:
         found = measured[case.name]
         hand, formula = recompute_hand_bytes(case, shape)
         checkpoints = _checkpoint_calls(case, shape)
-        note = (f"allocator - storages = {found['allocator'] - found['tracker']:,} B: the CPU RNG "
-                f"state each of {checkpoints} checkpoint calls stashes (torch.get_rng_state(), "
-                f"{RNG_STATE_BYTES:,} B; host memory on a GPU too)" if checkpoints else
-                "allocator = storages")
-        rows.append(row("saved activations", case.name, case.trainer,
-                        f"{case.description}; {configuration}", "kept for backward after the forward",
+        if fake:
+            note = "fake tensors: no allocator"
+        elif checkpoints:
+            note = (f"allocator - storages = {found['allocator'] - found['tracker']:,} B: the CPU "
+                    f"RNG state each of {checkpoints} checkpoint calls stashes "
+                    f"(torch.get_rng_state(), {RNG_STATE_BYTES:,} B; host memory on a GPU too)")
+        else:
+            note = "allocator = storages"
+        rows.append(row("saved activations" + (", full width" if fake else ""), case.name,
+                        case.trainer, f"{case.description}; {configuration}",
+                        "kept for backward after the forward",
                         "StorageTracker (saved storages alive after the forward, output excluded)",
                         found["tracker"], hand, "token-layer", shape.tokens * shape.layers, formula,
                         found["allocator"], note))
@@ -327,18 +360,38 @@ def _loss_rows(measured: dict, shape: LossShape) -> list[dict]:
 def _fsdp_rows(measured: dict) -> list[dict]:
     rows = []
     for name, found in measured.items():
-        pipeline = name == "pipeline"
+        pipeline, fp8 = name != "default", name.endswith("fp8")
         P, n, W = found["parameters"], found["tensors"], FSDP_RANKS
         setting = ("torchtitan's FSDP2 under PP: reshard_after_forward=False, and before every "
                    "backward but the last set_is_last_backward / set_reshard_after_backward / "
                    "set_requires_gradient_sync(False) as torch.distributed.pipelining's stage "
                    "does" if pipeline else "FSDP2 default: reshard_after_forward=True, gradients "
                    "reduce-scattered after every micro-batch")
+        if fp8:
+            setting += ("; torchao Float8Linear with enable_fsdp_float8_all_gather (weights "
+                        "all-gathered in fp8)")
         for index, snapshot in enumerate(found["snapshots"], start=1):
             expected = fsdp_expected(pipeline, index, FSDP_MICRO_BATCHES)
             for category, (what, count, formula) in FSDP_STATE.items():
                 hand = count(P, n, W) if category in expected else 0
                 measured_bytes = snapshot.get(category, 0)
+                note = ""
+                if fp8 and category == "UNSHARDED_PARAM" and hand:
+                    hand = fp8_unsharded_bytes(P, found["linear_parameters"], found["linear_tensors"])
+                    what = ("unsharded parameters: Linear weights in fp8 with an fp32 scale each, "
+                            "norm weights in bf16")
+                    formula = "P_linear + 4 n_linear + 2 (P - P_linear)"
+                elif fp8 and category == "UNSHARDED_PARAM":
+                    # torchao's fsdp_post_all_gather attaches the scale (all-gather metadata) to
+                    # the unsharded Float8 tensor and hands FSDP only the fp8 data to free
+                    hand = 4 * found["linear_tensors"]
+                    what = "the fp32 scale of each Linear weight, kept after the reshard"
+                    formula = "4 n_linear"
+                elif fp8 and category == "TEMP" and measured_bytes and not hand:
+                    what, formula = "temporaries the tracker still holds after the step", "-"
+                    note = (f"not explained: {measured_bytes:,} B = "
+                            f"{found['linear_tensors']} x {measured_bytes // found['linear_tensors']}"
+                            f" B, one scalar per Linear weight left by the fp8 all-gather")
                 if not hand and not measured_bytes:
                     continue
                 rows.append(row("FSDP2 state", f"{name}-after-micro-batch-{index}", "torchtitan"
@@ -346,7 +399,7 @@ def _fsdp_rows(measured: dict) -> list[dict]:
                                 f"{setting}; {W} fake ranks, 2 Llama layers (P={P:,}, n={n}), bf16 "
                                 f"parameters, fp32 reduce, AdamW, {FSDP_MICRO_BATCHES} micro-batches",
                                 f"{category}: {what}", "FSDPMemTracker current snapshot",
-                                measured_bytes, hand, "parameter", P, formula))
+                                measured_bytes, hand, "parameter", P, formula, note=note))
     return rows
 
 
@@ -356,6 +409,8 @@ def compare_mechanisms(measured: dict, shape: LlamaShape = LLAMA_SHAPE,
     rows = []
     if "recompute" in measured:
         rows += _recompute_rows(measured["recompute"], shape)
+    if "recompute_full_width" in measured:
+        rows += _recompute_rows(measured["recompute_full_width"], FULL_WIDTH, fake=True)
     if "loss" in measured:
         rows += _loss_rows(measured["loss"], loss_shape)
     if "fsdp_pipeline" in measured:

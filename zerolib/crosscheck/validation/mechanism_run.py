@@ -25,6 +25,8 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 from zerolib.crosscheck.validation.explain_mechanisms import (
     FSDP_MICRO_BATCHES,
     FSDP_RANKS,
+    FSDP_SETTINGS,
+    FULL_WIDTH,
     LLAMA_SHAPE,
     LOSS_CASES,
     LOSS_SHAPE,
@@ -98,6 +100,30 @@ def _hidden_dropout(module, args, output):
     return torch.native_dropout(output, DROPOUT_P, True)[0]
 
 
+@contextlib.contextmanager
+def _default_dtype(dtype):
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def float8(module: nn.Module, all_gather: bool = False) -> nn.Module:
+    """torchao's Float8 training conversion (every nn.Linear a Float8Linear, dynamic tensorwise
+    scales, as torchtitan's ``--model.converters float8``); ``all_gather``: FSDP2 all-gathers the
+    weights in fp8 (``enable_fsdp_float8_all_gather``)."""
+    import logging
+
+    # torchao warns that its CUDA-only extensions do not load on a CPU build
+    logging.getLogger("torchao").setLevel(logging.ERROR)
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    config = Float8LinearConfig(enable_fsdp_float8_all_gather=all_gather)
+    return convert_to_float8_training(module, config=config)
+
+
 def _layers(case: RecomputeCase, shape: LlamaShape):
     from transformers import AttentionInterface
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
@@ -107,8 +133,10 @@ def _layers(case: RecomputeCase, shape: LlamaShape):
     config = llama_config(shape)
     config._attn_implementation = attention
     torch.manual_seed(SEED)
-    layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(shape.layers))
-    layers = layers.to(torch.bfloat16).train()
+    with _default_dtype(torch.bfloat16):   # not .to(): under FakeTensorMode it cannot swap parameters
+        layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(shape.layers)).train()
+    if case.float8:
+        float8(layers)
     if case.dropout:
         for layer in layers:
             layer.self_attn.o_proj.register_forward_hook(_hidden_dropout)
@@ -142,20 +170,26 @@ def _stack_forward(case: RecomputeCase, layers, x, position):
     return hidden
 
 
-def measure_recompute(case: RecomputeCase, shape: LlamaShape = LLAMA_SHAPE) -> dict:
+def measure_recompute(case: RecomputeCase, shape: LlamaShape = LLAMA_SHAPE, fake: bool = False) -> dict:
     """Bytes the layers keep for backward: by storage (``tracker``) and by the allocator, and
-    the storages' (op, dtype, shape, bytes) in creation order."""
-    layers, rope = _layers(case, shape)
-    torch.manual_seed(SEED + 1)
-    x = torch.randn(shape.micro_batch, shape.seq_len, shape.hidden, dtype=torch.bfloat16,
-                    requires_grad=True)
-    position = tuple(t.detach() for t in rope(x, torch.arange(shape.seq_len)[None]))
-    tracker = StorageTracker()
-    with tracker:
-        out = _stack_forward(case, layers, x, position)
-    kept = tracker.alive(exclude=out)
-    out.float().square().mean().backward()   # what was kept suffices for a real backward
-    del out
+    the storages' (op, dtype, shape, bytes) in creation order. ``fake``: under
+    ``FakeTensorMode`` (shapes only, any width in a fraction of a second; no allocator count)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() if fake else contextlib.nullcontext():
+        layers, rope = _layers(case, shape)
+        torch.manual_seed(SEED + 1)
+        x = torch.randn(shape.micro_batch, shape.seq_len, shape.hidden, dtype=torch.bfloat16,
+                        requires_grad=True)
+        position = tuple(t.detach() for t in rope(x, torch.arange(shape.seq_len)[None]))
+        tracker = StorageTracker()
+        with tracker:
+            out = _stack_forward(case, layers, x, position)
+        kept = tracker.alive(exclude=out)
+        out.float().square().mean().backward()   # what was kept suffices for a real backward
+        del out
+    if fake:
+        return {"tracker": sum(item.nbytes for item in kept), "allocator": None, "items": kept}
     torch.manual_seed(SEED + 2)
     _, allocated = allocator_trace(lambda: _stack_forward(case, layers, x, position))
     output_bytes = 2 * shape.tokens * shape.hidden
@@ -255,7 +289,7 @@ class _Stage(nn.Module):
 
 
 def measure_fsdp_pipeline(pipeline: bool, ranks: int = FSDP_RANKS, micro_batches: int = FSDP_MICRO_BATCHES,
-                          shape: LlamaShape = STAGE_SHAPE) -> dict:
+                          shape: LlamaShape = STAGE_SHAPE, fp8_all_gather: bool = False) -> dict:
     """FSDPMemTracker's categories after each micro-batch's backward of the second step.
 
     ``pipeline``: torchtitan's FSDP2 under PP (``reshard_after_forward=False``) with what
@@ -263,6 +297,7 @@ def measure_fsdp_pipeline(pipeline: bool, ranks: int = FSDP_RANKS, micro_batches
     (``set_is_last_backward``, ``set_reshard_after_backward`` and
     ``set_requires_gradient_sync`` False); otherwise FSDP2's default (resharded after forward,
     gradients reduce-scattered after every micro-batch). bf16 parameters, fp32 reduction.
+    ``fp8_all_gather``: the Linear layers made Float8Linear with fp8 all-gather (torchao).
     """
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -276,8 +311,11 @@ def measure_fsdp_pipeline(pipeline: bool, ranks: int = FSDP_RANKS, micro_batches
         mesh = init_device_mesh("cpu", (ranks,))
         with torch.device("meta"):
             stage = _Stage(shape)
+        if fp8_all_gather:
+            float8(stage, all_gather=True)
         parameters = sum(p.numel() for p in stage.parameters())
         tensors = sum(1 for _ in stage.parameters())
+        linear = [m.weight.numel() for m in stage.modules() if isinstance(m, nn.Linear)]
         with FakeTensorMode(allow_non_fake_inputs=True):
             policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
             for layer in stage.layers:
@@ -309,7 +347,8 @@ def measure_fsdp_pipeline(pipeline: bool, ranks: int = FSDP_RANKS, micro_batches
                 step(True)
     finally:
         dist.destroy_process_group()
-    return {"parameters": parameters, "tensors": tensors, "snapshots": snapshots}
+    return {"parameters": parameters, "tensors": tensors, "linear_parameters": sum(linear),
+            "linear_tensors": len(linear), "snapshots": snapshots}
 
 
 def measure_all() -> dict:
@@ -318,9 +357,12 @@ def measure_all() -> dict:
     torch.set_num_threads(1)  # same kernels every time; the shapes are tiny
     try:
         return {"recompute": {case.name: measure_recompute(case) for case in RECOMPUTE_CASES},
+                "recompute_full_width": {case.name: measure_recompute(case, FULL_WIDTH, fake=True)
+                                         for case in RECOMPUTE_CASES},
                 "loss": {case.name: measure_loss(case) for case in LOSS_CASES},
-                "fsdp_pipeline": {name: measure_fsdp_pipeline(name == "pipeline")
-                                  for name in ("pipeline", "default")}}
+                "fsdp_pipeline": {name: measure_fsdp_pipeline(name != "default",
+                                                              fp8_all_gather=name.endswith("fp8"))
+                                  for name in FSDP_SETTINGS}}
     finally:
         torch.set_num_threads(previous)
 
@@ -331,7 +373,7 @@ def versions() -> dict:
     from importlib.metadata import version
 
     return {"torch_version": torch.__version__, "transformers_version": version("transformers"),
-            "megatron_core_version": version("megatron-core"),
+            "megatron_core_version": version("megatron-core"), "torchao_version": version("torchao"),
             "python_version": platform.python_version(),
             "platform": f"{platform.system()}-{platform.machine()}"}
 

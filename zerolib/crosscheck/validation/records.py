@@ -26,9 +26,9 @@ MECHANISMS_FILE = "mechanisms_measured.csv"
 VERSION_COLUMNS = ("torch_version", "python_version", "platform")
 # The shipped blocks also depend on the transformers release that implements them.
 SHIPPED_VERSION_COLUMNS = ("torch_version", "transformers_version", "python_version", "platform")
-# The mechanisms also run megatron-core's vocabulary-parallel loss.
+# The mechanisms also run megatron-core's vocabulary-parallel loss and torchao's Float8.
 MECHANISMS_VERSION_COLUMNS = ("torch_version", "transformers_version", "megatron_core_version",
-                              "python_version", "platform")
+                              "torchao_version", "python_version", "platform")
 FLOAT_FORMAT = "%.6f"  # relative differences; every byte count is an integer
 
 
