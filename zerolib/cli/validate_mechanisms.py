@@ -24,9 +24,11 @@ def register(commands) -> None:
                     "torchtitan's op-level selective policy, Megatron-LM's selective, full, "
                     "uniform and block recomputation, with and without Megatron's dropout), "
                     "the loss from bf16 logits to their gradient (eager fp32 and bf16, chunked, "
-                    "compiled, Megatron's vocabulary-parallel loss) and FSDP2 as torchtitan runs "
-                    "it under pipeline parallelism (fake ranks), on the CPU, and print each "
-                    "measurement beside its count by hand. Needs the validate extra.")
+                    "compiled, Megatron's vocabulary-parallel loss), FSDP2 as torchtitan runs "
+                    "it under pipeline parallelism (fake ranks, with and without torchao's fp8 "
+                    "all-gather) and a whole training step at Llama-3-8B's width on fake tensors, "
+                    "on the CPU, and print each measurement beside its count by hand (about a "
+                    "minute). Needs the validate extra.")
     parser.add_argument("--record", action="store_true",
                         help=f"also write {MECHANISMS_FILE} into the data folder (atomically)")
     parser.add_argument("--data-dir", metavar="DIR",

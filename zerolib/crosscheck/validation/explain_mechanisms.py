@@ -415,4 +415,87 @@ def compare_mechanisms(measured: dict, shape: LlamaShape = LLAMA_SHAPE,
         rows += _loss_rows(measured["loss"], loss_shape)
     if "fsdp_pipeline" in measured:
         rows += _fsdp_rows(measured["fsdp_pipeline"])
+    if "step" in measured:
+        rows += step_rows(measured["step"])
     return frame(rows)
+
+
+# --- a whole training step on fake tensors at full width -----------------------------------------
+
+@dataclass(frozen=True)
+class StepShape:
+    """transformers' LlamaForCausalLM at Llama-3-8B's width, a few layers, FSDP2 over W fake
+    ranks (``zerolib.crosscheck.fake_run``)."""
+
+    layers: int = 4
+    tokens: int = 4096          # micro-batch 1 x 4,096
+    ranks: int = 8
+    vocab: int = 128256
+    hidden: int = 4096
+    heads: int = 32
+    kv_heads: int = 8
+    head_dim: int = 128
+    ffn_hidden: int = 14336
+
+    @property
+    def layer_parameters(self) -> int:
+        h, a, k, d, f = self.hidden, self.heads, self.kv_heads, self.head_dim, self.ffn_hidden
+        return h * a * d + 2 * h * k * d + a * d * h + 3 * h * f + 2 * h
+
+    @property
+    def parameters(self) -> int:   # untied embedding and output layer, final norm
+        return self.layers * self.layer_parameters + 2 * self.vocab * self.hidden + self.hidden
+
+
+STEP_SHAPE = StepShape()
+STEP_POLICIES = ("none", "op-sac", "full")
+
+
+def step_peak_hand(policy: str, shape: StepShape = STEP_SHAPE) -> tuple[int, int, str]:
+    """(bytes alive before the second step, its peak, the terms) by hand, on rank 0.
+
+    Before the step: fp32 parameter shards 4P/W, AdamW's two fp32 states 8P/W and a 4-byte step
+    per tensor (9 per layer, 3 outside), the token ids (8 per token) and the rotary inverse
+    frequencies (two fp32 copies of d/2). The peak falls inside the loss's backward
+    (``_log_softmax_backward_data``): the root's unsharded bf16 embedding, output layer and final
+    norm (FSDP2 does not reshard the root after forward), the last decoder layer all-gathered in
+    bf16 by FSDP2's backward prefetch, the loss chain without the bf16 logits (transformers
+    upcasts them and nothing saves the bf16 copy: fp32 log-softmax, its gradient and the input
+    gradient, 12 per logit) and two fp32 scalars (the loss, the backward's seed), every layer's
+    saved activations (the policy's bytes per token), the final norm's (8h + 4 per token) and
+    the rotary cos and sin (bf16, N x d each). Under a checkpoint the layers also keep the
+    position ids (int64, 8 per token)."""
+    s = shape
+    h, a, k, d, f, N, V, W = (s.hidden, s.heads, s.kv_heads, s.head_dim, s.ffn_hidden, s.tokens,
+                              s.vocab, s.ranks)
+    P, tensors = s.parameters, 9 * s.layers + 3
+    state = 4 * P // W + 8 * P // W + 4 * tensors + 8 * N + 2 * 4 * (d // 2)
+    layer = LlamaShape(seq_len=N, micro_batch=1, hidden=h, heads=a, kv_heads=k, head_dim=d,
+                       ffn_hidden=f, layers=1)
+    per_token = {"none": none_per_token(layer), "op-sac": op_sac_per_token(layer), "full": 2 * h}[policy]
+    step = (2 * (2 * V * h + h) + 2 * s.layer_parameters + 12 * N * V + 8
+            + s.layers * N * per_token + N * (8 * h + 4) + 2 * N * d * 2
+            + (8 * N if policy != "none" else 0))
+    terms = ("4P/W + 8P/W + 4n + 8N + 4d (state) + 2(2Vh + h) (root unsharded) + 2P_layer "
+             "(prefetched layer) + 12NV + 8 (loss chain) + L N x policy + N(8h+4) (final norm) "
+             "+ 4Nd (cos, sin)" + (" + 8N (position ids)" if policy != "none" else ""))
+    return state, state + step, terms
+
+
+def step_rows(measured: dict, shape: StepShape = STEP_SHAPE) -> list[dict]:
+    rows = []
+    for policy, found in measured.items():
+        state, peak, terms = step_peak_hand(policy, shape)
+        compared = found.get("fsdp_mem_tracker_peak", {})
+        note = ("FSDPMemTracker beside it: peak " + ", ".join(
+            f"{key} {value:,}" for key, value in compared.items() if value) if compared else "")
+        rows.append(row(
+            "training step, full width", policy, "torchtitan-style FSDP2",
+            f"transformers LlamaForCausalLM at Llama-3-8B width (h {shape.hidden}, a {shape.heads}, "
+            f"k {shape.kv_heads}, f {shape.ffn_hidden}, V {shape.vocab}), {shape.layers} layers, "
+            f"FSDP2 over {shape.ranks} fake ranks (bf16 parameters, fp32 reduce), AdamW, 1 x "
+            f"{shape.tokens} tokens, recompute {policy}, fake tensors",
+            "peak of the second step on rank 0", "StorageTracker (whole run, DTensor-aware, "
+            "follows storage resizes)", found["peak_bytes"], peak, "token", shape.tokens, terms,
+            note=note + f"; state before the step {found['state_bytes']:,} (by hand {state:,})"))
+    return rows

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import functools
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 
 
@@ -33,10 +33,26 @@ class Storage:
     shape: tuple
     nbytes: int
     order: int
+    phase: str = ""
+
+
+def _plain(value) -> list:
+    """The plain tensors in ``value``: a wrapper subclass (DTensor, Float8 tensors) holds no
+    storage of its own, only the tensors it wraps (its ``__tensor_flatten__``)."""
+    found = []
+    for tensor in tree_leaves(value):
+        if not isinstance(tensor, torch.Tensor):
+            continue
+        if is_traceable_wrapper_subclass(tensor):
+            names, _ = tensor.__tensor_flatten__()
+            found += _plain([getattr(tensor, name) for name in names])
+        else:
+            found.append(tensor)
+    return found
 
 
 def _storages(value) -> list:
-    return [t.untyped_storage() for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
+    return [t.untyped_storage() for t in _plain(value)]
 
 
 class StorageTracker(TorchDispatchMode):
@@ -48,7 +64,41 @@ class StorageTracker(TorchDispatchMode):
         self.current = 0
         self.peak = 0
         self.at_peak: list[Storage] = []   # what was alive when the peak was reached
+        self.phase = ""                    # a label the caller sets; each storage records it
         self._order = 0
+
+    def __enter__(self):
+        # FSDP2 frees and re-allocates unsharded parameters by resizing their storage in place
+        # (resize_(0), resize_(n)), which no dispatch mode sees: follow it, as FSDPMemTracker does.
+        original = self._original_resize = torch.UntypedStorage.resize_
+
+        def resize_(storage, size):
+            result = original(storage, size)
+            self._resized(storage)
+            return result
+
+        torch.UntypedStorage.resize_ = resize_
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.UntypedStorage.resize_ = self._original_resize
+        return super().__exit__(*exc)
+
+    def _resized(self, storage) -> None:
+        entry = self._alive.get(id(storage))
+        if entry is None or entry[0]() is not storage:
+            return
+        reference, item = entry
+        size = int(storage.nbytes())
+        self.current += size - item.nbytes
+        grown = replace(item, nbytes=size, phase=self.phase) if size > item.nbytes else replace(item, nbytes=size)
+        self._alive[id(storage)] = (reference, grown)
+        self._note_peak()
+
+    def _note_peak(self) -> None:
+        if self.current > self.peak:
+            self.peak = self.current
+            self.at_peak = self.alive()
 
     def _freed(self, key: int, reference) -> None:
         entry = self._alive.get(key)
@@ -59,22 +109,18 @@ class StorageTracker(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         inputs = {id(s) for s in _storages((args, kwargs))}
-        for tensor in tree_leaves(out):
-            if not isinstance(tensor, torch.Tensor):
-                continue
+        for tensor in _plain(out):
             storage = tensor.untyped_storage()
             key = id(storage)
             if key in inputs or (key in self._alive and self._alive[key][0]() is storage):
                 continue
             reference = weakref.ref(storage, functools.partial(self._freed, key))
             item = Storage(str(func).removeprefix("aten."), str(tensor.dtype).removeprefix("torch."),
-                           tuple(tensor.shape), int(storage.nbytes()), self._order)
+                           tuple(tensor.shape), int(storage.nbytes()), self._order, self.phase)
             self._order += 1
             self._alive[key] = (reference, item)
             self.current += item.nbytes
-        if self.current > self.peak:
-            self.peak = self.current
-            self.at_peak = self.alive()
+        self._note_peak()
         return out
 
     def alive(self, exclude=()) -> list[Storage]:
@@ -82,7 +128,7 @@ class StorageTracker(TorchDispatchMode):
         the tensors ``exclude`` (e.g. the output)."""
         skip = {id(s) for s in _storages(exclude)}
         found = [(key, item) for key, (reference, item) in self._alive.items()
-                 if reference() is not None and key not in skip]
+                 if reference() is not None and key not in skip and item.nbytes]
         return [item for _, item in sorted(found, key=lambda pair: pair[1].order)]
 
     def reset_peak(self) -> None:

@@ -32,10 +32,13 @@ from zerolib.crosscheck.validation.explain_mechanisms import (
     LOSS_SHAPE,
     RECOMPUTE_CASES,
     STAGE_SHAPE,
+    STEP_POLICIES,
+    STEP_SHAPE,
     LlamaShape,
     LossCase,
     LossShape,
     RecomputeCase,
+    StepShape,
 )
 from zerolib.crosscheck.validation.live_memory import StorageTracker, allocator_trace
 
@@ -55,7 +58,7 @@ def llama_config(shape: LlamaShape, **extra):
 # --- recompute policies ----------------------------------------------------------------------
 
 _MM = torch.ops.aten.mm.default
-_CPU_FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+CPU_FLASH_ATTENTION = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
 
 
 def torchtitan_save_list() -> set:
@@ -160,7 +163,7 @@ def _stack_forward(case: RecomputeCase, layers, x, position):
         if case.policy == "block" and index < n:
             hidden = checkpoint(forward, hidden, *position, use_reentrant=True)
         elif case.policy in ("op-sac", "op-sac-cpu-list"):
-            save = torchtitan_save_list() | ({_CPU_FLASH} if case.policy == "op-sac" else set())
+            save = torchtitan_save_list() | ({CPU_FLASH_ATTENTION} if case.policy == "op-sac" else set())
             context = functools.partial(create_selective_checkpoint_contexts, op_sac_policy(save))
             # non-reentrant, as torchtitan's checkpoint_wrapper; the policy made per forward
             hidden = checkpoint(forward, hidden, *position, use_reentrant=False,
@@ -351,6 +354,23 @@ def measure_fsdp_pipeline(pipeline: bool, ranks: int = FSDP_RANKS, micro_batches
             "linear_tensors": len(linear), "snapshots": snapshots}
 
 
+def measure_step(policy: str, shape: StepShape = STEP_SHAPE) -> dict:
+    """A whole training step at full width on fake tensors (``zerolib.crosscheck.fake_run``, in
+    a process of its own), with FSDPMemTracker beside it."""
+    import transformers
+
+    from zerolib.crosscheck.fake_run import FakeStep, fake_step_peak
+
+    config = transformers.LlamaConfig(
+        hidden_size=shape.hidden, num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
+        head_dim=shape.head_dim, intermediate_size=shape.ffn_hidden, num_hidden_layers=shape.layers,
+        vocab_size=shape.vocab, max_position_embeddings=shape.tokens)
+    found = fake_step_peak(config, FakeStep(ranks=shape.ranks, seq_len=shape.tokens,
+                                            recompute=policy, compare=True))
+    return {"peak_bytes": found.peak_bytes, "state_bytes": found.state_bytes,
+            "fsdp_mem_tracker_peak": found.fsdp_mem_tracker_peak}
+
+
 def measure_all() -> dict:
     """Every measurement, by mechanism."""
     previous = torch.get_num_threads()
@@ -362,7 +382,8 @@ def measure_all() -> dict:
                 "loss": {case.name: measure_loss(case) for case in LOSS_CASES},
                 "fsdp_pipeline": {name: measure_fsdp_pipeline(name != "default",
                                                               fp8_all_gather=name.endswith("fp8"))
-                                  for name in FSDP_SETTINGS}}
+                                  for name in FSDP_SETTINGS},
+                "step": {policy: measure_step(policy) for policy in STEP_POLICIES}}
     finally:
         torch.set_num_threads(previous)
 
