@@ -8,6 +8,7 @@ PyTorch, transformers and megatron-core (the ``validate`` extra) are imported on
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 import warnings
 
@@ -39,6 +40,8 @@ def register(commands) -> None:
 
 
 def run(args) -> int:
+    # torchao says on import that its CUDA-only extensions do not load on a CPU build
+    logging.getLogger("torchao").setLevel(logging.ERROR)
     for module, name in (("torch", "PyTorch"), ("transformers", "transformers"),
                          ("megatron.core", "megatron-core")):
         try:

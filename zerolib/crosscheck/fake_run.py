@@ -184,8 +184,10 @@ def _causal_sdpa(module, query, key, value, attention_mask, **kwargs):
 
 def run_in_process(config_dict: dict, step: FakeStep) -> dict:
     """The run itself, in this process (which must have no process group yet)."""
+    import logging
     import warnings
 
+    logging.getLogger("torchao").setLevel(logging.ERROR)   # if installed: its CUDA-only extensions
     import torch
     import torch.distributed as dist
     import transformers
