@@ -68,14 +68,21 @@ def test_a_small_step_matches_the_count():
 
     from zerolib.crosscheck.fake_run import run_in_process
 
-    V, h, a, k, d, f, L, N, W = 8192, 256, 4, 2, 64, 512, 2, 512, 4
+    V, h, a, k, d, f, L, N, W = 4096, 128, 4, 2, 32, 256, 1, 256, 4
     config = transformers.LlamaConfig(hidden_size=h, num_attention_heads=a, num_key_value_heads=k,
                                       head_dim=d, intermediate_size=f, num_hidden_layers=L,
                                       vocab_size=V, max_position_embeddings=N)
-    for policy in ("none", "full"):
+    for policy in ("full",):   # the other policies: the recorded full-width rows above
         found = run_in_process(config.to_dict(), FakeStep(ranks=W, seq_len=N, recompute=policy))
         state, peak = peak_by_hand(V, h, a, k, d, f, L, N, W, policy)
         assert (found["state_bytes"], found["peak_bytes"]) == (state, peak), policy
+        assert found["by_category"]["Total"] == peak                 # FSDPMemTracker agrees
+        assert found["by_category"]["UNSHARDED_PARAM"] == 2 * (2 * V * h + h)   # the root, bf16
+        assert found["by_category"]["TEMP"] == 8 * N * V             # the loss's two fp32 gradients
+    # a zerolib configuration becomes transformers' LlamaConfig
+    llama = llama_config(get_model("llama-2-7b"))
+    assert (llama.hidden_size, llama.num_hidden_layers, llama.intermediate_size, llama.vocab_size) == \
+        (4096, 32, 11008, 32000)
 
 
 @pytest.mark.torch

@@ -43,7 +43,7 @@ class FakeStep:
     recompute: str = "none"        # none, op-sac (torchtitan's op-level policy), full
     layers: int | None = None      # run this many decoder layers (None: the model's)
     time_limit: float = 300.0      # seconds; the run is stopped after it
-    compare: bool = False          # also run PyTorch's FSDPMemTracker and report its peak
+    compare: bool = True           # also run PyTorch's FSDPMemTracker: its peak by category
 
     def __post_init__(self):
         for name in ("ranks", "seq_len", "micro_batch"):
@@ -65,14 +65,22 @@ class FakePeak:
     """The second step's peak on rank 0 (bytes), the bytes alive before that step, and what
     was alive at the peak by when it was made or last grown (``PHASES``: setup = sharded
     parameters and inputs; first step = what the first step left, the optimizer state;
-    forward, backward, optimizer = made during the second step)."""
+    forward, backward, optimizer = made during the second step), and by FSDPMemTracker's
+    categories (sharded and unsharded parameters, gradients, activations, temporaries, the
+    prefetched all-gather, optimizer state, inputs)."""
 
     peak_bytes: int
     state_bytes: int
     by_phase: dict = field(default_factory=dict)
     seconds: float = 0.0
     largest: tuple = ()   # the largest storages alive at the peak: (op, dtype, shape, bytes, phase)
-    fsdp_mem_tracker_peak: dict = field(default_factory=dict)   # FakeStep.compare: its peak by category
+    by_category: dict = field(default_factory=dict)   # FSDPMemTracker's peak (FakeStep.compare)
+
+    @property
+    def trackers_agree(self) -> bool:
+        """FSDPMemTracker's peak total is the StorageTracker's (it was, to the byte, wherever
+        nothing outlived a step: data/mechanisms_measured.md)."""
+        return self.by_category.get("Total") == self.peak_bytes
 
 
 def llama_config(config: TransformerConfig):
@@ -138,7 +146,7 @@ def fake_step_peak(config, step: FakeStep = FakeStep()) -> FakePeak:
         raise RuntimeError(f"the fake run failed: {result['error']}")
     return FakePeak(result["peak_bytes"], result["state_bytes"], result["by_phase"],
                     round(time.monotonic() - start, 3), tuple(map(tuple, result["largest"])),
-                    result["fsdp_mem_tracker_peak"])
+                    result["by_category"])
 
 
 def _child(config_dict: dict, step_dict: dict, send) -> None:
@@ -254,7 +262,7 @@ def run_in_process(config_dict: dict, step: FakeStep) -> dict:
                     for phase in PHASES}
         largest = sorted(tracker.at_peak, key=lambda item: -item.nbytes)[:LARGEST]
         return {"peak_bytes": tracker.peak, "state_bytes": state, "by_phase": by_phase,
-                "fsdp_mem_tracker_peak": compared,
+                "by_category": compared,
                 "largest": [(i.op, i.dtype, "x".join(map(str, i.shape)), i.nbytes, i.phase)
                             for i in largest]}
     finally:
