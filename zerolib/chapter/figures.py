@@ -57,6 +57,9 @@ OTHER_DATA_FILES: tuple[tuple[str, str, str], ...] = (
     ("shipped_activations.csv", "shipped_activations.md",
      "what one GPT-2 and one Llama block, as the transformers library ships them, save for "
      "backward (measured on the CPU), every byte beside the formula or a named mechanism"),
+    ("mechanisms_measured.csv", "mechanisms_measured.md",
+     "what trainers' memory mechanisms keep (recompute policies, the loss chain, FSDP2 under a "
+     "pipeline schedule), measured with the real PyTorch code on the CPU beside counts by hand"),
     ("megatron_distributed_optimizer.csv", "megatron_distributed_optimizer.md",
      "Megatron-LM's table of bytes per parameter with and without its distributed optimizer, "
      "transcribed with its citation"),

@@ -19,7 +19,7 @@ from zerolib.cli._flags import flag_table, name_flags
 # imports of the others (pandas, the planner, the cross-checks).
 COMMANDS = {name: f"zerolib.cli.{name.replace('-', '_')}" for name in (
     "estimate", "plan", "models", "figures", "notebooks", "html", "lab", "app", "validate",
-    "validate-communication", "measure-deepspeed", "crosscheck")}
+    "validate-communication", "validate-mechanisms", "measure-deepspeed", "crosscheck")}
 _LONG_WORD = re.compile(r"\S{201,}")
 
 
