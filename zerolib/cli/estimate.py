@@ -118,6 +118,8 @@ def run(args) -> int:
         result = estimate(parse_count(args.params, "--params"), gpus, layout, device, stages,
                           placement, host_memory, **communication)
     out = result.as_dict()
+    if config is None:     # model state only: say what that leaves out, in every format
+        out.update(working_set_cli.left_out())
     if tokens is not None:
         out = run_cli.add_to_estimate(out, tokens)
     print(render(out, args.format, args.unit or "GB", partial_node_note(args, gpus)))
@@ -251,6 +253,10 @@ def render(result: dict, form: str, unit: str, note: str | None = None) -> str:
             run_headers, run_cells = run_cli.estimate_csv(result)
             comm_headers = comm_headers + run_headers
             comm_cells = [a + b for a, b in zip(comm_cells, run_cells)]
+        if "leaves_out" in result:   # last of all, likewise
+            left_headers, left_cells = working_set_cli.left_out_csv(result)
+            comm_headers = comm_headers + left_headers
+            comm_cells = [a + left_cells for a in (comm_cells or [[] for _ in result["stages"]])]
         writer.writerow(["params", "gpus", "layout", "stage", *columns, *extra_headers,
                          *tier_headers, "fits", *comm_headers])
         for index, row in enumerate(result["stages"]):
@@ -270,6 +276,8 @@ def render(result: dict, form: str, unit: str, note: str | None = None) -> str:
         lines[0] += f"; engine {result['engine']}"
     if note:
         lines.append(note)
+    if "leaves_out" in result:
+        lines.append(working_set_cli.left_out_line(result))
     extra_headers, extra_cells = [], [[] for _ in result["stages"]]
     if working_set_cli.has_working_set(result):
         extra_headers, extra_cells = working_set_cli.table_columns(result, unit)
