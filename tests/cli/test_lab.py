@@ -183,3 +183,14 @@ def test_the_copy_lines_name_the_copy_and_what_changed_under_the_readers(tmp_pat
     assert lines[1].startswith("Kept your changes to 02-memory-vs-gpu-count, though the "
                                "repository's version changed") and "--reset" in lines[1]
     assert len(lab.copy_lines(Prepared(copy, ("00-index.ipynb",), (), ()))) == 1
+
+
+def test_the_reading_docs_show_what_zerolib_lab_prints(monkeypatch):
+    """docs/reading.md's example is the line `zerolib lab` prints from the repository root."""
+    from zerolib.paths import REPO_ROOT
+    from zerolib.publish.reading import Prepared, WorkingCopy, default_folder
+
+    monkeypatch.chdir(REPO_ROOT)
+    (line,) = lab.copy_lines(Prepared(WorkingCopy(default_folder()), (), (), ()))
+    docs = (REPO_ROOT / "docs" / "reading.md").read_text(encoding="utf-8")
+    assert f"$ .venv/bin/zerolib lab\n{line}\nJupyterLab is serving it at http://127.0.0.1:8888/" in docs
