@@ -132,3 +132,11 @@ def test_every_file_a_notebook_reads_by_a_relative_path_is_in_the_copy(tmp_path)
     for name, relative in paths.items():
         for path in relative:
             assert (prepared.copy.notebooks / path).exists(), f"{name} reads {path}: not in the copy"
+
+
+def test_no_chapter_to_copy_is_refused(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="no notebooks"):
+        reading.prepare(tmp_path / "lab", empty)
+    assert not (tmp_path / "lab").exists()

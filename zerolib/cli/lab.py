@@ -42,7 +42,6 @@ from zerolib.cli._server import (
     server_environment,
     sigterm_as_ctrl_c,
 )
-from zerolib.paths import REPO_ROOT
 
 DEFAULT_PORT = 8888
 FIRST_NOTEBOOK = "00-index.ipynb"
@@ -132,13 +131,11 @@ def write_settings(folder: Path, environment_settings: Path | None = None) -> Pa
 
 
 def shown(path: Path) -> str:
-    """``path`` as the reader typed it from the repository: relative when it is inside."""
-    for base in (Path.cwd(), REPO_ROOT):
-        try:
-            return str(path.resolve().relative_to(base.resolve()))
-        except ValueError:
-            continue
-    return str(path)
+    """``path`` relative to the current folder when it is inside it, else absolute."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path.resolve())
 
 
 def copy_lines(prepared) -> list[str]:

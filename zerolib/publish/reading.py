@@ -143,6 +143,9 @@ def prepare(folder: str | Path | None = None, source: str | Path | None = None,
     copies that are as committed; ``reset`` removes an earlier copy first (the reader's changes
     with it)."""
     source = Path(source) if source is not None else NOTEBOOK_DIR
+    if not any(source.glob("*.ipynb")):
+        raise ValueError(f"no notebooks (*.ipynb) in {source}: zerolib lab reads the chapter from "
+                         f"the repository it is installed from (pip install -e)")
     copy = _check_folder(Path(folder) if folder is not None else default_folder(), source)
     if reset:
         _remove(copy)
@@ -170,7 +173,8 @@ def prepare(folder: str | Path | None = None, source: str | Path | None = None,
         for data in signed:
             signer.sign(nbformat.reads(data.decode("utf-8"), as_version=4))
     for part in READ_BESIDE:
-        shutil.copytree(REPO_ROOT / part, copy.folder / part, dirs_exist_ok=True)
+        if (REPO_ROOT / part).is_dir():
+            shutil.copytree(REPO_ROOT / part, copy.folder / part, dirs_exist_ok=True)
     atomic_write(copy.state / MANIFEST,
                  json.dumps({"taken_from": dict(sorted(taken.items()))}, indent=1) + "\n")
     return Prepared(copy, tuple(copied), tuple(kept), tuple(behind))
