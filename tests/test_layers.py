@@ -50,7 +50,7 @@ ALLOWED = {
     "zerolib._io": set(), "zerolib.paths": set(),
     "zerolib.core": {"numpy", "pandas", "tomli"},   # tomli: TOML on Python 3.10 (3.11 has tomllib)
     "zerolib.chapter": {"numpy", "pandas", "matplotlib", "ipywidgets", "PIL"},
-    "zerolib.crosscheck": {"numpy", "pandas", "torch", "deepspeed", "transformers"},
+    "zerolib.crosscheck": {"numpy", "pandas", "torch", "deepspeed", "transformers", "megatron", "torchao"},
     "zerolib.publish": {"nbformat", "nbclient", "nbconvert", "ipykernel", "jupyter_client",
                         "traitlets", "zmq"},
     "zerolib.app": {"ipywidgets"},
