@@ -471,38 +471,22 @@ class Run:
     @classmethod
     def of(cls, model, gpus: int | None = None, **fields_by_name) -> Run:
         """A run from flat field names (:data:`FIELDS`): ``Run.of("llama-2-7b", 64,
-        device="h100-80gb", micro_batch=2)``; what is not named keeps its default."""
-        base = cls(model)
+        device="h100-80gb", micro_batch=2)``; what is not named keeps its default. Each noun
+        is made (and checked) once."""
         if gpus is not None:
             fields_by_name = {"gpus": gpus, **fields_by_name}
-        return base.replace(**fields_by_name)
+        grouped = _grouped(fields_by_name)
+        return cls(model, **{name: kind(**grouped[name]) for name, kind in NOUNS.items()
+                             if name in grouped})
 
     def replace(self, **changes) -> Run:
         """A copy with fields changed, named flat (``micro_batch=2``) or as whole nouns
-        (``batch=Batch(...)``, ``model=...``)."""
+        (``batch=Batch(...)``, ``model=...``); a noun no field of which changes is kept as is."""
         whole = {name: changes.pop(name) for name in ("model", *NOUNS) if name in changes}
-        unknown = [name for name in changes if name not in FIELDS]
-        if unknown:
-            near = difflib.get_close_matches(unknown[0], FIELDS, n=1)
-            raise TypeError(f"a run has no field {unknown[0]!r}"
-                            + (f": did you mean {near[0]!r}?" if near else
-                               " (docs/run-file.md lists every field)"))
         nouns = {name: whole.get(name, getattr(self, name)) for name in NOUNS}
-        grouped: dict[str, dict] = {}
-        for name, value in changes.items():
-            path = FIELDS[name]
-            grouped.setdefault(path[0], {})
-            if len(path) == 3:
-                grouped[path[0]].setdefault(path[1], {})[path[2]] = value
-            else:
-                grouped[path[0]][path[1]] = value
-        for noun, values in grouped.items():
-            current = nouns[noun]
-            for sub, inner in [(k, v) for k, v in values.items() if isinstance(v, dict)]:
-                values[sub] = replace(getattr(current, sub), **inner)
-            nouns[noun] = replace(current, **values)
-        return Run(whole.get("model", self.model), nouns["cluster"], nouns["parallel"],
-                   nouns["trainer"], nouns["batch"])
+        for noun, values in _grouped(changes, nouns).items():
+            nouns[noun] = replace(nouns[noun], **values)
+        return Run(whole.get("model", self.model), **nouns)
 
     def as_dict(self) -> dict:
         """The run as plain values (the JSON an answer carries; TOML's tables)."""
@@ -599,6 +583,30 @@ def _toml_value(value) -> str:
 def _toml_table(name: str, values: Mapping) -> list[str]:
     return [f"[{name}]", *(f"{key} = {_toml_value(value)}" for key, value in values.items()
                            if value is not None)]
+
+
+def _grouped(fields_by_name: Mapping, current: Mapping | None = None) -> dict[str, dict]:
+    """Flat fields grouped by noun (a sub-noun's as its whole value: ``buckets``, from
+    ``current``'s where given)."""
+    unknown = [name for name in fields_by_name if name not in FIELDS]
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], FIELDS, n=1)
+        raise TypeError(f"a run has no field {unknown[0]!r}"
+                        + (f": did you mean {near[0]!r}?" if near else
+                           " (docs/run-file.md lists every field)"))
+    grouped: dict[str, dict] = {}
+    inner: dict[tuple[str, str], dict] = {}
+    for name, value in fields_by_name.items():
+        path = FIELDS[name]
+        if len(path) == 3:
+            inner.setdefault(path[:2], {})[path[2]] = value
+        else:
+            grouped.setdefault(path[0], {})[path[1]] = value
+    for (noun, sub), values in inner.items():
+        base = getattr(current[noun], sub) if current is not None else None
+        kind = Buckets
+        grouped.setdefault(noun, {})[sub] = kind(**values) if base is None else replace(base, **values)
+    return grouped
 
 
 def model_dict(model: TransformerConfig | int) -> dict:
