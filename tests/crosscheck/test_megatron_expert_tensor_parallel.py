@@ -12,7 +12,7 @@ import numpy as np
 
 from zerolib.core.catalogue.models import get_model
 from zerolib.core.memory.accounting import get_layout
-from zerolib.core.memory.expert_parallel import expert_model_state, expert_state_of
+from zerolib.core.memory.expert_parallel import ExpertLayout, expert_model_state, expert_state_of
 from zerolib.core.memory.model_parallel import parallel_grid, parameters_on
 from zerolib.crosscheck.conventions import megatron_theoretical_memory as megatron
 
@@ -43,8 +43,8 @@ def test_the_planners_array_path_is_the_per_setting_count():
     widths = get_layout("mixed-adam")
     for t, d, e, etp in ((1, 16, 2, 4), (2, 8, 2, 1), (2, 8, 4, 4), (4, 4, 2, 1)):
         state = expert_model_state(config, t, 1, d, 1, widths, expert_parallel=e,
-                                   expert_tensor_parallel=etp, pipeline_stage=0)
+                                   expert_tensor_parallel=etp)    # p = 1: stage 0
         params = parameters_on(parallel_grid(config, t, 1, 0, "1f1b", 1))
-        got = expert_state_of(np.int64(params), np.int64(32), np.int64(t), np.int64(d), np.int64(e),
-                              np.int64(1), widths, config, np.int64(etp))
+        groups = ExpertLayout(*(np.int64(n) for n in (t, 1, d, e, etp)))
+        got = expert_state_of(config, np.int64(params), np.int64(32), groups, np.int64(1), widths)
         assert int(got) == state.total

@@ -9,7 +9,8 @@ import pytest
 
 from zerolib.core.catalogue.models import get_model
 from zerolib.core.memory.accounting import model_state
-from zerolib.core.memory.model_parallel import parameters_per_gpu
+from zerolib.core.memory.activations import ActivationOptions
+from zerolib.core.memory.model_parallel import Pipeline, parameters_per_gpu
 from zerolib.core.memory.pipeline_schedule import stage_activation_terms
 from zerolib.crosscheck.conventions import megatron_theoretical_memory as megatron
 from zerolib.crosscheck.korthikanti import LOGITS_BYTES, RUNS, SEQ_LEN
@@ -75,9 +76,10 @@ def test_activation_conventions_reconcile_with_sequence_parallelism(name):
     args = megatron.args_for(run.model, s, b, t, p, chunks=chunks, sequence_parallel=True,
                              recompute="selective")
     theirs = megatron.activation_bytes(args, run.micro_batches)
-    ours = stage_activation_terms(run.model, s, b, t, p, 0, schedule=run.schedule, chunks=run.chunks,
-                                  micro_batches=run.micro_batches, sequence_parallel=True,
-                                  recompute="selective", dropout=True, logits_bytes=LOGITS_BYTES)
+    ours = stage_activation_terms(run.model, s, b, t,
+                                  Pipeline(p, run.schedule, run.chunks, run.micro_batches), 0,
+                                  ActivationOptions(sequence_parallel=True, recompute="selective",
+                                                    dropout=True, logits_bytes=LOGITS_BYTES))
     factor = 1 + Fraction(p - 1, p * run.chunks) if chunks else 1
     token_ids = Fraction(8 * s * b * p, t) * factor                          # "token-ids"
     dropout_theirs = Fraction(s * b * h * p, t) * factor                     # "interleave-penalty"
@@ -96,7 +98,8 @@ def test_activation_conventions_without_sequence_parallelism():
     layers = s * b * h * (10 + Fraction(24, 8)) * 48
     expected = (layers + 8 * s * b + s * b * h + (Fraction(s * b * V, 8) + s * b * h) * 2) * Fraction(105, 100)
     assert megatron.activation_bytes(args) == expected
-    ours = stage_activation_terms(run.model, s, b, 8, recompute="selective", dropout=True)
+    ours = stage_activation_terms(run.model, s, b, 8,
+                                  options=ActivationOptions(recompute="selective", dropout=True))
     assert ours["transformer_layers"] == layers
 
 
@@ -107,8 +110,8 @@ def test_llama_layer_formula_differs_by_the_block_it_leaves_out():
     # (0.25 + 0.25), the output projection's input (2), four SwiGLU tensors of 28672/8192 h
     # (4 x 2 x 3.5 = 28), no dropout masks: 40.5 against Megatron's 18 + 14 = 32.
     s, b, h, t = 4096, 1, 8192, 8
-    ours = stage_activation_terms("llama-2-70b", s, b, t, 1, 0, sequence_parallel=True,
-                                  recompute="selective")
+    ours = stage_activation_terms("llama-2-70b", s, b, t, 1, 0,
+                                  ActivationOptions(sequence_parallel=True, recompute="selective"))
     assert Fraction(ours["transformer_layers"], 80) == Fraction(81, 2) * Fraction(s * b * h, t)
     args = megatron.args_for("llama-2-70b", s, b, t, 1, sequence_parallel=True, recompute="selective")
     theirs = megatron.activation_bytes(args)

@@ -61,6 +61,7 @@ from zerolib.core.memory.expert_parallel import expert_layers_of
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
+    Pipeline,
     check_parallel,
     check_schedule,
     stage_layers,
@@ -96,7 +97,7 @@ class ParallelTraffic:
 def _check_setting(config, t, p, schedule, chunks, m) -> None:
     """:func:`check_parallel` of one scalar setting, remembered: a plan asks for the same
     (t, p, schedule) once per recomputation, micro-batch and stage."""
-    check_parallel(config, t, p, schedule=schedule, chunks=chunks, micro_batches=m)
+    check_parallel(config, t, Pipeline(p, schedule, chunks, m))
 
 
 def _common(model, seq_len, micro_batch, tensor_parallel, pipeline_parallel, pipeline_stage,

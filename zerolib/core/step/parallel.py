@@ -615,8 +615,9 @@ def _check_rules(config, t, p, v, m, s, sp, ic):
             sel = (v == vv) & (sp == flag)
             if not np.any(sel):
                 continue
-            rules = rules_of(config, t[sel], p[sel], "interleaved" if vv > 1 else "1f1b",
-                             int(vv), ic.gpus_per_node, s, bool(flag), m[sel])
+            grid = ParallelGrid(config, t[sel], p[sel], None, "interleaved" if vv > 1 else "1f1b",
+                                int(vv), m[sel], 1)
+            rules = rules_of(grid, ic.gpus_per_node, s, bool(flag))
             for name, ok in rules.items():
                 if not np.all(ok):
                     raise ValueError(RULES[name])

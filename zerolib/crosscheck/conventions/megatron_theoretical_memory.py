@@ -117,8 +117,9 @@ import pandas as pd
 from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.inputs import check_flag, check_positive_int
 from zerolib.core.intmath import ceil_div
-from zerolib.core.memory.accounting import model_state
-from zerolib.core.memory.model_parallel import parameters_per_gpu
+from zerolib.core.memory.accounting import get_layout, model_state
+from zerolib.core.memory.activations import ActivationOptions
+from zerolib.core.memory.model_parallel import Pipeline, parameters_per_gpu
 from zerolib.core.memory.pipeline_schedule import stage_activation_terms
 from zerolib.crosscheck.korthikanti import LOGITS_BYTES, RUNS, SEQ_LEN
 
@@ -425,12 +426,13 @@ def latent_down_parameters(config: TransformerConfig) -> int:
 
 def moe_comparison(model="mixtral-8x7b", settings=None) -> pd.DataFrame:
     """Megatron-LM's MoE weights and optimizer state beside zerolib's
-    (:func:`zerolib.core.memory.expert_parallel.expert_model_state`, bf16-fp32-grads, stage 1
+    (:func:`zerolib.core.memory.expert_parallel.state_of` of the first stage's
+    :func:`~zerolib.core.memory.expert_parallel.stage_parameters`, bf16-fp32-grads, stage 1
     under the distributed optimizer else 0, Megatron-LM's padded vocabulary, the first pipeline
     stage) for each setting (t, p, d, E, ETP, distributed optimizer; None: :data:`MOE_SETTINGS`):
     the dense part, the experts and the total, each difference named (``final-norm-per-stage``;
     ``latent-down-over-t``: :func:`latent_down_parameters` x (1 - 1/t) x layers more for zerolib)."""
-    from zerolib.core.memory.expert_parallel import expert_model_state
+    from zerolib.core.memory.expert_parallel import check_expert_layout, stage_parameters, state_of
     config = get_model(model)
     rows = []
     for t, p, d, e, etp, distributed in MOE_SETTINGS if settings is None else settings:
@@ -438,9 +440,9 @@ def moe_comparison(model="mixtral-8x7b", settings=None) -> pd.DataFrame:
             config, 4096, 1, t, p, data_parallel=d, distributed_optimizer=distributed,
             expert_parallel=e, expert_tensor_parallel=etp))
         theirs = moe_weight_and_optimizer_bytes(args)
-        state = expert_model_state(config, t, p, d, 1 if distributed else 0, "bf16-fp32-grads",
-                                   expert_parallel=e, expert_tensor_parallel=etp, pipeline_stage=0,
-                                   vocab_divisible_by=MAKE_VOCAB_SIZE_DIVISIBLE_BY)
+        groups = check_expert_layout(config, t, p, d, e, etp)
+        first = stage_parameters(config, groups, 0, vocab_divisible_by=MAKE_VOCAB_SIZE_DIVISIBLE_BY)
+        state = state_of(groups, first, 1 if distributed else 0, get_layout("bf16-fp32-grads"))
         ours = {"dense": state.dense["total"], "experts": state.experts["total"], "total": state.total}
         # both at the first stage: only Megatron-LM's share of the final norm there differs,
         # and with latent attention at t > 1 the down projections it divides by t
@@ -520,9 +522,9 @@ def comparison() -> pd.DataFrame:
                                             chunks=run.chunks))
         ours = {"weights and optimizer": int(model_state(parameters, 1, 0, "bf16-fp32-grads").total),
                 "activations": sum(stage_activation_terms(
-                    run.model, SEQ_LEN, b, t, p, 0, schedule=run.schedule, chunks=run.chunks,
-                    micro_batches=run.micro_batches, sequence_parallel=True, recompute="selective",
-                    dropout=True, logits_bytes=LOGITS_BYTES).values())}
+                    run.model, SEQ_LEN, b, t, Pipeline(p, run.schedule, run.chunks, run.micro_batches),
+                    0, ActivationOptions(sequence_parallel=True, recompute="selective", dropout=True,
+                                         logits_bytes=LOGITS_BYTES)).values())}
         theirs = {"weights and optimizer": weight_and_optimizer_bytes(args),
                   "activations": activation_bytes(args, run.micro_batches)}
         # The named conventions (above) behind each difference; zerolib also keeps the layer
@@ -558,9 +560,11 @@ def context_parallel_comparison(model="llama-2-70b", seq_len=32_768, tensor_para
                                            recompute="selective", context_parallel=c))
         local = activation_bytes(args_for(model, tokens, 1, tensor_parallel, sequence_parallel=True,
                                           recompute="selective", context_parallel=c))
-        ours = sum(stage_activation_terms(model, tokens, 1, tensor_parallel, sequence_parallel=True,
-                                          recompute="selective", flash_attention=True,
-                                          vocab_divisible_by=MAKE_VOCAB_SIZE_DIVISIBLE_BY).values())
+        ours = sum(stage_activation_terms(
+            model, tokens, 1, tensor_parallel,
+            options=ActivationOptions(sequence_parallel=True, recompute="selective",
+                                      flash_attention=True),
+            vocab_divisible_by=MAKE_VOCAB_SIZE_DIVISIBLE_BY).values())
         rows.append({"model": get_model(model).name, "seq_len": seq_len, "context_parallel": c,
                      "megatron_bytes": int(theirs), "megatron_at_local_tokens_bytes": int(local),
                      "zerolib_bytes": int(ours)})

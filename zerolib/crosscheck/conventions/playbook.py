@@ -38,7 +38,11 @@ import pandas as pd
 
 from zerolib.core.catalogue.models import TransformerConfig, get_model, modules, parameter_count
 from zerolib.core.memory.accounting import PARTITIONED, Layout, get_layout, model_state
-from zerolib.core.memory.activations import layer_activation_bytes, model_activation_terms
+from zerolib.core.memory.activations import (
+    ActivationOptions,
+    layer_activation_bytes,
+    model_activation_terms,
+)
 from zerolib.core.units import GB, GiB
 from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
 from zerolib.crosscheck.paper import PrintRule
@@ -129,8 +133,8 @@ def plot_activation_bytes(config: TransformerConfig | str, seq_len: int) -> int:
 def chapter_activation_bytes(config: TransformerConfig | str, seq_len: int) -> int:
     """zerolib's own count for the model's block (selective recomputation, micro-batch 1), all
     layers; without the logits and the final norm's and projection's inputs."""
-    terms = model_activation_terms(get_model(config), seq_len, 1, recompute="selective",
-                                   flash_attention=False)
+    terms = model_activation_terms(get_model(config), seq_len, 1,
+                                   options=ActivationOptions(recompute="selective"))
     return terms["transformer_layers"]
 
 
