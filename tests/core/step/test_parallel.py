@@ -13,6 +13,7 @@ from zerolib.core.catalogue.nodes import bus_bandwidth, interconnect, ring_laten
 from zerolib.core.memory.model_parallel import parameters_per_gpu
 from zerolib.core.step.collectives import ring_timing
 from zerolib.core.step.model_parallel_traffic import pipeline_traffic, tensor_parallel_traffic
+from zerolib.core.step.offload_traffic import HostSettings
 from zerolib.core.step.parallel import (
     ParallelSettings,
     bubble_fraction,
@@ -357,7 +358,7 @@ def test_offload_seconds_by_hand():
     optimizer = offload_seconds(P7, 8, 3, "optimizer")
     assert [float(optimizer[p]) for p in ("forward", "backward")] == [0.0, one]
     assert float(optimizer["after_step"]) == pytest.approx(one + cpu, rel=1e-15)
-    both = offload_seconds(P7, 8, 3, "optimizer+parameters", host_link="pcie5-x16")
+    both = offload_seconds(P7, 8, 3, "optimizer+parameters", host=HostSettings(host_link="pcie5-x16"))
     assert [float(both[p]) for p in ("forward", "backward")] == [
         1_684_603_904 / 63e9, 1_684_603_904 / 63e9]
     assert float(both["after_step"]) == pytest.approx(cpu, rel=1e-15)

@@ -207,6 +207,7 @@ from zerolib.core.step.time import (
 from zerolib.core.step.traffic import (
     check_engine_schedule,
     layer_units,
+    placement_on,
     traffic_of,
 )
 from zerolib.core.step.zero_r_step import checkpoint_seconds
@@ -471,7 +472,8 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
                         st.stage)
     m, v, sp, rec, off = st.micro_batches, st.chunks, st.sequence_parallel, st.recompute, st.offload
     shard_group = st.shard_group
-    host_settings = node_host_settings(ic.name) if st.host is None else st.host
+    host_settings = (node_host_settings(ic.name) if st.host is None else st.host).with_host_link(
+        st.host_link)
     c = st.context_parallel
     s = s // c      # the tokens of each sequence one GPU computes on (its CP rank's share)
     engine = st.engine
@@ -516,8 +518,8 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
         if moe:   # the experts' state reduced over d / E, their tokens' all-to-alls
             slots, expert = ep_step.expert_parts(config, ic, st, slots, params, r, s, c, units,
                                                  _zero_slots)
-        host = host_seconds_of(params, d, zero, off, shard_group, layout, host_link, host_settings,
-                             ic.gpus_per_node)
+        host = host_seconds_of(params, d, zero, off, shard_group, layout, host_settings,
+                               ic.gpus_per_node)
         none = np.zeros(b.shape)
         # Every micro-batch: the forward's gathers and parameter fetches (hidden behind its
         # forward under the rule), the backward's collectives that run every micro-batch and
@@ -682,8 +684,8 @@ def _zero_slots(ic, params, d, t, zero, layout, shard_group, units, p, engine):
     layer unit of the pipeline stage), each on the ring it uses with the data-parallel ranks t
     apart (:func:`zerolib.core.step.time.schedule_seconds`)."""
     # Settings checked once (shard groups divide d, every ring fits the node of checked_node).
-    traffic = traffic_of(np.asarray(params, dtype=np.int64), None, d, zero, layout, shard_group,
-                         checked_node(d), engine=engine)
+    traffic = traffic_of(np.asarray(params, dtype=np.int64), d, zero, layout, shard_group,
+                         placement_on(checked_node(d)), engine)
     layered = np.isin(zero, engine.layered_stages)
     calls = {name: (count if name == "gradient_all_reduce"
                     else np.where(layered & (count > 0), units, count))

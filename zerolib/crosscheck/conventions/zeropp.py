@@ -23,6 +23,7 @@ from types import MappingProxyType
 import pandas as pd
 
 from zerolib.core.inputs import check_gpus, check_params, check_single
+from zerolib.core.memory.placement import Placement
 from zerolib.core.step.traffic import traffic
 from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
 
@@ -64,8 +65,8 @@ def system_traffic(system: str, gpus: int = GPUS, gpus_per_node: int = GPUS_PER_
     if system not in ("ZeRO", "ZeRO++"):
         raise ValueError(f"system must be 'ZeRO' or 'ZeRO++', got {system!r}")
     plus = system == "ZeRO++"
-    return traffic(params, gpus, 3, "mixed-adam", hpz_partition=gpus_per_node if plus else 1,
-                         qwz=plus, qgz=plus, gpus_per_node=gpus_per_node)
+    return traffic(params, gpus, 3, "mixed-adam", placement=Placement(
+        hpz_partition=gpus_per_node if plus else 1, qwz=plus, qgz=plus, gpus_per_node=gpus_per_node))
 
 
 def comparison(gpus: int = GPUS, gpus_per_node: int = GPUS_PER_NODE, params: int = PARAMS,

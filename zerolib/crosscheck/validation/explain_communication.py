@@ -36,7 +36,7 @@ from zerolib.core.memory.working_set import (
     STAGE3_PREFETCH_BUCKET_SIZE,
 )
 from zerolib.core.step.collectives import KINDS
-from zerolib.core.step.traffic import traffic
+from zerolib.core.step.traffic import placement_on, traffic
 from zerolib.crosscheck.validation.deepspeed_run import DEEPSPEED_MODELS
 from zerolib.crosscheck.validation.setups import (
     COMMUNICATION_STRATEGIES,
@@ -123,7 +123,7 @@ def predicted(spec: ModelSpec, workers: int, stage: int, layout: str,
     ``shard_group`` of the ``workers`` (None: all), as ``engine`` runs it; broadcast is never
     part of a ZeRO schedule."""
     result = traffic(list(units(spec)), workers, stage, layout, shard_group,
-                     gpus_per_node=workers, engine=engine)
+                     placement_on(workers), engine)
     calls, handed = result.by_kind("calls"), result.by_kind("handed")
     out = {kind: (int(calls[kind]), int(handed[kind])) for kind in KINDS}
     out["broadcast"] = (0, 0)
