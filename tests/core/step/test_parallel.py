@@ -10,7 +10,7 @@ import pytest
 
 from zerolib.core.catalogue.devices import get_device
 from zerolib.core.catalogue.nodes import bus_bandwidth, interconnect, ring_latency
-from zerolib.core.memory.model_parallel import parameters_per_gpu
+from zerolib.core.memory.model_parallel import Pipeline, parameters_per_gpu
 from zerolib.core.step.collectives import ring_timing
 from zerolib.core.step.model_parallel_traffic import pipeline_traffic, tensor_parallel_traffic
 from zerolib.core.step.offload_traffic import HostSettings
@@ -132,11 +132,11 @@ def test_tensor_parallel_all_reduces_by_hand():
 def test_tensor_parallel_rows_are_model_parallel_traffics():
     # The rows timed are those of model_parallel_traffic, whatever t, scaled by the micro-batch.
     for t in (2, 4, 8):
-        rows = tensor_parallel_traffic("llama-2-7b", 4096, 1, t, 1, 0, micro_batches=1)
+        rows = tensor_parallel_traffic("llama-2-7b", 4096, 1, t, Pipeline(1, micro_batches=1), 0)
         assert [(r.collective, r.calls, r.tensor_bytes) for r in rows] == [
             (r.collective, r.calls, r.tensor_bytes)
-            for r in tensor_parallel_traffic("llama-2-7b", 4096, 1, 2, 1, 0, micro_batches=1)]
-    b3 = tensor_parallel_traffic("llama-2-7b", 4096, 3, 2, 1, 0, micro_batches=1)
+            for r in tensor_parallel_traffic("llama-2-7b", 4096, 1, 2, Pipeline(1, micro_batches=1), 0)]
+    b3 = tensor_parallel_traffic("llama-2-7b", 4096, 3, 2, Pipeline(1, micro_batches=1), 0)
     assert [r.tensor_bytes for r in b3] == [3 * r.tensor_bytes for r in
                                             tensor_parallel_traffic("llama-2-7b", 4096, 1, 2)]
 
@@ -162,8 +162,7 @@ def test_the_pipeline_bubble_by_hand():
 
 
 def test_pipeline_messages_are_model_parallel_traffics():
-    rows = pipeline_traffic("llama-2-7b", 4096, 1, 1, 2, 0, micro_batches=2, schedule="interleaved",
-                            chunks=2)
+    rows = pipeline_traffic("llama-2-7b", 4096, 1, 1, Pipeline(2, "interleaved", 2, micro_batches=2), 0)
     assert sum(r.calls for r in rows if r.collective == "send") == 2 * 3
 
 

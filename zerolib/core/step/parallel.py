@@ -247,8 +247,9 @@ def _tensor_rows(config: TransformerConfig, seq_len: int, p: int, r: int,
     the group does), and their bytes, b x s x h elements (or 3 fp32 values per token for the
     loss), are exactly proportional to the micro-batch."""
     # Inputs checked by parallel_step_time (or the planner's door): the kernel trusts them.
-    rows = tensor_rows(config, seq_len, 1, _smallest_tensor_parallel(config), p, r, 1,
-                       element_bytes * seq_len * config.hidden, sequence_parallel, recompute)
+    grid = ParallelGrid(config, _smallest_tensor_parallel(config), p, r, "1f1b", 1, 1, 1)
+    rows = tensor_rows(grid, seq_len, element_bytes * seq_len * config.hidden, sequence_parallel,
+                       recompute)
     return tuple((KIND_OF[row.collective], row.calls, row.tensor_bytes) for row in rows)
 
 
@@ -260,8 +261,9 @@ def _pipeline_sends(config: TransformerConfig, seq_len: int, t: int, p: int, r: 
     exactly proportional to the micro-batch either way."""
     schedule = "interleaved" if chunks > 1 else "1f1b"
     m = p if chunks > 1 else 1     # the interleaved schedule takes micro-batches in groups of p
-    rows = pipeline_rows(t, p, r, m, element_bytes * seq_len * config.hidden, sequence_parallel,
-                         sequence_parallel, schedule, chunks)
+    grid = ParallelGrid(config, t, p, r, schedule, chunks, m, 1)
+    rows = pipeline_rows(grid, element_bytes * seq_len * config.hidden, sequence_parallel,
+                         sequence_parallel)
     sends = [row for row in rows if row.collective == "send"]
     if not sends:
         return 0, 0
@@ -467,7 +469,7 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
     and the settings checked already (so :func:`_per_degree` calls it once per degree)."""
     if np.ndim(st.context_parallel):    # a CP degree per setting (the planner's): one call each
         return _per_degree(config, ic, device, st)
-    layout, mfu, host_link, s, e = st.layout, st.mfu, st.host_link, st.seq_len, st.element_bytes
+    layout, mfu, s, e = st.layout, st.mfu, st.seq_len, st.element_bytes
     b, t, p, d, zero = (st.micro_batch, st.tensor_parallel, st.pipeline_parallel, st.data_parallel,
                         st.stage)
     m, v, sp, rec, off = st.micro_batches, st.chunks, st.sequence_parallel, st.recompute, st.offload
@@ -508,9 +510,8 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
                 if name != "none":
                     bwd = bwd + core * s / (device.peak_flops * mfu)
                 forward, backward = np.where(here, fwd * b, forward), np.where(here, bwd * b, backward)
-        tensor = (_tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
-                  + checkpoint_seconds(config, ic, host_link, s, e, b, t, p, r, sp, rec,
-                                       st.partition_activations, st.cpu_checkpointing))
+        tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec) + checkpoint_seconds(
+            config, ic, st, r)
         context = _context_seconds(config, ic, s, e, b, c, t, r, p, rec)
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
         slots, every = _zero_slots(ic, params, d, t, zero, layout, shard_group, units, p, engine)
@@ -652,7 +653,8 @@ def _context_seconds(config, ic, tokens, e, b, c, t, r, p, rec):
     out = np.zeros(np.size(b))
     crosses = (k is not None) & (np.ravel(t) * c > (k or 0))
     for (tt, pp, rr, code), rows in setting_groups((t, p, r, rec)):
-        for row in context_rows(config, tokens, 1, c, tt, pp, rr, 1, RECOMPUTE[code], e):
+        grid = ParallelGrid(config, tt, pp, rr, "1f1b", 1, 1, 1)
+        for row in context_rows(grid, tokens, 1, c, RECOMPUTE[code], e):
             out[rows] += row.calls * send_seconds(ic, row.tensor_bytes * np.ravel(b)[rows],
                                                   crosses[rows])
     return out.reshape(np.shape(b))
