@@ -16,7 +16,7 @@ from prose_support import markdown_cells
 
 import zerolib as zl
 from zerolib.core.catalogue.devices import get_device
-from zerolib.core.memory.activations import layer_activation_terms, layer_shape
+from zerolib.core.memory.activations import ActivationOptions, layer_activation_terms, layer_shape
 from zerolib.core.units import GB
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -224,7 +224,7 @@ def test_what_moves_instead(cells, mixtral):
     assert "4 all-to-alls: the dispatch of each token to its 2 experts" in cells["moe-traffic-intro"]
     assert ("(6 under full recomputation, whose second forward pass runs the first two again)"
             in cells["moe-traffic-intro"])
-    again = zl.expert_traffic(mixtral, 4096, 1, 8, recompute="full")
+    again = zl.expert_traffic(mixtral, 4096, 1, 8, options=ActivationOptions(recompute="full"))
     assert (again.calls, again.step_sent_bytes) == (6 * 32, 3 * a2a.step_sent_bytes // 2)
     assert "ZeRO-3's all-gathers of the same experts without expert parallelism" in cells["moe-traffic-intro"]
     text = cells["moe-traffic-read"]

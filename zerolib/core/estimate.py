@@ -254,13 +254,11 @@ def _with_experts(result: Estimate, expert_parallel: int, expert_tensor_parallel
             if best is None or peak > best[0]:
                 best = (peak, r, state, terms)
         peak, r, state, terms = best
-        traffic = expert_traffic(config, s.seq_len, s.micro_batch, expert_parallel,
+        traffic = expert_traffic(config, s.seq_len, s.micro_batch, expert_parallel, tensor_parallel=t,
                                  moe_layers=state.parameters.expert_layers,
                                  micro_batches=micro_batches or p,   # None: enough to fill the pipeline
-                                 capacity_factor=s.capacity_factor, element_bytes=s.element_bytes,
-                                 tensor_parallel=t, sequence_parallel=s.sequence_parallel,
-                                 expert_tensor_parallel=lay.expert_tensor_parallel,
-                                 recompute=s.recompute)
+                                 options=replace(s.activation_options,
+                                                 expert_tensor_parallel=lay.expert_tensor_parallel))
         new = {name: state.category(name) for name in ("parameters", "gradients", "optimizer")}
         fits = None if result.device is None else bool(peak <= result.device.capacity)
         rows.append({**row, "pipeline_stage": r, **new, "total": state.total,

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from zerolib.core.catalogue.models import TransformerConfig
+from zerolib.core.memory.activations import ActivationOptions
 from zerolib.core.step.expert_parallel_traffic import expert_traffic, expert_traffic_seconds
 from zerolib.core.step.parallel import cluster_interconnect, parallel_step_time
 
@@ -29,9 +30,9 @@ TINY = TransformerConfig("tiny-moe", hidden=16, layers=2, heads=2, kv_heads=2, f
 IC = cluster_interconnect("dgx-h100", 8)
 
 
-def _t2(etp, **extra):
-    return expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, sequence_parallel=True,
-                          expert_tensor_parallel=etp, **extra)
+def _t2(etp, micro_batches=1):
+    return expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, micro_batches=micro_batches,
+                          options=ActivationOptions(sequence_parallel=True, expert_tensor_parallel=etp))
 
 
 # Was (0, 0, 0) at ETP = t as well: the dispatcher's collectives over ETP = t are now counted
@@ -54,13 +55,14 @@ def test_at_t_2_etp_4_gathers_and_scatters_the_rows():
 
 
 def test_at_t_1_etp_2():
-    traffic = expert_traffic(TINY, 8, 1, 2, expert_tensor_parallel=2)
+    traffic = expert_traffic(TINY, 8, 1, 2, options=ActivationOptions(expert_tensor_parallel=2))
     assert (traffic.rows, traffic.etp_tensor_bytes, traffic.etp_sent_bytes) == (16, 1024, 512)
 
 
 def test_a_capacity_factor_pads_the_gathered_rows():
     # c = 1.5 at t = 1: each of 4 experts ceil(1.5 x 2 x 8 / 4) = 6 rows, R = 24; ETP = 2 sends 24 rows
-    traffic = expert_traffic(TINY, 8, 1, 2, expert_tensor_parallel=2, capacity_factor=1.5)
+    traffic = expert_traffic(TINY, 8, 1, 2, options=ActivationOptions(expert_tensor_parallel=2,
+                                                                 capacity_factor=1.5))
     assert (traffic.rows, traffic.etp_sent_bytes) == (24, 24 * 32)
 
 
@@ -71,10 +73,10 @@ def test_a_capacity_factor_pads_the_gathered_rows():
      "expert_tensor_parallel other than tensor_parallel needs sequence_parallel"),
 ])
 def test_traffic_refusals(changes, message):
-    args = {"expert_parallel": 2, **changes}
-    e = args.pop("expert_parallel")
+    args = {"expert_parallel": 2, "tensor_parallel": 1, **changes}
+    e, t = args.pop("expert_parallel"), args.pop("tensor_parallel")
     with pytest.raises(ValueError, match=message):
-        expert_traffic(TINY, 8, 1, e, **args)
+        expert_traffic(TINY, 8, 1, e, tensor_parallel=t, options=ActivationOptions(**args))
 
 
 BASE = dict(seq_len=8, micro_batch=1, tensor_parallel=1, pipeline_parallel=1, data_parallel=4,
@@ -84,7 +86,7 @@ BASE = dict(seq_len=8, micro_batch=1, tensor_parallel=1, pipeline_parallel=1, da
 def test_the_step_times_the_etp_collectives():
     times = parallel_step_time(TINY, IC, "h100-80gb", **BASE, expert_tensor_parallel=np.array([1, 2]))
     plain = expert_traffic(TINY, 8, 1, 2, micro_batches=2)
-    wide = expert_traffic(TINY, 8, 1, 2, micro_batches=2, expert_tensor_parallel=2)
+    wide = expert_traffic(TINY, 8, 1, 2, micro_batches=2, options=ActivationOptions(expert_tensor_parallel=2))
     # the all-to-alls' E ranks are ETP apart (t x C at ETP = t)
     assert times.parts["expert"][0] == pytest.approx(expert_traffic_seconds(plain, IC, 1), rel=1e-12)
     assert times.parts["expert"][1] == pytest.approx(expert_traffic_seconds(wide, IC, 2), rel=1e-12)

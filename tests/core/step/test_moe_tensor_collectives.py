@@ -37,8 +37,8 @@ SP = ActivationOptions(sequence_parallel=True)
     (2, 2048),
     (4, 6144)])
 def test_dispatcher_etp_collectives_per_step(etp, sent):
-    traffic = expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, sequence_parallel=True,
-                             expert_tensor_parallel=etp)
+    traffic = expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, options=ActivationOptions(
+        sequence_parallel=True, expert_tensor_parallel=etp))
     assert traffic.step_etp_sent_bytes == sent
 
 
@@ -65,8 +65,8 @@ AROUND = 10 * 128 + 2 * 128 + 2 * 128 + 3 * 32        # 1,888 B; with the MLP's 
 def test_the_moe_layers_share_is_the_dispatchers_etp_collectives(etp, moe_share):
     rows = tensor_parallel_traffic(TINY, 8, 1, 2, options=SP)
     assert _ring_sent(rows) == AROUND             # was 3,168: the MLP's 1,280 B do not run
-    traffic = expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, sequence_parallel=True,
-                             expert_tensor_parallel=etp)
+    traffic = expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, options=ActivationOptions(
+        sequence_parallel=True, expert_tensor_parallel=etp))
     assert traffic.step_etp_sent_bytes == moe_share
     assert traffic.etp_calls == (0 if etp == 1 else 8)
 
@@ -74,8 +74,8 @@ def test_the_moe_layers_share_is_the_dispatchers_etp_collectives(etp, moe_share)
 def test_full_recomputation_runs_the_forwards_two_again():
     # ETP 2: 6 per layer x 2 layers = 12 calls of 256 B sent; attention's rows gain the recomputed
     # forward's gather and scatter: 7 x 2 = 14 calls of 128 B, plus the 608 B around the layers.
-    traffic = expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, sequence_parallel=True,
-                             recompute="full")
+    traffic = expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, options=ActivationOptions(
+        sequence_parallel=True, recompute="full"))
     assert (traffic.etp_calls, traffic.step_etp_sent_bytes) == (12, 3072)
     rows = tensor_parallel_traffic(TINY, 8, 1, 2, options=ActivationOptions(sequence_parallel=True, recompute="full"))
     assert _ring_sent(rows) == 14 * 128 + 2 * 128 + 2 * 128 + 3 * 32
@@ -98,8 +98,7 @@ def test_without_sequence_parallelism_the_dense_all_reduces_stand_in():
 
 def test_a_plain_tensor_parallel_mixture_gets_them_in_the_step():
     # E = 1, ETP = t = 2: no all-to-all, the 8 ETP calls per micro-batch, 256 B sent each
-    traffic = expert_traffic(TINY, 8, 1, 1, tensor_parallel=2, sequence_parallel=True,
-                             micro_batches=2)
+    traffic = expert_traffic(TINY, 8, 1, 1, tensor_parallel=2, micro_batches=2, options=SP)
     assert (traffic.calls, traffic.etp_calls, traffic.step_etp_sent_bytes) == (0, 16, 4096)
     times = parallel_step_time(TINY, IC, "h100-80gb", seq_len=8, micro_batch=1, tensor_parallel=2,
                                pipeline_parallel=1, data_parallel=2, stage=1, micro_batches=2,

@@ -517,7 +517,7 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
         slots, every = _zero_slots(ic, params, d, t, zero, layout, shard_group, units, p, engine)
         expert = np.zeros(b.shape)
         if moe:   # the experts' state reduced over d / E, their tokens' all-to-alls
-            slots, expert = ep_step.expert_parts(config, ic, st, slots, params, r, s, c, units,
+            slots, expert = ep_step.expert_parts(config, ic, st, slots, params, r, units,
                                                  _zero_slots)
         host = host_seconds_of(params, d, zero, off, shard_group, layout, host_settings,
                                ic.gpus_per_node)
