@@ -4,6 +4,7 @@ direction, one 200 Gb/s HDR port (25 GB/s) per GPU; NCCL's latencies 8.4 us per 
 3.4 us per NVLink step, 14.0 us per network step; PCIe 4.0 x16 31.5 GB/s, 5.0 x16 63 GB/s per
 direction; a 100 Gb/s RoCE port 12.5 GB/s."""
 import math
+from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -15,7 +16,9 @@ from zerolib.core.step.collectives import ring_timing
 from zerolib.core.step.model_parallel_traffic import pipeline_traffic, tensor_parallel_traffic
 from zerolib.core.step.offload_traffic import HostSettings
 from zerolib.core.step.parallel import (
+    PARTS,
     ParallelSettings,
+    ParallelStepTime,
     bubble_fraction,
     cluster_interconnect,
     offload_seconds,
@@ -159,6 +162,18 @@ def test_the_pipeline_bubble_by_hand():
     close(result.step_seconds, 4.5 * t_mb)
     close(result.bubble_fraction, 0.5 / 4.5)
     close(bubble_fraction(2, 4, 2), 1 / 8)       # of the ideal time: (p - 1) / (v m)
+
+
+def test_the_parts_are_named_fields_present_whatever_the_setting():
+    # One field per part of PARTS, in its order, never a slice of a tuple whose length a new
+    # part would change; a part the setting does not use (context, expert) is there, 0. The
+    # bubble is (p - 1) / v of T_mb, the busier stage's micro-batch time.
+    result = step(pipeline_parallel=2, micro_batches=4)
+    assert [f.name for f in fields(ParallelStepTime)] == [*PARTS, "micro_batch_seconds"]
+    assert all(result.parts[name] is getattr(result, name) for name in PARTS)
+    assert list(result.parts) == list(PARTS)
+    assert float(result.context) == float(result.expert) == 0.0
+    close(result.bubble, result.micro_batch_seconds)
 
 
 def test_pipeline_messages_are_model_parallel_traffics():

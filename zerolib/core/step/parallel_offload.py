@@ -1,6 +1,40 @@
 """Offload in the step beside tensor and pipeline parallelism: the offload menu the planner tries
 (:data:`OFFLOADS`, as DeepSpeed offers it), its host transfers and CPU step per setting, and the
-shard group's traffic, for :mod:`zerolib.core.step.parallel` and its callers."""
+shard group's traffic, for :mod:`zerolib.core.step.parallel` and its callers.
+
+Each GPU's host copies are :mod:`zerolib.core.step.offload_traffic`'s (ZeRO-Offload's bytes:
+the reduced gradient partition down at the gradient width, the updated 16-bit partition up, the
+parameter shard up before each pass), for the parameters this GPU holds
+(:func:`zerolib.core.memory.model_parallel.parameters_per_gpu` of its pipeline stage), on the
+host settings' PCIe ``host_link`` at full duplex, added to the collectives of the phase they
+run in, as :func:`zerolib.core.step.time.step_time` adds them. When, in DeepSpeed 0.19.8
+(:func:`zerolib.core.step.parallel.parallel_step_time`):
+
+- the gradient partition goes down **every micro-batch** under stages 2 and 3, during the
+  backward (``stage3.py`` ``partition_grads`` copies each reduced partition into the
+  CPU-resident ``grad_partitions_flat_buffer`` on every micro-step; ``stage_1_and_2.py``
+  ``copy_grads_in_partition`` through ``async_accumulate_grad_in_cpu_via_gpu`` while gradients
+  accumulate), and **once per step** under stage 1, which reduces only at the accumulation
+  boundary (``engine.py`` ``allreduce_gradients``), joining that reduction;
+- the parameter shard comes up **every micro-batch**, before each layer's forward and again
+  before its backward (``partition_parameters.py`` ``all_gather_coalesced`` copies
+  ``ds_tensor`` to the GPU on every gather), overlapping the pass that needs it;
+- the updated 16-bit partition comes up **once per step**, after the CPU's optimizer step
+  (``stage_1_and_2.py`` ``step``: ``bit16_partitions[partition_id].data.copy_(...)``;
+  ``stage3.py`` ``_reassign_or_swap_out_partitioned_parameters``), hidden behind nothing; with
+  the parameters on the host too the CPU updates them in place and nothing comes up;
+- the CPU's optimizer step runs **once per step**, after the last micro-batch's backward and
+  before the updated partition comes up, hidden behind nothing
+  (:meth:`zerolib.core.step.offload_traffic.HostTraffic.cpu_seconds`: the host's memory-bandwidth
+  roofline, or a measured ``cpu_adam_rate`` where slower; the host by default the node's own,
+  :func:`zerolib.core.step.offload_traffic.node_host_settings`); NVMe reads and writes run at
+  each GPU's share of the host's drives.
+
+Left out of offload's time: DeepSpeed's read-back of the accumulated gradient partition from
+the second micro-batch on (it adds on the GPU: up as many bytes as go down, which costs time
+only where parameters come up in the same pass); its fp32 conversion before the last
+micro-batch's copy (4 bytes per gradient where ZeRO-Offload counts the gradient's own width).
+"""
 from __future__ import annotations
 
 import math
