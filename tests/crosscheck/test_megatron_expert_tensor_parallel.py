@@ -20,8 +20,9 @@ EXPERT = 176_160_768
 
 
 def test_etp_above_t_by_hand():
-    args = megatron.args_for("mixtral-8x7b", 4096, 1, 1, data_parallel=16, distributed_optimizer=True,
-                             expert_parallel=2, expert_tensor_parallel=4)
+    args = megatron.args_for("mixtral-8x7b", 4096, 1,
+                             megatron.ParallelFlags(1, data_parallel=16, expert_parallel=2, expert_tensor_parallel=4),
+                             distributed_optimizer=True)
     assert megatron.expert_data_parallel_size(args) == 2
     assert megatron.moe_weight_and_optimizer_bytes(args)["experts"] == 32 * 4 * EXPERT // 4 * 12
     assert 32 * 4 * EXPERT // 4 * 12 == 67_645_734_912

@@ -44,7 +44,7 @@ from zerolib.core.memory.activations import (
     model_activation_terms,
 )
 from zerolib.core.units import GB, GiB
-from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
+from zerolib.crosscheck.conventions.common import Printed, exact, frame, read_transcription, row
 from zerolib.crosscheck.paper import PrintRule
 
 SOURCE = "Ultra-Scale Playbook"
@@ -165,8 +165,9 @@ def table_comparison(data_dir=None) -> pd.DataFrame:
         total = int(model_state(params, 1, 0, layout).total)
         chapter = int(model_state(params, 1, 0, CHAPTER_LAYOUT).total)
         printed = cell["printed"].removesuffix(" GB")
-        rows.append(row(SOURCE, "model state", f"memory table, {cell['model']}, {cell['column']}",
-                        printed, "GB (10^9 B)", exact(total, GB), None,
+        shown = Printed(SOURCE, "model state", f"memory table, {cell['model']}, {cell['column']}",
+                        printed, "GB (10^9 B)")
+        rows.append(row(shown, exact(total, GB),
                         f"zerolib stage 0, layout {layout.name} ({layout.total:g} B), GB",
                         exact(chapter, GB),
                         "" if layout.name == CHAPTER_LAYOUT else "fp32-gradient-accumulation"))
@@ -179,9 +180,10 @@ def model_memory_comparison(data_dir=None) -> pd.DataFrame:
     for cell in load_model_memory(data_dir).to_dict("records"):
         config, component = PLOT_MODELS[cell["model"]], MODEL_COMPONENTS[cell["component"]]
         seq = int(cell["seq_len"])
+        shown = Printed(SOURCE, component, f"model-size plot, {cell['panel']}, seq {seq}",
+                        cell["printed_gb"], "GiB (labelled GB)")
         rows.append(row(
-            SOURCE, component, f"model-size plot, {cell['panel']}, seq {seq}", cell["printed_gb"],
-            "GiB (labelled GB)", exact(_plot_bytes(config, component, seq, PLOT_LAYOUT), GiB), None,
+            shown, exact(_plot_bytes(config, component, seq, PLOT_LAYOUT), GiB),
             f"{config.name} without norm weights, layout {PLOT_LAYOUT.name}, GiB",
             exact(_chapter_bytes(config, component, seq), GiB), _plot_differences(component)))
     return frame(rows)
@@ -211,9 +213,10 @@ def zero_figure_comparison(data_dir=None) -> pd.DataFrame:
         differs = _plot_differences(component)
         if component != "activations":
             differs += " rounded-then-divided"
+        shown = Printed(SOURCE, component, f"ZeRO figure, {cell['panel']}, seq {seq}",
+                        cell["printed_gb"], "GiB (labelled GB)")
         rows.append(row(
-            SOURCE, component, f"ZeRO figure, {cell['panel']}, seq {seq}", cell["printed_gb"],
-            "GiB (labelled GB)", plotted, None,
+            shown, plotted,
             f"{config.name} without norm weights, layout {PLOT_LAYOUT.name}, whole GiB / N_d",
             exact(_chapter_bytes(config, component, seq, stage, dp), GiB), differs))
     # Beside the plotted value: zerolib's exact bytes under the plots' convention, unrounded.
