@@ -101,11 +101,29 @@ def test_etp_equal_to_t_is_the_step_as_before():
         assert float(same.parts[name]) == float(seconds)
 
 
-def test_experts_split_etp_ways_reduce_less():
-    # ETP = 2 halves each expert a GPU holds and halves its expert-data-parallel group (4 -> 2)
+def test_experts_split_etp_ways_send_half_the_bytes_on_two_rings():
+    # ETP = 2 halves each expert a GPU holds and halves its expert-data-parallel group (4 -> 2).
+    # Stage 2 under DeepSpeed (the default engine), t = 1, d = 4, E = 1, 2 micro-batches: each
+    # micro-batch all-reduces the gradients and the step all-gathers the parameters once, neither
+    # hidden at stage 2; every ring inside one DGX H100: NCCL's 8.4 us plus 3.4 us per NVLink
+    # step, at NVLink's achieved 370 GB/s.
+    # ETP = 1: all 16,592 parameters (1,024 + 2 x 7,264 + 16 + 1,024) over the 4 GPUs in chunks
+    # of 4,148: the all-reduce sends 2 x 3 x 4,148 x 2 B = 49,776 B in 8.4 + 6 x 3.4 = 28.8 us of
+    # latency, the all-gather 3 x 4,148 x 2 B = 24,888 B in 8.4 + 3 x 3.4 = 18.6 us.
+    # ETP = 2: the dense 4,304 over the 4 (chunks of 1,076: 12,912 B and 6,456 B), and the 6,144
+    # expert elements a GPU holds (half of 2 x 4 x 1,536) over its expert-data-parallel pair 2
+    # ranks apart (chunks of 3,072: 12,288 B in 8.4 + 2 x 3.4 = 15.2 us, 6,144 B in 11.8 us).
+    us, rate = 1e-6, 370e9
+    one = 2 * (28.8 * us + 49_776 / rate) + 18.6 * us + 24_888 / rate
+    two = 2 * ((28.8 + 15.2) * us + (12_912 + 12_288) / rate) + (18.6 + 11.8) * us + (6_456 + 6_144) / rate
     times = parallel_step_time(TINY, IC, "h100-80gb", **{**BASE, "expert_parallel": 1, "stage": 2},
                                expert_tensor_parallel=np.array([1, 2]))
-    assert times.parts["data_parallel"][1] != times.parts["data_parallel"][0]
+    assert float(times.data_parallel[0]) == pytest.approx(one, rel=1e-12)
+    assert float(times.data_parallel[1]) == pytest.approx(two, rel=1e-12)
+    # Half the bytes a step (63,000 B against 124,440 B), but a second ring's latency on every
+    # call: on a model this small the step's data-parallel part grows (by 42 us).
+    assert 2 * (12_912 + 12_288) + 6_456 + 6_144 == 63_000 < 124_440 == 2 * 49_776 + 24_888
+    assert times.data_parallel[1] > times.data_parallel[0]
 
 
 @pytest.mark.parametrize("changes, message", [
