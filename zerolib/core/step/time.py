@@ -362,8 +362,8 @@ def _check_node(traffic: Traffic, ic: Interconnect) -> None:
     # A shard group's validity depends on where the nodes fall: the traffic's must be these.
     if traffic.grouped and ic.gpus_per_node not in (None, traffic.gpus_per_node):
         raise ValueError(f"the traffic was placed on nodes of {traffic.gpus_per_node} GPUs, the "
-                         f"interconnect {ic.name} has {ic.gpus_per_node} per node: give "
-                         "traffic the interconnect's gpus_per_node")
+                         f"interconnect {ic.name} has {ic.gpus_per_node} per node: place the "
+                         "traffic on the interconnect's nodes (its placement's gpus_per_node)")
 
 
 def step_time(traffic: Traffic, link: str | Interconnect, device: str | Device | None = None,
