@@ -353,10 +353,12 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
     keys, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     units = {name: np.zeros(len(keys), dtype=np.int64) for name in UNIT_TERMS}
     for index, row in enumerate(first.tolist()):
-        options = ActivationOptions(bool(sp[row]), RECOMPUTE[int(rec[row])], ws.flash_attention,
-                                    ws.element_bytes, ws.mask_bytes, ws.dropout, ws.logits_bytes,
-                                    ws.capacity_factor,
-                                    None if etp is None or etp[row] == t[row] else int(etp[row]))
+        options = ActivationOptions.from_checked(   # each value checked at the planner's door
+            sequence_parallel=bool(sp[row]), recompute=RECOMPUTE[int(rec[row])],
+            flash_attention=ws.flash_attention, element_bytes=ws.element_bytes,
+            mask_bytes=ws.mask_bytes, dropout=ws.dropout, logits_bytes=ws.logits_bytes,
+            capacity_factor=ws.capacity_factor,
+            expert_tensor_parallel=None if etp is None or etp[row] == t[row] else int(etp[row]))
         terms = unit_terms(s.model, s.seq_len // int(cp[row]), int(b[row]), int(t[row]), options)
         if pa[row] or cpu[row]:    # the working set's rule: ZeRO-R's checkpoint, split or on the host
             kept = checkpoint_terms_of(s.seq_len // int(cp[row]), int(b[row]), s.model.hidden,

@@ -209,6 +209,18 @@ class ActivationOptions:
     def __deepcopy__(self, memo) -> ActivationOptions:
         return self  # immutable
 
+    @classmethod
+    def from_checked(cls, **values) -> ActivationOptions:
+        """Options whose fields a door checked already (the planner's, from its checked
+        settings), by name as the constructor takes them (the others at their defaults), made
+        without checking them again: the same options, and the same memo key, as checked ones."""
+        options = object.__new__(cls)
+        for name, default in _DEFAULTS.items():
+            object.__setattr__(options, name, values.pop(name, default))
+        if values:
+            raise TypeError(f"from_checked takes ActivationOptions' fields, got {', '.join(values)}")
+        return options
+
     def dropout_of(self, config: TransformerConfig) -> bool:
         """Whether ``config`` runs with dropout under these options (None: the model's own)."""
         return config.dropout if self.dropout is None else self.dropout
@@ -227,7 +239,8 @@ class ActivationOptions:
 
 
 DEFAULT_OPTIONS = ActivationOptions()
-_OPTION_NAMES = frozenset(f.name for f in fields(ActivationOptions))
+_DEFAULTS = {f.name: f.default for f in fields(ActivationOptions)}
+_OPTION_NAMES = frozenset(_DEFAULTS)
 
 
 def layer_shape(hidden, heads, **shape) -> TransformerConfig:
