@@ -56,6 +56,7 @@ import copy
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from types import MappingProxyType
 
 import numpy as np
@@ -191,6 +192,14 @@ class Placement:
 
 
 DEFAULT_PLACEMENT = Placement()
+
+
+@lru_cache(maxsize=256)
+def placement_on(gpus_per_node: int) -> Placement:
+    """The default placement (sharded over every GPU, no ZeRO++) on nodes of ``gpus_per_node``
+    GPUs (a node size the caller checked), made once per node size: the rings of a step's
+    traffic placed there (:func:`zerolib.core.step.traffic.traffic_of`)."""
+    return DEFAULT_PLACEMENT.with_gpus_per_node(gpus_per_node)
 
 
 def check_placement(placement) -> Placement:

@@ -112,6 +112,7 @@ from zerolib.core.memory.model_parallel import (
     rules_of,
     stage_layers,
 )
+from zerolib.core.memory.placement import placement_on
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
 from zerolib.core.step import expert_parallel_step as ep_step
 from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing_of
@@ -150,7 +151,6 @@ from zerolib.core.step.time import (
 from zerolib.core.step.traffic import (
     check_engine_schedule,
     layer_units,
-    placement_on,
     traffic_of,
 )
 from zerolib.core.step.zero_r_step import checkpoint_seconds

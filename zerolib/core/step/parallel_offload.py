@@ -52,7 +52,7 @@ from zerolib.core.inputs import (
     echo,
 )
 from zerolib.core.memory.accounting import Layout, ModelState, check_shard_group, get_layout
-from zerolib.core.memory.placement import Placement, check_combination, tiers_of
+from zerolib.core.memory.placement import Placement, check_combination, placement_on, tiers_of
 from zerolib.core.step.offload_traffic import (  # noqa: F401  (check_host_link: where callers find it)
     HostSettings,
     HostTraffic,
@@ -64,7 +64,6 @@ from zerolib.core.step.traffic import (
     STEP_PHASES,
     Traffic,
     flat_traffic,
-    placement_on,
 )
 
 # Offload as DeepSpeed offers it, to the node's CPU memory (each entry: the Placement fields).

@@ -20,7 +20,7 @@ from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.catalogue.nodes import Interconnect, bus_bandwidth, interconnect
 from zerolib.core.inputs import check_gpus, check_single, check_stage
 from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
-from zerolib.core.memory.placement import DEFAULT_PLACEMENT, Placement, check_placement
+from zerolib.core.memory.placement import DEFAULT_PLACEMENT, Placement, check_placement, placement_on
 from zerolib.core.memory.tables import divisors
 from zerolib.core.memory.working_set import DEFAULT_SETTINGS, WorkingSetSettings, peaks
 from zerolib.core.step.collectives import KINDS
@@ -41,7 +41,6 @@ from zerolib.core.step.traffic import (
     STEP_PHASES,
     Traffic,
     check_aligned,
-    placement_on,
 )
 from zerolib.core.step.traffic import traffic as count_traffic
 

@@ -102,7 +102,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from functools import cached_property, lru_cache
+from functools import cached_property
 from types import MappingProxyType
 
 import numpy as np
@@ -119,12 +119,7 @@ from zerolib.core.inputs import (
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, check_shard_group, get_layout
 from zerolib.core.memory.model_parallel import layer_place
-from zerolib.core.memory.placement import (
-    DEFAULT_GPUS_PER_NODE,
-    DEFAULT_PLACEMENT,
-    Placement,
-    check_placement,
-)
+from zerolib.core.memory.placement import DEFAULT_GPUS_PER_NODE, Placement, check_placement
 from zerolib.core.step.collectives import KINDS, ring_placement, to_bytes
 from zerolib.core.step.engines import EVERY_MICRO_BATCH, PAPER, Engine, get_engine, when
 
@@ -574,18 +569,13 @@ def traffic(model, gpus, stage, layout: str | Layout = "mixed-adam", shard_group
             placement: Placement | None = None, engine: str | Engine = "paper",
             micro_batches: int = 1) -> Traffic:
     """One step's traffic per GPU with the state sharded over ``shard_group`` of ``gpus`` (None:
-    the placement's, None there too: all of them) and ``placement``'s ZeRO++ (``hpz_partition``,
-    ``qwz``, ``qgz``; :class:`~zerolib.core.memory.placement.Placement`), the collectives placed
-    on nodes of its ``gpus_per_node`` GPUs (None: 8, or every GPU when there are fewer, as
-    :mod:`zerolib.core.memory.placement` counts nodes), as ``engine`` runs them
-    (:mod:`zerolib.core.step.engines`; "paper": the ZeRO paper's schedule) over
-    ``micro_batches`` micro-batches per step.
-
+    the placement's; all of them) under ``placement``'s ZeRO++ (hpZ, qwZ, qgZ), its rings placed
+    on nodes of its ``gpus_per_node`` (None: 8, or every GPU when there are fewer), as ``engine``
+    runs them ("paper": the ZeRO paper's schedule) over ``micro_batches`` micro-batches per step.
     ``model`` is a preset name or TransformerConfig (stage 3 gathers its :func:`layer_units`
     one by one), a list of layer sizes, or a bare parameter count (:func:`flat_traffic`).
     ``gpus``, ``stage`` and ``shard_group`` broadcast together (a sweep of shard groups is one
-    call; the placement's shard group is one number).
-    """
+    call; the placement's shard group is one number)."""
     if isinstance(model, (str, TransformerConfig)):
         units = _check_units(layer_units(model))
     elif isinstance(model, (list, tuple)) or (isinstance(model, np.ndarray) and model.ndim == 1):
@@ -665,12 +655,10 @@ def _traffic(params, units, gpus, stage, layout, shard_group, placement, engine,
 
 def traffic_of(size, gpus, stage, layout: Layout, shard_group, placement: Placement,
                engine: Engine = PAPER, micro_batches: int = 1) -> Traffic:
-    """:func:`traffic` of checked values: ``size`` the parameters (int64, one flat buffer per
-    pass) or a tuple of the layer units stage 3 gathers one by one (the parameters their sum),
-    int64 arrays, a :class:`Layout`, a shard group that divides ``gpus`` or None, a placement
-    whose ``gpus_per_node`` is a node that every ring fits (its own shard group unread), an
-    :class:`Engine`: what a caller that checked its settings once
-    (:func:`zerolib.core.step.parallel.parallel_step_time`) builds, nothing checked again."""
+    """:func:`traffic` of checked values (``size``: int64 parameters, one flat buffer per pass,
+    or a tuple of the layer units stage 3 gathers; a shard group dividing ``gpus`` or None; a
+    placement whose node every ring fits, its shard group unread): what a caller that checked
+    its settings once (:func:`zerolib.core.step.parallel.parallel_step_time`) builds."""
     units, params = (size, np.asarray(sum(size), dtype=np.int64)) if isinstance(size, tuple) else (None, size)
     if shard_group is None:     # every GPU: the group is the GPU count itself
         params, gpus, stage = np.broadcast_arrays(params, gpus, stage)
@@ -680,14 +668,6 @@ def traffic_of(size, gpus, stage, layout: Layout, shard_group, placement: Placem
     return Traffic(params, gpus, stage, group, layout, placement.gpus_per_node,
                    placement.hpz_partition, placement.qwz, placement.qgz, units, engine,
                    micro_batches)
-
-
-@lru_cache(maxsize=256)
-def placement_on(gpus_per_node: int) -> Placement:
-    """The default placement (sharded over every GPU, no ZeRO++) on nodes of ``gpus_per_node``
-    GPUs (a node size the caller checked), made once per node size: what :func:`traffic_of`
-    places rings with."""
-    return DEFAULT_PLACEMENT.with_gpus_per_node(gpus_per_node)
 
 
 def group_slot(name: str) -> Slot:

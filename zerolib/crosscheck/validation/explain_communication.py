@@ -30,13 +30,14 @@ from math import prod
 from typing import TYPE_CHECKING
 
 from zerolib.core.intmath import ceil_div
+from zerolib.core.memory.placement import placement_on
 from zerolib.core.memory.working_set import (
     STAGE3_MAX_LIVE_PARAMETERS,
     STAGE3_PARAM_PERSISTENCE_THRESHOLD,
     STAGE3_PREFETCH_BUCKET_SIZE,
 )
 from zerolib.core.step.collectives import KINDS
-from zerolib.core.step.traffic import placement_on, traffic
+from zerolib.core.step.traffic import traffic
 from zerolib.crosscheck.validation.deepspeed_run import DEEPSPEED_MODELS
 from zerolib.crosscheck.validation.setups import (
     COMMUNICATION_STRATEGIES,
