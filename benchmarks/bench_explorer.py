@@ -31,6 +31,7 @@ from zerolib.chapter.explorers import (
 )
 from zerolib.chapter.explorers.placement import explorer_figure as placement_figure
 from zerolib.chapter.explorers.planner import NO_HOST_MEMORY, USUAL_NODE
+from zerolib.core.catalogue.nodes import interconnect
 from zerolib.core.memory.accounting import STAGES
 from zerolib.core.memory.tables import memory_table, peak_frame, tier_table
 from zerolib.core.step.tables import tradeoff_frame
@@ -102,9 +103,9 @@ def rebuild(explorer, kind):
                            gpus_per_node=int(explorer.controls["gpus_per_node"].value))
         figure, _ = placement_figure(table, explorer.device, explorer.unit, dpi=explorer.dpi)
     elif kind == "step_time":
-        frame = tradeoff_frame(explorer.model, explorer.gpus, explorer.link, explorer.device,
-                               explorer.settings, explorer.mfu, STAGES, explorer.layout,
-                               explorer.gpus_per_node)
+        frame = tradeoff_frame(explorer.model, explorer.gpus,
+                               interconnect(explorer.link, explorer.gpus_per_node), explorer.device,
+                               explorer.settings, explorer.mfu, explorer.layout)
         figure, _ = tradeoff_chart.memory_vs_step_time_figure(frame, explorer.device,
                                                               explorer.unit, dpi=explorer.dpi)
     elif kind == "planner":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from timing import median_seconds
 
+from zerolib.core.memory.placement import Placement
 from zerolib.core.step.traffic import flat_traffic
 
 POINTS = 10**6
@@ -46,8 +47,7 @@ def python_loop(params, gpus, groups, stages):
 
 
 def array_api(params, gpus, groups, stages):
-    result = flat_traffic(params, gpus, stages, "mixed-adam", groups,
-                                gpus_per_node=PER_NODE)
+    result = flat_traffic(params, gpus, stages, "mixed-adam", groups, Placement(gpus_per_node=PER_NODE))
     kinds = result.by_kind("sent")
     return kinds["all_reduce"], kinds["reduce_scatter"], kinds["all_gather"], result.total_cross_node
 

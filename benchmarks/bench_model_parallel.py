@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 from timing import median_seconds
 
-from zerolib.core.memory.model_parallel import parameters_per_gpu
+from zerolib.core.memory.activations import ActivationOptions
+from zerolib.core.memory.model_parallel import Pipeline, parameters_per_gpu
 from zerolib.core.memory.pipeline_schedule import (
     _unit_terms_cached,
     activation_bytes_per_gpu,
@@ -15,7 +16,7 @@ from zerolib.core.memory.pipeline_schedule import (
 )
 
 MODEL, GPUS, SEQ = "llama-2-70b", 1024, 4096
-OPTIONS = dict(sequence_parallel=True, recompute="selective", flash_attention=True)
+OPTIONS = ActivationOptions(sequence_parallel=True, recompute="selective", flash_attention=True)
 
 
 def grid():
@@ -27,7 +28,7 @@ def grid():
 
 def vectorised(t, p, m):
     params = parameters_per_gpu(MODEL, t, p)
-    acts = activation_bytes_per_gpu(MODEL, SEQ, 1, t, p, micro_batches=m, **OPTIONS)
+    acts = activation_bytes_per_gpu(MODEL, SEQ, 1, t, Pipeline(p, micro_batches=m), options=OPTIONS)
     return params, acts
 
 
@@ -36,8 +37,8 @@ def one_at_a_time(t, p, m):
     for ti, pi, mi in zip(t.ravel().tolist(), p.ravel().tolist(), m.ravel().tolist()):
         params.append(int(parameters_per_gpu(MODEL, ti, pi)))
         stages = {0, pi - 1}
-        acts.append(max(sum(stage_activation_terms(MODEL, SEQ, 1, ti, pi, r, micro_batches=mi,
-                                                   **OPTIONS).values()) for r in stages))
+        acts.append(max(sum(stage_activation_terms(MODEL, SEQ, 1, ti, Pipeline(pi, micro_batches=mi),
+                                                   r, OPTIONS).values()) for r in stages))
     return params, acts
 
 

@@ -25,7 +25,13 @@ from functools import cache
 import numpy as np
 from timing import median_seconds
 
-from zerolib.core.memory.model_parallel import _all_chunks, largest_module_per_gpu, parameters_per_gpu
+from zerolib.core.memory.activations import ActivationOptions
+from zerolib.core.memory.model_parallel import (
+    Pipeline,
+    _all_chunks,
+    largest_module_per_gpu,
+    parameters_per_gpu,
+)
 from zerolib.core.memory.pipeline_schedule import _unit_terms_cached, stage_activation_terms, unit_terms
 from zerolib.core.memory.placement import Placement, offered_stages, place
 from zerolib.core.memory.tables import divisors
@@ -67,10 +73,9 @@ def python_plan(s):
     @cache
     def activations(t, p, r, v, b, sp, rec, m, pa=False):
         terms = stage_activation_terms(
-            config, seq, b, t, p, r, schedule="interleaved" if v > 1 else "1f1b", chunks=v,
-            micro_batches=m, sequence_parallel=sp, recompute=rec,
-            flash_attention=ws.flash_attention, element_bytes=ws.element_bytes,
-            mask_bytes=ws.mask_bytes, dropout=ws.dropout, logits_bytes=ws.logits_bytes)
+            config, seq, b, t, Pipeline(p, "interleaved" if v > 1 else "1f1b", v, m), r,
+            ActivationOptions(sp, rec, ws.flash_attention, ws.element_bytes, ws.mask_bytes,
+                              ws.dropout, ws.logits_bytes))
         total = sum(terms.values())
         if pa:   # the stored checkpoints (s b h elements each, whole) kept at 1 / t
             whole = ws.element_bytes * seq * b * config.hidden

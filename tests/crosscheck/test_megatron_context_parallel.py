@@ -16,12 +16,13 @@ S, H, A, L, T, VP = 32_768, 8192, 64, 80, 8, 32_768
 
 def test_the_estimate_ignores_context_parallelism():
     one, four = (megatron.activation_bytes(megatron.args_for(
-        "llama-2-70b", S, 1, T, sequence_parallel=True, recompute="selective", context_parallel=c))
-        for c in (1, 4))
+        "llama-2-70b", S, 1, megatron.ParallelFlags(T, sequence_parallel=True, context_parallel=c),
+        recompute="selective")) for c in (1, 4))
     assert one == four                                                     # "no-context-parallel"
     # Every term of the formula is linear in seq_length: at s / C it is a C-th of it.
-    local = megatron.activation_bytes(megatron.args_for("llama-2-70b", S // 4, 1, T,
-                                                        sequence_parallel=True, recompute="selective"))
+    local = megatron.activation_bytes(megatron.args_for("llama-2-70b", S // 4, 1,
+                                                        megatron.ParallelFlags(T, sequence_parallel=True),
+                                                        recompute="selective"))
     assert local * 4 == one
 
 
@@ -57,8 +58,9 @@ def test_the_distributed_optimizer_shards_over_data_and_context_parallel_gpus():
     # 64 GPUs, t = 8, C = 4: d = 64 / 32 = 2. The estimate charges 6 + 12 / 2 = 12 bytes per
     # parameter; the optimizer shards over d x C = 8 GPUs: 6 + 12 / 8 (zerolib's ZeRO-1 with bf16
     # weights, fp32 gradients and fp32 Adam, the layout of Megatron-LM's 18 bytes).
-    args = megatron.args_for("llama-2-70b", S, 1, T, data_parallel=2, distributed_optimizer=True,
-                             context_parallel=4)
+    args = megatron.args_for("llama-2-70b", S, 1,
+                             megatron.ParallelFlags(T, data_parallel=2, context_parallel=4),
+                             distributed_optimizer=True)
     assert megatron.bytes_per_parameter(args) == 12                        # "optimizer-over-d"
     settings = WorkingSetSettings(seq_len=S, tensor_parallel=T, context_parallel=4,
                                   sequence_parallel=True, recompute="selective")

@@ -12,7 +12,7 @@ import numpy as np
 
 from zerolib.core.catalogue.models import get_model
 from zerolib.core.memory.accounting import get_layout
-from zerolib.core.memory.expert_parallel import expert_model_state, expert_state_of
+from zerolib.core.memory.expert_parallel import ExpertLayout, expert_model_state, expert_state_of
 from zerolib.core.memory.model_parallel import parallel_grid, parameters_on
 from zerolib.crosscheck.conventions import megatron_theoretical_memory as megatron
 
@@ -20,8 +20,9 @@ EXPERT = 176_160_768
 
 
 def test_etp_above_t_by_hand():
-    args = megatron.args_for("mixtral-8x7b", 4096, 1, 1, data_parallel=16, distributed_optimizer=True,
-                             expert_parallel=2, expert_tensor_parallel=4)
+    args = megatron.args_for("mixtral-8x7b", 4096, 1,
+                             megatron.ParallelFlags(1, data_parallel=16, expert_parallel=2, expert_tensor_parallel=4),
+                             distributed_optimizer=True)
     assert megatron.expert_data_parallel_size(args) == 2
     assert megatron.moe_weight_and_optimizer_bytes(args)["experts"] == 32 * 4 * EXPERT // 4 * 12
     assert 32 * 4 * EXPERT // 4 * 12 == 67_645_734_912
@@ -43,8 +44,8 @@ def test_the_planners_array_path_is_the_per_setting_count():
     widths = get_layout("mixed-adam")
     for t, d, e, etp in ((1, 16, 2, 4), (2, 8, 2, 1), (2, 8, 4, 4), (4, 4, 2, 1)):
         state = expert_model_state(config, t, 1, d, 1, widths, expert_parallel=e,
-                                   expert_tensor_parallel=etp, pipeline_stage=0)
+                                   expert_tensor_parallel=etp)    # p = 1: stage 0
         params = parameters_on(parallel_grid(config, t, 1, 0, "1f1b", 1))
-        got = expert_state_of(np.int64(params), np.int64(32), np.int64(t), np.int64(d), np.int64(e),
-                              np.int64(1), widths, config, np.int64(etp))
+        groups = ExpertLayout(*(np.int64(n) for n in (t, 1, d, e, etp)))
+        got = expert_state_of(config, np.int64(params), np.int64(32), groups, np.int64(1), widths)
         assert int(got) == state.total

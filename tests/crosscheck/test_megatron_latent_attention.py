@@ -69,8 +69,9 @@ def test_deepseek_v3_with_its_mtp_layer_counts_one_moe_layer_more():
 
 def test_expert_sharded_shard_by_hand():
     # t = 2, d = 2 (4 GPUs), E = 2, ETP = 1: EDP = 4 / (1 x 2 x 1) = 2; 6 + 12/2 = 12 B each
-    args = megatron.args_for(TINY, 16, 1, 2, data_parallel=2, distributed_optimizer=True,
-                             expert_parallel=2, expert_tensor_parallel=1)
+    args = megatron.args_for(TINY, 16, 1,
+                             megatron.ParallelFlags(2, data_parallel=2, expert_parallel=2, expert_tensor_parallel=1),
+                             distributed_optimizer=True)
     pieces = megatron.moe_shard_pieces(args)
     # (3 x 12,848 + 18,432 + 2 x 6,144 + 2 x 16,384) / 2; 3 x 128 + 2 x 256 + 64; 2 x 24,576 / 2
     assert pieces == {"tp_sharded": 51_016, "replicated": 960, "expert_sharded": 24_576}
@@ -80,8 +81,9 @@ def test_expert_sharded_shard_by_hand():
 
 def test_mtp_layer_on_the_most_loaded_shard_by_hand():
     # the MTP layer is a MoE layer (the last layer is), whole on the shard (not divided by p)
-    args = megatron.args_for(TINY, 16, 1, 2, data_parallel=2, distributed_optimizer=True,
-                             expert_parallel=2, expert_tensor_parallel=1, mtp_layers=1)
+    args = megatron.args_for(TINY, 16, 1,
+                             megatron.ParallelFlags(2, data_parallel=2, expert_parallel=2, expert_tensor_parallel=1),
+                             distributed_optimizer=True, mtp_layers=1)
     pieces = megatron.moe_shard_pieces(args)
     assert pieces == {"tp_sharded": 51_016 + (12_848 + 6_144) // 2, "replicated": 960 + 128 + 256,
                       "expert_sharded": 24_576 + 24_576 // 2}
@@ -131,7 +133,8 @@ def test_what_zerolib_cannot_express_is_refused():
 
 def test_context_parallelism_enters_the_world_size():
     # t = 1, p = 1, d = 2, C = 2: world 4; E = 4, ETP = 1: EDP = 4 / 4 = 1 (was 2 / 4 = 0)
-    args = megatron.args_for(TINY, 16, 1, data_parallel=2, context_parallel=2, expert_parallel=4,
+    args = megatron.args_for(TINY, 16, 1,
+                             megatron.ParallelFlags(data_parallel=2, context_parallel=2, expert_parallel=4),
                              distributed_optimizer=True)
     assert args.world_size == 4 and megatron.expert_data_parallel_size(args) == 1
 

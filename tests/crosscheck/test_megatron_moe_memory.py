@@ -15,8 +15,9 @@ DENSE, EXPERT = 1_605_636_096, 176_160_768
 
 
 def test_eight_way_expert_parallelism_on_eight_gpus_by_hand():
-    args = megatron.args_for("mixtral-8x7b", 4096, 1, data_parallel=8, distributed_optimizer=True,
-                             expert_parallel=8)
+    args = megatron.args_for("mixtral-8x7b", 4096, 1,
+                             megatron.ParallelFlags(data_parallel=8, expert_parallel=8),
+                             distributed_optimizer=True)
     assert megatron.expert_data_parallel_size(args) == 1
     pieces = megatron.moe_shard_pieces(args)
     assert pieces["tp_sharded"] + pieces["replicated"] == DENSE
@@ -28,8 +29,9 @@ def test_eight_way_expert_parallelism_on_eight_gpus_by_hand():
 
 def test_expert_tensor_parallelism_changes_the_expert_group():
     # t = 2, d = 8 (16 GPUs), E = 4, ETP = 1: EDP = 16 / (1 x 4 x 1) = 4; experts whole, 2 a layer
-    args = megatron.args_for("mixtral-8x7b", 4096, 1, 2, data_parallel=8, distributed_optimizer=True,
-                             expert_parallel=4, expert_tensor_parallel=1)
+    args = megatron.args_for("mixtral-8x7b", 4096, 1,
+                             megatron.ParallelFlags(2, data_parallel=8, expert_parallel=4, expert_tensor_parallel=1),
+                             distributed_optimizer=True)
     assert megatron.expert_data_parallel_size(args) == 4
     assert megatron.moe_shard_pieces(args)["expert_sharded"] == 32 * 2 * EXPERT
     assert megatron.moe_weight_and_optimizer_bytes(args)["experts"] == 32 * 2 * EXPERT * 9

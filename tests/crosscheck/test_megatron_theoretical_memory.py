@@ -9,7 +9,8 @@ import pytest
 
 from zerolib.core.catalogue.models import get_model
 from zerolib.core.memory.accounting import model_state
-from zerolib.core.memory.model_parallel import parameters_per_gpu
+from zerolib.core.memory.activations import ActivationOptions
+from zerolib.core.memory.model_parallel import Pipeline, parameters_per_gpu
 from zerolib.core.memory.pipeline_schedule import stage_activation_terms
 from zerolib.crosscheck.conventions import megatron_theoretical_memory as megatron
 from zerolib.crosscheck.korthikanti import LOGITS_BYTES, RUNS, SEQ_LEN
@@ -26,12 +27,13 @@ def test_weights_and_optimizer_of_the_175b_model_by_hand():
     # t = 8, p = 8, 96 layers: (12h^2 L / p + V h) / t + (4h L + 2h) / p parameters, 18 bytes each.
     run = RUNS["175B"]
     h, L, V = 12_288, 96, 51_200
-    args = megatron.args_for(run.model, SEQ_LEN, 1, 8, 8, chunks=3)
+    args = megatron.args_for(run.model, SEQ_LEN, 1, megatron.ParallelFlags(8, 8, chunks=3))
     expected = Fraction(12 * h * h * L // 8 + V * h, 8) + Fraction(4 * h * L + 2 * h, 8)
     assert megatron.parameters_on_most_loaded_shard(args) == expected
     assert megatron.weight_and_optimizer_bytes(args) == 18 * expected
     # The distributed optimizer over d replicas: 6 + 12 / d bytes per parameter.
-    sharded = megatron.args_for(run.model, SEQ_LEN, 1, 8, 8, data_parallel=4, distributed_optimizer=True)
+    sharded = megatron.args_for(run.model, SEQ_LEN, 1, megatron.ParallelFlags(8, 8, data_parallel=4),
+                                distributed_optimizer=True)
     assert megatron.bytes_per_parameter(sharded) == 9
 
 
@@ -41,7 +43,7 @@ def test_parameter_conventions_reconcile_for_the_175b_model():
     # the first stage 2h / 8 of the final LayerNorm and leaves out biases and positions.
     run = RUNS["175B"]
     h = 12_288
-    args = megatron.args_for(run.model, SEQ_LEN, 1, 8, 8, chunks=3)
+    args = megatron.args_for(run.model, SEQ_LEN, 1, megatron.ParallelFlags(8, 8, chunks=3))
     ours = int(parameters_per_gpu(run.model, 8, 8, pipeline_stage=0, schedule="interleaved", chunks=3))
     biases = 12 * (Fraction(7 * h, 8) + 2 * h)          # "no-linear-biases"
     positions = SEQ_LEN * h
@@ -56,7 +58,7 @@ def test_parameter_conventions_reconcile_for_llama_2_70b():
     # loaded and charges it h / 4 of the final RMSNorm; zerolib, asked to pad the same way, finds
     # the last stage heavier (the untied output layer plus the whole final norm).
     config, h = get_model("llama-2-70b"), 8192
-    args = megatron.args_for(config, 4096, 1, 8, 4)
+    args = megatron.args_for(config, 4096, 1, megatron.ParallelFlags(8, 4))
     first = int(parameters_per_gpu(config, 8, 4, pipeline_stage=0, vocab_divisible_by=128))
     most = int(parameters_per_gpu(config, 8, 4, vocab_divisible_by=128))
     assert megatron.parameters_on_most_loaded_shard(args) - first == Fraction(h, 4)
@@ -72,12 +74,14 @@ def test_activation_conventions_reconcile_with_sequence_parallelism(name):
     run = RUNS[name]
     s, b, h, a, t, p = SEQ_LEN, run.micro_batch, run.model.hidden, run.model.heads, 8, run.pipeline_parallel
     chunks = run.chunks if run.chunks > 1 else None
-    args = megatron.args_for(run.model, s, b, t, p, chunks=chunks, sequence_parallel=True,
+    args = megatron.args_for(run.model, s, b,
+                             megatron.ParallelFlags(t, p, chunks=chunks, sequence_parallel=True),
                              recompute="selective")
     theirs = megatron.activation_bytes(args, run.micro_batches)
-    ours = stage_activation_terms(run.model, s, b, t, p, 0, schedule=run.schedule, chunks=run.chunks,
-                                  micro_batches=run.micro_batches, sequence_parallel=True,
-                                  recompute="selective", dropout=True, logits_bytes=LOGITS_BYTES)
+    ours = stage_activation_terms(run.model, s, b, t,
+                                  Pipeline(p, run.schedule, run.chunks, run.micro_batches), 0,
+                                  ActivationOptions(sequence_parallel=True, recompute="selective",
+                                                    dropout=True, logits_bytes=LOGITS_BYTES))
     factor = 1 + Fraction(p - 1, p * run.chunks) if chunks else 1
     token_ids = Fraction(8 * s * b * p, t) * factor                          # "token-ids"
     dropout_theirs = Fraction(s * b * h * p, t) * factor                     # "interleave-penalty"
@@ -92,11 +96,12 @@ def test_activation_conventions_without_sequence_parallelism():
     # one sbh tensor, all x 1.05 and not divided by t.
     run = RUNS["22B"]
     s, b, h, V = SEQ_LEN, 4, 6144, 51_200
-    args = megatron.args_for(run.model, s, b, 8, 1, recompute="selective")
+    args = megatron.args_for(run.model, s, b, megatron.ParallelFlags(8, 1), recompute="selective")
     layers = s * b * h * (10 + Fraction(24, 8)) * 48
     expected = (layers + 8 * s * b + s * b * h + (Fraction(s * b * V, 8) + s * b * h) * 2) * Fraction(105, 100)
     assert megatron.activation_bytes(args) == expected
-    ours = stage_activation_terms(run.model, s, b, 8, recompute="selective", dropout=True)
+    ours = stage_activation_terms(run.model, s, b, 8,
+                                  options=ActivationOptions(recompute="selective", dropout=True))
     assert ours["transformer_layers"] == layers
 
 
@@ -107,10 +112,11 @@ def test_llama_layer_formula_differs_by_the_block_it_leaves_out():
     # (0.25 + 0.25), the output projection's input (2), four SwiGLU tensors of 28672/8192 h
     # (4 x 2 x 3.5 = 28), no dropout masks: 40.5 against Megatron's 18 + 14 = 32.
     s, b, h, t = 4096, 1, 8192, 8
-    ours = stage_activation_terms("llama-2-70b", s, b, t, 1, 0, sequence_parallel=True,
-                                  recompute="selective")
+    ours = stage_activation_terms("llama-2-70b", s, b, t, 1, 0,
+                                  ActivationOptions(sequence_parallel=True, recompute="selective"))
     assert Fraction(ours["transformer_layers"], 80) == Fraction(81, 2) * Fraction(s * b * h, t)
-    args = megatron.args_for("llama-2-70b", s, b, t, 1, sequence_parallel=True, recompute="selective")
+    args = megatron.args_for("llama-2-70b", s, b, megatron.ParallelFlags(t, 1, sequence_parallel=True),
+                             recompute="selective")
     theirs = megatron.activation_bytes(args)
     assert theirs == (s * b * h * 32 * 80 + 8 * s * b + s * b * h
                       + s * b * h * 4 * (1 + Fraction(32_768, h))) / t

@@ -62,8 +62,9 @@ def stage3(gpus, settings=SELECTIVE):
 
 
 def acts(t, p, sp, r):
-    return int(zl.activation_bytes_per_gpu(M, 4096, 1, t, p, pipeline_stage=r, sequence_parallel=sp,
-                                           recompute="selective", flash_attention=True))
+    options = zl.WorkingSetSettings(sequence_parallel=sp, recompute="selective",
+                                    flash_attention=True).activation_options
+    return int(zl.activation_bytes_per_gpu(M, 4096, 1, t, p, pipeline_stage=r, options=options))
 
 
 CASES = {

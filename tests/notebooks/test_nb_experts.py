@@ -16,7 +16,7 @@ from prose_support import markdown_cells
 
 import zerolib as zl
 from zerolib.core.catalogue.devices import get_device
-from zerolib.core.memory.activations import layer_activation_terms
+from zerolib.core.memory.activations import ActivationOptions, layer_activation_terms, layer_shape
 from zerolib.core.units import GB
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,8 +65,9 @@ def test_shapes_prose(cells):
     logits = zl.model_activation_terms(gemma, 4096, 1)["logits_loss"]
     assert logits == 6 * 4096 * 256_000
     assert f"logits and loss {gb(logits, 2)} GB per 4,096-token sequence" in text
-    terms = layer_activation_terms(4096, 1, gemma.hidden, gemma.heads, kv_heads=gemma.kv_heads,
-                                      head_dim=256, post_norms=True, gated_mlp=True, ffn_hidden=gemma.ffn_hidden)
+    terms = layer_activation_terms(layer_shape(gemma.hidden, gemma.heads, kv_heads=gemma.kv_heads,
+                                               head_dim=256, post_norms=True, gated_mlp=True,
+                                               ffn_hidden=gemma.ffn_hidden), 4096, 1)
     assert terms["post_attention_norm_input"] == terms["post_mlp_norm_input"] == 2 * 4096 * gemma.hidden
 
     moe = "mixtral-8x7b"
@@ -92,7 +93,7 @@ def test_experts_prose(cells):
     assert "Nine GPUs hold Mixtral's model state at stage 3; with the working set it takes 20" in read
 
     def layers(name):
-        return zl.model_activation_terms(name, 4096, 1, recompute="selective", flash_attention=True)[
+        return zl.model_activation_terms(name, 4096, 1, options=SETTINGS.activation_options)[
             "transformer_layers"]
 
     assert f"{gb(layers(moe))} GB for 32 layers at 4,096 tokens" in read
@@ -223,7 +224,7 @@ def test_what_moves_instead(cells, mixtral):
     assert "4 all-to-alls: the dispatch of each token to its 2 experts" in cells["moe-traffic-intro"]
     assert ("(6 under full recomputation, whose second forward pass runs the first two again)"
             in cells["moe-traffic-intro"])
-    again = zl.expert_traffic(mixtral, 4096, 1, 8, recompute="full")
+    again = zl.expert_traffic(mixtral, 4096, 1, 8, options=ActivationOptions(recompute="full"))
     assert (again.calls, again.step_sent_bytes) == (6 * 32, 3 * a2a.step_sent_bytes // 2)
     assert "ZeRO-3's all-gathers of the same experts without expert parallelism" in cells["moe-traffic-intro"]
     text = cells["moe-traffic-read"]

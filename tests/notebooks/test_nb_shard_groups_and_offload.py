@@ -282,13 +282,13 @@ def test_traffic_intro(cells):
     for stage, group in ((1, 64), (1, 8), (3, 8), (3, 64)):
         row = table[(table["stage"] == stage) & (table["shard_group"] == group)]
         paper = step_time(traffic_of("llama-2-70b", 64, stage, shard_group=group,
-                                     gpus_per_node=8, engine="paper"), "dgx-a100", "a100-80gb",
-                          compute)
+                                     placement=Placement(gpus_per_node=8), engine="paper"),
+                          "dgx-a100", "a100-80gb", compute)
         assert np.isclose(row["communication_seconds"].item(), paper.communication_seconds)
         assert np.isclose(row["step_seconds"].item(), paper.step_seconds)
     # DeepSpeed's stage 1 all-reduces its buckets (and takes no smaller group): another time.
-    deepspeed = step_time(traffic_of("llama-2-70b", 64, 1, gpus_per_node=8, engine="deepspeed"),
-                          "dgx-a100", "a100-80gb", compute)
+    deepspeed = step_time(traffic_of("llama-2-70b", 64, 1, placement=Placement(gpus_per_node=8),
+                                     engine="deepspeed"), "dgx-a100", "a100-80gb", compute)
     assert deepspeed.communication_seconds > at(table, 1, 64, "communication_seconds") * 1.2
 
 

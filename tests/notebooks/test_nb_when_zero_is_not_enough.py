@@ -16,6 +16,7 @@ from prose_support import markdown_cells, says
 
 import zerolib as zl
 from zerolib.core.inputs import MAX_GPUS
+from zerolib.core.memory.model_parallel import Pipeline
 from zerolib.core.memory.pipeline_schedule import layer_activations_held
 from zerolib.core.planner import FAMILIES, describe_configuration
 from zerolib.core.step.model_parallel_traffic import tensor_parallel_traffic
@@ -58,8 +59,9 @@ def stage3(gpus, settings=SELECTIVE):
 
 
 def acts(t, p, sp, r):
-    return int(zl.activation_bytes_per_gpu(M, 4096, 1, t, p, pipeline_stage=r, sequence_parallel=sp,
-                                           recompute="selective", flash_attention=True))
+    options = zl.WorkingSetSettings(sequence_parallel=sp, recompute="selective",
+                                    flash_attention=True).activation_options
+    return int(zl.activation_bytes_per_gpu(M, 4096, 1, t, p, pipeline_stage=r, options=options))
 
 
 def test_no_explorer_here(notebook):
@@ -131,7 +133,7 @@ def test_divide_table(cells):
     for p in (2, 4, 8, 16, 80):
         assert int(layer_activations_held(80, p, 0)) == 80
     # Two all-reduces per layer (after attention and after the MLP) in the forward pass.
-    rows = tensor_parallel_traffic(M, 4096, 1, 8, 1, 0, micro_batches=1)
+    rows = tensor_parallel_traffic(M, 4096, 1, 8, Pipeline(1, micro_batches=1), 0)
     forward = [r for r in rows if r.collective == "all-reduce" and r.phase == "forward"
                and "attention and MLP" in r.what]
     assert forward[0].calls == 2 * 80

@@ -106,7 +106,7 @@ def test_the_working_set_terms(cells):
     assert per_layer == 16 * s * b * h + 8 * s * b * f
     assert f == 11_008 and f"*f* = {f:,}" in text
     assert f"16*sbh* + 8*sbf* = {gb(per_layer, 2)} GB, and 32 layers make {gb(32 * per_layer)} GB" in text
-    terms = zl.model_activation_terms(model, s, b, recompute="selective", flash_attention=True)
+    terms = zl.model_activation_terms(model, s, b, options=SETTINGS.activation_options)
     assert terms["transformer_layers"] == model.layers * per_layer
     assert terms["logits_loss"] == 6 * 4096 * 32_000
     assert f"6 × 4,096 × 32,000 bytes = {gb(6 * 4096 * 32_000, 2)} GB" in text

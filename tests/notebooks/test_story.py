@@ -22,7 +22,7 @@ from PIL import Image
 from prose_support import NOTEBOOKS, markdown_cells, read_notebook, says
 
 import zerolib as zl
-from zerolib.core.memory.activations import layer_activation_terms
+from zerolib.core.memory.activations import layer_activation_terms, layer_shape
 from zerolib.paths import CHAPTER
 
 REPO = Path(__file__).resolve().parents[2]
@@ -229,7 +229,7 @@ def test_the_5as_over_h_term_is_named_for_what_it_is():
     assert "attention scores, their softmax" not in text
     says(text, "the softmax output (2 bytes an element), its dropout mask (1 byte) and the dropout's output (2 bytes)")
     # The same three tensors are 5as/h x sbh bytes in zerolib's Table 2 terms (a=4, s=64, b=2).
-    terms = layer_activation_terms(64, 2, 64, 4)
+    terms = layer_activation_terms(layer_shape(64, 4), 64, 2)
     three = terms["softmax_output"] + terms["attention_dropout_mask"] + terms["attention_dropout_output"]
     assert three == 5 * 4 * 64 * 64 * 2
 

@@ -149,6 +149,16 @@ class FigureOptions:
 DEFAULTS = FigureOptions()
 
 
+def _rows_of(frame: pd.DataFrame, stages: tuple[int, ...]) -> pd.DataFrame:
+    """The rows of ``frame`` at ``stages`` (the frame itself when it holds no others): a
+    frame's rows per stage are each computed on their own."""
+    if set(frame["stage"]) <= set(stages):
+        return frame
+    chosen = frame[frame["stage"].isin(stages)].reset_index(drop=True)
+    chosen.attrs.update(frame.attrs)
+    return chosen
+
+
 # ---------------------------------------------------------------------------------------------
 # Data and figures (the notebooks call these)
 
@@ -178,8 +188,8 @@ PUBLISHED: Mapping[str, PublishedFigure] = MappingProxyType({figure.name: figure
         lambda frame, o, dpi: step_timeline.step_timeline_figure(frame, dpi)[0]),
     PublishedFigure(
         MEMORY_VS_STEP_TIME,
-        lambda o: tradeoff_frame(o.step_model, o.step_gpus, o.link, o.step_device,
-                                 o.step_settings, o.mfu, o.stages, o.layout),
+        lambda o: _rows_of(tradeoff_frame(o.step_model, o.step_gpus, o.link, o.step_device,
+                                          o.step_settings, o.mfu, o.layout), o.stages),
         lambda frame, o, dpi: tradeoff.memory_vs_step_time_figure(frame, o.step_device, o.unit,
                                                                   dpi)[0]),
 )})

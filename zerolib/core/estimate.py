@@ -95,7 +95,7 @@ from zerolib.core.step.engines import (
 from zerolib.core.step.expert_parallel_traffic import expert_traffic
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, host_settings_for
 from zerolib.core.step.parallel import ParallelSettings, parallel_step_time
-from zerolib.core.step.tables import communication_rows
+from zerolib.core.step.tables import communication_rows, step_traffic
 from zerolib.core.step.time import (
     DEFAULT_COMPUTE,
     DEFAULT_MFU,
@@ -174,10 +174,13 @@ def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
     overlap = options["overlap"]
     if overlap is not None and not isinstance(overlap, Overlap):
         raise TypeError(f"overlap must be an Overlap or None, got {type(overlap).__name__}")
-    host = host_settings_for(ic.name, options.pop("host"), options.pop("cpu_adam_rate"))
-    rows = communication_rows(what, result.gpus, stages, result.layout, ic, result.device,
-                              compute, result.placement, host_settings=host, engine=engine,
-                              **options)
+    host = host_settings_for(ic.name, options.pop("host"), options.pop("cpu_adam_rate"),
+                             options.pop("host_link"))
+    placement = replace(check_placement(result.placement), qwz=options["qwz"], qgz=options["qgz"])
+    traffic = step_traffic(what, result.gpus, stages, result.layout, ic, placement, engine,
+                           options["micro_batches"])
+    rows = communication_rows(traffic, ic, result.device, compute, result.placement, host,
+                              options["overlap"])
     by_stage = dict(zip(sorted(stages), rows))
     with_rows = tuple({**row, "communication": {
         **by_stage[row["stage"]], "qwz": traffic_options["qwz"], "qgz": traffic_options["qgz"]}}
@@ -245,13 +248,11 @@ def _with_experts(result: Estimate, expert_parallel: int, expert_tensor_parallel
             if best is None or peak > best[0]:
                 best = (peak, r, state, terms)
         peak, r, state, terms = best
-        traffic = expert_traffic(config, s.seq_len, s.micro_batch, expert_parallel,
+        traffic = expert_traffic(config, s.seq_len, s.micro_batch, expert_parallel, tensor_parallel=t,
                                  moe_layers=state.parameters.expert_layers,
                                  micro_batches=micro_batches or p,   # None: enough to fill the pipeline
-                                 capacity_factor=s.capacity_factor, element_bytes=s.element_bytes,
-                                 tensor_parallel=t, sequence_parallel=s.sequence_parallel,
-                                 expert_tensor_parallel=lay.expert_tensor_parallel,
-                                 recompute=s.recompute)
+                                 options=replace(s.activation_options,
+                                                 expert_tensor_parallel=lay.expert_tensor_parallel))
         new = {name: state.category(name) for name in ("parameters", "gradients", "optimizer")}
         fits = None if result.device is None else bool(peak <= result.device.capacity)
         rows.append({**row, "pipeline_stage": r, **new, "total": state.total,

@@ -69,9 +69,10 @@ from zerolib.core.inputs import (
 from zerolib.core.memory import context_parallel as cp_rules
 from zerolib.core.memory import expert_parallel_rules as ep_rules
 from zerolib.core.memory.accounting import CATEGORIES, ModelState
-from zerolib.core.memory.activations import RECOMPUTE, checkpoint_terms_of
+from zerolib.core.memory.activations import RECOMPUTE, ActivationOptions, checkpoint_terms_of
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
+    ParallelGrid,
     candidate_loads,
     candidate_stages,
     chunks_for,
@@ -80,7 +81,7 @@ from zerolib.core.memory.model_parallel import (
 from zerolib.core.memory.model_parallel import (
     RULES as PARALLEL_RULES,
 )
-from zerolib.core.memory.pipeline_schedule import UNIT_TERMS, activation_totals_of, options_key, unit_terms
+from zerolib.core.memory.pipeline_schedule import UNIT_TERMS, activation_totals_of, unit_terms
 from zerolib.core.memory.placement import Placement, offered_stages, tiers_of
 from zerolib.core.memory.tables import divisors_of
 from zerolib.core.memory.working_set import terms_of
@@ -227,8 +228,9 @@ def enumerate_space(s: PlanSettings) -> Space:
             sel = (v_b == v) & (sp_b == sp)
             if not np.any(sel):
                 continue
-            rules = rules_of(config, t_b[sel], p_b[sel], "interleaved" if v > 1 else "1f1b", v,
-                             s.gpus_per_node, s.seq_len, sp)
+            grid = ParallelGrid(config, t_b[sel], p_b[sel], None, "interleaved" if v > 1 else "1f1b",
+                                v, None, 1)
+            rules = rules_of(grid, s.gpus_per_node, s.seq_len, sp)
             reason_b[sel] = _first_broken(rules, ("heads", "kv_heads", "ffn_hidden", "node",
                                                   "sequence", "layers", "interleaved_layers",
                                                   "schedule"), reason_b[sel])
@@ -353,10 +355,12 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
     keys, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     units = {name: np.zeros(len(keys), dtype=np.int64) for name in UNIT_TERMS}
     for index, row in enumerate(first.tolist()):
-        options = options_key(bool(sp[row]), RECOMPUTE[int(rec[row])], ws.flash_attention,
-                              ws.element_bytes, ws.mask_bytes, ws.dropout, ws.logits_bytes,
-                              ws.capacity_factor,
-                              None if etp is None or etp[row] == t[row] else int(etp[row]))
+        options = ActivationOptions.from_checked(   # each value checked at the planner's door
+            sequence_parallel=bool(sp[row]), recompute=RECOMPUTE[int(rec[row])],
+            flash_attention=ws.flash_attention, element_bytes=ws.element_bytes,
+            mask_bytes=ws.mask_bytes, dropout=ws.dropout, logits_bytes=ws.logits_bytes,
+            capacity_factor=ws.capacity_factor,
+            expert_tensor_parallel=None if etp is None or etp[row] == t[row] else int(etp[row]))
         terms = unit_terms(s.model, s.seq_len // int(cp[row]), int(b[row]), int(t[row]), options)
         if pa[row] or cpu[row]:    # the working set's rule: ZeRO-R's checkpoint, split or on the host
             kept = checkpoint_terms_of(s.seq_len // int(cp[row]), int(b[row]), s.model.hidden,

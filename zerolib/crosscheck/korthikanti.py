@@ -25,8 +25,8 @@ from types import MappingProxyType
 import pandas as pd
 
 from zerolib.core.catalogue.models import TransformerConfig, parameter_count
-from zerolib.core.memory.activations import layer_activation_bytes
-from zerolib.core.memory.model_parallel import parameters_per_gpu
+from zerolib.core.memory.activations import ActivationOptions, layer_activation_bytes
+from zerolib.core.memory.model_parallel import Pipeline, parameters_per_gpu
 from zerolib.core.memory.pipeline_schedule import stage_activation_terms
 
 SEQ_LEN = 2048            # Sec. 6
@@ -113,11 +113,12 @@ def first_stage_terms(run: PaperRun, technique: str, *, interleaved: bool = True
     """Activation bytes on one GPU of the first pipeline stage, by term, under the paper's
     schedule (``interleaved=False``: plain 1F1B even for the 175B and 530B models)."""
     chunks = run.chunks if interleaved else 1
-    return stage_activation_terms(
-        run.model, SEQ_LEN, run.micro_batch, run.tensor_parallel, run.pipeline_parallel, 0,
-        schedule="interleaved" if chunks > 1 else "1f1b", chunks=chunks,
-        micro_batches=run.micro_batches, element_bytes=ELEMENT_BYTES, mask_bytes=MASK_BYTES,
-        dropout=True, logits_bytes=LOGITS_BYTES, **TECHNIQUES[technique])
+    pipeline = Pipeline(run.pipeline_parallel, "interleaved" if chunks > 1 else "1f1b", chunks,
+                        run.micro_batches)
+    options = ActivationOptions(element_bytes=ELEMENT_BYTES, mask_bytes=MASK_BYTES, dropout=True,
+                                logits_bytes=LOGITS_BYTES, **TECHNIQUES[technique])
+    return stage_activation_terms(run.model, SEQ_LEN, run.micro_batch, run.tensor_parallel,
+                                  pipeline, 0, options)
 
 
 def technique_table() -> pd.DataFrame:

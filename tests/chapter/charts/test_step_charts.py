@@ -93,8 +93,7 @@ def test_the_figures_name_the_engine_they_time(timeline, tradeoff):
     update_memory_vs_step_time(artists, deepspeed)
     assert artists.subtitle.get_text().endswith("· DeepSpeed 0.19.8's schedule")
     # FSDP2 offers stages 0, 2 and 3: the stage-1 point is left out, its legend entry faded.
-    fsdp2 = tradeoff_frame("llama-2-7b", 64, "dgx-h100", "h100-80gb", stages=(0, 2, 3),
-                           engine="fsdp2")
+    fsdp2 = tradeoff_frame("llama-2-7b", 64, "dgx-h100", "h100-80gb", engine="fsdp2")
     update_memory_vs_step_time(artists, fsdp2)
     assert len(artists.points[1].get_xdata()) == 0 and artists.labels[1].get_text() == ""
     assert artists.legend.get_texts()[1].get_alpha() == 0.35

@@ -92,7 +92,7 @@ def frame_of(case):
     seq = 1024 if case["model"] == "gpt2" else 4096
     return tradeoff_frame(case["model"], case["gpus"], case["link"], "h100-80gb",
                           WorkingSetSettings(seq_len=seq, micro_batch=case["micro_batch"]),
-                          case["mfu"], ENGINES[case["engine"]].stages, engine=case["engine"])
+                          case["mfu"], engine=case["engine"])
 
 
 @settings(max_examples=10, deadline=None, derandomize=True,

@@ -10,6 +10,7 @@ import pytest
 from zerolib.core.catalogue.megatron_args import model_from_megatron_args
 from zerolib.core.catalogue.models import MODELS, parameter_count
 from zerolib.crosscheck.conventions.megatron_theoretical_memory import (
+    ParallelFlags,
     args_for,
     parameters_on_most_loaded_shard,
 )
@@ -24,7 +25,7 @@ LLAMA3_8B = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --grou
 
 
 def _megatron_formula(config, t=1) -> int:
-    value = parameters_on_most_loaded_shard(args_for(config, 2048, 1, t))
+    value = parameters_on_most_loaded_shard(args_for(config, 2048, 1, ParallelFlags(t)))
     assert value.denominator == 1
     return int(value)
 

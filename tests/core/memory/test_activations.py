@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.memory.activations import (
+    ActivationOptions,
     layer_activation_bytes,
     layer_activation_terms,
+    layer_shape,
     model_activation_terms,
 )
 
@@ -60,7 +62,7 @@ def test_gpt3_175b_worked_numbers():
     # s=2048, b=1, h=12288, a=96: sbh = 25,165,824; 5as/h = 80; sbh * (34 + 80) bytes.
     assert layer_activation_bytes(2048, 1, 12288, 96) == 25_165_824 * 114 == 2_868_903_936
     # The attention block alone is 11sbh + 5as^2b, the MLP 19sbh, the norms 4sbh (Sec. 4.1).
-    terms = layer_activation_terms(2048, 1, 12288, 96)
+    terms = layer_activation_terms(layer_shape(12288, 96), 2048, 1)
     attention = sum(v for k, v in terms.items() if k.startswith(("qkv", "query", "key", "value",
                                                                  "softmax", "attention_d", "attention_o")))
     assert attention == 11 * 25_165_824 + 5 * 96 * 2048 * 2048
@@ -89,8 +91,8 @@ def test_output_layer_matches_section_4_3_with_fp32_logits():
                              position_embedding="learned", qkv_bias=True, output_bias=True,
                              mlp_bias=True, dropout=True)
     s, b, h, v, t = 2048, 1, 12288, 51200, 8
-    terms = model_activation_terms(gpt3, s, b, tensor_parallel=t, sequence_parallel=True,
-                                   recompute="selective", logits_bytes=(4,))
+    terms = model_activation_terms(gpt3, s, b, t, ActivationOptions(
+        sequence_parallel=True, recompute="selective", logits_bytes=(4,)))
     assert terms["embedding_dropout_mask"] == s * b * h // t
     output_side = terms["final_norm_input"] + terms["output_projection_input"] + terms["logits_loss"]
     assert output_side == 4 * s * b * h // t + 4 * s * b * v // t
@@ -100,7 +102,7 @@ def test_output_layer_matches_section_4_3_with_fp32_logits():
 
 def test_default_logits_count_the_element_size_and_an_fp32_copy():
     # Llama-3-8B: vocabulary 128,256; 8192 tokens; bf16 logits (2 bytes) + fp32 for the loss.
-    terms = model_activation_terms("llama-3-8b", 8192, 1, flash_attention=True)
+    terms = model_activation_terms("llama-3-8b", 8192, 1, options=ActivationOptions(flash_attention=True))
     assert terms["logits_loss"] == (2 + 4) * 8192 * 128256
     assert terms["embedding_dropout_mask"] == 0       # trained without dropout
 
@@ -187,7 +189,7 @@ def test_full_recomputation_is_smallest(shape, batch, options):
 
 
 def test_model_level_adds_up():
-    terms = model_activation_terms("gpt2", 1024, 2, recompute="full")
+    terms = model_activation_terms("gpt2", 1024, 2, options=ActivationOptions(recompute="full"))
     # Full recomputation: each of 12 layers keeps its input, 2 * 1024 * 2 * 768 bytes.
     assert terms["transformer_layers"] == 12 * 2 * 1024 * 2 * 768
     # ... and the layer being recomputed holds a whole no-recompute layer (GPT-2 has dropout):
@@ -215,17 +217,17 @@ def test_bad_input_is_rejected_with_its_name(kwargs, error):
 
 def test_model_level_bad_logits_widths():
     with pytest.raises(TypeError, match="logits_bytes"):
-        model_activation_terms("gpt2", 128, 1, logits_bytes=4)
+        model_activation_terms("gpt2", 128, 1, options=ActivationOptions(logits_bytes=4))
     with pytest.raises(ValueError, match="logits_bytes"):
-        model_activation_terms("gpt2", 128, 1, logits_bytes=(0,))
+        model_activation_terms("gpt2", 128, 1, options=ActivationOptions(logits_bytes=(0,)))
     with pytest.raises(ValueError, match="model must be one of"):
         model_activation_terms("gpt-5", 128, 1)
 
 
 def test_dropout_adds_masks_but_no_s_by_s_term_under_flash():
     llama = TransformerConfig("tiny", 256, 2, 4, 4, 1024, 1000, 512, False, True)
-    on = model_activation_terms(llama, 128, 1, flash_attention=True, dropout=True)
-    off = model_activation_terms(llama, 128, 1, flash_attention=True, dropout=False)
+    on = model_activation_terms(llama, 128, 1, options=ActivationOptions(flash_attention=True, dropout=True))
+    off = model_activation_terms(llama, 128, 1, options=ActivationOptions(flash_attention=True, dropout=False))
     # per layer: two 1-byte sbh masks; plus the embedding mask
     assert on["transformer_layers"] - off["transformer_layers"] == 2 * (2 * 128 * 256)
     assert on["embedding_dropout_mask"] == 128 * 256
@@ -235,13 +237,13 @@ def test_fewer_key_value_heads_than_ranks_keep_one_head_per_rank():
     # Llama-3-8B shapes (a = 32, kv = 8, head_dim 128) on 16 tensor-parallel ranks: each rank
     # holds 2 query heads but still one whole key/value head (Megatron replicates the groups).
     s, h, a = 1024, 4096, 32
-    terms = layer_activation_terms(s, 1, h, a, kv_heads=8, tensor_parallel=16, gated_mlp=True,
-                                   ffn_hidden=14336, dropout=False, flash_attention=True)
+    shape = layer_shape(h, a, kv_heads=8, gated_mlp=True, ffn_hidden=14336)
+    options = ActivationOptions(dropout=False, flash_attention=True)
+    terms = layer_activation_terms(shape, s, 1, 16, options)
     assert terms["query"] == 2 * s * 2 * 128
     assert terms["key"] == terms["value"] == 2 * s * 1 * 128
     # With 8 ranks each holds exactly one of the 8 key/value heads as well.
-    terms8 = layer_activation_terms(s, 1, h, a, kv_heads=8, tensor_parallel=8, gated_mlp=True,
-                                    ffn_hidden=14336, dropout=False, flash_attention=True)
+    terms8 = layer_activation_terms(shape, s, 1, 8, options)
     assert terms8["key"] == 2 * s * 128 and terms8["query"] == 2 * s * 4 * 128
 
 
@@ -277,14 +279,15 @@ def test_existing_presets_keep_their_numbers(name, h, a, kv, f, gated, drop, s, 
         expected += 4 * a * s * b
     else:
         expected += (5 if drop else 2) * a * s * s * b
-    terms = model_activation_terms(name, s, b, flash_attention=flash)
+    terms = model_activation_terms(name, s, b, options=ActivationOptions(flash_attention=flash))
     assert terms["transformer_layers"] == get_model(name).layers * expected
 
 
 def test_head_dim_equal_to_hidden_over_heads_changes_nothing():
-    plain = layer_activation_terms(512, 2, 4096, 32, kv_heads=8, gated_mlp=True, ffn_hidden=14336)
-    explicit = layer_activation_terms(512, 2, 4096, 32, kv_heads=8, gated_mlp=True, ffn_hidden=14336,
-                                      head_dim=128)
+    plain = layer_activation_terms(layer_shape(4096, 32, kv_heads=8, gated_mlp=True, ffn_hidden=14336),
+                                   512, 2)
+    explicit = layer_activation_terms(layer_shape(4096, 32, kv_heads=8, gated_mlp=True,
+                                                  ffn_hidden=14336, head_dim=128), 512, 2)
     assert plain == explicit
 
 
@@ -296,10 +299,11 @@ def test_gemma_2_9b_layer_by_hand():
     s, h, f = 8192, 3584, 14336
     expected = (2 * (4 * s * h + s * h + s * 4096 + 2 * s * 2048 + s * 4096 + s * h)
                 + 2 * 4 * s * f + 4 * 16 * s)
-    terms = model_activation_terms("gemma-2-9b", s, 1, flash_attention=True)
+    terms = model_activation_terms("gemma-2-9b", s, 1, options=ActivationOptions(flash_attention=True))
     assert terms["transformer_layers"] == 42 * expected
-    layer = layer_activation_terms(s, 1, h, 16, kv_heads=8, head_dim=256, gated_mlp=True, ffn_hidden=f,
-                                   dropout=False, flash_attention=True, post_norms=True)
+    layer = layer_activation_terms(layer_shape(h, 16, kv_heads=8, head_dim=256, gated_mlp=True,
+                                               ffn_hidden=f, post_norms=True), s, 1,
+                                   options=ActivationOptions(dropout=False, flash_attention=True))
     assert layer["query"] == layer["attention_output_projection_input"] == 2 * s * 4096
     assert layer["key"] == layer["value"] == 2 * s * 2048
     assert layer["post_attention_norm_input"] == layer["post_mlp_norm_input"] == 2 * s * h
@@ -314,16 +318,19 @@ def test_mixtral_layer_by_hand():
     s, h, f = 4096, 4096, 14336
     attention = 2 * (s * h + s * h + s * h + 2 * s * 1024 + s * h) + 4 * 32 * s
     mlp = 2 * (s * h + s * h) + 4 * 8 * s + 2 * 2 * s * h + 2 * 2 * 4 * s * f + 2 * 2 * s * h
-    terms = model_activation_terms("mixtral-8x7b", s, 1, flash_attention=True)
+    terms = model_activation_terms("mixtral-8x7b", s, 1, options=ActivationOptions(flash_attention=True))
     assert terms["transformer_layers"] == 32 * (attention + mlp)
 
 
 def test_expert_mlp_terms_scale_with_experts_per_token():
     s, b, h, a, f = 256, 2, 512, 8, 1024
     common = dict(gated_mlp=True, ffn_hidden=f, dropout=False, flash_attention=True)
-    dense = layer_activation_terms(s, b, h, a, **common)
-    one = layer_activation_terms(s, b, h, a, experts=8, experts_per_token=1, **common)
-    two = layer_activation_terms(s, b, h, a, experts=8, experts_per_token=2, **common)
+    options = ActivationOptions(dropout=False, flash_attention=True)
+    dense = layer_activation_terms(layer_shape(h, a, gated_mlp=True, ffn_hidden=f), s, b, options=options)
+    one = layer_activation_terms(layer_shape(h, a, gated_mlp=True, ffn_hidden=f, experts=8,
+                                             experts_per_token=1), s, b, options=options)
+    two = layer_activation_terms(layer_shape(h, a, gated_mlp=True, ffn_hidden=f, experts=8,
+                                             experts_per_token=2), s, b, options=options)
     for name in ("mlp_gate_projection", "mlp_activation_output", "mlp_up_projection",
                  "mlp_down_projection_input"):
         assert dense[name] == one[name] == two[name] // 2 == 2 * s * b * f

@@ -6,15 +6,21 @@ import pytest
 from conftest import REPO
 
 from zerolib.core.catalogue.hf_config import model_from_config
-from zerolib.core.memory.activations import layer_activation_terms, model_activation_terms
+from zerolib.core.memory.activations import (
+    ActivationOptions,
+    layer_activation_terms,
+    layer_shape,
+    model_activation_terms,
+)
 
 S, B = 1024, 2
 DATA = REPO / "tests" / "data"
 
 
-def _terms(**options):
-    base = dict(ffn_hidden=1024, gated_mlp=True, dropout=False, kv_heads=4)
-    return layer_activation_terms(S, B, 512, 8, **{**base, **options})
+def _terms(**shape):
+    base = dict(ffn_hidden=1024, gated_mlp=True, kv_heads=4)
+    options = ActivationOptions(dropout=False, capacity_factor=shape.pop("capacity_factor", None))
+    return layer_activation_terms(layer_shape(512, 8, **{**base, **shape}), S, B, options=options)
 
 
 def test_qk_norms_save_query_and_key_again():
@@ -87,8 +93,11 @@ def test_dense_first_layers_count_their_own_mlp():
     # DeepSeek-V2-Lite as read: 1 dense layer (MLP 10,944) and 26 with experts.
     config = model_from_config(DATA / "deepseek-v2-lite.json")
     common = dict(kv_heads=16, head_dim=128, kv_lora_rank=512, q_lora_rank=1536, rope_head_dim=64,
-                  v_head_dim=128, gated_mlp=True, dropout=False)
-    sparse = sum(layer_activation_terms(S, B, 2048, 16, ffn_hidden=1408, experts=64,
-                                        experts_per_token=6, shared_expert_ffn=2816, **common).values())
-    dense = sum(layer_activation_terms(S, B, 2048, 16, ffn_hidden=10944, **common).values())
+                  v_head_dim=128, gated_mlp=True)
+    no_dropout = ActivationOptions(dropout=False)
+    sparse = sum(layer_activation_terms(layer_shape(2048, 16, ffn_hidden=1408, experts=64,
+                                                    experts_per_token=6, shared_expert_ffn=2816,
+                                                    **common), S, B, options=no_dropout).values())
+    dense = sum(layer_activation_terms(layer_shape(2048, 16, ffn_hidden=10944, **common), S, B,
+                                       options=no_dropout).values())
     assert model_activation_terms(config, S, B)["transformer_layers"] == 26 * sparse + dense

@@ -18,18 +18,24 @@ from __future__ import annotations
 import pytest
 
 from zerolib.core.catalogue.models import TransformerConfig
-from zerolib.core.memory.activations import layer_activation_terms, model_activation_terms
-from zerolib.core.memory.pipeline_schedule import options_key, unit_terms
+from zerolib.core.memory.activations import (
+    ActivationOptions,
+    layer_activation_terms,
+    layer_shape,
+    model_activation_terms,
+)
+from zerolib.core.memory.pipeline_schedule import unit_terms
 
 TINY = TransformerConfig("tiny-moe", hidden=16, layers=2, heads=2, kv_heads=2, ffn_hidden=32,
                          vocab=64, max_positions=64, tied_embeddings=False, gated_mlp=True,
                          experts=4, experts_per_token=2)
-LAYER = dict(ffn_hidden=32, gated_mlp=True, experts=4, experts_per_token=2, tensor_parallel=2,
-             sequence_parallel=True)
+SHAPE = dict(ffn_hidden=32, gated_mlp=True, experts=4, experts_per_token=2)
 
 
-def _layer(etp):
-    return layer_activation_terms(8, 1, 16, 2, expert_tensor_parallel=etp, **LAYER)
+def _layer(etp, sequence_parallel=True, **shape):
+    return layer_activation_terms(layer_shape(16, 2, **{**SHAPE, **shape}), 8, 1, 2,
+                                  ActivationOptions(sequence_parallel=sequence_parallel,
+                                                    expert_tensor_parallel=etp))
 
 
 @pytest.mark.parametrize("etp, expert_input", [(None, 512), (2, 512), (1, 256), (4, 1024)])
@@ -50,8 +56,8 @@ def test_only_expert_input_changes():
 
 def test_at_t_1_the_gather_is_etp_times_the_rows():
     # t = 1: the rank routes all 8 tokens, 16 rows; ETP = 2 gathers 32 rows of 16 x 2 B
-    terms = layer_activation_terms(8, 1, 16, 2, ffn_hidden=32, gated_mlp=True, experts=4,
-                                   experts_per_token=2, expert_tensor_parallel=2)
+    terms = layer_activation_terms(layer_shape(16, 2, **SHAPE), 8, 1,
+                                   options=ActivationOptions(expert_tensor_parallel=2))
     assert terms["expert_input"] == 32 * 16 * 2
 
 
@@ -63,22 +69,21 @@ def test_etp_equal_to_t_is_no_longer_etp_1():
 def test_without_sequence_parallelism_a_rank_holds_every_row():
     # t = 2 without sequence parallelism (ETP = t): each rank routes all 8 tokens, 16 rows,
     # nothing to gather: 16 x 16 x 2 B, as before
-    terms = layer_activation_terms(8, 1, 16, 2, ffn_hidden=32, gated_mlp=True, experts=4,
-                                   experts_per_token=2, tensor_parallel=2)
+    terms = layer_activation_terms(layer_shape(16, 2, **SHAPE), 8, 1, 2)
     assert terms["expert_input"] == 16 * 16 * 2
 
 
 def test_the_model_and_the_schedule_carry_it():
-    model = model_activation_terms(TINY, 8, 1, tensor_parallel=2, sequence_parallel=True,
-                                   expert_tensor_parallel=4)
-    plain = model_activation_terms(TINY, 8, 1, tensor_parallel=2, sequence_parallel=True)
+    model = model_activation_terms(TINY, 8, 1, 2, ActivationOptions(sequence_parallel=True,
+                                                                    expert_tensor_parallel=4))
+    plain = model_activation_terms(TINY, 8, 1, 2, ActivationOptions(sequence_parallel=True))
     assert model["transformer_layers"] - plain["transformer_layers"] == 2 * (1024 - 512)
-    options = options_key(True, "none", False, 2, 1, None, None, None, 4)
+    options = ActivationOptions(True, "none", False, 2, 1, None, None, None, 4)
     one = unit_terms(TINY, 8, 1, 2, options)["transformer_layers"]
-    assert one - unit_terms(TINY, 8, 1, 2, options_key(True, "none", False, 2, 1, None, None,
-                                                       None))["transformer_layers"] == 512
+    assert one - unit_terms(TINY, 8, 1, 2, ActivationOptions(True, "none", False, 2, 1, None, None,
+                                                             None))["transformer_layers"] == 512
     # a dense setting's key is what it was
-    assert options_key(True, "none", False, 2, 1, None, None, None) == options_key(
+    assert ActivationOptions(True, "none", False, 2, 1, None, None, None) == ActivationOptions(
         True, "none", False, 2, 1, None, None, None, None)
 
 
@@ -90,4 +95,4 @@ def test_the_model_and_the_schedule_carry_it():
 def test_refusals_name_the_rule(changes, message):
     etp = 5 if "ffn_hidden" in changes else 4
     with pytest.raises(ValueError, match=message):
-        layer_activation_terms(8, 1, 16, 2, expert_tensor_parallel=etp, **{**LAYER, **changes})
+        _layer(etp, **changes)

@@ -7,8 +7,8 @@ import pytest
 from conftest import REPO
 
 from zerolib.core.catalogue.hf_config import model_from_config
-from zerolib.core.memory.activations import layer_activation_terms
-from zerolib.core.memory.model_parallel import largest_module_per_gpu, parameters_per_gpu
+from zerolib.core.memory.activations import ActivationOptions, layer_activation_terms, layer_shape
+from zerolib.core.memory.model_parallel import Pipeline, largest_module_per_gpu, parameters_per_gpu
 from zerolib.core.memory.pipeline_schedule import stage_activation_terms
 
 CONFIG = model_from_config(REPO / "tests" / "data" / "deepseek-v2-lite.json")
@@ -78,11 +78,13 @@ def test_largest_module_counts_only_the_layers_a_stage_holds():
 
 S, B = 1024, 1
 COMMON = dict(kv_heads=16, head_dim=128, kv_lora_rank=KV_RANK, q_lora_rank=Q_RANK,
-              rope_head_dim=ROPE, v_head_dim=VD, gated_mlp=True, dropout=False, flash_attention=True)
+              rope_head_dim=ROPE, v_head_dim=VD, gated_mlp=True)
+OPTIONS = ActivationOptions(dropout=False, flash_attention=True)
 
 
 def _layer(**mlp) -> int:
-    return sum(layer_activation_terms(S, B, H, HEADS, **COMMON, **mlp).values())
+    return sum(layer_activation_terms(layer_shape(H, HEADS, **COMMON, **mlp), S, B,
+                                      options=OPTIONS).values())
 
 
 SPARSE = _layer(ffn_hidden=EXPERT_F, experts=EXPERTS, experts_per_token=6,
@@ -92,13 +94,13 @@ DENSE = _layer(ffn_hidden=DENSE_F)
 
 def test_stage_activations_count_the_dense_layer_where_it_sits():
     assert DENSE != SPARSE
-    terms = dict(flash_attention=True)
+    flash = ActivationOptions(flash_attention=True)
     # 1F1B, p = 3: stage 0 holds 3 micro-batches of layers 0-8 (one dense), stage 2 one of 18-26.
-    first = stage_activation_terms(CONFIG, S, B, 1, 3, 0, **terms)["transformer_layers"]
-    last = stage_activation_terms(CONFIG, S, B, 1, 3, 2, **terms)["transformer_layers"]
+    first = stage_activation_terms(CONFIG, S, B, 1, 3, 0, flash)["transformer_layers"]
+    last = stage_activation_terms(CONFIG, S, B, 1, 3, 2, flash)["transformer_layers"]
     assert first == 3 * (DENSE + 8 * SPARSE)
     assert last == 9 * SPARSE
-    assert stage_activation_terms(CONFIG, S, B, **terms)["transformer_layers"] == DENSE + 26 * SPARSE
+    assert stage_activation_terms(CONFIG, S, B, options=flash)["transformer_layers"] == DENSE + 26 * SPARSE
 
 
 def test_interleaved_counts_the_chunk_passes_that_hold_the_dense_layer():
@@ -106,12 +108,12 @@ def test_interleaved_counts_the_chunk_passes_that_hold_the_dense_layer():
     # Its 2(p - 1) + (v - 1)p + 1 = 11 warm-up passes run chunks 0,0,0,1,1,1,2,2,2,0,0
     # (Megatron-LM: pass k is chunk (k // p) mod v): 5 passes of its first chunk, whose 3
     # layers include the dense one, so 5 dense copies and 11 x 3 - 5 = 28 expert-layer copies.
-    got = stage_activation_terms(CONFIG, S, B, 1, 3, 0, schedule="interleaved", chunks=3,
-                                 flash_attention=True)["transformer_layers"]
+    interleaved = Pipeline(3, "interleaved", 3)
+    flash = ActivationOptions(flash_attention=True)
+    got = stage_activation_terms(CONFIG, S, B, 1, interleaved, 0, flash)["transformer_layers"]
     assert got == 5 * DENSE + 28 * SPARSE
     # Rank 1 (chunks 1, 4, 7: layers 3-5, ...) holds no dense layer.
-    got = stage_activation_terms(CONFIG, S, B, 1, 3, 1, schedule="interleaved", chunks=3,
-                                 flash_attention=True)["transformer_layers"]
+    got = stage_activation_terms(CONFIG, S, B, 1, interleaved, 1, flash)["transformer_layers"]
     assert got == (2 * 1 + 2 * 3 + 1) * 3 * SPARSE
 
 

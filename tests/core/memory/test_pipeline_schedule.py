@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from zerolib.core.catalogue.models import MODELS
-from zerolib.core.memory.activations import model_activation_terms
+from zerolib.core.memory.activations import ActivationOptions, model_activation_terms
+from zerolib.core.memory.model_parallel import Pipeline
 from zerolib.core.memory.pipeline_schedule import (
     activation_bytes_per_gpu,
     embedding_micro_batches,
@@ -107,19 +108,20 @@ def test_one_stage_is_the_unpipelined_model():
             for t in (1, 2, 4):
                 if MODELS[name].kv_heads % t:
                     continue
-                expected = dict(model_activation_terms(name, seq, 2, tensor_parallel=t, **option))
-                assert dict(stage_activation_terms(name, seq, 2, t, **option)) == expected
-                assert int(activation_bytes_per_gpu(name, seq, 2, t, **option)) == sum(expected.values())
+                kept = ActivationOptions(**option)
+                expected = dict(model_activation_terms(name, seq, 2, t, kept))
+                assert dict(stage_activation_terms(name, seq, 2, t, options=kept)) == expected
+                assert int(activation_bytes_per_gpu(name, seq, 2, t, options=kept)) == sum(expected.values())
 
 
 def test_terms_live_where_their_modules_are():
     # Llama-2-7B, 4 stages of 8 layers, t = 2, SP, full pipeline: the first stage holds 4
     # micro-batches of 8 layers (32 layers' worth), no logits; the last 1 micro-batch of 8
     # layers and the logits; the middle ones 3 and 2 micro-batches.
-    one = model_activation_terms("llama-2-7b", 4096, 1, tensor_parallel=2, sequence_parallel=True)
+    sp = ActivationOptions(sequence_parallel=True)
+    one = model_activation_terms("llama-2-7b", 4096, 1, 2, sp)
     layer = one["transformer_layers"] // 32
-    stages = [stage_activation_terms("llama-2-7b", 4096, 1, 2, 4, r, sequence_parallel=True)
-              for r in range(4)]
+    stages = [stage_activation_terms("llama-2-7b", 4096, 1, 2, 4, r, sp) for r in range(4)]
     assert [s["transformer_layers"] for s in stages] == [32 * layer, 24 * layer, 16 * layer, 8 * layer]
     assert [s["logits_loss"] for s in stages] == [0, 0, 0, one["logits_loss"]]
     assert [s["final_norm_input"] for s in stages] == [0, 0, 0, one["final_norm_input"]]
@@ -131,7 +133,7 @@ def test_embedding_dropout_is_held_for_every_micro_batch_in_flight():
     # flight on the first stage: 4 stages -> 4 copies; interleaved (v = 3) -> 2 x 4 = 8.
     mask = 1024 * 2 * 768
     one_f = stage_activation_terms("gpt2", 1024, 2, 1, 4, 0)
-    inter = stage_activation_terms("gpt2", 1024, 2, 1, 4, 0, schedule="interleaved", chunks=3)
+    inter = stage_activation_terms("gpt2", 1024, 2, 1, Pipeline(4, "interleaved", 3), 0)
     assert one_f["embedding_dropout_mask"] == 4 * mask
     assert inter["embedding_dropout_mask"] == 8 * mask
 
@@ -139,33 +141,36 @@ def test_embedding_dropout_is_held_for_every_micro_batch_in_flight():
 def test_most_loaded_stage_is_the_first_or_the_last():
     for name, t, p in (("llama-3-8b", 4, 4), ("gpt2", 2, 3), ("qwen2.5-7b", 4, 7), ("llama-2-7b", 1, 32)):
         seq = min(4096, MODELS[name].max_positions)
-        for options in (dict(), dict(recompute="full"), dict(sequence_parallel=True, micro_batches=2)):
-            every = [int(activation_bytes_per_gpu(name, seq, 1, t, p, pipeline_stage=r, **options))
-                     for r in range(p)]
-            assert int(activation_bytes_per_gpu(name, seq, 1, t, p, **options)) == max(every)
+        for options, m in ((dict(), None), (dict(recompute="full"), None),
+                           (dict(sequence_parallel=True), 2)):
+            options, pipeline = ActivationOptions(**options), Pipeline(p, micro_batches=m)
+            every = [int(activation_bytes_per_gpu(name, seq, 1, t, pipeline, pipeline_stage=r,
+                                                  options=options)) for r in range(p)]
+            assert int(activation_bytes_per_gpu(name, seq, 1, t, pipeline, options=options)) == max(every)
 
 
 def test_vectorised_activations_match_one_at_a_time():
     t = np.array([1, 2, 4, 8])[:, None]
     p = np.array([1, 2, 4, 8, 16])[None, :]
-    grid = activation_bytes_per_gpu("llama-2-70b", 4096, 1, t, p, sequence_parallel=True,
-                                    recompute="selective", flash_attention=True, micro_batches=8)
+    options = ActivationOptions(sequence_parallel=True, recompute="selective", flash_attention=True)
+    grid = activation_bytes_per_gpu("llama-2-70b", 4096, 1, t, Pipeline(p, micro_batches=8),
+                                    options=options)
     for i in range(4):
         for j in range(5):
-            one = stage_activation_terms("llama-2-70b", 4096, 1, int(t[i, 0]), int(p[0, j]), 0,
-                                         sequence_parallel=True, recompute="selective",
-                                         flash_attention=True, micro_batches=8)
-            last = stage_activation_terms("llama-2-70b", 4096, 1, int(t[i, 0]), int(p[0, j]),
-                                          int(p[0, j]) - 1, sequence_parallel=True,
-                                          recompute="selective", flash_attention=True, micro_batches=8)
+            pipeline = Pipeline(int(p[0, j]), micro_batches=8)
+            one = stage_activation_terms("llama-2-70b", 4096, 1, int(t[i, 0]), pipeline, 0, options)
+            last = stage_activation_terms("llama-2-70b", 4096, 1, int(t[i, 0]), pipeline,
+                                          int(p[0, j]) - 1, options)
             assert grid[i, j] == max(sum(one.values()), sum(last.values()))
 
 
 @pytest.mark.parametrize("call, fragment", [
     (lambda: stage_activation_terms("llama-2-7b", 4096, 1, 1, 4, 4), "pipeline_stage"),
     (lambda: stage_activation_terms("llama-2-7b", 4096, 1, [1, 2], 1, 0), "single number"),
-    (lambda: stage_activation_terms("llama-2-7b", 4096, 1, 1, 4, 0, micro_batches=0), "micro_batches"),
-    (lambda: stage_activation_terms("llama-2-7b", 4096, 1, 1, 4, 0, recompute="some"), "recompute"),
+    (lambda: stage_activation_terms("llama-2-7b", 4096, 1, 1, Pipeline(4, micro_batches=0), 0),
+     "micro_batches"),
+    (lambda: stage_activation_terms("llama-2-7b", 4096, 1, 1, 4, 0,
+                                    ActivationOptions(recompute="some")), "recompute"),
     (lambda: activation_bytes_per_gpu("llama-2-7b", 2**24, 2**16, 1, 1), "lower seq_len"),
 ])
 def test_bad_input_is_named(call, fragment):
@@ -186,16 +191,15 @@ def test_the_array_path_equals_activation_bytes_per_gpu():
     m = np.array([1, 8, 4, 4, 16, 8])
     for schedule, chunks, sel in (("1f1b", 1, slice(None)), ("interleaved", 2, slice(1, None))):
         for sp, rec, b in ((True, "selective", 1), (False, "none", 2), (True, "full", 3)):
+            options = ActivationOptions(sequence_parallel=sp, recompute=rec, flash_attention=True)
             units = {name: np.array([activation_unit_terms(
-                "llama-2-70b", 4096, b, int(x), sequence_parallel=sp, recompute=rec,
-                flash_attention=True)[name] for x in t[sel]]) for name in UNIT_TERMS}
+                "llama-2-70b", 4096, b, int(x), options)[name] for x in t[sel]]) for name in UNIT_TERMS}
             for r in (np.zeros_like(p[sel]), p[sel] - 1):
                 got = stage_activation_totals("llama-2-70b", units, p[sel], r, schedule=schedule,
                                               chunks=chunks, micro_batches=m[sel])
                 want = activation_bytes_per_gpu(
-                    "llama-2-70b", 4096, b, t[sel], p[sel], pipeline_stage=r, schedule=schedule,
-                    chunks=chunks, micro_batches=m[sel], sequence_parallel=sp, recompute=rec,
-                    flash_attention=True)
+                    "llama-2-70b", 4096, b, t[sel], Pipeline(p[sel], schedule, chunks, m[sel]),
+                    pipeline_stage=r, options=options)
                 assert np.array_equal(got, want)
 
 
@@ -205,6 +209,6 @@ def test_the_remembered_unit_terms_still_check_their_arguments():
     with pytest.raises(TypeError, match="seq_len"):
         activation_unit_terms("llama-2-7b", True, 1, 2)
     with pytest.raises(TypeError, match="sequence_parallel"):
-        activation_unit_terms("llama-2-7b", 4096, 1, 2, sequence_parallel=1)
+        activation_unit_terms("llama-2-7b", 4096, 1, 2, ActivationOptions(sequence_parallel=1))
     with pytest.raises(ValueError, match="recompute"):
-        activation_unit_terms("llama-2-7b", 4096, 1, 2, recompute="half")
+        activation_unit_terms("llama-2-7b", 4096, 1, 2, ActivationOptions(recompute="half"))

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 import zerolib as zl
+from zerolib.core.memory.activations import ActivationOptions
+from zerolib.core.memory.model_parallel import Pipeline
 from zerolib.core.step.context_parallel_traffic import (
     checkpoint_host_bytes,
     context_parallel_traffic,
@@ -32,13 +34,13 @@ def test_llama_2_70b_ring_by_hand():
 
 def test_recomputation_runs_the_forward_ring_again():
     for recompute in ("selective", "full"):
-        rows = context_parallel_traffic("llama-2-70b", 32_768, 1, 4, 8, recompute=recompute)
+        rows = context_parallel_traffic("llama-2-70b", 32_768, 1, 4, 8, options=ActivationOptions(recompute=recompute))
         assert sum(row.calls for row in rows) == 4 * 240
 
 
 def test_micro_batches_stages_and_the_micro_batch_scale_it():
     # p = 4: 20 layers on each stage; 8 micro-batches; micro-batch 2 doubles each block.
-    rows = context_parallel_traffic("llama-2-70b", 32_768, 2, 4, 8, 4, 3, micro_batches=8)
+    rows = context_parallel_traffic("llama-2-70b", 32_768, 2, 4, 8, Pipeline(4, micro_batches=8), 3)
     assert [row.calls for row in rows] == [3 * 20 * 8] * 3
     assert rows[0].tensor_bytes == 8 * 2**20
 
@@ -65,7 +67,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="multiple of 2 x context_parallel"):
         context_parallel_traffic("llama-2-70b", 4100, 1, 4)
     with pytest.raises(ValueError, match="recompute must be one of"):
-        context_parallel_traffic("llama-2-70b", 4096, 1, 2, recompute="some")
+        context_parallel_traffic("llama-2-70b", 4096, 1, 2, options=ActivationOptions(recompute="some"))
     with pytest.raises(ValueError, match="pipeline_stage must be a whole number from 0 to 1"):
         context_parallel_traffic("llama-2-70b", 4096, 1, 2, 1, 2, 2)
     with pytest.raises(ValueError, match=r"tensor_parallel \(3\) must divide heads"):
@@ -82,13 +84,15 @@ def test_partitioned_checkpoints_gather_once_per_layer():
     (row,) = partitioned_checkpoint_traffic("llama-2-70b", 4096, 1, 8, context_parallel=4)
     assert row.tensor_bytes == 16 * 2**20
     assert partitioned_checkpoint_traffic("llama-2-70b", 4096, 1, 1) == ()
-    assert partitioned_checkpoint_traffic("llama-2-70b", 4096, 1, 8, sequence_parallel=True) == ()
+    assert partitioned_checkpoint_traffic("llama-2-70b", 4096, 1, 8,
+                                          options=ActivationOptions(sequence_parallel=True)) == ()
 
 
 def test_cpu_checkpoints_go_down_and_come_back():
     # P_a+cpu at t = 8: each rank copies its eighth of every checkpoint (8 MiB) to the host in
     # the forward and back in the backward; 80 layers x 4 micro-batches.
-    moved = checkpoint_host_bytes("llama-2-70b", 4096, 1, 8, micro_batches=4, partition_activations=True)
+    moved = checkpoint_host_bytes("llama-2-70b", 4096, 1, 8, Pipeline(1, micro_batches=4), options=ActivationOptions(
+        recompute="full", partition_activations=True))
     assert moved == {"to_host": 80 * 4 * 8 * 2**20, "from_host": 80 * 4 * 8 * 2**20}
     # Without P_a the whole (replicated) checkpoint goes down.
     assert checkpoint_host_bytes("llama-2-70b", 4096, 1, 8)["to_host"] == 80 * 64 * 2**20

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import zerolib as zl
+from zerolib.core.memory.placement import Placement
 from zerolib.core.planner import plan
 from zerolib.core.step.collectives import ring_timing
 from zerolib.core.step.engines import (
@@ -203,7 +204,7 @@ def test_each_engine_refuses_what_it_does_not_run():
                                          "GPU at stages 3, got a shard group at stage 1"):
         flat_traffic(10**9, 16, 1, shard_group=8, engine="deepspeed")
     with pytest.raises(ValueError, match="ZeRO\\+\\+"):
-        flat_traffic(10**9, 16, 3, qwz=True, engine="fsdp2")
+        flat_traffic(10**9, 16, 3, placement=Placement(qwz=True), engine="fsdp2")
 
 
 def test_fsdp2_composes_zero_3_with_a_pipeline_and_deepspeed_does_not():
@@ -237,10 +238,10 @@ def test_the_planner_follows_the_engine(engine, stages, pipeline_rejected):
 def test_the_step_tables_take_an_engine():
     # Llama-2-7B on 64 GPUs: a pass sends 63 x 105,287,744 x 2 = 13,266,255,744 B; stage 1 is
     # 2 passes under the paper's schedule (the chapter's default), 3 under DeepSpeed's.
-    paper = zl.tradeoff_frame("llama-2-7b", 64, "ib-ndr", "h100-80gb", stages=[1])
-    ds = zl.tradeoff_frame("llama-2-7b", 64, "ib-ndr", "h100-80gb", stages=[1], engine="deepspeed")
-    assert int(paper["sent_bytes"].iloc[0]) == 2 * 13_266_255_744
-    assert int(ds["sent_bytes"].iloc[0]) == 3 * 13_266_255_744
+    paper = zl.tradeoff_frame("llama-2-7b", 64, "ib-ndr", "h100-80gb").set_index("stage")
+    ds = zl.tradeoff_frame("llama-2-7b", 64, "ib-ndr", "h100-80gb", engine="deepspeed").set_index("stage")
+    assert int(paper["sent_bytes"][1]) == 2 * 13_266_255_744
+    assert int(ds["sent_bytes"][1]) == 3 * 13_266_255_744
     assert ds.attrs["engine"].name == "deepspeed" and paper.attrs["engine"].name == "paper"
     frame = zl.traffic_frame(7 * 10**9, 64, stages=[2], engine="deepspeed", micro_batches=4)
     assert int(frame["sent_bytes"].sum()) == 9 * PASS_7B_64      # (2m + 1) passes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from zerolib.core.memory.activations import ActivationOptions
 from zerolib.core.step.expert_parallel_traffic import expert_traffic, expert_traffic_seconds
 from zerolib.core.step.parallel import PARTS, cluster_interconnect, parallel_step_time
 
@@ -50,7 +51,8 @@ def test_a_capacity_factor_pads_the_dispatch():
     # 2,560 in all, 2,240 of them for the other 7 ranks' experts.
     times = parallel_step_time("mixtral-8x7b", IC, "h100-80gb", **BASE, expert_parallel=8,
                                capacity_factor=1.25)
-    traffic = expert_traffic("mixtral-8x7b", 1024, 1, 8, micro_batches=2, capacity_factor=1.25)
+    traffic = expert_traffic("mixtral-8x7b", 1024, 1, 8, micro_batches=2,
+                             options=ActivationOptions(capacity_factor=1.25))
     assert (traffic.rows, traffic.sent_bytes) == (2560, 2240 * 4096 * 2)
     assert float(times.parts["expert"]) == pytest.approx(expert_traffic_seconds(traffic, IC), rel=1e-12)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from zerolib.core.catalogue.nodes import interconnect
+from zerolib.core.memory.activations import ActivationOptions
 from zerolib.core.step.expert_parallel_traffic import expert_traffic, expert_traffic_seconds
 
 
@@ -23,13 +24,14 @@ def test_dropless_bytes_per_all_to_all_and_per_step():
 
 def test_capacity_factor_pads_every_expert_buffer():
     # c = 1.25: each of 8 experts takes ceil(1.25 x 2 x 1000 / 8) = ceil(312.5) = 313 rows
-    traffic = expert_traffic("mixtral-8x7b", 1000, 1, 4, capacity_factor=1.25)
+    traffic = expert_traffic("mixtral-8x7b", 1000, 1, 4, options=ActivationOptions(capacity_factor=1.25))
     assert traffic.rows == 8 * 313
     assert traffic.sent_bytes == 3 * 2 * 313 * 4096 * 2      # 3 other ranks, 2 experts each
 
 
 def test_sequence_parallel_tensor_ranks_dispatch_their_part():
-    traffic = expert_traffic("mixtral-8x7b", 4096, 1, 2, tensor_parallel=4, sequence_parallel=True)
+    traffic = expert_traffic("mixtral-8x7b", 4096, 1, 2, tensor_parallel=4,
+                             options=ActivationOptions(sequence_parallel=True))
     assert traffic.tokens == 1024
 
 
@@ -53,11 +55,12 @@ def test_seconds_are_latency_plus_bytes_over_the_ring_bandwidth():
 @pytest.mark.parametrize("kwargs, words", [
     ({"expert_parallel": 3}, "expert_parallel must divide the routed experts"),
     ({"expert_parallel": 2, "tensor_parallel": 2}, "needs sequence_parallel"),
-    ({"expert_parallel": 2, "capacity_factor": 0.5}, "capacity_factor must be"),
+    ({"expert_parallel": 2, "options": {"capacity_factor": 0.5}}, "capacity_factor must be"),
 ])
 def test_refusals(kwargs, words):
     with pytest.raises(ValueError, match=words):
-        expert_traffic("mixtral-8x7b", 4096, 1, **kwargs)
+        options = kwargs.pop("options", {})
+        expert_traffic("mixtral-8x7b", 4096, 1, options=ActivationOptions(**options), **kwargs)
 
 
 def test_dense_model_refused():

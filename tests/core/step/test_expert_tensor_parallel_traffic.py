@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from zerolib.core.catalogue.models import TransformerConfig
+from zerolib.core.memory.activations import ActivationOptions
 from zerolib.core.step.expert_parallel_traffic import expert_traffic, expert_traffic_seconds
 from zerolib.core.step.parallel import cluster_interconnect, parallel_step_time
 
@@ -29,9 +30,9 @@ TINY = TransformerConfig("tiny-moe", hidden=16, layers=2, heads=2, kv_heads=2, f
 IC = cluster_interconnect("dgx-h100", 8)
 
 
-def _t2(etp, **extra):
-    return expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, sequence_parallel=True,
-                          expert_tensor_parallel=etp, **extra)
+def _t2(etp, micro_batches=1):
+    return expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, micro_batches=micro_batches,
+                          options=ActivationOptions(sequence_parallel=True, expert_tensor_parallel=etp))
 
 
 # Was (0, 0, 0) at ETP = t as well: the dispatcher's collectives over ETP = t are now counted
@@ -54,13 +55,14 @@ def test_at_t_2_etp_4_gathers_and_scatters_the_rows():
 
 
 def test_at_t_1_etp_2():
-    traffic = expert_traffic(TINY, 8, 1, 2, expert_tensor_parallel=2)
+    traffic = expert_traffic(TINY, 8, 1, 2, options=ActivationOptions(expert_tensor_parallel=2))
     assert (traffic.rows, traffic.etp_tensor_bytes, traffic.etp_sent_bytes) == (16, 1024, 512)
 
 
 def test_a_capacity_factor_pads_the_gathered_rows():
     # c = 1.5 at t = 1: each of 4 experts ceil(1.5 x 2 x 8 / 4) = 6 rows, R = 24; ETP = 2 sends 24 rows
-    traffic = expert_traffic(TINY, 8, 1, 2, expert_tensor_parallel=2, capacity_factor=1.5)
+    traffic = expert_traffic(TINY, 8, 1, 2, options=ActivationOptions(expert_tensor_parallel=2,
+                                                                 capacity_factor=1.5))
     assert (traffic.rows, traffic.etp_sent_bytes) == (24, 24 * 32)
 
 
@@ -71,10 +73,10 @@ def test_a_capacity_factor_pads_the_gathered_rows():
      "expert_tensor_parallel other than tensor_parallel needs sequence_parallel"),
 ])
 def test_traffic_refusals(changes, message):
-    args = {"expert_parallel": 2, **changes}
-    e = args.pop("expert_parallel")
+    args = {"expert_parallel": 2, "tensor_parallel": 1, **changes}
+    e, t = args.pop("expert_parallel"), args.pop("tensor_parallel")
     with pytest.raises(ValueError, match=message):
-        expert_traffic(TINY, 8, 1, e, **args)
+        expert_traffic(TINY, 8, 1, e, tensor_parallel=t, options=ActivationOptions(**args))
 
 
 BASE = dict(seq_len=8, micro_batch=1, tensor_parallel=1, pipeline_parallel=1, data_parallel=4,
@@ -84,7 +86,7 @@ BASE = dict(seq_len=8, micro_batch=1, tensor_parallel=1, pipeline_parallel=1, da
 def test_the_step_times_the_etp_collectives():
     times = parallel_step_time(TINY, IC, "h100-80gb", **BASE, expert_tensor_parallel=np.array([1, 2]))
     plain = expert_traffic(TINY, 8, 1, 2, micro_batches=2)
-    wide = expert_traffic(TINY, 8, 1, 2, micro_batches=2, expert_tensor_parallel=2)
+    wide = expert_traffic(TINY, 8, 1, 2, micro_batches=2, options=ActivationOptions(expert_tensor_parallel=2))
     # the all-to-alls' E ranks are ETP apart (t x C at ETP = t)
     assert times.parts["expert"][0] == pytest.approx(expert_traffic_seconds(plain, IC, 1), rel=1e-12)
     assert times.parts["expert"][1] == pytest.approx(expert_traffic_seconds(wide, IC, 2), rel=1e-12)
@@ -99,11 +101,29 @@ def test_etp_equal_to_t_is_the_step_as_before():
         assert float(same.parts[name]) == float(seconds)
 
 
-def test_experts_split_etp_ways_reduce_less():
-    # ETP = 2 halves each expert a GPU holds and halves its expert-data-parallel group (4 -> 2)
+def test_experts_split_etp_ways_send_half_the_bytes_on_two_rings():
+    # ETP = 2 halves each expert a GPU holds and halves its expert-data-parallel group (4 -> 2).
+    # Stage 2 under DeepSpeed (the default engine), t = 1, d = 4, E = 1, 2 micro-batches: each
+    # micro-batch all-reduces the gradients and the step all-gathers the parameters once, neither
+    # hidden at stage 2; every ring inside one DGX H100: NCCL's 8.4 us plus 3.4 us per NVLink
+    # step, at NVLink's achieved 370 GB/s.
+    # ETP = 1: all 16,592 parameters (1,024 + 2 x 7,264 + 16 + 1,024) over the 4 GPUs in chunks
+    # of 4,148: the all-reduce sends 2 x 3 x 4,148 x 2 B = 49,776 B in 8.4 + 6 x 3.4 = 28.8 us of
+    # latency, the all-gather 3 x 4,148 x 2 B = 24,888 B in 8.4 + 3 x 3.4 = 18.6 us.
+    # ETP = 2: the dense 4,304 over the 4 (chunks of 1,076: 12,912 B and 6,456 B), and the 6,144
+    # expert elements a GPU holds (half of 2 x 4 x 1,536) over its expert-data-parallel pair 2
+    # ranks apart (chunks of 3,072: 12,288 B in 8.4 + 2 x 3.4 = 15.2 us, 6,144 B in 11.8 us).
+    us, rate = 1e-6, 370e9
+    one = 2 * (28.8 * us + 49_776 / rate) + 18.6 * us + 24_888 / rate
+    two = 2 * ((28.8 + 15.2) * us + (12_912 + 12_288) / rate) + (18.6 + 11.8) * us + (6_456 + 6_144) / rate
     times = parallel_step_time(TINY, IC, "h100-80gb", **{**BASE, "expert_parallel": 1, "stage": 2},
                                expert_tensor_parallel=np.array([1, 2]))
-    assert times.parts["data_parallel"][1] != times.parts["data_parallel"][0]
+    assert float(times.data_parallel[0]) == pytest.approx(one, rel=1e-12)
+    assert float(times.data_parallel[1]) == pytest.approx(two, rel=1e-12)
+    # Half the bytes a step (63,000 B against 124,440 B), but a second ring's latency on every
+    # call: on a model this small the step's data-parallel part grows (by 42 us).
+    assert 2 * (12_912 + 12_288) + 6_456 + 6_144 == 63_000 < 124_440 == 2 * 49_776 + 24_888
+    assert times.data_parallel[1] > times.data_parallel[0]
 
 
 @pytest.mark.parametrize("changes, message", [

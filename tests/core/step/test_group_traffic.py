@@ -29,7 +29,7 @@ def by_name(result, what):
 def test_stage_2_in_groups_of_8_by_hand():
     # 7e9 parameters on 64 GPUs in groups of 8 (8 replicas), 16-bit gradients and parameters.
     # A GPU's shard: 7e9 / 8 = 875,000,000 elements.
-    result = traffic(7_000_000_000, 64, 2, shard_group=8, gpus_per_node=8)
+    result = traffic(7_000_000_000, 64, 2, shard_group=8, placement=Placement(gpus_per_node=8))
     handed, sent, cross = (by_name(result, w) for w in ("handed", "sent", "cross_node"))
     # Reduce-scatter in the group: hands 8 x 875e6 x 2 B, sends 7 chunks of 875e6 x 2 B.
     assert (handed["gradient_reduce_scatter"], sent["gradient_reduce_scatter"]) == (
@@ -73,7 +73,7 @@ def test_replicas_inside_and_across_nodes_share_the_ports():
 
 def test_stage_3_per_layer_by_hand():
     # Layers of 5, 17, 1,000 and 3 elements on 4 GPUs in groups of 2 on nodes of 2.
-    result = traffic([5, 17, 1000, 3], 4, 3, shard_group=2, gpus_per_node=2)
+    result = traffic([5, 17, 1000, 3], 4, 3, shard_group=2, placement=Placement(gpus_per_node=2))
     handed, sent, calls = (by_name(result, w) for w in ("handed", "sent", "calls"))
     # Chunks ceil(u / 2): 3 + 9 + 500 + 2 = 514 per pass; 2 bytes each.
     assert (handed["forward_all_gather"], sent["forward_all_gather"]) == (1_028, 1_028)
@@ -109,7 +109,7 @@ def test_sweep_equals_one_setting_at_a_time():
 
 def test_qgz_and_qwz_by_hand():
     # 1,600 parameters (one flat buffer) on 16 GPUs in 2 nodes of 8.
-    result = traffic(1600, 16, 3, qgz=True, qwz=True, hpz_partition=8, gpus_per_node=8)
+    result = traffic(1600, 16, 3, placement=Placement(qgz=True, qwz=True, hpz_partition=8, gpus_per_node=8))
     handed, sent, cross = (by_name(result, w) for w in ("handed", "sent", "cross_node"))
     # qgZ in the node: the buffer in 8 chunks of 200, 4 bits each: hands 1,600 x 0.5 B,
     # sends 7 x 200 x 0.5 B.
@@ -145,7 +145,7 @@ def test_zeropp_blog_table_is_reproduced():
 def test_bad_settings_name_the_rule(kwargs, message):
     stage = kwargs.pop("stage")
     with pytest.raises(ValueError, match=re.escape(message)):
-        traffic(1_000_000, 48, stage, **kwargs)
+        traffic(1_000_000, 48, stage, placement=Placement(**kwargs))
 
 
 # --- offload ----------------------------------------------------------------------------------
@@ -231,8 +231,8 @@ def test_the_sweep_path_equals_the_slot_sums():
     stages = rng.integers(0, 4, 2000)
     params = rng.integers(1, 10**13, 2000)
     for layout in ("mixed-adam", "fp32-adam"):
-        result = traffic(int(params[0]), gpus, stages, layout, groups, gpus_per_node=8)
-        swept = flat_traffic(params, gpus, stages, layout, groups, gpus_per_node=8)
+        result = traffic(int(params[0]), gpus, stages, layout, groups, Placement(gpus_per_node=8))
+        swept = flat_traffic(params, gpus, stages, layout, groups, Placement(gpus_per_node=8))
         assert swept._plain_flat and result._plain_flat
         for one in (result, swept):
             fast = one.by_kind("sent")

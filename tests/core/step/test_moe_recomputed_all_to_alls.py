@@ -15,8 +15,11 @@ import pytest
 
 from zerolib.core.catalogue.models import TransformerConfig
 from zerolib.core.catalogue.nodes import cluster_interconnect
+from zerolib.core.memory.activations import ActivationOptions
 from zerolib.core.step.collectives import ring_timing_of
-from zerolib.core.step.expert_parallel_traffic import all_to_all_seconds_of, expert_traffic, expert_traffic_seconds
+from zerolib.core.step.expert_parallel_step import all_to_all_seconds_of
+from zerolib.core.step.expert_parallel_traffic import expert_traffic, expert_traffic_seconds
+from zerolib.core.step.parallel import ParallelSettings
 
 TINY = TransformerConfig("tiny-moe", hidden=16, layers=2, heads=2, kv_heads=2, ffn_hidden=32,
                          vocab=64, max_positions=64, tied_embeddings=False, gated_mlp=True,
@@ -26,7 +29,7 @@ IC = cluster_interconnect("dgx-h100", 8)
 
 @pytest.mark.parametrize("recompute, calls", [("none", 8), ("selective", 8), ("full", 12)])
 def test_all_to_alls_per_step_by_recomputation(recompute, calls):
-    traffic = expert_traffic(TINY, 8, 1, 2, recompute=recompute)
+    traffic = expert_traffic(TINY, 8, 1, 2, options=ActivationOptions(recompute=recompute))
     assert (traffic.rows, traffic.handed_bytes, traffic.sent_bytes) == (16, 512, 256)
     assert traffic.calls == calls
     assert traffic.step_handed_bytes == calls * 512      # 4,096 B; 6,144 B under full
@@ -39,18 +42,20 @@ def test_all_to_alls_per_step_by_recomputation(recompute, calls):
 def test_the_planners_seconds_count_the_same_calls(recompute, calls):
     latency, bandwidth = ring_timing_of(IC, "all_to_all", np.int64(2), np.int64(1))
     by_hand = calls * (latency + 256 / bandwidth)
-    traffic = expert_traffic(TINY, 8, 1, 2, recompute=recompute)
+    traffic = expert_traffic(TINY, 8, 1, 2, options=ActivationOptions(recompute=recompute))
     assert expert_traffic_seconds(traffic, IC) == pytest.approx(by_hand, rel=1e-12)
     # the planner's path, per micro-batch, one micro-batch here
-    planned = all_to_all_seconds_of(TINY, IC, 8, 1, 1, False, 2, 2, None, 2, 1, None,
-                                    recompute == "full")
+    settings = ParallelSettings(seq_len=8, micro_batch=1, tensor_parallel=1, pipeline_parallel=1,
+                                data_parallel=2, stage=0, micro_batches=1, expert_parallel=2,
+                                recompute=recompute)
+    planned = all_to_all_seconds_of(TINY, IC, settings, 2)
     assert float(planned) == pytest.approx(by_hand, rel=1e-12)
 
 
 def test_full_recomputation_at_t_2_counts_both_kinds_again():
     # t 2 under sequence parallelism, ETP 2: T = 4, R = 8 rows of 32 B, 128 B sent per
     # all-to-all, 12 of them; the ETP collectives 12 x 256 B (test_moe_tensor_collectives.py)
-    traffic = expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, sequence_parallel=True,
-                             recompute="full")
+    traffic = expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, options=ActivationOptions(
+        sequence_parallel=True, recompute="full"))
     assert (traffic.calls, traffic.step_sent_bytes) == (12, 1536)
     assert (traffic.etp_calls, traffic.step_etp_sent_bytes) == (12, 3072)

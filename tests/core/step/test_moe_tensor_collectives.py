@@ -17,6 +17,8 @@ import pytest
 from zerolib.core.catalogue.models import TransformerConfig
 from zerolib.core.catalogue.nodes import cluster_interconnect
 from zerolib.core.estimate import estimate
+from zerolib.core.memory.activations import ActivationOptions
+from zerolib.core.memory.model_parallel import Pipeline
 from zerolib.core.planner import plan
 from zerolib.core.step.collectives import ring_timing_of
 from zerolib.core.step.expert_parallel_traffic import expert_traffic, expert_traffic_seconds
@@ -27,14 +29,15 @@ TINY = TransformerConfig("tiny-moe", hidden=16, layers=2, heads=2, kv_heads=2, f
                          vocab=64, max_positions=64, tied_embeddings=False, gated_mlp=True,
                          experts=4, experts_per_token=2)
 IC = cluster_interconnect("dgx-h100", 8)
+SP = ActivationOptions(sequence_parallel=True)
 
 
 @pytest.mark.parametrize("etp, sent", [
     (2, 2048),
     (4, 6144)])
 def test_dispatcher_etp_collectives_per_step(etp, sent):
-    traffic = expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, sequence_parallel=True,
-                             expert_tensor_parallel=etp)
+    traffic = expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, options=ActivationOptions(
+        sequence_parallel=True, expert_tensor_parallel=etp))
     assert traffic.step_etp_sent_bytes == sent
 
 
@@ -59,10 +62,10 @@ AROUND = 10 * 128 + 2 * 128 + 2 * 128 + 3 * 32        # 1,888 B; with the MLP's 
 
 @pytest.mark.parametrize("etp, moe_share", [(1, 0), (2, 2048), (4, 6144)])
 def test_the_moe_layers_share_is_the_dispatchers_etp_collectives(etp, moe_share):
-    rows = tensor_parallel_traffic(TINY, 8, 1, 2, sequence_parallel=True)
+    rows = tensor_parallel_traffic(TINY, 8, 1, 2, options=SP)
     assert _ring_sent(rows) == AROUND             # was 3,168: the MLP's 1,280 B do not run
-    traffic = expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, sequence_parallel=True,
-                             expert_tensor_parallel=etp)
+    traffic = expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, options=ActivationOptions(
+        sequence_parallel=True, expert_tensor_parallel=etp))
     assert traffic.step_etp_sent_bytes == moe_share
     assert traffic.etp_calls == (0 if etp == 1 else 8)
 
@@ -70,16 +73,16 @@ def test_the_moe_layers_share_is_the_dispatchers_etp_collectives(etp, moe_share)
 def test_full_recomputation_runs_the_forwards_two_again():
     # ETP 2: 6 per layer x 2 layers = 12 calls of 256 B sent; attention's rows gain the recomputed
     # forward's gather and scatter: 7 x 2 = 14 calls of 128 B, plus the 608 B around the layers.
-    traffic = expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, sequence_parallel=True,
-                             recompute="full")
+    traffic = expert_traffic(TINY, 8, 1, 2, tensor_parallel=2, options=ActivationOptions(
+        sequence_parallel=True, recompute="full"))
     assert (traffic.etp_calls, traffic.step_etp_sent_bytes) == (12, 3072)
-    rows = tensor_parallel_traffic(TINY, 8, 1, 2, sequence_parallel=True, recompute="full")
+    rows = tensor_parallel_traffic(TINY, 8, 1, 2, options=ActivationOptions(sequence_parallel=True, recompute="full"))
     assert _ring_sent(rows) == 14 * 128 + 2 * 128 + 2 * 128 + 3 * 32
 
 
 def test_a_shared_expert_keeps_its_mlp_collectives():
     shared = replace(TINY, name="tiny-moe-shared", shared_expert_ffn=32)
-    rows = tensor_parallel_traffic(shared, 8, 1, 2, sequence_parallel=True)
+    rows = tensor_parallel_traffic(shared, 8, 1, 2, options=SP)
     assert _ring_sent(rows) == 20 * 128 + 2 * 128 + 2 * 128 + 3 * 32   # attention and shared MLP
 
 
@@ -94,8 +97,7 @@ def test_without_sequence_parallelism_the_dense_all_reduces_stand_in():
 
 def test_a_plain_tensor_parallel_mixture_gets_them_in_the_step():
     # E = 1, ETP = t = 2: no all-to-all, the 8 ETP calls per micro-batch, 256 B sent each
-    traffic = expert_traffic(TINY, 8, 1, 1, tensor_parallel=2, sequence_parallel=True,
-                             micro_batches=2)
+    traffic = expert_traffic(TINY, 8, 1, 1, tensor_parallel=2, micro_batches=2, options=SP)
     assert (traffic.calls, traffic.etp_calls, traffic.step_etp_sent_bytes) == (0, 16, 4096)
     times = parallel_step_time(TINY, IC, "h100-80gb", seq_len=8, micro_batch=1, tensor_parallel=2,
                                pipeline_parallel=1, data_parallel=2, stage=1, micro_batches=2,
@@ -103,7 +105,7 @@ def test_a_plain_tensor_parallel_mixture_gets_them_in_the_step():
     assert float(times.parts["expert"][()]) == pytest.approx(expert_traffic_seconds(traffic, IC),
                                                              rel=1e-12)
     # the tensor part times the same rows tensor_parallel_traffic gives the estimate
-    rows = tensor_parallel_traffic(TINY, 8, 1, 2, sequence_parallel=True, micro_batches=2)
+    rows = tensor_parallel_traffic(TINY, 8, 1, 2, Pipeline(1, micro_batches=2), options=SP)
     expected = 0.0
     for row in rows:
         latency, bandwidth = ring_timing_of(IC, KIND_OF[row.collective], np.int64(2))
@@ -156,7 +158,7 @@ BSH, LOSS = 2 * 4096 * 4096, 4 * 4096
     (4, True, 327, 324 * BSH + 3 * LOSS, 324 * BSH * 3 // 4 + 3 * LOSS * 3 // 2),
 ])
 def test_a_dense_models_tensor_traffic_is_unchanged(t, sp, calls, total, sent):
-    rows = tensor_parallel_traffic("llama-2-7b", 4096, 1, t, sequence_parallel=sp)
+    rows = tensor_parallel_traffic("llama-2-7b", 4096, 1, t, options=ActivationOptions(sequence_parallel=sp))
     assert sum(row.calls for row in rows) == calls
     assert sum(row.total_bytes for row in rows) == total
     assert _ring_sent(rows) == sent

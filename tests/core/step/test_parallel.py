@@ -4,17 +4,21 @@ direction, one 200 Gb/s HDR port (25 GB/s) per GPU; NCCL's latencies 8.4 us per 
 3.4 us per NVLink step, 14.0 us per network step; PCIe 4.0 x16 31.5 GB/s, 5.0 x16 63 GB/s per
 direction; a 100 Gb/s RoCE port 12.5 GB/s."""
 import math
+from dataclasses import fields
 
 import numpy as np
 import pytest
 
 from zerolib.core.catalogue.devices import get_device
 from zerolib.core.catalogue.nodes import bus_bandwidth, interconnect, ring_latency
-from zerolib.core.memory.model_parallel import parameters_per_gpu
+from zerolib.core.memory.model_parallel import Pipeline, parameters_per_gpu
 from zerolib.core.step.collectives import ring_timing
 from zerolib.core.step.model_parallel_traffic import pipeline_traffic, tensor_parallel_traffic
+from zerolib.core.step.offload_traffic import HostSettings
 from zerolib.core.step.parallel import (
+    PARTS,
     ParallelSettings,
+    ParallelStepTime,
     bubble_fraction,
     cluster_interconnect,
     offload_seconds,
@@ -131,11 +135,11 @@ def test_tensor_parallel_all_reduces_by_hand():
 def test_tensor_parallel_rows_are_model_parallel_traffics():
     # The rows timed are those of model_parallel_traffic, whatever t, scaled by the micro-batch.
     for t in (2, 4, 8):
-        rows = tensor_parallel_traffic("llama-2-7b", 4096, 1, t, 1, 0, micro_batches=1)
+        rows = tensor_parallel_traffic("llama-2-7b", 4096, 1, t, Pipeline(1, micro_batches=1), 0)
         assert [(r.collective, r.calls, r.tensor_bytes) for r in rows] == [
             (r.collective, r.calls, r.tensor_bytes)
-            for r in tensor_parallel_traffic("llama-2-7b", 4096, 1, 2, 1, 0, micro_batches=1)]
-    b3 = tensor_parallel_traffic("llama-2-7b", 4096, 3, 2, 1, 0, micro_batches=1)
+            for r in tensor_parallel_traffic("llama-2-7b", 4096, 1, 2, Pipeline(1, micro_batches=1), 0)]
+    b3 = tensor_parallel_traffic("llama-2-7b", 4096, 3, 2, Pipeline(1, micro_batches=1), 0)
     assert [r.tensor_bytes for r in b3] == [3 * r.tensor_bytes for r in
                                             tensor_parallel_traffic("llama-2-7b", 4096, 1, 2)]
 
@@ -160,9 +164,20 @@ def test_the_pipeline_bubble_by_hand():
     close(bubble_fraction(2, 4, 2), 1 / 8)       # of the ideal time: (p - 1) / (v m)
 
 
+def test_the_parts_are_named_fields_present_whatever_the_setting():
+    # One field per part of PARTS, in its order, never a slice of a tuple whose length a new
+    # part would change; a part the setting does not use (context, expert) is there, 0. The
+    # bubble is (p - 1) / v of T_mb, the busier stage's micro-batch time.
+    result = step(pipeline_parallel=2, micro_batches=4)
+    assert [f.name for f in fields(ParallelStepTime)] == [*PARTS, "micro_batch_seconds"]
+    assert all(result.parts[name] is getattr(result, name) for name in PARTS)
+    assert list(result.parts) == list(PARTS)
+    assert float(result.context) == float(result.expert) == 0.0
+    close(result.bubble, result.micro_batch_seconds)
+
+
 def test_pipeline_messages_are_model_parallel_traffics():
-    rows = pipeline_traffic("llama-2-7b", 4096, 1, 1, 2, 0, micro_batches=2, schedule="interleaved",
-                            chunks=2)
+    rows = pipeline_traffic("llama-2-7b", 4096, 1, 1, Pipeline(2, "interleaved", 2, micro_batches=2), 0)
     assert sum(r.calls for r in rows if r.collective == "send") == 2 * 3
 
 
@@ -357,7 +372,7 @@ def test_offload_seconds_by_hand():
     optimizer = offload_seconds(P7, 8, 3, "optimizer")
     assert [float(optimizer[p]) for p in ("forward", "backward")] == [0.0, one]
     assert float(optimizer["after_step"]) == pytest.approx(one + cpu, rel=1e-15)
-    both = offload_seconds(P7, 8, 3, "optimizer+parameters", host_link="pcie5-x16")
+    both = offload_seconds(P7, 8, 3, "optimizer+parameters", host=HostSettings(host_link="pcie5-x16"))
     assert [float(both[p]) for p in ("forward", "backward")] == [
         1_684_603_904 / 63e9, 1_684_603_904 / 63e9]
     assert float(both["after_step"]) == pytest.approx(cpu, rel=1e-15)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from zerolib.core.catalogue.nodes import interconnect
+from zerolib.core.memory.placement import Placement
 from zerolib.core.step.time import ComputeSettings, compute_seconds, step_time
 from zerolib.core.step.traffic import flat_traffic, traffic
 from zerolib.crosscheck.paper import PAPER_V100
@@ -106,7 +107,8 @@ def test_the_rings_are_placed_on_the_interconnects_nodes():
     # A shard group's validity depends on where the nodes fall: counted on nodes of 8, refused.
     with pytest.raises(ValueError, match="placed on nodes of 8 GPUs"):
         step_time(traffic(7_000_000_000, 32, 2, shard_group=8), ic)
-    assert step_time(traffic(7_000_000_000, 32, 2, shard_group=8, gpus_per_node=16), ic)
+    assert step_time(traffic(7_000_000_000, 32, 2, shard_group=8,
+                             placement=Placement(gpus_per_node=16)), ic)
 
 
 def test_parse_fraction():

@@ -34,7 +34,7 @@ from zerolib.chapter.style import gpus_text
 from zerolib.core.catalogue.devices import Device, capacity_text
 from zerolib.core.catalogue.links import LINKS
 from zerolib.core.catalogue.models import MODELS, get_model
-from zerolib.core.catalogue.nodes import NODES
+from zerolib.core.catalogue.nodes import NODES, interconnect
 from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
 from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.run import Run
@@ -241,9 +241,8 @@ class StepTimeExplorer(Explorer):
         return self.controls["engine"].value
 
     def _frame(self):
-        return tradeoff_frame(self.model, self.gpus, self.link, self.device, self.settings,
-                              self.mfu, ENGINES[self.engine].stages, self.layout,
-                              self.gpus_per_node, engine=self.engine)
+        return tradeoff_frame(self.model, self.gpus, interconnect(self.link, self.gpus_per_node),
+                              self.device, self.settings, self.mfu, self.layout, self.engine)
 
     def _update(self) -> bool:
         self.data = self._frame()

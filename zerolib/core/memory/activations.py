@@ -131,16 +131,21 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from functools import lru_cache
 from types import MappingProxyType
 
-from zerolib.core.catalogue.models import get_model
-from zerolib.core.inputs import check_count, check_flag, check_positive_int
+from zerolib.core.catalogue.models import MAX_MODEL_SIZE, TransformerConfig, get_model
+from zerolib.core.inputs import MAX_GPUS, check_count, check_flag, check_positive_int
 from zerolib.core.intmath import ceil_div
 
 RECOMPUTE = ("none", "selective", "full")
 LOGSUMEXP_BYTES = 4  # flash attention keeps its softmax statistics in fp32 (one per head, token)
 LOSS_FP32_BYTES = 4  # the loss upcasts the logits to fp32
 ROUTER_BYTES = 4     # Mixtral's router softmax runs in fp32 (transformers: softmax(logits.float()))
+
+
+MAX_ELEMENT_BYTES = 16     # bytes of one activation, mask or logit element
 
 
 def _check_recompute(recompute) -> str:
@@ -154,67 +159,132 @@ def _split(n: int, t: int) -> int:
     return ceil_div(n, t)
 
 
-def layer_activation_terms(seq_len, micro_batch, hidden, heads, *, ffn_hidden=None, gated_mlp=False,
-                           recompute="none", tensor_parallel=1, sequence_parallel=False,
-                           flash_attention=False, element_bytes=2, mask_bytes=1, dropout=True,
-                           kv_heads=None, head_dim=None, post_norms=False, experts=0,
-                           experts_per_token=0, qk_norm="none", shared_norm=False,
-                           shared_expert_ffn=0, shared_expert_gate=False,
-                           capacity_factor=None, kv_lora_rank=0, q_lora_rank=0, rope_head_dim=0,
-                           v_head_dim=0, expert_tensor_parallel=None) -> Mapping[str, int]:
-    """Bytes each saved tensor of one transformer layer takes on one tensor-parallel rank.
+@dataclass(frozen=True)
+class ActivationOptions:
+    """How a run keeps its activations, beside the model's shape: the settings of the count in
+    the module doc. ``sequence_parallel``, ``recompute`` (one of :data:`RECOMPUTE`),
+    ``flash_attention``, the widths of an activation (``element_bytes``) and of a dropout mask
+    (``mask_bytes``), ``dropout`` (None: the model's own), ``logits_bytes`` (the widths of the
+    vocabulary-sized tensors held at once; None: ``(element_bytes, 4)``), a mixture of experts'
+    ``capacity_factor`` (None: dropless) and ``expert_tensor_parallel`` (None: the
+    tensor-parallel degree), and ZeRO-R's ``partition_activations`` and ``cpu_checkpointing``
+    (DeepSpeed's ``activation_checkpointing``; both need full recomputation). Checked when made,
+    so equal settings are equal options: the key of every memo of the per-setting counts."""
+
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    flash_attention: bool = False
+    element_bytes: int = 2
+    mask_bytes: int = 1
+    dropout: bool | None = None
+    logits_bytes: tuple[int, ...] | None = None
+    capacity_factor: float | None = None
+    expert_tensor_parallel: int | None = None
+    partition_activations: bool = False
+    cpu_checkpointing: bool = False
+
+    def __post_init__(self):
+        put = object.__setattr__
+        for name in ("sequence_parallel", "flash_attention", "partition_activations",
+                     "cpu_checkpointing"):
+            put(self, name, check_flag(getattr(self, name), name))
+        _check_recompute(self.recompute)
+        put(self, "element_bytes", check_positive_int(self.element_bytes, "element_bytes",
+                                                      MAX_ELEMENT_BYTES))
+        put(self, "mask_bytes", check_count(self.mask_bytes, "mask_bytes", MAX_ELEMENT_BYTES))
+        if self.dropout is not None:
+            put(self, "dropout", check_flag(self.dropout, "dropout"))
+        if self.logits_bytes is not None:
+            put(self, "logits_bytes", logits_widths(self.logits_bytes, self.element_bytes))
+        if self.capacity_factor is not None:
+            put(self, "capacity_factor", check_capacity_factor(self.capacity_factor))
+        if self.expert_tensor_parallel is not None:
+            put(self, "expert_tensor_parallel", check_positive_int(
+                self.expert_tensor_parallel, "expert_tensor_parallel", MAX_GPUS))
+        for name in ("partition_activations", "cpu_checkpointing"):
+            if getattr(self, name) and self.recompute != "full":
+                raise ValueError(f"{name} applies to activation checkpoints: it needs "
+                                 f"recompute='full', got {self.recompute!r}")
+
+    def __deepcopy__(self, memo) -> ActivationOptions:
+        return self  # immutable
+
+    @classmethod
+    def from_checked(cls, **values) -> ActivationOptions:
+        """Options whose fields a door checked already (the planner's, from its checked
+        settings), by name as the constructor takes them (the others at their defaults), made
+        without checking them again: the same options, and the same memo key, as checked ones."""
+        options = object.__new__(cls)
+        for name, default in _DEFAULTS.items():
+            object.__setattr__(options, name, values.pop(name, default))
+        if values:
+            raise TypeError(f"from_checked takes ActivationOptions' fields, got {', '.join(values)}")
+        return options
+
+    def dropout_of(self, config: TransformerConfig) -> bool:
+        """Whether ``config`` runs with dropout under these options (None: the model's own)."""
+        return config.dropout if self.dropout is None else self.dropout
+
+    @property
+    def logits_widths(self) -> tuple[int, ...]:
+        """The widths of the vocabulary-sized tensors: ``logits_bytes``, or the logits in the
+        element size and their fp32 copy for the loss."""
+        return (self.element_bytes, LOSS_FP32_BYTES) if self.logits_bytes is None else self.logits_bytes
+
+    def etp_at(self, tensor_parallel: int) -> int | None:
+        """The expert-tensor-parallel degree where it differs from ``tensor_parallel``, else
+        None (the count of the module doc at ETP = t)."""
+        etp = self.expert_tensor_parallel
+        return None if etp is None or etp == tensor_parallel else etp
+
+
+DEFAULT_OPTIONS = ActivationOptions()
+_DEFAULTS = {f.name: f.default for f in fields(ActivationOptions)}
+_OPTION_NAMES = frozenset(_DEFAULTS)
+
+
+def layer_shape(hidden, heads, **shape) -> TransformerConfig:
+    """One transformer layer's shape as a :class:`TransformerConfig` (a model of one layer, no
+    vocabulary to speak of): ``hidden`` and ``heads``, and any other field of the config as a
+    keyword (``kv_heads``: ``heads``; ``ffn_hidden``: 4 x ``hidden``; ``dropout``: True, the
+    paper's GPT block)."""
+    h = check_positive_int(hidden, "hidden", MAX_MODEL_SIZE)
+    a = check_positive_int(heads, "heads", MAX_MODEL_SIZE)
+    kv, f = shape.pop("kv_heads", None), shape.pop("ffn_hidden", None)
+    shape.setdefault("dropout", True)
+    return TransformerConfig(
+        name=f"a layer of hidden size {h} with {a} heads", hidden=h, layers=1, heads=a,
+        kv_heads=a if kv is None else check_positive_int(kv, "kv_heads", MAX_MODEL_SIZE),
+        ffn_hidden=4 * h if f is None else check_positive_int(f, "ffn_hidden", MAX_MODEL_SIZE),
+        vocab=1, max_positions=1, tied_embeddings=False, gated_mlp=shape.pop("gated_mlp", False),
+        **shape)
+
+
+def layer_activation_terms(model, seq_len, micro_batch, tensor_parallel=1,
+                           options: ActivationOptions = DEFAULT_OPTIONS) -> Mapping[str, int]:
+    """Bytes each saved tensor of one transformer layer of ``model`` (a preset name or a
+    :class:`TransformerConfig`, e.g. :func:`layer_shape`) takes on one of ``tensor_parallel``
+    ranks, under ``options`` (see the module doc for what each shape field and option saves).
+    A model with experts: one layer with experts.
 
     Terms that a setting removes are 0 rather than absent, so the names stay the same.
-    ``kv_heads`` (default: ``heads``) narrows K and V under grouped-query attention; ``head_dim``
-    (default: hidden / heads) sets the width of each head; ``post_norms`` adds Gemma-2's norms
-    after attention and after the MLP; ``experts`` and ``experts_per_token`` make the MLP a
-    mixture of experts (see the module doc for what that saves); ``qk_norm``, ``shared_norm``,
-    ``shared_expert_ffn``, ``shared_expert_gate``, ``capacity_factor`` and
-    ``expert_tensor_parallel`` (None: ``tensor_parallel``) as the module doc says.
     """
+    config = get_model(model)
     s = check_positive_int(seq_len, "seq_len")
     b = check_positive_int(micro_batch, "micro_batch")
-    h = check_positive_int(hidden, "hidden")
-    a = check_positive_int(heads, "heads")
-    f = 4 * h if ffn_hidden is None else check_positive_int(ffn_hidden, "ffn_hidden")
-    kv = a if kv_heads is None else check_positive_int(kv_heads, "kv_heads")
     t = check_positive_int(tensor_parallel, "tensor_parallel")
-    e = check_positive_int(element_bytes, "element_bytes")
-    m = check_count(mask_bytes, "mask_bytes")
-    n_experts = check_count(experts, "experts")
-    k = check_count(experts_per_token, "experts_per_token")
-    gated, sp, flash, drop, post = (
-        check_flag(gated_mlp, "gated_mlp"), check_flag(sequence_parallel, "sequence_parallel"),
-        check_flag(flash_attention, "flash_attention"), check_flag(dropout, "dropout"),
-        check_flag(post_norms, "post_norms"))
-    recompute = _check_recompute(recompute)
-    if qk_norm not in ("none", "head", "projection"):
-        raise ValueError(f"qk_norm must be one of none, head, projection, got {qk_norm!r}")
-    shared_norm, shared_gate = check_flag(shared_norm, "shared_norm"), check_flag(shared_expert_gate,
-                                                                                  "shared_expert_gate")
-    fs = check_count(shared_expert_ffn, "shared_expert_ffn")
-    kv_rank, q_rank = check_count(kv_lora_rank, "kv_lora_rank"), check_count(q_lora_rank, "q_lora_rank")
-    rope, v_width = check_count(rope_head_dim, "rope_head_dim"), check_count(v_head_dim, "v_head_dim")
-    if capacity_factor is not None:
-        capacity_factor = check_capacity_factor(capacity_factor)
-    if head_dim is None:
-        if h % a:
-            raise ValueError(f"hidden ({h}) must be a multiple of heads ({a}) unless head_dim is given")
-        d = h // a
-    else:
-        d = check_positive_int(head_dim, "head_dim")
-    if a % kv:
-        raise ValueError(f"kv_heads ({kv}) must divide heads ({a})")
-    if a % t:
-        raise ValueError(f"tensor_parallel ({t}) must divide heads ({a})")
-    if (n_experts == 0) != (k == 0) or k > n_experts:
-        raise ValueError(f"experts_per_token ({k}) must be from 1 to experts ({n_experts}), or both 0 "
-                         f"for a dense MLP")
-    etp = check_expert_tensor_parallel(expert_tensor_parallel, t, sp, n_experts, f)
+    options = _check_options(options)
+    if config.heads % t:
+        raise ValueError(f"tensor_parallel ({t}) must divide heads ({config.heads})")
+    etp = check_expert_tensor_parallel(options.expert_tensor_parallel, t, options.sequence_parallel,
+                                       config.experts, config.ffn_hidden)
+    return _layer_terms(config, s, b, t, options, options.recompute, etp)
 
-    return _layer_terms(s, b, h, a, f, kv, d, t, e, m, n_experts, k, gated, sp, flash, drop, post,
-                        recompute, qk_norm, shared_norm, shared_gate, fs, kv_rank, q_rank, rope,
-                        v_width, capacity_factor, etp)
+
+def _check_options(options) -> ActivationOptions:
+    if not isinstance(options, ActivationOptions):
+        raise TypeError(f"options must be an ActivationOptions, got {type(options).__name__}")
+    return options
 
 
 def check_expert_tensor_parallel(expert_tensor_parallel, t: int, sp: bool, experts: int,
@@ -246,12 +316,19 @@ def check_capacity_factor(capacity_factor) -> float:
     return float(capacity_factor)
 
 
-def _layer_terms(s, b, h, a, f, kv, d, t, e, m, n_experts, k, gated, sp, flash, drop, post,
-                 recompute, qk_norm="none", shared_norm=False, shared_gate=False, fs=0, kv_rank=0,
-                 q_rank=0, rope=0, v_width=0, capacity_factor=None,
-                 etp=None) -> Mapping[str, int]:
-    """:func:`layer_activation_terms` of checked Python ints and flags (d: the head width; ``etp``
-    None: ETP = t, else the checked ETP of :func:`check_expert_tensor_parallel`)."""
+def _layer_terms(config: TransformerConfig, s: int, b: int, t: int, options: ActivationOptions,
+                 recompute: str, etp: int | None) -> Mapping[str, int]:
+    """:func:`layer_activation_terms` of checked inputs (``recompute`` may differ from the
+    options', to count what another setting would keep; ``etp`` None: ETP = t, else the checked
+    ETP of :func:`check_expert_tensor_parallel`)."""
+    h, a, f, kv, d = config.hidden, config.heads, config.ffn_hidden, config.kv_heads, config.head_width
+    e, m = options.element_bytes, options.mask_bytes
+    n_experts, k, gated = config.experts, config.experts_per_token, config.gated_mlp
+    sp, flash, drop, post = (options.sequence_parallel, options.flash_attention,
+                             options.dropout_of(config), config.post_norms)
+    qk_norm, shared_norm, shared_gate = config.qk_norm, config.shared_norm, config.shared_expert_gate
+    fs, kv_rank, q_rank = config.shared_expert_ffn, config.kv_lora_rank, config.q_lora_rank
+    rope, v_width, capacity_factor = config.rope_head_dim, config.v_head_dim, options.capacity_factor
     sbh = s * b * h
     # Token slots the experts hold: k per token dropless, else E fixed buffers of the capacity.
     slots = s * b * k
@@ -351,13 +428,18 @@ def _layer_terms(s, b, h, a, f, kv, d, t, e, m, n_experts, k, gated, sp, flash, 
 
 
 def layer_activation_bytes(seq_len, micro_batch, hidden, heads, **options) -> int:
-    """Bytes of activations one transformer layer saves for backward, per tensor-parallel rank.
-
-    Takes the arguments of :func:`layer_activation_terms`. With the paper's GPT block
-    (``ffn_hidden`` = 4 x hidden, 2-byte elements, 1-byte dropout masks) this is Korthikanti et
-    al.'s Table 2 exactly, e.g. ``sbh(34 + 5as/h)`` with no parallelism and no recomputation.
+    """Bytes of activations one transformer layer saves for backward, per tensor-parallel rank:
+    the short form of :func:`layer_activation_terms`, summed. The keywords are the layer's shape
+    (the fields of :func:`layer_shape`), ``tensor_parallel`` and the fields of
+    :class:`ActivationOptions`. With the paper's GPT block (``ffn_hidden`` = 4 x hidden, 2-byte
+    elements, 1-byte dropout masks) this is Korthikanti et al.'s Table 2 exactly, e.g.
+    ``sbh(34 + 5as/h)`` with no parallelism and no recomputation.
     """
-    return sum(layer_activation_terms(seq_len, micro_batch, hidden, heads, **options).values())
+    run = {name: options.pop(name) for name in list(options) if name in _OPTION_NAMES}
+    tensor_parallel = options.pop("tensor_parallel", 1)
+    config = layer_shape(hidden, heads, **options)
+    return sum(layer_activation_terms(config, seq_len, micro_batch, tensor_parallel,
+                                      ActivationOptions(**run)).values())
 
 
 def logits_widths(logits_bytes, element_bytes: int) -> tuple[int, ...]:
@@ -365,21 +447,18 @@ def logits_widths(logits_bytes, element_bytes: int) -> tuple[int, ...]:
         return (element_bytes, LOSS_FP32_BYTES)
     if isinstance(logits_bytes, (str, bytes)) or not hasattr(logits_bytes, "__iter__"):
         raise TypeError(f"logits_bytes must be a tuple of byte widths like (2, 4), got {logits_bytes!r}")
-    return tuple(check_positive_int(w, "logits_bytes entry") for w in logits_bytes)
+    return tuple(check_positive_int(w, "logits_bytes entry", MAX_ELEMENT_BYTES) for w in logits_bytes)
 
 
-def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", tensor_parallel=1,
-                           sequence_parallel=False, flash_attention=False, element_bytes=2,
-                           mask_bytes=1, dropout=None, logits_bytes=None,
-                           capacity_factor=None, expert_tensor_parallel=None) -> Mapping[str, int]:
-    """Activation bytes of a whole model on one rank, by term.
+def model_activation_terms(model, seq_len, micro_batch, tensor_parallel=1,
+                           options: ActivationOptions = DEFAULT_OPTIONS) -> Mapping[str, int]:
+    """Activation bytes of a whole model on one of ``tensor_parallel`` ranks, by term.
 
-    ``model`` is a preset name or a :class:`zerolib.core.catalogue.models.TransformerConfig`. ``dropout=None``
-    uses the model's own (GPT-2 trains with dropout; the Llama family does not).
-    ``logits_bytes`` lists the widths of the vocabulary-sized tensors held at once: by default
-    ``(element_bytes, 4)`` (the logits, then their fp32 copy for the loss); the paper's Sec. 4.3
-    uses ``(4,)``. ``capacity_factor`` (None: dropless) sizes the experts' token buffers;
-    ``expert_tensor_parallel`` (None: ``tensor_parallel``) splits each expert (module doc).
+    ``model`` is a preset name or a :class:`zerolib.core.catalogue.models.TransformerConfig`;
+    ``options`` (:class:`ActivationOptions`) how the run keeps them: its ``dropout=None`` uses
+    the model's own (GPT-2 trains with dropout; the Llama family does not), its
+    ``logits_bytes`` by default ``(element_bytes, 4)`` (the logits, then their fp32 copy for the
+    loss; the paper's Sec. 4.3 uses ``(4,)``).
 
     Terms: ``transformer_layers`` (L x one layer), ``recompute_transient`` (one layer being
     recomputed during backward), ``embedding_dropout_mask`` (the embedding output itself is the
@@ -389,96 +468,72 @@ def model_activation_terms(model, seq_len, micro_batch, *, recompute="none", ten
     ``logits_loss`` (vocabulary x sequence x micro-batch, split over tensor-parallel ranks).
     """
     config = get_model(model)
-    drop = config.dropout if dropout is None else check_flag(dropout, "dropout")
-    recompute = _check_recompute(recompute)
-    widths = logits_widths(logits_bytes, check_positive_int(element_bytes, "element_bytes"))
-    common = dict(ffn_hidden=config.ffn_hidden, gated_mlp=config.gated_mlp, kv_heads=config.kv_heads,
-                  head_dim=config.head_width, post_norms=config.post_norms, experts=config.experts,
-                  experts_per_token=config.experts_per_token, qk_norm=config.qk_norm,
-                  shared_norm=config.shared_norm, shared_expert_ffn=config.shared_expert_ffn,
-                  shared_expert_gate=config.shared_expert_gate, capacity_factor=capacity_factor,
-                  kv_lora_rank=config.kv_lora_rank, q_lora_rank=config.q_lora_rank,
-                  rope_head_dim=config.rope_head_dim, v_head_dim=config.v_head_dim,
-                  tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
-                  flash_attention=flash_attention, element_bytes=element_bytes,
-                  mask_bytes=mask_bytes, dropout=drop)
     # The layer inputs are checked once here; the layer sums of model_terms trust them.
-    layer_activation_terms(seq_len, micro_batch, config.hidden, config.heads, recompute=recompute,
-                           expert_tensor_parallel=expert_tensor_parallel, **common)
-    etp = check_expert_tensor_parallel(expert_tensor_parallel, int(tensor_parallel),
-                                       bool(sequence_parallel), config.experts, config.ffn_hidden)
-    return model_terms(config, int(seq_len), int(micro_batch), int(tensor_parallel),
-                       bool(sequence_parallel), recompute, bool(flash_attention),
-                       int(element_bytes), int(mask_bytes), bool(drop), widths, capacity_factor,
-                       etp)
+    layer_activation_terms(config, seq_len, micro_batch, tensor_parallel, options)
+    return model_terms(config, int(seq_len), int(micro_batch), int(tensor_parallel), options)
 
 
-def model_terms(config, seq_len: int, micro_batch: int, tensor_parallel: int,
-                sequence_parallel: bool, recompute: str, flash_attention: bool,
-                element_bytes: int, mask_bytes: int, dropout: bool,
-                logits_widths: tuple[int, ...], capacity_factor=None,
-                etp=None) -> Mapping[str, int]:
-    """:func:`model_activation_terms` of checked inputs (a TransformerConfig, Python ints and
-    flags, ``dropout`` resolved, the logits' widths, ``etp`` checked or None): the planner's
-    path, per setting."""
+def model_terms(config: TransformerConfig, seq_len: int, micro_batch: int, tensor_parallel: int,
+                options: ActivationOptions) -> Mapping[str, int]:
+    """:func:`model_activation_terms` of checked inputs (a TransformerConfig, Python ints, an
+    ETP the model allows): the planner's path, per setting."""
     s, b, h, v, t = seq_len, micro_batch, config.hidden, config.vocab, tensor_parallel
-    one, dense, transient = layer_kinds(config, s, b, t, sequence_parallel, recompute,
-                                        flash_attention, element_bytes, mask_bytes, dropout,
-                                        capacity_factor, etp)
+    one, dense, transient = layer_kinds(config, s, b, t, options)
     layers_total = config.layers * one
     if config.dense_layers:     # DeepSeek's first layers: a dense gated MLP, no experts
         layers_total = config.sparse_layers * one + config.dense_layers * dense
-    pointwise_t = t if sequence_parallel else 1
+    pointwise_t = t if options.sequence_parallel else 1
     sbh_rank = _split(s * b * h, pointwise_t)
+    element_bytes = options.element_bytes
     return MappingProxyType({
         "transformer_layers": layers_total,
         "recompute_transient": transient,
-        "embedding_dropout_mask": mask_bytes * sbh_rank if dropout else 0,
+        "embedding_dropout_mask": options.mask_bytes * sbh_rank if options.dropout_of(config) else 0,
         "embedding_norm_input": element_bytes * sbh_rank if config.embedding_norm else 0,
         "final_norm_input": element_bytes * sbh_rank,
         "output_projection_input": element_bytes * sbh_rank,
-        "logits_loss": sum(logits_widths) * s * b * _split(v, t),   # vocabulary-parallel output
+        "logits_loss": sum(options.logits_widths) * s * b * _split(v, t),   # vocabulary-parallel output
     })
 
 
-def layer_kinds(config, seq_len: int, micro_batch: int, tensor_parallel: int,
-                sequence_parallel: bool, recompute: str, flash_attention: bool,
-                element_bytes: int, mask_bytes: int, dropout: bool,
-                capacity_factor=None, etp=None) -> tuple[int, int, int]:
+@lru_cache(maxsize=64)
+def _dense_layer(config: TransformerConfig) -> TransformerConfig:
+    """One of DeepSeek's first layers as a model of its own: a dense gated MLP of
+    ``dense_ffn_hidden``, no experts."""
+    return replace(config, ffn_hidden=config.dense_ffn_hidden, experts=0, experts_per_token=0,
+                   shared_expert_ffn=0, shared_expert_gate=False, dense_layers=0,
+                   dense_ffn_hidden=0)
+
+
+def layer_kinds(config: TransformerConfig, seq_len: int, micro_batch: int, tensor_parallel: int,
+                options: ActivationOptions) -> tuple[int, int, int]:
     """(one layer, one of the first dense layers, the recompute transient) in bytes on one
     rank, of checked inputs (as :func:`model_terms`). "One layer" is every layer of a model
     whose layers are alike, else one with experts; the dense layer is 0 without ``dense_layers``;
     the transient is the larger kind's."""
-    s, b, h, t = seq_len, micro_batch, config.hidden, tensor_parallel
-    shape = dict(f=config.ffn_hidden, n_experts=config.experts, k=config.experts_per_token,
-                 fs=config.shared_expert_ffn, shared_gate=config.shared_expert_gate)
+    s, b, t, recompute = seq_len, micro_batch, tensor_parallel, options.recompute
+    etp = options.etp_at(t)
 
-    def layer(how: str, **override) -> int:
-        o = {**shape, **override}
-        return sum(_layer_terms(s, b, h, config.heads, o["f"], config.kv_heads, config.head_width, t,
-                                element_bytes, mask_bytes, o["n_experts"], o["k"], config.gated_mlp,
-                                sequence_parallel, flash_attention, dropout, config.post_norms, how,
-                                config.qk_norm, config.shared_norm, o["shared_gate"], o["fs"],
-                                config.kv_lora_rank, config.q_lora_rank, config.rope_head_dim,
-                                config.v_head_dim, capacity_factor,
-                                etp if o["n_experts"] else None).values())
+    def layer(kind: TransformerConfig, how: str) -> int:
+        return sum(_layer_terms(kind, s, b, t, options, how,
+                                etp if kind.experts else None).values())
 
-    one = layer(recompute)
+    one = layer(config, recompute)
     if recompute == "none":
         transient = 0
     else:
         # The layer being recomputed in backward briefly holds what "none" would have stored
         # (full) or what selective dropped (the attention core).
-        everything = layer("none")
-        transient = everything if recompute == "full" else everything - layer("selective")
+        everything = layer(config, "none")
+        transient = everything if recompute == "full" else everything - layer(config, "selective")
     dense_one = 0
     if config.dense_layers:     # DeepSeek's first layers: a dense gated MLP, no experts
-        dense = dict(f=config.dense_ffn_hidden, n_experts=0, k=0, fs=0, shared_gate=False)
-        dense_one = layer(recompute, **dense)
+        dense = _dense_layer(config)
+        dense_one = layer(dense, recompute)
         if recompute != "none":     # the larger of the two kinds of layer being recomputed
-            everything = layer("none", **dense)
+            everything = layer(dense, "none")
             transient = max(transient, everything if recompute == "full"
-                            else everything - layer("selective", **dense))
+                            else everything - layer(dense, "selective"))
     return one, dense_one, transient
 
 

@@ -43,6 +43,8 @@ from zerolib.core.catalogue.models import EXPERT_MODULES, TransformerConfig, get
 from zerolib.core.inputs import MAX_GPUS, check_positive_int, check_stage
 from zerolib.core.memory.accounting import Layout, ModelState, get_layout, state_bytes
 from zerolib.core.memory.model_parallel import (
+    Pipeline,
+    as_pipeline,
     candidate_stages,
     module_splits,
     parallel_grid,
@@ -62,7 +64,8 @@ RULES: Mapping[str, str] = MappingProxyType({
 
 @dataclass(frozen=True)
 class ExpertLayout:
-    """The checked groups of one setting (ints)."""
+    """The checked groups of one setting (ints; int64 arrays of checked settings on the
+    planner's path, :func:`expert_state_of`)."""
 
     tensor_parallel: int
     pipeline_parallel: int
@@ -198,28 +201,26 @@ class ExpertModelState:
                 "total_bytes": self.total}
 
 
-def expert_model_state(model, tensor_parallel: int, pipeline_parallel: int, data_parallel: int,
+def expert_model_state(model, tensor_parallel: int, pipeline: Pipeline | int, data_parallel: int,
                        stage: int, layout: str | Layout = "mixed-adam", *, expert_parallel: int = 1,
-                       expert_tensor_parallel: int | None = None, pipeline_stage: int | None = None,
-                       schedule: str = "1f1b", chunks: int = 1,
-                       vocab_divisible_by: int = 1) -> ExpertModelState:
-    """ZeRO ``stage`` on one GPU of a t x p x d grid with E-way expert parallelism: the dense part
-    sharded over d, the routed experts over t x d / (ETP x E). ``pipeline_stage`` None: the stage
-    whose GPU holds the most bytes. With E = 1 and ETP = t this equals
-    :func:`~zerolib.core.memory.model_parallel.model_state_per_gpu` at the same stage."""
+                       expert_tensor_parallel: int | None = None) -> ExpertModelState:
+    """ZeRO ``stage`` on the GPU of a t x p x d grid holding the most bytes, with E-way expert
+    parallelism: the dense part sharded over d, the routed experts over t x d / (ETP x E).
+    ``pipeline``: a :class:`~zerolib.core.memory.model_parallel.Pipeline` (its schedule places
+    the dense first layers) or its number of stages (1F1B). With E = 1 and ETP = t this equals
+    :func:`~zerolib.core.memory.model_parallel.model_state_per_gpu`. One given stage (and
+    Megatron-LM's padded vocabulary): :func:`state_of` of :func:`stage_parameters`."""
     config = get_model(model)
-    lay = check_expert_layout(config, tensor_parallel, pipeline_parallel, data_parallel,
+    pipeline = as_pipeline(pipeline)
+    if pipeline.stages.ndim:
+        raise TypeError("pipeline must have a single number of stages here, got an array")
+    lay = check_expert_layout(config, tensor_parallel, int(pipeline.stages), data_parallel,
                               expert_parallel, expert_tensor_parallel)
     stage = int(check_stage(stage))
     widths = get_layout(layout)
-    if pipeline_stage is None:
-        stages = sorted({int(r) for r in candidate_stages(config, lay.pipeline_parallel)})
-    else:
-        stages = [pipeline_stage]
     best = None
-    for r in stages:
-        params = stage_parameters(config, lay, r, schedule=schedule, chunks=chunks,
-                                  vocab_divisible_by=vocab_divisible_by)
+    for r in sorted({int(r) for r in candidate_stages(config, lay.pipeline_parallel)}):
+        params = stage_parameters(config, lay, r, schedule=pipeline.schedule, chunks=pipeline.chunks)
         found = state_of(lay, params, stage, widths)
         if best is None or found.total > best.total:
             best = found
@@ -265,17 +266,14 @@ def expert_elements_of(config: TransformerConfig, tensor_parallel, experts_held)
     return per_expert * np.asarray(experts_held, dtype=np.int64)
 
 
-def expert_state_of(params, expert_layers, tensor_parallel, group, expert_parallel, stage,
-                    widths: Layout, config: TransformerConfig,
-                    expert_tensor_parallel=None) -> np.ndarray:
+def expert_state_of(config: TransformerConfig, params, expert_layers, layout: ExpertLayout, stage,
+                    widths: Layout) -> np.ndarray:
     """Persistent bytes per GPU holding ``params`` (every routed expert t-split, as the dense
-    count has them) with E-way expert parallelism: :func:`state_of` for arrays, the dense part
-    over the ZeRO ``group``, the experts / E held, split ETP ways, over t x group / (ETP x E)
-    (ETP None: t, so group / E; whole shard groups)."""
-    e = np.asarray(expert_parallel, dtype=np.int64)
-    t = np.asarray(tensor_parallel, dtype=np.int64)
-    etp = t if expert_tensor_parallel is None else np.asarray(expert_tensor_parallel, dtype=np.int64)
+    count has them) with E-way expert parallelism: :func:`state_of` for arrays (``layout`` of
+    int64 arrays, its ``data_parallel`` the ZeRO group), the dense part over that group, the
+    experts / E held, split ETP ways, over t x group / (ETP x E) (whole shard groups)."""
+    e, t, etp = layout.expert_parallel, layout.tensor_parallel, layout.expert_tensor_parallel
     every = expert_layers * expert_elements_of(config, t, config.experts)
     held = expert_layers * expert_elements_of(config, etp, config.experts // e)
-    return (ModelState(params - every, group, stage, widths).total
-            + ModelState(held, t * group // (etp * e), stage, widths).total)
+    return (ModelState(params - every, layout.data_parallel, stage, widths).total
+            + ModelState(held, layout.expert_data_parallel, stage, widths).total)

@@ -43,7 +43,7 @@ from types import MappingProxyType
 import numpy as np
 
 from zerolib.core.inputs import MAX_GPUS, check_positive_int, check_sequence
-from zerolib.core.memory.expert_parallel import expert_layers_of, expert_state_of
+from zerolib.core.memory.expert_parallel import ExpertLayout, expert_layers_of, expert_state_of
 
 # Engines whose plans search expert tensor parallelism (the others keep ETP = t, module doc).
 ETP_ENGINES = ("megatron",)
@@ -126,8 +126,8 @@ def persistent(plan, c: Mapping[str, np.ndarray], params: np.ndarray, r: np.ndar
     t = c["tensor_parallel"][rows]
     e = c["expert_parallel"][rows] if "expert_parallel" in c else np.ones_like(t)
     etp = c["expert_tensor_parallel"][rows] if "expert_tensor_parallel" in c else t
-    return expert_state_of(params[rows], layers, t, c["data_parallel"][rows], e, c["stage"][rows],
-                           plan.layout, config, etp)
+    groups = ExpertLayout(t, p, c["data_parallel"][rows], e, etp)
+    return expert_state_of(config, params[rows], layers, groups, c["stage"][rows], plan.layout)
 
 
 def check_etp_degrees(expert_tensor_parallel, config, gpus: int, engine) -> tuple[int, ...] | None:

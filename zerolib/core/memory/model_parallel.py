@@ -307,17 +307,51 @@ def _micro_batches(value, name: str = "micro_batches") -> np.ndarray:
     return whole_in_range(value, name, 1, MAX_MICRO_BATCHES, "a positive whole number of micro-batches")
 
 
-def _rules(config: TransformerConfig, tensor_parallel, pipeline_parallel, schedule, chunks, gpus,
-           gpus_per_node, seq_len, sequence_parallel, micro_batches, stage=None):
+@dataclass(frozen=True, eq=False)
+class Pipeline:
+    """A pipeline: ``stages`` (p, Megatron-LM's ``--pipeline-model-parallel-size``) under
+    ``schedule`` ("1f1b", or "interleaved" with ``chunks`` (v) model chunks per stage), over
+    ``micro_batches`` (m) micro-batches per step and pipeline (None: as many as it takes to fill
+    the pipeline). ``stages`` and ``micro_batches`` may be arrays, broadcast by the functions
+    that take them. Checked when made (whole numbers in range, a known schedule); the rules that
+    need the model are :func:`check_parallel`'s. Where a function takes a pipeline, a whole
+    number p means ``Pipeline(p)``: p stages under 1F1B."""
+
+    stages: int | np.ndarray = 1
+    schedule: str = "1f1b"
+    chunks: int = 1
+    micro_batches: int | np.ndarray | None = None
+
+    def __post_init__(self):
+        put = object.__setattr__
+        put(self, "stages", check_gpus(self.stages, "pipeline_parallel"))
+        put(self, "schedule", check_schedule(self.schedule))
+        put(self, "chunks", check_positive_int(self.chunks, "chunks", MAX_CHUNKS))
+        if self.micro_batches is not None:
+            put(self, "micro_batches", _micro_batches(self.micro_batches))
+
+    def __deepcopy__(self, memo) -> Pipeline:
+        return self  # immutable
+
+    def micro_batches_or(self, default):
+        """The micro-batches per step, or ``default`` where none were given."""
+        return default if self.micro_batches is None else self.micro_batches
+
+
+def as_pipeline(pipeline) -> Pipeline:
+    """``pipeline`` itself, or a whole number of stages (an array of them) as ``Pipeline(p)``."""
+    return pipeline if isinstance(pipeline, Pipeline) else Pipeline(pipeline)
+
+
+def _rules(config: TransformerConfig, tensor_parallel, pipeline: Pipeline, gpus, gpus_per_node,
+           seq_len, sequence_parallel, stage=None):
     """(rule -> ok array, the broadcast inputs by name), all of one shape."""
-    check_schedule(schedule)
-    v = check_positive_int(chunks, "chunks", MAX_CHUNKS)
     arrays = {"tensor_parallel": check_gpus(tensor_parallel, "tensor_parallel"),
-              "pipeline_parallel": check_gpus(pipeline_parallel, "pipeline_parallel")}
+              "pipeline_parallel": pipeline.stages}
     if gpus is not None:
         arrays["gpus"] = check_gpus(gpus, "gpus")
-    if micro_batches is not None:
-        arrays["micro_batches"] = _micro_batches(micro_batches)
+    if pipeline.micro_batches is not None:
+        arrays["micro_batches"] = pipeline.micro_batches
     if stage is not None:
         arrays["stage"] = check_stage(stage)
     shaped = dict(zip(arrays, broadcast(**arrays)))
@@ -325,17 +359,19 @@ def _rules(config: TransformerConfig, tensor_parallel, pipeline_parallel, schedu
         gpus_per_node = check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS)
     if seq_len is not None and check_flag(sequence_parallel, "sequence_parallel"):
         seq_len = check_positive_int(seq_len, "seq_len")
-    return rules_of(config, shaped["tensor_parallel"], shaped["pipeline_parallel"], schedule, v,
-                    gpus_per_node, seq_len, sequence_parallel, shaped.get("micro_batches"),
-                    shaped.get("gpus"), shaped.get("stage")), shaped
+    grid = ParallelGrid(config, shaped["tensor_parallel"], shaped["pipeline_parallel"], None,
+                        pipeline.schedule, pipeline.chunks, shaped.get("micro_batches"), 1)
+    return rules_of(grid, gpus_per_node, seq_len, sequence_parallel, shaped.get("gpus"),
+                    shaped.get("stage")), shaped
 
 
-def rules_of(config: TransformerConfig, t: np.ndarray, p: np.ndarray, schedule: str, v: int,
-             gpus_per_node: int | None = None, seq_len: int | None = None,
-             sequence_parallel: bool = False, micro_batches: np.ndarray | None = None,
-             gpus: np.ndarray | None = None, stage: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """:func:`parallel_rules` of checked inputs (int64 arrays of one shape, Python scalars):
-    the planner's path, which checked them once at its door."""
+def rules_of(grid: ParallelGrid, gpus_per_node: int | None = None, seq_len: int | None = None,
+             sequence_parallel: bool = False, gpus: np.ndarray | None = None,
+             stage: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """:func:`parallel_rules` of checked inputs (a grid of int64 arrays of one shape, Python
+    scalars; its ``pipeline_stage`` and ``vocab_divisible_by`` unread): the planner's path, which
+    checked them once at its door."""
+    config, t, p, v, micro_batches = grid.config, grid.t, grid.p, grid.chunks, grid.micro_batches
     holds = np.ones(t.shape, dtype=bool)
     rules = dict.fromkeys(RULES, holds)
     rules.update(heads=config.heads % t == 0, kv_heads=config.kv_heads % t == 0,
@@ -347,7 +383,7 @@ def rules_of(config: TransformerConfig, t: np.ndarray, p: np.ndarray, schedule: 
     if seq_len is not None and sequence_parallel:
         rules["sequence"] = seq_len % t == 0
     rules["layers"] = p <= config.layers
-    if schedule == "interleaved":
+    if grid.schedule == "interleaved":
         rules["interleaved_layers"] = config.layers % (p * v) == 0
         rules["schedule"] = (p >= 2) & (v >= 2)
         if micro_batches is not None:
@@ -361,30 +397,30 @@ def rules_of(config: TransformerConfig, t: np.ndarray, p: np.ndarray, schedule: 
     return {name: np.broadcast_to(ok, t.shape) for name, ok in rules.items()}
 
 
-def parallel_rules(model, tensor_parallel=1, pipeline_parallel=1, *, schedule: str = "1f1b",
-                   chunks: int = 1, gpus=None, gpus_per_node=None, seq_len=None,
-                   sequence_parallel: bool = False, micro_batches=None,
+def parallel_rules(model, tensor_parallel=1, pipeline: Pipeline | int = 1, *, gpus=None,
+                   gpus_per_node=None, seq_len=None, sequence_parallel: bool = False,
                    stage=None) -> dict[str, np.ndarray]:
     """For each rule of :data:`RULES`, a boolean array: True where the setting obeys it.
 
-    Broadcast over ``tensor_parallel``, ``pipeline_parallel``, ``gpus``, ``micro_batches`` and
+    Broadcast over ``tensor_parallel``, the pipeline's stages and micro-batches, ``gpus`` and
     ``stage`` (the ZeRO stage); a rule whose input is not given (``gpus``, ``gpus_per_node``,
     ``seq_len``, ``stage``) holds.
     """
-    rules, _ = _rules(get_model(model), tensor_parallel, pipeline_parallel, schedule, chunks, gpus,
-                      gpus_per_node, seq_len, sequence_parallel, micro_batches, stage)
+    rules, _ = _rules(get_model(model), tensor_parallel, as_pipeline(pipeline), gpus,
+                      gpus_per_node, seq_len, sequence_parallel, stage)
     return rules
 
 
-def check_parallel(model, tensor_parallel=1, pipeline_parallel=1, *, schedule: str = "1f1b",
-                   chunks: int = 1, gpus=None, gpus_per_node=None, seq_len=None,
-                   sequence_parallel: bool = False, micro_batches=None, stage=None) -> None:
+def check_parallel(model, tensor_parallel=1, pipeline: Pipeline | int = 1, *, gpus=None,
+                   gpus_per_node=None, seq_len=None, sequence_parallel: bool = False,
+                   stage=None) -> None:
     """Raise a ValueError naming the first rule of :data:`RULES` that a setting breaks, with the
     model's numbers and the setting (arguments as :func:`parallel_rules`). The planner rejects
     by the same rules (:data:`zerolib.core.planner.RULES`), in the same words."""
     config = get_model(model)
-    rules, shaped = _rules(config, tensor_parallel, pipeline_parallel, schedule, chunks, gpus,
-                           gpus_per_node, seq_len, sequence_parallel, micro_batches, stage)
+    pipeline = as_pipeline(pipeline)
+    rules, shaped = _rules(config, tensor_parallel, pipeline, gpus, gpus_per_node, seq_len,
+                           sequence_parallel, stage)
     for name, ok in rules.items():
         if np.all(ok):
             continue
@@ -394,7 +430,7 @@ def check_parallel(model, tensor_parallel=1, pipeline_parallel=1, *, schedule: s
                  "ffn_hidden": f"ffn_hidden {config.ffn_hidden}", "layers": f"{config.layers} layers",
                  "interleaved_layers": f"{config.layers} layers",
                  "node": f"gpus_per_node {gpus_per_node}", "sequence": f"seq_len {seq_len}",
-                 "schedule": f"schedule {schedule}, chunks {chunks}"}.get(name)
+                 "schedule": f"schedule {pipeline.schedule}, chunks {pipeline.chunks}"}.get(name)
         about = f"{config.name} has {facts}; " if facts else ""
         raise ValueError(f"{RULES[name]}: {about}got {setting}")
 
@@ -454,27 +490,33 @@ def parallel_grid(model, tensor_parallel, pipeline_parallel, pipeline_stage, sch
                   micro_batches=None, vocab_divisible_by=1) -> ParallelGrid:
     """Check and broadcast the inputs every per-GPU function takes (the rules of
     :func:`check_parallel` included); ``pipeline_stage`` below ``pipeline_parallel``."""
+    return grid_of(model, tensor_parallel, Pipeline(pipeline_parallel, schedule, chunks, micro_batches),
+                   pipeline_stage, vocab_divisible_by)
+
+
+def grid_of(model, tensor_parallel, pipeline: Pipeline | int, pipeline_stage=None,
+            vocab_divisible_by=1) -> ParallelGrid:
+    """:func:`parallel_grid` of a :class:`Pipeline` (or a whole number of stages)."""
     config = get_model(model)
-    check_schedule(schedule)
-    chunks = check_positive_int(chunks, "chunks", MAX_CHUNKS)
+    pipeline = as_pipeline(pipeline)
     check_positive_int(vocab_divisible_by, "vocab_divisible_by", MAX_VOCAB_DIVISOR)
     arrays = {"tensor_parallel": check_gpus(tensor_parallel, "tensor_parallel"),
-              "pipeline_parallel": check_gpus(pipeline_parallel, "pipeline_parallel")}
+              "pipeline_parallel": pipeline.stages}
     if pipeline_stage is not None:
         arrays["pipeline_stage"] = whole_in_range(pipeline_stage, "pipeline_stage", 0, MAX_GPUS,
                                                    "a pipeline stage index, 0 or more")
-    if micro_batches is not None:
-        arrays["micro_batches"] = _micro_batches(micro_batches)
+    if pipeline.micro_batches is not None:
+        arrays["micro_batches"] = pipeline.micro_batches
     shaped = dict(zip(arrays, broadcast(**arrays)))
     t, p = shaped["tensor_parallel"], shaped["pipeline_parallel"]
-    check_parallel(config, t, p, schedule=schedule, chunks=chunks,
-                   micro_batches=shaped.get("micro_batches"))
+    check_parallel(config, t, Pipeline(p, pipeline.schedule, pipeline.chunks,
+                                       shaped.get("micro_batches")))
     stage = shaped.get("pipeline_stage")
     if stage is not None and np.any(stage >= p):
         raise ValueError(f"pipeline_stage must be below pipeline_parallel (stages 0 to p - 1), "
-                         f"got {echo(pipeline_stage)} with pipeline_parallel {echo(pipeline_parallel)}")
-    return ParallelGrid(config, t, p, stage, schedule, chunks, shaped.get("micro_batches"),
-                        vocab_divisible_by)
+                         f"got {echo(pipeline_stage)} with pipeline_parallel {echo(pipeline.stages.tolist())}")
+    return ParallelGrid(config, t, p, stage, pipeline.schedule, pipeline.chunks,
+                        shaped.get("micro_batches"), vocab_divisible_by)
 
 
 def stage_layers(layers: int, pipeline_parallel, pipeline_stage) -> np.ndarray:
@@ -620,13 +662,12 @@ def largest_module_on(grid: ParallelGrid) -> np.ndarray:
     return at_stage(grid, load)
 
 
-def model_state_per_gpu(model, tensor_parallel, pipeline_parallel, data_parallel, stage,
+def model_state_per_gpu(model, tensor_parallel, pipeline: Pipeline | int, data_parallel, stage,
                         layout: str | Layout = "mixed-adam", *, pipeline_stage=None,
-                        schedule: str = "1f1b", chunks: int = 1,
                         vocab_divisible_by: int = 1) -> ModelState:
     """ZeRO ``stage`` sharding one GPU's parameters (:func:`parameters_per_gpu`) over the
-    ``data_parallel`` replicas: :func:`zerolib.core.memory.accounting.model_state`, broadcast."""
-    params = parameters_per_gpu(model, tensor_parallel, pipeline_parallel,
-                                pipeline_stage=pipeline_stage, schedule=schedule, chunks=chunks,
-                                vocab_divisible_by=vocab_divisible_by)
+    ``data_parallel`` replicas: :func:`zerolib.core.memory.accounting.model_state`, broadcast.
+    ``pipeline``: a :class:`Pipeline` or its number of stages (1F1B)."""
+    params = parameters_on(grid_of(model, tensor_parallel, pipeline, pipeline_stage,
+                                   vocab_divisible_by))
     return model_state(params, data_parallel, stage, layout)

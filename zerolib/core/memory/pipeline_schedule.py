@@ -35,16 +35,14 @@ from zerolib.core.catalogue.models import get_model
 from zerolib.core.inputs import (
     MAX_BYTES,
     MAX_GPUS,
-    check_count,
-    check_flag,
     check_positive_int,
     check_whole,
     echo,
 )
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.activations import (
-    LOSS_FP32_BYTES,
-    check_capacity_factor,
+    DEFAULT_OPTIONS,
+    ActivationOptions,
     layer_kinds,
     model_activation_terms,
     model_terms,
@@ -53,9 +51,10 @@ from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     MAX_MICRO_BATCHES,
     ParallelGrid,
+    Pipeline,
     at_stage,
     check_schedule,
-    parallel_grid,
+    grid_of,
     rows_on_rank,
     stage_dense_layers,
     stage_layers,
@@ -154,24 +153,16 @@ STAGE_TERMS = tuple(name for name in UNIT_TERMS if name != "dense_transformer_la
 
 
 @lru_cache(maxsize=8192)
-def unit_terms(config, seq_len: int, micro_batch: int, t: int, options: tuple,
+def unit_terms(config, seq_len: int, micro_batch: int, t: int, options: ActivationOptions,
                vocab_divisible_by: int = 1) -> Mapping[str, int]:
-    """:func:`activation_unit_terms` of checked inputs (a TransformerConfig, Python ints, the
-    ``options`` of :func:`options_key`, a setting the parallel rules allow), remembered: the
-    planner's path, which checked them once at its door."""
-    o = dict(options)
-    dropout = config.dropout if o["dropout"] is None else o["dropout"]
-    widths = (o["element_bytes"], LOSS_FP32_BYTES) if o["logits_bytes"] is None else o["logits_bytes"]
-    etp = o.get("expert_tensor_parallel")    # present only where given, checked at the door
-    etp = None if etp == t else etp
-    terms = dict(model_terms(config, seq_len, micro_batch, t, o["sequence_parallel"],
-                             o["recompute"], o["flash_attention"], o["element_bytes"],
-                             o["mask_bytes"], dropout, widths, o["capacity_factor"], etp))
+    """:func:`activation_unit_terms` of checked inputs (a TransformerConfig, Python ints,
+    :class:`~zerolib.core.memory.activations.ActivationOptions` the model allows at t, a setting
+    the parallel rules allow), remembered: the planner's path, which checked them once at its
+    door."""
+    terms = dict(model_terms(config, seq_len, micro_batch, t, options))
     # One layer of each kind: the stages multiply them by the layers they hold.
     terms["transformer_layers"], terms["dense_transformer_layer"], _ = layer_kinds(
-        config, seq_len, micro_batch, t, o["sequence_parallel"], o["recompute"],
-        o["flash_attention"], o["element_bytes"], o["mask_bytes"], dropout, o["capacity_factor"],
-        etp)
+        config, seq_len, micro_batch, t, options)
     # The loss's logits follow the vocabulary rows, padded when asked.
     rows = int(rows_on_rank(config.vocab, t, vocab_divisible_by))
     terms["logits_loss"] = terms["logits_loss"] // ceil_div(config.vocab, t) * rows
@@ -182,45 +173,26 @@ def unit_terms(config, seq_len: int, micro_batch: int, t: int, options: tuple,
 
 
 @lru_cache(maxsize=8192)
-def _unit_terms_cached(config, seq_len, micro_batch, t: int, options: tuple,
+def _unit_terms_cached(config, seq_len, micro_batch, t: int, options: ActivationOptions,
                        vocab_divisible_by: int) -> Mapping[str, int]:
     # The public path: every check of model_activation_terms once per setting, then the kernel.
-    model_activation_terms(config, seq_len, micro_batch, tensor_parallel=t, **dict(options))
+    model_activation_terms(config, seq_len, micro_batch, t, options)
     return unit_terms.__wrapped__(config, seq_len, micro_batch, t, options, vocab_divisible_by)
 
 
-def options_key(sequence_parallel: bool, recompute: str, flash_attention: bool,
-                element_bytes: int, mask_bytes: int, dropout: bool | None,
-                logits_bytes: tuple[int, ...] | None, capacity_factor: float | None = None,
-                expert_tensor_parallel: int | None = None) -> tuple:
-    """The ``options`` of :func:`unit_terms` (checked values; hashable); an
-    ``expert_tensor_parallel`` only where given (a dense setting's key is unchanged)."""
-    options = _activation_options(sequence_parallel, recompute, flash_attention, element_bytes,
-                                  mask_bytes, dropout, logits_bytes, capacity_factor)
-    if expert_tensor_parallel is not None:
-        options["expert_tensor_parallel"] = expert_tensor_parallel
-    return tuple(options.items())
-
-
-def activation_unit_terms(model, seq_len, micro_batch, tensor_parallel: int, *,
-                          sequence_parallel=False, recompute="none", flash_attention=False,
-                          element_bytes=2, mask_bytes=1, dropout=None, logits_bytes=None,
-                          capacity_factor=None, vocab_divisible_by: int = 1) -> Mapping[str, int]:
+def activation_unit_terms(model, seq_len, micro_batch, tensor_parallel: int,
+                          options: ActivationOptions = DEFAULT_OPTIONS,
+                          vocab_divisible_by: int = 1) -> Mapping[str, int]:
     """The bytes :func:`stage_activation_terms` multiplies by the schedule, at one
     tensor-parallel degree: ``transformer_layers`` is one layer's activations (the others are
     the model-level terms of :func:`zerolib.core.memory.activations.model_activation_terms`, the
     logits over the rank's vocabulary rows). Pure, and remembered per setting."""
+    if not isinstance(options, ActivationOptions):
+        raise TypeError(f"options must be an ActivationOptions, got {type(options).__name__}")
     # Checked before the memo, whose keys would take True for 1 and 2.0 for 2.
-    options = _activation_options(
-        check_flag(sequence_parallel, "sequence_parallel"), recompute,
-        check_flag(flash_attention, "flash_attention"),
-        check_positive_int(element_bytes, "element_bytes"), check_count(mask_bytes, "mask_bytes"),
-        None if dropout is None else check_flag(dropout, "dropout"),
-        tuple(logits_bytes) if isinstance(logits_bytes, list) else logits_bytes,
-        None if capacity_factor is None else check_capacity_factor(capacity_factor))
     key = (get_model(model), check_positive_int(seq_len, "seq_len"),
            check_positive_int(micro_batch, "micro_batch"),
-           check_positive_int(tensor_parallel, "tensor_parallel", MAX_GPUS), tuple(options.items()),
+           check_positive_int(tensor_parallel, "tensor_parallel", MAX_GPUS), options,
            vocab_divisible_by)
     try:
         hash(key)
@@ -229,20 +201,13 @@ def activation_unit_terms(model, seq_len, micro_batch, tensor_parallel: int, *,
     return _unit_terms_cached(*key)
 
 
-def _activation_options(sequence_parallel, recompute, flash_attention, element_bytes, mask_bytes,
-                        dropout, logits_bytes, capacity_factor=None) -> dict:
-    return dict(sequence_parallel=sequence_parallel, recompute=recompute,
-                flash_attention=flash_attention, element_bytes=element_bytes,
-                mask_bytes=mask_bytes, dropout=dropout, logits_bytes=logits_bytes,
-                capacity_factor=capacity_factor)
-
-
-def _term_arrays(grid: ParallelGrid, seq_len, micro_batch, options) -> dict[str, np.ndarray]:
+def _term_arrays(grid: ParallelGrid, seq_len, micro_batch,
+                 options: ActivationOptions) -> dict[str, np.ndarray]:
     """Each unit term as an array over the grid's t (one activation count per distinct t)."""
     out = {name: np.zeros(grid.t.shape, dtype=np.int64) for name in UNIT_TERMS}
     for t in np.unique(grid.t):
-        terms = activation_unit_terms(grid.config, seq_len, micro_batch, int(t),
-                                      vocab_divisible_by=grid.vocab_divisible_by, **options)
+        terms = activation_unit_terms(grid.config, seq_len, micro_batch, int(t), options,
+                                      grid.vocab_divisible_by)
         for name in UNIT_TERMS:
             out[name] = np.where(grid.t == t, terms[name], out[name])
     return out
@@ -323,27 +288,24 @@ def activation_totals_of(config, units: Mapping[str, np.ndarray], p: np.ndarray,
     return _total(config, _stage_terms(config, p, schedule, chunks, m, units, r))
 
 
-def stage_activation_terms(model, seq_len, micro_batch, tensor_parallel=1, pipeline_parallel=1,
-                           pipeline_stage=0, *, schedule: str = "1f1b", chunks: int = 1,
-                           micro_batches=None, sequence_parallel=False, recompute="none",
-                           flash_attention=False, element_bytes=2, mask_bytes=1, dropout=None,
-                           logits_bytes=None, capacity_factor=None,
+def stage_activation_terms(model, seq_len, micro_batch, tensor_parallel=1,
+                           pipeline: Pipeline | int = 1, pipeline_stage=0,
+                           options: ActivationOptions = DEFAULT_OPTIONS,
                            vocab_divisible_by: int = 1) -> Mapping[str, int]:
     """Activation bytes on one GPU of pipeline stage r at its peak, by term (the names of
-    :func:`zerolib.core.memory.activations.model_activation_terms`, which this equals at p = 1).
+    :func:`zerolib.core.memory.activations.model_activation_terms`, which this equals at p = 1),
+    under ``pipeline`` (a :class:`~zerolib.core.memory.model_parallel.Pipeline`, or p stages
+    under 1F1B) and ``options``.
 
     ``transformer_layers`` is :func:`layer_activations_held` copies of one layer;
     ``embedding_dropout_mask`` lives on the first stage (:func:`embedding_micro_batches`
     copies), the final norm's and output layer's inputs and the logits on the last (one copy).
     """
-    grid = parallel_grid(model, tensor_parallel, pipeline_parallel, pipeline_stage, schedule, chunks,
-                         micro_batches, vocab_divisible_by)
+    grid = grid_of(model, tensor_parallel, pipeline, pipeline_stage, vocab_divisible_by)
     for name, value in (("tensor_parallel", grid.t), ("pipeline_parallel", grid.p)):
         if value.ndim:
             raise TypeError(f"{name} must be a single number here, got an array "
                             f"(activation_bytes_per_gpu takes arrays)")
-    options = _activation_options(sequence_parallel, recompute, flash_attention, element_bytes,
-                                  mask_bytes, dropout, logits_bytes, capacity_factor)
     units = _term_arrays(grid, seq_len, micro_batch, options)
     terms = _stage_terms(grid.config, grid.p, grid.schedule, grid.chunks, grid.micro_batches, units,
                          grid.pipeline_stage)
@@ -351,23 +313,18 @@ def stage_activation_terms(model, seq_len, micro_batch, tensor_parallel=1, pipel
     return MappingProxyType({name: int(value) for name, value in terms.items()})
 
 
-def activation_bytes_per_gpu(model, seq_len, micro_batch, tensor_parallel=1, pipeline_parallel=1, *,
-                             pipeline_stage=None, schedule: str = "1f1b", chunks: int = 1,
-                             micro_batches=None, sequence_parallel=False, recompute="none",
-                             flash_attention=False, element_bytes=2, mask_bytes=1, dropout=None,
-                             logits_bytes=None, capacity_factor=None,
+def activation_bytes_per_gpu(model, seq_len, micro_batch, tensor_parallel=1,
+                             pipeline: Pipeline | int = 1, *, pipeline_stage=None,
+                             options: ActivationOptions = DEFAULT_OPTIONS,
                              vocab_divisible_by: int = 1) -> np.ndarray:
     """Total activation bytes (all terms of :func:`stage_activation_terms`) on one GPU,
-    vectorised over ``tensor_parallel``, ``pipeline_parallel``, ``pipeline_stage`` and
-    ``micro_batches``; ``pipeline_stage=None`` takes the larger of the first and last stage.
+    vectorised over ``tensor_parallel``, the pipeline's stages and micro-batches and
+    ``pipeline_stage``; ``pipeline_stage=None`` takes the larger of the first and last stage.
 
     A peak adds model state and buffers to this per stage: call it at ``pipeline_stage=0`` and
     ``pipeline_parallel - 1`` and keep the larger sum (the module doc says why two suffice).
     """
-    grid = parallel_grid(model, tensor_parallel, pipeline_parallel, pipeline_stage, schedule, chunks,
-                         micro_batches, vocab_divisible_by)
-    options = _activation_options(sequence_parallel, recompute, flash_attention, element_bytes,
-                                  mask_bytes, dropout, logits_bytes, capacity_factor)
+    grid = grid_of(model, tensor_parallel, pipeline, pipeline_stage, vocab_divisible_by)
     units = _term_arrays(grid, seq_len, micro_batch, options)
     return at_stage(grid, lambda r: _total(grid.config, _stage_terms(
         grid.config, grid.p, grid.schedule, grid.chunks, grid.micro_batches, units, r)))

@@ -56,6 +56,7 @@ import copy
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from types import MappingProxyType
 
 import numpy as np
@@ -63,6 +64,7 @@ import numpy as np
 from zerolib.core.inputs import (
     MAX_GPUS,
     MAX_PARAMS,
+    check_flag,
     check_gpus,
     check_positive_int,
     check_width,
@@ -101,7 +103,10 @@ def _optional_count(value, name: str) -> int | None:
 
 @dataclass(frozen=True)
 class Placement:
-    """How the model state is spread: over which GPUs, with which copies, on which tier.
+    """How the model state is spread: over which GPUs, with which copies, on which tier, and
+    how ZeRO++ moves it (``hpz_partition``'s copy, and ``qwz`` / ``qgz``, its quantised
+    weights and gradients, which change the traffic, :mod:`zerolib.core.step.traffic`, not the
+    bytes held).
 
     The default is the chapter's ZeRO: sharded over every data-parallel GPU, all on the GPU.
     """
@@ -113,6 +118,8 @@ class Placement:
     gpus_per_node: int | None = None        # None: 8, or every GPU when there are fewer
     max_in_cpu: int = OFFLOAD_PARAM_MAX_IN_CPU   # offload_params="nvme": elements kept in CPU
     host_gradient_bytes: float = HOST_GRADIENT_BYTES
+    qwz: bool = False                       # ZeRO++ quantised weights (8-bit gathers)
+    qgz: bool = False                       # ZeRO++ quantised gradients (4-bit all-to-alls)
 
     def with_shard_group(self, shard_group: int) -> Placement:
         """This placement over shard groups of ``shard_group`` GPUs that the caller checked (a
@@ -120,6 +127,13 @@ class Placement:
         without checking the rest of it again."""
         twin = copy.copy(self)
         object.__setattr__(twin, "shard_group", int(shard_group))
+        return twin
+
+    def with_gpus_per_node(self, gpus_per_node: int) -> Placement:
+        """This placement on nodes of ``gpus_per_node`` GPUs that the caller checked (where the
+        rings are placed): a copy, made without checking the rest of it again."""
+        twin = copy.copy(self)
+        object.__setattr__(twin, "gpus_per_node", int(gpus_per_node))
         return twin
 
     def __post_init__(self):
@@ -140,6 +154,8 @@ class Placement:
             raise ValueError(f"max_in_cpu must be 0 to {MAX_PARAMS:,} elements, got "
                              f"{echo(self.max_in_cpu)}")
         check_width(self.host_gradient_bytes, "host_gradient_bytes")
+        check_flag(self.qwz, "qwz")
+        check_flag(self.qgz, "qgz")
         if self.hpz_partition > 1 and self.offload_params != "none":
             raise ValueError("hpz_partition > 1 cannot be combined with offload_params: DeepSpeed "
                              "keeps hpZ's secondary copy on the offload device, which zerolib does "
@@ -150,6 +166,7 @@ class Placement:
         return self.offload_optimizer != "none" or self.offload_params != "none"
 
     def as_dict(self) -> dict:
+        # qwz and qgz: the communication object of an estimate reports them beside the traffic
         return {"shard_group": self.shard_group, "hpz_partition": self.hpz_partition,
                 "offload_optimizer": self.offload_optimizer, "offload_params": self.offload_params,
                 "gpus_per_node": self.gpus_per_node, "max_in_cpu": self.max_in_cpu,
@@ -175,6 +192,14 @@ class Placement:
 
 
 DEFAULT_PLACEMENT = Placement()
+
+
+@lru_cache(maxsize=256)
+def placement_on(gpus_per_node: int) -> Placement:
+    """The default placement (sharded over every GPU, no ZeRO++) on nodes of ``gpus_per_node``
+    GPUs (a node size the caller checked), made once per node size: the rings of a step's
+    traffic placed there (:func:`zerolib.core.step.traffic.traffic_of`)."""
+    return DEFAULT_PLACEMENT.with_gpus_per_node(gpus_per_node)
 
 
 def check_placement(placement) -> Placement:

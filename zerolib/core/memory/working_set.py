@@ -99,6 +99,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
+from functools import cached_property
 from types import MappingProxyType
 
 import numpy as np
@@ -120,7 +121,9 @@ from zerolib.core.intmath import ceil_div, last_true
 from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, ModelState, get_layout
 from zerolib.core.memory.activations import (
     MAX_CONTEXT_PARALLEL,
+    MAX_ELEMENT_BYTES,
     RECOMPUTE,
+    ActivationOptions,
     check_capacity_factor,
     check_expert_tensor_parallel,
     checkpoint_terms_of,
@@ -132,12 +135,13 @@ from zerolib.core.memory.model_parallel import (
     MAX_MICRO_BATCHES,
     SCHEDULES,
     ParallelGrid,
+    Pipeline,
     candidate_stages,
     check_parallel,
     largest_module_on,
     parameters_on,
 )
-from zerolib.core.memory.pipeline_schedule import options_key, stage_terms_of, unit_terms
+from zerolib.core.memory.pipeline_schedule import stage_terms_of, unit_terms
 from zerolib.core.memory.placement import Placement, check_placement, place
 from zerolib.core.units import GiB
 
@@ -161,7 +165,6 @@ DEFAULT_RESERVE = 2 * GiB
 # Upper bounds: far beyond any real run, small enough that every term is exact in int64.
 MAX_SEQ_LEN = 2**24           # tokens per sequence (16,777,216)
 MAX_MICRO_BATCH = 2**16       # sequences per GPU per step
-MAX_ELEMENT_BYTES = 16        # bytes of one activation, mask or logit element
 MAX_ELEMENTS = MAX_PARAMS     # bucket sizes and live-parameter limits, in elements
 
 
@@ -251,6 +254,21 @@ class WorkingSetSettings:
     def __deepcopy__(self, memo) -> WorkingSetSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
 
+    @cached_property
+    def activation_options(self) -> ActivationOptions:
+        """How this run keeps its activations (the options of
+        :mod:`zerolib.core.memory.activations`), made once."""
+        return ActivationOptions(
+            self.sequence_parallel, self.recompute, self.flash_attention, self.element_bytes,
+            self.mask_bytes, self.dropout, self.logits_bytes, self.capacity_factor,
+            self.expert_tensor_parallel, self.partition_activations, self.cpu_checkpointing)
+
+    @cached_property
+    def pipeline(self) -> Pipeline:
+        """This run's pipeline: its stages, schedule, model chunks and micro-batches."""
+        return Pipeline(self.pipeline_parallel, self.pipeline_schedule, self.pipeline_chunks,
+                        self.micro_batches)
+
     def as_dict(self) -> dict:
         out = asdict(self)
         if out["logits_bytes"] is not None:
@@ -275,8 +293,7 @@ def _check_parallel_settings(config: TransformerConfig, s: WorkingSetSettings,
     if config.position_embedding == "learned" and s.seq_len > config.max_positions:
         raise ValueError(f"seq_len must be at most {config.max_positions} for {config.name} "
                          f"(learned position embeddings), got {s.seq_len}")
-    check_parallel(config, s.tensor_parallel, s.pipeline_parallel, schedule=s.pipeline_schedule,
-                   chunks=s.pipeline_chunks, micro_batches=s.micro_batches,
+    check_parallel(config, s.tensor_parallel, s.pipeline,
                    gpus_per_node=None if placement is None else placement.gpus_per_node,
                    seq_len=s.seq_len // s.context_parallel, sequence_parallel=s.sequence_parallel)
 
@@ -306,9 +323,7 @@ def _activations(config: TransformerConfig, s: WorkingSetSettings,
     if s.expert_tensor_parallel is not None:     # its rules need the model
         check_expert_tensor_parallel(s.expert_tensor_parallel, s.tensor_parallel,
                                      s.sequence_parallel, config.experts, config.ffn_hidden)
-    units = unit_terms(config, tokens, s.micro_batch, s.tensor_parallel, options_key(
-        s.sequence_parallel, s.recompute, s.flash_attention, s.element_bytes, s.mask_bytes,
-        s.dropout, s.logits_bytes, s.capacity_factor, s.expert_tensor_parallel))
+    units = unit_terms(config, tokens, s.micro_batch, s.tensor_parallel, s.activation_options)
     if s.partition_activations or s.cpu_checkpointing:
         # Full recomputation keeps one checkpoint per layer: ZeRO-R's is split or on the host.
         units = {**units, "transformer_layers": checkpoint_on_gpu(config, s)}

@@ -60,11 +60,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+import numpy as np
+
 from zerolib.core.catalogue.models import get_model
-from zerolib.core.inputs import check_flag, check_positive_int
+from zerolib.core.inputs import check_positive_int
 from zerolib.core.intmath import ceil_div
-from zerolib.core.memory.activations import RECOMPUTE, checkpoint_terms_of, context_parallel_tokens
-from zerolib.core.memory.model_parallel import MAX_MICRO_BATCHES, stage_layers
+from zerolib.core.memory.activations import (
+    DEFAULT_OPTIONS,
+    ActivationOptions,
+    checkpoint_terms_of,
+    context_parallel_tokens,
+)
+from zerolib.core.memory.model_parallel import ParallelGrid, Pipeline, as_pipeline, stage_layers
 from zerolib.core.step.model_parallel_traffic import ParallelTraffic
 
 GROUP = "context"   # the rows' group: the C GPUs of a context-parallel ring
@@ -84,35 +91,52 @@ def kv_block_bytes(config, tokens: int, micro_batch: int, tensor_parallel: int,
     return 2 * e * s * b * d * ceil_div(config.kv_heads, t)
 
 
-def context_parallel_traffic(model, seq_len, micro_batch, context_parallel, tensor_parallel=1,
-                             pipeline_parallel=1, pipeline_stage=0, *, micro_batches=1,
-                             recompute="none", element_bytes=2) -> tuple[ParallelTraffic, ...]:
-    """The ring attention's sends of one step on a GPU of ``pipeline_stage``: its layers times
-    ``micro_batches`` passes (see the module doc). Empty for C = 1."""
+def _gpu(model, seq_len, micro_batch, context_parallel, tensor_parallel, pipeline, pipeline_stage,
+         options):
+    """(the checked grid of one GPU, its tokens of each sequence: s / C): each door's checks
+    (the pipeline's micro-batches per step: None is p, the fewest that fill it)."""
     config = get_model(model)
+    if not isinstance(options, ActivationOptions):
+        raise TypeError(f"options must be an ActivationOptions, got {type(options).__name__}")
     c = check_positive_int(context_parallel, "context_parallel")
     tokens = context_parallel_tokens(seq_len, c)
-    b = check_positive_int(micro_batch, "micro_batch")
+    check_positive_int(micro_batch, "micro_batch")
     t = check_positive_int(tensor_parallel, "tensor_parallel")
-    p = check_positive_int(pipeline_parallel, "pipeline_parallel")
-    m = check_positive_int(micro_batches, "micro_batches", MAX_MICRO_BATCHES)
-    e = check_positive_int(element_bytes, "element_bytes", 16)
+    pipeline = as_pipeline(pipeline)
+    if pipeline.stages.ndim or (pipeline.micro_batches is not None and np.ndim(pipeline.micro_batches)):
+        raise TypeError("pipeline must be a single setting here, got arrays")
+    p = int(pipeline.stages)
     if not isinstance(pipeline_stage, int) or isinstance(pipeline_stage, bool) or not 0 <= pipeline_stage < p:
         raise ValueError(f"pipeline_stage must be a whole number from 0 to {p - 1}, got {pipeline_stage!r}")
-    if recompute not in RECOMPUTE:
-        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
-    if config.heads % t:
-        raise ValueError(f"tensor_parallel ({t}) must divide heads ({config.heads})")
-    return context_rows(config, tokens, b, c, t, p, pipeline_stage, m, recompute, e)
+    grid = ParallelGrid(config, t, p, pipeline_stage, pipeline.schedule, pipeline.chunks,
+                        int(pipeline.micro_batches_or(p)), 1)
+    return grid, tokens
 
 
-def context_rows(config, tokens: int, b: int, c: int, t: int, p: int, r: int, m: int,
-                 recompute: str, e: int) -> tuple[ParallelTraffic, ...]:
-    """:func:`context_parallel_traffic` of checked inputs (``tokens``: s / C)."""
+def context_parallel_traffic(model, seq_len, micro_batch, context_parallel, tensor_parallel=1,
+                             pipeline: Pipeline | int = 1, pipeline_stage=0,
+                             options: ActivationOptions = DEFAULT_OPTIONS) -> tuple[ParallelTraffic, ...]:
+    """The ring attention's sends of one step on a GPU of ``pipeline_stage``: its layers times
+    the pipeline's micro-batches (a :class:`~zerolib.core.memory.model_parallel.Pipeline`, or
+    p stages; None micro-batches: p) passes, under ``options``' recomputation and element size
+    (see the module doc). Empty for C = 1."""
+    grid, tokens = _gpu(model, seq_len, micro_batch, context_parallel, tensor_parallel, pipeline,
+                        pipeline_stage, options)
+    if grid.config.heads % grid.t:
+        raise ValueError(f"tensor_parallel ({grid.t}) must divide heads ({grid.config.heads})")
+    return context_rows(grid, tokens, int(micro_batch), int(context_parallel), options.recompute,
+                        options.element_bytes)
+
+
+def context_rows(grid: ParallelGrid, tokens: int, b: int, c: int, recompute: str,
+                 e: int) -> tuple[ParallelTraffic, ...]:
+    """:func:`context_parallel_traffic` of checked inputs (a grid of one GPU: its t, p, stage r
+    and micro-batches per step; ``tokens``: s / C)."""
     if c == 1:
         return ()
-    passes = m * int(stage_layers(config.layers, p, r))   # layer passes per step on this GPU
-    steps = (c - 1) * passes
+    config, t = grid.config, int(grid.t)
+    passes = int(grid.micro_batches) * int(stage_layers(config.layers, grid.p, grid.pipeline_stage))
+    steps = (c - 1) * passes     # layer passes per step on this GPU, C - 1 sends each
     block = kv_block_bytes(config, tokens, b, t, e)
 
     def row(phase, what, calls):
@@ -127,57 +151,44 @@ def context_rows(config, tokens: int, b: int, c: int, t: int, p: int, r: int, m:
 
 
 def partitioned_checkpoint_traffic(model, seq_len, micro_batch, tensor_parallel,
-                                   pipeline_parallel=1, pipeline_stage=0, *, context_parallel=1,
-                                   micro_batches=1, sequence_parallel=False,
-                                   element_bytes=2) -> tuple[ParallelTraffic, ...]:
+                                   pipeline: Pipeline | int = 1, pipeline_stage=0, *,
+                                   context_parallel=1,
+                                   options: ActivationOptions = DEFAULT_OPTIONS) -> tuple[ParallelTraffic, ...]:
     """ZeRO-R P_a's all-gathers of one step on a GPU of ``pipeline_stage``: one per layer pass,
     of the whole checkpoint, over the t tensor-parallel GPUs (module doc). Empty for t = 1 or
-    under sequence parallelism (nothing to gather: the checkpoint is split already)."""
-    config = get_model(model)
-    tokens = context_parallel_tokens(seq_len, context_parallel)
-    b = check_positive_int(micro_batch, "micro_batch")
-    t = check_positive_int(tensor_parallel, "tensor_parallel")
-    p = check_positive_int(pipeline_parallel, "pipeline_parallel")
-    m = check_positive_int(micro_batches, "micro_batches", MAX_MICRO_BATCHES)
-    e = check_positive_int(element_bytes, "element_bytes", 16)
-    sp = check_flag(sequence_parallel, "sequence_parallel")
-    if not isinstance(pipeline_stage, int) or isinstance(pipeline_stage, bool) or not 0 <= pipeline_stage < p:
-        raise ValueError(f"pipeline_stage must be a whole number from 0 to {p - 1}, got {pipeline_stage!r}")
-    return checkpoint_rows(config, tokens, b, t, p, pipeline_stage, m, sp, e)
+    under ``options``' sequence parallelism (nothing to gather: the checkpoint is split
+    already)."""
+    grid, tokens = _gpu(model, seq_len, micro_batch, context_parallel, tensor_parallel, pipeline,
+                        pipeline_stage, options)
+    return checkpoint_rows(grid, tokens, int(micro_batch), options.sequence_parallel,
+                           options.element_bytes)
 
 
-def checkpoint_rows(config, tokens: int, b: int, t: int, p: int, r: int, m: int, sp: bool,
+def checkpoint_rows(grid: ParallelGrid, tokens: int, b: int, sp: bool,
                     e: int) -> tuple[ParallelTraffic, ...]:
-    """:func:`partitioned_checkpoint_traffic` of checked inputs."""
+    """:func:`partitioned_checkpoint_traffic` of checked inputs (see :func:`context_rows`)."""
+    config, t = grid.config, int(grid.t)
     gathered = checkpoint_terms_of(tokens, b, config.hidden, t, e, sp, True, False)["gathered"]
     if not gathered:
         return ()
-    passes = m * int(stage_layers(config.layers, p, r))
+    passes = int(grid.micro_batches) * int(stage_layers(config.layers, grid.p, grid.pipeline_stage))
     return (ParallelTraffic("tensor", "all-gather", "backward",
                             "partitioned activation checkpoint, gathered before its layer is recomputed (P_a)",
                             passes, gathered, t),)
 
 
-def checkpoint_host_bytes(model, seq_len, micro_batch, tensor_parallel=1, pipeline_parallel=1,
-                          pipeline_stage=0, *, context_parallel=1, micro_batches=1,
-                          sequence_parallel=False, partition_activations=False,
-                          element_bytes=2) -> Mapping[str, int]:
+def checkpoint_host_bytes(model, seq_len, micro_batch, tensor_parallel=1,
+                          pipeline: Pipeline | int = 1, pipeline_stage=0, *, context_parallel=1,
+                          options: ActivationOptions = DEFAULT_OPTIONS) -> Mapping[str, int]:
     """P_a+cpu's copies per step and GPU, bytes: ``to_host`` in the forward (each layer's
-    checkpoint as this GPU keeps it: 1 / t of it with P_a or sequence parallelism) and
-    ``from_host`` in the backward (the same bytes back before the layer is recomputed)."""
-    config = get_model(model)
-    tokens = context_parallel_tokens(seq_len, context_parallel)
-    b = check_positive_int(micro_batch, "micro_batch")
-    t = check_positive_int(tensor_parallel, "tensor_parallel")
-    p = check_positive_int(pipeline_parallel, "pipeline_parallel")
-    m = check_positive_int(micro_batches, "micro_batches", MAX_MICRO_BATCHES)
-    e = check_positive_int(element_bytes, "element_bytes", 16)
-    if not isinstance(pipeline_stage, int) or isinstance(pipeline_stage, bool) or not 0 <= pipeline_stage < p:
-        raise ValueError(f"pipeline_stage must be a whole number from 0 to {p - 1}, got {pipeline_stage!r}")
-    host = checkpoint_terms_of(tokens, b, config.hidden, t, e,
-                               check_flag(sequence_parallel, "sequence_parallel"),
-                               check_flag(partition_activations, "partition_activations"), True)["host"]
-    moved = m * int(stage_layers(config.layers, p, pipeline_stage)) * host
+    checkpoint as this GPU keeps it: 1 / t of it with ``options``' P_a or sequence parallelism)
+    and ``from_host`` in the backward (the same bytes back before the layer is recomputed)."""
+    grid, tokens = _gpu(model, seq_len, micro_batch, context_parallel, tensor_parallel, pipeline,
+                        pipeline_stage, options)
+    host = checkpoint_terms_of(tokens, int(micro_batch), grid.config.hidden, int(grid.t),
+                               options.element_bytes, options.sequence_parallel,
+                               options.partition_activations, True)["host"]
+    moved = int(grid.micro_batches) * int(stage_layers(grid.config.layers, grid.p, pipeline_stage)) * host
     return MappingProxyType({"to_host": moved, "from_host": moved})
 
 
@@ -193,7 +204,8 @@ def assumptions(config, gpus: int, settings) -> dict:
     m = p if s.micro_batches is None else s.micro_batches
     out = {}
     if c > 1:
-        rows = context_rows(config, tokens, s.micro_batch, c, t, p, 0, m, s.recompute, s.element_bytes)
+        grid = ParallelGrid(config, t, p, 0, s.pipeline_schedule, s.pipeline_chunks, m, 1)
+        rows = context_rows(grid, tokens, s.micro_batch, c, s.recompute, s.element_bytes)
         out["context_parallel"] = {
             "degree": c, "tokens_per_sequence_per_gpu": tokens,
             "data_parallel": gpus // (t * c * p), "zero_group": gpus // (t * p),

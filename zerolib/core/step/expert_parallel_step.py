@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from zerolib.core.catalogue.nodes import Interconnect
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.expert_parallel import expert_elements_of, expert_layers_of
-from zerolib.core.step.expert_parallel_traffic import all_to_all_seconds_of
+from zerolib.core.step.collectives import ring_timing_of
+from zerolib.core.step.expert_parallel_traffic import calls_per_layer, counted_etp, etp_call_seconds
 
 
 def checked(config, e, t, d, sp, shard_group, offload, etp=None) -> bool:
@@ -73,9 +75,10 @@ def checked(config, e, t, d, sp, shard_group, offload, etp=None) -> bool:
     return True
 
 
-def expert_parts(config, ic, st, slots, params, r, seq_len, c, units, zero_slots):
+def expert_parts(config, ic, st, slots, params, r, units, zero_slots):
     """(the ZeRO slots' seconds with the experts over their own group, the all-to-alls' seconds
-    per micro-batch) on pipeline stage r; rows with E = 1 keep ``slots`` as given."""
+    per micro-batch) on pipeline stage r of the checked settings ``st`` (one context-parallel
+    degree); rows with E = 1 keep ``slots`` as given."""
     e, t, p, d = st.expert_parallel, st.tensor_parallel, st.pipeline_parallel, st.data_parallel
     given = getattr(st, "expert_tensor_parallel", None)
     etp = t if given is None else given
@@ -95,10 +98,36 @@ def expert_parts(config, ic, st, slots, params, r, seq_len, c, units, zero_slots
         out = {name: np.where(many, dense[name] + experts[name], seconds)
                for name, seconds in slots.items()}
     # The dispatcher's ETP collectives at every ETP above 1 (E = 1 too), full recomputation's.
-    a2a = all_to_all_seconds_of(config, ic, seq_len, st.micro_batch, t, st.sequence_parallel, e,
-                                layers, st.capacity_factor, st.element_bytes, etp * c, etp,
-                                st.recompute == RECOMPUTE.index("full"))
-    return out, a2a
+    return out, all_to_all_seconds_of(config, ic, st, layers)
+
+
+def all_to_all_seconds_of(config, ic: Interconnect, st, moe_layers) -> np.ndarray:
+    """Seconds per micro-batch of one GPU's all-to-alls under the checked settings ``st`` (a
+    :class:`~zerolib.core.step.parallel.ParallelSettings` of one context-parallel degree: the
+    planner's path; :func:`~zerolib.core.step.expert_parallel_traffic.expert_traffic` and
+    :func:`~zerolib.core.step.expert_parallel_traffic.expert_traffic_seconds` per setting),
+    ``moe_layers`` on the GPU: 4 per MoE layer (6 under full recomputation), each its latency
+    plus the rows for other ranks' experts at the bus bandwidth of E ranks ETP x C apart; 0
+    where E = 1. A GPU routes the tokens of s / C of each sequence. The dispatcher's ETP
+    all-gathers and reduce-scatters are added as ``expert_traffic`` counts them."""
+    b, t, e = st.micro_batch, st.tensor_parallel, st.expert_parallel
+    given = getattr(st, "expert_tensor_parallel", None)
+    etp = t if given is None else given
+    seq_len, full = st.seq_len // st.context_parallel, st.recompute == RECOMPUTE.index("full")
+    tokens = np.where(st.sequence_parallel, seq_len * b // t, seq_len * b)
+    x, k = config.experts, config.experts_per_token
+    if st.capacity_factor is None:
+        rows = tokens * k
+    else:    # the float rule routed_rows applies, element by element
+        rows = x * np.ceil(st.capacity_factor * k * tokens / x).astype(np.int64)
+    sent = -(-rows * (e - 1) // e) * config.hidden * st.element_bytes
+    latency, bandwidth = ring_timing_of(ic, "all_to_all", e, etp * st.context_parallel)
+    seconds = (calls_per_layer(full) * np.asarray(moe_layers) * (latency + sent / bandwidth))
+    seconds = np.where(e > 1, seconds, 0.0)
+    counted = counted_etp(etp, t, st.sequence_parallel)
+    etp_sent = (counted - 1) * rows * config.hidden * st.element_bytes
+    etp_seconds = calls_per_layer(full) * np.asarray(moe_layers) * etp_call_seconds(ic, counted, etp_sent)
+    return seconds + np.where(counted > 1, etp_seconds, 0.0)
 
 
 def active_parameters(config, params, t, p, r):

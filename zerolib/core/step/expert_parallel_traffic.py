@@ -92,7 +92,7 @@ import numpy as np
 from zerolib.core.catalogue.models import get_model
 from zerolib.core.catalogue.nodes import Interconnect
 from zerolib.core.inputs import MAX_GPUS, check_flag, check_positive_int, whole_in_range
-from zerolib.core.memory.activations import RECOMPUTE, check_capacity_factor
+from zerolib.core.memory.activations import DEFAULT_OPTIONS, ActivationOptions
 from zerolib.core.step.collectives import ring_timing_of
 
 # Each kind of a MoE layer's dispatcher collective (the all-to-alls: dispatch and combine; over
@@ -190,18 +190,20 @@ def routed_rows(experts: int, experts_per_token: int, tokens: int,
 
 
 def expert_traffic(model, seq_len: int, micro_batch: int, expert_parallel: int, *,
-                   moe_layers: int | None = None, micro_batches: int = 1,
-                   capacity_factor: float | None = None, element_bytes: int = 2,
-                   tensor_parallel: int = 1, sequence_parallel: bool = False,
-                   expert_tensor_parallel: int | None = None,
-                   recompute: str = "none") -> ExpertTraffic:
-    """The all-to-alls of ``model`` under ``expert_parallel`` E for one GPU. ``moe_layers``
-    (None: every layer with experts, i.e. no pipeline) counts the MoE layers the GPU holds;
-    ``micro_batches`` the micro-batches per step it runs; ``expert_tensor_parallel`` (None: t)
-    adds the dispatcher's ETP all-gathers and reduce-scatters at any ETP above 1 (see the module
-    doc), ``recompute`` (a name of :data:`~zerolib.core.memory.activations.RECOMPUTE`) whether
-    full recomputation runs the forward's all-to-alls and ETP collectives again."""
+                   tensor_parallel: int = 1, moe_layers: int | None = None, micro_batches: int = 1,
+                   options: ActivationOptions = DEFAULT_OPTIONS) -> ExpertTraffic:
+    """The all-to-alls of ``model`` under ``expert_parallel`` E for one GPU of a
+    ``tensor_parallel`` group. ``moe_layers`` (None: every layer with experts, i.e. no pipeline)
+    counts the MoE layers the GPU holds; ``micro_batches`` the micro-batches per step it runs.
+    Of ``options`` (:class:`~zerolib.core.memory.activations.ActivationOptions`): the element
+    size of a token's row, sequence parallelism (each rank dispatches its part of the sequence),
+    the capacity factor (None: dropless), ``expert_tensor_parallel`` (None: t), whose dispatcher
+    all-gathers and reduce-scatters are added at any ETP above 1 (see the module doc), and
+    whether full recomputation runs the forward's all-to-alls and ETP collectives again."""
     config = get_model(model)
+    if not isinstance(options, ActivationOptions):
+        raise TypeError(f"options must be an ActivationOptions, got {type(options).__name__}")
+    sequence_parallel, expert_tensor_parallel = options.sequence_parallel, options.expert_tensor_parallel
     e = check_positive_int(expert_parallel, "expert_parallel", MAX_GPUS)
     if not config.mixture_of_experts:
         raise ValueError(f"expert_parallel needs a mixture of experts; {config.name} has no experts")
@@ -228,14 +230,12 @@ def expert_traffic(model, seq_len: int, micro_batch: int, expert_parallel: int, 
     if sp and s % t:
         raise ValueError(f"tensor_parallel must divide seq_len under sequence parallelism, got "
                          f"seq_len {s}, tensor_parallel {t}")
-    width = check_positive_int(element_bytes, "element_bytes", 16)
+    width = options.element_bytes
     layers = config.sparse_layers if moe_layers is None else int(whole_in_range(
         moe_layers, "moe_layers", 0, config.sparse_layers,
         f"a whole number of MoE layers from 0 to {config.sparse_layers}"))
     m = check_positive_int(micro_batches, "micro_batches", 2**24)
-    if recompute not in RECOMPUTE:
-        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
-    c = None if capacity_factor is None else check_capacity_factor(capacity_factor)
+    c = options.capacity_factor
     tokens = s * b // t if sp else s * b
     rows = routed_rows(config.experts, config.experts_per_token, tokens, c)
     row_bytes = config.hidden * width
@@ -244,7 +244,7 @@ def expert_traffic(model, seq_len: int, micro_batch: int, expert_parallel: int, 
     return ExpertTraffic(e, tokens, rows, rows * row_bytes if e > 1 else 0,
                          away * row_bytes, layers, m, c, counted,
                          counted * rows * row_bytes if counted > 1 else 0,
-                         (counted - 1) * rows * row_bytes, recompute == "full")
+                         (counted - 1) * rows * row_bytes, options.recompute == "full")
 
 
 def expert_traffic_seconds(traffic: ExpertTraffic, ic: Interconnect, stride: int = 1) -> float:
@@ -257,44 +257,14 @@ def expert_traffic_seconds(traffic: ExpertTraffic, ic: Interconnect, stride: int
                                             stride)
         seconds += float(traffic.calls * latency + traffic.step_sent_bytes / bandwidth)
     if traffic.etp_calls:     # the ETP ranks are neighbours (innermost in the expert grid)
-        seconds += float(traffic.etp_calls * _etp_call_seconds(
+        seconds += float(traffic.etp_calls * etp_call_seconds(
             ic, np.int64(traffic.expert_tensor_parallel), traffic.etp_sent_bytes))
     return seconds
 
 
-def _etp_call_seconds(ic: Interconnect, etp, sent_bytes):
+def etp_call_seconds(ic: Interconnect, etp, sent_bytes):
     """Seconds of one ETP all-gather or reduce-scatter: its latency plus the bytes a GPU sends
     at the bus bandwidth of ETP adjacent ranks (the two have the same ring cost)."""
     latency, bandwidth = ring_timing_of(ic, "all_gather", etp, np.int64(1))
     return latency + sent_bytes / bandwidth
 
-
-def all_to_all_seconds_of(config, ic: Interconnect, seq_len: int, micro_batch, tensor_parallel,
-                          sequence_parallel, expert_parallel, moe_layers, capacity_factor,
-                          element_bytes: int, stride, expert_tensor_parallel=None,
-                          full_recompute=False) -> np.ndarray:
-    """Seconds per micro-batch of one GPU's all-to-alls, for arrays of checked settings (the
-    planner's path; :func:`expert_traffic` and :func:`expert_traffic_seconds` per setting):
-    4 per MoE layer (6 under ``full_recompute``), each its latency plus the rows for other ranks'
-    experts at the bus bandwidth of E ranks ``stride`` apart; 0 where E = 1. ``seq_len`` is the
-    tokens of a sequence on the GPU (s / C under context parallelism). ``expert_tensor_parallel``
-    (None: t) adds the dispatcher's ETP all-gathers and reduce-scatters as :func:`expert_traffic`
-    counts them (``full_recompute``: 6 per MoE layer instead of 4)."""
-    b, t, e = (np.asarray(a, dtype=np.int64) for a in (micro_batch, tensor_parallel, expert_parallel))
-    tokens = np.where(sequence_parallel, seq_len * b // t, seq_len * b)
-    x, k = config.experts, config.experts_per_token
-    if capacity_factor is None:
-        rows = tokens * k
-    else:    # the float rule routed_rows applies, element by element
-        rows = x * np.ceil(capacity_factor * k * tokens / x).astype(np.int64)
-    sent = -(-rows * (e - 1) // e) * config.hidden * element_bytes
-    latency, bandwidth = ring_timing_of(ic, "all_to_all", e, stride)
-    seconds = (calls_per_layer(full_recompute) * np.asarray(moe_layers)
-               * (latency + sent / bandwidth))
-    seconds = np.where(e > 1, seconds, 0.0)
-    counted = counted_etp(t if expert_tensor_parallel is None else expert_tensor_parallel, t,
-                          sequence_parallel)
-    etp_sent = (counted - 1) * rows * config.hidden * element_bytes
-    etp_seconds = (calls_per_layer(full_recompute) * np.asarray(moe_layers)
-                   * _etp_call_seconds(ic, counted, etp_sent))
-    return seconds + np.where(counted > 1, etp_seconds, 0.0)

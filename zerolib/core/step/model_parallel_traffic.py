@@ -56,13 +56,13 @@ import numpy as np
 
 from zerolib.core.catalogue.models import get_model
 from zerolib.core.inputs import MAX_BYTES, check_flag, check_positive_int, echo
-from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.activations import DEFAULT_OPTIONS, ActivationOptions
 from zerolib.core.memory.expert_parallel import expert_layers_of
 from zerolib.core.memory.model_parallel import (
-    MAX_CHUNKS,
-    MAX_MICRO_BATCHES,
+    ParallelGrid,
+    Pipeline,
+    as_pipeline,
     check_parallel,
-    check_schedule,
     stage_layers,
 )
 
@@ -96,45 +96,47 @@ class ParallelTraffic:
 def _check_setting(config, t, p, schedule, chunks, m) -> None:
     """:func:`check_parallel` of one scalar setting, remembered: a plan asks for the same
     (t, p, schedule) once per recomputation, micro-batch and stage."""
-    check_parallel(config, t, p, schedule=schedule, chunks=chunks, micro_batches=m)
+    check_parallel(config, t, Pipeline(p, schedule, chunks, m))
 
 
-def _common(model, seq_len, micro_batch, tensor_parallel, pipeline_parallel, pipeline_stage,
-            micro_batches, schedule, chunks, element_bytes):
+def _common(model, seq_len, micro_batch, tensor_parallel, pipeline, pipeline_stage,
+            options: ActivationOptions):
+    """The checked grid of one GPU (its pipeline's micro-batches per step: None is p, the fewest
+    that fill it) and the bytes of one b x s x h activation."""
     config = get_model(model)
+    if not isinstance(options, ActivationOptions):
+        raise TypeError(f"options must be an ActivationOptions, got {type(options).__name__}")
+    pipeline = as_pipeline(pipeline)
     s = check_positive_int(seq_len, "seq_len")
     b = check_positive_int(micro_batch, "micro_batch")
     t = check_positive_int(tensor_parallel, "tensor_parallel")
-    p = check_positive_int(pipeline_parallel, "pipeline_parallel")
-    m = check_positive_int(micro_batches, "micro_batches", MAX_MICRO_BATCHES)
-    e = check_positive_int(element_bytes, "element_bytes", 16)
+    if pipeline.stages.ndim or (pipeline.micro_batches is not None and np.ndim(pipeline.micro_batches)):
+        raise TypeError("pipeline must be a single setting here, got arrays")
+    p = int(pipeline.stages)
+    m = int(pipeline.micro_batches_or(p))
     if (isinstance(pipeline_stage, (bool, np.bool_)) or not isinstance(pipeline_stage, numbers.Integral)
             or not 0 <= pipeline_stage < p):
         raise ValueError(f"pipeline_stage must be a whole number from 0 to {p - 1}, got {echo(pipeline_stage)}")
-    r = int(pipeline_stage)
-    check_schedule(schedule)
-    _check_setting(config, t, p, schedule, check_positive_int(chunks, "chunks", MAX_CHUNKS), m)
-    activation = e * s * b * config.hidden
+    _check_setting(config, t, p, pipeline.schedule, pipeline.chunks, m)
+    activation = options.element_bytes * s * b * config.hidden
     if activation > MAX_BYTES // (16 * config.layers * m):
         raise ValueError(f"traffic of {config.name} comes to more than {MAX_BYTES:,} bytes per step: "
                          f"lower seq_len, micro_batch or micro_batches")
-    return config, s, b, t, p, r, m, activation
+    grid = ParallelGrid(config, t, p, int(pipeline_stage), pipeline.schedule, pipeline.chunks, m, 1)
+    return grid, s * b, activation
 
 
-def tensor_parallel_traffic(model, seq_len, micro_batch, tensor_parallel, pipeline_parallel=1,
-                            pipeline_stage=0, *, micro_batches=1, sequence_parallel=False,
-                            recompute="none", schedule="1f1b", chunks=1,
-                            element_bytes=2) -> tuple[ParallelTraffic, ...]:
+def tensor_parallel_traffic(model, seq_len, micro_batch, tensor_parallel,
+                            pipeline: Pipeline | int = 1, pipeline_stage=0,
+                            options: ActivationOptions = DEFAULT_OPTIONS) -> tuple[ParallelTraffic, ...]:
     """The tensor-parallel collectives of one step on a GPU of ``pipeline_stage``: its layers
-    times ``micro_batches`` passes, plus the embedding (first stage) and the output layer and
-    loss (last stage). Empty for t = 1."""
-    config, s, b, t, p, r, m, bsh = _common(model, seq_len, micro_batch, tensor_parallel,
-                                           pipeline_parallel, pipeline_stage, micro_batches,
-                                           schedule, chunks, element_bytes)
-    sp = check_flag(sequence_parallel, "sequence_parallel")
-    if recompute not in RECOMPUTE:
-        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
-    return tensor_rows(config, s, b, t, p, r, m, bsh, sp, recompute)
+    times the pipeline's micro-batches (a :class:`~zerolib.core.memory.model_parallel.Pipeline`,
+    or p stages; None micro-batches: p), plus the embedding (first stage) and the output layer
+    and loss (last stage), under ``options``' sequence parallelism, recomputation and element
+    size. Empty for t = 1."""
+    grid, tokens, bsh = _common(model, seq_len, micro_batch, tensor_parallel, pipeline,
+                                pipeline_stage, options)
+    return tensor_rows(grid, tokens, bsh, options.sequence_parallel, options.recompute)
 
 
 def moe_mlp_free_layers(config, p: int, r: int, sequence_parallel: bool) -> int:
@@ -154,12 +156,14 @@ def moe_mlp_free_layers(config, p: int, r: int, sequence_parallel: bool) -> int:
     return int(expert_layers_of(config, p, r))
 
 
-def tensor_rows(config, s: int, b: int, t: int, p: int, r: int, m: int, bsh: int, sp: bool,
+def tensor_rows(grid: ParallelGrid, tokens: int, bsh: int, sp: bool,
                 recompute: str) -> tuple[ParallelTraffic, ...]:
-    """:func:`tensor_parallel_traffic` of checked inputs (``bsh``: bytes of one b x s x h
-    activation): the step model's path, whose caller checked them once, and the estimate's.
-    The one count of a layer's collectives over t: every layer's attention, and the MLP of the
-    layers whose MLP runs over t (all but :func:`moe_mlp_free_layers`)."""
+    """:func:`tensor_parallel_traffic` of checked inputs (a grid of one GPU: its t, p, stage r
+    and micro-batches per step; ``tokens``: s x b of a micro-batch; ``bsh``: bytes of one
+    b x s x h activation): the step model's path, whose caller checked them once, and the
+    estimate's. The one count of a layer's collectives over t: every layer's attention, and the
+    MLP of the layers whose MLP runs over t (all but :func:`moe_mlp_free_layers`)."""
+    config, t, p, r, m = grid.config, int(grid.t), int(grid.p), int(grid.pipeline_stage), int(grid.micro_batches)
     if t == 1:
         return ()
     passes = m * int(stage_layers(config.layers, p, r))   # layer passes per step on this GPU
@@ -204,31 +208,32 @@ def tensor_rows(config, s: int, b: int, t: int, p: int, r: int, m: int, bsh: int
             rows.append(row("all-reduce", "backward", "gradient of the output layer input", m))
         rows.append(row("all-reduce", "forward", "cross entropy: maximum logit, target logit, sum of "
                                                  "exponentials per token (fp32)", 3 * m,
-                        LOSS_BYTES * s * b))
+                        LOSS_BYTES * tokens))
     return tuple(rows)
 
 
-def pipeline_traffic(model, seq_len, micro_batch, tensor_parallel, pipeline_parallel,
-                     pipeline_stage=0, *, micro_batches=1, sequence_parallel=False,
-                     scatter_gather=False, schedule="1f1b", chunks=1,
-                     element_bytes=2) -> tuple[ParallelTraffic, ...]:
-    """The point-to-point messages a GPU of ``pipeline_stage`` sends in one step (and, with the
-    scatter/gather optimisation, the all-gathers that rebuild what it receives). Empty for p = 1."""
-    config, s, b, t, p, r, m, bsh = _common(model, seq_len, micro_batch, tensor_parallel,
-                                           pipeline_parallel, pipeline_stage, micro_batches,
-                                           schedule, chunks, element_bytes)
-    sp = check_flag(sequence_parallel, "sequence_parallel")
+def pipeline_traffic(model, seq_len, micro_batch, tensor_parallel, pipeline: Pipeline | int,
+                     pipeline_stage=0, *, scatter_gather=False,
+                     options: ActivationOptions = DEFAULT_OPTIONS) -> tuple[ParallelTraffic, ...]:
+    """The point-to-point messages a GPU of ``pipeline_stage`` sends in one step under
+    ``pipeline`` (its schedule; None micro-batches: p) (and, with the scatter/gather
+    optimisation or ``options``' sequence parallelism, the all-gathers that rebuild what it
+    receives). Empty for p = 1."""
+    grid, _, bsh = _common(model, seq_len, micro_batch, tensor_parallel, pipeline, pipeline_stage,
+                           options)
+    sp = options.sequence_parallel
     split = check_flag(scatter_gather, "scatter_gather") or sp
-    return pipeline_rows(t, p, r, m, bsh, sp, split, schedule, chunks)
+    return pipeline_rows(grid, bsh, sp, split)
 
 
-def pipeline_rows(t: int, p: int, r: int, m: int, bsh: int, sp: bool, split: bool,
-                  schedule: str, chunks: int) -> tuple[ParallelTraffic, ...]:
-    """:func:`pipeline_traffic` of checked inputs (see :func:`tensor_rows`)."""
+def pipeline_rows(grid: ParallelGrid, bsh: int, sp: bool, split: bool) -> tuple[ParallelTraffic, ...]:
+    """:func:`pipeline_traffic` of checked inputs (see :func:`tensor_rows`; the grid's config
+    unread)."""
+    t, p, r, m = int(grid.t), int(grid.p), int(grid.pipeline_stage), int(grid.micro_batches)
     if p == 1:
         return ()
     message = bsh // t if split and t > 1 else bsh
-    v = chunks if schedule == "interleaved" else 1
+    v = grid.chunks if grid.schedule == "interleaved" else 1
     forward = m * (v - (r == p - 1))     # every chunk boundary but the model's last
     backward = m * (v - (r == 0))        # every chunk boundary but the model's first
     rows = [ParallelTraffic("pipeline", "send", "forward", "activations to the next stage", forward, message, 2),

@@ -69,6 +69,7 @@ read of the gradients), NUMA placement.
 """
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -104,18 +105,46 @@ def check_cpu_adam_rate(value, name: str = "cpu_adam_rate") -> float | None:
     return float(value)
 
 
+def check_host_link(host_link: str | Link) -> Link:
+    """The PCIe link offload copies run on (a name of :data:`zerolib.core.catalogue.links.LINKS`)."""
+    try:
+        link = get_link(host_link, "host_link")
+    except ValueError:   # name the PCIe links, the only ones allowed here
+        raise ValueError(f"host_link must be a PCIe link ({', '.join(HOST_LINKS)}), got "
+                         f"{echo(host_link)}") from None
+    if link.kind != "pcie":
+        raise ValueError(f"host_link must be a PCIe link ({', '.join(HOST_LINKS)}), got {link.name}")
+    return link
+
+
 @dataclass(frozen=True)
 class HostSettings:
     """The host offload runs on (:data:`zerolib.core.catalogue.hosts.HOSTS`: its memory bandwidth
-    bounds the CPU's optimizer step, its drives time NVMe) and, optionally, a measured CPU-Adam
-    rate in parameters per second for the whole node (None: the roofline alone)."""
+    bounds the CPU's optimizer step, its drives time NVMe), optionally a measured CPU-Adam rate
+    in parameters per second for the whole node (None: the roofline alone), the PCIe link each
+    GPU copies to and from it over (``host_link``, one of :data:`HOST_LINKS`), and a link to
+    time NVMe at instead of the host's drives (``nvme_link``; None: the drives)."""
 
     host: Host | str = DEFAULT_HOST
     cpu_adam_rate: float | None = None
+    host_link: Link | str = DEFAULT_HOST_LINK
+    nvme_link: Link | str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "host", get_host(self.host))
         object.__setattr__(self, "cpu_adam_rate", check_cpu_adam_rate(self.cpu_adam_rate))
+        object.__setattr__(self, "host_link", check_host_link(self.host_link))
+        if self.nvme_link is not None:
+            object.__setattr__(self, "nvme_link", get_link(self.nvme_link, "nvme_link"))
+
+    def with_host_link(self, host_link: Link) -> HostSettings:
+        """These settings over ``host_link``, a PCIe link the caller checked
+        (:func:`check_host_link`), made without checking the rest again."""
+        if host_link is self.host_link:
+            return self
+        twin = copy.copy(self)
+        object.__setattr__(twin, "host_link", host_link)
+        return twin
 
     def __deepcopy__(self, memo) -> HostSettings:
         return self  # immutable
@@ -144,13 +173,16 @@ def node_host_settings(node_name: str | None) -> HostSettings:
 
 
 def host_settings_for(node_name: str | None, host: Host | str | None = None,
-                      cpu_adam_rate: float | None = None) -> HostSettings:
+                      cpu_adam_rate: float | None = None, host_link: Link | str = DEFAULT_HOST_LINK,
+                      nvme_link: Link | str | None = None) -> HostSettings:
     """``host`` (None: :func:`node_host_settings`' host for ``node_name``) with
-    ``cpu_adam_rate`` (None: the roofline alone), checked: a door's host settings."""
-    if host is None and cpu_adam_rate is None:
+    ``cpu_adam_rate`` (None: the roofline alone) and the links of :class:`HostSettings`,
+    checked: a door's host settings."""
+    if host is None and cpu_adam_rate is None and host_link == DEFAULT_HOST_LINK and nvme_link is None:
         return node_host_settings(node_name)
     return HostSettings(node_host_settings(node_name).host if host is None else host,
-                        cpu_adam_rate)
+                        cpu_adam_rate, host_link, nvme_link)
+
 
 
 def check_host_settings(value, name: str = "host_settings") -> HostSettings:

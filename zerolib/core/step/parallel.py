@@ -2,131 +2,74 @@
 
 :mod:`zerolib.core.step.time` times the collectives of data parallelism alone. This module
 composes the same schedule (:mod:`zerolib.core.step.traffic`) with what model parallelism
-communicates, :mod:`zerolib.core.step.model_parallel_traffic`'s rows, every collective timed on
-its ring by the one ring model (:func:`zerolib.core.step.collectives.ring_timing`) and every pipeline
-message by :func:`zerolib.core.step.time.send_seconds`, and adds the pipeline's idle time.
-Vectorised: every argument broadcasts, so a planner's whole space is one call.
+communicates (:mod:`zerolib.core.step.model_parallel_traffic`'s rows), every collective timed on
+its ring by the one ring model (:func:`zerolib.core.step.collectives.ring_timing`) and every
+pipeline message by :func:`zerolib.core.step.time.send_seconds`, and adds the pipeline's idle
+time. Vectorised: every argument broadcasts, so a planner's whole space is one call.
 
 **Where each group sits.** GPUs are numbered tensor-parallel rank fastest, then data-parallel,
 then pipeline (Megatron-LM's default ``order="tp-cp-ep-dp-pp"``,
-``megatron/core/parallel_state.py`` ``initialize_model_parallel``):
-
-- a tensor-parallel group is t neighbouring GPUs, inside one node (the planner's rule), so its
-  collectives run on the node's intra-node link;
-- a data-parallel group is d GPUs t apart: inside one node when t x d <= GPUs per node K,
-  otherwise across nodes with g = K / t of its GPUs on each. Across nodes its ring leaves a node
-  through the node's ports, which the t groups of a node share (they reduce at the same time):
-  bus bandwidth min(intra-node rate, node's ports x g / K). At t = 1 that is the node model's
-  own (``nodes.bus_bandwidth``); latency is the node model's ring latency over d / g nodes;
-- a pipeline's consecutive stages are t x d GPUs apart; once the pipeline spans more than one
-  node its slowest hop crosses the network, at each GPU's share of the node's ports (one port
-  per GPU on a DGX), with one base latency plus one network hop per message (NCCL's
-  constants, :mod:`zerolib.core.catalogue.links`).
+``megatron/core/parallel_state.py`` ``initialize_model_parallel``): a tensor-parallel group is t
+neighbouring GPUs inside one node (the planner's rule); a data-parallel group is d GPUs t apart,
+its rings leaving a node through the ports the node's t groups share (they reduce at the same
+time); consecutive pipeline stages are t x d GPUs apart, the slowest hop across the network once
+the pipeline spans nodes, one base latency plus one network hop per message (NCCL's constants,
+:mod:`zerolib.core.catalogue.links`).
 
 **Per micro-batch**, on the heavier of the first and the last pipeline stage (their parameters
 are the most of any stage, :mod:`zerolib.core.memory.model_parallel`):
 
-- compute: 2 FLOPs per parameter and token forward, 4 backward (6 with full recomputation) at
-  the device's peak x ``mfu`` (:func:`zerolib.core.step.time.compute_seconds`, the same rule), for the
-  stage's parameters on this GPU and the micro-batch's b x s tokens; under selective and full
-  recomputation the backward also repeats the attention core of the stage's layers and this
-  GPU's heads (:func:`zerolib.core.step.time.attention_core_flops`);
-- tensor-parallel collectives (all-reduces, or all-gathers and reduce-scatters under sequence
-  parallelism) over t GPUs: each layer's next operation needs the result, so none of it
-  overlaps compute (Megatron-LM's optional communication overlap is not modelled);
-- the pipeline's point-to-point messages the stage sends (activations forward, their gradients
-  backward, per model chunk), not overlapped either;
-- ZeRO's per-micro-batch collectives: DeepSpeed communicates gradients "during non gradient
-  accumulation boundaries as well" under stages 2 and 3 (``runtime/engine.py``
-  ``allreduce_gradients``, DeepSpeed 0.19.8): the stage-2/3 gradient reduce-scatter and the
-  stage-3 backward all-gather overlap that micro-batch's backward, the stage-3 forward
-  all-gather its forward, as far as the engine's overlap rule hides them
-  (:mod:`zerolib.core.step.engines`; DeepSpeed's defaults hide stage 3's alone, as its
-  ``overlap_comm`` is on for stage 3 only); the excess is exposed. Which collectives run every
-  micro-batch and which once is the engine's (:func:`zerolib.core.step.engines.when`); the
-  layer units a pipeline stage gathers are its share of the model's.
+- compute: :func:`zerolib.core.step.time.compute_seconds`' rule for the stage's parameters on
+  this GPU and the micro-batch's b x s tokens, the attention core of the stage's layers and
+  this GPU's heads repeated under selective and full recomputation;
+- the tensor-parallel collectives and the pipeline's point-to-point messages the stage sends,
+  not overlapped (each layer's next operation needs the result; Megatron-LM's optional
+  communication overlap is not modelled);
+- ZeRO's per-micro-batch collectives, as far as the engine's overlap rule hides them behind that
+  micro-batch's passes (which run every micro-batch and which once:
+  :func:`zerolib.core.step.engines.when`; the layer units a pipeline stage gathers are its share
+  of the model's); the excess is exposed.
 
 **Per step**, with m micro-batches per pipeline and v model chunks per stage: the pipeline runs
 m micro-batches plus the bubble of (p - 1) / v micro-batch times (Narayanan et al. 2021, arXiv
 2104.04473, Sec. 2.2: bubble fraction (p - 1)/m of the ideal time for 1F1B, and (1/v)(p - 1)/m
-for the interleaved schedule). Stages 0 and 1 reduce the gradients once per step, at the last
-micro-batch (DeepSpeed: "Communicate only at gradient accumulation boundaries"; PyTorch DDP
-under ``no_sync``), overlapping that micro-batch's backward; stages 1 and 2 all-gather the
-updated parameters after the optimizer step, overlapping nothing. So
+for the interleaved schedule), and the collectives that run once per step (stages 0-1's
+reduction at the last micro-batch, overlapping its backward; stages 1-2's all-gather of the
+updated parameters after the optimizer step, overlapping nothing). So
 
     step = (m + (p - 1)/v) x T_mb + exposed per-step collectives,
 
-with T_mb the micro-batch time above. It splits into compute (m micro-batches' FLOPs), network
-(the tensor-parallel, pipeline and exposed data-parallel time of the m micro-batches, plus the
-exposed per-step collectives) and the bubble ((p - 1)/v x T_mb, idle waiting for other stages):
-``network_wait_fraction`` and ``bubble_fraction`` are those parts over the step.
+with T_mb the micro-batch time above. It splits into the named parts of :data:`PARTS`:
+compute (m micro-batches' FLOPs), the network (tensor-parallel, context, expert, pipeline and
+the exposed data-parallel time of the m micro-batches, plus the exposed per-step collectives)
+and the bubble ((p - 1)/v x T_mb, idle waiting for other stages): ``network_wait_fraction``
+and ``bubble_fraction`` are those parts over the step.
 
 **Shard groups** (:mod:`zerolib.core.step.traffic`, whose bytes and calls are used as they
-are): with the state sharded over G of the d data-parallel GPUs, the all-gathers and the
-gradient reduce-scatter run inside the group, a ring of G GPUs t apart (G consecutive
-data-parallel ranks); each GPU then all-reduces its gradient shard with the GPUs at the same
-place in the other d / G groups, a ring of d / G GPUs G x t apart, each node's ports shared by
-the rings that leave it at once (every GPU of a node is in one); stage 0's all-reduce runs over
-all d GPUs t apart. Stage 3 gathers and reduces one call per layer unit. The replicas'
-all-reduce runs **once per step**, in the last micro-batch's backward, after that micro-batch's
-reduce-scatter (stage 1: after the one reduce-scatter of the step): DeepSpeed's MiCS skips it
-"if not self.is_gradient_accumulation_boundary" (``runtime/zero/mics.py``
+are): the group's all-gathers and reduce-scatter run on a ring of G GPUs t apart, the
+replicas' all-reduce on one of d / G GPUs G x t apart, every GPU of a node in one such ring at
+once; stage 0's all-reduce over all d GPUs t apart. The replicas' all-reduce runs **once per
+step**, in the last micro-batch's backward, after that micro-batch's reduce-scatter (stage 1:
+after the one reduce-scatter of the step): DeepSpeed's MiCS skips it "if not
+self.is_gradient_accumulation_boundary" (``runtime/zero/mics.py``
 ``allreduce_mics_shard_grads``, called from ``partition_grads`` layer by layer during the
 backward; MiCS was removed after DeepSpeed 0.19, issue deepspeedai/DeepSpeed#8489, and 0.19.8
 refuses ``mics_shard_size``), and PyTorch FSDP2 does the same for HSDP under
 ``set_requires_all_reduce(False)`` on the other micro-batches ("gradient accumulation with only
 reduce-scatter but not all-reduce for HSDP"; FSDP2's default would all-reduce every
-micro-batch). :func:`zerolib.core.step.time.step_time` times a step of one micro-batch, where that is the
-same place: in the backward, overlapping its compute. With G = d every time is exactly the
-one the whole group gives.
+micro-batch). With G = d every time is exactly the one the whole group gives.
 
 **Offload** (the planner's options, DeepSpeed's ``offload_optimizer`` and ``offload_param`` to
-the CPU): each GPU's host copies are :mod:`zerolib.core.step.offload_traffic`'s (ZeRO-Offload's
-bytes: the reduced gradient partition down at the gradient width, the updated 16-bit
-partition up, the parameter shard up before each pass), for the parameters this GPU holds
-(:func:`zerolib.core.memory.model_parallel.parameters_per_gpu` of its pipeline stage), on a PCIe
-``host_link`` at full duplex, added to the collectives of the phase they run in, as
-:func:`zerolib.core.step.time.step_time` adds them. When, in DeepSpeed 0.19.8:
-
-- the gradient partition goes down **every micro-batch** under stages 2 and 3, during the
-  backward (``stage3.py`` ``partition_grads`` copies each reduced partition into the
-  CPU-resident ``grad_partitions_flat_buffer`` on every micro-step; ``stage_1_and_2.py``
-  ``copy_grads_in_partition`` through ``async_accumulate_grad_in_cpu_via_gpu`` while gradients
-  accumulate), and **once per step** under stage 1, which reduces only at the accumulation
-  boundary (``engine.py`` ``allreduce_gradients``), joining that reduction;
-- the parameter shard comes up **every micro-batch**, before each layer's forward and again
-  before its backward (``partition_parameters.py`` ``all_gather_coalesced`` copies
-  ``ds_tensor`` to the GPU on every gather), overlapping the pass that needs it;
-- the updated 16-bit partition comes up **once per step**, after the CPU's optimizer step
-  (``stage_1_and_2.py`` ``step``: ``bit16_partitions[partition_id].data.copy_(...)``;
-  ``stage3.py`` ``_reassign_or_swap_out_partitioned_parameters``), hidden behind nothing; with
-  the parameters on the host too the CPU updates them in place and nothing comes up.
-
-- the CPU's optimizer step runs **once per step**, after the last micro-batch's backward and
-  before the updated partition comes up, hidden behind nothing
-  (:meth:`zerolib.core.step.offload_traffic.HostTraffic.cpu_seconds`: the host's memory-bandwidth
-  roofline, or a measured ``cpu_adam_rate`` where slower; ``host`` names the host, by default
-  the node's own, :func:`zerolib.core.step.offload_traffic.node_host_settings`); NVMe reads and
-  writes run at each GPU's share of the host's drives.
-
-Left out of offload's time: DeepSpeed's read-back of the
-accumulated gradient partition from the second micro-batch on (it adds on the GPU: up as many
-bytes as go down, which costs time only where parameters come up in the same pass); its fp32
-conversion before the last micro-batch's copy (4 bytes per gradient where ZeRO-Offload counts
-the gradient's own width).
+the CPU): each GPU's host copies and the CPU's optimizer step, added to the phase they run in
+when DeepSpeed runs them (:mod:`zerolib.core.step.parallel_offload` says when, with its
+sources, and what it leaves out).
 
 **Context parallelism** (C): ``data_parallel`` is the d x C ZeRO group, each GPU works on s / C
 tokens, and the ring's sends are the ``context`` part (:mod:`zerolib.core.step.context_parallel_traffic`).
-
-**ZeRO-R** (``partition_activations``, ``cpu_checkpointing``: arrays, full recomputation only):
-P_a's all-gather of each checkpoint and P_a+cpu's host copies, in the ``tensor`` part, not
-overlapped (:mod:`zerolib.core.step.zero_r_step` says why).
-
-**Expert parallelism** (E, an array): the ``expert`` part is the all-to-alls of the MoE layers
-and the token dispatcher's all-gathers and reduce-scatters over the expert-tensor-parallel ranks
-(at any ETP above 1, E = 1 and ETP = t included: a MoE layer's MLP runs none over t, so the
-``tensor`` part leaves it out), and the routed experts' collectives run over their own group
-(:mod:`zerolib.core.step.expert_parallel_step`).
+**ZeRO-R** (``partition_activations``, ``cpu_checkpointing``): in the ``tensor`` part, not
+overlapped (:mod:`zerolib.core.step.zero_r_step`). **Expert parallelism** (E) and expert tensor
+parallelism: the all-to-alls and the dispatcher's ETP collectives are the ``expert`` part, the
+routed experts' collectives run over their own group (:mod:`zerolib.core.step.expert_parallel_step`).
 
 Left out: Megatron-LM's and DeepSpeed's communication overlaps beyond the ones stated; the middle
 pipeline stages (fewer parameters than the first or last, and at most one more message per
@@ -139,7 +82,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from types import MappingProxyType
 
@@ -169,6 +112,7 @@ from zerolib.core.memory.model_parallel import (
     rules_of,
     stage_layers,
 )
+from zerolib.core.memory.placement import placement_on
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
 from zerolib.core.step import expert_parallel_step as ep_step
 from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing_of
@@ -246,8 +190,9 @@ def _tensor_rows(config: TransformerConfig, seq_len: int, p: int, r: int,
     the group does), and their bytes, b x s x h elements (or 3 fp32 values per token for the
     loss), are exactly proportional to the micro-batch."""
     # Inputs checked by parallel_step_time (or the planner's door): the kernel trusts them.
-    rows = tensor_rows(config, seq_len, 1, _smallest_tensor_parallel(config), p, r, 1,
-                       element_bytes * seq_len * config.hidden, sequence_parallel, recompute)
+    grid = ParallelGrid(config, _smallest_tensor_parallel(config), p, r, "1f1b", 1, 1, 1)
+    rows = tensor_rows(grid, seq_len, element_bytes * seq_len * config.hidden, sequence_parallel,
+                       recompute)
     return tuple((KIND_OF[row.collective], row.calls, row.tensor_bytes) for row in rows)
 
 
@@ -259,8 +204,9 @@ def _pipeline_sends(config: TransformerConfig, seq_len: int, t: int, p: int, r: 
     exactly proportional to the micro-batch either way."""
     schedule = "interleaved" if chunks > 1 else "1f1b"
     m = p if chunks > 1 else 1     # the interleaved schedule takes micro-batches in groups of p
-    rows = pipeline_rows(t, p, r, m, element_bytes * seq_len * config.hidden, sequence_parallel,
-                         sequence_parallel, schedule, chunks)
+    grid = ParallelGrid(config, t, p, r, schedule, chunks, m, 1)
+    rows = pipeline_rows(grid, element_bytes * seq_len * config.hidden, sequence_parallel,
+                         sequence_parallel)
     sends = [row for row in rows if row.collective == "send"]
     if not sends:
         return 0, 0
@@ -271,11 +217,22 @@ def _pipeline_sends(config: TransformerConfig, seq_len: int, t: int, p: int, r: 
 
 @dataclass(frozen=True)
 class ParallelStepTime:
-    """Seconds of one step per setting (float64 arrays, broadcast like the inputs). ``parts``
-    holds :data:`PARTS`, which add up to the step."""
+    """Seconds of one step per setting (float64 arrays, broadcast like the inputs): one field
+    per part of :data:`PARTS`, which add up to the step, and T_mb."""
 
-    parts: Mapping[str, np.ndarray] = field(repr=False)
+    compute: np.ndarray = field(repr=False)
+    tensor: np.ndarray = field(repr=False)
+    context: np.ndarray = field(repr=False)
+    expert: np.ndarray = field(repr=False)
+    pipeline: np.ndarray = field(repr=False)
+    data_parallel: np.ndarray = field(repr=False)
+    bubble: np.ndarray = field(repr=False)
     micro_batch_seconds: np.ndarray = field(repr=False)   # T_mb, on the slowest stage
+
+    @property
+    def parts(self) -> Mapping[str, np.ndarray]:
+        """The parts by name, in the order of :data:`PARTS`."""
+        return MappingProxyType({name: getattr(self, name) for name in PARTS})
 
     @property
     def step_seconds(self) -> np.ndarray:
@@ -283,8 +240,7 @@ class ParallelStepTime:
 
     @property
     def network_seconds(self) -> np.ndarray:
-        return (self.parts["tensor"] + self.parts["context"] + self.parts["expert"]
-                + self.parts["pipeline"] + self.parts["data_parallel"])
+        return self.tensor + self.context + self.expert + self.pipeline + self.data_parallel
 
     @property
     def network_wait_fraction(self) -> np.ndarray:
@@ -292,7 +248,29 @@ class ParallelStepTime:
 
     @property
     def bubble_fraction(self) -> np.ndarray:
-        return self.parts["bubble"] / self.step_seconds
+        return self.bubble / self.step_seconds
+
+
+@dataclass(frozen=True)
+class _OnStage:
+    """One pipeline stage's seconds (float64 arrays, one per setting): per micro-batch its
+    compute, tensor-parallel (ZeRO-R's included), context, expert and pipeline parts and the ZeRO
+    collectives exposed each micro-batch (``data_parallel``); ``per_step``: the ZeRO collectives
+    exposed once per step."""
+
+    compute: np.ndarray
+    tensor: np.ndarray
+    context: np.ndarray
+    expert: np.ndarray
+    pipeline: np.ndarray
+    data_parallel: np.ndarray
+    per_step: np.ndarray
+
+    @property
+    def micro_batch(self) -> np.ndarray:
+        """T_mb: what one micro-batch takes on this stage (the per-step part left out)."""
+        return (self.compute + self.tensor + self.context + self.expert + self.pipeline
+                + self.data_parallel)
 
 
 
@@ -401,27 +379,27 @@ class ParallelSettings:
         return self  # immutable
 
     @classmethod
-    def from_checked(cls, *, seq_len: int, layout: Layout, mfu: float, element_bytes: int,
-                     host_link: Link, shard_group, recompute, offload,
-                     host: HostSettings | None = None, context_parallel=1,
-                     engine: Engine | None = None, overlap: Overlap | None = None,
-                     capacity_factor: float | None = None,
-                     **arrays) -> ParallelSettings:
+    def from_checked(cls, **values) -> ParallelSettings:
         """Settings a door checked already (the planner's configurations, enumerated from its
         checked :class:`~zerolib.core.planner.PlanSettings`), made without checking them again:
-        ``recompute`` and ``offload`` as codes, every array one shape."""
+        the fields by name, as the constructor takes them (``seq_len``, ``layout``, ``mfu``,
+        ``element_bytes``, ``host_link``, ``shard_group``, ``recompute`` and ``offload`` always;
+        a :class:`Layout` and a :class:`~zerolib.core.catalogue.links.Link`; ``recompute`` and
+        ``offload`` as codes; every array one shape; ``engine`` None: the default engine)."""
+        unknown = sorted(set(values) - _FIELDS)
+        missing = [name for name in _REQUIRED if name not in values]
+        if unknown or missing:
+            raise TypeError(f"from_checked takes ParallelSettings' fields: unknown {unknown}, "
+                            f"missing {missing}")
         settings = object.__new__(cls)
         put = object.__setattr__
-        for name, value in (("seq_len", seq_len), ("layout", layout), ("mfu", mfu),
-                            ("element_bytes", element_bytes), ("host_link", host_link),
-                            ("host", host), ("context_parallel", context_parallel),
-                            ("engine", get_engine(DEFAULT_ENGINE) if engine is None else engine),
-                            ("overlap", overlap), ("capacity_factor", capacity_factor)):
-            put(settings, name, value)
+        for name, default in _SHARED_DEFAULTS.items():    # one value for every setting
+            put(settings, name, values.pop(name, default))
+        if settings.engine is None:
+            put(settings, "engine", get_engine(DEFAULT_ENGINE))
+        shard_group = values.pop("shard_group")
         arrays = {"chunks": 1, "sequence_parallel": False, "expert_parallel": 1,
-                  "partition_activations": False, "cpu_checkpointing": False, **arrays,
-                  "recompute": recompute,
-                  "offload": offload}
+                  "partition_activations": False, "cpu_checkpointing": False, **values}
         names = list(arrays)
         typed = (np.asarray(arrays[n], dtype=bool if n in _BOOL_ARRAYS else np.int64)
                  for n in names)    # the dtypes __post_init__ gives them
@@ -430,6 +408,16 @@ class ParallelSettings:
         put(settings, "shard_group", None if shard_group is None
             else np.broadcast_to(np.asarray(shard_group, dtype=np.int64), settings.micro_batch.shape))
         return settings
+
+
+# from_checked's fields: the shared values (beside seq_len, layout, mfu, element_bytes and
+# host_link, which it always takes) with their defaults, and the ones it always takes.
+_SHARED_DEFAULTS = {"seq_len": None, "layout": None, "mfu": None, "element_bytes": None,
+                    "host_link": None, "host": None, "context_parallel": 1, "engine": None,
+                    "overlap": None, "capacity_factor": None}
+_REQUIRED = ("seq_len", "layout", "mfu", "element_bytes", "host_link", "shard_group", "recompute",
+             "offload")
+_FIELDS = frozenset(f.name for f in fields(ParallelSettings))
 
 
 def parallel_step_time(model, link: str | Interconnect, device: str | Device,
@@ -466,12 +454,13 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
     and the settings checked already (so :func:`_per_degree` calls it once per degree)."""
     if np.ndim(st.context_parallel):    # a CP degree per setting (the planner's): one call each
         return _per_degree(config, ic, device, st)
-    layout, mfu, host_link, s, e = st.layout, st.mfu, st.host_link, st.seq_len, st.element_bytes
+    layout, mfu, s, e = st.layout, st.mfu, st.seq_len, st.element_bytes
     b, t, p, d, zero = (st.micro_batch, st.tensor_parallel, st.pipeline_parallel, st.data_parallel,
                         st.stage)
     m, v, sp, rec, off = st.micro_batches, st.chunks, st.sequence_parallel, st.recompute, st.offload
     shard_group = st.shard_group
-    host_settings = node_host_settings(ic.name) if st.host is None else st.host
+    host_settings = (node_host_settings(ic.name) if st.host is None else st.host).with_host_link(
+        st.host_link)
     c = st.context_parallel
     s = s // c      # the tokens of each sequence one GPU computes on (its CP rank's share)
     engine = st.engine
@@ -506,18 +495,17 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
                 if name != "none":
                     bwd = bwd + core * s / (device.peak_flops * mfu)
                 forward, backward = np.where(here, fwd * b, forward), np.where(here, bwd * b, backward)
-        tensor = (_tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec)
-                  + checkpoint_seconds(config, ic, host_link, s, e, b, t, p, r, sp, rec,
-                                       st.partition_activations, st.cpu_checkpointing))
+        tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec) + checkpoint_seconds(
+            config, ic, st, r)
         context = _context_seconds(config, ic, s, e, b, c, t, r, p, rec)
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
         slots, every = _zero_slots(ic, params, d, t, zero, layout, shard_group, units, p, engine)
         expert = np.zeros(b.shape)
         if moe:   # the experts' state reduced over d / E, their tokens' all-to-alls
-            slots, expert = ep_step.expert_parts(config, ic, st, slots, params, r, s, c, units,
+            slots, expert = ep_step.expert_parts(config, ic, st, slots, params, r, units,
                                                  _zero_slots)
-        host = host_seconds_of(params, d, zero, off, shard_group, layout, host_link, host_settings,
-                             ic.gpus_per_node)
+        host = host_seconds_of(params, d, zero, off, shard_group, layout, host_settings,
+                               ic.gpus_per_node)
         none = np.zeros(b.shape)
         # Every micro-batch: the forward's gathers and parameter fetches (hidden behind its
         # forward under the rule), the backward's collectives that run every micro-batch and
@@ -545,18 +533,18 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
             after = (np.maximum(gather_f - first + after - forward, 0.0)
                      - np.maximum(gather_f - first - forward, 0.0))
         per_step = last + after
-        return forward + backward, tensor, context, expert, pipe, per_mb, per_step
+        return _OnStage(forward + backward, tensor, context, expert, pipe, per_mb, per_step)
 
     first, last = stage_part(np.zeros(b.shape, dtype=np.int64)), stage_part(p - 1)
-    pick_last = sum(last[:6]) > sum(first[:6])
-    compute, tensor, context, expert, pipe, per_mb, per_step = (np.where(pick_last, y, x)
-                                                                for x, y in zip(first, last))
-    micro = compute + tensor + context + expert + pipe + per_mb
-    parts = {"compute": m * compute, "tensor": m * tensor, "context": m * context,
-             "expert": m * expert, "pipeline": m * pipe,
-             "data_parallel": m * per_mb + per_step,
-             "bubble": (p - 1) / v * micro}
-    return ParallelStepTime(MappingProxyType(parts), micro)
+    # The busier stage per setting: the larger micro-batch time (its per-step part aside).
+    pick_last = last.micro_batch > first.micro_batch
+    on = _OnStage(**{f.name: np.where(pick_last, getattr(last, f.name), getattr(first, f.name))
+                     for f in fields(_OnStage)})
+    micro = on.micro_batch
+    return ParallelStepTime(compute=m * on.compute, tensor=m * on.tensor, context=m * on.context,
+                            expert=m * on.expert, pipeline=m * on.pipeline,
+                            data_parallel=m * on.data_parallel + on.per_step,
+                            bubble=(p - 1) / v * micro, micro_batch_seconds=micro)
 
 
 def _per_degree(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
@@ -584,7 +572,7 @@ def _per_degree(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
         for name in PARTS:
             parts[name][sel] = times.parts[name]
         micro[sel] = times.micro_batch_seconds
-    return ParallelStepTime(MappingProxyType(parts), micro)
+    return ParallelStepTime(**parts, micro_batch_seconds=micro)
 
 
 @lru_cache(maxsize=64)
@@ -615,8 +603,9 @@ def _check_rules(config, t, p, v, m, s, sp, ic):
             sel = (v == vv) & (sp == flag)
             if not np.any(sel):
                 continue
-            rules = rules_of(config, t[sel], p[sel], "interleaved" if vv > 1 else "1f1b",
-                             int(vv), ic.gpus_per_node, s, bool(flag), m[sel])
+            grid = ParallelGrid(config, t[sel], p[sel], None, "interleaved" if vv > 1 else "1f1b",
+                                int(vv), m[sel], 1)
+            rules = rules_of(grid, ic.gpus_per_node, s, bool(flag))
             for name, ok in rules.items():
                 if not np.all(ok):
                     raise ValueError(RULES[name])
@@ -649,7 +638,8 @@ def _context_seconds(config, ic, tokens, e, b, c, t, r, p, rec):
     out = np.zeros(np.size(b))
     crosses = (k is not None) & (np.ravel(t) * c > (k or 0))
     for (tt, pp, rr, code), rows in setting_groups((t, p, r, rec)):
-        for row in context_rows(config, tokens, 1, c, tt, pp, rr, 1, RECOMPUTE[code], e):
+        grid = ParallelGrid(config, tt, pp, rr, "1f1b", 1, 1, 1)
+        for row in context_rows(grid, tokens, 1, c, RECOMPUTE[code], e):
             out[rows] += row.calls * send_seconds(ic, row.tensor_bytes * np.ravel(b)[rows],
                                                   crosses[rows])
     return out.reshape(np.shape(b))
@@ -681,8 +671,8 @@ def _zero_slots(ic, params, d, t, zero, layout, shard_group, units, p, engine):
     layer unit of the pipeline stage), each on the ring it uses with the data-parallel ranks t
     apart (:func:`zerolib.core.step.time.schedule_seconds`)."""
     # Settings checked once (shard groups divide d, every ring fits the node of checked_node).
-    traffic = traffic_of(np.asarray(params, dtype=np.int64), None, d, zero, layout, shard_group,
-                         checked_node(d), engine=engine)
+    traffic = traffic_of(np.asarray(params, dtype=np.int64), d, zero, layout, shard_group,
+                         placement_on(checked_node(d)), engine)
     layered = np.isin(zero, engine.layered_stages)
     calls = {name: (count if name == "gradient_all_reduce"
                     else np.where(layered & (count > 0), units, count))

@@ -16,17 +16,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from zerolib.core.catalogue.devices import Device, get_device
-from zerolib.core.catalogue.links import Link, get_link
-from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
+from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.catalogue.nodes import Interconnect, bus_bandwidth, interconnect
-from zerolib.core.inputs import check_flag, check_gpus, check_single, check_stage
+from zerolib.core.inputs import check_gpus, check_single, check_stage
 from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
-from zerolib.core.memory.placement import DEFAULT_PLACEMENT, Placement, check_placement
+from zerolib.core.memory.placement import DEFAULT_PLACEMENT, Placement, check_placement, placement_on
 from zerolib.core.memory.tables import divisors
 from zerolib.core.memory.working_set import DEFAULT_SETTINGS, WorkingSetSettings, peaks
 from zerolib.core.step.collectives import KINDS
 from zerolib.core.step.offload_traffic import (
-    DEFAULT_HOST_LINK,
     DIRECTIONS,
     HOST_SLOTS,
     HostSettings,
@@ -44,7 +42,7 @@ from zerolib.core.step.traffic import (
     Traffic,
     check_aligned,
 )
-from zerolib.core.step.traffic import traffic as traffic_of
+from zerolib.core.step.traffic import traffic as count_traffic
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
     import pandas as pd
@@ -70,13 +68,13 @@ def _stages(stages) -> tuple[int, ...]:
     return tuple(sorted(set(check_stage(stages, "stages").ravel().tolist())))
 
 
-def _traffic(model, gpus: int, stages, layout: Layout, engine="paper",
-             micro_batches: int = 1) -> tuple[Traffic, object]:
+def _traffic(model, gpus: int, stages, layout: Layout, engine="paper", micro_batches: int = 1,
+             placement: Placement | None = None) -> tuple[Traffic, object]:
     if isinstance(model, (str, TransformerConfig)):
         config = get_model(model)
-        return traffic_of(config, gpus, list(stages), layout, engine=engine,
+        return count_traffic(config, gpus, list(stages), layout, placement=placement, engine=engine,
                           micro_batches=micro_batches), config
-    result = traffic_of(model, gpus, list(stages), layout, engine=engine,
+    result = count_traffic(model, gpus, list(stages), layout, placement=placement, engine=engine,
                         micro_batches=micro_batches)
     return result, int(result.params[0])
 
@@ -102,19 +100,17 @@ def traffic_frame(model, gpus, stages=STAGES, layout: str | Layout = "mixed-adam
     return frame
 
 
-def _timed(model, gpus, stages, layout, link, device, compute, gpus_per_node, host=None,
-           host_link=DEFAULT_HOST_LINK, host_settings=None, engine="paper", micro_batches=1):
+def _timed(model, gpus, stages, layout, link, device, compute, host=None, engine="paper"):
     gpus = check_single(gpus, check_gpus, "gpus")
     stages, layout = _stages(stages), get_layout(layout)
-    ic = interconnect(link, gpus_per_node)
+    ic = interconnect(link)
     device = get_device(device)
     if not isinstance(compute, ComputeSettings):
         raise TypeError(f"compute must be a ComputeSettings, got {type(compute).__name__}")
-    result, what = _traffic(model, gpus, stages, layout, engine, micro_batches)
-    settings = (node_host_settings(ic.name) if host_settings is None
-                else check_host_settings(host_settings))
+    result, what = _traffic(model, gpus, stages, layout, engine)
+    settings = node_host_settings(ic.name)
     traffic = None if host is None else host(result, stages, layout)
-    times = step_time(result, ic, device, compute, traffic, host_link, None, settings)
+    times = step_time(result, ic, device, compute, traffic, settings)
     if host is None:
         return gpus, stages, layout, ic, device, result, what, times
     return gpus, stages, layout, ic, device, result, what, times, traffic, settings
@@ -130,16 +126,16 @@ def _attrs(frame, what, gpus, layout, ic, device, compute, result: Traffic):
 def timeline_frame(model, gpus, link: str | Interconnect, device: str | Device,
                    compute: ComputeSettings = DEFAULT_COMPUTE, stages=STAGES,
                    layout: str | Layout = "mixed-adam",
-                   gpus_per_node: int | None = None, placement: Placement | None = None,
-                   host_link: str | Link = DEFAULT_HOST_LINK,
-                   host_settings: HostSettings | None = None) -> pd.DataFrame:
+                   placement: Placement | None = None) -> pd.DataFrame:
     """The blocks of one step per stage (the paper's schedule), placed in time as the overlap model of
     :mod:`zerolib.core.step.time` has them: lane "compute" (forward, backward, and "waiting" where
     the GPU waits for the network) and lane "network" (one block per collective slot in use).
-    With an offloading ``placement`` (the collectives stay the flat schedule's), each phase's
-    host transfers follow its collectives on lane "network" (block ``host_PHASE``) and the
-    CPU's optimizer step opens the after-step phase on lane "host" (block
-    ``cpu_optimizer_step``; ``host_settings`` None: the node's own host, the roofline).
+    ``link`` is a node or link, or an :class:`~zerolib.core.catalogue.nodes.Interconnect` (its
+    own GPUs per node). With an offloading ``placement`` (the collectives stay the flat
+    schedule's), each phase's host transfers follow its collectives on lane "network" (block
+    ``host_PHASE``) and the CPU's optimizer step opens the after-step phase on lane "host"
+    (block ``cpu_optimizer_step``; on the node's own host, the roofline, over its default PCIe
+    link: :func:`zerolib.core.step.offload_traffic.node_host_settings`).
 
     Phase by phase: the forward ends when both its compute and its gathers are done; the
     backward starts then, and its collectives start with it; the after-step all-gather starts
@@ -153,12 +149,11 @@ def timeline_frame(model, gpus, link: str | Interconnect, device: str | Device,
             return host_traffic(int(result.params[0]), result.gpus[0], list(stages), layout,
                                 placement)
     gpus, stages, layout, ic, device, result, what, times, *offload = _timed(
-        model, gpus, stages, layout, link, device, compute, gpus_per_node, host, host_link,
-        host_settings)
+        model, gpus, stages, layout, link, device, compute, host)
     before = np.zeros(len(stages))   # the after-step NVMe reads, which the CPU's step waits for
     if offload:
         traffic, settings = offload
-        read, _ = traffic.nvme_bandwidth(host_link, None, settings)
+        read, _ = traffic.nvme_bandwidth(settings.host_link, settings.nvme_link, settings)
         before = traffic.phase_bytes("after_step")["nvme_read"] / read
     rows = []
     for i, stage in enumerate(stages):
@@ -212,23 +207,26 @@ def timeline_frame(model, gpus, link: str | Interconnect, device: str | Device,
 
 def tradeoff_frame(model: str | TransformerConfig, gpus, link: str | Interconnect,
                    device: str | Device, settings: WorkingSetSettings = DEFAULT_SETTINGS,
-                   mfu: float = DEFAULT_COMPUTE.mfu, stages=STAGES,
-                   layout: str | Layout = "mixed-adam",
-                   gpus_per_node: int | None = None, engine="paper") -> pd.DataFrame:
-    """Per stage, as ``engine`` runs it (the chapter's figure: the paper's schedule): the peak
-    memory per GPU (model state + working set, :mod:`working_set`)
-    beside the step time and its parts. The tokens per GPU and the recomputation come from
-    ``settings`` (sequence length x micro-batch; its recompute setting chooses the FLOPs,
-    :meth:`~zerolib.core.step.time.ComputeSettings.for_run`), so memory and time describe the
-    same run."""
+                   mfu: float = DEFAULT_COMPUTE.mfu, layout: str | Layout = "mixed-adam",
+                   engine="paper") -> pd.DataFrame:
+    """Per stage ``engine`` offers, as it runs them (the chapter's figure: the paper's schedule):
+    the peak memory per GPU (model state + working set, :mod:`working_set`) beside the step time
+    and its parts, on ``link`` (a node or link, or an
+    :class:`~zerolib.core.catalogue.nodes.Interconnect`: its own GPUs per node). The tokens per
+    GPU and the recomputation come from ``settings`` (sequence length x micro-batch; its
+    recompute setting chooses the FLOPs, :meth:`~zerolib.core.step.time.ComputeSettings.for_run`),
+    so memory and time describe the same run. Each stage's row is its own: fewer stages are a
+    selection of the rows."""
     import pandas as pd
+
+    from zerolib.core.step.engines import get_engine
     config = get_model(model)
     if settings.tensor_parallel != 1:
         raise ValueError("tensor_parallel must be 1 here: the step model times data-parallel "
                          "collectives only (tensor-parallel traffic is not modelled)")
     compute = ComputeSettings.for_run(config, settings, check_mfu(mfu))
     gpus, stages, layout, ic, device, result, what, times = _timed(
-        config, gpus, stages, layout, link, device, compute, gpus_per_node, engine=engine)
+        config, gpus, get_engine(engine).stages, layout, link, device, compute, engine=engine)
     memory = [p.total for p in peaks(config, gpus, stages, settings, layout)]
     frame = pd.DataFrame({
         "stage": list(stages), "strategy": [STRATEGY_NAMES[s] for s in stages],
@@ -264,50 +262,55 @@ def _float(value) -> float | None:
     return None if value is None else float(value)
 
 
-def communication_rows(model, gpus, stages=STAGES, layout: str | Layout = "mixed-adam",
-                       link: str | Interconnect | None = None,
+def step_traffic(model, gpus, stages=STAGES, layout: str | Layout = "mixed-adam",
+                 link: str | Interconnect | None = None, placement: Placement | None = None,
+                 engine="paper", micro_batches: int = 1) -> Traffic:
+    """The step's collectives per stage that ``zerolib estimate`` reports
+    (:func:`zerolib.core.step.traffic.traffic` under ``placement``: its shard group and ZeRO++),
+    their rings placed on the nodes of ``link`` (without nodes: the placement's, else every GPU
+    as one node), as ``engine`` runs them over ``micro_batches`` micro-batches."""
+    gpus = check_single(gpus, check_gpus, "gpus")
+    placement = check_placement(placement)
+    ic = None if link is None else interconnect(link)
+    per_node = _node_size(ic, placement, gpus)
+    return count_traffic(model, gpus, list(_stages(stages)), layout,
+                      placement=replace(placement, gpus_per_node=per_node), engine=engine,
+                      micro_batches=micro_batches)
+
+
+def communication_rows(traffic: Traffic, link: str | Interconnect | None = None,
                        device: str | Device | None = None,
                        compute: ComputeSettings = DEFAULT_COMPUTE,
-                       placement: Placement | None = None, qwz: bool = False,
-                       qgz: bool = False, gpus_per_node: int | None = None,
-                       host_link: str | Link = DEFAULT_HOST_LINK,
-                       nvme_link: str | Link | None = None,
-                       host_settings: HostSettings | None = None, engine="paper",
-                       micro_batches: int = 1, overlap=None) -> list[dict]:
-    """Per stage, the ``communication`` object of ``zerolib estimate``'s JSON: per collective
-    kind (:data:`zerolib.core.step.traffic.GROUP_KINDS`) the calls and bytes handed, sent and
-    received per GPU (and seconds with a link); the totals; with a link and a device with a
-    peak, compute, exposed and step seconds and the network-wait fraction (None where they
-    cannot be computed); ``shard_group``, ``replicas``, ``cross_node_bytes`` (bytes leaving a
-    node per step; None without nodes), ``host_seconds``, ``schedule`` (one entry per
-    collective in use: its ring, link, bus bandwidth, calls, bytes and seconds), ``host``
-    (None without offload: the bytes per direction, their seconds and each transfer, the host
-    assumed and the CPU's optimizer step) and ``cpu_step_seconds`` (the CPU's optimizer step,
-    0 without an offloaded optimizer; None without a link). ``host_settings`` None: the host of
-    the node ``link`` names (:func:`zerolib.core.step.offload_traffic.node_host_settings`), the
-    roofline alone. The step runs as ``engine`` runs it over ``micro_batches`` micro-batches, its
-    time under ``overlap`` (None: the engine's rule)."""
-    gpus = check_single(gpus, check_gpus, "gpus")
-    stages = tuple(sorted(set(check_stage(stages, "stages").ravel().tolist())))
-    layout = get_layout(layout)
+                       placement: Placement | None = None,
+                       host_settings: HostSettings | None = None, overlap=None) -> list[dict]:
+    """Per stage of ``traffic`` (:func:`step_traffic`), the ``communication`` object of ``zerolib
+    estimate``'s JSON: per collective kind (:data:`zerolib.core.step.traffic.GROUP_KINDS`) the
+    calls and bytes handed, sent and received per GPU (and seconds with a link); the totals;
+    with a link and a device with a peak, compute, exposed and step seconds and the
+    network-wait fraction (None where they cannot be computed); ``shard_group``, ``replicas``,
+    ``cross_node_bytes`` (bytes leaving a node per step; None without nodes), ``host_seconds``,
+    ``schedule`` (one entry per collective in use: its ring, link, bus bandwidth, calls, bytes
+    and seconds), ``host`` (None unless ``placement`` offloads: the bytes per direction, their
+    seconds and each transfer, the host assumed and the CPU's optimizer step) and
+    ``cpu_step_seconds`` (the CPU's optimizer step, 0 without an offloaded optimizer; None
+    without a link). ``host_settings`` None: the host of the node ``link`` names
+    (:func:`zerolib.core.step.offload_traffic.node_host_settings`), the roofline alone, over its
+    default PCIe link. The step's time under ``overlap`` (None: the traffic's engine's rule)."""
+    if not isinstance(traffic, Traffic):
+        raise TypeError(f"traffic must be a Traffic, got {type(traffic).__name__}")
     placement = check_placement(placement)
-    ic = None if link is None else interconnect(link, gpus_per_node)
-    per_node = _node_size(ic, placement, gpus)
-    traffic = traffic_of(model, gpus, list(stages), layout, placement.shard_group,
-                            placement.hpz_partition, check_flag(qwz, "qwz"),
-                            check_flag(qgz, "qgz"), per_node, engine, micro_batches)
-    params = (parameter_count(get_model(model)) if isinstance(model, (str, TransformerConfig))
-              else int(traffic.params[0]))
+    ic = None if link is None else interconnect(link)
+    stages, gpus = traffic.stage.tolist(), int(traffic.gpus[0])
     # The host's CPUs and drives are shared by the GPUs of the interconnect's node.
-    on_node = (replace(placement, gpus_per_node=per_node)
+    on_node = (replace(placement, gpus_per_node=traffic.gpus_per_node)
                if ic is not None and ic.gpus_per_node is not None else placement)
-    host = host_traffic(params, gpus, list(stages), layout, on_node) if placement.offloads else None
+    host = (host_traffic(int(traffic.params[0]), gpus, stages, traffic.layout, on_node)
+            if placement.offloads else None)
     settings = (node_host_settings(None if ic is None else ic.name)
                 if host_settings is None else check_host_settings(host_settings))
     times = None
     if ic is not None:
-        times = step_time(traffic, ic, device, compute, host, host_link, nvme_link, settings,
-                          overlap)
+        times = step_time(traffic, ic, device, compute, host, settings, overlap)
     calls, handed, sent = (traffic.by_kind(w) for w in ("calls", "handed", "sent"))
     rows = []
     for i in range(len(stages)):
@@ -330,8 +333,7 @@ def communication_rows(model, gpus, stages=STAGES, layout: str | Layout = "mixed
                    host_seconds=None if times is None else float(times.host_seconds[i]),
                    cpu_step_seconds=None if times is None else float(times.cpu_step_seconds[i]),
                    schedule=_schedule(traffic, times, ic, i),
-                   host=None if host is None else _host(host, times, host_link, nvme_link,
-                                                        settings, i))
+                   host=None if host is None else _host(host, times, settings, i))
         rows.append(row)
     return rows
 
@@ -357,10 +359,9 @@ def _schedule(traffic: Traffic, times: StepTime | None, ic, i: int) -> list[dict
     return entries
 
 
-def _host(host: HostTraffic, times: StepTime | None, host_link, nvme_link,
-          settings: HostSettings, i: int) -> dict:
-    link = get_link(host_link)
-    nvme = link if nvme_link is None else get_link(nvme_link)
+def _host(host: HostTraffic, times: StepTime | None, settings: HostSettings, i: int) -> dict:
+    link, nvme_link = settings.host_link, settings.nvme_link
+    nvme = link if nvme_link is None else nvme_link
     directions = host.by_direction()
     read, write = host.nvme_bandwidth(link, nvme_link, settings)
     return {"link": link.name, "bandwidth": link.bandwidth,
@@ -386,12 +387,13 @@ def _host(host: HostTraffic, times: StepTime | None, host_link, nvme_link,
 
 def group_traffic_table(model: str | TransformerConfig, gpus, link: str | Interconnect,
                         device: str | Device, compute: ComputeSettings = DEFAULT_COMPUTE,
-                        stages=STAGES, layout: str | Layout = "mixed-adam", shard_groups=None,
-                        gpus_per_node: int | None = None) -> pd.DataFrame:
+                        stages=STAGES, layout: str | Layout = "mixed-adam",
+                        shard_groups=None) -> pd.DataFrame:
     """Per shard-group size G and stage: the bytes each GPU sends in one step, split into rings
     inside a node and rings across nodes, the bytes leaving each node, and the step's times on
-    ``link`` (a node: groups placed on its nodes) with ``device``'s compute. G runs over every
-    divisor of ``gpus`` that sits inside a node or spans whole nodes (or ``shard_groups``).
+    ``link`` (a node, or an :class:`~zerolib.core.catalogue.nodes.Interconnect` with its own GPUs
+    per node: groups placed on its nodes) with ``device``'s compute. G runs over every divisor
+    of ``gpus`` that sits inside a node or spans whole nodes (or ``shard_groups``).
 
     ``attrs``: model, gpus, layout, interconnect, device, compute, gpus_per_node.
     """
@@ -399,7 +401,7 @@ def group_traffic_table(model: str | TransformerConfig, gpus, link: str | Interc
 
     config, layout = get_model(model), get_layout(layout)
     gpus = check_single(gpus, check_gpus, "gpus")
-    ic = interconnect(link, gpus_per_node)
+    ic = interconnect(link)
     device = get_device(device)
     per_node = _node_size(ic, DEFAULT_PLACEMENT, gpus)
     if shard_groups is None:
@@ -410,8 +412,8 @@ def group_traffic_table(model: str | TransformerConfig, gpus, link: str | Interc
         check_aligned(groups, np.asarray(gpus), per_node, "shard_groups")
     stages = np.unique(check_stage(stages, "stages").ravel())
     group_grid, stage_grid = (a.ravel() for a in np.meshgrid(groups, stages, indexing="ij"))
-    traffic = traffic_of(config, gpus, stage_grid, layout, group_grid,
-                            gpus_per_node=per_node)
+    traffic = count_traffic(config, gpus, stage_grid, layout, group_grid,
+                         placement_on(per_node))
     times = step_time(traffic, ic, device, compute)
     inside = traffic.inside_node("sent")
     spans = ic.network is not None
@@ -438,27 +440,27 @@ def group_traffic_table(model: str | TransformerConfig, gpus, link: str | Interc
 # --- the overlap rules as a sensitivity --------------------------------------------------------
 
 def overlap_frame(model, gpus, link: str | Interconnect, device: str | Device,
-                  compute: ComputeSettings = DEFAULT_COMPUTE, engine="deepspeed", stages=None,
-                  layout: str | Layout = "mixed-adam", micro_batches: int = 1,
-                  gpus_per_node: int | None = None) -> pd.DataFrame:
+                  compute: ComputeSettings = DEFAULT_COMPUTE, engine="deepspeed",
+                  layout: str | Layout = "mixed-adam", micro_batches: int = 1) -> pd.DataFrame:
     """Step time per stage under each overlap rule of
     :func:`zerolib.core.step.engines.overlap_rules` (the engine's own first), for the engine's
-    schedule: one row per rule and stage (tidy), so what "costs no time" costs under each
-    assumption can be read side by side. ``stages``: the engine's by default."""
+    schedule: one row per rule and stage the engine offers (tidy), so what "costs no time" costs
+    under each assumption can be read side by side. ``link``: a node or link, or an
+    :class:`~zerolib.core.catalogue.nodes.Interconnect` (its own GPUs per node)."""
     import pandas as pd
 
     from zerolib.core.step.engines import get_engine, overlap_rules
     engine = get_engine(engine)
     gpus = check_single(gpus, check_gpus, "gpus")
-    stages = engine.stages if stages is None else _stages(stages)
+    stages = engine.stages
     layout = get_layout(layout)
-    ic = interconnect(link, gpus_per_node)
+    ic = interconnect(link)
     device = get_device(device)
     if not isinstance(compute, ComputeSettings):
         raise TypeError(f"compute must be a ComputeSettings, got {type(compute).__name__}")
-    result = traffic_of(model, gpus, list(stages), layout, engine=engine,
+    result = count_traffic(model, gpus, list(stages), layout, engine=engine,
                         micro_batches=micro_batches,
-                        gpus_per_node=None if ic.gpus_per_node is None else ic.gpus_per_node)
+                        placement=None if ic.gpus_per_node is None else placement_on(ic.gpus_per_node))
     rows = []
     for name, rule in overlap_rules(engine).items():
         times = step_time(result, ic, device, compute, overlap=rule)

@@ -98,7 +98,7 @@ from types import MappingProxyType
 import numpy as np
 
 from zerolib.core.catalogue.devices import Device, get_device
-from zerolib.core.catalogue.links import BASE_LATENCY, Link
+from zerolib.core.catalogue.links import BASE_LATENCY
 from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.catalogue.nodes import Interconnect, interconnect
 from zerolib.core.defaults import DEFAULT_MFU, MAX_TOKENS_PER_GPU, MIN_MFU  # noqa: F401
@@ -117,7 +117,6 @@ from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.step.collectives import across_bandwidth, ring_timing_of
 from zerolib.core.step.engines import Overlap
 from zerolib.core.step.offload_traffic import (
-    DEFAULT_HOST_LINK,
     HostSettings,
     HostTraffic,
     check_host_settings,
@@ -347,21 +346,20 @@ def _check_node(traffic: Traffic, ic: Interconnect) -> None:
     # A shard group's validity depends on where the nodes fall: the traffic's must be these.
     if traffic.grouped and ic.gpus_per_node not in (None, traffic.gpus_per_node):
         raise ValueError(f"the traffic was placed on nodes of {traffic.gpus_per_node} GPUs, the "
-                         f"interconnect {ic.name} has {ic.gpus_per_node} per node: give "
-                         "traffic the interconnect's gpus_per_node")
+                         f"interconnect {ic.name} has {ic.gpus_per_node} per node: place the "
+                         "traffic on the interconnect's nodes (its placement's gpus_per_node)")
 
 
 def step_time(traffic: Traffic, link: str | Interconnect, device: str | Device | None = None,
               compute: ComputeSettings = DEFAULT_COMPUTE, host: HostTraffic | None = None,
-              host_link: str | Link = DEFAULT_HOST_LINK,
-              nvme_link: str | Link | None = None,
               host_settings: HostSettings | None = None,
               overlap: Overlap | None = None) -> StepTime:
-    """Seconds of each collective on its ring, the host transfers and the CPU's optimizer step
-    (``host_settings``' host; default :data:`~zerolib.core.step.offload_traffic.DEFAULT_HOST_SETTINGS`),
-    the compute (with a device) and what is exposed under ``overlap`` (None: the traffic's
-    engine's own rule; see :func:`exposed_seconds`; the CPU step hides behind nothing).
-    ``compute`` is the whole step's, over the traffic's micro-batches."""
+    """Seconds of each collective on its ring, the host transfers ``host`` (on
+    ``host_settings``' links) and the CPU's optimizer step (on its host; default
+    :data:`~zerolib.core.step.offload_traffic.DEFAULT_HOST_SETTINGS`), the compute (with a
+    device) and what is exposed under ``overlap`` (None: the traffic's engine's own rule; see
+    :func:`exposed_seconds`; the CPU step hides behind nothing). ``compute`` is the whole
+    step's, over the traffic's micro-batches."""
     if not isinstance(traffic, Traffic):
         raise TypeError(f"traffic must be a Traffic, got {type(traffic).__name__}")
     rule = traffic.engine.overlap if overlap is None else overlap
@@ -373,7 +371,7 @@ def step_time(traffic: Traffic, link: str | Interconnect, device: str | Device |
     zero = np.zeros(traffic.gpus.shape)
     settings = check_host_settings(host_settings)
     host_time = (dict.fromkeys(STEP_PHASES, zero) if host is None
-                 else dict(host.seconds(host_link, nvme_link, settings)))
+                 else dict(host.seconds(settings.host_link, settings.nvme_link, settings)))
     cpu = zero if host is None else host.cpu_seconds(settings)
     compute_by_phase = exposed = None
     if device is not None:

@@ -101,7 +101,7 @@ most a few times params x 8 bytes, under 2**63 for every accepted input (params 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
 
@@ -109,10 +109,8 @@ import numpy as np
 
 from zerolib.core.catalogue.models import TransformerConfig, get_model, modules
 from zerolib.core.inputs import (
-    MAX_GPUS,
     MAX_PARAMS,
     broadcast,
-    check_flag,
     check_gpus,
     check_params,
     check_positive_int,
@@ -121,7 +119,7 @@ from zerolib.core.inputs import (
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, check_shard_group, get_layout
 from zerolib.core.memory.model_parallel import layer_place
-from zerolib.core.memory.placement import DEFAULT_GPUS_PER_NODE
+from zerolib.core.memory.placement import DEFAULT_GPUS_PER_NODE, Placement, check_placement
 from zerolib.core.step.collectives import KINDS, ring_placement, to_bytes
 from zerolib.core.step.engines import EVERY_MICRO_BATCH, PAPER, Engine, get_engine, when
 
@@ -568,40 +566,34 @@ def _check_units(units) -> np.ndarray:
 
 
 def traffic(model, gpus, stage, layout: str | Layout = "mixed-adam", shard_group=None,
-            hpz_partition: int = 1, qwz: bool = False, qgz: bool = False,
-            gpus_per_node: int | None = None, engine: str | Engine = "paper",
+            placement: Placement | None = None, engine: str | Engine = "paper",
             micro_batches: int = 1) -> Traffic:
-    """One step's traffic per GPU with the state sharded over ``shard_group`` of ``gpus``
-    (None: all of them) and ZeRO++'s ``hpz_partition``, ``qwz`` and ``qgz``; the collectives
-    placed on nodes of ``gpus_per_node`` GPUs (None: 8, or every GPU when there are fewer, as
-    :mod:`zerolib.core.memory.placement` counts nodes), as ``engine`` runs them
-    (:mod:`zerolib.core.step.engines`; "paper": the ZeRO paper's schedule) over
-    ``micro_batches`` micro-batches per step.
-
+    """One step's traffic per GPU with the state sharded over ``shard_group`` of ``gpus`` (None:
+    the placement's; all of them) under ``placement``'s ZeRO++ (hpZ, qwZ, qgZ), its rings placed
+    on nodes of its ``gpus_per_node`` (None: 8, or every GPU when there are fewer), as ``engine``
+    runs them ("paper": the ZeRO paper's schedule) over ``micro_batches`` micro-batches per step.
     ``model`` is a preset name or TransformerConfig (stage 3 gathers its :func:`layer_units`
     one by one), a list of layer sizes, or a bare parameter count (:func:`flat_traffic`).
-    ``gpus``, ``stage`` and ``shard_group`` broadcast together.
-    """
+    ``gpus``, ``stage`` and ``shard_group`` broadcast together (a sweep of shard groups is one
+    call; the placement's shard group is one number)."""
     if isinstance(model, (str, TransformerConfig)):
         units = _check_units(layer_units(model))
     elif isinstance(model, (list, tuple)) or (isinstance(model, np.ndarray) and model.ndim == 1):
         units = _check_units(model)
     else:
-        return flat_traffic(model, gpus, stage, layout, shard_group, hpz_partition, qwz, qgz,
-                            gpus_per_node, engine, micro_batches)
+        return flat_traffic(model, gpus, stage, layout, shard_group, placement, engine, micro_batches)
     return _traffic(np.asarray(int(units.sum()), dtype=np.int64), units, gpus, stage, layout,
-                    shard_group, hpz_partition, qwz, qgz, gpus_per_node, engine, micro_batches)
+                    shard_group, placement, engine, micro_batches)
 
 
 def flat_traffic(params, gpus, stage, layout: str | Layout = "mixed-adam", shard_group=None,
-                 hpz_partition: int = 1, qwz: bool = False, qgz: bool = False,
-                 gpus_per_node: int | None = None, engine: str | Engine = "paper",
+                 placement: Placement | None = None, engine: str | Engine = "paper",
                  micro_batches: int = 1) -> Traffic:
     """:func:`traffic` for a bare parameter count (no layers: stage 3 gathers one flat buffer
     per pass). ``params`` broadcasts with ``gpus``, ``stage`` and ``shard_group``, so a sweep
     of a million settings is one call."""
-    return _traffic(check_params(params), None, gpus, stage, layout, shard_group, hpz_partition,
-                    qwz, qgz, gpus_per_node, engine, micro_batches)
+    return _traffic(check_params(params), None, gpus, stage, layout, shard_group, placement,
+                    engine, micro_batches)
 
 
 def check_engine_schedule(engine: Engine, stage: np.ndarray, gpus: np.ndarray, group: np.ndarray,
@@ -624,12 +616,17 @@ def check_engine_schedule(engine: Engine, stage: np.ndarray, gpus: np.ndarray, g
         raise ValueError(f"ZeRO++ (hpZ, qwZ, qgZ) is DeepSpeed's; engine {engine.name} has none")
 
 
-def _traffic(params, units, gpus, stage, layout, shard_group, hpz_partition, qwz, qgz,
-             gpus_per_node, engine="paper", micro_batches=1) -> Traffic:
+def _traffic(params, units, gpus, stage, layout, shard_group, placement, engine,
+             micro_batches) -> Traffic:
     layout = get_layout(layout)
     engine = get_engine(engine)
+    placement = check_placement(placement)
     micro_batches = check_positive_int(micro_batches, "micro_batches", MAX_MICRO_BATCHES)
     gpus, stage = check_gpus(gpus), check_stage(stage)
+    if shard_group is None:
+        shard_group = placement.shard_group
+    elif placement.shard_group is not None:
+        raise ValueError("give the shard group once: as shard_group or as placement.shard_group")
     if shard_group is None:     # every GPU: the group is the GPU count itself
         params, gpus, stage = broadcast(params=params, gpus=gpus, stage=stage)
         group = gpus
@@ -637,15 +634,15 @@ def _traffic(params, units, gpus, stage, layout, shard_group, hpz_partition, qwz
         params, gpus, stage, group = broadcast(params=params, gpus=gpus, stage=stage,
                                                shard_group=check_gpus(shard_group, "shard_group"))
         group = check_shard_group(group, gpus)
-    hpz = check_positive_int(hpz_partition, "hpz_partition", MAX_GPUS)
-    qwz, qgz = check_flag(qwz, "qwz"), check_flag(qgz, "qgz")
+    hpz, qwz, qgz = placement.hpz_partition, placement.qwz, placement.qgz
     _check_zeropp(stage, gpus, group, hpz, qwz, qgz)
     check_engine_schedule(engine, stage, gpus, group, hpz > 1 or qwz or qgz)
-    per_node = (DEFAULT_GPUS_PER_NODE if gpus_per_node is None
-                else check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS))
-    unit_sizes = None if units is None else tuple(int(u) for u in units)
-    result = traffic_of(params, unit_sizes, gpus, stage, layout, None if shard_group is None else group,
-                        per_node, hpz, qwz, qgz, engine, micro_batches)
+    per_node = (DEFAULT_GPUS_PER_NODE if placement.gpus_per_node is None
+                else placement.gpus_per_node)
+    size = params if units is None else tuple(int(u) for u in units)
+    result = traffic_of(size, gpus, stage, layout, None if shard_group is None else group,
+                        replace(placement, shard_group=None, gpus_per_node=per_node), engine,
+                        micro_batches)
     if result.grouped and np.any((gpus > per_node) & (gpus % per_node != 0)):
         raise ValueError(f"gpus must fill whole nodes of gpus_per_node ({per_node}) for a shard "
                          "group or ZeRO++ to be placed on them")
@@ -656,20 +653,21 @@ def _traffic(params, units, gpus, stage, layout, shard_group, hpz_partition, qwz
     return result
 
 
-def traffic_of(params, units: tuple[int, ...] | None, gpus, stage, layout: Layout, shard_group,
-               gpus_per_node: int, hpz_partition: int = 1, qwz: bool = False,
-               qgz: bool = False, engine: Engine = PAPER, micro_batches: int = 1) -> Traffic:
-    """:func:`traffic` of checked values (int64 arrays, a :class:`Layout`, a shard group that
-    divides ``gpus`` or None, a node that every ring fits, an :class:`Engine`): what a caller
-    that checked its settings once (:func:`zerolib.core.step.parallel.parallel_step_time`)
-    builds, nothing checked again."""
+def traffic_of(size, gpus, stage, layout: Layout, shard_group, placement: Placement,
+               engine: Engine = PAPER, micro_batches: int = 1) -> Traffic:
+    """:func:`traffic` of checked values (``size``: int64 parameters, one flat buffer per pass,
+    or a tuple of the layer units stage 3 gathers; a shard group dividing ``gpus`` or None; a
+    placement whose node every ring fits, its shard group unread): what a caller that checked
+    its settings once (:func:`zerolib.core.step.parallel.parallel_step_time`) builds."""
+    units, params = (size, np.asarray(sum(size), dtype=np.int64)) if isinstance(size, tuple) else (None, size)
     if shard_group is None:     # every GPU: the group is the GPU count itself
         params, gpus, stage = np.broadcast_arrays(params, gpus, stage)
         group = gpus
     else:
         params, gpus, stage, group = np.broadcast_arrays(params, gpus, stage, shard_group)
-    return Traffic(params, gpus, stage, group, layout, gpus_per_node, hpz_partition, qwz, qgz, units,
-                   engine, micro_batches)
+    return Traffic(params, gpus, stage, group, layout, placement.gpus_per_node,
+                   placement.hpz_partition, placement.qwz, placement.qgz, units, engine,
+                   micro_batches)
 
 
 def group_slot(name: str) -> Slot:

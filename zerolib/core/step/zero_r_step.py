@@ -26,12 +26,16 @@ from zerolib.core.memory.model_parallel import stage_layers
 from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing_of
 
 
-def checkpoint_seconds(config, ic, host_link, s, e, b, t, p, r, sp, rec, pa, cpu):
-    """ZeRO-R's seconds per micro-batch on stage r, in the ``tensor`` part (module doc): per
-    layer, P_a's all-gather of the checkpoint's s x b x h elements over the t GPUs, and
-    P_a+cpu's copy of the checkpoint as this GPU keeps it to the host and back, on
-    ``host_link``; none of it overlapped."""
-    full = rec == RECOMPUTE.index("full")
+def checkpoint_seconds(config, ic, st, r):
+    """ZeRO-R's seconds per micro-batch on stage r of the checked settings ``st`` (a
+    :class:`~zerolib.core.step.parallel.ParallelSettings` of one context-parallel degree), in the
+    ``tensor`` part (module doc): per layer, P_a's all-gather of the checkpoint's s / C x b x h
+    elements over the t GPUs, and P_a+cpu's copy of the checkpoint as this GPU keeps it to the
+    host and back, on its ``host_link``; none of it overlapped."""
+    s, e, b, t, p = (st.seq_len // st.context_parallel, st.element_bytes, st.micro_batch,
+                     st.tensor_parallel, st.pipeline_parallel)
+    sp, pa, cpu = st.sequence_parallel, st.partition_activations, st.cpu_checkpointing
+    full = st.recompute == RECOMPUTE.index("full")
     gather = pa & full & (t > 1) & ~sp
     copy = cpu & full
     if not (np.any(gather) or np.any(copy)):
@@ -42,5 +46,5 @@ def checkpoint_seconds(config, ic, host_link, s, e, b, t, p, r, sp, rec, pa, cpu
     sent = CHUNKS_SENT["all_gather"] * (t - 1) * ceil_div(e * elements, t)
     gathered = np.where(gather, latency + sent / bandwidth, 0.0)
     kept = e * ceil_div(elements, np.where(pa | sp, t, 1))   # P_a or SP: 1 / t of it
-    copies = np.where(copy, 2 * kept / float(host_link.bandwidth), 0.0)   # down, then back
+    copies = np.where(copy, 2 * kept / float(st.host_link.bandwidth), 0.0)   # down, then back
     return layers * (gathered + copies)

@@ -2,6 +2,7 @@
 turning an exact value into the digits a source printed."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
@@ -53,21 +54,41 @@ def same_number(text: str, value: Decimal) -> bool:
     return Decimal(text) == Decimal(value)
 
 
-def row(source: str, item: str, setting: str, printed: str, unit: str, reproduced: Decimal,
-        rule: PrintRule | None, how: str, chapter: Decimal, differs_by: str,
-        source_note: str = "", printed_value: Decimal | None = None) -> dict:
-    """One comparison row; ``rule`` None means the source printed the exact value (or a
-    formula, whose value here is ``printed_value``)."""
+@dataclass(frozen=True)
+class Printed:
+    """One value as a source printed it: the ``source``, what the value is (``item``), where in
+    its table or figure (``setting``), the printed ``text``, the value's real ``unit``, the
+    source's printing ``rule`` (None: it printed the exact value, or a formula whose value is
+    ``value``) and a named inconsistency of the source (``note``, shown where zerolib does not
+    agree)."""
+
+    source: str
+    item: str
+    setting: str
+    text: str
+    unit: str
+    rule: PrintRule | None = None
+    value: Decimal | None = None
+    note: str = ""
+
+
+def row(printed: Printed, reproduced: Decimal, how: str, chapter: Decimal,
+        differs_by: str) -> dict:
+    """One comparison row: the ``printed`` value beside zerolib's ``reproduced`` one under the
+    source's convention (``how``), and zerolib's own (``chapter``) with the named differences
+    between the two (``differs_by``)."""
+    rule = printed.rule
     as_printed = plain(reproduced) if rule is None else rule.text(reproduced)
-    if printed_value is not None:
-        agrees = Decimal(printed_value) == Decimal(reproduced)
+    if printed.value is not None:
+        agrees = Decimal(printed.value) == Decimal(reproduced)
     elif rule is None:
-        agrees = same_number(printed, reproduced)
+        agrees = same_number(printed.text, reproduced)
     else:
-        agrees = Decimal(as_printed) == Decimal(printed)
-    return {"source": source, "item": item, "setting": setting, "printed": printed, "unit": unit,
+        agrees = Decimal(as_printed) == Decimal(printed.text)
+    return {"source": printed.source, "item": printed.item, "setting": printed.setting,
+            "printed": printed.text, "unit": printed.unit,
             "reproduced": float(reproduced), "reproduced_as_printed": as_printed,
-            "agrees": bool(agrees), "how": how, "source_note": "" if agrees else source_note,
+            "agrees": bool(agrees), "how": how, "source_note": "" if agrees else printed.note,
             "chapter": float(chapter), "chapter_differs_by": differs_by}
 
 

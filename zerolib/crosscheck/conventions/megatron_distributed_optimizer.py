@@ -35,7 +35,7 @@ from types import MappingProxyType
 import pandas as pd
 
 from zerolib.core.memory.accounting import Layout, get_layout, model_state
-from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
+from zerolib.crosscheck.conventions.common import Printed, exact, frame, read_transcription, row
 
 SOURCE = "Megatron-LM distributed optimizer"
 CSV = "megatron_distributed_optimizer.csv"
@@ -108,14 +108,15 @@ def comparison(data_dir=None, data_parallel=DATA_PARALLEL):
             ours = int(model_state(PARAMS, d, stage, DTYPE_LAYOUTS[key]).total)
             chapter = int(model_state(PARAMS, d, stage, CHAPTER_LAYOUT).total)
             printed_value = replicated + Fraction(sharded, d)
+            printed = Printed(SOURCE, "bytes per parameter",
+                              f"{cell['row_label'].replace('`', '')}, {cell['column']}, d = {d}",
+                              cell["printed"], "bytes per parameter",
+                              value=exact(printed_value.numerator, printed_value.denominator))
             rows.append(row(
-                SOURCE, "bytes per parameter", f"{cell['row_label'].replace('`', '')}, "
-                f"{cell['column']}, d = {d}", cell["printed"], "bytes per parameter",
-                exact(ours, PARAMS), None,
+                printed, exact(ours, PARAMS),
                 f"zerolib stage {stage}, layout {DTYPE_LAYOUTS[key].name} "
                 f"({' + '.join(f'{w:g}' for w in DTYPE_LAYOUTS[key].widths())} B)",
-                exact(chapter, PARAMS), _CHAPTER_DIFFERENCE[key],
-                printed_value=exact(printed_value.numerator, printed_value.denominator)))
+                exact(chapter, PARAMS), _CHAPTER_DIFFERENCE[key]))
     return frame(rows)
 
 

@@ -91,7 +91,7 @@ the parameter (:func:`parameter_comparison`; DeepSeek-V3: 671,026,404,352, the r
 ``self_attn_term`` by t, zerolib keeps the down projections and their norms whole on every
 tensor-parallel rank (:func:`latent_down_parameters`; they are small and feed every head).
 
-**What zerolib's models cannot hold.** ``mtp_num_layers`` (``args_for(mtp_layers=...)``): the file
+**What zerolib's models cannot hold.** ``mtp_num_layers`` (``args_for(..., mtp_layers=...)``): the file
 counts each multi-token-prediction layer as one more layer like the last (a MoE layer for
 DeepSeek-V3: 11,507,286,016 parameters), whole on the most-loaded shard; the comparisons name it
 ``mtp-layers``. (DeepSeek's published 14B MTP module also holds its projection, 2h x h, two
@@ -117,8 +117,9 @@ import pandas as pd
 from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.inputs import check_flag, check_positive_int
 from zerolib.core.intmath import ceil_div
-from zerolib.core.memory.accounting import model_state
-from zerolib.core.memory.model_parallel import parameters_per_gpu
+from zerolib.core.memory.accounting import get_layout, model_state
+from zerolib.core.memory.activations import ActivationOptions
+from zerolib.core.memory.model_parallel import Pipeline, parameters_per_gpu
 from zerolib.core.memory.pipeline_schedule import stage_activation_terms
 from zerolib.crosscheck.korthikanti import LOGITS_BYTES, RUNS, SEQ_LEN
 
@@ -190,16 +191,45 @@ def padded_vocab_size(vocab: int, tensor_parallel: int,
     return ceil_div(check_positive_int(vocab, "vocab"), multiple) * multiple
 
 
-def args_for(model, seq_len, micro_batch, tensor_parallel=1, pipeline_parallel=1, *, chunks=None,
-             data_parallel=1, sequence_parallel=False, recompute=None, distributed_optimizer=False,
-             vocab_divisible_by=MAKE_VOCAB_SIZE_DIVISIBLE_BY, expert_parallel=1,
-             expert_tensor_parallel=None, context_parallel=1, mtp_layers=None) -> MegatronArgs:
-    """The arguments a Megatron-LM run of ``model`` would have (``recompute``: None, "selective"
-    or "full"; ``chunks``: the virtual pipeline size, None without interleaving; a model with
-    experts also gets the MoE fields, ``expert_parallel`` and ``expert_tensor_parallel``; one
-    with latent attention the MLA fields; ``mtp_layers``: Megatron-LM's ``--mtp-num-layers``,
-    which zerolib's models do not hold)."""
+@dataclass(frozen=True)
+class ParallelFlags:
+    """The parallel flags of a Megatron-LM launch, checked when made:
+    ``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``, the virtual pipeline
+    size (``chunks``; None without interleaving), the data-parallel size,
+    ``--sequence-parallel``, ``--context-parallel-size``, ``--expert-model-parallel-size`` and
+    ``--expert-tensor-parallel-size`` (None: the tensor-parallel size)."""
+
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    chunks: int | None = None
+    data_parallel: int = 1
+    sequence_parallel: bool = False
+    context_parallel: int = 1
+    expert_parallel: int = 1
+    expert_tensor_parallel: int | None = None
+
+    def __post_init__(self):
+        for name in ("tensor_parallel", "pipeline_parallel", "data_parallel", "context_parallel",
+                     "expert_parallel"):
+            object.__setattr__(self, name, check_positive_int(getattr(self, name), name))
+        for name in ("chunks", "expert_tensor_parallel"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, check_positive_int(getattr(self, name), name))
+        check_flag(self.sequence_parallel, "sequence_parallel")
+
+
+def args_for(model, seq_len, micro_batch, parallel: ParallelFlags = ParallelFlags(), *,
+             recompute=None, distributed_optimizer=False,
+             vocab_divisible_by=MAKE_VOCAB_SIZE_DIVISIBLE_BY, mtp_layers=None) -> MegatronArgs:
+    """The arguments a Megatron-LM run of ``model`` would have under ``parallel`` (its
+    :class:`ParallelFlags`; ``recompute``: None, "selective" or "full"; a model with experts
+    also gets the MoE fields, the expert-parallel and expert-tensor-parallel sizes among them;
+    one with latent attention the MLA fields; ``mtp_layers``: Megatron-LM's
+    ``--mtp-num-layers``, which zerolib's models do not hold)."""
     config: TransformerConfig = get_model(model)
+    if not isinstance(parallel, ParallelFlags):
+        raise TypeError(f"parallel must be a ParallelFlags, got {type(parallel).__name__}")
+    tensor_parallel = parallel.tensor_parallel
     extra = {}
     if config.latent_attention:
         if config.kv_heads != config.heads:     # the file asserts not group_query_attention
@@ -217,9 +247,8 @@ def args_for(model, seq_len, micro_batch, tensor_parallel=1, pipeline_parallel=1
                "moe_shared_expert_intermediate_size": config.shared_expert_ffn or None,
                "moe_shared_expert_gate": config.shared_expert_gate,
                "moe_layer_freq": (0,) * config.dense_layers + (1,) * config.sparse_layers,
-               "expert_model_parallel_size": check_positive_int(expert_parallel, "expert_parallel"),
-               "expert_tensor_parallel_size": None if expert_tensor_parallel is None else
-               check_positive_int(expert_tensor_parallel, "expert_tensor_parallel")}
+               "expert_model_parallel_size": parallel.expert_parallel,
+               "expert_tensor_parallel_size": parallel.expert_tensor_parallel}
     if recompute not in (None, "selective", "full"):
         raise ValueError(f"recompute must be None, 'selective' or 'full', got {recompute!r}")
     return MegatronArgs(
@@ -231,17 +260,17 @@ def args_for(model, seq_len, micro_batch, tensor_parallel=1, pipeline_parallel=1
         padded_vocab_size=padded_vocab_size(config.vocab, tensor_parallel, vocab_divisible_by),
         seq_length=check_positive_int(seq_len, "seq_len"),
         micro_batch_size=check_positive_int(micro_batch, "micro_batch"),
-        tensor_model_parallel_size=check_positive_int(tensor_parallel, "tensor_parallel"),
-        pipeline_model_parallel_size=check_positive_int(pipeline_parallel, "pipeline_parallel"),
-        virtual_pipeline_model_parallel_size=chunks,
-        data_parallel_size=check_positive_int(data_parallel, "data_parallel"),
+        tensor_model_parallel_size=tensor_parallel,
+        pipeline_model_parallel_size=parallel.pipeline_parallel,
+        virtual_pipeline_model_parallel_size=parallel.chunks,
+        data_parallel_size=parallel.data_parallel,
         swiglu=config.gated_mlp,
         normalization="RMSNorm" if config.norm == "rmsnorm" else "LayerNorm",
         untie_embeddings_and_output_weights=not config.tied_embeddings,
-        sequence_parallel=check_flag(sequence_parallel, "sequence_parallel"),
+        sequence_parallel=parallel.sequence_parallel,
         recompute_granularity=recompute,
         use_distributed_optimizer=check_flag(distributed_optimizer, "distributed_optimizer"),
-        context_parallel_size=check_positive_int(context_parallel, "context_parallel"), **extra)
+        context_parallel_size=parallel.context_parallel, **extra)
 
 
 def _attention_parameters(a: MegatronArgs, norm_size: int) -> Fraction:
@@ -425,22 +454,23 @@ def latent_down_parameters(config: TransformerConfig) -> int:
 
 def moe_comparison(model="mixtral-8x7b", settings=None) -> pd.DataFrame:
     """Megatron-LM's MoE weights and optimizer state beside zerolib's
-    (:func:`zerolib.core.memory.expert_parallel.expert_model_state`, bf16-fp32-grads, stage 1
+    (:func:`zerolib.core.memory.expert_parallel.state_of` of the first stage's
+    :func:`~zerolib.core.memory.expert_parallel.stage_parameters`, bf16-fp32-grads, stage 1
     under the distributed optimizer else 0, Megatron-LM's padded vocabulary, the first pipeline
     stage) for each setting (t, p, d, E, ETP, distributed optimizer; None: :data:`MOE_SETTINGS`):
     the dense part, the experts and the total, each difference named (``final-norm-per-stage``;
     ``latent-down-over-t``: :func:`latent_down_parameters` x (1 - 1/t) x layers more for zerolib)."""
-    from zerolib.core.memory.expert_parallel import expert_model_state
+    from zerolib.core.memory.expert_parallel import check_expert_layout, stage_parameters, state_of
     config = get_model(model)
     rows = []
     for t, p, d, e, etp, distributed in MOE_SETTINGS if settings is None else settings:
-        args = check_zerolib_expressible(args_for(
-            config, 4096, 1, t, p, data_parallel=d, distributed_optimizer=distributed,
-            expert_parallel=e, expert_tensor_parallel=etp))
+        flags = ParallelFlags(t, p, data_parallel=d, expert_parallel=e, expert_tensor_parallel=etp)
+        args = check_zerolib_expressible(args_for(config, 4096, 1, flags,
+                                                  distributed_optimizer=distributed))
         theirs = moe_weight_and_optimizer_bytes(args)
-        state = expert_model_state(config, t, p, d, 1 if distributed else 0, "bf16-fp32-grads",
-                                   expert_parallel=e, expert_tensor_parallel=etp, pipeline_stage=0,
-                                   vocab_divisible_by=MAKE_VOCAB_SIZE_DIVISIBLE_BY)
+        groups = check_expert_layout(config, t, p, d, e, etp)
+        first = stage_parameters(config, groups, 0, vocab_divisible_by=MAKE_VOCAB_SIZE_DIVISIBLE_BY)
+        state = state_of(groups, first, 1 if distributed else 0, get_layout("bf16-fp32-grads"))
         ours = {"dense": state.dense["total"], "experts": state.experts["total"], "total": state.total}
         # both at the first stage: only Megatron-LM's share of the final norm there differs,
         # and with latent attention at t > 1 the down projections it divides by t
@@ -514,15 +544,16 @@ def comparison() -> pd.DataFrame:
     rows = []
     for name, run in RUNS.items():
         t, p, b = run.tensor_parallel, run.pipeline_parallel, run.micro_batch
-        args = args_for(run.model, SEQ_LEN, b, t, p, chunks=run.chunks if run.chunks > 1 else None,
-                        sequence_parallel=True, recompute="selective")
+        flags = ParallelFlags(t, p, chunks=run.chunks if run.chunks > 1 else None,
+                              sequence_parallel=True)
+        args = args_for(run.model, SEQ_LEN, b, flags, recompute="selective")
         parameters = int(parameters_per_gpu(run.model, t, p, pipeline_stage=0, schedule=run.schedule,
                                             chunks=run.chunks))
         ours = {"weights and optimizer": int(model_state(parameters, 1, 0, "bf16-fp32-grads").total),
                 "activations": sum(stage_activation_terms(
-                    run.model, SEQ_LEN, b, t, p, 0, schedule=run.schedule, chunks=run.chunks,
-                    micro_batches=run.micro_batches, sequence_parallel=True, recompute="selective",
-                    dropout=True, logits_bytes=LOGITS_BYTES).values())}
+                    run.model, SEQ_LEN, b, t, Pipeline(p, run.schedule, run.chunks, run.micro_batches),
+                    0, ActivationOptions(sequence_parallel=True, recompute="selective", dropout=True,
+                                         logits_bytes=LOGITS_BYTES)).values())}
         theirs = {"weights and optimizer": weight_and_optimizer_bytes(args),
                   "activations": activation_bytes(args, run.micro_batches)}
         # The named conventions (above) behind each difference; zerolib also keeps the layer
@@ -554,13 +585,14 @@ def context_parallel_comparison(model="llama-2-70b", seq_len=32_768, tensor_para
     rows = []
     for c in context_parallel:
         tokens = context_parallel_tokens(seq_len, c)
-        theirs = activation_bytes(args_for(model, seq_len, 1, tensor_parallel, sequence_parallel=True,
-                                           recompute="selective", context_parallel=c))
-        local = activation_bytes(args_for(model, tokens, 1, tensor_parallel, sequence_parallel=True,
-                                          recompute="selective", context_parallel=c))
-        ours = sum(stage_activation_terms(model, tokens, 1, tensor_parallel, sequence_parallel=True,
-                                          recompute="selective", flash_attention=True,
-                                          vocab_divisible_by=MAKE_VOCAB_SIZE_DIVISIBLE_BY).values())
+        flags = ParallelFlags(tensor_parallel, sequence_parallel=True, context_parallel=c)
+        theirs = activation_bytes(args_for(model, seq_len, 1, flags, recompute="selective"))
+        local = activation_bytes(args_for(model, tokens, 1, flags, recompute="selective"))
+        ours = sum(stage_activation_terms(
+            model, tokens, 1, tensor_parallel,
+            options=ActivationOptions(sequence_parallel=True, recompute="selective",
+                                      flash_attention=True),
+            vocab_divisible_by=MAKE_VOCAB_SIZE_DIVISIBLE_BY).values())
         rows.append({"model": get_model(model).name, "seq_len": seq_len, "context_parallel": c,
                      "megatron_bytes": int(theirs), "megatron_at_local_tokens_bytes": int(local),
                      "zerolib_bytes": int(ours)})

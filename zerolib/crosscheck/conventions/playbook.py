@@ -38,9 +38,13 @@ import pandas as pd
 
 from zerolib.core.catalogue.models import TransformerConfig, get_model, modules, parameter_count
 from zerolib.core.memory.accounting import PARTITIONED, Layout, get_layout, model_state
-from zerolib.core.memory.activations import layer_activation_bytes, model_activation_terms
+from zerolib.core.memory.activations import (
+    ActivationOptions,
+    layer_activation_bytes,
+    model_activation_terms,
+)
 from zerolib.core.units import GB, GiB
-from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
+from zerolib.crosscheck.conventions.common import Printed, exact, frame, read_transcription, row
 from zerolib.crosscheck.paper import PrintRule
 
 SOURCE = "Ultra-Scale Playbook"
@@ -129,8 +133,8 @@ def plot_activation_bytes(config: TransformerConfig | str, seq_len: int) -> int:
 def chapter_activation_bytes(config: TransformerConfig | str, seq_len: int) -> int:
     """zerolib's own count for the model's block (selective recomputation, micro-batch 1), all
     layers; without the logits and the final norm's and projection's inputs."""
-    terms = model_activation_terms(get_model(config), seq_len, 1, recompute="selective",
-                                   flash_attention=False)
+    terms = model_activation_terms(get_model(config), seq_len, 1,
+                                   options=ActivationOptions(recompute="selective"))
     return terms["transformer_layers"]
 
 
@@ -161,8 +165,9 @@ def table_comparison(data_dir=None) -> pd.DataFrame:
         total = int(model_state(params, 1, 0, layout).total)
         chapter = int(model_state(params, 1, 0, CHAPTER_LAYOUT).total)
         printed = cell["printed"].removesuffix(" GB")
-        rows.append(row(SOURCE, "model state", f"memory table, {cell['model']}, {cell['column']}",
-                        printed, "GB (10^9 B)", exact(total, GB), None,
+        shown = Printed(SOURCE, "model state", f"memory table, {cell['model']}, {cell['column']}",
+                        printed, "GB (10^9 B)")
+        rows.append(row(shown, exact(total, GB),
                         f"zerolib stage 0, layout {layout.name} ({layout.total:g} B), GB",
                         exact(chapter, GB),
                         "" if layout.name == CHAPTER_LAYOUT else "fp32-gradient-accumulation"))
@@ -175,9 +180,10 @@ def model_memory_comparison(data_dir=None) -> pd.DataFrame:
     for cell in load_model_memory(data_dir).to_dict("records"):
         config, component = PLOT_MODELS[cell["model"]], MODEL_COMPONENTS[cell["component"]]
         seq = int(cell["seq_len"])
+        shown = Printed(SOURCE, component, f"model-size plot, {cell['panel']}, seq {seq}",
+                        cell["printed_gb"], "GiB (labelled GB)")
         rows.append(row(
-            SOURCE, component, f"model-size plot, {cell['panel']}, seq {seq}", cell["printed_gb"],
-            "GiB (labelled GB)", exact(_plot_bytes(config, component, seq, PLOT_LAYOUT), GiB), None,
+            shown, exact(_plot_bytes(config, component, seq, PLOT_LAYOUT), GiB),
             f"{config.name} without norm weights, layout {PLOT_LAYOUT.name}, GiB",
             exact(_chapter_bytes(config, component, seq), GiB), _plot_differences(component)))
     return frame(rows)
@@ -207,9 +213,10 @@ def zero_figure_comparison(data_dir=None) -> pd.DataFrame:
         differs = _plot_differences(component)
         if component != "activations":
             differs += " rounded-then-divided"
+        shown = Printed(SOURCE, component, f"ZeRO figure, {cell['panel']}, seq {seq}",
+                        cell["printed_gb"], "GiB (labelled GB)")
         rows.append(row(
-            SOURCE, component, f"ZeRO figure, {cell['panel']}, seq {seq}", cell["printed_gb"],
-            "GiB (labelled GB)", plotted, None,
+            shown, plotted,
             f"{config.name} without norm weights, layout {PLOT_LAYOUT.name}, whole GiB / N_d",
             exact(_chapter_bytes(config, component, seq, stage, dp), GiB), differs))
     # Beside the plotted value: zerolib's exact bytes under the plots' convention, unrounded.

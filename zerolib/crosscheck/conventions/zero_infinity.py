@@ -39,7 +39,7 @@ import pandas as pd
 from zerolib.core.memory.accounting import Layout, model_state
 from zerolib.core.memory.activations import layer_activation_bytes
 from zerolib.core.units import GiB
-from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
+from zerolib.crosscheck.conventions.common import Printed, exact, frame, read_transcription, row
 from zerolib.crosscheck.paper import PrintRule
 
 SOURCE = "ZeRO-Infinity paper"
@@ -134,10 +134,10 @@ def comparison(data_dir=None) -> pd.DataFrame:
         layers, hidden, heads = (int(record[c]) for c in ("layers", "hidden", "attention_heads"))
         for item, (value, chapter, unit, how, differs) in values(layers, hidden, heads).items():
             note = "printed-at-5-bytes" if item == "model-state working memory" else ""
-            rows.append(row(SOURCE, item, f"{record['params_t']}T ({layers} layers, hidden "
-                            f"{record['hidden_printed']}, {heads} heads)", record[_COLUMN_OF[item]],
-                            _UNITS[unit], exact(value, unit), TWO_DECIMALS, how,
-                            exact(chapter, unit), differs, note))
+            printed = Printed(SOURCE, item, f"{record['params_t']}T ({layers} layers, hidden "
+                              f"{record['hidden_printed']}, {heads} heads)",
+                              record[_COLUMN_OF[item]], _UNITS[unit], TWO_DECIMALS, note=note)
+            rows.append(row(printed, exact(value, unit), how, exact(chapter, unit), differs))
     return frame(rows)
 
 

@@ -23,8 +23,9 @@ from types import MappingProxyType
 import pandas as pd
 
 from zerolib.core.inputs import check_gpus, check_params, check_single
+from zerolib.core.memory.placement import Placement
 from zerolib.core.step.traffic import traffic
-from zerolib.crosscheck.conventions.common import exact, frame, read_transcription, row
+from zerolib.crosscheck.conventions.common import Printed, exact, frame, read_transcription, row
 
 SOURCE = "ZeRO++ blog"
 CSV = "zeropp_cross_node.csv"
@@ -64,8 +65,8 @@ def system_traffic(system: str, gpus: int = GPUS, gpus_per_node: int = GPUS_PER_
     if system not in ("ZeRO", "ZeRO++"):
         raise ValueError(f"system must be 'ZeRO' or 'ZeRO++', got {system!r}")
     plus = system == "ZeRO++"
-    return traffic(params, gpus, 3, "mixed-adam", hpz_partition=gpus_per_node if plus else 1,
-                         qwz=plus, qgz=plus, gpus_per_node=gpus_per_node)
+    return traffic(params, gpus, 3, "mixed-adam", placement=Placement(
+        hpz_partition=gpus_per_node if plus else 1, qwz=plus, qgz=plus, gpus_per_node=gpus_per_node))
 
 
 def comparison(gpus: int = GPUS, gpus_per_node: int = GPUS_PER_NODE, params: int = PARAMS,
@@ -108,9 +109,8 @@ def comparison(gpus: int = GPUS, gpus_per_node: int = GPUS_PER_NODE, params: int
 def _row(system, item, setting, printed, reproduced: Fraction, chapter: Fraction) -> dict:
     how = ("bytes leaving one node per step (zerolib.core.step.traffic cross_node) / M, "
            "divided by the ring factor (n - 1)/n")
-    return row(SOURCE, f"{system}: {item.replace('_', ' ')}", setting, printed,
-               "M (2 bytes x parameters)",
-               exact(reproduced.numerator, reproduced.denominator), None, how,
+    shown = Printed(SOURCE, f"{system}: {item.replace('_', ' ')}", setting, printed,
+                    "M (2 bytes x parameters)", value=_in_m(printed))
+    return row(shown, exact(reproduced.numerator, reproduced.denominator), how,
                exact(chapter.numerator, chapter.denominator),
-               "ring-factor" if chapter != reproduced else "",
-               printed_value=_in_m(printed))
+               "ring-factor" if chapter != reproduced else "")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from zerolib.core.memory.activations import layer_activation_terms
+from zerolib.core.memory.activations import ActivationOptions, layer_activation_terms, layer_shape
 from zerolib.crosscheck.validation.effects import Effect, describe
 from zerolib.crosscheck.validation.effects import keys as effect_keys
 
@@ -58,9 +58,10 @@ class ActivationCase:
     def formula_terms(self, shape: BlockShape) -> dict[str, int]:
         """zerolib's per-term bytes for this case (Korthikanti et al. Sec. 4.1 / Table 2)."""
         return dict(layer_activation_terms(
-            shape.seq_len, shape.micro_batch, shape.hidden, shape.heads, recompute=self.recompute,
-            flash_attention=self.flash_attention, element_bytes=self.element_bytes,
-            mask_bytes=MASK_BYTES, dropout=True))
+            layer_shape(shape.hidden, shape.heads), shape.seq_len, shape.micro_batch,
+            options=ActivationOptions(recompute=self.recompute, flash_attention=self.flash_attention,
+                                      element_bytes=self.element_bytes, mask_bytes=MASK_BYTES,
+                                      dropout=True)))
 
 
 SHAPE = BlockShape()

@@ -30,6 +30,7 @@ from math import prod
 from typing import TYPE_CHECKING
 
 from zerolib.core.intmath import ceil_div
+from zerolib.core.memory.placement import placement_on
 from zerolib.core.memory.working_set import (
     STAGE3_MAX_LIVE_PARAMETERS,
     STAGE3_PARAM_PERSISTENCE_THRESHOLD,
@@ -123,7 +124,7 @@ def predicted(spec: ModelSpec, workers: int, stage: int, layout: str,
     ``shard_group`` of the ``workers`` (None: all), as ``engine`` runs it; broadcast is never
     part of a ZeRO schedule."""
     result = traffic(list(units(spec)), workers, stage, layout, shard_group,
-                     gpus_per_node=workers, engine=engine)
+                     placement_on(workers), engine)
     calls, handed = result.by_kind("calls"), result.by_kind("handed")
     out = {kind: (int(calls[kind]), int(handed[kind])) for kind in KINDS}
     out["broadcast"] = (0, 0)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from zerolib.core.catalogue.models import TransformerConfig
+from zerolib.core.memory.activations import ActivationOptions
 from zerolib.core.step.expert_parallel_traffic import expert_traffic
 
 ELEMENT_BYTES = 4          # the run computes in fp32 (gloo on the CPU)
@@ -65,7 +66,8 @@ def predicted(routing: str, workers: int) -> tuple[int, int, int]:
     """(calls, bytes handed per step, rows per call) per rank: zerolib's prediction."""
     factor = CAPACITY_FACTOR if routing == "capacity" else None
     traffic = expert_traffic(TINY_MOE, SHAPE.seq_len, SHAPE.micro_batch, workers,
-                             capacity_factor=factor, element_bytes=ELEMENT_BYTES)
+                             options=ActivationOptions(capacity_factor=factor,
+                                                       element_bytes=ELEMENT_BYTES))
     return traffic.calls, traffic.step_handed_bytes, traffic.rows
 
 

@@ -247,7 +247,7 @@ COLUMNS = ("mechanism", "case", "trainer", "configuration", "counted", "measured
            "hand_per_unit", "formula", "allocator_bytes", "note")
 
 
-def row(mechanism, case, trainer, configuration, counted, measured_by, measured, hand, unit,
+def _row(mechanism, case, trainer, configuration, counted, measured_by, measured, hand, unit,
         units, formula, allocator=None, note="") -> dict:
     """One recorded row; ``allocator`` is the CPU allocator's count where one was taken."""
     return {"mechanism": mechanism, "case": case, "trainer": trainer,
@@ -317,12 +317,12 @@ def _recompute_rows(measured: dict, shape: LlamaShape, fake: bool = False) -> li
                     f"(torch.get_rng_state(), {RNG_STATE_BYTES:,} B; host memory on a GPU too)")
         else:
             note = "allocator = storages"
-        rows.append(row("saved activations" + (", full width" if fake else ""), case.name,
-                        case.trainer, f"{case.description}; {configuration}",
-                        "kept for backward after the forward",
-                        "StorageTracker (saved storages alive after the forward, output excluded)",
-                        found["tracker"], hand, "token-layer", shape.tokens * shape.layers, formula,
-                        found["allocator"], note))
+        rows.append(_row("saved activations" + (", full width" if fake else ""), case.name,
+                         case.trainer, f"{case.description}; {configuration}",
+                         "kept for backward after the forward",
+                         "StorageTracker (saved storages alive after the forward, output excluded)",
+                         found["tracker"], hand, "token-layer", shape.tokens * shape.layers, formula,
+                         found["allocator"], note))
     return rows
 
 
@@ -349,11 +349,11 @@ def _loss_rows(measured: dict, shape: LossShape) -> list[dict]:
         value = found["tracker"] if found["tracker"] is not None else found["allocator"]
         by = ("StorageTracker peak (allocator agrees)" if found["tracker"] is not None
               else "CPU allocator peak (compiled kernels allocate outside the dispatcher)")
-        rows.append(row("logits and loss", case.name, case.trainer,
-                        f"{case.description}; N={shape.tokens}, V={shape.vocab}, bf16 logits",
-                        "peak from the bf16 logits to their bf16 gradient", by, value, hand,
-                        "logit", logits, formula, found["allocator"],
-                        f"remainder {value - hand:,} B: scalars and per-token tensors"))
+        rows.append(_row("logits and loss", case.name, case.trainer,
+                         f"{case.description}; N={shape.tokens}, V={shape.vocab}, bf16 logits",
+                         "peak from the bf16 logits to their bf16 gradient", by, value, hand,
+                         "logit", logits, formula, found["allocator"],
+                         f"remainder {value - hand:,} B: scalars and per-token tensors"))
     return rows
 
 
@@ -394,12 +394,12 @@ def _fsdp_rows(measured: dict) -> list[dict]:
                             f" B, one scalar per Linear weight left by the fp8 all-gather")
                 if not hand and not measured_bytes:
                     continue
-                rows.append(row("FSDP2 state", f"{name}-after-micro-batch-{index}", "torchtitan"
-                                if pipeline else "fsdp2",
-                                f"{setting}; {W} fake ranks, 2 Llama layers (P={P:,}, n={n}), bf16 "
-                                f"parameters, fp32 reduce, AdamW, {FSDP_MICRO_BATCHES} micro-batches",
-                                f"{category}: {what}", "FSDPMemTracker current snapshot",
-                                measured_bytes, hand, "parameter", P, formula, note=note))
+                rows.append(_row("FSDP2 state", f"{name}-after-micro-batch-{index}", "torchtitan"
+                                 if pipeline else "fsdp2",
+                                 f"{setting}; {W} fake ranks, 2 Llama layers (P={P:,}, n={n}), bf16 "
+                                 f"parameters, fp32 reduce, AdamW, {FSDP_MICRO_BATCHES} micro-batches",
+                                 f"{category}: {what}", "FSDPMemTracker current snapshot",
+                                 measured_bytes, hand, "parameter", P, formula, note=note))
     return rows
 
 
@@ -489,7 +489,7 @@ def step_rows(measured: dict, shape: StepShape = STEP_SHAPE) -> list[dict]:
         compared = found.get("fsdp_mem_tracker_peak", {})
         note = ("FSDPMemTracker beside it: peak " + ", ".join(
             f"{key} {value:,}" for key, value in compared.items() if value) if compared else "")
-        rows.append(row(
+        rows.append(_row(
             "training step, full width", policy, "torchtitan-style FSDP2",
             f"transformers LlamaForCausalLM at Llama-3-8B width (h {shape.hidden}, a {shape.heads}, "
             f"k {shape.kv_heads}, f {shape.ffn_hidden}, V {shape.vocab}), {shape.layers} layers, "

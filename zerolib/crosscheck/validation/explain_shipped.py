@@ -40,7 +40,7 @@ import pandas as pd
 
 from zerolib.core.catalogue.models import get_model
 from zerolib.core.inputs import check_positive_int
-from zerolib.core.memory.activations import layer_activation_terms
+from zerolib.core.memory.activations import ActivationOptions, layer_activation_terms, layer_shape
 from zerolib.crosscheck.validation.effects import MECHANISMS, Effect, describe
 from zerolib.crosscheck.validation.effects import keys as effect_keys
 
@@ -76,11 +76,11 @@ class ShippedBlock:
 
     def formula_terms(self, micro_batch: int) -> dict[str, int]:
         """zerolib's per-term bytes for this block (Korthikanti et al. Sec. 4.1 / Table 2)."""
-        return dict(layer_activation_terms(
-            self.seq_len, micro_batch, self.hidden, self.heads, ffn_hidden=self.ffn_hidden,
-            gated_mlp=self.gated_mlp, kv_heads=self.kv_heads, head_dim=self.head_dim,
+        shape = layer_shape(self.hidden, self.heads, ffn_hidden=self.ffn_hidden,
+                            gated_mlp=self.gated_mlp, kv_heads=self.kv_heads, head_dim=self.head_dim)
+        return dict(layer_activation_terms(shape, self.seq_len, micro_batch, options=ActivationOptions(
             flash_attention=self.flash_attention, element_bytes=ELEMENT_BYTES,
-            mask_bytes=MASK_BYTES, dropout=self.dropout))
+            mask_bytes=MASK_BYTES, dropout=self.dropout)))
 
 
 _GPT2 = dict(model="gpt2", seq_len=64, hidden=64, heads=4, kv_heads=4, head_dim=16, ffn_hidden=256,

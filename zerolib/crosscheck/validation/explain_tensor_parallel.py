@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from zerolib.core.catalogue.models import TransformerConfig
-from zerolib.core.memory.activations import layer_activation_terms
+from zerolib.core.memory.activations import ActivationOptions, layer_activation_terms, layer_shape
 from zerolib.core.memory.model_parallel import parameters_per_gpu, split_table, vocabulary_rows
 from zerolib.crosscheck.validation.effects import Effect, describe
 from zerolib.crosscheck.validation.effects import keys as effect_keys
@@ -85,10 +85,11 @@ NOT_SAVED = "(not saved by PyTorch)"
 def formula_terms(workers: int) -> dict[str, int]:
     """zerolib's per-term bytes for one block on one of ``workers`` tensor-parallel ranks."""
     c = TINY_LLAMA
-    return dict(layer_activation_terms(
-        SHAPE.seq_len, SHAPE.micro_batch, c.hidden, c.heads, ffn_hidden=c.ffn_hidden, gated_mlp=True,
-        kv_heads=c.kv_heads, tensor_parallel=workers, flash_attention=True,
-        element_bytes=ELEMENT_BYTES, dropout=False))
+    shape = layer_shape(c.hidden, c.heads, ffn_hidden=c.ffn_hidden, gated_mlp=True,
+                        kv_heads=c.kv_heads)
+    return dict(layer_activation_terms(shape, SHAPE.seq_len, SHAPE.micro_batch, workers,
+                                       ActivationOptions(flash_attention=True,
+                                                         element_bytes=ELEMENT_BYTES, dropout=False)))
 
 
 def parameter_formula(workers: int) -> dict[str, int]:
