@@ -84,7 +84,7 @@ def test_suffixed_counts_are_read_exactly():
        gpus=st.integers(1, 65536), per_node=st.integers(1, 64),
        links=st.sampled_from(["", *NODES]), seq=st.integers(1, 131072),
        batch=st.integers(1, 10**6), micro=st.integers(1, 1024),
-       tokens=st.integers(1, 10**16), name=st.text(max_size=40),
+       tokens=st.integers(1, 10**16), name=st.text(max_size=40).filter(str.isprintable),
        config=st.dictionaries(st.text(max_size=8), st.integers() | st.text(max_size=8), max_size=5))
 def test_any_settings_round_trip(model, device, gpus, per_node, links, seq, batch, micro, tokens,
                                  name, config):

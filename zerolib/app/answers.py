@@ -24,12 +24,11 @@ from __future__ import annotations
 import csv
 import html
 import io
-import json
 import math
 from dataclasses import dataclass, field
 
 from zerolib.app.settings import Settings
-from zerolib.core.catalogue.hf_config import model_from_config
+from zerolib.core.catalogue.hf_config import config_from_text, model_from_config
 from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
 from zerolib.core.estimate import Estimate, estimate, estimate_model
 from zerolib.core.memory.accounting import STRATEGY_NAMES
@@ -96,16 +95,13 @@ def _engine(name: str) -> tuple[str, str, Engine]:
 
 
 def read_model(settings: Settings) -> TransformerConfig:
-    """The uploaded config (if any) or the preset."""
+    """The uploaded config (if any) or the preset; the config read as ``--config`` reads a file
+    (:func:`zerolib.core.catalogue.hf_config.config_from_text`: bounded, one line naming the
+    field)."""
     if settings.config:
-        try:
-            data = json.loads(settings.config)
-        except ValueError as error:
-            raise ValueError(f"{settings.config_name or 'config.json'} is not JSON ({error})") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{settings.config_name or 'config.json'} must hold a JSON object "
-                             f"(a Hugging Face config), not a {type(data).__name__}")
-        return model_from_config(data, name=settings.config_name or None)
+        where = settings.config_name or "config.json"
+        data = config_from_text(settings.config, where)
+        return model_from_config(data, name=settings.config_name or None, where=where)
     return get_model(settings.model)
 
 
