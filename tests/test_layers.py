@@ -52,7 +52,9 @@ ALLOWED = {
     "zerolib.crosscheck": {"numpy", "pandas", "torch", "deepspeed", "transformers"},
     "zerolib.publish": {"nbformat", "nbclient", "nbconvert", "ipykernel", "jupyter_client",
                         "traitlets", "zmq"},
-    "zerolib.app": {"ipywidgets"},
+    # The page's widgets; its server (zerolib.app.server, run in a process of its own) configures
+    # Voila, jupyter_server and tornado.
+    "zerolib.app": {"ipywidgets", "voila", "jupyter_server", "tornado", "traitlets", "zmq"},
     "zerolib.cli": {"nbclient", "torch"},
 }
 

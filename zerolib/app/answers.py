@@ -59,7 +59,9 @@ SECTIONS = {
     "left_out": ("08-zero-beside-model-parallelism.ipynb", "What the ranking leaves out"),
     "run": ("05-the-price-of-zero.ipynb", "Compute, overlap and the step time"),
 }
-CHAPTER_URL = "http://127.0.0.1:8888/lab/tree/"   # where `zerolib lab` serves the chapter
+# The chapter's static pages (`zerolib html`'s), which `zerolib app` serves beside the page, so
+# the links work with no other server running; relative, so they follow the page's address.
+CHAPTER_URL = "chapter/"
 
 
 @dataclass(frozen=True)
@@ -205,13 +207,18 @@ def plan_csv(result: Plan, top: int | None = CSV_TOP) -> str:
 
 # --- the page's HTML ----------------------------------------------------------------------------
 
+def section_address(part: str) -> str:
+    """Where the chapter explains answer ``part``: its static page and heading (nbconvert's
+    anchor, the heading's words joined by "-")."""
+    notebook, heading = SECTIONS[part]
+    return f"{CHAPTER_URL}{notebook.removesuffix('.ipynb')}.html#{heading.replace(' ', '-')}"
+
+
 def section_link(part: str) -> str:
     """A link to the chapter section that explains answer ``part``."""
     notebook, heading = SECTIONS[part]
-    anchor = heading.replace(" ", "-")
-    number = notebook[:2]
-    return (f"<a href='{html.escape(CHAPTER_URL + notebook + '#' + anchor)}' target='_blank' "
-            f"class='zerolib-section'>explained in notebook {number}: "
+    return (f"<a href='{html.escape(section_address(part))}' target='_blank' "
+            f"class='zerolib-section'>explained in notebook {notebook[:2]}: "
             f"\u201c{html.escape(heading)}\u201d</a>")
 
 

@@ -18,6 +18,7 @@ from dataclasses import replace
 from zerolib.app import answers as answering
 from zerolib.app.settings import (
     DEFAULTS,
+    IDLE_VARIABLE,
     MAX_NAME_CHARS,
     MAX_TOKENS,
     PLANNED_DEVICES,
@@ -52,8 +53,6 @@ from zerolib.core.units import UNITS
 PAGE_CLASS = "zerolib-app"
 DPI = 80                         # the explorers' resolution: readable, quick to send
 UPLOADED = "uploaded config.json"   # the model menu's entry for an uploaded file
-# Set by `zerolib app` in the server's environment, which Voila hands to each page's kernel.
-IDLE_VARIABLE = "ZEROLIB_APP_IDLE_SECONDS"
 PANEL = (
     ("Model: a preset, or your own config.json", ("model", "upload")),
     ("Cluster", ("device", "gpus", "gpus_per_node", "links")),

@@ -44,6 +44,9 @@ IGNORED_KEYS = ("token",)
 MAX_QUERY_CHARS = 2_000_000
 MAX_QUERY_FIELDS = 64
 MAX_NAME_CHARS = 100       # a model's name, as shown in texts and titles
+# Set by `zerolib app` in the server's environment, which Voila hands to each page's kernel:
+# the seconds without activity after which the server shuts the page's kernel down.
+IDLE_VARIABLE = "ZEROLIB_APP_IDLE_SECONDS"
 
 
 @dataclass(frozen=True)
