@@ -55,7 +55,7 @@ ALLOWED = {
     # The page's widgets; its server (zerolib.app.server, run in a process of its own) configures
     # Voila, jupyter_server and tornado.
     "zerolib.app": {"ipywidgets", "voila", "jupyter_server", "tornado", "traitlets", "zmq"},
-    "zerolib.cli": {"nbclient", "torch"},
+    "zerolib.cli": {"nbclient", "torch", "zmq"},   # zmq: whether kernel sockets can be encrypted
 }
 
 

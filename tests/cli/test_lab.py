@@ -38,6 +38,11 @@ def test_argv_binds_localhost_one_port_the_notebooks_and_the_settings(tmp_path):
     assert f"--LabApp.app_settings_dir={tmp_path}" in argv
     assert "--allow-root" not in argv
     assert not any("token" in part.lower() for part in argv)   # ps would show it to everyone
+    for quiet in lab.QUIET:      # warnings and errors only, none a reader cannot act on
+        assert quiet in argv
+    assert lab.ENCRYPTED in lab.lab_argv(9123, NOTEBOOK_DIR, tmp_path, as_root=False, encrypted=True)
+    assert lab.ENCRYPTED not in lab.lab_argv(9123, NOTEBOOK_DIR, tmp_path, as_root=False,
+                                             encrypted=False)
 
 
 def test_argv_as_root_allows_root(tmp_path):
@@ -134,7 +139,9 @@ def test_starts_answers_with_the_news_off_and_stops_on_ctrl_c(tmp_path):
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=60) == 0
         assert time.monotonic() - started < 30
-        assert "stopping JupyterLab" in process.stderr.read()
+        # Only what a reader needs: the address (above) and this line; no notices of
+        # deprecations, extensions or signals.
+        assert process.stderr.read() == "zerolib lab: stopping JupyterLab\n"
         assert not settings_dir.exists()
         # The server is gone: nothing listens on the port (it may sit in TIME_WAIT a while).
         with pytest.raises(ConnectionRefusedError):
