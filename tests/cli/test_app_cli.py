@@ -148,3 +148,17 @@ def test_starts_serves_the_page_with_the_token_only_and_stops_on_ctrl_c(tmp_path
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+def test_every_flag_is_documented_in_docs_app_md_and_the_readme_points_there(capsys):
+    from conftest import REPO
+    status, out, _ = run(capsys, "app", "--help")
+    assert status == 0
+    flags = sorted(set(re.findall(r"(--[a-z][a-z-]+)", out)) - {"--help"})
+    assert {"--idle-timeout", "--max-visitors", "--no-token", "--port", "--browser"} <= set(flags)
+    docs = (REPO / "docs" / "app.md").read_text(encoding="utf-8")
+    assert [flag for flag in flags if f"`{flag}" not in docs] == []
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "docs/app.md" in readme and "--idle-timeout" in readme and "--max-visitors" in readme
+    assert f"`--idle-timeout SECONDS` | {app.DEFAULT_IDLE_SECONDS} |" in docs
+    assert f"`--max-visitors N` | {app.DEFAULT_MAX_VISITORS} |" in docs
