@@ -582,3 +582,18 @@ def test_plan_refuses_booleans_for_stages(stages):
 def test_an_empty_notebooks_dir_is_not_the_current_folder():
     refused(["notebooks", "--dir", ""], "--dir must name a folder, got an empty path")
     refused(["notebooks", "--check", "--dir", " "], "--dir must name a folder")
+
+
+def test_a_recorded_run_from_a_given_data_folder_is_read_bounded(tmp_path):
+    from zerolib.crosscheck.validation.records import MAX_RECORD_BYTES, read_csv
+    big = tmp_path / "validation_sharded.csv"
+    with open(big, "wb") as handle:
+        handle.truncate(MAX_RECORD_BYTES + 1)
+    with pytest.raises(ValueError, match="validation_sharded.csv: 10,000,001 bytes"):
+        read_csv(big)
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="a named pipe"):
+        read_csv(fifo)
+    (tmp_path / "ok.csv").write_text("a,b\n1,\n")
+    assert read_csv(tmp_path / "ok.csv").to_dict("records") == [{"a": 1, "b": ""}]
