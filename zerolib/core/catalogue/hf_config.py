@@ -514,13 +514,13 @@ def model_from_config(source, *, name: str | None = None, where: str = "config")
     if not isinstance(model_type, str):
         r.fail(f"field model_type must be a string such as \"llama\", got {echo(model_type)}")
     if r.flag("is_encoder_decoder", False):
-        r.fail(f"field is_encoder_decoder: model_type {model_type!r} is an encoder-decoder; zerolib "
+        r.fail(f"field is_encoder_decoder: model_type {echo(model_type)} is an encoder-decoder; zerolib "
                f"sizes decoder-only models")
     if model_type in ENCODER_TYPES:
-        r.fail(f"field model_type: {model_type!r} is an encoder or encoder-decoder; zerolib sizes "
+        r.fail(f"field model_type: {echo(model_type)} is an encoder or encoder-decoder; zerolib sizes "
                f"decoder-only models")
     if model_type not in READERS:
-        r.fail(f"field model_type: {model_type!r} is not one zerolib reads (it reads "
+        r.fail(f"field model_type: {echo(model_type)} is not one zerolib reads (it reads "
                f"{', '.join(sorted(READERS))})")
     for key, why in (("quantization_config", "quantised weights are not the 16-bit parameters a "
                       "training layout counts"),
