@@ -84,16 +84,15 @@ _REFUSED = {
     "--num-layers-per-virtual-pipeline-stage": None,
 }
 # Switches validate_args refuses as no longer valid (megatron/training/arguments.py at d98e8a64,
-# lines 590-604), with its words; True: the flag takes a value.
+# lines 590-604), with its words.
 _NO_LONGER_VALID = {
-    "--batch-size": (True, "--batch-size argument is no longer valid, use --micro-batch-size "
-                           "instead"),
-    "--warmup": (True, "--warmup argument is no longer valid, use --lr-warmup-fraction instead"),
-    "--model-parallel-size": (True, "--model-parallel-size is no longer valid, use "
-                                    "--tensor-model-parallel-size instead"),
-    "--checkpoint-activations": (False, "--checkpoint-activations is no longer valid, use "
-                                        "--recompute-activations, or, for more control, "
-                                        "--recompute-granularity and --recompute-method"),
+    "--batch-size": "--batch-size argument is no longer valid, use --micro-batch-size instead",
+    "--warmup": "--warmup argument is no longer valid, use --lr-warmup-fraction instead",
+    "--model-parallel-size": "--model-parallel-size is no longer valid, use "
+                             "--tensor-model-parallel-size instead",
+    "--checkpoint-activations": "--checkpoint-activations is no longer valid, use "
+                                "--recompute-activations, or, for more control, "
+                                "--recompute-granularity and --recompute-method",
 }
 NO_POSITION_EMBEDDING = "--no-position-embedding is deprecated, use --position-embedding-type"
 # Flags (taking a value) that change no parameter.
@@ -143,8 +142,6 @@ def _bounded(tokens: list[str], where: str) -> list[str]:
 def _tokens(source) -> tuple[list[str], str]:
     """(the arguments, where they come from) of a string, a list or a file holding them."""
     if isinstance(source, (list, tuple)):
-        if len(source) > MAX_ARGUMENTS:
-            return _bounded(list(source), "megatron-args"), "megatron-args"
         if not all(isinstance(item, str) for item in source):
             raise TypeError("megatron_args as a list must hold strings")
         return _bounded(list(source), "megatron-args"), "megatron-args"
@@ -165,11 +162,10 @@ def _tokens(source) -> tuple[list[str], str]:
     # A launch script's lines: comments dropped, backslash line continuations joined.
     lines = [line.split("#", 1)[0] for line in text.replace("\\\n", " ").splitlines()]
     try:
-        return _bounded(shlex.split(" ".join(lines)), where), where
+        tokens = shlex.split(" ".join(lines))
     except ValueError as error:
-        if str(error).startswith(where):
-            raise
         raise ValueError(f"{where}: cannot split the arguments ({error})") from None
+    return _bounded(tokens, where), where
 
 
 def _value(tokens: list[str], index: int, flag: str, inline: str, where: str) -> tuple[str, int]:
@@ -197,7 +193,7 @@ def _parse(tokens: list[str], where: str) -> dict:
         if flag in _REFUSED and _REFUSED[flag] is not None:
             raise ValueError(f"{where}: {flag}: {_REFUSED[flag]}; zerolib cannot express it")
         if flag in _NO_LONGER_VALID:
-            raise ValueError(f"{where}: {_NO_LONGER_VALID[flag][1]} (Megatron-LM's validate_args "
+            raise ValueError(f"{where}: {_NO_LONGER_VALID[flag]} (Megatron-LM's validate_args "
                              f"refuses it)")
         if takes_value:
             text, index = _value(tokens, index, flag, inline, where)
