@@ -114,18 +114,24 @@ def alive(pid: int) -> bool:
 
 
 def kernels_and_rss(app: App) -> tuple[int, int]:
-    """(kernels running below the server, resident bytes of the server and all below it)."""
+    """(kernels running below the server, resident bytes of the server and all below it). A
+    kernel is an ipykernel process whose parent is not one: a kernel's own short-lived child
+    (forked to run ``fc-list``, say) carries its command line until it execs."""
     kernels, rss = 0, 0
     for pid in {app.process.pid, *descendants(app.process.pid)}:
         try:
             status = (Path("/proc") / str(pid) / "status").read_text()
-            command = (Path("/proc") / str(pid) / "cmdline").read_bytes()
         except OSError:
             continue
         found = re.search(r"VmRSS:\s+(\d+) kB", status)
         rss += int(found[1]) * 1024 if found else 0
-        kernels += b"ipykernel_launcher" in command
+        parent = re.search(r"PPid:\s+(\d+)", status)
+        kernels += _is_kernel(pid) and not (parent and _is_kernel(int(parent[1])))
     return kernels, rss
+
+
+def _is_kernel(pid: int) -> bool:
+    return b"ipykernel_launcher" in _command(pid)
 
 
 def get(url: str, timeout: float = 180) -> tuple[int, str]:
