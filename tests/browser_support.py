@@ -230,6 +230,50 @@ def jupyter_lab(root_dir: Path, work_dir: Path):
         stop_process_group(process)
 
 
+AUTOSAVE_SECONDS = 2     # JupyterLab's autosave interval in the reading tests (120 s by default)
+
+
+def reader_settings(config_dir: Path, autosave_seconds: int = AUTOSAVE_SECONDS) -> None:
+    """A reader's own JupyterLab settings: autosave every ``autosave_seconds``."""
+    folder = config_dir / "lab" / "user-settings" / "@jupyterlab" / "docmanager-extension"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "plugin.jupyterlab-settings").write_text(json.dumps({"autosaveInterval": autosave_seconds}))
+
+
+@contextlib.contextmanager
+def zerolib_lab(work_dir: Path):
+    """``zerolib lab`` as a reader runs it (its working copy in ``work_dir/lab``, a free port),
+    with Jupyter's folders of its own under ``work_dir`` and a 2 s autosave; always stopped."""
+    port = free_port()
+    home = work_dir / "jupyter"
+    env = dict(os.environ)
+    env.update(JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_DATA_DIR=str(home / "data"),
+               JUPYTER_RUNTIME_DIR=str(home / "runtime"), IPYTHONDIR=str(home / "ipython"),
+               JUPYTER_PLATFORM_DIRS="1", PYTHONUNBUFFERED="1")
+    env.pop("JUPYTER_PATH", None)
+    reader_settings(home / "config")
+    script = Path(sys.executable).parent / "zerolib"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "zerolib"]
+    workdir = work_dir / "lab"
+    out = work_dir / "zerolib-lab.out"
+    with open(out, "wb") as stream:
+        process = subprocess.Popen([*command, "lab", "--port", str(port), "--workdir", str(workdir)],
+                                   env=env, stdout=stream, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    try:
+        deadline = time.monotonic() + SERVER_START_SECONDS
+        while (match := re.search(r"at (http://127\.0\.0\.1:\d+/)lab/tree/\S+\?token=(\w+)",
+                                  out.read_text())) is None:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"zerolib lab did not start:\n{out.read_text()[-3000:]}")
+            time.sleep(0.25)
+        yield LabServer(url=match[1], token=match[2], root_dir=workdir / "notebooks",
+                        log=workdir / "state" / "jupyterlab.log")
+    finally:
+        # zerolib lab stops its server on SIGTERM (within its own 20 s): give it the time.
+        stop_process_group(process, grace=40.0)
+
+
 def _wait_for_server(process: subprocess.Popen, status_url: str, log: Path) -> None:
     deadline = time.monotonic() + SERVER_START_SECONDS
     while time.monotonic() < deadline:

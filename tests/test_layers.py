@@ -49,7 +49,7 @@ ALLOWED = {
     "zerolib._io": set(), "zerolib.paths": set(),
     "zerolib.core": {"numpy", "pandas"},
     "zerolib.chapter": {"numpy", "pandas", "matplotlib", "ipywidgets", "PIL"},
-    "zerolib.crosscheck": {"numpy", "pandas", "torch", "deepspeed", "transformers"},
+    "zerolib.crosscheck": {"numpy", "pandas", "torch", "deepspeed", "transformers", "megatron", "torchao"},
     "zerolib.publish": {"nbformat", "nbclient", "nbconvert", "ipykernel", "jupyter_client",
                         "traitlets", "zmq"},
     # The page's widgets; its server (zerolib.app.server, run in a process of its own) configures

@@ -1,12 +1,18 @@
 """The chapter where its readers read it: live in JupyterLab, and as exported static HTML.
 
-Real JupyterLab, real headless Chromium (Debian's, driven by Playwright's Python API):
+Real JupyterLab started by ``zerolib lab`` (on its working copy, in a temporary folder, with a
+2 s autosave), real headless Chromium (Debian's, driven by Playwright's Python API):
 
-- every notebook with an explorer is opened, run top to bottom, and a slider is moved; the
-  explorer's image must be redrawn (new bytes) and its table must show what the new value means;
-  screenshots before and after go to test-output/browser/;
+- every notebook with an explorer is opened: before it runs, its saved explorer shows (its
+  picture and its note that it is saved, not live), never a repr line; it is run top to bottom
+  (its note now says live) and a slider is moved: the explorer's image must be redrawn (new
+  bytes) and its table must show what the new value means; a cell is run a second time, the
+  notebook saved, and autosave given its turn; screenshots go to test-output/browser/;
+- afterwards the committed notebooks are byte for byte as they were, ``zerolib notebooks --check``
+  passes on them, and ``zerolib html`` of the reader's saved copies shows no repr line either;
 - ``zerolib html`` exports the chapter; every page is opened offline and every image must have
-  loaded and every heading of the notebook must be on the page.
+  loaded and every heading of the notebook must be on the page; each saved explorer is set in
+  the chapter's font.
 
 Skips with an install hint without Chromium or Playwright; CI sets ZEROLIB_REQUIRE_OPTIONAL=1, which
 turns that skip into a failure.
@@ -18,17 +24,19 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 import pytest
 from browser_support import (
+    AUTOSAVE_SECONDS,
     KERNEL_IDLE_MS,
     RUN_ALL_MS,
     WIDGET_UPDATE_MS,
     chromium,
-    jupyter_lab,
+    zerolib_lab,
 )
 from conftest import REPO, missing_optional
 
@@ -193,14 +201,15 @@ def browser(playwright, chromium_path, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory, chromium_path, playwright):
-    """JupyterLab serving a temporary copy of notebooks/ (the checkout stays untouched)."""
-    work = tmp_path_factory.mktemp("jupyterlab")
-    root = work / "notebooks"
-    shutil.copytree(NOTEBOOKS, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    # Notebook 09 reads a published config.json from ../tests/data, as it does in the checkout.
-    shutil.copytree(REPO / "tests" / "data", work / "tests" / "data")
-    with jupyter_lab(root, work) as server:
+def committed() -> dict[str, bytes]:
+    """The committed notebooks' bytes before anything is read."""
+    return {p.name: p.read_bytes() for p in NOTEBOOKS.glob("*.ipynb")}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, chromium_path, playwright, committed):
+    """``zerolib lab`` as a reader starts it, on its working copy in a temporary folder."""
+    with zerolib_lab(tmp_path_factory.mktemp("jupyterlab")) as server:
         yield server
 
 
@@ -218,13 +227,46 @@ def page(browser):
 
 # --- driving JupyterLab ---------------------------------------------------------------------------
 
-def open_and_run_all(page, lab, notebook: str) -> None:
-    """Open ``notebook``, wait for an idle kernel, Run > Run All Cells, wait until every cell ran."""
+def open_notebook(page, lab, notebook: str) -> None:
+    """Open ``notebook`` and wait for an idle kernel."""
     from playwright.sync_api import expect
 
     page.goto(lab.notebook_url(notebook))
     # Pressing Run All before the kernel is ready opens a modal "Select Kernel" dialog instead.
     expect(page.locator(".jp-StatusBar-Widget")).to_contain_text("| Idle", timeout=KERNEL_IDLE_MS)
+
+
+def saved_explorer_shows(page, notebook: str) -> None:
+    """Before the notebook runs: its explorer drawn from the saved widget state (picture, the
+    note that it is saved, controls off), no output showing a widget's repr."""
+    from playwright.sync_api import expect
+
+    panel = page.locator(".jp-NotebookPanel:visible")
+    image = panel.locator("img.widget-image")
+    expect(image).to_have_count(1, timeout=WIDGET_UPDATE_MS)
+    wait_for_loaded(page, image)
+    explorer = panel.locator(".jp-OutputArea-output", has=page.locator("img.widget-image"))
+    explorer.scroll_into_view_if_needed()
+    # (its text content: JupyterLab lays out what is out of view lazily, without inner text)
+    expect(explorer).to_contain_text("Saved explorer, not live:", timeout=WIDGET_UPDATE_MS)
+    expect(explorer).not_to_contain_text("Live explorer")
+    assert explorer.locator("input:enabled, select:enabled, button:enabled").count() == 0
+    reprs = panel.locator(".jp-OutputArea-output", has_text=re.compile(r"VBox\(|Explorer \(ipywidgets\)"))
+    assert reprs.count() == 0, f"{notebook} shows {reprs.first.inner_text()[:200]!r} before it runs"
+
+
+def open_and_run_all(page, lab, notebook: str, saved_first: bool = False) -> None:
+    """Open ``notebook``, wait for an idle kernel (with ``saved_first``, check its saved explorer
+    shows), Run > Run All Cells, wait until every cell ran."""
+    open_notebook(page, lab, notebook)
+    if saved_first:
+        saved_explorer_shows(page, notebook)
+    run_all(page, notebook)
+
+
+def run_all(page, notebook: str) -> None:
+    from playwright.sync_api import expect
+
     page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
     page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
     # Every code cell shows an execution count ("[7]:"), none is queued or running ("[*]:").
@@ -269,12 +311,12 @@ def normalised_text(locator) -> str:
 
 
 def move_slider_and_check(page, lab, check: ExplorerCheck, shots: Path,
-                          update_ms: int = WIDGET_UPDATE_MS) -> None:
+                          update_ms: int = WIDGET_UPDATE_MS, saved_first: bool = True) -> None:
     """The whole reader's path through one explorer; raises AssertionError when it does not work."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import expect
 
-    open_and_run_all(page, lab, check.notebook)
+    open_and_run_all(page, lab, check.notebook, saved_first)
     notebook = page.locator(".jp-NotebookPanel:visible")
     image = notebook.locator("img.widget-image")
     assert image.count() == 1, f"{check.notebook}: expected one explorer image, found {image.count()}"
@@ -286,6 +328,8 @@ def move_slider_and_check(page, lab, check: ExplorerCheck, shots: Path,
     expect(readout).to_have_text(check.before, timeout=update_ms)
     before_src, before_digest = image.get_attribute("src"), image_digest(page, image)
     before_text = normalised_text(explorer)
+    assert "Live explorer:" in before_text and "move nothing" not in before_text, before_text[:300]
+    assert "Saved explorer" not in before_text
     explorer.screenshot(path=str(shots / f"{Path(check.notebook).stem}-before.png"))
 
     control.locator(".noUi-handle").first.focus()
@@ -314,6 +358,31 @@ def move_slider_and_check(page, lab, check: ExplorerCheck, shots: Path,
     assert not page.page_errors, f"JavaScript errors: {page.page_errors}"
 
 
+def run_a_cell_again_and_save(page, lab, notebook: str) -> None:
+    """Run the first code cell a second time (a new execution count), save (Ctrl+S) and give
+    autosave its turn: all of it lands in the working copy."""
+    from playwright.sync_api import expect
+
+    path = lab.root_dir / notebook
+    before = path.read_bytes()
+    cell = page.locator(".jp-NotebookPanel:visible .jp-CodeCell").first
+    prompt = cell.locator(".jp-InputPrompt")
+    count = prompt.inner_text()
+    cell.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Control+Enter")
+    expect(prompt).not_to_have_text(count, timeout=RUN_ALL_MS)
+    expect(prompt).to_have_text(re.compile(r"\[\d+\]"), timeout=RUN_ALL_MS)
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + 60
+    while path.read_bytes() == before and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert path.read_bytes() != before, f"{notebook} was not saved in the working copy"
+    time.sleep(AUTOSAVE_SECONDS + 0.5)      # autosave's turn
+    tab = page.locator(".lm-TabBar-tab.jp-mod-current")
+    expect(tab).not_to_have_class(re.compile(r"jp-mod-dirty"), timeout=RUN_ALL_MS)
+
+
 # --- tests ----------------------------------------------------------------------------------------
 
 def test_every_explorer_notebook_has_a_check():
@@ -323,9 +392,11 @@ def test_every_explorer_notebook_has_a_check():
 
 
 @pytest.mark.parametrize("notebook", sorted(EXPLORERS))
-def test_explorer_slider_redraws_the_figure(notebook, lab, page):
+def test_explorer_slider_redraws_the_figure(notebook, lab, page, committed):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     move_slider_and_check(page, lab, EXPLORERS[notebook], SCREENSHOTS)
+    run_a_cell_again_and_save(page, lab, notebook)
+    assert (NOTEBOOKS / notebook).read_bytes() == committed[notebook], f"reading changed {notebook}"
 
 
 # Broken on purpose in a temporary copy: every callback that the chapter's code (not ipywidgets
@@ -349,7 +420,37 @@ def test_a_broken_slider_callback_is_caught(lab, page, tmp_path):
     nbformat.write(nb, lab.root_dir / sabotaged)
     broken = ExplorerCheck(sabotaged, check.slider, check.before, check.after, check.shows)
     with pytest.raises(AssertionError, match="not redrawn"):
-        move_slider_and_check(page, lab, broken, tmp_path, update_ms=5_000)
+        move_slider_and_check(page, lab, broken, tmp_path, update_ms=5_000, saved_first=False)
+
+
+def test_reading_left_the_chapter_whole(lab, committed, tmp_path):
+    """After every explorer notebook was read above (run, a slider moved, a cell run twice,
+    saved, autosaved): the committed notebooks are byte for byte as they were, ``zerolib
+    notebooks --check`` passes on them, and ``zerolib html`` of the reader's saved copies shows
+    no widget repr (a saved copy without its widget state says so)."""
+    read = sorted(name for name in EXPLORERS
+                  if (lab.root_dir / name).read_bytes() != committed[name])
+    if not read:
+        pytest.skip("no explorer notebook was read (run with test_explorer_slider_redraws_the_figure)")
+    assert {p.name: p.read_bytes() for p in NOTEBOOKS.glob("*.ipynb")} == committed
+    script = Path(sys.executable).parent / "zerolib"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "zerolib"]
+    result = subprocess.run([*command, "notebooks", "--check", *read], capture_output=True,
+                            text=True, timeout=900, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(": current") == len(read)
+    saved = tmp_path / "saved"           # the reader's saved copies of the notebooks read
+    saved.mkdir()
+    for name in read:
+        shutil.copyfile(lab.root_dir / name, saved / name)
+    out = tmp_path / "html"
+    result = subprocess.run([*command, "html", "--notebooks", str(saved), "--out", str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    for name in read:
+        page = (out / f"{Path(name).stem}.html").read_text(encoding="utf-8")
+        assert "VBox(children" not in page and "Explorer (ipywidgets)" not in page
+        assert "Explorer not saved with this notebook." in page
 
 
 # --- the exported HTML ----------------------------------------------------------------------------
@@ -429,6 +530,12 @@ def test_exported_explorer_is_its_saved_picture_and_note_offline(notebook, expor
         assert picture.count() == 1
         assert picture.evaluate("i => i.complete && i.naturalWidth > 0")
         assert output.locator("input, select, button").count() == 0     # nothing that looks live
+        assert "VBox(" not in text
+    # The saved explorer in the chapter's font: that of its markdown text, not the browser's serif.
+    fonts = page.evaluate("""() => [document.querySelector('.jp-RenderedMarkdown p'),
+                                    document.querySelector('.zerolib-saved-explorer')]
+                                   .map(el => getComputedStyle(el).fontFamily)""")
+    assert fonts[0] == fonts[1], fonts
     output = outputs.first
     output.scroll_into_view_if_needed()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)

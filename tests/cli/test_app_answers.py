@@ -67,6 +67,9 @@ def test_model_state_is_estimate_of_the_exact_count(case, capsys):
         assert a.state.params == expected_params
     cli = _json(capsys, "estimate", "--params", str(a.state.params), "--gpus", str(settings.gpus),
                 "--device", settings.device, "--layout", settings.layout)
+    # The page answers the peak beside it; the command says what a model-state answer leaves out.
+    left_out = {key: cli.pop(key) for key in ("leaves_out", "working_set_needs")}
+    assert left_out["working_set_needs"] == "--model NAME or --config FILE"
     assert json.loads(json.dumps(a.state.as_dict())) == cli
     html = state_html(a)
     assert html.count("does not fit") == sum(not row["fits"] for row in cli["stages"])

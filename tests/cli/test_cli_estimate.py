@@ -1,10 +1,12 @@
 """``zerolib estimate``: the JSON contract, the table, the CSV, and one-line errors."""
+import csv
+import io
 import json
 import subprocess
 import sys
 
 import pytest
-from cli_support import run
+from cli_support import estimate_json, run
 
 from zerolib.cli import main
 
@@ -55,8 +57,12 @@ def test_csv_in_bytes(capsys):
     _, out, _ = run(capsys, "estimate", "--params", "1B", "--gpus", "4", "--format", "csv",
                     "--device", "rtx4090-24gb")
     lines = out.strip().splitlines()
-    assert lines[0] == "params,gpus,layout,stage,parameters,gradients,optimizer,total,cluster_total,fits"
-    assert lines[1] == "1000000000,4,mixed-adam,0,2000000000,2000000000,12000000000,16000000000,64000000000,True"
+    # A bare count is model state only: the last three columns say what that leaves out.
+    assert lines[0] == ("params,gpus,layout,stage,parameters,gradients,optimizer,total,cluster_total,fits,"
+                        "fits_judges,leaves_out,working_set_needs")
+    assert lines[1] == ("1000000000,4,mixed-adam,0,2000000000,2000000000,12000000000,16000000000,64000000000,True,"
+                        "model state,activations logits_loss ddp_buckets reduce_bucket allgather_bucket "
+                        "gathered_parameters reserve,--model NAME or --config FILE")
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -101,3 +107,34 @@ def test_python_dash_m_and_help():
     done = subprocess.run([sys.executable, "-m", "zerolib", "estimate", "--params", "-1", "--gpus", "2"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_a_model_state_answer_says_what_it_leaves_out_in_every_format(capsys):
+    """The newcomer's question "will 13B fit on 8 A100s?" asked with a bare count: ZeRO-1's
+    model state, 2 + 2 + 12/8 = 5.5 bytes x 13e9 = 71.5 GB, fits 85.9 GB; with the model's
+    working set (--model llama-2-13b) ZeRO-1's peak does not. The bare answer names the terms
+    it left out (those of the --model answer's working set) and the flags that add them."""
+    argv = ("--params", "13B", "--gpus", "8", "--device", "a100-80gb")
+    bare = estimate_json(capsys, *argv)
+    model = estimate_json(capsys, "--model", "llama-2-13b", "--gpus", "8", "--device", "a100-80gb")
+    assert bare["stages"][1]["total"] == 71_500_000_000 and bare["stages"][1]["fits"] is True
+    assert model["stages"][1]["fits"] is False and model["fits_judges"] == "peak"
+    assert bare["fits_judges"] == "model state"
+    assert bare["leaves_out"] == list(model["stages"][1]["working_set"])
+    assert bare["working_set_needs"] == "--model NAME or --config FILE"
+    assert "leaves_out" not in model and "working_set_needs" not in model
+    _, table, _ = run(capsys, "estimate", *argv)
+    assert ("Model state only: 'model state fits' leaves out the working set (activations, "
+            "logits+loss, DDP buckets, reduce bucket, all-gather bucket, gathered params, reserve), "
+            "which comes on top and sets the peak per GPU; zerolib estimate --model NAME or "
+            "--config FILE") in table
+    _, table, _ = run(capsys, "estimate", "--params", "13B", "--gpus", "8")    # no device
+    assert "Model state only: the working set (activations," in table and "--config FILE" in table
+    _, text, _ = run(capsys, "estimate", *argv, "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [row["fits"] for row in rows] == ["False", "True", "True", "True"]
+    assert {row["fits_judges"] for row in rows} == {"model state"}
+    assert {row["leaves_out"] for row in rows} == {" ".join(bare["leaves_out"])}
+    assert {row["working_set_needs"] for row in rows} == {"--model NAME or --config FILE"}
+    _, table, _ = run(capsys, "estimate", "--model", "llama-2-13b", "--gpus", "8", "--device", "a100-80gb")
+    assert "Model state only" not in table

@@ -77,10 +77,13 @@ def test_csv_gains_tier_columns(capsys):
                          "--offload-optimizer", "cpu", "--format", "csv")
     header, line = out.strip().splitlines()
     assert header == ("params,gpus,layout,stage,parameters,gradients,optimizer,total,cluster_total,"
-                      "gpu,cpu,nvme,gpu_per_node,cpu_per_node,nvme_per_node,host_fits,fits")
-    # GPU 2 B x 1e9; host 16 B x 1e9 / 4; one node of 4 GPUs.
+                      "gpu,cpu,nvme,gpu_per_node,cpu_per_node,nvme_per_node,host_fits,fits,"
+                      "fits_judges,leaves_out,working_set_needs")
+    # GPU 2 B x 1e9; host 16 B x 1e9 / 4; one node of 4 GPUs. No device: nothing judged.
     assert line == ("1000000000,4,mixed-adam,2,2000000000,0,0,2000000000,8000000000,"
-                    "2000000000,4000000000,0,8000000000,16000000000,0,,")
+                    "2000000000,4000000000,0,8000000000,16000000000,0,,,,"
+                    "activations logits_loss ddp_buckets reduce_bucket allgather_bucket "
+                    "gathered_parameters reserve,--model NAME or --config FILE")
 
 
 def test_table_shows_host_columns(capsys):

@@ -1,5 +1,6 @@
 """``zerolib lab``: the command line and environment it builds for JupyterLab, the settings it
-ships, one-line errors, and one real start on a free port that answers and stops on Ctrl-C."""
+ships, one-line errors, and one real start on a free port, on a working copy, that answers,
+prints only what a reader needs and stops on Ctrl-C."""
 from __future__ import annotations
 
 import json
@@ -47,6 +48,17 @@ def test_argv_binds_localhost_one_port_the_notebooks_and_the_settings(tmp_path):
 
 def test_argv_as_root_allows_root(tmp_path):
     assert "--allow-root" in lab.lab_argv(8888, NOTEBOOK_DIR, tmp_path, as_root=True)
+
+
+def test_argv_points_the_server_at_the_working_copys_signatures(tmp_path):
+    from zerolib.publish.reading import WorkingCopy, notary_arguments
+
+    copy = WorkingCopy(tmp_path / "lab")
+    argv = lab.lab_argv(8888, copy.notebooks, tmp_path, as_root=False,
+                        extra=tuple(notary_arguments(copy)))
+    assert f"--ServerApp.root_dir={copy.notebooks}" in argv
+    assert f"--NotebookNotary.db_file={copy.state / 'signatures.db'}" in argv
+    assert f"--NotebookNotary.secret_file={copy.state / 'signing-key'}" in argv
 
 
 def test_environment_carries_the_token_and_puts_this_python_first():
@@ -112,37 +124,54 @@ def _get(url: str, token: str):
 
 
 @pytest.mark.slow
-def test_starts_answers_with_the_news_off_and_stops_on_ctrl_c(tmp_path):
+def test_starts_on_a_working_copy_says_only_where_and_how_to_stop(tmp_path):
     port = _free_port()
     home = tmp_path / "jupyter"
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_DATA_DIR=str(home / "data"),
                JUPYTER_RUNTIME_DIR=str(home / "runtime"), TMPDIR=str(tmp_path))
+    committed = {p.name: p.read_bytes() for p in NOTEBOOK_DIR.glob("*.ipynb")}
+    workdir = tmp_path / "lab"
     script = Path(sys.executable).parent / "zerolib"
-    process = subprocess.Popen([str(script), "lab", "--port", str(port)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    process = subprocess.Popen([str(script), "lab", "--port", str(port), "--workdir", str(workdir)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               start_new_session=True)
     try:
+        first = process.stdout.readline()
+        assert first.startswith(f"Your working copy of the chapter: {workdir / 'notebooks'} ("), first
+        assert "the committed notebooks/ are never written" in first and "--reset" in first
         line = process.stdout.readline()      # printed once the server answers
         match = re.search(rf"at (http://127\.0\.0\.1:{port}/lab/tree/00-index\.ipynb\?token=(\w+))",
                           line)
         assert match, f"no address in {line!r} (exit status {process.poll()})"
+        assert line.rstrip().endswith("Ctrl-C stops it.")
         token = match[2]
         assert ("(as root: --allow-root)" in line) == (os.geteuid() == 0)
         status, body = _get(f"http://127.0.0.1:{port}/api/status", token)
         assert status == 200 and "started" in body
+        # The server serves the copy, trusted: opening a notebook logs no "not trusted".
+        status, model = _get(f"http://127.0.0.1:{port}/api/contents/02-memory-vs-gpu-count.ipynb", token)
+        assert status == 200 and all(cell["metadata"]["trusted"] is True
+                                     for cell in model["content"]["cells"] if cell["cell_type"] == "code")
         # The news question is off by default, and nothing was written to the reader's settings.
         _, settings = _get(f"http://127.0.0.1:{port}/lab/api/settings/{NEWS}", token)
         assert settings["schema"]["properties"]["fetchNews"]["default"] == "false"
         assert settings["raw"] in ("", "{}")
         assert not (home / "config" / "lab" / "user-settings").exists()
+        assert not (home / "data" / "nbsignatures.db").exists()   # trust lives in the copy
         (settings_dir,) = tmp_path.glob("zerolib-lab-settings-*")
         started = time.monotonic()
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=60) == 0
         assert time.monotonic() - started < 30
-        # Only what a reader needs: the address (above) and this line; no notices of
-        # deprecations, extensions or signals.
-        assert process.stderr.read() == "zerolib lab: stopping JupyterLab\n"
+        rest, errors = process.stdout.read(), process.stderr.read()
+        assert rest == "" and errors == "zerolib lab: stopping JupyterLab\n", (rest, errors)
         assert not settings_dir.exists()
+        assert (workdir / "state" / "jupyterlab.log").is_file()     # the server's messages
+        # and none of them a notice a reader cannot act on: stopped through /api/shutdown, no
+        # deprecated setting read, no extension news.
+        log = (workdir / "state" / "jupyterlab.log").read_text()
+        assert "received signal" not in log and "DeprecationWarning" not in log, log
+        assert "[I " not in log, log
         # The server is gone: nothing listens on the port (it may sit in TIME_WAIT a while).
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", port), timeout=5).close()
@@ -150,3 +179,28 @@ def test_starts_answers_with_the_news_off_and_stops_on_ctrl_c(tmp_path):
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+    assert {p.name: p.read_bytes() for p in NOTEBOOK_DIR.glob("*.ipynb")} == committed
+    assert sorted(p.name for p in (workdir / "notebooks").glob("*.ipynb")) == sorted(committed)
+
+
+def test_the_copy_lines_name_the_copy_and_what_changed_under_the_readers(tmp_path):
+    from zerolib.publish.reading import Prepared, WorkingCopy
+
+    copy = WorkingCopy(tmp_path / "lab")
+    lines = lab.copy_lines(Prepared(copy, (), ("02-memory-vs-gpu-count.ipynb",),
+                                    ("02-memory-vs-gpu-count.ipynb",)))
+    assert lines[0].startswith(f"Your working copy of the chapter: {copy.notebooks} (")
+    assert lines[1].startswith("Kept your changes to 02-memory-vs-gpu-count, though the "
+                               "repository's version changed") and "--reset" in lines[1]
+    assert len(lab.copy_lines(Prepared(copy, ("00-index.ipynb",), (), ()))) == 1
+
+
+def test_the_reading_docs_show_what_zerolib_lab_prints(monkeypatch):
+    """docs/reading.md's example is the line `zerolib lab` prints from the repository root."""
+    from zerolib.paths import REPO_ROOT
+    from zerolib.publish.reading import Prepared, WorkingCopy, default_folder
+
+    monkeypatch.chdir(REPO_ROOT)
+    (line,) = lab.copy_lines(Prepared(WorkingCopy(default_folder()), (), (), ()))
+    docs = (REPO_ROOT / "docs" / "reading.md").read_text(encoding="utf-8")
+    assert f"$ .venv/bin/zerolib lab\n{line}\nJupyterLab is serving it at http://127.0.0.1:8888/" in docs

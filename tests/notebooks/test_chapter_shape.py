@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from zerolib.chapter.explorers.base import STATIC_NOTE
+from zerolib.chapter.explorers.panel import LIVE_NOTE, SAVED_NOTE
 from zerolib.paths import APPENDIX, CHAPTER, GOING_FURTHER, INDEX, MAIN_PATH
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ DEFINER = "05-the-price-of-zero"
 TERMS = {"all-gather": r"all-gathers?", "reduce-scatter": r"reduce-scatters?",
          "all-reduce": r"all-reduces?", "bucket": r"buckets?", "prefetch": r"prefetch\w*",
          "overlap": r"overlap\w*"}
-# The live-widget disclaimer: the index's one note and each explorer's STATIC_NOTE say it.
+# The live-widget disclaimer: the index's one note and each saved explorer's SAVED_NOTE say it.
 DISCLAIMER = re.compile(r"(controls|sliders)[^.]{0,60}\bmove nothing|needs? a running kernel|"
                         r"shows? no widgets|look live|in a static copy", re.I)
 # The last notebook's Next is the contents itself, so its line has no third link.
@@ -209,16 +209,21 @@ def test_no_notebook_repeats_the_widget_note(name):
 
 
 @pytest.mark.parametrize("name", CHAPTER)
-def test_every_saved_explorer_carries_its_static_note(name):
+def test_every_saved_explorer_says_it_is_saved_with_its_controls_off(name):
+    """The saved state is what JupyterLab draws before the notebook runs (and nbviewer, an
+    export): each explorer's note says it is saved, not live; no control looks live."""
     nb = notebook(name)
     views = [o for cell in nb.cells for o in cell.get("outputs", ())
              if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     if not views:
         return
     states = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
-    notes = [m for m in states.values()
-             if m.get("model_name") == "HTMLModel" and m["state"].get("value") == STATIC_NOTE]
-    assert len(notes) >= len(views), f"{name}: {len(views)} explorers, {len(notes)} static notes"
+    values = [m["state"].get("value") for m in states.values() if m.get("model_name") == "HTMLModel"]
+    assert values.count(SAVED_NOTE) >= len(views), (
+        f"{name}: {len(views)} explorers, {values.count(SAVED_NOTE)} saved notes")
+    assert LIVE_NOTE not in values, f"{name}: a saved explorer says it is live"
+    live = [m["model_name"] for m in states.values() if m["state"].get("disabled") is False]
+    assert not live, f"{name}: saved controls that look live: {live}"
 
 
 @pytest.mark.parametrize("name", CHAPTER)

@@ -140,7 +140,8 @@ def test_the_index_gives_one_line_per_section(chapter, tmp_path):
 
 def test_the_index_keeps_the_contents_parts(chapter, tmp_path):
     """00-index's contents in parts (### headings): each part's heading, then its sections, numbered
-    on from the part before as the notebook numbers them; the index's own line first."""
+    on from the part before as the notebook numbers them; the index's own line first, unnumbered
+    (two items "1." read as one list counted twice)."""
     nbformat.write(new_notebook(cells=[new_markdown_cell(
         "# The chapter\n\n## Contents\n\n### Main path (about an hour)\n\nRead in order.\n\n"
         "1. [The first](01-first.ipynb): what the first teaches.\n\n### Appendix\n\n"
@@ -151,8 +152,8 @@ def test_the_index_keeps_the_contents_parts(chapter, tmp_path):
     index = (out / "index.html").read_text(encoding="utf-8")
     body = index[index.index("<h2>Contents</h2>"):index.index("</body>")]
     assert body == (
-        '<h2>Contents</h2>\n<ol>\n<li><a href="00-index.html">Contents</a>: this list, with how to run '
-        'the notebooks</li>\n</ol>\n<h3>Main path (about an hour)</h3>\n<ol start="1">\n'
+        '<h2>Contents</h2>\n<ul>\n<li><a href="00-index.html">Contents</a>: this list, with how to run '
+        'the notebooks</li>\n</ul>\n<h3>Main path (about an hour)</h3>\n<ol start="1">\n'
         '<li><a href="01-first.html">The first</a>: what the first teaches.</li>\n</ol>\n'
         '<h3>Appendix</h3>\n<ol start="2">\n<li><a href="02-second.html">The second</a>: what the '
         'second checks.</li>\n</ol>\n')
@@ -244,3 +245,27 @@ def test_the_chapter_exports(tmp_path):
     for page in pages:
         text = page.path.read_text(encoding="utf-8")
         assert page.headings and f"<title>{page.notebook.stem}</title>" in text
+
+
+def test_a_widget_output_saved_without_its_state_says_so_not_its_repr(chapter, tmp_path):
+    """A notebook saved by JupyterLab after a run: its explorer's output names a model the saved
+    state does not hold. nbconvert would print the text/plain repr; the page says why instead."""
+    path = chapter / "02-second.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].outputs[0]["data"] = {
+        "application/vnd.jupyter.widget-view+json": {"model_id": "a-run-not-saved",
+                                                     "version_major": 2, "version_minor": 0},
+        "text/plain": "VBox(children=(HTML(value=\"<p style='font-size:smaller'>The controls\u2026"}
+    nbformat.write(nb, path)
+    page = export_chapter(tmp_path / "html", chapter)[1].path.read_text(encoding="utf-8")
+    assert "VBox(children" not in page
+    assert "Explorer not saved with this notebook." in page
+
+
+def test_a_saved_explorer_is_set_in_the_chapters_font(chapter, tmp_path):
+    """The plain copy sits in an output area, whose font is the browser's default (a serif):
+    it takes the font of the chapter's text (JupyterLab's content font, as markdown cells)."""
+    page = export_chapter(tmp_path / "html", chapter)[1].path.read_text(encoding="utf-8")
+    rule = re.search(r"\.zerolib-saved-explorer \{([^}]*)\}", page).group(1)
+    assert "font-family: var(--jp-content-font-family)" in rule
+    assert "font-size: var(--jp-content-font-size1)" in rule

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from zerolib._io import remove_stale_temporaries, stale_temporaries, write_files
 from zerolib.chapter.charts import gpu_count, model_size, step_timeline, tradeoff
-from zerolib.chapter.style import render_png, render_svg
+from zerolib.chapter.style import a_or_an, render_png, render_svg
 from zerolib.core.catalogue.devices import Device, capacity_text, get_device
 from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
 from zerolib.core.catalogue.nodes import Interconnect, bus_bandwidth, interconnect
@@ -57,6 +57,9 @@ OTHER_DATA_FILES: tuple[tuple[str, str, str], ...] = (
     ("shipped_activations.csv", "shipped_activations.md",
      "what one GPT-2 and one Llama block, as the transformers library ships them, save for "
      "backward (measured on the CPU), every byte beside the formula or a named mechanism"),
+    ("mechanisms_measured.csv", "mechanisms_measured.md",
+     "what trainers' memory mechanisms keep (recompute policies, the loss chain, FSDP2 under a "
+     "pipeline schedule), measured with the real PyTorch code on the CPU beside counts by hand"),
     ("megatron_distributed_optimizer.csv", "megatron_distributed_optimizer.md",
      "Megatron-LM's table of bytes per parameter with and without its distributed optimizer, "
      "transcribed with its citation"),
@@ -325,8 +328,8 @@ def data_readme(options: FigureOptions = DEFAULTS) -> str:
         "",
         f"### `{GPU_COUNT}.csv`",
         "",
-        f"Figure `figures/{GPU_COUNT}.png` / `.svg`: per-GPU model state of a "
-        f"{format_count(options.params)}-parameter model ({options.params:,} parameters) on "
+        f"Figure `figures/{GPU_COUNT}.png` / `.svg`: per-GPU model state of "
+        f"{a_or_an(format_count(options.params))}-parameter model ({options.params:,} parameters) on "
         f"{_span(options.gpus)} GPUs, one line per strategy. "
         f"{len(options.gpus) * n_stages} rows.",
         _layout_sentence(options.layout),

@@ -140,6 +140,17 @@ def gpus_text(count: int, noun: str = "GPU") -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
+def a_or_an(word: str) -> str:
+    """``word`` after its indefinite article as it is read aloud: "an 8B", "an 11B", "an 18B",
+    "an 800M", "a 1.8T", "a 7B", "a 110B" (eight, eleven and eighteen begin with a vowel)."""
+    whole = word.split(".")[0].replace(",", "")
+    digits = whole[:len(whole) - len(whole.lstrip("0123456789"))]
+    if not digits:
+        return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+    group = digits[:len(digits) % 3 or 3]       # read first: "11" of 11,000, "110" of 110
+    return f"{'an' if group[0] == '8' or group in ('11', '18') else 'a'} {word}"
+
+
 def make_titles(ax, title: str, subtitle: str):
     """A bold title above a one-line subtitle, left-aligned over the axes."""
     # The subtitle sits just above the axes; the title is padded to sit above the subtitle.

@@ -3,11 +3,15 @@
 Bad input never produces a traceback: argparse errors, the library's ValueError/TypeError and
 file-system errors (OSError: a folder where a file must go, a read-only or missing path) become
 one line on stderr and exit status 2. Values that start with ``-`` (``--params -inf``) are read
-as values, not as unknown flags, and long inputs are shortened when an error repeats them.
+as values, not as unknown flags, and long inputs are shortened when an error repeats them. A
+mistyped option or command is named first, with the nearest one (``--parmas``: did you mean
+``--params``?), before argparse would complain of something it caused (a required option
+missing).
 """
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import sys
 from importlib import import_module
@@ -19,7 +23,7 @@ from zerolib.cli._flags import flag_table, name_flags
 # imports of the others (pandas, the planner, the cross-checks).
 COMMANDS = {name: f"zerolib.cli.{name.replace('-', '_')}" for name in (
     "estimate", "plan", "models", "figures", "notebooks", "html", "lab", "app", "validate",
-    "validate-communication", "measure-deepspeed", "crosscheck")}
+    "validate-communication", "validate-mechanisms", "measure-deepspeed", "crosscheck")}
 _LONG_WORD = re.compile(r"\S{201,}")
 
 
@@ -85,10 +89,49 @@ def attach_negative_values(argv: list[str], parser: argparse.ArgumentParser) -> 
     return out
 
 
+def _nearest(word: str, choices) -> str:
+    """``': did you mean X?'`` for the choice nearest ``word``, or "" when none is near."""
+    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.75)
+    return f": did you mean {found[0]}?" if found else ""
+
+
+def mistyped(argv: list[str], parser: argparse.ArgumentParser) -> str | None:
+    """The error for the first word of ``argv`` that is no command, or the first ``--option``
+    that is none of its command's (nor an abbreviation argparse takes), with the nearest;
+    None when there is none. Values are skipped: a word after an option that takes one."""
+    if not argv or argv[0].startswith("-"):
+        return None
+    if argv[0] not in COMMANDS:
+        return (f"zerolib: error: {one_line(repr(argv[0]))} is not a command{_nearest(argv[0], COMMANDS)}"
+                f" (zerolib --help lists them)")
+    options = _subparser(parser, argv[0])._option_string_actions
+    index = 1
+    while index < len(argv):
+        token = argv[index]
+        if token == "--":
+            break
+        if token.startswith("--"):
+            name, has_value = token.split("=", 1)[0], "=" in token
+            matches = [option for option in options if option.startswith(name)]
+            action = options.get(name) or (options[matches[0]] if len(matches) == 1 else None)
+            if action is None and not matches:
+                return (f"zerolib {argv[0]}: error: unrecognized argument {one_line(name)}"
+                        f"{_nearest(name, [o for o in options if o.startswith('--')])} "
+                        f"(zerolib {argv[0]} --help lists its options)")
+            if action is not None and action.nargs is None and not has_value:
+                index += 1          # its value, whatever it looks like
+        index += 1
+    return None
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # The top level takes no option but --help, so a command is the first word or absent.
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
+    typo = mistyped(argv, parser)
+    if typo is not None:
+        print(typo, file=sys.stderr)
+        return 2
     args = parser.parse_args(attach_negative_values(argv, parser))
     try:
         return int(args.func(args) or 0)

@@ -115,7 +115,8 @@ class Server:
     (JupyterLab) for the messages, the command line, its folder and environment, the address
     polled until it answers (``ready_url``) and the one printed (``url``), the line printed
     once it answers (``serving``; "; Ctrl-C stops it." is added), and the address that asks it
-    to stop (``shutdown_url``; "": signals only)."""
+    to stop (``shutdown_url``; "": signals only). With a ``log``, the server's messages go to
+    that file (overwritten each start), not to the terminal."""
 
     command: str
     name: str
@@ -127,21 +128,41 @@ class Server:
     ready_url: str
     url: str
     serving: str
+    log: Path | None = None
     shutdown_url: str = ""
+
+
+def _log_tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
 
 
 def serve(server: Server, browser: bool) -> int:
     """Start ``server``, print its address once it answers, run until it exits or Ctrl-C, then
     stop it; 0 on Ctrl-C or a clean exit, 1 when it fails to start or exits with an error."""
-    process = subprocess.Popen(list(server.argv), cwd=server.cwd, env=server.env,
-                               start_new_session=True)   # Ctrl-C comes to us; we stop the server
+    output = None
+    if server.log is not None:
+        server.log.parent.mkdir(parents=True, exist_ok=True)
+        output = open(server.log, "wb")   # the server keeps its own descriptor; ours is closed below
+    try:
+        process = subprocess.Popen(list(server.argv), cwd=server.cwd, env=server.env,
+                                   stdout=output, stderr=subprocess.STDOUT if output else None,
+                                   start_new_session=True)   # Ctrl-C comes to us; we stop the server
+    finally:
+        if output is not None:
+            output.close()
     try:
         deadline = time.monotonic() + START_SECONDS
         while not answers(server.ready_url, server.token):
             if process.poll() is not None:
+                where = "above" if server.log is None else f"in {server.log}; the last ones below"
                 print(f"{server.command}: error: {server.name} exited with status "
                       f"{process.returncode} before answering on {HOST}:{server.port} (its "
-                      f"messages are above)", file=sys.stderr)
+                      f"messages are {where})", file=sys.stderr)
+                if server.log is not None:
+                    print(_log_tail(server.log), file=sys.stderr)
                 return 1
             if time.monotonic() > deadline:
                 print(f"{server.command}: error: {server.name} did not answer on "

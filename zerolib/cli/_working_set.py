@@ -225,6 +225,36 @@ def without_model(args) -> None:
                          f"architecture); see 'zerolib models' for the presets")
 
 
+# A bare parameter count has no architecture: its answer is model state only. What it leaves
+# out (the working set's terms, as a --model answer names them) and what adds them.
+PEAK_FLAGS = "--model NAME or --config FILE"
+
+
+def left_out() -> dict:
+    """The keys a model-state-only answer adds to its JSON: ``leaves_out`` (the working-set
+    terms it does not count, the keys of a ``--model`` row's ``working_set``) and
+    ``working_set_needs`` (the flags whose answer counts them and judges the peak)."""
+    return {"leaves_out": list(TERMS), "working_set_needs": PEAK_FLAGS}
+
+
+def left_out_line(result: dict) -> str:
+    """The table's line saying what a model-state-only answer leaves out and what adds it."""
+    terms = ", ".join(LABELS[t] for t in result["leaves_out"])
+    if result.get("device"):
+        return (f"Model state only: 'model state fits' leaves out the working set ({terms}), "
+                f"which comes on top and sets the peak per GPU; zerolib estimate {PEAK_FLAGS} "
+                f"(a preset from 'zerolib models', or a config.json) adds it and judges the peak.")
+    return (f"Model state only: the working set ({terms}) is left out; it comes on top and sets "
+            f"the peak per GPU; zerolib estimate {PEAK_FLAGS} (a preset from 'zerolib models', "
+            f"or a config.json) adds it.")
+
+
+def left_out_csv(result: dict) -> tuple[list[str], list]:
+    """The CSV's columns for what a model-state-only answer leaves out (the same per row)."""
+    return (["fits_judges", "leaves_out", "working_set_needs"],
+            [result.get("fits_judges", ""), " ".join(result["leaves_out"]), result["working_set_needs"]])
+
+
 def has_working_set(result: dict) -> bool:
     return bool(result["stages"]) and "peak" in result["stages"][0]
 

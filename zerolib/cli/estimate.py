@@ -15,7 +15,7 @@ from zerolib.cli._arguments import (
     layout_from,
     stage_number,
 )
-from zerolib.cli._output import json_text, text_table
+from zerolib.cli._output import fitted_table, json_text, output_width, wrapped
 from zerolib.core.catalogue.devices import CAPACITY_BASES, DEVICES, device_at
 from zerolib.core.estimate import estimate, estimate_model
 from zerolib.core.inputs import MAX_GPUS
@@ -49,6 +49,10 @@ def register(commands) -> None:
                         help="unit of the table (GB = 10^9 bytes, GiB = 2^30; default GB); JSON "
                              "and CSV are in bytes")
     parser.add_argument("--format", default="table", choices=("table", "json", "csv"))
+    parser.add_argument("--wide", action="store_true",
+                        help="print each table row whole, however wide (default: on a terminal, "
+                             "columns that do not fit its width go to a further block, the "
+                             "strategy repeated; a pipe or file gets whole rows)")
     working_set_cli.add_arguments(parser)
     placement_cli.add_arguments(parser)
     communication_cli.add_arguments(parser)
@@ -118,9 +122,12 @@ def run(args) -> int:
         result = estimate(parse_count(args.params, "--params"), gpus, layout, device, stages,
                           placement, host_memory, **communication)
     out = result.as_dict()
+    if config is None:     # model state only: say what that leaves out, in every format
+        out.update(working_set_cli.left_out())
     if tokens is not None:
         out = run_cli.add_to_estimate(out, tokens)
-    print(render(out, args.format, args.unit or "GB", partial_node_note(args, gpus)))
+    width = output_width(args.wide) if args.format == "table" else None
+    print(render(out, args.format, args.unit or "GB", partial_node_note(args, gpus), width))
     return 0
 
 
@@ -205,6 +212,9 @@ def refuse_no_effect(args) -> None:
     """Flags of the table, the compute time or the host judgement that would change nothing."""
     if args.unit is not None and args.format != "table":
         raise ValueError(f"--unit changes only the table; {args.format.upper()} is in bytes")
+    if args.wide and args.format != "table":
+        raise ValueError(f"--wide changes only the table; {args.format.upper()} has one record "
+                         f"per row already")
     if args.device is None:
         given = [flag for flag, value in (("--mfu", args.mfu), ("--tokens-per-gpu",
                                                                   args.tokens_per_gpu))
@@ -232,7 +242,10 @@ def partial_node_note(args, gpus: int) -> str | None:
             f"and its rings join only them.")
 
 
-def render(result: dict, form: str, unit: str, note: str | None = None) -> str:
+def render(result: dict, form: str, unit: str, note: str | None = None,
+           width: int | None = None) -> str:
+    """The answer as JSON, CSV or a table; a table and its lines fit ``width`` characters (None:
+    no limit)."""
     if form == "json":
         return json_text(result)
     columns = [*CATEGORIES, "total", "cluster_total"]
@@ -251,6 +264,10 @@ def render(result: dict, form: str, unit: str, note: str | None = None) -> str:
             run_headers, run_cells = run_cli.estimate_csv(result)
             comm_headers = comm_headers + run_headers
             comm_cells = [a + b for a, b in zip(comm_cells, run_cells)]
+        if "leaves_out" in result:   # last of all, likewise
+            left_headers, left_cells = working_set_cli.left_out_csv(result)
+            comm_headers = comm_headers + left_headers
+            comm_cells = [a + left_cells for a in (comm_cells or [[] for _ in result["stages"]])]
         writer.writerow(["params", "gpus", "layout", "stage", *columns, *extra_headers,
                          *tier_headers, "fits", *comm_headers])
         for index, row in enumerate(result["stages"]):
@@ -270,6 +287,8 @@ def render(result: dict, form: str, unit: str, note: str | None = None) -> str:
         lines[0] += f"; engine {result['engine']}"
     if note:
         lines.append(note)
+    if "leaves_out" in result:
+        lines.append(working_set_cli.left_out_line(result))
     extra_headers, extra_cells = [], [[] for _ in result["stages"]]
     if working_set_cli.has_working_set(result):
         extra_headers, extra_cells = working_set_cli.table_columns(result, unit)
@@ -297,4 +316,5 @@ def render(result: dict, form: str, unit: str, note: str | None = None) -> str:
             + (["yes" if row["fits"] else "no"] if device else []) + comm
             for row, extra, comm in zip(result["stages"], extra_cells, comm_cells)]
     run = run_cli.estimate_lines(result) if "run" in result else []
-    return "\n".join(lines + ["", text_table(headers, rows)] + (["", *run] if run else []))
+    return "\n".join(wrapped(lines, width) + ["", fitted_table(headers, rows, width)]
+                     + (["", *wrapped(run, width)] if run else []))

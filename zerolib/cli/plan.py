@@ -18,7 +18,7 @@ from zerolib.cli._communication import (
     host_options_from,
     link_efficiency_from,
 )
-from zerolib.cli._output import json_text, text_table
+from zerolib.cli._output import fitted_table, json_text, output_width, wrapped
 from zerolib.core.catalogue.devices import DEVICES
 from zerolib.core.catalogue.links import LINKS
 from zerolib.core.catalogue.nodes import NODES
@@ -120,6 +120,11 @@ def register(commands) -> None:
     parser.add_argument("--format", default="table", choices=("table", "json", "csv"),
                         help="table (header, ranking, rejections), json (all of it) or csv (the "
                              "fitting configurations only)")
+    parser.add_argument("--wide", action="store_true",
+                        help="print each table row and line whole, however wide (default: on a "
+                             "terminal, the ranking's columns that do not fit its width go to a "
+                             "further block, the rank repeated, and lines wrap; a pipe or file "
+                             "gets whole rows)")
     parser.add_argument("--context-parallel", metavar="LIST",
                         help="context-parallel degrees C to search, e.g. 1,2,4 (default 1: none; "
                              "above 1 needs --flash and an --engine with ring attention: "
@@ -226,6 +231,9 @@ def refuse_no_effect(args, options: dict) -> None:
     """Flags that would change nothing in this plan are refused in one line."""
     if args.unit is not None and args.format != "table":
         raise ValueError(f"--unit changes only the table; {args.format.upper()} is in bytes")
+    if args.wide and args.format != "table":
+        raise ValueError(f"--wide changes only the table; {args.format.upper()} has one record "
+                         f"per row already")
     if set(options.get("offload", OFFLOADS)) == {"none"}:
         given = [flag for flag, value in (("--host-link", args.host_link),
                                           ("--host-memory", args.host_memory)) if value is not None]
@@ -252,8 +260,10 @@ def run(args) -> int:
     elif args.format == "csv":
         print(as_csv(result, top, tokens))
     else:
-        table = as_table(result, DEFAULT_TOP if top is None else top, args.unit or "GB")
-        print(table if tokens is None else "\n".join([table, "", *run_cli.plan_lines(result, tokens)]))
+        width = output_width(args.wide)
+        table = as_table(result, DEFAULT_TOP if top is None else top, args.unit or "GB", width)
+        print(table if tokens is None else "\n".join(
+            [table, "", *wrapped(run_cli.plan_lines(result, tokens), width)]))
     return 0
 
 
@@ -334,7 +344,9 @@ def _zero_r_label(row) -> str:
     return {(True, True): "P_a+cpu", (True, False): "P_a", (False, True): "cpu"}.get((pa, cpu), "-")
 
 
-def as_table(result, top: int, unit: str) -> str:
+def as_table(result, top: int, unit: str, width: int | None = None) -> str:
+    """The plan as text: its header lines, the ranking and the rejections, fitting ``width``
+    characters (None: no limit)."""
     s = result.settings
     counts = result.counts()
     ic = s.interconnect
@@ -386,7 +398,7 @@ def as_table(result, top: int, unit: str) -> str:
                          f"{to_unit(r['peak_bytes'], unit):,.2f}",
                          f"{to_unit(r['headroom_bytes'], unit):,.2f}", f"{r['step_seconds']:,.2f}",
                          f"{r['network_wait_fraction']:.1%}", f"{r['bubble_fraction']:.1%}"])
-        lines.append(text_table(headers, rows))
+        lines.append([fitted_table(headers, rows, width)])    # a list: laid out already
         if len(fits) > shown:
             lines.append(f"... {len(fits) - shown:,} more fit (--top N shows more)")
         lines.append("micro-batch b x m: b sequences per micro-batch, m micro-batches per step "
@@ -402,15 +414,18 @@ def as_table(result, top: int, unit: str) -> str:
     if len(result.rejected):
         lines += ["", "Rejected, by the first rule each configuration breaks (count, rule, an "
                       "example):"]
-        width = max(len(f"{n:,}") for n in result.rejected["configurations"])
+        count = max(len(f"{n:,}") for n in result.rejected["configurations"])
         for r in result.rejected.to_dict("records"):
             example = f"e.g. {r['example']}"
             if r["example_bytes"] is not None and not (isinstance(r["example_bytes"], float)
                                                        and math.isnan(r["example_bytes"])):
                 example = (f"closest: {r['example']}, "
                            f"{to_unit(r['example_bytes'], unit):,.2f} {unit}")
-            lines += [f"{r['configurations']:>{width},}  {r['reason']}",
-                      f"{'':>{width}}  {example}"]
-    return "\n".join(lines)
+            lines += [wrapped([f"{r['configurations']:>{count},}  {r['reason']}"], width,
+                              indent=" " * (count + 2)), f"{'':>{count}}  {example}"]
+    out = []
+    for part in lines:     # prose wrapped to the width; a list is laid out already
+        out += part if isinstance(part, list) else wrapped([part], width)
+    return "\n".join(out)
 
 

@@ -9,11 +9,14 @@ nbconvert's lab template does the rendering from the recorded outputs (nothing i
 - the random uuid nbconvert gives each widget ``<div>`` is replaced by a counter, so an export of
   the same notebooks gives the same bytes;
 - every displayed widget (an explorer) is written out as it was saved, in plain HTML
-  (:mod:`zerolib.publish.saved_widgets`): a note that it is not live, the settings its controls
-  showed, its texts, figure and tables; so a page never shows an empty ``Out[N]:``;
+  (:mod:`zerolib.publish.saved_widgets`), in the chapter's font: a note that it is not live, the
+  settings its controls showed, its texts, figure and tables; so a page never shows an empty
+  ``Out[N]:``. A widget output whose state the notebook was saved without (JupyterLab saves a
+  run's outputs, not its widgets) says so in one line, never the widget tree's repr;
 - an ``index.html`` gives the chapter's contents, one line per section: the lines of
   ``00-index``'s "Contents" list where the chapter has one, else each page's first sentence,
-  under the list's own part headings (``### Main path``) where it has them.
+  under the list's own part headings (``### Main path``) where it has them, numbered as the list
+  numbers them (across the parts; a page in no part, the contents itself, unnumbered).
 
 The pages load require.js and the widget renderer from CDNs by default; ``widget_js`` is a
 folder holding ``require.js`` (npm package ``requirejs``) and the files of
@@ -43,12 +46,15 @@ STATIC_DIR = "_static"
 # and a script that looks it up with document.getElementById('<that uuid>').
 _DIV_UUID = re.compile(
     r"getElementById\('([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})'\)")
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 _WIDGET_VIEW = re.compile(
     r'<script type="application/vnd\.jupyter\.widget-view\+json">\s*(\{.*?\})\s*</script>', re.S)
 # The plain copy of a saved explorer, and what changes once the widget renderer has drawn the
 # live copy beside it (a .widget-subarea in the same output): the copy keeps only its note.
 SAVED_CSS = """<style>
-.zerolib-saved-explorer {border-left: 3px solid #bbb; padding: 0.2em 0 0.2em 0.8em;}
+.zerolib-saved-explorer {border-left: 3px solid #bbb; padding: 0.2em 0 0.2em 0.8em;
+  font-family: var(--jp-content-font-family); font-size: var(--jp-content-font-size1);
+  line-height: var(--jp-content-line-height); color: var(--jp-content-font-color1);}
 .zerolib-saved-note {color: #444;}
 .zerolib-saved-explorer img {max-width: none;}
 .zerolib-saved-explorer table {border-collapse: collapse; margin: 0.4em 0 0.8em;}
@@ -119,6 +125,25 @@ def _link_pages(page: str, stems: set[str]) -> str:
         stem = match.group(2)
         return f'href="{stem}.html{match.group(3) or ""}"' if stem in stems else match.group(0)
     return re.sub(r'href="(\./)?([^"/#?]+)\.ipynb(#[^"]*)?"', swap, page)
+
+
+UNSAVED_NOTE = ("<p class='zerolib-saved-note'><b>Explorer not saved with this notebook.</b> The "
+                "notebook was saved after a run without its widget state (JupyterLab saves a "
+                "run's outputs, not the widgets they show), so this page cannot show the "
+                "explorer; <code>zerolib notebooks</code> re-executes a notebook with its widget "
+                "state.</p>")
+
+
+def without_unsaved_views(nb: nbformat.NotebookNode, states: dict) -> nbformat.NotebookNode:
+    """``nb`` (in place) with each widget output whose model is not in the saved state
+    replaced by :data:`UNSAVED_NOTE` (nbconvert would show its ``text/plain`` repr)."""
+    for cell in nb.cells:
+        for output in cell.get("outputs", ()):
+            view = output.get("data", {}).get(WIDGET_VIEW)
+            if view is not None and view.get("model_id") not in states:
+                output["data"] = nbformat.from_dict({"text/html": UNSAVED_NOTE,
+                                                     "text/plain": "Explorer not saved with this notebook."})
+    return nb
 
 
 def _with_saved_widgets(page: str, states: dict) -> str:
@@ -208,6 +233,8 @@ def _index_page(pages: list[Page], contents: dict[str, tuple[str, str]], title: 
             lists.append(f"<h3>{html.escape(part)}</h3>\n<ol start=\"{number}\">\n" + "\n".join(items)
                          + "\n</ol>")
             number += len(items)
+        elif len(groups) > 1:                   # beside numbered parts (the contents page): no number
+            lists.append("<ul>\n" + "\n".join(items) + "\n</ul>")
         else:
             lists.append("<ol>\n" + "\n".join(items) + "\n</ol>")
     body = "\n".join(lists)
@@ -247,7 +274,7 @@ def export_chapter(out_dir: str | Path, notebook_dir: str | Path | None = None,
     for notebook in notebooks:
         nb = nbformat.read(notebook, as_version=4)
         body, _ = exporter.from_notebook_node(
-            inert_state(nb),
+            without_unsaved_views(inert_state(nb), widget_states(nb)),
             resources={"metadata": {"name": notebook.stem, "path": str(notebook.parent)}})
         page = Path(out_dir) / f"{notebook.stem}.html"
         body = _with_saved_widgets(_stable_div_ids(body), widget_states(nb))

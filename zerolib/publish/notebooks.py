@@ -11,6 +11,9 @@ A notebook is executed top to bottom in a fresh kernel of the current interprete
   merges them the same way before it compares);
 - widget model ids, random uuids on every run, are renumbered in a fixed order (outputs first,
   in cell order, then the models they reference) into ids derived from the notebook's name;
+- the widget state is saved as a saved explorer shows (:func:`zerolib.publish.saved_widgets.as_saved`):
+  every control switched off and each explorer's note saying it is saved, not live, so the
+  state drawn before the notebook runs (JupyterLab, nbviewer, an export) never looks live;
 - the metadata is what JupyterLab writes when it saves the notebook in this project's
   environment (JupyterLab 4.6, ipykernel's ``python3`` kernelspec): the kernelspec's display name
   "Python 3 (ipykernel)", and the widget state's whole numbers as JavaScript writes them (``12``,
@@ -38,6 +41,7 @@ import nbformat
 
 from zerolib._io import write_files
 from zerolib.paths import NOTEBOOK_DIR
+from zerolib.publish.saved_widgets import as_saved
 
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -250,9 +254,9 @@ def coalesce_streams(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 
 def normalise(nb: nbformat.NotebookNode, namespace: str) -> nbformat.NotebookNode:
-    """Stable ids, adjacent pieces of one stream merged, no timing metadata, the metadata
-    JupyterLab writes, recorded package versions."""
-    nb = coalesce_streams(as_jupyterlab_saves(renumber_widgets(nb, namespace)))
+    """Stable ids, the widget state as saved explorers show, adjacent pieces of one stream
+    merged, no timing metadata, the metadata JupyterLab writes, recorded package versions."""
+    nb = coalesce_streams(as_jupyterlab_saves(as_saved(renumber_widgets(nb, namespace))))
     nb.metadata["zerolib"] = {"executed_with": package_versions()}
     for cell in nb.cells:
         cell.metadata.pop("execution", None)

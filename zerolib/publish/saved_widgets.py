@@ -5,12 +5,16 @@ A notebook saves each widget's state in its metadata (``application/vnd.jupyter.
 HTML texts and images as they were saved, and in place of its controls one line naming the
 setting each showed. Nothing in it looks like a control, so nothing invites a move that would
 change nothing. :func:`inert_state` marks every control of a saved state disabled, for the
-pages that do load the widget renderer.
+pages that do load the widget renderer; :func:`as_saved` also gives each explorer's note its
+saved wording: what ``zerolib notebooks`` saves, so that wherever the saved state is drawn
+(JupyterLab before the notebook runs, nbviewer, an export) the explorer says it is not live.
 """
 from __future__ import annotations
 
 import copy
 import html
+
+from zerolib.chapter.explorers.panel import NOTE_CLASS, SAVED_NOTE
 
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 _REFERENCE = "IPY_MODEL_"
@@ -37,6 +41,11 @@ def _model(states: dict, reference) -> tuple[str, dict] | None:
 def _children(states: dict, model: dict) -> list[tuple[str, dict]]:
     found = (_model(states, ref) for ref in model.get("state", {}).get("children", ()))
     return [child for child in found if child is not None]
+
+
+def _is_note(model: dict) -> bool:
+    return (model.get("model_name") == "HTMLModel"
+            and NOTE_CLASS in model.get("state", {}).get("_dom_classes", ()))
 
 
 def _is_control(model: dict) -> bool:
@@ -113,8 +122,8 @@ def saved_widget_html(states: dict, model_id: str) -> str:
             text = setting_text(model)
             if text:
                 settings.append(text)
-        elif name in _TEXT_MODELS and model.get("state", {}).get("value"):
-            parts.append(model["state"]["value"])
+        elif name in _TEXT_MODELS and model.get("state", {}).get("value") and not _is_note(model):
+            parts.append(model["state"]["value"])   # (the explorer's own note: NOTE says it)
     walk(root[1])
     if not parts and not settings:
         return ""
@@ -132,4 +141,14 @@ def inert_state(nb):
     for model in widget_states(nb).values():
         if _is_control(model) and "disabled" in model.get("state", {}):
             model["state"]["disabled"] = True
+    return nb
+
+
+def as_saved(nb):
+    """A copy of ``nb`` as a notebook is saved: :func:`inert_state`, and each explorer's note
+    (an HTML widget of class ``NOTE_CLASS``) saying the explorer is saved, not live."""
+    nb = inert_state(nb)
+    for model in widget_states(nb).values():
+        if _is_note(model):
+            model["state"]["value"] = SAVED_NOTE
     return nb

@@ -318,3 +318,23 @@ def test_a_setting_returned_to_is_not_planned_again(explorer, monkeypatch):
     assert len(made) == 10
     gpus.value = 64
     assert explorer.plan.counts() == plan("llama-2-70b", 64, 8, "a100-80gb", 4096, 1024).counts()
+
+
+def test_the_host_link_says_why_it_changes_nothing_while_nothing_drawn_offloads():
+    """Without the CPU memory per node the planner never reports offloaded state as fitting
+    (rule host_unknown), so no configuration drawn offloads and the host link, which times only
+    offload's copies, changes nothing: its menu is switched off and says why, as the summary
+    does. Given 2 TiB per node, offload configurations are drawn and the menu is live."""
+    explorer = PlannerExplorer()
+    menu = explorer.controls["host_link"]
+    assert set(explorer.plan.valid["offload"]) == {"none"}
+    assert menu.disabled and "CPU memory per node is not given" in menu.tooltip
+    assert "changes nothing here" in menu.tooltip
+    assert html.escape(menu.tooltip) in explorer.summary.value
+    image = bytes(explorer.image.value)
+    menu.value = [name for name in menu.options if name[1] != menu.value][0][1]
+    assert bytes(explorer.image.value) == image          # what the menu says: nothing changes
+    explorer.controls["host_memory"].value = 2 * 1024**4
+    assert set(explorer.plan.valid["offload"]) > {"none"}
+    assert not menu.disabled and menu.tooltip is None
+    assert "Host link:" not in explorer.summary.value

@@ -14,6 +14,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLoca
 from zerolib.chapter.charts.stage_lines import StageLineArtists, draw_stage_lines, show_stage_lines
 from zerolib.chapter.charts.tidy import check_tidy, single_value, stages_of, totals_by_stage
 from zerolib.chapter.style import (
+    a_or_an,
     add_axes,
     gpus_text,
     layout_summary,
@@ -42,7 +43,7 @@ GpuCountArtists = StageLineArtists
 
 def _gpu_count_titles(params: int, gpus, layout) -> tuple[str, str]:
     span = gpus_text(gpus[0]) if len(gpus) == 1 else f"{gpus[0]:,} to {gpus[-1]:,} GPUs"
-    return (f"Per-GPU model state of a {format_count(params)}-parameter model on {span}",
+    return (f"Per-GPU model state of {a_or_an(format_count(params))}-parameter model on {span}",
             layout_summary(layout))
 
 

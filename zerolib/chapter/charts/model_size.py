@@ -24,6 +24,7 @@ from zerolib.chapter.charts.tidy import (
 from zerolib.chapter.style import (
     DEVICE_COLOR,
     STRATEGY_COLORS,
+    a_or_an,
     add_axes,
     device_label,
     fix_axis_labels,
@@ -75,7 +76,7 @@ class ModelSizeArtists:
 def _model_size_titles(gpus: int, params, layout) -> tuple[str, str]:
     on = f"on {gpus:,} {'GPU' if gpus == 1 else 'GPUs'}"
     if len(params) == 1:
-        what = f"a {format_count(int(params[0]))}-parameter model {on}"
+        what = f"{a_or_an(format_count(int(params[0])))}-parameter model {on}"
     else:
         what = (f"{format_count(int(params[0]))}- to {format_count(int(params[-1]))}-parameter "
                 f"models, each {on}")

@@ -48,22 +48,32 @@ class StageLineArtists:
         return self.legend.get_texts()[len(self.stages)]
 
 
-def spread(values, gap: float, line: float | None = None, clear: float = 0.0) -> list[float]:
+def spread(values, gap: float, line: float | None = None, clear: float = 0.0,
+           bottom: float = -np.inf) -> list[float]:
     """Label heights: each value, pushed apart so neighbours are at least ``gap`` apart, and,
     when a reference ``line`` is given, at least ``clear`` from it (labels at or above the line
-    go above it, the others below), so that no label is written on the line."""
+    go above it, the others below), so that no label is written on the line; none lower than
+    ``bottom`` (a label's lowest centre, clear of the x axis and its tick labels). Labels under
+    the line that do not all fit between ``bottom`` and the line go above it."""
     placed = np.array(values, dtype=float)
     floor = -np.inf if line is None else line + clear
     above = placed >= (-np.inf if line is None else line)
+    if line is not None and (~above).any() and line - clear - ((~above).sum() - 1) * gap < bottom:
+        above[:] = True
     previous = -np.inf
     for i in np.argsort(placed, kind="stable"):
         if above[i]:
-            placed[i] = max(placed[i], floor, previous + gap)
+            placed[i] = max(placed[i], floor, bottom, previous + gap)
             previous = placed[i]
     previous = np.inf
     for i in np.argsort(-placed, kind="stable"):
         if not above[i]:
             placed[i] = min(placed[i], line - clear, previous - gap)
+            previous = placed[i]
+    previous = -np.inf
+    for i in np.argsort(placed, kind="stable"):     # lifted off the bottom, in order, gaps kept
+        if not above[i]:
+            placed[i] = max(placed[i], bottom, previous + gap)
             previous = placed[i]
     return list(placed)
 
@@ -103,8 +113,10 @@ def show_stage_lines(artists: StageLineArtists, x, values: dict, unit: str, capa
     artists.ax.set_ylabel(f"Model state per GPU [{unit}]")
     last = {stage: float(values[stage][-1]) for stage in artists.stages}
     height_pt = artists.ax.get_position().height * artists.ax.figure.get_figheight() * 72
+    # No label lower than its own half height and a gap above the x axis: there it would meet
+    # the axis line (which then reads as a minus sign) or the last tick's label.
     heights = spread([last[s] for s in artists.stages], gap=0.045 * top, line=capacity,
-                     clear=_LINE_CLEAR_PT / height_pt * top)
+                     clear=_LINE_CLEAR_PT / height_pt * top, bottom=_LINE_CLEAR_PT / height_pt * top)
     for stage, height in zip(artists.stages, heights):
         artists.end_labels[stage].set_position((int(x[-1]), height))
         artists.end_labels[stage].set_text(f"{format_value(last[stage])} {unit}")

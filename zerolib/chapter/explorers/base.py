@@ -28,12 +28,16 @@ change.
 from __future__ import annotations
 
 import asyncio
+import functools
 import html
 import math
 from contextlib import contextmanager
 
 from zerolib.chapter.explorers.panel import (
     EXPLORER_CLASS,
+    LIVE_NOTE,
+    NOTE_CLASS,
+    PLAIN_TEXT,
     TABLE_CSS,
     control_panel,
     shown_at_own_size,
@@ -50,11 +54,6 @@ WIDTH_STEP = 0.5    # bytes per parameter between two positions of a layout slid
 CAPACITY_WORDS = {"nominal": "nominal GiB", "decimal": "decimal GB", "reported": "nvidia-smi"}
 # What a control value that cannot be drawn raises on its way through zerolib and the observers.
 NOT_DRAWABLE = (ArithmeticError, LookupError, TypeError, ValueError)
-# In a static copy (nbviewer, an HTML export) the saved widgets show but nothing answers them.
-STATIC_NOTE = ("<p style='font-size:smaller;color:#555'>The controls redraw the figure only while a "
-               "Python kernel runs this notebook. In a static copy (nbviewer, an HTML export) they "
-               "show the state the notebook was saved in and move nothing: run the notebook to use "
-               "them.</p>")
 
 
 PREFETCH_DELAY = 0.02   # seconds after a move before working out its neighbours
@@ -65,6 +64,17 @@ def widgets():
     """The ipywidgets module, imported on first use (the charts and tables do not need it)."""
     import ipywidgets
     return ipywidgets
+
+
+@functools.cache
+def explorer_box_class():
+    """A VBox whose plain-text form (what shows where widgets do not render) is a sentence,
+    :data:`PLAIN_TEXT`, not the repr of its widget tree (made on first use: ipywidgets is
+    imported then)."""
+    class ExplorerBox(widgets().VBox):
+        def __repr__(self):
+            return PLAIN_TEXT
+    return ExplorerBox
 
 
 def in_unit(n_bytes, unit: str) -> str:
@@ -412,12 +422,14 @@ class Explorer:
                 self.redraws += 1
 
     def _box(self):
-        """The explorer's one layout: the static note, the control panel, the texts, the
-        figure and the tables."""
+        """The explorer's one layout: the note (live; its saved state says saved), the control
+        panel, the texts, the figure and the tables."""
         w = widgets()
-        box = w.VBox([w.HTML(STATIC_NOTE), w.HTML(TABLE_CSS),
-                      control_panel(self.controls, self.PANEL),
-                      self.status, self.summary, self.image, self.table])
+        note = w.HTML(LIVE_NOTE)
+        note.add_class(NOTE_CLASS)
+        box = explorer_box_class()([note, w.HTML(TABLE_CSS),
+                                    control_panel(self.controls, self.PANEL),
+                                    self.status, self.summary, self.image, self.table])
         box.add_class(EXPLORER_CLASS)
         return box
 

@@ -12,6 +12,20 @@ LABEL_WIDTH = "9.5em"     # the longest description ("CPU memory/node") fits who
 CELL_MIN = "380px"        # two cells side by side in JupyterLab's output area at 1280 px
 WIDE = ("capacity",)      # controls that take a whole row (three buttons and a label)
 EXPLORER_CLASS = "zerolib-explorer"
+NOTE_CLASS = "zerolib-explorer-note"
+# The note above an explorer's controls. A live explorer (built in a running kernel) says it is
+# live; the widget state a notebook is saved with carries the saved wording instead (written by
+# ``zerolib notebooks``, which also switches the saved controls off): GitHub, nbviewer, an HTML
+# export and JupyterLab before the notebook runs show the saved state.
+_NOTE_STYLE = "font-size:smaller;color:#555"
+LIVE_NOTE = (f"<p style='{_NOTE_STYLE}'><b>Live explorer:</b> each control redraws the figure "
+             "and the tables below in this notebook's Python kernel.</p>")
+SAVED_NOTE = (f"<p style='{_NOTE_STYLE}'><b>Saved explorer, not live:</b> the controls show the "
+              "settings this notebook was saved with and are switched off. Run the notebook "
+              "(in JupyterLab: Run &gt; Run All Cells) to use them.</p>")
+# What a notebook shows for an explorer where widgets do not render (its text/plain): a
+# sentence, not the widget tree's repr.
+PLAIN_TEXT = "Explorer (ipywidgets): shown where widgets render; run the notebook to use its controls."
 
 # Tables in the explorers' HTML widgets: padding, a rule under each row, numbers right-aligned
 # (their cells say so inline), short cells on one line; prose cells may wrap.

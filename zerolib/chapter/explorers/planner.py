@@ -122,6 +122,17 @@ def searched_words(result: Plan) -> str:
             f"expert parallelism E = {', '.join(map(str, ep))}{experts}") + ".")
 
 
+def host_link_words(result: Plan) -> str:
+    """Why the host link changes nothing, when no configuration the plan draws offloads (the
+    link times only offload's copies); "" when some does."""
+    if (result.valid["offload"] != "none").any():
+        return ""
+    why = ("CPU memory per node is not given, so offloaded state is never reported as fitting"
+           if result.settings.host_memory is None else "none that can run does")
+    return (f"Host link: it times only offload's copies to and from CPU memory, and no "
+            f"configuration drawn here offloads ({why}), so it changes nothing here.")
+
+
 def summary_html(result: Plan, unit: str) -> str:
     """The lines above the figure: the cluster, how many configurations fit, the fastest, the
     engine the ranking is for, and that the ranking is a model's."""
@@ -142,13 +153,15 @@ def summary_html(result: Plan, unit: str) -> str:
             if len(closest) else "")
     ic = s.interconnect
     where = ic.label if ic.network is None else f"{ic.name}, {s.gpus_per_node} GPUs per node"
+    unused = host_link_words(result)
     return (f"<p><b>{html.escape(s.model.name)}</b> on <b>{s.gpus:,} {html.escape(s.device.label)}"
             f"</b> ({html.escape(where)}), sequence {s.seq_len:,}, global batch "
             f"{s.global_batch:,} sequences, {s.mfu:.0%} of peak. {counts['configurations']:,} "
             f"configurations, {counts['runnable']:,} can run, <b>{counts['fit']:,} fit</b>."
             f"<br>{html.escape(verdict)}<br>{html.escape(engine_words(result))} "
             f"{html.escape(searched_words(result))}"
-            f"<br><i>{html.escape(PLAN_HEADER)} Left out: {html.escape('; '.join(PLAN_LEFT_OUT))}.</i></p>")
+            + (f"<br>{html.escape(unused)}" if unused else "")
+            + f"<br><i>{html.escape(PLAN_HEADER)} Left out: {html.escape('; '.join(PLAN_LEFT_OUT))}.</i></p>")
 
 
 def ranking_html(result: Plan, unit: str, top: int = TOP) -> str:
@@ -373,7 +386,11 @@ class PlannerExplorer(Explorer):
 
     def _describe(self):
         # A dense model has no experts: its expert-parallel choice changes nothing; an engine
-        # without ring attention has no context-parallel choice.
+        # without ring attention has no context-parallel choice; with no configuration drawn
+        # that offloads, the host link times nothing shown (its menu says why, as the summary).
         self.controls["expert_parallel"].disabled = not self.plan.settings.model.mixture_of_experts
         self.controls["context_parallel"].disabled = not self.plan.settings.engine.context_parallel
+        unused = host_link_words(self.plan)
+        self.controls["host_link"].disabled = bool(unused)
+        self.controls["host_link"].tooltip = unused or None
         self.summary.value, self.table.value = self._texts()

@@ -23,9 +23,13 @@ TENSOR_PARALLEL_FILE = "validation_tensor_parallel.csv"
 COMMUNICATION_PYTORCH_FILE = "communication_pytorch.csv"
 COMMUNICATION_DEEPSPEED_FILE = "communication_deepspeed.csv"
 EXPERT_PARALLEL_FILE = "validation_expert_parallel.csv"
+MECHANISMS_FILE = "mechanisms_measured.csv"
 VERSION_COLUMNS = ("torch_version", "python_version", "platform")
 # The shipped blocks also depend on the transformers release that implements them.
 SHIPPED_VERSION_COLUMNS = ("torch_version", "transformers_version", "python_version", "platform")
+# The mechanisms also run megatron-core's vocabulary-parallel loss and torchao's Float8.
+MECHANISMS_VERSION_COLUMNS = ("torch_version", "transformers_version", "megatron_core_version",
+                              "torchao_version", "python_version", "platform")
 FLOAT_FORMAT = "%.6f"  # relative differences; every byte count is an integer
 
 
@@ -71,7 +75,7 @@ def differences(recorded: pd.DataFrame, fresh: pd.DataFrame, limit: int = 5) -> 
     exactly when re-recording it would rewrite the same measurements.
     """
     def lines(frame):
-        kept = frame.drop(columns=[c for c in SHIPPED_VERSION_COLUMNS if c in frame.columns])
+        kept = frame.drop(columns=[c for c in MECHANISMS_VERSION_COLUMNS if c in frame.columns])
         return to_csv_text(read_csv(io.StringIO(to_csv_text(kept)))).splitlines()
 
     old, new = lines(recorded), lines(fresh)
