@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 
 import nbformat
+from timing import size
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -54,7 +55,7 @@ from browser_support import (  # noqa: E402  (the helpers live beside the browse
     write_layout_notebook,
 )
 
-MOVES = ("ArrowRight", "ArrowLeft", "ArrowRight", "ArrowLeft", "ArrowRight")
+MOVES = size(("ArrowRight", "ArrowLeft", "ArrowRight", "ArrowLeft", "ArrowRight"), ("ArrowRight",))
 TARGET_MS = 100.0
 PAUSE_MS = 300     # between two presses: a reader's pace
 OTHER_WAY = {"ArrowRight": "ArrowLeft", "ArrowLeft": "ArrowRight"}
@@ -140,6 +141,7 @@ def series(stem: str, back_and_forth=MOVES) -> tuple[tuple[str, ...], tuple[str,
     """The explorer's two series of presses: to new settings, then back and forth (the other
     way first, so that every one of them returns to a setting drawn before)."""
     way, count = NEW_MOVES[stem]
+    count = size(count, 1)
     back = tuple(OTHER_WAY[m] for m in back_and_forth) if way == "ArrowRight" else tuple(back_and_forth)
     return (way,) * count, back
 

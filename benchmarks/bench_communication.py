@@ -7,11 +7,11 @@ reduce-scatter, all-gather) for mixed-precision Adam; the check below compares t
 from __future__ import annotations
 
 import numpy as np
-from timing import median_seconds
+from timing import median_seconds, size
 
 from zerolib.core.step.traffic import flat_traffic
 
-POINTS = 10**6
+POINTS = size(10**6, 10**3)
 WIDTH = 2   # bytes per element: 16-bit parameters and gradients
 
 

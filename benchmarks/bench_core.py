@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from timing import median_seconds
+from timing import median_seconds, size
 
 from zerolib.core.memory.accounting import model_state
 
-POINTS = 10**6
+POINTS = size(10**6, 10**3)
 
 
 def seed_loop(params, gpus, stages):

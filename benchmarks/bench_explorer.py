@@ -15,6 +15,8 @@ import itertools
 import statistics
 import time
 
+from timing import size
+
 from zerolib.chapter import fast_png
 from zerolib.chapter.charts import gpu_count as gpu_count_chart
 from zerolib.chapter.charts import model_size as model_size_chart
@@ -36,7 +38,7 @@ from zerolib.core.memory.accounting import STAGES
 from zerolib.core.memory.tables import memory_table, peak_frame, tier_table
 from zerolib.core.step.tables import tradeoff_frame
 
-ROUNDS = 6  # passes over each explorer's list of changes
+ROUNDS = size(6, 1)  # passes over each explorer's list of changes
 
 
 def gpu_count_changes():
@@ -103,9 +105,11 @@ def rebuild(explorer, kind):
                            gpus_per_node=int(explorer.controls["gpus_per_node"].value))
         figure, _ = placement_figure(table, explorer.device, explorer.unit, dpi=explorer.dpi)
     elif kind == "step_time":
+        # The explorer's engine (DeepSpeed by default): its stages, schedule and overlap rule.
         frame = tradeoff_frame(explorer.model, explorer.gpus,
                                interconnect(explorer.link, explorer.gpus_per_node), explorer.device,
-                               explorer.settings, explorer.mfu, explorer.layout)
+                               explorer.settings, explorer.mfu, explorer.layout,
+                               engine=explorer.engine)
         figure, _ = tradeoff_chart.memory_vs_step_time_figure(frame, explorer.device,
                                                               explorer.unit, dpi=explorer.dpi)
     elif kind == "planner":

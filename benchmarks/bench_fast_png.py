@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 from PIL import Image
+from timing import size
 
 from zerolib.chapter.charts import will_it_fit as will_it_fit_chart
 from zerolib.chapter.explorers.base import EXPLORER_DPI
@@ -23,7 +24,7 @@ from zerolib.chapter.style import style
 from zerolib.core.memory.tables import peak_frame
 from zerolib.core.memory.working_set import WorkingSetSettings
 
-ROUNDS = 8
+ROUNDS = size(8, 1)
 SETTINGS = [WorkingSetSettings(micro_batch=b, recompute=r, seq_len=s)
             for b, r, s in [(1, "selective", 4096), (2, "selective", 4096), (2, "full", 4096),
                             (1, "none", 8192), (3, "selective", 2048)]]

@@ -14,8 +14,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from timing import size
+
 ROOT = Path(__file__).resolve().parents[1]
-REPEATS = 7
+REPEATS = size(7, 1)
 LIBRARY_ONLY = ("import sys; from pathlib import Path; from zerolib.chapter import figures; "
                 "figures.write(figures.build(), Path(sys.argv[1]))")
 

@@ -10,12 +10,12 @@ nodes (three integer divisions the loop, given valid settings, skips).
 from __future__ import annotations
 
 import numpy as np
-from timing import median_seconds
+from timing import median_seconds, size
 
 from zerolib.core.memory.placement import Placement
 from zerolib.core.step.traffic import flat_traffic
 
-POINTS = 10**6
+POINTS = size(10**6, 10**3)
 WIDTH = 2          # bytes per element: 16-bit parameters and gradients
 PER_NODE = 8
 

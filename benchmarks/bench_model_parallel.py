@@ -5,7 +5,7 @@ functions, scalar), measured in the same run (medians)."""
 from __future__ import annotations
 
 import numpy as np
-from timing import median_seconds
+from timing import median_seconds, size
 
 from zerolib.core.memory.activations import ActivationOptions
 from zerolib.core.memory.model_parallel import Pipeline, parameters_per_gpu
@@ -22,7 +22,7 @@ OPTIONS = ActivationOptions(sequence_parallel=True, recompute="selective", flash
 def grid():
     t = np.array([1, 2, 4, 8])
     p = np.array([n for n in range(1, 81) if GPUS % n == 0])
-    m = np.arange(1, 65)
+    m = np.arange(1, size(65, 5))
     return np.meshgrid(t, p, m, indexing="ij")
 
 

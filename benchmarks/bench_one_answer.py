@@ -12,14 +12,14 @@ import time
 from pathlib import Path
 
 from bench_core import seed_loop
-from timing import median_seconds
+from timing import median_seconds, size
 
 import zerolib as zl
 
 ROOT = Path(__file__).resolve().parents[1]
-CALLS = 2000          # calls per timed batch
-REPEATS = 15          # batches (the median is reported)
-PROCESSES = 9         # fresh interpreters per command
+CALLS = size(2000, 10)   # calls per timed batch
+REPEATS = 15             # batches (the median is reported)
+PROCESSES = size(9, 1)   # fresh interpreters per command
 COMMANDS = {"estimate": ["estimate", "--params", "7B", "--gpus", "64"], "help": ["--help"]}
 
 

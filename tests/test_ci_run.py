@@ -23,6 +23,15 @@ def test_ci_script_parses_and_stops_on_the_first_failure():
     assert "ZEROLIB_REQUIRE_OPTIONAL=1 .venv/bin/python -m pytest" in text
 
 
+def test_ci_runs_every_benchmark_once_small():
+    # A benchmark nothing runs breaks unseen (bench_explorer's step-time rebuild once did).
+    text = CI.read_text(encoding="utf-8")
+    assert "ZEROLIB_REQUIRE_OPTIONAL=1 .venv/bin/python benchmarks/run.py --smoke" in text.splitlines()
+    for script in sorted((REPO / "benchmarks").glob("bench_*.py")):
+        source = script.read_text(encoding="utf-8")
+        assert "from timing import" in source, f"{script.name} has no smoke size (timing.size)"
+
+
 def test_ci_runs_the_readme_commands_as_written():
     result = subprocess.run(["bash", str(CI), "--readme-commands"], capture_output=True, text=True,
                             check=True, cwd=REPO)

@@ -333,3 +333,270 @@ def test_the_jupyterlab_token_is_not_on_the_command_line(tmp_path):
     assert not any("s3cr3t" in part or "IdentityProvider" in part for part in command)
     assert json.loads(path.read_text()) == {"IdentityProvider": {"token": "s3cr3t"}}
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+# --- 11. every reader of user input is bounded: size, depth, values, time -----------------------
+# config.json files, the page's uploads and share links, Megatron-LM arguments: a hostile input
+# is a ValueError or TypeError of one line (the CLI: exit 2 and that line), never a traceback, a
+# RecursionError, a hang on a pipe or seconds of work.
+
+# CPU seconds: far above any refusal here (tens of milliseconds), far below seconds of work. (Wall
+# time on a shared machine stalls for reasons of its own; WAIT_SECONDS catches a wait.)
+READ_SECONDS = 2.0
+WAIT_SECONDS = 30.0
+
+
+def _bounded(fn, *args):
+    """fn(*args), or the ValueError/TypeError it raised; anything else, a line break in the
+    message, READ_SECONDS of work or WAIT_SECONDS of waiting fails the test."""
+    start, start_cpu = time.perf_counter(), time.process_time()
+    try:
+        result = fn(*args)
+    except (ValueError, TypeError) as error:
+        assert "\n" not in str(error) and str(error), repr(error)
+        result = error
+    worked, took = time.process_time() - start_cpu, time.perf_counter() - start
+    assert worked < READ_SECONDS and took < WAIT_SECONDS, (worked, took, fn, str(args)[:200])
+    return result
+
+
+def _nested(depth: int, key: str = "rope_scaling") -> str:
+    return f'{{"model_type": "llama", "{key}": ' + "[" * depth + "]" * depth + "}"
+
+
+MISTRAL = json.loads((REPO / "tests" / "data" / "mistral-7b-v0.3.json").read_text())
+JSON_LEAVES = (st.none() | st.booleans() | st.integers(-2**70, 2**70)
+               | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12))
+JSON_VALUES = st.recursive(JSON_LEAVES, lambda inner: st.lists(inner, max_size=4)
+                           | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=20)
+FIELDS_READ = sorted({"model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                      "num_key_value_heads", "intermediate_size", "vocab_size", "head_dim",
+                      "max_position_embeddings", "tie_word_embeddings", "is_encoder_decoder",
+                      "_name_or_path", "attention_bias", "mlp_bias", "attention_dropout",
+                      "num_local_experts", "num_experts_per_tok", "quantization_config",
+                      "rope_scaling", "n_embd", "n_layer", "n_head", "add_cross_attention"})
+HOSTILE_VALUES = JSON_VALUES | st.sampled_from([
+    0, -1, 2**24 + 1, 10**400, 4096.0, "4096", "true", [4096], {"v": 4096}, None, True, ""])
+# A real config with one field made hostile, or fields drawn at random around a model type.
+MUTATED = st.builds(lambda key, value: {**MISTRAL, key: value}, st.sampled_from(FIELDS_READ),
+                    HOSTILE_VALUES)
+DRAWN = st.dictionaries(st.sampled_from(FIELDS_READ), HOSTILE_VALUES, max_size=8).map(
+    lambda d: {"model_type": "llama", **d})
+HOSTILE_TEXTS = st.one_of(
+    st.builds(json.dumps, MUTATED), st.builds(json.dumps, DRAWN), st.text(max_size=60),
+    st.builds(_nested, st.integers(0, 200_000)),
+    st.builds(lambda n: '{"model_type": "llama", "hidden_size": ' + "9" * n + "}",
+              st.integers(1, 50_000)),
+    st.builds(lambda n: '{"model_type": "llama", "x": "' + "\\u0041" * n, st.integers(1, 100_000)),
+    st.builds(lambda n: "{" + ",".join(f'"k{i}": {i}' for i in range(n)) + "}",
+              st.integers(9_990, 10_010)),
+    st.sampled_from(["NaN", '{"model_type": "llama", "hidden_size": NaN}', "[" * 33 + "]" * 33,
+                     '{"model_type": "llama", "hidden_size": Infinity}', "", "{", "\ufeff{}",
+                     '{"model_type": ["llama"]}', '{"model_type": {"a": 1}}', "null", "[]"]))
+
+
+def _every_config_reader(text: str, tmp_path: Path):
+    from zerolib.app.answers import read_model
+    from zerolib.app.page import read_upload
+    from zerolib.app.settings import Settings, from_query, pack_config
+    from zerolib.core.catalogue.hf_config import config_from_text, model_from_config
+    file = tmp_path / "config.json"
+    file.write_text(text, encoding="utf-8")
+    upload = ({"name": "upload.json", "content": memoryview(text.encode("utf-8"))},)
+    results = [_bounded(config_from_text, text, "config.json"), _bounded(model_from_config, file),
+               _bounded(read_upload, upload), _bounded(read_model, Settings(config=text))]
+    settings, problems = _bounded(from_query, f"config={pack_config(text)}&gpus=8")
+    assert settings.gpus == 8 and all("\n" not in p for p in problems)
+    return results
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=HOSTILE_TEXTS)
+def test_hostile_json_gets_a_clean_refusal_or_a_right_answer_from_every_reader(text, tmp_path_factory):
+    from zerolib.core.catalogue.models import TransformerConfig, parameter_count
+    tmp = tmp_path_factory.mktemp("hostile")
+    parsed, model, uploaded, answered = _every_config_reader(text, tmp)
+    # An answer from one reader is the answer of all (an empty config on the page is the preset).
+    answers = [isinstance(r, TransformerConfig) for r in (model, answered if text else model)]
+    assert answers in ([True, True], [False, False]), (model, answered)
+    assert isinstance(uploaded, tuple) == answers[0], (uploaded, model)
+    if answers[0]:
+        assert parameter_count(model) == parameter_count(answered)
+        assert isinstance(parsed, dict)
+
+
+@pytest.mark.parametrize("text, says", [
+    (_nested(100_000), "field rope_scaling nests more than 32 levels deep"),
+    ("[" * 100_000 + "]" * 100_000, "the text nests more than 32 levels deep"),
+    ('{"model_type": ["llama"]}', "field model_type must be a string"),
+    ('{"model_type": {"a": 1}}', "field model_type must be a string"),
+    ('{"model_type": "t5", "is_encoder_decoder": "true"}', "field is_encoder_decoder must be true or false"),
+    ('{"model_type": "llama", "hidden_size": NaN}', "NaN is not a JSON number"),
+    ("{" + ",".join(f'"k{i}": {i}' for i in range(10_001)) + "}", "more than 10,000 values"),
+])
+def test_each_hostile_config_is_one_line_naming_the_file_and_the_field(text, says, tmp_path):
+    parsed, *read = _every_config_reader(text, tmp_path)
+    assert isinstance(parsed, dict) or says in str(parsed)    # JSON well-formed, model refused
+    for result in read:
+        assert isinstance(result, ValueError) and says in str(result), (says, result)
+    file = tmp_path / "config.json"
+    err = refused(["estimate", "--config", str(file), "--gpus", "8"], says)
+    assert err.startswith(f"zerolib estimate: error: {file}: ")
+    refused(["models", "--config", str(file)], says)
+
+
+def test_a_huge_config_is_refused_before_it_is_read(tmp_path):
+    big = tmp_path / "config.json"
+    with open(big, "wb") as handle:            # 200 MB without writing them: a sparse file
+        handle.truncate(200_000_000)
+    start, start_cpu = time.perf_counter(), time.process_time()
+    refused(["estimate", "--config", str(big), "--gpus", "8"], "200,000,000 bytes",
+            "read up to 1,000,000 bytes")
+    refused(["estimate", "--megatron-args", str(big), "--gpus", "8"], "200,000,000 bytes")
+    assert time.process_time() - start_cpu < READ_SECONDS and time.perf_counter() - start < WAIT_SECONDS
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "folder"])
+def test_a_pipe_or_a_device_is_not_read_nor_called_a_folder(kind, tmp_path):
+    if kind == "fifo":
+        path = tmp_path / "config.json"
+        os.mkfifo(path)                  # a reader that opened it blocking would wait forever
+        says = "a named pipe (FIFO), not a regular file"
+    elif kind == "folder":
+        path = tmp_path
+        says = "directory without config.json"
+    else:
+        path, says = Path(kind), "a character device, not a regular file"
+    start, start_cpu = time.perf_counter(), time.process_time()
+    refused(["estimate", "--config", str(path), "--gpus", "8"], f"{path}: {says}")
+    if kind != "folder":
+        refused(["estimate", "--megatron-args", str(path), "--gpus", "8"], f"{path}: {says}")
+    assert time.process_time() - start_cpu < READ_SECONDS and time.perf_counter() - start < WAIT_SECONDS
+
+
+def test_a_share_link_unpacks_at_most_a_config_json():
+    import zlib
+
+    from zerolib.app.settings import from_query, pack_config, unpack_config
+    bomb = pack_config(" " * 50_000_000)       # 50 MB of JSON whitespace
+    assert len(bomb) < 70_000
+    start, start_cpu = time.perf_counter(), time.process_time()
+    with pytest.raises(ValueError, match="config in the address unpacks to more than 1,000,000"):
+        unpack_config(bomb)
+    settings_, problems = from_query(f"config={bomb}&gpus=16")
+    assert time.process_time() - start_cpu < READ_SECONDS and time.perf_counter() - start < WAIT_SECONDS
+    assert settings_.config == "" and settings_.gpus == 16 and len(problems) == 1
+    truncated = pack_config('{"model_type": "llama"}')[:-4]
+    with pytest.raises(ValueError, match="is not a packed config.json"):
+        unpack_config(truncated)
+    assert zlib.decompress(__import__("base64").urlsafe_b64decode(bomb + "=" * (-len(bomb) % 4)))[:1] == b" "
+
+
+def test_a_query_of_many_fields_is_one_line():
+    from zerolib.app.settings import DEFAULTS, MAX_QUERY_FIELDS, from_query
+    assert from_query("&".join(f"x{i}=1" for i in range(MAX_QUERY_FIELDS + 1)))[0] == DEFAULTS
+    settings_, problems = from_query("&".join(f"x{i}=1" for i in range(40)) + "&gpus=8")
+    assert settings_.gpus == 8 and len(problems) == 1 and "(and 37 more)" in problems[0]
+    assert from_query("gpus=8&config_name=" + "n" * 101)[1][0].startswith("config_name must be")
+
+
+MEGATRON_FLAGS = st.sampled_from(["--num-layers", "--hidden-size", "--num-attention-heads",
+                                  "--max-position-embeddings", "--vocab-size", "--ffn-hidden-size",
+                                  "--num-query-groups", "--group-query-attention", "--swiglu",
+                                  "--position-embedding-type", "--use-rotary-position-embeddings",
+                                  "--no-position-embedding", "--kv-channels", "--normalization",
+                                  "--tensor-model-parallel-size", "--batch-size", "--lr", "--bf16"])
+MEGATRON_VALUES = st.one_of(
+    st.sampled_from(["32", "4096", "0", "-1", "٣٢", "3_2", "1e3", "9" * 40, "rope", "learned_absolute",
+                     "RMSNorm", "'", '"', "\\", "#", "\n", "$X", "=", "--", ""]),
+    st.integers(1, 2**30).map(str), st.text(max_size=10))
+GPT_SMALL = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+             "--max-position-embeddings", "32", "--vocab-size", "100"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(MEGATRON_FLAGS, MEGATRON_VALUES), max_size=12), st.booleans())
+def test_hostile_megatron_arguments_get_a_clean_refusal_or_a_model(words, complete):
+    from zerolib.core.catalogue.megatron_args import model_from_megatron_args
+    argv = (GPT_SMALL if complete else []) + words
+    as_list = _bounded(model_from_megatron_args, argv)
+    text = " ".join(argv)
+    if text.lstrip().startswith("-"):           # as one string: shell quoting may now apply
+        _bounded(model_from_megatron_args, text)
+    if not isinstance(as_list, Exception):
+        assert as_list.layers >= 1
+
+
+@pytest.mark.parametrize("source", [
+    "--num-layers " + "7" * 99_990,                        # one long word: shlex's slow case
+    "--lr 1 " * 20_000,                                    # more words than a launch script
+    " ".join(["--bf16"] * 5_000),
+])
+def test_long_megatron_arguments_are_refused_quickly(source):
+    from zerolib.core.catalogue.megatron_args import model_from_megatron_args
+    assert isinstance(_bounded(model_from_megatron_args, source), ValueError)
+
+
+# --- 12. smaller holes, each refused where it came in ------------------------------------------
+
+def test_with_link_a_node_size_that_does_not_tile_the_gpus_is_refused():
+    # 12 GPUs on nodes of 8: one and a half nodes, as plan and the placement flags refuse.
+    refused(["estimate", "--params", "7B", "--gpus", "12", "--link", "dgx-h100",
+             "--gpus-per-node", "8", "--device", "h100-80gb"],
+            "gpus (12) must fill whole nodes of gpus_per_node (8)")
+    refused(["estimate", "--model", "llama-2-7b", "--gpus", "12", "--link", "dgx-h100",
+             "--gpus-per-node", "8", "--device", "h100-80gb", "--tensor-parallel", "2"],
+            "must fill whole nodes")
+    assert run("estimate", "--params", "7B", "--gpus", "16", "--link", "dgx-h100",
+               "--gpus-per-node", "8", "--device", "h100-80gb")[0] == 0
+    assert run("estimate", "--params", "7B", "--gpus", "4", "--link", "dgx-h100",
+               "--gpus-per-node", "8", "--device", "h100-80gb")[0] == 0   # part of one node
+
+
+def test_a_config_larger_than_params_accepts_is_refused_like_params(tmp_path):
+    # 2**24 layers of h = 2**15 (a dense MLP of 4h): 12 h^2 per layer alone is 2.1e17 parameters,
+    # above the 10**15 that --params and the page accept.
+    config = {"model_type": "gpt2", "n_embd": 2**15, "n_layer": 2**24, "n_head": 2**5,
+              "vocab_size": 50257, "n_positions": 1024}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    refused(["estimate", "--config", str(path), "--gpus", "8"],
+            "zerolib sizes models of at most 1,000,000,000,000,000")
+    refused(["estimate", "--params", "2e17", "--gpus", "8"], "--params must be at most")
+
+
+@pytest.mark.parametrize("sent", [-1, -1e9, float("nan"), float("inf"), [1, -1]])
+def test_collective_seconds_refuses_negative_bytes(sent):
+    from zerolib.core.catalogue.nodes import interconnect
+    from zerolib.core.step.collectives import collective_seconds
+    with pytest.raises(ValueError, match="sent_bytes must be bytes from 0"):
+        collective_seconds("all_gather", sent, 1, 8, interconnect("dgx-h100"))
+    with pytest.raises(ValueError, match="calls must be"):
+        collective_seconds("all_gather", 8, -1, 8, interconnect("dgx-h100"))
+
+
+@pytest.mark.parametrize("stages", [(True,), (0, False), [True, 2]])
+def test_plan_refuses_booleans_for_stages(stages):
+    from zerolib.core.planner import plan
+    with pytest.raises(TypeError, match="stages must be from 0, 1, 2, 3, got .* \\(a boolean\\)"):
+        plan("llama-2-7b", 8, 8, "h100-80gb", 4096, 8, stages=stages)
+
+
+def test_an_empty_notebooks_dir_is_not_the_current_folder():
+    refused(["notebooks", "--dir", ""], "--dir must name a folder, got an empty path")
+    refused(["notebooks", "--check", "--dir", " "], "--dir must name a folder")
+
+
+def test_a_recorded_run_from_a_given_data_folder_is_read_bounded(tmp_path):
+    from zerolib.crosscheck.validation.records import MAX_RECORD_BYTES, read_csv
+    big = tmp_path / "validation_sharded.csv"
+    with open(big, "wb") as handle:
+        handle.truncate(MAX_RECORD_BYTES + 1)
+    with pytest.raises(ValueError, match="validation_sharded.csv: 10,000,001 bytes"):
+        read_csv(big)
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="a named pipe"):
+        read_csv(fifo)
+    (tmp_path / "ok.csv").write_text("a,b\n1,\n")
+    assert read_csv(tmp_path / "ok.csv").to_dict("records") == [{"a": 1, "b": ""}]

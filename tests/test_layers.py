@@ -53,8 +53,10 @@ ALLOWED = {
     "zerolib.crosscheck": {"numpy", "pandas", "torch", "deepspeed", "transformers", "megatron", "torchao"},
     "zerolib.publish": {"nbformat", "nbclient", "nbconvert", "ipykernel", "jupyter_client",
                         "traitlets", "zmq"},
-    "zerolib.app": {"ipywidgets"},
-    "zerolib.cli": {"nbclient", "torch"},
+    # The page's widgets; its server (zerolib.app.server, run in a process of its own) configures
+    # Voila, jupyter_server and tornado.
+    "zerolib.app": {"ipywidgets", "voila", "jupyter_server", "tornado", "traitlets", "zmq"},
+    "zerolib.cli": {"nbclient", "torch", "zmq"},   # zmq: whether kernel sockets can be encrypted
 }
 
 

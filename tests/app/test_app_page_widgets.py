@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import html
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -56,17 +57,20 @@ def test_an_uploaded_config_is_read_and_named(page):
 
 
 @pytest.mark.parametrize("name, content, says", [
-    ("broken.json", b'{"model_type": ', "broken.json cannot be read as JSON"),
-    ("list.json", b"[1, 2]", "list.json must hold a JSON object"),
+    ("broken.json", b'{"model_type": ', "broken.json: malformed JSON (line 1, column 16"),
+    ("list.json", b"[1, 2]", "list.json: a config.json holds one JSON object, got list"),
     ("t5.json", b'{"model_type": "t5"}', "is an encoder or encoder-decoder"),
     ("big.json", b" " * 1_000_001, "big.json is 1,000,001 bytes"),
+    ("latin.json", "{\"a\": \"\xe9\"}".encode("latin-1"), "latin.json cannot be read as JSON (it is not UTF-8"),
 ])
 def test_a_config_that_cannot_be_read_is_one_line(name, content, says):
     page = EngineerPage()
     page.controls["upload"].value = _file(name, content)
     lines = page.status.value.split("</p>")[:-1]
     assert len(lines) == 1 and says in lines[0]
+    assert lines[0].endswith("; the page still answers for llama-2-7b")
     assert page.answers.errors == {} and page.settings.config == ""   # the preset still answers
+    assert page.controls["upload"].value == ()     # the file is not kept
 
 
 def test_a_bad_tokens_entry_is_one_line_and_the_answers_stay():
@@ -81,6 +85,7 @@ def test_tokens_take_suffixes_and_a_preset_replaces_the_upload():
     page = EngineerPage()
     page.controls["upload"].value = _file("config.json", MISTRAL.read_bytes())
     assert page.controls["model"].options[0][0] == UPLOADED        # "config.json": no name
+    assert page.settings.config_name == "config.json"              # not "mistral", its type
     page.controls["tokens"].value = "15.6T"
     assert page.settings.tokens == 15_600_000_000_000
     page.controls["model"].value = "llama-2-13b"
@@ -113,7 +118,9 @@ def test_page_address_without_voila_is_relative():
 
 
 def test_read_upload_names_the_model_after_the_file():
-    assert read_upload(_file("dir/my-model.json", b'{"a": 1}')) == ('{"a":1}', "my-model")
+    import json
+    text, name = read_upload(_file("dir/my-model.json", MISTRAL.read_bytes()))
+    assert name == "my-model" and json.loads(text) == json.loads(MISTRAL.read_text())
 
 
 # --- answers: the run, what each configuration leaves out, the engines -------------------------
@@ -155,3 +162,80 @@ def test_engines_are_offered_default_first_and_handed_to_the_core():
     bad = answers(Settings(engine="horovod"))
     assert bad.errors["plan"] == ("engine must be one of paper, deepspeed, fsdp2, megatron, "
                                   "got 'horovod'")
+
+
+# --- issue 35: a refused upload keeps the model before it; names from the file ------------------
+
+# Qwen2.5-14B's config.json as the Hub publishes it (no _name_or_path: transformers writes that
+# only when it saves a config itself).
+QWEN25_14B = {
+    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+    "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 5120, "initializer_range": 0.02,
+    "intermediate_size": 13824, "max_position_embeddings": 131072, "max_window_layers": 48,
+    "model_type": "qwen2", "num_attention_heads": 40, "num_hidden_layers": 48,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+    "sliding_window": 131072, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.1", "use_cache": True, "use_sliding_window": False,
+    "vocab_size": 152064}
+# By hand: per layer q 5,120^2 + 5,120, k and v 5,120 x 1,024 + 1,024 each, o 5,120^2, the MLP
+# 3 x 5,120 x 13,824, two norms; 48 layers, two untied 152,064 x 5,120 tables, the final norm.
+QWEN25_14B_COUNT = 48 * (5120 * 5120 + 5120 + 2 * (5120 * 1024 + 1024) + 5120 * 5120
+                         + 3 * 5120 * 13824 + 2 * 5120) + 2 * 152064 * 5120 + 5120
+
+
+def _json(data) -> bytes:
+    import json
+    return json.dumps(data).encode()
+
+
+@pytest.mark.parametrize("file_name, extra, name", [
+    ("config.json", {}, "config.json"),
+    ("Qwen2.5-14B.json", {}, "Qwen2.5-14B"),
+    ("config.json", {"_name_or_path": "Qwen/Qwen2.5-14B"}, "Qwen/Qwen2.5-14B"),
+    ("config.json", {"_name_or_path": "/home/me/models/Qwen2.5-14B/"}, "models/Qwen2.5-14B"),
+])
+def test_an_uploaded_model_is_named_after_its_file_not_its_type(file_name, extra, name):
+    page = EngineerPage()
+    page.controls["upload"].value = _file(file_name, _json({**QWEN25_14B, **extra}))
+    assert page.settings.config_name == name and page.answers.model.name == name
+    assert f"<b>{name}</b>: {QWEN25_14B_COUNT:,} parameters" in page.parts["model"].value
+    assert QWEN25_14B_COUNT == 14_770_033_664     # the 14.7B Qwen2.5's report gives
+    assert "qwen2 on" not in page.parts["plan"].value
+
+
+@pytest.mark.parametrize("content, says", [
+    (_json({"model_type": "bert"}), "bad.json: field model_type: 'bert' is an encoder"),
+    (b"[" * 100_000 + b"]" * 100_000, "bad.json: the text nests more than 32 levels deep"),
+    (b" " * 20_000_000, "bad.json is 20,000,000 bytes"),
+    (_json({**QWEN25_14B, "hidden_size": "5120"}), "bad.json: field hidden_size must be a whole"),
+])
+def test_a_bad_second_upload_keeps_the_good_first_and_says_so(content, says):
+    page = EngineerPage()
+    page.controls["upload"].value = _file("Qwen2.5-14B.json", _json(QWEN25_14B))
+    first = page.settings
+    page.controls["upload"].value = _file("bad.json", content)
+    lines = [html.unescape(line) for line in page.status.value.split("</p>")[:-1]]
+    assert len(lines) == 1 and says in lines[0], lines
+    assert lines[0].endswith("; the page still answers for Qwen2.5-14B")
+    assert page.settings == first and page.answers.model.name == "Qwen2.5-14B"
+    assert page.controls["model"].value == UPLOADED
+    assert f"{QWEN25_14B_COUNT:,} parameters" in page.parts["model"].value
+
+
+def test_a_shared_link_with_a_config_the_reader_refuses_answers_for_the_preset_and_says_so():
+    from zerolib.app.settings import pack_config
+    deep = pack_config("[" * 100_000 + "]" * 100_000)
+    assert len(deep) < 400                      # a short link carries it
+    page = EngineerPage.from_environment({"QUERY_STRING": f"config={deep}&gpus=8"})
+    lines = page.status.value.split("</p>")[:-1]
+    assert len(lines) == 1 and "config in the address: the text nests more than 32" in lines[0]
+    assert page.settings.config == "" and page.settings.gpus == 8 and page.answers.errors == {}
+
+
+def test_the_idle_time_is_said_on_the_page_only_when_the_server_sets_one():
+    from zerolib.app.page import IDLE_VARIABLE, idle_words
+    assert idle_words({}) == ""
+    assert "stops after 5 minutes without a change" in idle_words({IDLE_VARIABLE: "300"})
+    assert "after 90 seconds" in idle_words({IDLE_VARIABLE: "90"})
+    page = EngineerPage.from_environment({IDLE_VARIABLE: "60"})
+    assert "stops after 1 minute without a change" in page.widget.children[0].value

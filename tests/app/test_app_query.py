@@ -84,7 +84,7 @@ def test_suffixed_counts_are_read_exactly():
        gpus=st.integers(1, 65536), per_node=st.integers(1, 64),
        links=st.sampled_from(["", *NODES]), seq=st.integers(1, 131072),
        batch=st.integers(1, 10**6), micro=st.integers(1, 1024),
-       tokens=st.integers(1, 10**16), name=st.text(max_size=40),
+       tokens=st.integers(1, 10**16), name=st.text(max_size=40).filter(str.isprintable),
        config=st.dictionaries(st.text(max_size=8), st.integers() | st.text(max_size=8), max_size=5))
 def test_any_settings_round_trip(model, device, gpus, per_node, links, seq, batch, micro, tokens,
                                  name, config):
@@ -108,3 +108,13 @@ def test_every_chapter_link_of_the_page_lands_on_a_heading():
         headings = {line.lstrip("#").strip() for c in nb.cells if c.cell_type == "markdown"
                     for line in c.source.splitlines() if line.startswith("#")}
         assert heading in headings, (part, notebook, heading)
+
+
+def test_chapter_links_point_at_the_static_chapter_served_beside_the_page():
+    """Relative links to `zerolib html`'s pages, which `zerolib app` serves at /chapter/: they
+    work with no JupyterLab running (tests/browser/test_app_page.py follows each one)."""
+    from zerolib.app.answers import section_address, section_link
+    assert section_address("model") == "chapter/09-size-your-own-model.html#What-zerolib-read"
+    assert section_address("state") == (
+        "chapter/04-will-it-fit.html#Layer-1:-persistent-model-state")
+    assert "127.0.0.1:8888" not in section_link("plan") and "/lab/tree/" not in section_link("run")

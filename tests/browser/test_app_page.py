@@ -3,25 +3,35 @@ headless Chromium, a config.json from tests/data uploaded, the GPUs and the engi
 answers checked against zerolib's own functions, the layout measured as the explorers' is (no
 blank dropdown, no clipped label, no control past the edge), a screenshot written to
 test-output/browser/app-page.png, the share link reopened, and the server stopped by Ctrl-C with
-nothing left behind (its process group gone, its port free)."""
+nothing left behind (its process group gone, its port free).
+
+Then the page under its visitors (issue 35): 25 visits opened and closed, after which the kernel
+count and the memory of the server and all below it are back at their baseline (on main before
+the fix, every visit left its kernel of ~150 MB alive until the server stopped); two visitors at
+once, each with answers of their own, and a third turned away with the busy page; the chapter
+links opening the chapter served beside the page; a 20 MB upload refused in one line.
+(tests/app/test_app_server.py sends the plain GETs.)"""
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
-import re
-import select
 import signal
 import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from browser_support import MEASURE, chromium, free_port, layout_problems
+from app_support import (
+    RSS_SLACK,
+    alive,
+    descendants,
+    kernels_and_rss,
+    settled_baseline,
+    wait_until,
+    zerolib_app,
+)
+from browser_support import MEASURE, chromium, layout_problems
 from conftest import REPO
 
 from zerolib.app.answers import engine_choices
@@ -36,74 +46,11 @@ START_SECONDS = 45        # Voila's first answer on a loaded 2-core machine: a f
 ANSWER_MS = 45_000        # a page load starts a kernel and runs the page's one cell
 
 
-def _first_line(process: subprocess.Popen, seconds: float) -> str:
-    ready, _, _ = select.select([process.stdout], [], [], seconds)
-    assert ready, f"zerolib app printed nothing within {seconds} s (exit status {process.poll()})"
-    return process.stdout.readline()
-
-
 @pytest.fixture
 def app_server(tmp_path):
-    port = free_port()
-    home = tmp_path / "jupyter"
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"),
-               JUPYTER_DATA_DIR=str(home / "data"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-               IPYTHONDIR=str(home / "ipython"), PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path))
-    env.pop("JUPYTER_PATH", None)
-    command = [str(Path(sys.executable).parent / "zerolib"), "app", "--port", str(port)]
-    started = time.monotonic()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=env, start_new_session=True)
-    try:
-        line = _first_line(process, START_SECONDS)
-        match = re.search(rf"at (http://127\.0\.0\.1:{port}/\?token=(\w+));", line)
-        assert match, f"no address in {line!r}"
-        yield {"process": process, "port": port, "url": match[1], "token": match[2],
-               "start_seconds": time.monotonic() - started}
-    finally:
-        _stop_everything(process)
-
-
-def _stop_everything(process: subprocess.Popen) -> None:
-    """However the test ended: Ctrl-C to ``zerolib app`` (which stops Voila, in a session of its
-    own, and its kernels), then SIGKILL to whatever is still below it."""
-    below = _descendants(process.pid)
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    for pid in below:
-        if _alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-
-
-def _descendants(pid: int) -> set[int]:
-    """Every process below ``pid`` (read from /proc): the server's kernels among them."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    with zerolib_app(tmp_path) as app:
+        yield {"process": app.process, "port": app.port, "url": app.url, "token": app.token,
+               "start_seconds": app.start_seconds}
 
 
 def _text(page, selector: str) -> str:
@@ -111,10 +58,15 @@ def _text(page, selector: str) -> str:
 
 
 def _wait_for(page, selector: str, needle: str) -> None:
-    page.wait_for_function(
-        "([sel, needle]) => { const el = document.querySelector(sel);"
-        " return el && el.innerText.replace(/\\s+/g, ' ').includes(needle); }",
-        arg=[selector, needle], timeout=ANSWER_MS)
+    try:
+        page.wait_for_function(
+            "([sel, needle]) => { const el = document.querySelector(sel);"
+            " return el && el.innerText.replace(/\\s+/g, ' ').includes(needle); }",
+            arg=[selector, needle], timeout=ANSWER_MS)
+    except Exception as error:    # say what was awaited and what the page showed instead
+        shown = " ".join(page.locator("body").inner_text().split())[:600]
+        raise AssertionError(f"{needle!r} not shown within {ANSWER_MS} ms at {page.url}: "
+                             f"{shown!r}") from error
 
 
 def _control(page, label: str):
@@ -208,14 +160,149 @@ def test_the_page_answers_an_uploaded_config_and_stops_clean(app_server, playwri
     print("\nzerolib app seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
 
     process = app_server["process"]
-    below = _descendants(process.pid)
+    below = descendants(process.pid)
     assert below, "the server started no process"
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=60) == 0
     assert "zerolib app: stopping Voila" in process.stderr.read()
     with pytest.raises(ProcessLookupError):       # the server's whole group is gone
         os.killpg(process.pid, 0)
-    assert not [pid for pid in below if _alive(pid)], "processes left behind"
+    assert not [pid for pid in below if alive(pid)], "processes left behind"
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", app_server["port"]), timeout=5).close()
     assert compact_config(json.loads(CONFIG.read_text()))   # the file itself was left as it was
+
+
+# --- issue 35: the page under its visitors ------------------------------------------------------
+
+VISITS = 25
+CLOSED_SECONDS = 15       # a closed page's kernel is shut down on its beacon, within seconds
+
+
+def _open(context, address: str, needle: str = "GPU-hours"):
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(address, wait_until="domcontentloaded", timeout=ANSWER_MS)
+    _wait_for(page, ".zerolib-app", needle)
+    return page, errors
+
+
+def _admitted(page, address: str) -> None:
+    """Open ``address``, again while the busy page answers: the server counts a closed page's
+    kernel until it has forgotten it, a moment after its process is gone."""
+    def opened():
+        response = page.goto(address, wait_until="commit", timeout=ANSWER_MS)
+        return response is not None and response.status != 503
+    assert wait_until(opened, CLOSED_SECONDS, every=1), f"still busy after {CLOSED_SECONDS} s"
+
+
+def test_visits_opened_and_closed_leave_nothing_behind(playwright, chromium_path, tmp_path):
+    # An idle time far beyond the test: only the pages' closing may reclaim their kernels.
+    with zerolib_app(tmp_path, "--max-visitors", "2", "--idle-timeout", "3600") as app, \
+            chromium(playwright, tmp_path / "profile", chromium_path) as context:
+        kernels, baseline = settled_baseline(app)
+        assert kernels == 0
+        most = 0
+        started = time.monotonic()
+        for first in range(0, VISITS, 2):      # two visitors at a time: both cores busy
+            visits = range(first, min(first + 2, VISITS))
+            pages = [context.new_page() for _ in visits]
+            errors: list[str] = []
+            for page, visit in zip(pages, visits):
+                page.on("pageerror", lambda error, seen=errors: seen.append(str(error)))
+                _admitted(page, app.address(query=f"gpus={8 * (1 + visit % 8)}"))
+            for page in pages:
+                _wait_for(page, ".zerolib-app", "GPU-hours")
+            most = max(most, kernels_and_rss(app)[0])
+            for page in pages:
+                page.close(run_before_unload=True)     # as a browser closes a tab
+            assert not errors, errors
+            assert wait_until(lambda: kernels_and_rss(app)[0] == 0, CLOSED_SECONDS), \
+                f"visits {list(visits)}: a kernel outlived its page"
+        kernels, after = kernels_and_rss(app)
+        print(f"\n{VISITS} browser visits in {time.monotonic() - started:.0f} s: at most {most} "
+              f"kernels at a time; after them {kernels} kernels and {after / 1e6:.0f} MB against "
+              f"a baseline of 0 kernels and {baseline / 1e6:.0f} MB")
+        assert most == 2 and after <= baseline + RSS_SLACK, (after, baseline)
+
+
+def test_two_visitors_at_once_get_their_own_answers_and_a_third_is_turned_away(
+        playwright, chromium_path, tmp_path):
+    with zerolib_app(tmp_path, "--max-visitors", "2") as app, \
+            chromium(playwright, tmp_path / "profile", chromium_path) as context:
+        first, _ = _open(context, app.address(query="gpus=16"), "llama-2-7b on 16 ")
+        second, _ = _open(context, app.address(query="gpus=32"), "llama-2-7b on 32 ")
+        assert kernels_and_rss(app)[0] == 2
+        gpus = _control(first, "GPUs")
+        gpus.fill("8")
+        gpus.press("Enter")
+        _wait_for(first, ".zerolib-app", "llama-2-7b on 8 ")
+        _wait_for(first, ".zerolib-app", f"{_expected_llama_fits(8):,} fit")
+        _wait_for(second, ".zerolib-app", f"{_expected_llama_fits(32):,} fit")
+        assert "llama-2-7b on 32 " in _text(second, ".zerolib-app")   # the other kept its own
+        assert _control(second, "GPUs").input_value() == "32"
+        third = context.new_page()
+        response = third.goto(app.address(), wait_until="domcontentloaded", timeout=ANSWER_MS)
+        assert response.status == 503 and response.headers["retry-after"] == "30"
+        assert third.locator("body").inner_text().strip() == (
+            "The page is busy: 2 visitors already have it open, as many as this server serves "
+            "at once. Try again in a minute.")
+        assert kernels_and_rss(app)[0] == 2                    # no kernel for the third
+        first.close(run_before_unload=True)
+        assert wait_until(lambda: kernels_and_rss(app)[0] == 1, CLOSED_SECONDS)
+        _admitted(third, app.address())            # a place is free again
+        _wait_for(third, ".zerolib-app", "GPU-hours")
+
+
+def _expected_llama_fits(gpus: int) -> int:
+    s = Settings()
+    return plan("llama-2-7b", gpus, s.gpus_per_node, s.device, s.seq_len, s.global_batch).counts()["fit"]
+
+
+def test_the_chapter_links_open_the_chapter_served_beside_the_page(playwright, chromium_path,
+                                                                    tmp_path):
+    from zerolib.app.answers import SECTIONS
+    with zerolib_app(tmp_path) as app, chromium(playwright, tmp_path / "profile",
+                                                chromium_path) as context:
+        settled_baseline(app)       # the chapter exported
+        page, _ = _open(context, app.address())
+        links = page.locator("a.zerolib-section")
+        assert links.count() >= len(SECTIONS) - 1
+        checked = set()
+        for i in range(links.count()):
+            href = links.nth(i).get_attribute("href")
+            if href in checked:
+                continue
+            checked.add(href)
+            with context.expect_page() as opened:
+                links.nth(i).click()
+            chapter = opened.value
+            chapter.wait_for_load_state("domcontentloaded")
+            anchor = urlsplit(chapter.url).fragment
+            assert urlsplit(chapter.url).path.startswith("/chapter/") and anchor, chapter.url
+            heading = chapter.locator(f"[id='{anchor}']")
+            assert heading.count() == 1, (chapter.url, anchor)
+            assert heading.inner_text().strip().rstrip("¶").strip() == anchor.replace("-", " ")
+            chapter.close()
+        assert len(checked) == len(SECTIONS)
+
+
+def test_a_20_mb_upload_gets_a_message_and_the_page_keeps_answering(playwright, chromium_path,
+                                                                    tmp_path):
+    big = tmp_path / "huge-config.json"
+    big.write_bytes(b" " * 20_000_000)
+    with zerolib_app(tmp_path) as app, chromium(playwright, tmp_path / "profile",
+                                                chromium_path) as context:
+        page, errors = _open(context, app.address())
+        with page.expect_file_chooser() as chooser:
+            page.locator(".zerolib-app .widget-upload").click()
+        chooser.value.set_files(str(big))
+        _wait_for(page, ".zerolib-app", "huge-config.json is 20,000,000 bytes: a config.json is "
+                                        "a few kilobytes (at most 1,000,000 read); the page "
+                                        "still answers for llama-2-7b")
+        gpus = _control(page, "GPUs")      # and the page still answers
+        gpus.fill("32")
+        gpus.press("Enter")
+        _wait_for(page, ".zerolib-app", "llama-2-7b on 32 ")
+        assert not errors, errors

@@ -28,12 +28,41 @@ def _free_port() -> int:
 
 def test_argv_serves_the_page_on_localhost_one_port_with_the_token_from_the_environment():
     argv = app.app_argv(9123, python="/env/bin/python")
-    assert argv[:4] == ["/env/bin/python", "-m", "voila", str(app.PAGE)]
+    # Voila's own command line, through the launcher that adds the hook and the quiet logs.
+    assert argv[:4] == ["/env/bin/python", "-m", "zerolib.app.server", str(app.PAGE)]
     assert "--Voila.ip=127.0.0.1" in argv and "--port=9123" in argv
     assert "--Voila.port_retries=0" in argv       # a taken port is an error, not another port
     assert "--no-browser" in argv
     assert "--Voila.auto_token=True" in argv      # the server reads JUPYTER_TOKEN
     assert not any(part.startswith("--token") or part.startswith("--Voila.token") for part in argv)
+
+
+def test_argv_reclaims_each_visitors_kernel_with_jupyter_servers_culler_and_bounds_them():
+    argv = app.app_argv(9123, idle_seconds=300, max_visitors=4)
+    for setting in ("--MappingKernelManager.cull_idle_timeout=300",
+                    "--MappingKernelManager.cull_interval=30",   # a tenth of the idle time
+                    "--MappingKernelManager.cull_connected=True",  # an open tab nobody uses
+                    "--MappingKernelManager.cull_busy=True",       # a kernel stuck busy
+                    "--VisitorKernels.max_kernels=4",
+                    "--VoilaConfiguration.multi_kernel_manager_class="
+                    "zerolib.app.server.VisitorKernels",
+                    "--Voila.log_level=ERROR"):
+        assert setting in argv, setting
+    assert [app.cull_interval(s) for s in (1, 6, 25, 300, 3600)] == [1, 1, 2, 30, 60]
+
+
+@pytest.mark.parametrize("flag, value, says", [
+    ("--idle-timeout", "0", "--idle-timeout must be a positive whole number"),
+    ("--idle-timeout", "-5", "--idle-timeout must be a positive whole number"),
+    ("--idle-timeout", "five", "--idle-timeout must be a number of seconds like 300"),
+    ("--idle-timeout", "1e9", "--idle-timeout must be at most 604,800"),
+    ("--max-visitors", "0", "--max-visitors must be a positive whole number"),
+    ("--max-visitors", "many", "--max-visitors must be a number of visitors like 4"),
+    ("--max-visitors", "100000", "--max-visitors must be at most 1,024"),
+])
+def test_bad_limits_are_one_line_and_exit_2(capsys, flag, value, says):
+    status, out, err = run(capsys, "app", flag, value)
+    assert status == 2 and out == "" and err.count("\n") == 1 and says in err, err
 
 
 def test_argv_without_a_token_asks_for_none():
@@ -106,7 +135,9 @@ def test_starts_serves_the_page_with_the_token_only_and_stops_on_ctrl_c(tmp_path
         assert "EngineerPage" not in body                # Voila shows no code
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=60) == 0
-        assert "zerolib app: stopping Voila" in process.stderr.read()
+        # Only what a user needs: the address and how to stop (above), then this line; no
+        # warnings about trust, plain TCP, websocket pings or deprecations, no request lines.
+        assert process.stderr.read() == "zerolib app: stopping Voila\n"
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", port), timeout=5).close()
     finally:
@@ -117,3 +148,17 @@ def test_starts_serves_the_page_with_the_token_only_and_stops_on_ctrl_c(tmp_path
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+def test_every_flag_is_documented_in_docs_app_md_and_the_readme_points_there(capsys):
+    from conftest import REPO
+    status, out, _ = run(capsys, "app", "--help")
+    assert status == 0
+    flags = sorted(set(re.findall(r"(--[a-z][a-z-]+)", out)) - {"--help"})
+    assert {"--idle-timeout", "--max-visitors", "--no-token", "--port", "--browser"} <= set(flags)
+    docs = (REPO / "docs" / "app.md").read_text(encoding="utf-8")
+    assert [flag for flag in flags if f"`{flag}" not in docs] == []
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "docs/app.md" in readme and "--idle-timeout" in readme and "--max-visitors" in readme
+    assert f"`--idle-timeout SECONDS` | {app.DEFAULT_IDLE_SECONDS} |" in docs
+    assert f"`--max-visitors N` | {app.DEFAULT_MAX_VISITORS} |" in docs

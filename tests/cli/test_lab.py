@@ -39,6 +39,11 @@ def test_argv_binds_localhost_one_port_the_notebooks_and_the_settings(tmp_path):
     assert f"--LabApp.app_settings_dir={tmp_path}" in argv
     assert "--allow-root" not in argv
     assert not any("token" in part.lower() for part in argv)   # ps would show it to everyone
+    for quiet in lab.QUIET:      # warnings and errors only, none a reader cannot act on
+        assert quiet in argv
+    assert lab.ENCRYPTED in lab.lab_argv(9123, NOTEBOOK_DIR, tmp_path, as_root=False, encrypted=True)
+    assert lab.ENCRYPTED not in lab.lab_argv(9123, NOTEBOOK_DIR, tmp_path, as_root=False,
+                                             encrypted=False)
 
 
 def test_argv_as_root_allows_root(tmp_path):
@@ -162,6 +167,11 @@ def test_starts_on_a_working_copy_says_only_where_and_how_to_stop(tmp_path):
         assert rest == "" and errors == "zerolib lab: stopping JupyterLab\n", (rest, errors)
         assert not settings_dir.exists()
         assert (workdir / "state" / "jupyterlab.log").is_file()     # the server's messages
+        # and none of them a notice a reader cannot act on: stopped through /api/shutdown, no
+        # deprecated setting read, no extension news.
+        log = (workdir / "state" / "jupyterlab.log").read_text()
+        assert "received signal" not in log and "DeprecationWarning" not in log, log
+        assert "[I " not in log, log
         # The server is gone: nothing listens on the port (it may sit in TIME_WAIT a while).
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", port), timeout=5).close()

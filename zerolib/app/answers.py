@@ -24,12 +24,11 @@ from __future__ import annotations
 import csv
 import html
 import io
-import json
 import math
 from dataclasses import dataclass, field
 
 from zerolib.app.settings import Settings
-from zerolib.core.catalogue.hf_config import model_from_config
+from zerolib.core.catalogue.hf_config import config_from_text, model_from_config
 from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
 from zerolib.core.estimate import Estimate, estimate
 from zerolib.core.memory.accounting import STRATEGY_NAMES
@@ -60,7 +59,9 @@ SECTIONS = {
     "left_out": ("08-zero-beside-model-parallelism.ipynb", "What the ranking leaves out"),
     "run": ("05-the-price-of-zero.ipynb", "Compute, overlap and the step time"),
 }
-CHAPTER_URL = "http://127.0.0.1:8888/lab/tree/"   # where `zerolib lab` serves the chapter
+# The chapter's static pages (`zerolib html`'s), which `zerolib app` serves beside the page, so
+# the links work with no other server running; relative, so they follow the page's address.
+CHAPTER_URL = "chapter/"
 
 
 @dataclass(frozen=True)
@@ -96,16 +97,13 @@ def _engine(name: str) -> tuple[str, str, Engine]:
 
 
 def read_model(settings: Settings) -> TransformerConfig:
-    """The uploaded config (if any) or the preset."""
+    """The uploaded config (if any) or the preset; the config read as ``--config`` reads a file
+    (:func:`zerolib.core.catalogue.hf_config.config_from_text`: bounded, one line naming the
+    field)."""
     if settings.config:
-        try:
-            data = json.loads(settings.config)
-        except ValueError as error:
-            raise ValueError(f"{settings.config_name or 'config.json'} is not JSON ({error})") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{settings.config_name or 'config.json'} must hold a JSON object "
-                             f"(a Hugging Face config), not a {type(data).__name__}")
-        return model_from_config(data, name=settings.config_name or None)
+        where = settings.config_name or "config.json"
+        data = config_from_text(settings.config, where)
+        return model_from_config(data, name=settings.config_name or None, where=where)
     return get_model(settings.model)
 
 
@@ -209,13 +207,18 @@ def plan_csv(result: Plan, top: int | None = CSV_TOP) -> str:
 
 # --- the page's HTML ----------------------------------------------------------------------------
 
+def section_address(part: str) -> str:
+    """Where the chapter explains answer ``part``: its static page and heading (nbconvert's
+    anchor, the heading's words joined by "-")."""
+    notebook, heading = SECTIONS[part]
+    return f"{CHAPTER_URL}{notebook.removesuffix('.ipynb')}.html#{heading.replace(' ', '-')}"
+
+
 def section_link(part: str) -> str:
     """A link to the chapter section that explains answer ``part``."""
     notebook, heading = SECTIONS[part]
-    anchor = heading.replace(" ", "-")
-    number = notebook[:2]
-    return (f"<a href='{html.escape(CHAPTER_URL + notebook + '#' + anchor)}' target='_blank' "
-            f"class='zerolib-section'>explained in notebook {number}: "
+    return (f"<a href='{html.escape(section_address(part))}' target='_blank' "
+            f"class='zerolib-section'>explained in notebook {notebook[:2]}: "
             f"\u201c{html.escape(heading)}\u201d</a>")
 
 

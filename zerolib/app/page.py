@@ -5,19 +5,21 @@ figures, the plan as a CSV download and a link that reopens the page as it is.
 the kernel as ``QUERY_STRING``), asks :func:`zerolib.app.answers.answers` on every change and
 writes the answers' HTML (pure functions of :mod:`zerolib.app.answers`) and the figures' PNG
 bytes into its widgets. A setting the core refuses, a query value it cannot read or a
-``config.json`` it cannot read is one line on the status line; the rest keeps answering.
+``config.json`` it cannot read is one line on the status line; the rest keeps answering, and a
+refused upload leaves the model the page answered for before (the line names it).
 """
 from __future__ import annotations
 
 import base64
 import html
-import json
 from collections.abc import Mapping
 from dataclasses import replace
 
 from zerolib.app import answers as answering
 from zerolib.app.settings import (
     DEFAULTS,
+    IDLE_VARIABLE,
+    MAX_NAME_CHARS,
     MAX_TOKENS,
     PLANNED_DEVICES,
     TOKEN_EXAMPLE,
@@ -32,6 +34,12 @@ from zerolib.chapter.charts.will_it_fit import will_it_fit_figure
 from zerolib.chapter.explorers.panel import EXPLORER_CLASS, TABLE_CSS, control_panel, shown_at_own_size
 from zerolib.chapter.style import render_png
 from zerolib.core.catalogue.devices import DEVICES
+from zerolib.core.catalogue.hf_config import (
+    MAX_CONFIG_BYTES,
+    config_from_text,
+    model_from_config,
+    name_or_path,
+)
 from zerolib.core.catalogue.models import MODELS
 from zerolib.core.catalogue.nodes import NODES
 from zerolib.core.inputs import MAX_GPUS
@@ -44,7 +52,6 @@ from zerolib.core.units import UNITS
 
 PAGE_CLASS = "zerolib-app"
 DPI = 80                         # the explorers' resolution: readable, quick to send
-MAX_CONFIG_BYTES = 1_000_000     # a config.json is a few kilobytes
 UPLOADED = "uploaded config.json"   # the model menu's entry for an uploaded file
 PANEL = (
     ("Model: a preset, or your own config.json", ("model", "upload")),
@@ -90,27 +97,50 @@ def csv_link_html(text: str, rows: int) -> str:
             "</p>")
 
 
+def _file_name(name) -> str:
+    """An uploaded file's name as shown: its last part, printable characters only, cut short."""
+    name = str(name).replace("\\", "/").rsplit("/", 1)[-1]
+    return "".join(c for c in name if c.isprintable())[:MAX_NAME_CHARS] or "config.json"
+
+
 def read_upload(upload_value) -> tuple[str, str]:
     """(compact JSON text, model name) of an uploaded ``config.json``; ValueError with one line
-    when it is not a readable JSON object."""
+    naming the file (and the field, where one is to blame) when it is too large (checked before
+    it is read), not UTF-8, or not a config's JSON object (read as ``--config`` reads a file:
+    :func:`~zerolib.core.catalogue.hf_config.config_from_text`). The name is the config's
+    ``_name_or_path``, else the file's name without ``.json`` (``config.json`` itself when that
+    is all there is: the model type, ``qwen2`` for Qwen2.5-14B, names no model). A file the
+    model reader refuses is refused here, so that it changes nothing on the page."""
     files = list(upload_value)
     if not files:
         raise ValueError("no file was uploaded")
     item = files[-1]
-    name, content = item["name"], bytes(item["content"])
+    name, content = _file_name(item["name"]), item["content"]
     if len(content) > MAX_CONFIG_BYTES:
         raise ValueError(f"{name} is {len(content):,} bytes: a config.json is a few kilobytes "
                          f"(at most {MAX_CONFIG_BYTES:,} read)")
     try:
-        data = json.loads(content.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
-        raise ValueError(f"{name} cannot be read as JSON ({error})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{name} must hold a JSON object (a Hugging Face config), not a "
-                         f"{type(data).__name__}")
-    stem = name.rsplit("/", 1)[-1]
-    stem = stem[:-5] if stem.lower().endswith(".json") else stem
-    return compact_config(data), ("" if stem == "config" else stem)
+        text = bytes(content).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{name} cannot be read as JSON (it is not UTF-8 text)") from None
+    data = config_from_text(text, name)
+    stem = name[:-5] if name.lower().endswith(".json") else name
+    model = name_or_path(data) or (stem if stem != "config" else name)
+    model_from_config(data, name=model, where=name)    # refused here, the file named
+    return compact_config(data), model
+
+
+def idle_words(environ: Mapping[str, str]) -> str:
+    """What the server does with this page's kernel (from ``zerolib app``'s
+    :data:`IDLE_VARIABLE`): a sentence, or "" outside ``zerolib app``."""
+    text = environ.get(IDLE_VARIABLE, "")
+    if not text.isdigit() or not int(text):
+        return ""
+    seconds = int(text)
+    after = (f"{seconds // 60} minute{'s' if seconds // 60 != 1 else ''}" if seconds % 60 == 0
+             else f"{seconds} seconds")
+    return (f" The answers come from a process the server keeps for this page while it is open "
+            f"and stops after {after} without a change: then reload the page.")
 
 
 class EngineerPage:
@@ -120,6 +150,7 @@ class EngineerPage:
     def __init__(self, settings: Settings = DEFAULTS, problems=(), environ: Mapping[str, str] | None = None):
         w = widgets()
         self.environ = dict(environ or {})
+        self.answers = None
         self._problems = list(problems)
         self._syncing = False
         wide = {"description_width": "initial"}
@@ -168,7 +199,8 @@ class EngineerPage:
     def _model_options(self, settings: Settings):
         presets = [(name, name) for name in MODELS]
         if settings.config:
-            label = f"{UPLOADED} ({settings.config_name})" if settings.config_name else UPLOADED
+            named = settings.config_name not in ("", "config.json")   # a name beyond the file's
+            label = f"{UPLOADED} ({settings.config_name})" if named else UPLOADED
             return [(label, UPLOADED), *presets]
         return presets
 
@@ -228,19 +260,27 @@ class EngineerPage:
             self._show(self.settings)     # a preset replaces the upload: its entry goes
         self.refresh()
 
+    def _answered_for(self) -> str:
+        """The model the page answers for now, as a refusal names it."""
+        model = None if self.answers is None else self.answers.model
+        return model.name if model is not None else self.settings.model
+
     def _uploaded(self, value) -> None:
         if not value:
             return
+        # The file's bytes are not kept in the widget (nor sent back), and the same file can be
+        # uploaded again.
+        self.controls["upload"].value = ()
         try:
             text, name = read_upload(value)
-        except ValueError as error:
-            self._problems.append(str(error))
+            try:
+                candidate = replace(self._read_controls(), config=text, config_name=name)
+            except (ValueError, TypeError):
+                candidate = replace(self.settings, config=text, config_name=name)
+        except (ValueError, TypeError) as error:
+            self._problems.append(f"{error}; the page still answers for {self._answered_for()}")
             self._render_status()
             return
-        try:
-            candidate = replace(self._read_controls(), config=text, config_name=name)
-        except (ValueError, TypeError):
-            candidate = replace(self.settings, config=text, config_name=name)
         self.settings = candidate
         self._show(candidate)
         self.refresh()
@@ -251,8 +291,10 @@ class EngineerPage:
         """Ask the core for the current settings and show the answers."""
         self.answers = answering.answers(self.settings)
         if "model" in self.answers.errors and self.settings.config:
-            # The file cannot be read: say so in one line and go back to the preset.
-            self._problems.append(self.answers.errors["model"])
+            # The config (a shared link's) cannot be read: say so in one line, and which preset
+            # answers instead.
+            self._problems.append(f"{self.answers.errors['model']}; the page answers for the "
+                                  f"preset {self.settings.model} instead")
             self.settings = replace(self.settings, config="", config_name="")
             self._show(self.settings)
             self.answers = answering.answers(self.settings)
@@ -312,7 +354,8 @@ class EngineerPage:
             w.HTML(PAGE_CSS + "<h2>Will my model train here, and how should I lay it out?</h2>"
                    "<p>Pick a model (or drop in its config.json), the cluster and the run; the "
                    "answers below follow. Every number comes from the functions behind "
-                   "<code>zerolib estimate</code> and <code>zerolib plan</code>.</p>"),
+                   "<code>zerolib estimate</code> and <code>zerolib plan</code>."
+                   f"{idle_words(self.environ)}</p>"),
             control_panel(self.controls, PANEL, WIDE), self.status, p["model"],
             heading("1. Does the model state fit, stage by stage?"), p["state"],
             heading("2. The peak per GPU, with the working set"), p["peak"], i["peak"],

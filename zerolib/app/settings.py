@@ -5,6 +5,12 @@
 :func:`from_query` reads one back, keeping the defaults for what is missing and saying in one
 line per field what it could not read. An uploaded ``config.json`` travels inside the query,
 compressed (zlib, then URL-safe base64), so a shared link carries the model too.
+
+A query is bounded before it is read: at most :data:`MAX_QUERY_CHARS` characters and
+:data:`MAX_QUERY_FIELDS` fields; its ``config`` unpacks to at most
+:data:`~zerolib.core.catalogue.hf_config.MAX_CONFIG_BYTES` (decompressed in steps, so a small link
+cannot unpack to gigabytes) and is read as an uploaded file is
+(:func:`~zerolib.core.catalogue.hf_config.config_from_text`).
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from dataclasses import dataclass, fields, replace
 from urllib.parse import parse_qsl, urlencode
 
 from zerolib.core.catalogue.devices import DEVICES
+from zerolib.core.catalogue.hf_config import MAX_CONFIG_BYTES, config_from_text
 from zerolib.core.catalogue.models import MODELS
 from zerolib.core.catalogue.nodes import NODES
 from zerolib.core.inputs import MAX_GPUS, echo
@@ -32,6 +39,14 @@ TOKEN_EXAMPLE = "a count like 2T, 15.6T, 2e12 or 2,000,000,000,000"
 USUAL_NODE = ""              # the links entry meaning "the node the device usually comes in"
 # Keys a query may carry besides the settings: the server's access token.
 IGNORED_KEYS = ("token",)
+# A link this page writes is its 13 fields, the config packed (1 MB of JSON packs to well under
+# 1.4 MB of text); anything longer or with more fields is not one of its links.
+MAX_QUERY_CHARS = 2_000_000
+MAX_QUERY_FIELDS = 64
+MAX_NAME_CHARS = 100       # a model's name, as shown in texts and titles
+# Set by `zerolib app` in the server's environment, which Voila hands to each page's kernel:
+# the seconds without activity after which the server shuts the page's kernel down.
+IDLE_VARIABLE = "ZEROLIB_APP_IDLE_SECONDS"
 
 
 @dataclass(frozen=True)
@@ -70,12 +85,33 @@ def pack_config(text: str) -> str:
 
 
 def unpack_config(packed: str) -> str:
-    """:func:`pack_config` undone; ValueError when ``packed`` is not such a text."""
+    """:func:`pack_config` undone; ValueError when ``packed`` is not such a text or unpacks to
+    more than :data:`MAX_CONFIG_BYTES` (found out without unpacking more than that)."""
+    not_packed = "config in the address is not a packed config.json"
     try:
         raw = base64.urlsafe_b64decode(packed + "=" * (-len(packed) % 4))
-        return zlib.decompress(raw).decode("utf-8")
-    except (binascii.Error, zlib.error, UnicodeDecodeError, ValueError):
-        raise ValueError("config in the address is not a packed config.json") from None
+        unpacker = zlib.decompressobj()
+        data = unpacker.decompress(raw, MAX_CONFIG_BYTES + 1)
+    except (binascii.Error, zlib.error, ValueError):
+        raise ValueError(not_packed) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ValueError(f"config in the address unpacks to more than {MAX_CONFIG_BYTES:,} bytes; "
+                         f"a config.json is a few kilobytes")
+    if not unpacker.eof:
+        raise ValueError(not_packed)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(not_packed) from None
+
+
+def model_name(text: str, field: str = "config_name") -> str:
+    """A model's name as given (a file's name, a query's ``config_name``): printable, at most
+    :data:`MAX_NAME_CHARS` characters; ValueError naming ``field`` otherwise."""
+    if not text.isprintable() or len(text) > MAX_NAME_CHARS:
+        raise ValueError(f"{field} must be a name of at most {MAX_NAME_CHARS} printable "
+                         f"characters, got {echo(text)}")
+    return text
 
 
 def compact_config(data: dict) -> str:
@@ -96,19 +132,32 @@ def to_query(settings: Settings) -> str:
 
 def from_query(query: str, base: Settings = DEFAULTS) -> tuple[Settings, tuple[str, ...]]:
     """The settings a query names (``base`` for what it leaves out) and one line per value it
-    could not take (that field keeps ``base``'s value). A leading ``?`` is allowed."""
-    values, problems = {}, []
-    for key, text in parse_qsl(query.lstrip("?"), keep_blank_values=True):
+    could not take (that field keeps ``base``'s value). A leading ``?`` is allowed; a query
+    beyond :data:`MAX_QUERY_CHARS` or :data:`MAX_QUERY_FIELDS` is one line and ``base``."""
+    values, problems, unknown = {}, [], []
+    if len(query) > MAX_QUERY_CHARS:
+        return base, (f"the address is {len(query):,} characters long; the page reads addresses "
+                      f"of up to {MAX_QUERY_CHARS:,}",)
+    try:
+        pairs = parse_qsl(query.lstrip("?"), keep_blank_values=True,
+                          max_num_fields=MAX_QUERY_FIELDS)
+    except ValueError:
+        return base, (f"the address has more than {MAX_QUERY_FIELDS} fields; the page takes "
+                      f"{len(FIELDS)} ({', '.join(FIELDS)})",)
+    for key, text in pairs:
         if key in IGNORED_KEYS:
             continue
         if key not in FIELDS:
-            problems.append(f"the address names {echo(key)}, which the page does not take "
-                            f"(it takes {', '.join(FIELDS)})")
+            unknown.append(echo(key))
             continue
         try:
             values[key] = _read(key, text)
         except (ValueError, TypeError) as error:
             problems.append(str(error))
+    if unknown:   # one line for all of them
+        more = f" (and {len(unknown) - 3} more)" if len(unknown) > 3 else ""
+        problems.append(f"the address names {', '.join(unknown[:3])}{more}, which the page does "
+                        f"not take (it takes {', '.join(FIELDS)})")
     if values.get("config") == "":
         values["config_name"] = ""
     return replace(base, **values), tuple(problems)
@@ -124,5 +173,12 @@ def _read(key: str, text: str):
             raise ValueError(f"{key} must be one of {allowed}, got {echo(text)}")
         return text
     if key == "config":
-        return unpack_config(text) if text else ""
-    return text    # config_name, engine: checked where they are used
+        if not text:
+            return ""
+        # Read as an upload is (bounded depth and values), kept in the one compact spelling.
+        return compact_config(config_from_text(unpack_config(text), "config in the address"))
+    if key == "config_name":
+        return model_name(text)
+    if len(text) > MAX_NAME_CHARS:    # engine: its name is checked where it is used
+        raise ValueError(f"{key} must be at most {MAX_NAME_CHARS} characters, got {echo(text)}")
+    return text

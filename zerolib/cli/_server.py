@@ -3,7 +3,9 @@
 One way for both: bound to 127.0.0.1, one port (``--port``; one that is taken is a one-line
 error, not a move to the next), the token in the server's environment (never on its command
 line, where ``ps`` shows it), the server in its own session so Ctrl-C (or SIGTERM) reaches the
-command only, which then stops the server's process group (SIGTERM, SIGKILL if it lingers).
+command only, which then stops the server: through its own shutdown request where it has one
+(JupyterLab's ``/api/shutdown``, which stops it without a line of its own), then its process
+group (SIGTERM, SIGKILL if it lingers).
 """
 from __future__ import annotations
 
@@ -68,8 +70,22 @@ def answers(url: str, token: str) -> bool:
         return False
 
 
-def stop(process: subprocess.Popen) -> None:
-    """SIGTERM the server's process group (its kernels with it), SIGKILL it if it lingers."""
+def ask_to_stop(url: str, token: str) -> None:
+    """POST the server's shutdown request (with the token, if any); no answer is no matter."""
+    headers = {"Authorization": f"token {token}"} if token else {}
+    request = urllib.request.Request(url, data=b"", method="POST", headers=headers)
+    with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError):
+        with urllib.request.urlopen(request, timeout=5):
+            pass
+
+
+def stop(process: subprocess.Popen, shutdown_url: str = "", token: str = "") -> None:
+    """Ask the server to stop (``shutdown_url``), then SIGTERM its process group (its kernels
+    with it) if it is still there, then SIGKILL if it lingers."""
+    if shutdown_url and process.poll() is None:
+        ask_to_stop(shutdown_url, token)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=STOP_SECONDS)
     for sig, wait in ((signal.SIGTERM, STOP_SECONDS), (signal.SIGKILL, 5)):
         if process.poll() is not None:
             return
@@ -97,9 +113,10 @@ def sigterm_as_ctrl_c():
 class Server:
     """What to start and how to tell it is up: ``command`` (``zerolib lab``) and ``name``
     (JupyterLab) for the messages, the command line, its folder and environment, the address
-    polled until it answers (``ready_url``) and the one printed (``url``), and the line printed
-    once it answers (``serving``; "; Ctrl-C stops it." is added). With a ``log``, the server's
-    messages go to that file (overwritten each start), not to the terminal."""
+    polled until it answers (``ready_url``) and the one printed (``url``), the line printed
+    once it answers (``serving``; "; Ctrl-C stops it." is added), and the address that asks it
+    to stop (``shutdown_url``; "": signals only). With a ``log``, the server's messages go to
+    that file (overwritten each start), not to the terminal."""
 
     command: str
     name: str
@@ -112,6 +129,7 @@ class Server:
     url: str
     serving: str
     log: Path | None = None
+    shutdown_url: str = ""
 
 
 def _log_tail(path: Path, lines: int = 20) -> str:
@@ -160,4 +178,4 @@ def serve(server: Server, browser: bool) -> int:
         print(f"{server.command}: stopping {server.name}", file=sys.stderr, flush=True)
         return 0
     finally:
-        stop(process)
+        stop(process, server.shutdown_url, server.token)

@@ -15,7 +15,13 @@ What it adds to ``jupyter lab notebooks/``:
 - the project's JupyterLab settings, as overrides of the defaults in a folder of their own
   (``--LabApp.app_settings_dir``): no "Jupyter news?" pop-up over the first notebook and no
   update notice. The user's own settings (``~/.jupyter/lab/user-settings``) are read as usual
-  and never written by this command; anything they set still wins over these defaults.
+  and never written by this command; anything they set still wins over these defaults;
+- a quiet terminal (:data:`QUIET`): warnings and errors only, and none of the notices a reader
+  cannot act on: the kernels' sockets are encrypted (jupyter_client's ``transport_encryption``,
+  where pyzmq has Curve), so no kernel warns about plain TCP; websocket pings are timed as
+  tornado requires; notebook_shim, a bridge for the classic Notebook's extensions that
+  JupyterLab does not need, is not loaded (it reads every server setting, a deprecated one
+  among them, which warns); and the server is stopped through its own ``/api/shutdown``.
 
 The server runs in its own session, so Ctrl-C (or SIGTERM) reaches this command only; it then
 stops the server (SIGTERM, which shuts its kernels down) and removes the settings folder.
@@ -44,6 +50,11 @@ from zerolib.cli._server import (
 )
 
 DEFAULT_PORT = 8888
+# Server settings that keep the terminal to what a reader can act on (see the module doc).
+QUIET = ("--log-level=WARN", "--LabApp.log_level=WARN",
+         '--ServerApp.tornado_settings={"ws_ping_timeout": 30000}',
+         '--ServerApp.jpserver_extensions={"notebook_shim": False}')
+ENCRYPTED = "--KernelManager.transport_encryption=auto"
 FIRST_NOTEBOOK = "00-index.ipynb"
 # Defaults for JupyterLab's notification extension: the news question pops up over the lower
 # right of the first notebook; the chapter's environment is pinned, so an update notice is noise.
@@ -80,15 +91,23 @@ def register(commands) -> None:
     parser.set_defaults(func=run)
 
 
+def curve_available() -> bool:
+    """Whether pyzmq can encrypt the kernels' sockets (jupyter_client refuses the setting
+    without it)."""
+    import zmq
+    return bool(zmq.has("curve"))
+
+
 def lab_argv(port: int, root_dir: Path, settings_dir: Path, as_root: bool,
-             python: str = sys.executable, extra: tuple[str, ...] = ()) -> list[str]:
+             python: str = sys.executable, extra: tuple[str, ...] = (),
+             encrypted: bool | None = None) -> list[str]:
     """The JupyterLab command line (no secret in it: the token travels in the environment);
     ``extra`` options go before ``--allow-root``."""
     argv = [python, "-m", "jupyterlab", "--no-browser", f"--ip={HOST}", f"--port={port}",
             "--port-retries=0", f"--ServerApp.root_dir={root_dir}",
-            f"--LabApp.app_settings_dir={settings_dir}",
-            # Only warnings and errors: the address this command prints is the one to use.
-            "--log-level=WARN", *extra]
+            f"--LabApp.app_settings_dir={settings_dir}", *QUIET, *extra]
+    if curve_available() if encrypted is None else encrypted:
+        argv.append(ENCRYPTED)
     if as_root:
         argv.append("--allow-root")
     return argv
@@ -175,4 +194,4 @@ def _serve(port: int, settings_dir: Path, browser: bool, copy, extra: tuple[str,
         root_dir, lab_environment(dict(os.environ), token), port, token,
         f"http://{HOST}:{port}/api/status", url,
         f"JupyterLab is serving it at {url}" + (" (as root: --allow-root)" if is_root() else ""),
-        log=copy.log), browser)
+        log=copy.log, shutdown_url=f"http://{HOST}:{port}/api/shutdown"), browser)

@@ -20,7 +20,7 @@ def register(commands) -> None:
                              "in substance: sources, outputs, figures, widget state, metadata, "
                              "not an editor's view state or kernel display name (exit 1 if any); "
                              "nothing is written")
-    parser.add_argument("--dir", type=Path, default=None, metavar="DIR",
+    parser.add_argument("--dir", default=None, metavar="DIR",
                         help="folder of the notebooks (default: the repository's notebooks/)")
     parser.add_argument("--timeout", type=int, default=600, metavar="SECONDS",
                         help="per-cell time limit (default: 600)")
@@ -47,7 +47,10 @@ def run(args) -> int:
     from zerolib._io import remove_stale_temporaries, stale_temporaries
     from zerolib.publish import notebooks
 
-    paths = notebooks.find_notebooks(args.names, args.dir)
+    # Path("") is ".": an empty --dir must not quietly mean the current folder.
+    if args.dir is not None and not args.dir.strip():
+        raise ValueError("--dir must name a folder, got an empty path")
+    paths = notebooks.find_notebooks(args.names, None if args.dir is None else Path(args.dir))
 
     stale = []
     for path in paths:

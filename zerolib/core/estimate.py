@@ -153,6 +153,13 @@ class Estimate:
         return out
 
 
+def _fill_whole_nodes(gpus: int, ic: Interconnect, gpus_per_node: int | None) -> None:
+    """A node size asked for must tile the GPUs (or hold them all), as everywhere else
+    (:func:`~zerolib.core.memory.placement.gpus_on_node`): 12 GPUs on nodes of 8 are no cluster."""
+    if gpus_per_node is not None and ic.gpus_per_node is not None:
+        gpus_on_node(gpus, ic.gpus_per_node)
+
+
 def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
                         traffic_options: dict, engine: Engine, link_efficiency=None) -> Estimate:
     """``result`` with a ``communication`` object in every stage row (see the module doc)."""
@@ -169,6 +176,7 @@ def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
             raise ValueError(f"{used[0]} needs a link")
         return result
     ic = interconnect(link, gpus_per_node, link_efficiency)
+    _fill_whole_nodes(result.gpus, ic, gpus_per_node)
     stages = [row["stage"] for row in result.stages]
     options = dict(traffic_options)
     overlap = options["overlap"]
@@ -315,7 +323,9 @@ def _with_parallel_step(result: Estimate, run: Run, micro_batches: int) -> Estim
     if engine.name in ep_rules.BORROWS_CONTEXT and expert_parallel > 1 and expert_parallel % c:
         raise ValueError(f"engine {engine.name} spreads experts over the whole context-parallel "
                          f"group: context_parallel ({c}) must divide expert_parallel, got {expert_parallel}")
-    ic = interconnect(run.cluster.link, _node_gpus(run, None), run.cluster.link_efficiency)
+    gpus_per_node = _node_gpus(run, None)
+    ic = interconnect(run.cluster.link, gpus_per_node, run.cluster.link_efficiency)
+    _fill_whole_nodes(result.gpus, ic, gpus_per_node)
     stages = [row["stage"] for row in result.stages]
     settings = ParallelSettings(
         seq_len=s.seq_len, micro_batch=s.micro_batch, tensor_parallel=s.tensor_parallel,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import stat
 
 import numpy as np
 
@@ -122,9 +124,47 @@ def check_positive_int(value, name: str, maximum: int = MAX_BYTES) -> int:
 
 
 def echo(value) -> str:
-    """``repr(value)`` cut to 40 characters, for one-line error messages."""
-    text = repr(value)
+    """``repr(value)`` cut to 40 characters, for one-line error messages (a value too deep or
+    too long for ``repr``, such as a hostile nested list, is named by its type)."""
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):   # nesting beyond the stack; ints beyond 4,300 digits
+        return f"a {type(value).__name__} too large to show"
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
+
+
+def read_small_file(path, what: str, maximum: int) -> str:
+    """The UTF-8 text of the regular file ``path`` of at most ``maximum`` bytes; a ValueError
+    naming the path otherwise. The size is checked before anything is read, and a named pipe or
+    a device (``/dev/zero``) is refused without reading from it. ``what`` names the file's kind
+    in the message ("a config.json")."""
+    try:
+        # Non-blocking: opening a FIFO must not wait for a writer; fstat then judges the very
+        # file opened (no race between a check and the open).
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as error:
+        raise ValueError(f"{path}: {error.strerror or error}") from None
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((words for test, words in _FILE_KINDS if test(info.st_mode)), "not a file")
+            raise ValueError(f"{path}: {kind}, not a regular file; give {what}")
+        if info.st_size > maximum:
+            raise ValueError(f"{path}: {info.st_size:,} bytes; {what} is read up to {maximum:,} "
+                             f"bytes")
+        data = handle.read(maximum + 1)    # the file may have grown since fstat
+    if len(data) > maximum:
+        raise ValueError(f"{path}: more than {maximum:,} bytes; {what} is read up to {maximum:,} "
+                         f"bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a UTF-8 text file") from None
 
 
 def check_width(value, name: str) -> float:

@@ -87,6 +87,10 @@ def _choices(values, allowed, name) -> tuple:
     if not values:
         raise ValueError(f"{name} must name at least one of {', '.join(map(str, allowed))}")
     for value in values:
+        # True == 1, but stages=(True,) is no stage 1 (where the choices are not booleans)
+        if isinstance(value, bool) and not any(isinstance(a, bool) for a in allowed):
+            raise TypeError(f"{name} must be from {', '.join(map(str, allowed))}, got "
+                            f"{echo(value)} (a boolean)")
         if value not in allowed:
             raise ValueError(f"{name} must be from {', '.join(map(str, allowed))}, got {echo(value)}")
     return tuple(dict.fromkeys(values))

@@ -97,3 +97,83 @@ def test_bad_arguments_name_the_flag(args, words):
     with pytest.raises(ValueError) as error:
         model_from_megatron_args(args)
     assert words in str(error.value)
+
+
+# --- Megatron-LM's own argument rules, where they change the count ------------------------------
+# megatron/training/arguments.py at d98e8a64 (NVIDIA/Megatron-LM, 2026-08-22), validate_args.
+
+def _validate_position_args(args):
+    """Lines 1625-1634 of validate_args, as written there (the apply_rope_fusion line is kept:
+    it changes no parameter)."""
+    # Legacy RoPE arguments
+    if args.use_rotary_position_embeddings:
+        args.position_embedding_type = 'rope'
+    if args.position_embedding_type != 'rope':
+        args.apply_rope_fusion = False
+
+    # Would just need to add 'NoPE' as a position_embedding_type to support this, but for now
+    # don't allow it to keep things simple
+    if not args.add_position_embedding and args.position_embedding_type != 'rope':
+        raise RuntimeError('--no-position-embedding is deprecated, use --position-embedding-type')
+
+
+SMALL = ("--num-layers 2 --hidden-size 4096 --num-attention-heads 32 --max-position-embeddings 4096 "
+         "--vocab-size 32000")
+
+
+@pytest.mark.parametrize("legacy_rope", [False, True])
+@pytest.mark.parametrize("kind", [None, "learned_absolute", "rope", "none"])
+@pytest.mark.parametrize("no_position", [False, True])
+def test_position_embeddings_follow_validate_args(legacy_rope, kind, no_position):
+    from types import SimpleNamespace
+    # argparse's defaults (lines 2397, 2415, 2437-2440): learned_absolute, False, True.
+    args = SimpleNamespace(use_rotary_position_embeddings=legacy_rope,
+                           position_embedding_type=kind or "learned_absolute",
+                           add_position_embedding=not no_position, apply_rope_fusion=True)
+    flags = (SMALL + (" --use-rotary-position-embeddings" if legacy_rope else "")
+             + (f" --position-embedding-type {kind}" if kind else "")
+             + (" --no-position-embedding" if no_position else ""))
+    try:
+        _validate_position_args(args)
+    except RuntimeError as refused:
+        with pytest.raises(ValueError) as error:
+            model_from_megatron_args(flags)
+        assert str(refused) in str(error.value)
+        return
+    config = model_from_megatron_args(flags)
+    built = {"learned_absolute": "learned", "rope": "rotary", "none": "none"}
+    assert config.position_embedding == built[args.position_embedding_type]
+
+
+def test_the_legacy_rope_flag_drops_the_learned_table():
+    # Megatron-LM builds no position table under --use-rotary-position-embeddings, whatever
+    # --position-embedding-type says: 4,096 positions x 4,096 = 16,777,216 parameters fewer.
+    learned = model_from_megatron_args(SMALL + " --position-embedding-type learned_absolute")
+    legacy = model_from_megatron_args(SMALL + " --use-rotary-position-embeddings "
+                                              "--position-embedding-type learned_absolute")
+    assert parameter_count(learned) - parameter_count(legacy) == 4096 * 4096 == 16_777_216
+    assert parameter_count(legacy) == parameter_count(
+        model_from_megatron_args(SMALL + " --position-embedding-type rope"))
+
+
+@pytest.mark.parametrize("flag, words", [
+    # validate_args, lines 590-604, as written there.
+    ("--batch-size 8", "--batch-size argument is no longer valid, use --micro-batch-size instead"),
+    ("--warmup 100", "--warmup argument is no longer valid, use --lr-warmup-fraction instead"),
+    ("--model-parallel-size 8", "--model-parallel-size is no longer valid, use "
+                                "--tensor-model-parallel-size instead"),
+    ("--checkpoint-activations", "--checkpoint-activations is no longer valid, use "
+                                 "--recompute-activations, or, for more control, "
+                                 "--recompute-granularity and --recompute-method"),
+])
+def test_switches_megatron_no_longer_takes_are_refused_with_its_words(flag, words):
+    with pytest.raises(ValueError) as error:
+        model_from_megatron_args(f"{SMALL} {flag}")
+    assert words in str(error.value) and str(error.value).startswith("megatron-args: ")
+
+
+@pytest.mark.parametrize("value", ["٣٢", "3_2", "32.0", "0x20", "+32", "3 2", "", "९"])
+def test_numbers_are_ascii_digits(value):
+    # Python's int() reads "3_2" and "٣٢" as 32; zerolib's one rule for counts refuses them.
+    with pytest.raises(ValueError, match="--num-layers must be a whole number"):
+        model_from_megatron_args(["--num-layers", value, *SMALL.split()[2:]])

@@ -19,17 +19,29 @@ a config leaves out takes the default of that architecture's ``PretrainedConfig`
 - encoders and encoder-decoders (BERT, T5, ...): refused, zerolib sizes decoder-only models.
 
 Every error is a ``ValueError`` naming the file (or ``config`` for a dict) and the field.
+What is read is bounded before it is parsed: a file of at most :data:`MAX_CONFIG_BYTES` (a
+regular file: a named pipe or a device is refused unread), JSON nested at most
+:data:`MAX_CONFIG_DEPTH` levels and holding at most :data:`MAX_CONFIG_FIELDS` values
+(:func:`config_from_text`), so that no input makes the reader recurse, wait or run long.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from zerolib.core.catalogue.models import MAX_MODEL_SIZE, TransformerConfig
+from zerolib.core.inputs import echo, read_small_file
 
 CONFIG_FILE = "config.json"
+# Bounds on what is read (a published config.json is 1-10 kB, nests 2-4 levels (a vision
+# tower's config inside the model's) and holds 30-300 values): far above any real config,
+# small enough that a hostile file is refused in milliseconds.
+MAX_CONFIG_BYTES = 1_000_000
+MAX_CONFIG_DEPTH = 32
+MAX_CONFIG_FIELDS = 10_000
 
 # Fields read and deliberately left out because no parameter depends on them.
 NO_PARAMETER_FIELDS = (
@@ -65,7 +77,7 @@ class _Fields:
             value = default
         if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_MODEL_SIZE:
             self.fail(f"field {key} must be a whole number from {minimum} to {MAX_MODEL_SIZE:,}, "
-                      f"got {value!r}")
+                      f"got {echo(value)}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -73,7 +85,7 @@ class _Fields:
         if value is None:
             value = default
         if not isinstance(value, bool):
-            self.fail(f"field {key} must be true or false, got {value!r}")
+            self.fail(f"field {key} must be true or false, got {echo(value)}")
         return value
 
     def first(self, *keys: str):
@@ -85,13 +97,13 @@ class _Fields:
 
     def refuse_if(self, key: str, present, why: str):
         if present:
-            self.fail(f"field {key} ({self.data.get(key)!r}): {why}; zerolib cannot express it")
+            self.fail(f"field {key} ({echo(self.data.get(key))}): {why}; zerolib cannot express it")
 
     def dropout(self, *keys: str) -> bool:
         for key in keys:
             value = self.data.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                self.fail(f"field {key} must be a number, got {value!r}")
+                self.fail(f"field {key} must be a number, got {echo(value)}")
         return any((self.data.get(key) or 0) > 0 for key in keys)
 
 
@@ -335,8 +347,8 @@ def hub_cache() -> Path:
 def _config_file(path: Path) -> Path:
     """config.json of a file, a model directory, a Hugging Face cache folder, or a Hub name
     (ORG/NAME) already in the local cache (read offline: nothing is downloaded)."""
-    if path.is_file():
-        return path
+    if path.is_file() or (path.exists() and not path.is_dir()):
+        return path     # a regular file, or a pipe or device that the reader refuses unread
     if not path.exists():
         if len(path.parts) == 2 and not path.is_absolute():     # ORG/NAME: the local Hub cache
             cached = hub_cache() / f"models--{path.parts[0]}--{path.parts[1]}"
@@ -350,8 +362,9 @@ def _config_file(path: Path) -> Path:
     snapshots = path / "snapshots"
     if path.name.startswith("models--") and snapshots.is_dir():
         ref = path / "refs" / "main"
-        if ref.is_file() and (snapshots / ref.read_text().strip() / CONFIG_FILE).is_file():
-            return snapshots / ref.read_text().strip() / CONFIG_FILE
+        commit = read_small_file(ref, "a commit hash", 1024).strip() if ref.is_file() else ""
+        if commit and "/" not in commit and (snapshots / commit / CONFIG_FILE).is_file():
+            return snapshots / commit / CONFIG_FILE
         found = sorted(snapshots.glob(f"*/{CONFIG_FILE}"))
         if len(found) == 1:
             return found[0]
@@ -369,51 +382,145 @@ def _name(path: Path | None, data: Mapping) -> str:
         folder = path.parent.name if path.name == CONFIG_FILE else path.stem
         if folder and folder != "snapshots":
             return folder
+    given = name_or_path(data)
+    return given or str(data.get("model_type"))
+
+
+def name_or_path(data: Mapping) -> str:
+    """The config's ``_name_or_path`` (what transformers records on saving it: a Hub name such as
+    ``Qwen/Qwen2.5-14B``, or a folder), cut to its last two parts and 100 characters; "" when
+    absent."""
     given = data.get("_name_or_path")
-    return given if isinstance(given, str) and given else str(data.get("model_type"))
+    if not isinstance(given, str):
+        return ""
+    given = "/".join(given.strip().replace("\\", "/").rstrip("/").split("/")[-2:])
+    return given if given.isprintable() and len(given) <= 100 else ""
 
 
-def read_config(source) -> tuple[dict, str, Path | None]:
-    """(fields, where, file) of a config.json path, directory, cache folder or mapping."""
+# A JSON string (its closing quote optional, so an unterminated one ends the scan) and the colon
+# that makes it a key, or a bracket.
+_JSON_TOKENS = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*"?)(\s*:)?|[\[\]{}]')
+
+
+def _too_deep(text: str) -> str | None:
+    """None when ``text`` nests at most :data:`MAX_CONFIG_DEPTH` levels; else the top-level key
+    under which it goes deeper ("" when the text is not an object). Scanned, not parsed: a
+    parser recurses once per level."""
+    depth, key = 0, ""
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group()
+        if token[0] == '"':
+            if depth == 1 and match.group(2):
+                key = match.group(1)
+        elif token in "[{":
+            depth += 1
+            if depth > MAX_CONFIG_DEPTH:
+                return key
+        else:
+            depth -= 1
+    return None
+
+
+def _key_words(key) -> str:
+    if isinstance(key, str) and key.startswith('"'):
+        try:
+            key = json.loads(key)
+        except ValueError:
+            key = key.strip('"')
+    return f"field {echo(key) if not isinstance(key, str) or not key.isprintable() or len(key) > 40 else key}"
+
+
+def _not_json(constant: str):
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def check_config_shape(data: Mapping, where: str) -> None:
+    """ValueError unless ``data`` nests at most :data:`MAX_CONFIG_DEPTH` levels and holds at
+    most :data:`MAX_CONFIG_FIELDS` values (walked without recursion: a Python dict may nest
+    without end, or hold itself)."""
+    count = 0
+    stack = [(data, 1, None)]
+    while stack:
+        node, depth, top = stack.pop()
+        if depth > MAX_CONFIG_DEPTH:
+            raise ValueError(f"{where}: {_key_words(top)} nests more than {MAX_CONFIG_DEPTH} "
+                             f"levels deep; a config.json nests a few")
+        items = node.items() if isinstance(node, Mapping) else enumerate(node)
+        for key, child in items:
+            count += 1
+            if count > MAX_CONFIG_FIELDS:
+                raise ValueError(f"{where}: more than {MAX_CONFIG_FIELDS:,} values (the last read "
+                                 f"in {_key_words(key if top is None else top)}); a config.json "
+                                 f"holds a few hundred")
+            if isinstance(child, (Mapping, list, tuple)):
+                stack.append((child, depth + 1, key if top is None else top))
+
+
+def config_from_text(text: str, where: str) -> dict:
+    """The JSON object of a config.json's text, bounded (see the module doc): a ValueError naming
+    ``where`` and, where one is to blame, the field, for text that is too long, nested too deep,
+    not JSON, not an object, or holding too many values."""
+    if not isinstance(text, str):
+        raise TypeError(f"{where}: a config.json's text must be a string, got {type(text).__name__}")
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ValueError(f"{where}: {len(text):,} characters; a config.json is read up to "
+                         f"{MAX_CONFIG_BYTES:,} bytes")
+    deep = _too_deep(text)
+    if deep is not None:
+        field = _key_words(deep) if deep else "the text"
+        raise ValueError(f"{where}: {field} nests more than {MAX_CONFIG_DEPTH} levels deep; a "
+                         f"config.json nests a few")
+    try:
+        data = json.loads(text, parse_constant=_not_json)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{where}: malformed JSON (line {error.lineno}, column {error.colno}: "
+                         f"{error.msg})") from None
+    except (ValueError, RecursionError) as error:   # a number of more than 4,300 digits...
+        raise ValueError(f"{where}: malformed JSON ({' '.join(str(error).split())[:100]})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: a config.json holds one JSON object, got {type(data).__name__}")
+    check_config_shape(data, where)
+    return data
+
+
+def read_config(source, where: str = "config") -> tuple[dict, str, Path | None]:
+    """(fields, where, file) of a config.json path, directory, cache folder or mapping
+    (``where`` names a mapping in messages)."""
     if isinstance(source, Mapping):
-        return dict(source), "config", None
+        check_config_shape(source, where)
+        return dict(source), where, None
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"config must be a path to a config.json, a model directory or a dict, "
                         f"got {type(source).__name__}")
     file = _config_file(Path(source).expanduser())
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{file}: malformed JSON (line {error.lineno}, column {error.colno}: "
-                         f"{error.msg})") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{file}: not a UTF-8 text file") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{file}: a config.json holds one JSON object, got {type(data).__name__}")
-    return data, str(file), file
+    text = read_small_file(file, "a config.json", MAX_CONFIG_BYTES)
+    return config_from_text(text, str(file)), str(file), file
 
 
-def model_from_config(source, *, name: str | None = None) -> TransformerConfig:
+def model_from_config(source, *, name: str | None = None, where: str = "config") -> TransformerConfig:
     """The :class:`TransformerConfig` a Hugging Face ``config.json`` describes, exact to the parameter.
 
     ``source``: a path to a ``config.json``, a directory holding one, a local Hugging Face cache
     folder (``models--ORG--NAME`` or its ``snapshots/HASH``), a Hub name ``ORG/NAME`` already in
     the local cache (:func:`hub_cache`; offline, nothing is downloaded), or the config as a dict. ``name``
-    overrides the name read from the path (the cache's ORG/NAME, else the folder's name).
+    overrides the name read from the path (the cache's ORG/NAME, else the folder's name);
+    ``where`` is what messages call a dict (an uploaded file's name, say).
     """
-    data, where, file = read_config(source)
+    data, where, file = read_config(source, where)
     r = _Fields(data, where)
     model_type = data.get("model_type")
     if model_type is None:
         r.fail("missing field model_type")
-    if data.get("is_encoder_decoder") is True:
-        r.fail(f"field is_encoder_decoder: model_type {model_type!r} is an encoder-decoder; zerolib "
+    if not isinstance(model_type, str):
+        r.fail(f"field model_type must be a string such as \"llama\", got {echo(model_type)}")
+    if r.flag("is_encoder_decoder", False):
+        r.fail(f"field is_encoder_decoder: model_type {echo(model_type)} is an encoder-decoder; zerolib "
                f"sizes decoder-only models")
     if model_type in ENCODER_TYPES:
-        r.fail(f"field model_type: {model_type!r} is an encoder or encoder-decoder; zerolib sizes "
+        r.fail(f"field model_type: {echo(model_type)} is an encoder or encoder-decoder; zerolib sizes "
                f"decoder-only models")
     if model_type not in READERS:
-        r.fail(f"field model_type: {model_type!r} is not one zerolib reads (it reads "
+        r.fail(f"field model_type: {echo(model_type)} is not one zerolib reads (it reads "
                f"{', '.join(sorted(READERS))})")
     for key, why in (("quantization_config", "quantised weights are not the 16-bit parameters a "
                       "training layout counts"),

@@ -16,7 +16,13 @@ with Megatron-LM's defaults from ``megatron/training/arguments.py`` (``validate_
 - biases on every linear layer unless ``--disable-bias-linear`` (``add_bias_linear`` is True by
   default), on the QKV projection also with ``--add-qkv-bias``;
 - ``--position-embedding-type learned_absolute`` (the default) is a ``--max-position-embeddings``
-  x h table; ``rope`` (or ``--use-rotary-position-embeddings``) and ``none`` have no parameters;
+  x h table; ``rope`` and ``none`` have no parameters. The legacy ``--use-rotary-position-
+  embeddings`` forces ``rope`` whatever ``--position-embedding-type`` says, and
+  ``--no-position-embedding`` is refused unless the type is then ``rope``, both as
+  ``validate_args`` has them (``megatron/training/arguments.py`` at d98e8a64, lines 1625-1634);
+  the other switches ``validate_args`` refuses as no longer valid (``--batch-size``,
+  ``--warmup``, ``--model-parallel-size``, ``--checkpoint-activations``, lines 590-604) are
+  refused with its words;
 - the output layer shares the embedding unless ``--untie-embeddings-and-output-weights``;
 - ``--normalization`` LayerNorm (default; weight and bias) or RMSNorm (weight);
 - QKV is one fused ``linear_qkv`` and, with ``--swiglu``, gate and up one ``linear_fc1``.
@@ -27,17 +33,29 @@ out; a flag that changes the architecture in a way zerolib cannot express (exper
 attention, ...) is refused with one line naming it, and so is any flag zerolib does not know,
 so that nothing is silently approximated. ``--vocab-size`` is needed: Megatron-LM reads the
 vocabulary from its tokenizer, which is not here.
+
+What is read is bounded: arguments (a string or a file, a regular one) of at most
+:data:`MAX_ARGUMENT_BYTES` and :data:`MAX_ARGUMENTS` words; numbers in ASCII digits only (Python's
+``int``, which argparse calls, would also read ``3_2`` and ``٣٢`` as 32: zerolib's one rule for
+counts refuses both).
 """
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from pathlib import Path
 
 from zerolib.core.catalogue.models import MAX_MODEL_SIZE, TransformerConfig
+from zerolib.core.inputs import echo, read_small_file
 from zerolib.core.intmath import ceil_div
 
 MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128   # megatron/training/arguments.py default
+# A launch script's arguments are a few kilobytes and a few hundred words. (shlex, which splits
+# them as a shell would, slows down on long words: one word of 1 MB took 11 s, of 100 kB 0.1 s.)
+MAX_ARGUMENT_BYTES = 100_000
+MAX_ARGUMENTS = 4_096
+_DIGITS = re.compile(r"[0-9]+")
 
 # Flags taking a whole number that shape the model.
 _WHOLE = {
@@ -65,6 +83,18 @@ _REFUSED = {
     "--mtp-num-layers": "multi-token prediction layers",
     "--num-layers-per-virtual-pipeline-stage": None,
 }
+# Switches validate_args refuses as no longer valid (megatron/training/arguments.py at d98e8a64,
+# lines 590-604), with its words.
+_NO_LONGER_VALID = {
+    "--batch-size": "--batch-size argument is no longer valid, use --micro-batch-size instead",
+    "--warmup": "--warmup argument is no longer valid, use --lr-warmup-fraction instead",
+    "--model-parallel-size": "--model-parallel-size is no longer valid, use "
+                             "--tensor-model-parallel-size instead",
+    "--checkpoint-activations": "--checkpoint-activations is no longer valid, use "
+                                "--recompute-activations, or, for more control, "
+                                "--recompute-granularity and --recompute-method",
+}
+NO_POSITION_EMBEDDING = "--no-position-embedding is deprecated, use --position-embedding-type"
 # Flags (taking a value) that change no parameter.
 _NO_PARAMETER_VALUES = frozenset("""
     --micro-batch-size --global-batch-size --rampup-batch-size --train-iters --train-samples
@@ -89,10 +119,24 @@ _NO_PARAMETER_SWITCHES = frozenset("""
     --log-timers-to-tensorboard --log-validation-ppl-to-tensorboard --log-memory-to-tensorboard
     --log-params-norm --log-num-zeros-in-grad --log-theoretical-memory --no-load-optim
     --no-load-rng --use-checkpoint-args --mock-data --accumulate-allreduce-grads-in-fp32
-    --attention-softmax-in-fp32 --no-rope-fusion --use-legacy-models --no-position-embedding
+    --attention-softmax-in-fp32 --no-rope-fusion --use-legacy-models
     --disable-vision-class-token --apply-query-key-layer-scaling --swap-attention --tp-comm-overlap
     --manual-gc --check-for-nan-in-loss-and-grad --deterministic-mode --bias-swiglu-fusion
 """.split())
+
+
+def _shown(text: str) -> str:
+    """``text`` as it is when short and printable, else :func:`echo`'s cut repr."""
+    return text if len(text) <= 40 and text.isprintable() else echo(text)
+
+
+def _bounded(tokens: list[str], where: str) -> list[str]:
+    if len(tokens) > MAX_ARGUMENTS:
+        raise ValueError(f"{where}: {len(tokens):,} words; Megatron-LM arguments are read up to "
+                         f"{MAX_ARGUMENTS:,}")
+    if sum(len(token) for token in tokens) > MAX_ARGUMENT_BYTES:
+        raise ValueError(f"{where}: more than {MAX_ARGUMENT_BYTES:,} characters of arguments")
+    return tokens
 
 
 def _tokens(source) -> tuple[list[str], str]:
@@ -100,23 +144,28 @@ def _tokens(source) -> tuple[list[str], str]:
     if isinstance(source, (list, tuple)):
         if not all(isinstance(item, str) for item in source):
             raise TypeError("megatron_args as a list must hold strings")
-        return list(source), "megatron-args"
+        return _bounded(list(source), "megatron-args"), "megatron-args"
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"megatron_args must be a string of arguments, a list of them or a file "
                         f"holding them, got {type(source).__name__}")
-    text, where = str(source), "megatron-args"
-    path = Path(text).expanduser()
+    text, where = os.fspath(source), "megatron-args"
+    if len(text) > MAX_ARGUMENT_BYTES:
+        raise ValueError(f"{where}: {len(text):,} characters; Megatron-LM arguments are read up "
+                         f"to {MAX_ARGUMENT_BYTES:,} bytes")
     if not text.lstrip().startswith("-") and "\n" not in text:
-        if not path.is_file():
-            raise ValueError(f"{text}: no such file (give Megatron-LM arguments such as "
+        path = Path(text).expanduser()
+        if not path.exists():
+            raise ValueError(f"{_shown(text)}: no such file (give Megatron-LM arguments such as "
                              f"'--num-layers 32 ...', or a file holding them)")
-        text, where = path.read_text(encoding="utf-8"), str(path)
+        text = read_small_file(path, "a file of Megatron-LM arguments", MAX_ARGUMENT_BYTES)
+        where = str(path)
     # A launch script's lines: comments dropped, backslash line continuations joined.
     lines = [line.split("#", 1)[0] for line in text.replace("\\\n", " ").splitlines()]
     try:
-        return shlex.split(" ".join(lines)), where
+        tokens = shlex.split(" ".join(lines))
     except ValueError as error:
         raise ValueError(f"{where}: cannot split the arguments ({error})") from None
+    return _bounded(tokens, where), where
 
 
 def _value(tokens: list[str], index: int, flag: str, inline: str, where: str) -> tuple[str, int]:
@@ -143,28 +192,50 @@ def _parse(tokens: list[str], where: str) -> dict:
         text = None
         if flag in _REFUSED and _REFUSED[flag] is not None:
             raise ValueError(f"{where}: {flag}: {_REFUSED[flag]}; zerolib cannot express it")
+        if flag in _NO_LONGER_VALID:
+            raise ValueError(f"{where}: {_NO_LONGER_VALID[flag]} (Megatron-LM's validate_args "
+                             f"refuses it)")
         if takes_value:
             text, index = _value(tokens, index, flag, inline, where)
         if flag in _WHOLE:
-            try:
-                number = int(text)
-            except ValueError:
-                raise ValueError(f"{where}: {flag} must be a whole number, got {text!r}") from None
+            # ASCII digits only: int() would read "3_2" and "٣٢" as 32.
+            if not _DIGITS.fullmatch(text.strip()):
+                raise ValueError(f"{where}: {flag} must be a whole number, got {echo(text)} "
+                                 f"(digits 0-9 only)")
+            number = int(text.strip()) if len(text.strip()) <= 20 else MAX_MODEL_SIZE + 1
             if not 1 <= number <= MAX_MODEL_SIZE:
-                raise ValueError(f"{where}: {flag} must be from 1 to {MAX_MODEL_SIZE:,}, got {number}")
+                raise ValueError(f"{where}: {flag} must be from 1 to {MAX_MODEL_SIZE:,}, got "
+                                 f"{echo(text.strip())}")
             found[_WHOLE[flag]] = number
         elif flag in _SWITCHES:
             found[_SWITCHES[flag]] = True
+        elif flag == "--no-position-embedding":
+            found["no_position_embedding"] = True
         elif flag in _CHOICES:
             if text not in _CHOICES[flag]:
                 raise ValueError(f"{where}: {flag} must be one of {', '.join(_CHOICES[flag])}, "
-                                 f"got {text!r}")
+                                 f"got {echo(text)}")
             found[flag[2:].replace("-", "_")] = text
         elif not takes_value and flag not in _NO_PARAMETER_SWITCHES:
-            raise ValueError(f"{where}: {flag} is not a Megatron-LM argument zerolib knows; if it "
-                             f"changes no parameter, leave it out")
+            raise ValueError(f"{where}: {_shown(flag)} is not a Megatron-LM argument zerolib knows; "
+                             f"if it changes no parameter, leave it out")
         index += 1
     return found
+
+
+def position_embedding_type(found: dict, where: str) -> str:
+    """The position embedding Megatron-LM builds, by ``validate_args``'s rules as written
+    (megatron/training/arguments.py at d98e8a64, lines 1625-1634): the legacy
+    ``--use-rotary-position-embeddings`` sets ``rope`` over any ``--position-embedding-type``;
+    ``--no-position-embedding`` (add_position_embedding False) with any type but ``rope`` is a
+    RuntimeError there, a ValueError here."""
+    position = found.get("position_embedding_type", "learned_absolute")
+    if found.get("rotary"):
+        position = "rope"
+    if found.get("no_position_embedding") and position != "rope":
+        raise ValueError(f"{where}: {NO_POSITION_EMBEDDING} (Megatron-LM's validate_args refuses "
+                         f"it unless the type is rope)")
+    return position
 
 
 def padded_vocabulary(vocab: int, tensor_parallel: int = 1,
@@ -199,7 +270,7 @@ def model_from_megatron_args(source, *, name: str = "megatron-gpt") -> Transform
     if heads % groups:
         raise ValueError(f"{where}: --num-query-groups ({groups}) must divide "
                          f"--num-attention-heads ({heads})")
-    position = a.get("position_embedding_type", "rope" if a.get("rotary") else "learned_absolute")
+    position = position_embedding_type(a, where)
     t = a.get("tensor_model_parallel_size", 1)
     vocab = padded_vocabulary(a["vocab_size"], t,
                               a.get("make_vocab_size_divisible_by", MAKE_VOCAB_SIZE_DIVISIBLE_BY))

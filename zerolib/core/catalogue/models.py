@@ -62,7 +62,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from types import MappingProxyType
 
-from zerolib.core.inputs import check_count, check_flag, check_positive_int
+from zerolib.core.inputs import MAX_PARAMS, check_count, check_flag, check_positive_int
 
 NORMS = ("layernorm", "rmsnorm")            # layernorm: weight + bias; rmsnorm: weight only
 POSITION_EMBEDDINGS = ("learned", "rotary", "alibi", "none")  # only "learned" has parameters
@@ -174,6 +174,12 @@ class TransformerConfig:
                              f"got {self.position_embedding!r}")
         if not isinstance(self.source, str):
             raise TypeError("source must be a string")
+        # The count --params and estimate() accept at most: a description of a larger model
+        # (each of its sizes within bounds) must not slip past through --config.
+        total = parameter_count(self)
+        if total > MAX_PARAMS:
+            raise ValueError(f"the model has {total:,} parameters; zerolib sizes models of at "
+                             f"most {MAX_PARAMS:,}")
 
     def __deepcopy__(self, memo) -> TransformerConfig:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)

@@ -42,7 +42,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from zerolib.core.catalogue.nodes import Interconnect, check_ring_kind, spanning_latency_of
-from zerolib.core.inputs import broadcast, check_bits, check_gpus, check_params
+from zerolib.core.inputs import (
+    MAX_BYTES,
+    broadcast,
+    check_bits,
+    check_gpus,
+    check_params,
+    echo,
+    whole_in_range,
+)
 from zerolib.core.intmath import ceil_div
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather")
@@ -141,5 +149,13 @@ def collective_seconds(kind: str, sent_bytes, calls, gpus, ic: Interconnect) -> 
     GPU: each call pays the ring's latency, the bytes go at the bus bandwidth (float64)."""
     _check_kind(kind)
     latency, bandwidth = ring_timing(ic, kind, check_gpus(gpus))
-    sent = np.asarray(sent_bytes, dtype=np.float64)
-    return np.asarray(calls, dtype=np.float64) * latency + sent / bandwidth
+    if isinstance(sent_bytes, (str, bytes, bool, np.bool_)):
+        raise TypeError(f"sent_bytes must be a number of bytes, got {echo(sent_bytes)}")
+    try:
+        sent = np.asarray(sent_bytes, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"sent_bytes must be a number of bytes, got {echo(sent_bytes)}") from None
+    if not np.all((sent >= 0) & (sent <= MAX_BYTES)):   # NaN fails both
+        raise ValueError(f"sent_bytes must be bytes from 0 to {MAX_BYTES:,}, got {echo(sent_bytes)}")
+    calls = whole_in_range(calls, "calls", 0, MAX_BYTES, "a whole number of calls, 0 or more")
+    return calls.astype(np.float64) * latency + sent / bandwidth

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zerolib._io import atomic_write
+from zerolib.core.inputs import read_small_file
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
     import pandas as pd
@@ -53,9 +54,17 @@ def write_csv(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def read_csv(path: str | os.PathLike) -> pd.DataFrame:
-    """A recorded file as written (empty text stays empty, not NaN)."""
+# A record is a few kilobytes; a data folder given on the command line is read up to this size
+# per file (a regular file, checked before it is read).
+MAX_RECORD_BYTES = 10_000_000
+
+
+def read_csv(path: str | os.PathLike | io.StringIO) -> pd.DataFrame:
+    """A recorded file as written (empty text stays empty, not NaN); a path is read bounded
+    (:data:`MAX_RECORD_BYTES`, a regular file), a ValueError naming it otherwise."""
     import pandas as pd
+    if isinstance(path, (str, os.PathLike)):
+        path = io.StringIO(read_small_file(path, "a recorded run's CSV", MAX_RECORD_BYTES))
     return pd.read_csv(path, keep_default_na=False)
 
 
