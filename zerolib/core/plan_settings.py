@@ -12,7 +12,6 @@ from zerolib.core.catalogue.links import Link
 from zerolib.core.catalogue.models import TransformerConfig
 from zerolib.core.catalogue.nodes import NODES, Interconnect
 from zerolib.core.inputs import (
-    check_mfu,
     check_positive_int,
     check_sequence,
     echo,
@@ -261,16 +260,7 @@ def _settings_of(run: Run, search: Search) -> PlanSettings:
     if t.partition_activations or t.cpu_checkpointing:
         raise ValueError("working_set's partition_activations and cpu_checkpointing are the "
                          "plan's to search: give zero_r instead")
-    k_buckets = t.buckets
-    working_set = WorkingSetSettings(
-        flash_attention=t.flash_attention, element_bytes=t.element_bytes, mask_bytes=t.mask_bytes,
-        dropout=t.dropout, logits_bytes=t.logits_bytes, reduce_bucket_size=k_buckets.reduce_bucket_size,
-        overlap_comm=k_buckets.overlap_comm, allgather_bucket_size=k_buckets.allgather_bucket_size,
-        allgather_in_place=k_buckets.allgather_in_place,
-        prefetch_bucket_size=k_buckets.prefetch_bucket_size,
-        max_live_parameters=k_buckets.max_live_parameters,
-        ddp_gradient_as_bucket_view=k_buckets.ddp_gradient_as_bucket_view, reserve_bytes=t.reserve,
-        capacity_factor=t.capacity_factor)
+    working_set = t.working_set()
     max_micro_batch = check_positive_int(search.max_micro_batch, "max_micro_batch",
                                          min(MAX_PLAN_MICRO_BATCH, MAX_MICRO_BATCH))
     chunks = search.chunks
@@ -297,7 +287,7 @@ def _settings_of(run: Run, search: Search) -> PlanSettings:
     return PlanSettings(
         config, gpus, k, device, seq_len, global_batch,
         ic, check_host_link(c.host_link),
-        get_layout(t.layout), check_mfu(t.mfu),
+        get_layout(t.layout), t.mfu,
         c.host_memory, max_micro_batch, _choices(search.stages, STAGES, "stages"),
         _choices(search.recompute, RECOMPUTE, "recompute"), chunks,
         _choices(search.offload, tuple(OFFLOADS), "offload"),

@@ -28,6 +28,7 @@ import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
+from functools import lru_cache
 from types import MappingProxyType
 
 from zerolib.core.catalogue.devices import CAPACITY_BASES, DEVICES, Device, device_at
@@ -355,9 +356,35 @@ class Trainer(_Noun):
                 raise TypeError(f"trainer.overlap must be an Overlap or None, got {echo(self.overlap)}")
         self._number("capacity_factor", 1.0, 64.0, optional=True)
 
+    def working_set(self) -> WorkingSetSettings:
+        """The trainer's part of the working set's settings (the layout of a run is the
+        planner's to search): made and checked once per distinct trainer."""
+        k = self.buckets
+        return _trainer_working_set(
+            self.flash_attention, self.element_bytes, self.mask_bytes, self.dropout,
+            self.logits_bytes, (k.reduce_bucket_size, k.overlap_comm, k.allgather_bucket_size,
+                                k.allgather_in_place, k.prefetch_bucket_size,
+                                k.max_live_parameters, k.ddp_gradient_as_bucket_view),
+            self.reserve, self.capacity_factor)
+
     @property
     def layout_name(self) -> str:
         return self.layout if isinstance(self.layout, str) else self.layout.name
+
+
+@lru_cache(maxsize=64)
+def _trainer_working_set(flash_attention, element_bytes, mask_bytes, dropout, logits_bytes,
+                         buckets, reserve, capacity_factor) -> WorkingSetSettings:
+    (reduce_bucket_size, overlap_comm, allgather_bucket_size, allgather_in_place,
+     prefetch_bucket_size, max_live_parameters, ddp_gradient_as_bucket_view) = buckets
+    return WorkingSetSettings(
+        flash_attention=flash_attention, element_bytes=element_bytes, mask_bytes=mask_bytes,
+        dropout=dropout, logits_bytes=logits_bytes, reduce_bucket_size=reduce_bucket_size,
+        overlap_comm=overlap_comm, allgather_bucket_size=allgather_bucket_size,
+        allgather_in_place=allgather_in_place, prefetch_bucket_size=prefetch_bucket_size,
+        max_live_parameters=max_live_parameters,
+        ddp_gradient_as_bucket_view=ddp_gradient_as_bucket_view, reserve_bytes=reserve,
+        capacity_factor=capacity_factor)
 
 
 @dataclass(frozen=True)
