@@ -162,9 +162,8 @@ def _fill_whole_nodes(gpus: int, ic: Interconnect, gpus_per_node: int | None) ->
 
 def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
                         traffic_options: dict, engine: Engine, link_efficiency=None) -> Estimate:
-    """``result`` with a ``communication`` object in every stage row (see the module doc)."""
-    result = replace(result, interconnect=None, compute=None, engine=engine, micro_batches=1,
-                     overlap=None)
+    """``result`` (made with ``engine``, no link) with a ``communication`` object in every stage
+    row (see the module doc)."""
     if link is None:
         if gpus_per_node is not None:
             raise ValueError("gpus_per_node needs a link")
@@ -198,12 +197,12 @@ def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
                    overlap=engine.overlap if overlap is None else overlap)
 
 
-def _engine_stages(run: Run, placement: Placement | None) -> tuple[int, ...]:
+def _engine_stages(run: Run, engine: Engine, placement: Placement | None) -> tuple[int, ...]:
     """The stages to answer for: the run's, each of which the engine must offer; or (None) every
     stage the engine offers that the run can use: with a shard group smaller than every GPU,
     stage 0 and those the engine shards in groups; with a pipeline, those it runs beside one;
     with offload, those that offer it; with ZeRO++'s qwZ or qgZ, stage 3."""
-    engine, gpus, p = get_engine(run.trainer.engine), run.cluster.gpus, run.parallel.pipeline
+    gpus, p = run.cluster.gpus, run.parallel.pipeline
     if run.trainer.stages is not None:
         stages = check_stages(run.trainer.stages)
         for stage in stages:
@@ -426,7 +425,7 @@ def _estimate_count(run: Run) -> Estimate:
                          "(a bare parameter count has no architecture)")
     layout, device, engine = get_layout(t.layout), _device(run), get_engine(t.engine)
     placement = run.placement()
-    stages = _engine_stages(run, placement)
+    stages = _engine_stages(run, engine, placement)
     host_memory = _host_memory(c.host_memory, placement)
     tokens = DEFAULT_TOKENS_PER_GPU if run.batch.tokens_per_gpu is None else run.batch.tokens_per_gpu
     compute = _compute(tokens, t.mfu if t.mfu != DEFAULT_MFU else DEFAULT_MFU)
@@ -435,7 +434,8 @@ def _estimate_count(run: Run) -> Estimate:
         rows = [{"stage": stage, **state_bytes(params, gpus, stage, layout)} for stage in stages]
         for row in rows:
             row["fits"] = None if capacity is None else row["total"] <= capacity
-        result = Estimate(params, gpus, layout, device, tuple(rows), host_memory=host_memory, run=run)
+        result = Estimate(params, gpus, layout, device, tuple(rows), host_memory=host_memory,
+                          engine=engine, run=run)
         return _with_communication(result, params, c.link, _node_gpus(run, placement), compute,
                                    _traffic_options(run), engine, c.link_efficiency)
     tiers = place(params, gpus, stages, layout, check_placement(placement))
@@ -452,7 +452,7 @@ def _estimate_count(run: Run) -> Estimate:
                 row["fits"] = row["fits"] and row["host_fits"]
         rows.append(row)
     result = Estimate(params, gpus, layout, device, tuple(rows), placement=placement,
-                      host_memory=host_memory, run=run)
+                      host_memory=host_memory, engine=engine, run=run)
     return _with_communication(result, params, c.link, _node_gpus(run, placement), compute,
                                _traffic_options(run), engine, c.link_efficiency)
 
@@ -471,7 +471,7 @@ def _estimate_model(run: Run) -> Estimate:
     layout, device, engine = get_layout(t.layout), _device(run), get_engine(t.engine)
     placement = run.placement()
     host_memory = _host_memory(c.host_memory, placement)
-    stages = _engine_stages(run, placement)
+    stages = _engine_stages(run, engine, placement)
     settings = run.working_set_settings()
     # The planner's rule, the engine's: a stage it does not run beside a pipeline is refused.
     if engine.pipeline_stages == (0, 1):   # DeepSpeed's rule, in its words
@@ -482,7 +482,7 @@ def _estimate_model(run: Run) -> Estimate:
     rows = rows_of(check_peak_inputs(config, gpus, stages, settings, layout, placement), device,
                    host_memory)
     result = Estimate(parameter_count(config), gpus, layout, device, tuple(rows), config, settings,
-                      placement, host_memory, run=run)
+                      placement, host_memory, engine=engine, run=run)
     m = run.batch.micro_batches or 1
     p = settings.pipeline_parallel
     if c.link is not None and p > 1:

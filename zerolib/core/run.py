@@ -69,11 +69,21 @@ class _Noun:
 
     noun = ""
 
+    _defaults: Mapping = MappingProxyType({})   # each noun's own, set once it is defined
+
+    def _is_default(self, name: str) -> bool:
+        """The field holds its class's own default object: valid by construction, not checked
+        again (a run made from a few fields checks those few)."""
+        default = self._defaults.get(name, MISSING)
+        return default is not MISSING and getattr(self, name) is default
+
     def _fail(self, name: str, allowed: str, value) -> None:
         raise ValueError(f"{self.noun}.{name} must be {allowed}, got {echo(value)}")
 
     def _whole(self, name: str, low: int, high: int, *, optional: bool = False) -> None:
         value = getattr(self, name)
+        if (type(value) is int and low <= value <= high) or self._is_default(name):
+            return
         if optional and value is None:
             return
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -88,12 +98,16 @@ class _Noun:
 
     def _flag(self, name: str, *, optional: bool = False) -> None:
         value = getattr(self, name)
+        if value is True or value is False:
+            return
         if optional and value is None:
             return
         if not isinstance(value, bool):
             raise TypeError(f"{self.noun}.{name} must be true or false, got {echo(value)}")
 
     def _choice(self, name: str, allowed: tuple, *, optional: bool = False) -> None:
+        if self._is_default(name):
+            return
         value = getattr(self, name)
         if optional and value is None:
             return
@@ -167,16 +181,8 @@ class Cluster(_Noun):
 
     def __post_init__(self):
         self._whole("gpus", 1, MAX_GPUS)
-        if isinstance(self.device, Mapping):   # a device of one's own, from a run file
-            object.__setattr__(self, "device", Device(**self.device))
-        if isinstance(self.device, Device):   # a catalogue device, maybe read at another basis
-            found = [basis for basis in CAPACITY_BASES if self.device.name in DEVICES
-                     and _reading(self.device.name, basis) == self.device]
-            if found:
-                object.__setattr__(self, "device", self.device.name)
-                object.__setattr__(self, "capacity", found[0])
-        if not isinstance(self.device, Device):   # (one of one's own stays a Device)
-            self._choice("device", tuple(DEVICES), optional=True)
+        if self.device is not None:
+            self._device()
         self._choice("capacity", CAPACITY_BASES)
         if self.link is not None and (not isinstance(self.link, str) or not self.link.strip()):
             self._fail("link", "the name of a node or a link (zerolib estimate --help lists them)",
@@ -189,11 +195,24 @@ class Cluster(_Noun):
             self._number("link_efficiency", 0.0, 1.0, open_low=True)
         if self.host is not None and (not isinstance(self.host, str) or not self.host.strip()):
             self._fail("host", "the name of a host (dgx-a100, dgx-h100)", self.host)
-        if not isinstance(self.host_link, str) or self.host_link.strip().lower() not in HOST_LINKS:
-            self._fail("host_link", f"a PCIe link ({', '.join(HOST_LINKS)})", self.host_link)
-        object.__setattr__(self, "host_link", self.host_link.strip().lower())
+        if not self._is_default("host_link"):
+            if not isinstance(self.host_link, str) or self.host_link.strip().lower() not in HOST_LINKS:
+                self._fail("host_link", f"a PCIe link ({', '.join(HOST_LINKS)})", self.host_link)
+            object.__setattr__(self, "host_link", self.host_link.strip().lower())
         self._whole("host_memory", 0, MAX_BYTES, optional=True)
         self._whole("cpu_adam_rate", 1, MAX_CPU_ADAM_RATE, optional=True)
+
+    def _device(self) -> None:
+        if isinstance(self.device, Mapping):   # a device of one's own, from a run file
+            object.__setattr__(self, "device", Device(**self.device))
+        if isinstance(self.device, Device):   # a catalogue device, maybe read at another basis
+            found = [basis for basis in CAPACITY_BASES if self.device.name in DEVICES
+                     and _reading(self.device.name, basis) == self.device]
+            if found:
+                object.__setattr__(self, "device", self.device.name)
+                object.__setattr__(self, "capacity", found[0])
+        if not isinstance(self.device, Device):   # (one of one's own stays a Device)
+            self._choice("device", tuple(DEVICES), optional=True)
 
 
 @dataclass(frozen=True)
@@ -264,6 +283,9 @@ class Buckets(_Noun):
             self._flag(name)
 
 
+DEFAULT_BUCKETS = Buckets()
+
+
 @dataclass(frozen=True)
 class Trainer(_Noun):
     """What runs the step and how: the ``engine`` (whose stages, schedule, overlap and pipeline
@@ -287,7 +309,7 @@ class Trainer(_Noun):
     mask_bytes: int = 1
     dropout: bool | None = None
     logits_bytes: tuple[int, ...] | None = None
-    buckets: Buckets = field(default_factory=Buckets)
+    buckets: Buckets = field(default_factory=lambda: DEFAULT_BUCKETS)
     reserve: int = DEFAULT_RESERVE
     offload_optimizer: str = "none"
     offload_params: str = "none"
@@ -416,6 +438,10 @@ DEFAULT_SEQ = 4096   # a model's sequence when none is given: its context length
 
 NOUNS = MappingProxyType({"cluster": Cluster, "parallel": Parallelism, "trainer": Trainer,
                           "batch": Batch})
+for _kind in (*NOUNS.values(), Buckets):
+    _kind._defaults = MappingProxyType({f.name: f.default for f in fields(_kind)
+                                        if f.default is not MISSING})
+DEFAULTS = MappingProxyType({name: kind() for name, kind in NOUNS.items()})
 
 # Every field's one flat name -> (noun, field) or (noun, sub-noun, field): Run.of's and
 # Run.replace's keywords and the command line's flags (dashes for underscores).
@@ -436,6 +462,10 @@ FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
 
 def _model(model) -> TransformerConfig | int:
     """A TransformerConfig (a preset's name or a config) or a bare parameter count."""
+    if type(model) is int and 1 <= model <= MAX_PARAMS:   # the usual counts, checked fast
+        return model
+    if type(model) is float and 1 <= model <= MAX_PARAMS and model.is_integer():
+        return int(model)
     if isinstance(model, TransformerConfig):
         return model
     if isinstance(model, str):
@@ -455,15 +485,18 @@ class Run:
     is looked up) or a bare parameter count."""
 
     model: TransformerConfig | int
-    cluster: Cluster = field(default_factory=Cluster)
-    parallel: Parallelism = field(default_factory=Parallelism)
-    trainer: Trainer = field(default_factory=Trainer)
-    batch: Batch = field(default_factory=Batch)
+    # frozen, so one default of each noun is shared (made and checked once)
+    cluster: Cluster = field(default_factory=lambda: DEFAULTS["cluster"])
+    parallel: Parallelism = field(default_factory=lambda: DEFAULTS["parallel"])
+    trainer: Trainer = field(default_factory=lambda: DEFAULTS["trainer"])
+    batch: Batch = field(default_factory=lambda: DEFAULTS["batch"])
 
     def __post_init__(self):
         object.__setattr__(self, "model", _model(self.model))
         for name, kind in NOUNS.items():
             value = getattr(self, name)
+            if type(value) is kind:   # the usual case, checked fast
+                continue
             if isinstance(value, Mapping):
                 value = _noun_from(kind, value, name)
                 object.__setattr__(self, name, value)
