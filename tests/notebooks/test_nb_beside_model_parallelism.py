@@ -7,7 +7,6 @@ the sentence fail until the text (and the executed notebook) follow.
 """
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import nbformat
@@ -16,7 +15,7 @@ from prose_support import markdown_cells, says
 
 import zerolib as zl
 from zerolib.core.memory.activations import checkpoint_terms
-from zerolib.core.plan_settings import plan_settings
+from zerolib.core.plan_settings import Search
 from zerolib.core.planner import PLAN_LEFT_OUT, describe_configuration
 from zerolib.core.step.engines import DEFAULT_ENGINE, get_engine
 from zerolib.core.step.offload_traffic import host_traffic, node_host_settings
@@ -322,8 +321,8 @@ def test_explorer_intro(cells):
     assert describe_configuration(fits.iloc[0]) == describe_configuration(deepspeed.fits.iloc[0])
     # Issue 23: the explorer's count differs from the table's (3,309 against 1,000); say why:
     # the same shard groups (every G, zerolib plan's default too), another engine.
-    default_groups = inspect.signature(plan_settings).parameters["shard_groups"].default
-    explorer_groups = inspect.signature(zl.PlannerExplorer).parameters["shard_groups"].default
+    default_groups = Search().shard_groups
+    explorer_groups = zl.PlannerExplorer.STARTS_AT["shard_groups"]
     assert default_groups == explorer_groups == e.plan.settings.shard_groups == "all"
     assert deepspeed.settings.shard_groups == "all"
     assert e.controls["shard_groups"].value == "all"
