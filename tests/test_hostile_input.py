@@ -349,15 +349,17 @@ WAIT_SECONDS = 30.0
 def _bounded(fn, *args):
     """fn(*args), or the ValueError/TypeError it raised; anything else, a line break in the
     message, READ_SECONDS of work or WAIT_SECONDS of waiting fails the test."""
-    start, start_cpu = time.perf_counter(), time.process_time()
-    try:
-        result = fn(*args)
-    except (ValueError, TypeError) as error:
-        assert "\n" not in str(error) and str(error), repr(error)
-        result = error
-    worked, took = time.process_time() - start_cpu, time.perf_counter() - start
-    assert worked < READ_SECONDS and took < WAIT_SECONDS, (worked, took, fn, str(args)[:200])
-    return result
+    for attempt in range(2):   # a reader over the bound twice is slow; once, the machine stalled
+        start, start_cpu = time.perf_counter(), time.process_time()
+        try:
+            result = fn(*args)
+        except (ValueError, TypeError) as error:
+            assert "\n" not in str(error) and str(error), repr(error)
+            result = error
+        worked, took = time.process_time() - start_cpu, time.perf_counter() - start
+        if worked < READ_SECONDS and took < WAIT_SECONDS:
+            return result
+    raise AssertionError((worked, took, fn, str(args)[:200]))
 
 
 def _nested(depth: int, key: str = "rope_scaling") -> str:

@@ -33,6 +33,7 @@ RANKS = (
     ("zerolib.core.catalogue", 2),
     ("zerolib.core.memory", 3),
     ("zerolib.core.step", 4),
+    ("zerolib.core.run", 5), ("zerolib.core.run_file", 5),
     ("zerolib.core.estimate", 5), ("zerolib.core.plan_settings", 5), ("zerolib.core.planner", 5),
     ("zerolib.chapter", 6), ("zerolib.chapter.style", 6), ("zerolib.chapter.fast_png", 6),
     ("zerolib.chapter.charts", 7),
@@ -47,7 +48,7 @@ RANKS = (
 # Third-party packages each layer may use (besides the standard library and zerolib).
 ALLOWED = {
     "zerolib._io": set(), "zerolib.paths": set(),
-    "zerolib.core": {"numpy", "pandas"},
+    "zerolib.core": {"numpy", "pandas", "tomli"},   # tomli: TOML on Python 3.10 (3.11 has tomllib)
     "zerolib.chapter": {"numpy", "pandas", "matplotlib", "ipywidgets", "PIL"},
     "zerolib.crosscheck": {"numpy", "pandas", "torch", "deepspeed", "transformers", "megatron", "torchao"},
     "zerolib.publish": {"nbformat", "nbclient", "nbconvert", "ipykernel", "jupyter_client",

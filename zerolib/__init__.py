@@ -26,7 +26,10 @@ __version__ = "0.1.0"
 # that no name is registered twice and that every name there is here.
 _EXPORTS = (
     # what a setting costs: the two entry points
-    ("zerolib.core.estimate", ("estimate", "estimate_model")),
+    # one description of a run, and its file
+    ("zerolib.core.run", ("Run", "Cluster", "Parallelism", "Trainer", "Batch")),
+    ("zerolib.core.run_file", ("read_run",)),
+    ("zerolib.core.estimate", ("estimate",)),
     ("zerolib.core.planner", ("plan", "describe_configuration", "PLAN_HEADER", "PLAN_LEFT_OUT")),
     # units and numbers people type
     ("zerolib.core.units", ("GB", "GiB", "format_bytes", "format_count")),
@@ -34,7 +37,7 @@ _EXPORTS = (
     ("zerolib.core.catalogue.models", ("MODELS", "get_model", "parameter_count",
                                        "active_parameter_count", "largest_layer")),
     ("zerolib.core.catalogue.devices", ("DEVICES", "get_device", "device_at")),
-    ("zerolib.core.catalogue.links", ("LINKS", "get_link", "LinkEfficiency")),
+    ("zerolib.core.catalogue.links", ("LINKS", "get_link")),
     ("zerolib.core.catalogue.nodes", ("NODES", "interconnect", "cluster_interconnect")),
     # your own model: a config.json or a Megatron-LM launch's arguments
     ("zerolib.core.catalogue.hf_config", ("model_from_config",)),

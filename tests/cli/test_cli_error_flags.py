@@ -41,8 +41,8 @@ def test_a_flag_already_named_is_not_repeated(capsys):
 
 def test_the_api_message_keeps_naming_the_argument():
     with pytest.raises(ValueError) as caught:
-        zl.estimate(7 * 10**9, 8, stages=[1], placement=zl.Placement(hpz_partition=8))
-    assert "--hpz" not in str(caught.value) and "hpz_partition" in str(caught.value)
+        zl.estimate(7 * 10**9, 8, stages=[1], hpz=True)
+    assert "--hpz" not in str(caught.value) and "hpz" in str(caught.value)
 
 
 def test_names_without_a_flag_and_plain_words_are_left_alone():

@@ -12,7 +12,7 @@ import json
 import pytest
 from cli_support import run
 
-from zerolib.core.estimate import estimate_model
+from zerolib.core.estimate import estimate
 
 
 def test_json_names_the_groups_and_the_traffic(capsys):
@@ -28,8 +28,8 @@ def test_json_names_the_groups_and_the_traffic(capsys):
 
 
 def test_peak_moves_by_the_model_state_difference():
-    plain = estimate_model("mixtral-8x7b", 8, stages=(1,)).as_dict()["stages"][0]
-    spread = estimate_model("mixtral-8x7b", 8, stages=(1,), expert_parallel=8).as_dict()["stages"][0]
+    plain = estimate("mixtral-8x7b", 8, stages=(1,)).as_dict()["stages"][0]
+    spread = estimate("mixtral-8x7b", 8, stages=(1,), expert_parallel=8).as_dict()["stages"][0]
     assert spread["working_set"] == plain["working_set"]
     assert spread["peak"] - plain["peak"] == spread["total"] - plain["total"] < 0
 

@@ -20,8 +20,9 @@ PLAN = ("llama-2-7b", 8, 8, "h100-80gb", 4096, 8)
     ("sequence_parallel", True, TypeError, "sequence_parallel must be a list or tuple of False, "
                                            "True, got True"),
     ("shard_groups", None, ValueError, "shard_groups must be from all, whole, got None"),
-    ("host_link", 3, ValueError, "host_link must be a PCIe link (pcie4-x16, pcie5-x16), got 3"),
-    ("host_link", "warp", ValueError, "host_link must be a PCIe link (pcie4-x16, pcie5-x16), "
+    # a run's field: the run names it by its noun
+    ("host_link", 3, ValueError, "cluster.host_link must be a PCIe link (pcie4-x16, pcie5-x16), got 3"),
+    ("host_link", "warp", ValueError, "cluster.host_link must be a PCIe link (pcie4-x16, pcie5-x16), "
                                       "got 'warp'"),
 ])
 def test_plan_names_the_argument(option, value, error, says):

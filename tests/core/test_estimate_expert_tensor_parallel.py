@@ -1,15 +1,14 @@
-"""estimate_model with a link and expert tensor parallelism: timed by the planner's step model,
+"""estimate of a model with a link and expert tensor parallelism: timed by the planner's step model,
 so estimate and plan give one configuration the same step time and peak; the plan searches ETP
 under Megatron-LM only."""
 from __future__ import annotations
 
 import pytest
 
-from zerolib.core.estimate import estimate_model
-from zerolib.core.memory.working_set import WorkingSetSettings
+from zerolib.core.estimate import estimate
 from zerolib.core.planner import plan
 
-SETTINGS = WorkingSetSettings(seq_len=4096, recompute="full")
+SETTINGS = dict(seq_len=4096, recompute="full")
 
 
 def _plan(engine="megatron", **options):
@@ -22,7 +21,7 @@ def test_etp_step_and_peak_agree_with_the_plan():
     rows = frame[(frame.tensor_parallel == 1) & (frame.pipeline_parallel == 1)
                  & (frame.expert_parallel == 2) & (frame.expert_tensor_parallel == 2)]
     assert len(rows) == 1
-    found = estimate_model("mixtral-8x7b", 16, SETTINGS, device="h100-80gb", link="dgx-h100",
+    found = estimate("mixtral-8x7b", 16, **SETTINGS, device="h100-80gb", link="dgx-h100",
                            stages=(1,), engine="megatron", expert_parallel=2,
                            expert_tensor_parallel=2,
                            micro_batches=int(rows.micro_batches.iloc[0])).as_dict()
@@ -39,8 +38,8 @@ def test_etp_step_and_peak_agree_with_the_plan():
 def test_etp_t_is_the_estimate_as_before():
     common = dict(device="h100-80gb", link="dgx-h100", stages=(1,), engine="megatron",
                   expert_parallel=2)
-    before = estimate_model("mixtral-8x7b", 16, SETTINGS, **common).as_dict()["stages"][0]
-    same = estimate_model("mixtral-8x7b", 16, SETTINGS, expert_tensor_parallel=1,
+    before = estimate("mixtral-8x7b", 16, **SETTINGS, **common).as_dict()["stages"][0]
+    same = estimate("mixtral-8x7b", 16, **SETTINGS, expert_tensor_parallel=1,
                           **common).as_dict()["stages"][0]
     assert same["parallel_step"]["step_seconds"] == before["parallel_step"]["step_seconds"]
     assert same["peak"] == before["peak"]
@@ -66,10 +65,3 @@ def test_the_plan_searches_megatrons_etp_for_experts_only():
 def test_plan_refusals(model, engine, etp, message):
     with pytest.raises(ValueError, match=message):
         plan(model, 16, 8, "h100-80gb", 4096, 16, engine=engine, expert_tensor_parallel=etp)
-
-
-def test_settings_and_argument_must_agree():
-    with pytest.raises(ValueError, match=r"expert_tensor_parallel \(2\) and the settings' "
-                                         r"expert_tensor_parallel \(4\) must agree"):
-        estimate_model("mixtral-8x7b", 16, WorkingSetSettings(expert_tensor_parallel=4),
-                       expert_parallel=2, expert_tensor_parallel=2)

@@ -1,12 +1,10 @@
-"""estimate_model with a link and tensor or pipeline parallelism: timed by the planner's step
+"""estimate of a model with a link and tensor or pipeline parallelism: timed by the planner's step
 model (it was refused before), so ``estimate`` and ``plan`` give one configuration one time."""
 from __future__ import annotations
 
 import pytest
 
-from zerolib.core.estimate import estimate_model
-from zerolib.core.memory.placement import Placement
-from zerolib.core.memory.working_set import WorkingSetSettings
+from zerolib.core.estimate import estimate
 from zerolib.core.planner import plan
 
 # 16 H100s on DGX H100 nodes, full recomputation, micro-batch 1, global batch 32.
@@ -30,12 +28,11 @@ def test_the_step_is_the_plans(t, p, sp, stage, engine):
     row = _plan_row(t, p, stage, sp, engine)
     d = 16 // (t * p)
     assert row.micro_batches == 32 // d          # global batch 32 over d ranks, micro-batch 1
-    settings = WorkingSetSettings(seq_len=4096, recompute="full", tensor_parallel=t,
-                                  sequence_parallel=sp, pipeline_parallel=p,
-                                  micro_batches=int(row.micro_batches) if p > 1 else None)
-    found = estimate_model("llama-2-7b", 16, settings, stages=(stage,), device="h100-80gb",
-                           link="dgx-h100", engine=engine,
-                           micro_batches=1 if p > 1 else int(row.micro_batches)).as_dict()
+    # one micro-batch count per run: the pipeline's, or gradient accumulation's without one
+    found = estimate("llama-2-7b", 16, seq_len=4096, recompute="full", tensor_parallel=t,
+                     sequence_parallel=sp, pipeline_parallel=p,
+                     micro_batches=int(row.micro_batches), stages=(stage,),
+                     device="h100-80gb", link="dgx-h100", engine=engine).as_dict()
     step = found["stages"][0]["parallel_step"]
     assert found["micro_batches"] == 32 // d
     assert step["step_seconds"] == pytest.approx(float(row.step_seconds), rel=1e-12)
@@ -53,24 +50,24 @@ def test_the_step_is_the_plans(t, p, sp, stage, engine):
 
 
 def test_a_pipeline_without_micro_batches_runs_p_of_them():
-    found = estimate_model("llama-2-7b", 16, WorkingSetSettings(recompute="full",
-                                                                pipeline_parallel=4),
-                           stages=(1,), **COMMON).as_dict()
+    found = estimate("llama-2-7b", 16, recompute="full", pipeline_parallel=4, stages=(1,),
+                     **COMMON).as_dict()
     assert found["micro_batches"] == 4
     parts = found["stages"][0]["parallel_step"]["parts"]
     assert parts["bubble"] == pytest.approx(3 / 4 * (parts["compute"] + parts["pipeline"]), rel=1e-9)
 
 
 def test_what_the_step_model_does_not_time_is_refused():
-    tp = WorkingSetSettings(recompute="full", tensor_parallel=2)
-    with pytest.raises(ValueError, match=r"^micro_batches \(4\) is gradient accumulation without "
-                                         r"a pipeline; with pipeline_parallel 2"):
-        estimate_model("llama-2-7b", 16, WorkingSetSettings(recompute="full", pipeline_parallel=2),
-                       stages=(1,), micro_batches=4, **COMMON)
-    # the shard group would change the data-parallel collectives, which this path does not take
-    with pytest.raises(ValueError, match=r"^a placement \(shard group, ZeRO\+\+ or offload\) is "
-                                         r"not modelled with model parallelism"):
-        estimate_model("llama-2-7b", 16, tp, stages=(1,), placement=Placement(shard_group=4),
-                       **COMMON)
+    tp = dict(recompute="full", tensor_parallel=2)
+    # a shard group is timed as the planner times it (test_planner.py: every row's run); the
+    # engine's rule still holds: Megatron-LM shards over the whole data-parallel group
+    with pytest.raises(ValueError, match=r"^engine megatron shards in groups smaller than every "
+                                         r"GPU at no stage"):
+        estimate("llama-2-7b", 16, **tp, stages=(1,), shard_group=4, **COMMON)
+    # ZeRO++'s hpZ is not in the planner's step model
+    with pytest.raises(ValueError, match=r"^ZeRO\+\+'s hpZ or NVMe offload is not modelled with "
+                                         r"model parallelism"):
+        estimate("llama-2-7b", 16, **tp, stages=(3,), hpz=True, gpus_per_node=8,
+                 **{**COMMON, "engine": "deepspeed"})
     with pytest.raises(ValueError, match="needs a device"):
-        estimate_model("llama-2-7b", 16, tp, stages=(1,), link="dgx-h100", engine="megatron")
+        estimate("llama-2-7b", 16, **tp, stages=(1,), link="dgx-h100", engine="megatron")

@@ -1,4 +1,4 @@
-"""estimate_model and plan on a mixture of experts at t > 1: Mixtral-8x7B on 64 H100s (DGX H100
+"""estimate and plan on a mixture of experts at t > 1: Mixtral-8x7B on 64 H100s (DGX H100
 nodes), Megatron-LM, t 2 with sequence parallelism, E 4, ETP 1 and 2, stage 1, full
 recomputation; one configuration, one step, part by part (as
 test_estimate_model_parallel_step.py does for llama-2-7b)."""
@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from zerolib.core.estimate import estimate_model
-from zerolib.core.memory.working_set import WorkingSetSettings
+from zerolib.core.estimate import estimate
 from zerolib.core.planner import plan
 
-SETTINGS = WorkingSetSettings(seq_len=4096, recompute="full", tensor_parallel=2,
+SETTINGS = dict(seq_len=4096, recompute="full", tensor_parallel=2,
                               sequence_parallel=True)
 
 
@@ -29,7 +28,7 @@ def test_the_step_is_the_plans(frame, etp):
     assert len(rows) == 1
     row = rows.iloc[0]
     assert row.micro_batches == 2              # global batch 64 over d = 64 / 2 = 32, b 1
-    found = estimate_model("mixtral-8x7b", 64, SETTINGS, stages=(1,), device="h100-80gb",
+    found = estimate("mixtral-8x7b", 64, **SETTINGS, stages=(1,), device="h100-80gb",
                            link="dgx-h100", engine="megatron", expert_parallel=4,
                            expert_tensor_parallel=etp, micro_batches=2).as_dict()
     stage = found["stages"][0]

@@ -25,14 +25,15 @@ TINY = TransformerConfig("tiny", hidden=8, layers=2, heads=2, kv_heads=2, ffn_hi
 TINY_GPU = Device("tiny-gpu", "tiny GPU", 10_000, "a test device", peak_flops=10**12,
                   peak_dtype="bf16")
 # No reserve, no DeepSpeed buckets, stage 3 gathering only the module it runs.
-BARE = zl.WorkingSetSettings(reserve_bytes=0, reduce_bucket_size=0, max_live_parameters=0,
-                             prefetch_bucket_size=0, flash_attention=True)
+# no buffers and no reserve: the peak is model state and activations (a run's fields)
+BARE_RUN = dict(reserve_bytes=0, reduce_bucket_size=0, max_live_parameters=0,
+                prefetch_bucket_size=0, flash_attention=True)
 
 
 @pytest.fixture(scope="module")
 def tiny():
     return plan(TINY, 4, 2, TINY_GPU, 8, 4, links="nvlink4,ib-ndr", max_micro_batch=2,
-                recompute=("none",), chunks=(1,), offload=("none",), working_set=BARE)
+                recompute=("none",), chunks=(1,), offload=("none",), **BARE_RUN)
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +103,7 @@ def test_tiny_times_with_a_shard_group_and_offload_by_hand():
     # 0.4e12 = 4.896e-8 s, backward twice that. Everything communicated is exposed.
     result = plan(TINY, 4, 2, TINY_GPU, 8, 4, links="nvlink4,ib-ndr", max_micro_batch=1,
                   recompute=("none",), chunks=(1,), stages=(2,), sequence_parallel=(False,),
-                  host_memory=2**30, working_set=BARE, link_efficiency="line-rate")
+                  host_memory=2**30, **BARE_RUN, link_efficiency="line-rate")
     v = result.valid
 
     def seconds(**match):
@@ -149,7 +150,8 @@ def test_tiny_times_with_a_shard_group_and_offload_by_hand():
 
 def _same_as_working_set(result, rows):
     for _, row in rows.iterrows():
-        ws, placement = result.settings_for(row)
+        run = result.run(row)
+        ws, placement = run.working_set_settings(), run.placement()
         (peak,) = zl.peaks(result.settings.model, result.settings.gpus, [int(row["stage"])], ws,
                            result.settings.layout, placement)
         assert (peak.total, peak.pipeline_stage) == (row["peak_bytes"], row["pipeline_stage"]), \
@@ -231,7 +233,7 @@ def test_the_host_is_judged_on_the_heavier_pipeline_stage():
     result = plan("llama-2-70b", 32, 8, "a100-80gb", 4096, 64, max_micro_batch=1,
                   host_memory=2**40, stages=(1,), offload=("optimizer",))
     for _, row in result.valid.head(40).iterrows():
-        ws, placement = result.settings_for(row)
+        placement = result.run(row).placement()
         on_node = []
         for r in {0, int(row["pipeline_parallel"]) - 1}:
             params = int(zl.parameters_per_gpu("llama-2-70b", int(row["tensor_parallel"]),
@@ -272,3 +274,21 @@ def test_describe_reads():
            "recompute": "selective", "micro_batch": 1, "micro_batches": 512, "offload": "none"}
     assert describe_configuration(row) == ("t 8 + SP x p 4 (1F1B) x d 2, ZeRO-1, selective recomputation, "
                              "micro-batch 1 x 512, no offload")
+
+
+def test_each_row_is_a_run_that_estimate_answers_alike():
+    # The planner's output is runs: estimate of a row's run gives the row's peak, its most
+    # loaded pipeline stage and, on the plan's links, its step time (one model, two doors).
+    result = plan("llama-2-70b", 64, 8, "h100-80gb", 4096, 1024, max_micro_batch=2)
+    rows = result.valid.iloc[::97]
+    assert len(rows) > 20
+    for _, row in rows.iterrows():
+        (found,) = zl.estimate(result.run(row)).stages
+        assert (found["peak"], found["pipeline_stage"]) == (row["peak_bytes"], row["pipeline_stage"])
+        timed = found["parallel_step"] if "parallel_step" in found else found["communication"]
+        assert timed["step_seconds"] == pytest.approx(float(row["step_seconds"]), rel=1e-9), \
+            describe_configuration(row)
+    # and a run file carries it: written and read back, the same run
+    from zerolib.core.run_file import run_from_toml
+    run = result.run(result.fits.iloc[0])
+    assert run_from_toml(run.to_toml()) == run

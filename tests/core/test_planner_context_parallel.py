@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import zerolib.core.planner as planner
-from zerolib.core.memory.working_set import WorkingSetSettings, peaks
+from zerolib.core.memory.working_set import peaks
 from zerolib.core.step.parallel import cluster_interconnect, parallel_step_time
 
 ARGS = ("llama-2-70b", 64, 8, "h100-80gb", 32_768, 64)
@@ -41,7 +41,8 @@ def test_a_cp_row_by_hand():
     row = valid[(valid.tensor_parallel == 8) & (valid.context_parallel == 2) & (valid.pipeline_parallel == 1)
                 & (valid.micro_batch == 1) & valid.sequence_parallel].iloc[0]
     assert (row.data_parallel, row.micro_batches, row.shard_group) == (4, 16, 8)
-    ws, placement = result.settings_for(row)
+    run = result.run(row)
+    ws, placement = run.working_set_settings(), run.placement()
     assert ws.context_parallel == 2
     assert peaks("llama-2-70b", 64, [1], ws, placement=placement)[0].total == row.peak_bytes
     step = parallel_step_time("llama-2-70b", cluster_interconnect("dgx-h100", 8), "h100-80gb",
@@ -66,7 +67,7 @@ def test_the_door_checks_the_degrees():
         planner.plan(*ARGS, **SMALL, context_parallel=(3,))
     with pytest.raises(ValueError, match="context_parallel above 1 needs flash_attention"):
         planner.plan(*ARGS, **SMALL, context_parallel=(2,),
-                     working_set=WorkingSetSettings(flash_attention=False))
+                     flash_attention=False)
     with pytest.raises(ValueError, match="context_parallel must name at least one degree"):
         planner.plan(*ARGS, **SMALL, context_parallel=())
 
@@ -85,7 +86,8 @@ def test_fsdp2_runs_stages_2_and_3_beside_a_pipeline_at_every_degree():
         (1, 2, 8, 8, 2), (1, 3, 8, 8, 2), (2, 2, 4, 8, 4), (2, 3, 4, 8, 4)]
     assert "pipeline_zero" not in set(result.rejected["rule"])
     row = piped[(piped.context_parallel == 2) & (piped.stage == 3)].iloc[0]
-    ws, placement = result.settings_for(row)
+    run = result.run(row)
+    ws, placement = run.working_set_settings(), run.placement()
     assert peaks("llama-2-7b", 16, [3], ws, placement=placement)[0].total == row.peak_bytes
     step = parallel_step_time("llama-2-7b", cluster_interconnect("dgx-h100", 8), "h100-80gb",
                               seq_len=8192, micro_batch=1, tensor_parallel=1, pipeline_parallel=2,

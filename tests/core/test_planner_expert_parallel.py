@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.planner import REASONS, plan
 from zerolib.core.step.expert_parallel_traffic import expert_traffic, expert_traffic_seconds
 from zerolib.core.step.parallel import cluster_interconnect
@@ -118,7 +117,7 @@ def test_engines_place_the_expert_group_by_their_rules():
     # never meets C 4 (DeepSpeed-MoE would carve E from d alone).
     args = ("mixtral-8x7b", 16, 8, "h100-80gb", 1024, 16)
     options = dict(SMALL, stages=(0,), expert_parallel=(8,), context_parallel=(4,),
-                   working_set=WorkingSetSettings(flash_attention=True))
+                   flash_attention=True)
     code = REASONS.index("expert_parallel")
     with pytest.raises(ValueError, match="context_parallel must be \\(1,\\) for engine deepspeed"):
         plan(*args, **options, engine="deepspeed")

@@ -14,12 +14,13 @@ DEEPSEEK = zl.model_from_config(REPO / "tests" / "data" / "deepseek-v2-lite.json
 def test_deepseek_peaks_are_working_set_peaks():
     result = plan(DEEPSEEK, 16, 8, "h100-80gb", 1024, 64, max_micro_batch=1, recompute=("none",),
                   expert_parallel=(1,),   # the dense count zl.peaks makes
-                  working_set=zl.WorkingSetSettings(capacity_factor=1.25))
+                  capacity_factor=1.25)
     valid = result.valid
     piped = valid[valid["pipeline_parallel"].to_numpy() >= 2]
     middle = 0
     for _, row in piped.iterrows():
-        ws, placement = result.settings_for(row)
+        run = result.run(row)
+        ws, placement = run.working_set_settings(), run.placement()
         assert ws.capacity_factor == 1.25
         (peak,) = zl.peaks(DEEPSEEK, 16, [int(row["stage"])], ws, result.settings.layout, placement)
         assert (peak.total, peak.pipeline_stage) == (row["peak_bytes"], row["pipeline_stage"])
@@ -41,7 +42,8 @@ def test_interleaved_peaks_place_dense_layers_by_chunk():
     rows = result.valid[(result.valid["pipeline_parallel"] == 4).to_numpy()]
     assert (rows["pipeline_stage"] == 0).any()
     for _, row in rows.iterrows():
-        ws, placement = result.settings_for(row)
+        run = result.run(row)
+        ws, placement = run.working_set_settings(), run.placement()
         assert (ws.pipeline_schedule, ws.pipeline_chunks) == ("interleaved", 2)
         (peak,) = zl.peaks(model, 16, [int(row["stage"])], ws, result.settings.layout, placement)
         assert (peak.total, peak.pipeline_stage) == (row["peak_bytes"], row["pipeline_stage"])

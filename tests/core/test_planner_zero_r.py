@@ -17,19 +17,21 @@ TINY = TransformerConfig("tiny", hidden=8, layers=2, heads=2, kv_heads=2, ffn_hi
                          max_positions=64, tied_embeddings=False, gated_mlp=False)
 TINY_GPU = Device("tiny-gpu", "tiny GPU", 10_000, "a test device", peak_flops=10**12,
                   peak_dtype="bf16")
-BARE = zl.WorkingSetSettings(reserve_bytes=0, reduce_bucket_size=0, max_live_parameters=0,
-                             prefetch_bucket_size=0, flash_attention=True)
+# no buffers and no reserve: the peak is model state and activations (a run's fields)
+BARE_RUN = dict(reserve_bytes=0, reduce_bucket_size=0, max_live_parameters=0,
+                prefetch_bucket_size=0, flash_attention=True)
 
 
 def tiny(**options):
     return plan(TINY, 4, 2, TINY_GPU, 8, 4, links="nvlink4,ib-ndr", max_micro_batch=2,
-                recompute=("full",), chunks=(1,), offload=("none",), working_set=BARE,
+                recompute=("full",), chunks=(1,), offload=("none",), **BARE_RUN,
                 engine="paper", **options)
 
 
 def _same_as_working_set(result, rows):
     for _, row in rows.iterrows():
-        ws, placement = result.settings_for(row)
+        run = result.run(row)
+        ws, placement = run.working_set_settings(), run.placement()
         (peak,) = zl.peaks(result.settings.model, result.settings.gpus, [int(row["stage"])], ws,
                            result.settings.layout, placement)
         assert (peak.total, peak.pipeline_stage) == (row["peak_bytes"], row["pipeline_stage"]), \
@@ -162,8 +164,8 @@ def test_engines_without_it_do_not_search_it():
     with pytest.raises(ValueError, match="zero_r must be from none, partition, partition\\+cpu"):
         plan("llama-2-7b", 16, 8, "a100-40gb", 2048, 64, zero_r=("P_a",))
     with pytest.raises(ValueError, match="give zero_r instead"):
-        plan("llama-2-7b", 16, 8, "a100-40gb", 2048, 64, working_set=zl.WorkingSetSettings(
-            recompute="full", partition_activations=True))
+        plan(zl.Run.of("llama-2-7b", 16, gpus_per_node=8, device="a100-40gb", seq_len=2048,
+                        global_batch=64, recompute="full", partition_activations=True))
 
 
 def test_describe_names_it():

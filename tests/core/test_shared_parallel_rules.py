@@ -20,15 +20,17 @@ def test_peaks_refuse_a_sequence_the_tensor_parallel_degree_does_not_divide():
     with pytest.raises(ValueError, match="^tensor_parallel must divide seq_len under sequence"):
         zl.peaks("llama-2-7b", 8, [0, 1], settings)
     with pytest.raises(ValueError, match="^tensor_parallel must divide seq_len under sequence"):
-        zl.estimate_model("llama-2-7b", 8, settings)
+        zl.estimate("llama-2-7b", 8, seq_len=4097, tensor_parallel=2, sequence_parallel=True)
 
 
 def test_estimate_refuses_zero_2_and_3_under_a_pipeline():
-    settings = zl.WorkingSetSettings(pipeline_parallel=2)
     for stage in (2, 3):
         with pytest.raises(ValueError, match=r"^ZeRO stages 2 and 3 do not run with pipeline"):
-            zl.estimate_model("llama-2-7b", 8, settings, stages=[stage])
-    assert [row["stage"] for row in zl.estimate_model("llama-2-7b", 8, settings, stages=[0, 1]).stages] == [0, 1]
+            zl.estimate("llama-2-7b", 8, pipeline_parallel=2, stages=[stage])
+    assert [row["stage"] for row in zl.estimate("llama-2-7b", 8, pipeline_parallel=2,
+                                                stages=[0, 1]).stages] == [0, 1]
+    # without stages named, those the engine runs beside a pipeline (DeepSpeed's: 0 and 1)
+    assert [row["stage"] for row in zl.estimate("llama-2-7b", 8, pipeline_parallel=2).stages] == [0, 1]
 
 
 def test_check_parallel_names_the_stage():

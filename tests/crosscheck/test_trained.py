@@ -153,7 +153,7 @@ def test_llama_405b_fits_in_the_whole_plan_only_under_full_recomputation():
     run = RUNS["llama-3.1-405b-8k"]
     result = plan(run.config, run.gpus, 8, run.device, run.seq_len, run.global_batch,
                   layout=run.layout, mfu=trained.DEFAULT_MFU, offload=("none",),
-                  shard_groups="whole", working_set=WorkingSetSettings(flash_attention=True),
+                  shard_groups="whole", flash_attention=True,
                   engine=run.engine)
     fits = result.fits
     assert len(fits) == trained.planner_check(run, whole=True)["fitting"] > 0
@@ -357,11 +357,12 @@ def test_moe_model_flops_count_the_active_parameters():
 def test_spreading_the_experts_moves_the_peak_to_the_embedding_stage():
     # Without expert parallelism the first stage's 4 layers hold fewer experts than stage 1's
     # 4 MoE layers, so stage 1 decides; spread 64 ways, the embedding on stage 0 decides.
-    from zerolib.core.estimate import estimate_model
+    from zerolib.core.estimate import estimate
     from zerolib.core.memory.working_set import working_set
     run = RUNS["deepseek-v3-2048-h800"]
     settings = WorkingSetSettings(seq_len=4096, pipeline_parallel=16, recompute="full")
-    plain = estimate_model(run.config, 2048, settings, run.widths, stages=(1,))
+    plain = estimate(run.config, 2048, seq_len=4096, pipeline_parallel=16, recompute="full",
+                     layout=run.widths, stages=(1,))
     assert plain.stages[0]["pipeline_stage"] == 1
     terms = working_set(run.config, 1, replace(settings, flash_attention=True,
                                                micro_batches=run.micro_batches),

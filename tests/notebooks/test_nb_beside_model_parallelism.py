@@ -7,7 +7,6 @@ the sentence fail until the text (and the executed notebook) follow.
 """
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import nbformat
@@ -16,7 +15,7 @@ from prose_support import markdown_cells, says
 
 import zerolib as zl
 from zerolib.core.memory.activations import checkpoint_terms
-from zerolib.core.plan_settings import plan_settings
+from zerolib.core.plan_settings import Search
 from zerolib.core.planner import PLAN_LEFT_OUT, describe_configuration
 from zerolib.core.step.engines import DEFAULT_ENGINE, get_engine
 from zerolib.core.step.offload_traffic import host_traffic, node_host_settings
@@ -322,8 +321,8 @@ def test_explorer_intro(cells):
     assert describe_configuration(fits.iloc[0]) == describe_configuration(deepspeed.fits.iloc[0])
     # Issue 23: the explorer's count differs from the table's (3,309 against 1,000); say why:
     # the same shard groups (every G, zerolib plan's default too), another engine.
-    default_groups = inspect.signature(plan_settings).parameters["shard_groups"].default
-    explorer_groups = inspect.signature(zl.PlannerExplorer).parameters["shard_groups"].default
+    default_groups = Search().shard_groups
+    explorer_groups = zl.PlannerExplorer.STARTS_AT["shard_groups"]
     assert default_groups == explorer_groups == e.plan.settings.shard_groups == "all"
     assert deepspeed.settings.shard_groups == "all"
     assert e.controls["shard_groups"].value == "all"
@@ -432,9 +431,9 @@ def test_summary(cells, a100_plan, h100_plan):
     assert describe_configuration(fsdp2.fits.iloc[0]) == describe_configuration(a)
 
     def activations(pa):
-        run = zl.WorkingSetSettings(seq_len=4096, micro_batch=1, recompute="full", tensor_parallel=8,
-                                    partition_activations=pa)
-        return zl.estimate_model(M, 64, run, device=A100, stages=[3]).stages[0]["working_set"]["activations"]
+        run = zl.Run.of(M, 64, seq_len=4096, micro_batch=1, recompute="full", tensor_parallel=8,
+                        partition_activations=pa, device=A100, stages=(3,))
+        return zl.estimate(run).stages[0]["working_set"]["activations"]
 
     says(text, "(*p* − 1)/(*v* *m*) of the ideal time",
          f"({2 * int(a['micro_batches'])} times a step for the planner's winner)",
@@ -460,9 +459,9 @@ def test_zero_r_read(cells):
     text = cells["zero-r-read"]
 
     def activations(pa, cpu):
-        run = zl.WorkingSetSettings(seq_len=4096, micro_batch=1, recompute="full", tensor_parallel=8,
-                                    partition_activations=pa, cpu_checkpointing=cpu)
-        return zl.estimate_model(M, 64, run, device=A100, stages=[3]).stages[0]["working_set"]["activations"]
+        run = zl.Run.of(M, 64, seq_len=4096, micro_batch=1, recompute="full", tensor_parallel=8,
+                        partition_activations=pa, cpu_checkpointing=cpu, device=A100, stages=(3,))
+        return zl.estimate(run).stages[0]["working_set"]["activations"]
 
     plain, pa, cpu = activations(False, False), activations(True, False), activations(True, True)
     whole = 2 * 4096 * 8192                       # one layer's input, b s h bf16 values
@@ -499,9 +498,9 @@ def test_context_parallel_read(cells):
     h100 = zl.get_device("h100-80gb")
 
     def peak(seq, c):
-        run = zl.WorkingSetSettings(seq_len=seq, micro_batch=1, recompute="selective", tensor_parallel=8,
-                                    sequence_parallel=True, context_parallel=c)
-        return zl.estimate_model(M, 64, run, device=h100, stages=[3]).stages[0]["peak"]
+        run = zl.Run.of(M, 64, seq_len=seq, micro_batch=1, recompute="selective", tensor_parallel=8,
+                        sequence_parallel=True, context_parallel=c, device=h100.name, stages=(3,))
+        return zl.estimate(run).stages[0]["peak"]
 
     # CP over C keeps s/C tokens: 131,072 tokens over 8 are 16,384 tokens' activations.
     assert peak(131072, 8) == peak(16384, 1) and peak(131072, 1) > h100.capacity >= peak(131072, 8)

@@ -401,14 +401,14 @@ def test_zeropp_traffic_read(cells):
 
 @pytest.fixture(scope="module")
 def moved():
-    options = {"stage 3": Placement(), "optimizer on CPU": Placement(offload_optimizer="cpu"),
-               "parameters": Placement(offload_optimizer="cpu", offload_params="cpu"),
-               "nvme": Placement(offload_optimizer="nvme", offload_params="nvme")}
+    options = {"stage 3": {}, "optimizer on CPU": dict(offload_optimizer="cpu"),
+               "parameters": dict(offload_optimizer="cpu", offload_params="cpu"),
+               "nvme": dict(offload_optimizer="nvme", offload_params="nvme")}
     out = {}
     for name, placement in options.items():
-        (row,) = zl.estimate_model("llama-2-70b", 8, FULL, device="a100-80gb", stages=[3],
-                                   placement=placement, link="dgx-a100",
-                                   engine="deepspeed").stages
+        (row,) = zl.estimate("llama-2-70b", 8, seq_len=4096, micro_batch=1, recompute="full",
+                             device="a100-80gb", stages=[3], **placement, link="dgx-a100",
+                             engine="deepspeed").stages
         out[name] = row["communication"]
     return out
 

@@ -141,9 +141,9 @@ def test_divide_table(cells):
     h100 = zl.get_device("h100-80gb")
 
     def peak(seq, c):
-        run = zl.WorkingSetSettings(seq_len=seq, micro_batch=1, recompute="selective", tensor_parallel=8,
-                                    sequence_parallel=True, context_parallel=c)
-        return zl.estimate_model(M, 64, run, device=h100, stages=[3]).stages[0]["peak"]
+        run = zl.Run.of(M, 64, seq_len=seq, micro_batch=1, recompute="selective", tensor_parallel=8,
+                        sequence_parallel=True, context_parallel=c, device=h100.name, stages=(3,))
+        return zl.estimate(run).stages[0]["peak"]
     assert peak(131072, 8) == peak(16384, 1)
 
 

@@ -6,7 +6,7 @@ model_from_config`), then asks, in the page's order:
 
 1. whether the model state fits under each stage: :func:`zerolib.core.estimate.estimate` of the
    model's exact parameter count (``zerolib estimate --params N``);
-2. the peak with the working set: :func:`zerolib.core.estimate.estimate_model`
+2. the peak with the working set: :func:`zerolib.core.estimate.estimate`
    (``zerolib estimate --model/--config``);
 3. the planner's configurations: :func:`zerolib.core.planner.plan` (``zerolib plan``);
 4. the run's wall-clock time and GPU-hours for the settings' tokens at the fastest plan's step
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from zerolib.app.settings import Settings
 from zerolib.core.catalogue.hf_config import config_from_text, model_from_config
 from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
-from zerolib.core.estimate import Estimate, estimate, estimate_model
+from zerolib.core.estimate import Estimate, estimate
 from zerolib.core.memory.accounting import STRATEGY_NAMES
 from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.planner import (
@@ -131,16 +131,16 @@ def answers(settings: Settings) -> Answers:
         return Answers(**found)
     stages = engine.stages   # the stages the engine offers
     try:
-        found["state"] = estimate(parameter_count(config), settings.gpus, settings.layout,
-                                  settings.device, stages, engine=name)
+        found["state"] = estimate(parameter_count(config), settings.gpus, layout=settings.layout,
+                                  device=settings.device, stages=stages, engine=name)
     except (ValueError, TypeError) as error:
         errors["state"] = str(error)
     try:
         ws = peak_settings_of(settings)
         found["peak_settings"] = ws
-        found["peak"] = estimate_model(config, settings.gpus, ws, settings.layout,
-                                       settings.device, stages,
-                                       engine=name)
+        found["peak"] = estimate(config, settings.gpus, seq_len=ws.seq_len,
+                                 micro_batch=ws.micro_batch, layout=settings.layout,
+                                 device=settings.device, stages=stages, engine=name)
     except (ValueError, TypeError) as error:
         errors["peak"] = str(error)
     try:

@@ -154,7 +154,7 @@ def micro_batches_from(args) -> dict:
 
 
 def options_from(args) -> dict:
-    """Keyword arguments for ``estimate`` / ``estimate_model``; the flags need ``--link``."""
+    """The run fields of ``estimate``; the flags need ``--link``."""
     if args.link is None:
         given = [flag for dest, flag in OPTIONS.items() if getattr(args, dest) is not None]
         if given:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
 from zerolib.core.memory.placement import (
     Placement,
-    gpus_on_node,
     offered_stages,
 )
 from zerolib.core.parse import parse_size, parse_whole
@@ -49,28 +48,17 @@ def requested(args) -> bool:
     return any(getattr(args, dest, None) is not None for dest in OPTIONS)
 
 
-def placement_from(args, gpus: int, tensor_parallel: int = 1) -> Placement | None:
-    """The Placement the flags ask for (None without any of them)."""
-    if not requested(args):
-        return None
-    per_node = (None if args.gpus_per_node is None else
-                parse_whole(args.gpus_per_node, "--gpus-per-node", maximum=MAX_GPUS))
-    shard_group = (None if args.shard_group is None else
-                   parse_whole(args.shard_group, "--shard-group", maximum=MAX_GPUS))
-    hpz = 1
+def fields_from(args) -> dict:
+    """The run's fields the placement flags give (flat names; only those given)."""
+    out = {}
+    if args.shard_group is not None:
+        out["shard_group"] = parse_whole(args.shard_group, "--shard-group", maximum=MAX_GPUS)
     if args.hpz:
-        # The data-parallel ranks of one node (a node holds tensor_parallel x that many GPUs).
-        on_node = int(gpus_on_node(gpus, per_node))
-        if on_node % tensor_parallel:
-            raise ValueError(f"--hpz needs the GPUs of a node ({on_node}) to be a multiple of "
-                             f"--tensor-parallel ({tensor_parallel})")
-        hpz = on_node // tensor_parallel
-        if hpz == 1:
-            raise ValueError("--hpz needs more than one data-parallel GPU per node (see "
-                             "--gpus-per-node)")
-    return Placement(shard_group=shard_group, hpz_partition=hpz,
-                     offload_optimizer=args.offload_optimizer or "none",
-                     offload_params=args.offload_params or "none", gpus_per_node=per_node)
+        out["hpz"] = True
+    for dest in ("offload_optimizer", "offload_params"):
+        if getattr(args, dest) is not None:
+            out[dest] = getattr(args, dest)
+    return out
 
 
 def host_memory_from(args) -> int | None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import replace
 
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
 from zerolib.core.memory.activations import MAX_CONTEXT_PARALLEL, RECOMPUTE
@@ -122,9 +121,9 @@ def requested(args) -> bool:
         getattr(args, dest, None) is not None for dest in OPTIONS)
 
 
-def settings_from(args, config):
-    """WorkingSetSettings from the command line for ``config`` (the resolved ``--model``)."""
-    settings = WorkingSetSettings(seq_len=min(config.max_positions, DEFAULT_SEQ))
+def fields_from(args, config) -> dict:
+    """The run's fields the working-set flags give for ``config`` (the resolved ``--model``):
+    flat names of :data:`zerolib.core.run.FIELDS`, only those given."""
     changes = {}
     if args.seq is not None:
         changes["seq_len"] = parse_whole(args.seq, "--seq", maximum=MAX_SEQ_LEN)
@@ -168,14 +167,14 @@ def settings_from(args, config):
                                                   maximum=MAX_CONTEXT_PARALLEL)
     for dest in ("partition_activations", "cpu_checkpointing"):
         if getattr(args, dest):
-            if changes.get("recompute", settings.recompute) != "full":
+            if changes.get("recompute", "none") != "full":
                 raise ValueError(f"{OPTIONS[dest]} needs --recompute full (it acts on activation "
                                  f"checkpoints, which only full recomputation keeps)")
             changes[dest] = True
     if changes.get("context_parallel", 1) > 1 and not changes.get("flash_attention", True):
         raise ValueError("--context-parallel above 1 needs flash attention (ring attention runs on "
                          "fused kernels): drop --no-flash")
-    return replace(settings, **changes)
+    return changes
 
 
 # Flags whose setting only some ZeRO stages read (dest -> those stages): given with none of

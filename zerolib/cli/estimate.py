@@ -8,6 +8,7 @@ from zerolib.cli import _communication as communication_cli
 from zerolib.cli import _own_model as own_model_cli
 from zerolib.cli import _placement as placement_cli
 from zerolib.cli import _run as run_cli
+from zerolib.cli import _run_file as run_file_cli
 from zerolib.cli import _working_set as working_set_cli
 from zerolib.cli._arguments import (
     add_layout_arguments,
@@ -17,11 +18,12 @@ from zerolib.cli._arguments import (
 )
 from zerolib.cli._output import fitted_table, json_text, output_width, wrapped
 from zerolib.core.catalogue.devices import CAPACITY_BASES, DEVICES, device_at
-from zerolib.core.estimate import estimate, estimate_model
+from zerolib.core.estimate import estimate
 from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.memory.accounting import CATEGORIES, STAGES, STRATEGY_NAMES
 from zerolib.core.memory.placement import DEFAULT_GPUS_PER_NODE
 from zerolib.core.parse import parse_count, parse_whole
+from zerolib.core.run import Run
 from zerolib.core.step.parallel import PARTS
 from zerolib.core.units import UNITS, to_unit
 
@@ -31,15 +33,15 @@ def register(commands) -> None:
         "estimate", help="bytes per GPU under each ZeRO stage",
         description="Persistent model state (parameters, gradients, optimizer state) per GPU "
                     "under plain data parallelism and ZeRO stages 1-3.")
-    what = parser.add_mutually_exclusive_group(required=True)
+    what = parser.add_mutually_exclusive_group()
     what.add_argument("--params", metavar="COUNT",
                       help="parameter count: 7B, 350M, 1.5T, 7e9 or 7000000000")
     what.add_argument("--model", metavar="NAME",
                       help="a preset from 'zerolib models' (exact count; adds the working set)")
     own_model_cli.add_arguments(what)
-    parser.add_argument("--gpus", required=True, metavar="N",
+    parser.add_argument("--gpus", metavar="N",
                         help="GPUs: data-parallel workers (x tensor x pipeline parallel degrees)")
-    add_layout_arguments(parser, default="mixed-adam")
+    add_layout_arguments(parser, default=None)
     parser.add_argument("--stage", metavar="N", help="only this stage (0-3); default: all four")
     parser.add_argument("--device", choices=list(DEVICES), help="judge fit against this device")
     parser.add_argument("--capacity", choices=CAPACITY_BASES,
@@ -72,15 +74,32 @@ def register(commands) -> None:
                              f"memory and NVMe (default {DEFAULT_GPUS_PER_NODE}, or --gpus when "
                              "fewer; --gpus must fill whole nodes). Above --gpus: the run's GPUs "
                              "sit on one such node, and only they share its CPU memory and NVMe")
+    run_file_cli.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
+    described = run_file_cli.read(args)
+    if described is not None:
+        run_file_cli.fill_args(args, described)
+    if not any(getattr(args, name, None) is not None
+               for name in ("params", "model", "config", "megatron_args")) \
+            and getattr(args, "run_model", None) is None:
+        raise ValueError("one of the arguments --params --model --config --megatron-args --run is "
+                         "required")
+    if args.gpus is None:
+        raise ValueError("the following arguments are required: --gpus (or a --run file)")
+    fields = {}
     layout = layout_from(args)
+    if layout is not None:
+        fields["layout"] = layout
     if args.capacity is not None and args.device is None:
         raise ValueError("--capacity needs --device")
-    device = None if args.device is None else device_at(args.device, args.capacity or "nominal")
+    if args.device is not None:
+        device_at(args.device, args.capacity or "nominal")   # a bad name is one line here
+        fields.update(device=args.device, capacity=args.capacity or "nominal")
     stages = None if args.stage is None else (stage_number(args.stage),)
+    stages = getattr(args, "run_stages", None) if stages is None else stages
     gpus = gpu_count(args.gpus, "--gpus")
     host_memory = placement_cli.host_memory_from(args)
     communication = communication_cli.options_from(args)
@@ -98,29 +117,30 @@ def run(args) -> int:
                                                or "gpus_per_node" in communication):
         raise ValueError("--gpus-per-node needs a --link node or a placement flag (--shard-group, "
                          "--hpz, --offload-optimizer, --offload-params, --host-memory)")
-    config = own_model_cli.model_from(args)   # resolved once, handed down
+    if args.gpus_per_node is not None:
+        fields["gpus_per_node"] = parse_whole(args.gpus_per_node, "--gpus-per-node", maximum=MAX_GPUS)
+    fields.update(communication, **placement_cli.fields_from(args))
+    if host_memory is not None:
+        fields["host_memory"] = host_memory
+    if tokens is not None:
+        fields["tokens"] = tokens
+    config = own_model_cli.model_from(args) or getattr(args, "run_model", None)
     if config is not None:
-        settings = working_set_cli.settings_from(args, config)
-        placement = placement_cli.placement_from(args, gpus, settings.tensor_parallel)
-        offered = placement_cli.default_stages(placement, stages) or STAGES
-        stages = (communication_cli.engine_stages(args, offered, placement, gpus,
-                                                  settings.pipeline_parallel)
-                  if args.engine is not None else working_set_cli.default_stages(
-                      settings, args.stage is None,
-                      communication_cli.engine_stages(args, offered, placement, gpus)))
-        working_set_cli.refuse_no_effect(args, settings, stages)
-        result = estimate_model(config, gpus, settings, layout, device, stages, placement,
-                                host_memory, **communication, **_experts_from(args))
+        fields.update(working_set_cli.fields_from(args, config), **_experts_from(args))
+        if stages is not None:
+            fields["stages"] = stages
+        answer = _run_of(config, gpus, fields)
+        working_set_cli.refuse_no_effect(args, answer.working_set_settings(), stages or STAGES)
     else:
         if args.expert_parallel is not None or args.expert_tensor_parallel is not None:
             raise ValueError("--expert-parallel and --expert-tensor-parallel need --model (a "
                              "model with experts)")
         working_set_cli.without_model(args)
-        placement = placement_cli.placement_from(args, gpus)
-        stages = communication_cli.engine_stages(
-            args, placement_cli.default_stages(placement, stages) or STAGES, placement, gpus)
-        result = estimate(parse_count(args.params, "--params"), gpus, layout, device, stages,
-                          placement, host_memory, **communication)
+        if stages is not None:
+            fields["stages"] = stages
+        answer = _run_of(parse_count(args.params, "--params"), gpus, fields)
+    result = estimate(answer)
+    run_file_cli.save(args, answer)
     out = result.as_dict()
     if config is None:     # model state only: say what that leaves out, in every format
         out.update(working_set_cli.left_out())
@@ -129,6 +149,14 @@ def run(args) -> int:
     width = output_width(args.wide) if args.format == "table" else None
     print(render(out, args.format, args.unit or "GB", partial_node_note(args, gpus), width))
     return 0
+
+
+def _run_of(model, gpus: int, fields: dict) -> Run:
+    """The run the flags describe; a field's message names its flag."""
+    try:
+        return Run.of(model, gpus, **fields)
+    except (ValueError, TypeError) as error:
+        raise type(error)(run_file_cli.in_flags(str(error))) from None
 
 
 def _experts_from(args) -> dict:

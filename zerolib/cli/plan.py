@@ -8,6 +8,7 @@ import math
 
 from zerolib.cli import _own_model as own_model_cli
 from zerolib.cli import _run as run_cli
+from zerolib.cli import _run_file as run_file_cli
 from zerolib.cli import _working_set as working_set_cli
 from zerolib.cli._arguments import add_layout_arguments, layout_from
 from zerolib.cli._communication import (
@@ -26,7 +27,7 @@ from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, echo
 from zerolib.core.memory.accounting import STAGES
 from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import ALL_CHUNKS, MAX_CHUNKS, MAX_MICRO_BATCHES
-from zerolib.core.memory.working_set import MAX_SEQ_LEN, WorkingSetSettings
+from zerolib.core.memory.working_set import MAX_SEQ_LEN
 from zerolib.core.parse import parse_fraction, parse_size, parse_whole
 from zerolib.core.planner import (
     DEFAULT_LINKS,
@@ -57,23 +58,23 @@ def register(commands) -> None:
                     "whose peak per GPU fits, with headroom, step time and network share, fastest "
                     "first. " + PLAN_HEADER,
         epilog="Left out: " + "; ".join(PLAN_LEFT_OUT) + ".")
-    what = parser.add_mutually_exclusive_group(required=True)
+    what = parser.add_mutually_exclusive_group()
     what.add_argument("--model", metavar="NAME", help="a preset from 'zerolib models'")
     own_model_cli.add_arguments(what)
-    parser.add_argument("--gpus", required=True, metavar="N", help="GPUs in all")
-    parser.add_argument("--gpus-per-node", required=True, metavar="K",
+    parser.add_argument("--gpus", metavar="N", help="GPUs in all")
+    parser.add_argument("--gpus-per-node", metavar="K",
                         help="GPUs per node (tensor parallelism stays within a node); above "
                              "--gpus, the run's GPUs sit on one such node")
-    parser.add_argument("--device", required=True, choices=list(DEVICES))
-    parser.add_argument("--seq", required=True, metavar="TOKENS", help="sequence length")
-    parser.add_argument("--global-batch", required=True, metavar="B",
+    parser.add_argument("--device", choices=list(DEVICES))
+    parser.add_argument("--seq", metavar="TOKENS", help="sequence length")
+    parser.add_argument("--global-batch", metavar="B",
                         help="sequences per step, over all data-parallel replicas")
     parser.add_argument("--links", metavar="NAME",
                         help="a node (" + ", ".join(NODES) + "), two links INTRA,NETWORK (e.g. "
                              "nvlink4,ib-ndr: one network port per GPU), or one link joining every "
                              "GPU alike (" + ", ".join(LINKS) + "); default: the node the device "
                              "comes in (" + ", ".join(f"{d}: {n}" for d, n in DEFAULT_LINKS.items()) + ")")
-    add_layout_arguments(parser, default="mixed-adam")
+    add_layout_arguments(parser, default=None)
     add_link_efficiency(parser)
     parser.add_argument("--mfu", metavar="U",
                         help=f"fraction of the device's peak the compute reaches, e.g. 0.4 or 40%% "
@@ -105,7 +106,7 @@ def register(commands) -> None:
                         help=f"whose stages, pipeline rule, schedule and overlap: the ZeRO "
                              f"paper's, DeepSpeed 0.19.8 at its defaults, PyTorch FSDP2, "
                              f"Megatron-LM's distributed optimizer (default {DEFAULT_ENGINE})")
-    parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True,
+    parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None,
                         help="flash-style attention, no s x s scores stored (default: on)")
     working_set_cli.add_capacity_factor(parser)
     parser.add_argument("--reserve", metavar="SIZE",
@@ -145,7 +146,37 @@ def register(commands) -> None:
     parser.add_argument("--cpu-checkpointing", action="store_true", default=None,
                         help="also search ZeRO-R P_a+cpu (DeepSpeed cpu_checkpointing: "
                              "checkpoints in host memory, copied over the host link)")
+    run_file_cli.add_arguments(parser, "the fastest fitting configuration's run")
     parser.set_defaults(func=run)
+
+
+# the plan's flags that a run file can fill: the rest (the layout, stage, recomputation,
+# micro-batch) the plan searches
+_FILLED = ("gpus", "gpus_per_node", "device", "seq", "global_batch", "links", "layout", "bytes",
+           "mfu", "host_link", "host", "cpu_adam_rate", "host_memory", "engine", "flash",
+           "capacity_factor", "reserve", "link_efficiency")
+_REQUIRED = {"gpus": "--gpus", "gpus_per_node": "--gpus-per-node", "device": "--device",
+             "seq": "--seq", "global_batch": "--global-batch"}
+
+
+def _fill_from_run_file(args) -> None:
+    """A --run file's fields for the flags not given; then every flag a plan needs, present."""
+    described = run_file_cli.read(args)
+    if described is not None:
+        searched = {dest: getattr(args, dest, None) for dest in vars(args) if dest not in _FILLED}
+        run_file_cli.fill_args(args, described, renamed={"link": "links", "seq_len": "seq"})
+        for dest, value in searched.items():   # the search is the plan's, not the run's
+            setattr(args, dest, value)
+    if not any(getattr(args, name, None) is not None
+               for name in ("model", "config", "megatron_args")) \
+            and getattr(args, "run_model", None) is None:
+        raise ValueError("one of the arguments --model --config --megatron-args --run is required")
+    missing = [flag for dest, flag in _REQUIRED.items() if getattr(args, dest, None) is None]
+    if missing:
+        raise ValueError(f"the following arguments are required: {', '.join(missing)} (or a "
+                         "--run file that gives them)")
+    if args.device not in DEVICES:
+        raise ValueError(f"--device must be one of {', '.join(DEVICES)}, got {echo(args.device)}")
 
 
 def _list(text: str | None, name: str, parse):
@@ -167,7 +198,7 @@ def _named(allowed, name):
 
 def options_from(args, config) -> dict:
     """Keyword arguments for :func:`zerolib.core.planner.plan` from the flags."""
-    options = {"layout": layout_from(args), "links": args.links,
+    options = {"layout": layout_from(args) or "mixed-adam", "links": args.links,
                "sequence_parallel": SEQUENCE_PARALLEL[args.sequence_parallel],
                "shard_groups": args.shard_groups or "all"}
     if args.mfu is not None:
@@ -191,11 +222,13 @@ def options_from(args, config) -> dict:
         value = _list(text, name, parse)
         if value is not None:
             options[key] = value
-    working_set = {"flash_attention": args.flash,
-                   "capacity_factor": working_set_cli.capacity_factor_from(args, config)}
+    if args.flash is not None:
+        options["flash_attention"] = args.flash
+    capacity_factor = working_set_cli.capacity_factor_from(args, config)
+    if capacity_factor is not None:
+        options["capacity_factor"] = capacity_factor
     if args.reserve is not None:
-        working_set["reserve_bytes"] = parse_size(args.reserve, "--reserve", maximum=MAX_BYTES)
-    options["working_set"] = WorkingSetSettings(**working_set)
+        options["reserve_bytes"] = parse_size(args.reserve, "--reserve", maximum=MAX_BYTES)
     offloads = set(options.get("offload", OFFLOADS)) - {"none"}
     options.update(host_options_from(args, bool(offloads), bool(offloads)))
     if args.engine is not None:
@@ -246,14 +279,16 @@ def refuse_no_effect(args, options: dict) -> None:
 
 
 def run(args) -> int:
+    _fill_from_run_file(args)
     top = None if args.top is None else parse_whole(args.top, "--top", maximum=MAX_GPUS)
     tokens = run_cli.tokens_from(args)
-    model = own_model_cli.model_from(args)
+    model = own_model_cli.model_from(args) or getattr(args, "run_model", None)
     result = plan(model, parse_whole(args.gpus, "--gpus", maximum=MAX_GPUS),
                   parse_whole(args.gpus_per_node, "--gpus-per-node", maximum=MAX_GPUS),
                   args.device, parse_whole(args.seq, "--seq", maximum=MAX_SEQ_LEN),
                   parse_whole(args.global_batch, "--global-batch", maximum=MAX_MICRO_BATCHES),
                   **options_from(args, model))
+    run_file_cli.save(args, result.run(result.fits.iloc[0]) if len(result.fits) else None)
     if args.format == "json":
         out = as_json(result, top)
         print(json_text(out if tokens is None else run_cli.add_to_plan(out, result, tokens)))

@@ -6,7 +6,7 @@ Its ``as_dict()`` is the JSON contract (all values in bytes):
 With a device, ``fits_judges`` says what ``fits`` judges: "model state" (a bare parameter
 count), "peak" (a model: model state + working set), either followed by " and host memory"
 when the CPU memory of a node is judged too.
-With a model (:func:`estimate_model`) each stage row also carries ``working_set`` (bytes per
+With a model (an architecture) each stage row also carries ``working_set`` (bytes per
 term), ``peak`` and ``pipeline_stage`` (the most-loaded stage's index), ``fits`` is judged
 on the peak, and the object gains ``model``, ``tensor_parallel``, ``pipeline_parallel`` and
 ``working_set_settings``.
@@ -67,36 +67,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from zerolib.core.catalogue.devices import Device, get_device
-from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
-from zerolib.core.catalogue.nodes import Interconnect, bus_bandwidth, interconnect
-from zerolib.core.inputs import (
-    MAX_BYTES,
-    check_count,
-    check_gpus,
-    check_one,
-    check_params,
-    check_positive_int,
-    check_single,
-    check_stages,
-)
+from zerolib.core.catalogue.devices import Device, device_at
+from zerolib.core.catalogue.models import TransformerConfig, parameter_count
+from zerolib.core.catalogue.nodes import NODES, Interconnect, bus_bandwidth, interconnect
+from zerolib.core.inputs import MAX_BYTES, check_count, check_stages
 from zerolib.core.memory import expert_parallel_rules as ep_rules
 from zerolib.core.memory.accounting import STAGES, Layout, get_layout, state_bytes
 from zerolib.core.memory.activations import context_parallel_tokens
 from zerolib.core.memory.expert_parallel import check_expert_layout, stage_parameters, state_of
 from zerolib.core.memory.model_parallel import candidate_stages, check_parallel
-from zerolib.core.memory.placement import Placement, check_placement, gpus_on_node, place
+from zerolib.core.memory.placement import Placement, check_placement, gpus_on_node, offered_stages, place
 from zerolib.core.memory.working_set import (
-    DEFAULT_SETTINGS,
     WorkingSetSettings,
     check_peak_inputs,
     rows_of,
     working_set,
 )
+from zerolib.core.run import Run
 from zerolib.core.step.context_parallel_traffic import assumptions
 from zerolib.core.step.engines import (
     CONTEXT_PARALLEL_ENGINES,
-    DEFAULT_ENGINE,
     Engine,
     Overlap,
     check_engine_stage,
@@ -112,9 +102,8 @@ from zerolib.core.step.time import (
     DEFAULT_TOKENS_PER_GPU,
     ComputeSettings,
 )
-from zerolib.core.step.traffic import MAX_MICRO_BATCHES
 
-# The traffic options of estimate / estimate_model and their defaults (each needs a link).
+# The traffic options of a run and their defaults (each needs a link).
 TRAFFIC_DEFAULTS = {"qwz": False, "qgz": False, "host_link": DEFAULT_HOST_LINK,
                     "host": None, "cpu_adam_rate": None, "micro_batches": 1, "overlap": None}
 
@@ -135,6 +124,7 @@ class Estimate:
     engine: Engine | None = None
     micro_batches: int = 1
     overlap: Overlap | None = None     # the rule the step times follow (None: no link)
+    run: Run | None = None             # the run this answers for
 
     def as_dict(self) -> dict:
         out = {"params": self.params, "gpus": self.gpus, "layout": self.layout.as_dict(),
@@ -172,10 +162,8 @@ def _fill_whole_nodes(gpus: int, ic: Interconnect, gpus_per_node: int | None) ->
 
 def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
                         traffic_options: dict, engine: Engine, link_efficiency=None) -> Estimate:
-    """``result`` with a ``communication`` object in every stage row (see the module doc)."""
-    result = Estimate(result.params, result.gpus, result.layout, result.device, result.stages,
-                      result.model, result.settings, result.placement, result.host_memory,
-                      engine=engine)
+    """``result`` (made with ``engine``, no link) with a ``communication`` object in every stage
+    row (see the module doc)."""
     if link is None:
         if gpus_per_node is not None:
             raise ValueError("gpus_per_node needs a link")
@@ -204,28 +192,33 @@ def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
     with_rows = tuple({**row, "communication": {
         **by_stage[row["stage"]], "qwz": traffic_options["qwz"], "qgz": traffic_options["qgz"]}}
         for row in result.stages)
-    return Estimate(result.params, result.gpus, result.layout, result.device, with_rows,
-                    result.model, result.settings, result.placement, result.host_memory, ic, compute,
-                    engine, traffic_options["micro_batches"],
-                    engine.overlap if overlap is None else overlap)
+    return replace(result, stages=with_rows, interconnect=ic, compute=compute, engine=engine,
+                   micro_batches=traffic_options["micro_batches"],
+                   overlap=engine.overlap if overlap is None else overlap)
 
 
-def _engine_stages(engine, stages, placement=None, gpus: int = 1) -> tuple[int, ...]:
-    """The stages to report: the engine's when every stage was asked (the default; with a shard
-    group smaller than every GPU, stage 0 and the stages the engine shards in groups), else
-    the ones asked, each of which the engine must offer."""
-    engine = get_engine(engine)
-    if stages is STAGES:
-        grouped = (placement is not None and placement.shard_group is not None
-                   and 1 < placement.shard_group < gpus)
-        stages = tuple(s for s in STAGES if s in engine.stages
-                       and (not grouped or s == 0 or s in engine.group_stages))
-    stages = check_stages(stages)
-    for stage in stages:
-        if stage not in engine.stages:
-            raise ValueError(f"engine {engine.name} offers ZeRO stages "
-                             f"{', '.join(map(str, engine.stages))}, got stage {stage}")
-    return stages
+def _engine_stages(run: Run, engine: Engine, placement: Placement | None) -> tuple[int, ...]:
+    """The stages to answer for: the run's, each of which the engine must offer; or (None) every
+    stage the engine offers that the run can use: with a shard group smaller than every GPU,
+    stage 0 and those the engine shards in groups; with a pipeline, those it runs beside one;
+    with offload, those that offer it; with ZeRO++'s qwZ or qgZ, stage 3."""
+    gpus, p = run.cluster.gpus, run.parallel.pipeline
+    if run.trainer.stages is not None:
+        stages = check_stages(run.trainer.stages)
+        for stage in stages:
+            if stage not in engine.stages:
+                raise ValueError(f"engine {engine.name} offers ZeRO stages "
+                                 f"{', '.join(map(str, engine.stages))}, got stage {stage}")
+        return stages
+    if run.trainer.qwz or run.trainer.qgz:
+        return (3,)
+    offered = STAGES if placement is None else offered_stages(placement)
+    grouped = (placement is not None and placement.shard_group is not None
+               and 1 < placement.shard_group < gpus)
+    kept = tuple(s for s in offered if s in engine.stages
+                 and (not grouped or s == 0 or s in engine.group_stages)
+                 and (p == 1 or s in engine.pipeline_stages))
+    return kept or tuple(offered)
 
 
 def _with_experts(result: Estimate, expert_parallel: int, expert_tensor_parallel: int | None,
@@ -273,14 +266,10 @@ def _with_experts(result: Estimate, expert_parallel: int, expert_tensor_parallel
                      "cluster_total": state.total * result.gpus, "working_set": dict(terms),
                      "peak": peak, "fits": fits, "expert_parallel": state.as_dict(),
                      "expert_traffic": traffic.as_dict()})
-    return Estimate(result.params, result.gpus, result.layout, result.device, tuple(rows),
-                    result.model, result.settings, result.placement, result.host_memory,
-                    result.interconnect, result.compute)
+    return replace(result, stages=tuple(rows))
 
 
-def _with_parallel_step(result: Estimate, link, gpus_per_node, link_efficiency, mfu,
-                        tokens_per_gpu, micro_batches: int, engine: Engine, expert_parallel: int,
-                        expert_tensor_parallel, options: dict, overlap) -> Estimate:
+def _with_parallel_step(result: Estimate, run: Run, micro_batches: int) -> Estimate:
     """``result`` timed by the planner's step model
     (:func:`zerolib.core.step.parallel.parallel_step_time`, ring attention over C, the experts'
     all-to-alls and their own gradient group) where tensor, pipeline, context or expert
@@ -290,19 +279,37 @@ def _with_parallel_step(result: Estimate, link, gpus_per_node, link_efficiency, 
     ``bubble_fraction``, ``context_parallel``, ``expert_parallel``,
     ``expert_tensor_parallel``; ETP other than t adds its all-gathers and reduce-scatters and
     reduces the experts over t x d / (ETP x E)), the same numbers
-    ``zerolib plan`` gives the configuration. Needs a device; not with a placement, ZeRO++, offload
-    options or ``tokens_per_gpu`` (the step's tokens are seq_len / C x micro_batch x
-    micro_batches; beside a pipeline, micro_batches are the settings', p when not given)."""
+    ``zerolib plan`` gives the configuration (a shard group and offload to CPU memory included,
+    as the planner searches them). Needs a device; not with ZeRO++ (hpZ, qwZ, qgZ), NVMe offload
+    or ``tokens_per_gpu`` (the step's tokens are seq_len / C x micro_batch x micro_batches;
+    beside a pipeline, micro_batches are the run's, p when not given)."""
+    engine, mfu = get_engine(run.trainer.engine), run.trainer.mfu
+    expert_parallel, expert_tensor_parallel = run.parallel.expert, run.parallel.expert_tensor
+    overlap = run.trainer.overlap
+    options = {key: value for key, value in _traffic_options(run).items()
+               if key not in ("micro_batches", "overlap")}
+    tokens_per_gpu = run.batch.tokens_per_gpu
     s, config = result.settings, result.model
     c = s.context_parallel
     if result.device is None:
         raise ValueError("a link with model parallelism (tensor, pipeline, context or expert) "
                          "needs a device (the step model times compute beside the collectives)")
-    used = [name for name, value in options.items() if value != TRAFFIC_DEFAULTS[name]]
+    used = [name for name in ("qwz", "qgz") if options[name]]
     if tokens_per_gpu is not None:
         used.insert(0, "tokens_per_gpu")
-    if result.placement is not None:
-        used.insert(0, "a placement (shard group, ZeRO++ or offload)")
+    placement = result.placement
+    offload = "none"
+    if placement is not None:   # the planner's: a shard group, offload to CPU memory
+        if placement.hpz_partition > 1 or "nvme" in (placement.offload_optimizer,
+                                                     placement.offload_params):
+            used.insert(0, "ZeRO++'s hpZ or NVMe offload")
+        offload = {(): "none", ("optimizer",): "optimizer",
+                   ("optimizer", "parameters"): "optimizer+parameters"}.get(tuple(
+                       name for name, where in (("optimizer", placement.offload_optimizer),
+                                                ("parameters", placement.offload_params))
+                       if where == "cpu"), "none")
+    if placement is None or offload == "none":
+        used += [name for name in ("host", "cpu_adam_rate") if options[name] is not None]
     if used:
         raise ValueError(f"{used[0]} is not modelled with model parallelism (tensor, pipeline, "
                          "context or expert) and a link (the planner's step model times them)")
@@ -315,7 +322,8 @@ def _with_parallel_step(result: Estimate, link, gpus_per_node, link_efficiency, 
     if engine.name in ep_rules.BORROWS_CONTEXT and expert_parallel > 1 and expert_parallel % c:
         raise ValueError(f"engine {engine.name} spreads experts over the whole context-parallel "
                          f"group: context_parallel ({c}) must divide expert_parallel, got {expert_parallel}")
-    ic = interconnect(link, gpus_per_node, link_efficiency)
+    gpus_per_node = _node_gpus(run, None)
+    ic = interconnect(run.cluster.link, gpus_per_node, run.cluster.link_efficiency)
     _fill_whole_nodes(result.gpus, ic, gpus_per_node)
     stages = [row["stage"] for row in result.stages]
     settings = ParallelSettings(
@@ -325,6 +333,9 @@ def _with_parallel_step(result: Estimate, link, gpus_per_node, link_efficiency, 
         micro_batches=micro_batches, chunks=s.pipeline_chunks,
         sequence_parallel=s.sequence_parallel, recompute=s.recompute, layout=result.layout,
         mfu=mfu, element_bytes=s.element_bytes, host_link=options["host_link"],
+        shard_group=None if placement is None else placement.shard_group, offload=offload,
+        host=None if offload == "none" else host_settings_for(ic.name, options["host"],
+                                                               options["cpu_adam_rate"]),
         context_parallel=c, expert_parallel=expert_parallel, capacity_factor=s.capacity_factor,
         expert_tensor_parallel=expert_tensor_parallel, engine=engine, overlap=overlap,
         partition_activations=s.partition_activations, cpu_checkpointing=s.cpu_checkpointing)
@@ -339,10 +350,9 @@ def _with_parallel_step(result: Estimate, link, gpus_per_node, link_efficiency, 
                                    else expert_tensor_parallel)}}
         for i, row in enumerate(result.stages))
     tokens = context_parallel_tokens(s.seq_len, c) * s.micro_batch * micro_batches
-    return Estimate(result.params, result.gpus, result.layout, result.device, rows, config, s,
-                    result.placement, result.host_memory, ic,
-                    ComputeSettings.for_run(config, s, mfu, tokens), engine, micro_batches,
-                    engine.overlap if overlap is None else overlap)
+    return replace(result, stages=rows, interconnect=ic,
+                   compute=ComputeSettings.for_run(config, s, mfu, tokens), engine=engine,
+                   micro_batches=micro_batches, overlap=engine.overlap if overlap is None else overlap)
 
 
 def _compute(tokens_per_gpu, mfu) -> ComputeSettings:
@@ -360,122 +370,123 @@ def _host_memory(host_memory, placement) -> int | None:
     return check_count(host_memory, "host_memory", MAX_BYTES)
 
 
-def estimate(params, gpus, layout: str | Layout = "mixed-adam",
-             device: str | Device | None = None, stages=STAGES,
-             placement: Placement | None = None, host_memory: int | None = None,
-             link: str | Interconnect | None = None, gpus_per_node: int | None = None,
-             tokens_per_gpu: int = DEFAULT_TOKENS_PER_GPU, mfu: float = DEFAULT_MFU,
-             qwz: bool = False, qgz: bool = False,
-             host_link: str = DEFAULT_HOST_LINK, host: str | None = None,
-             cpu_adam_rate: float | None = None, link_efficiency=None,
-             engine: str | Engine = DEFAULT_ENGINE, micro_batches: int = 1,
-             overlap: Overlap | None = None) -> Estimate:
-    """Bytes per worker for each requested stage of one (params, gpus) setting; ``fits`` judges
-    the model state against ``device`` (None without one), and with ``host_memory`` the CPU
-    tier of a node against it. With ``link``, each stage's communication (a bare count: stage
-    3 gathers one flat buffer per pass) as ``engine`` runs it over ``micro_batches``
-    micro-batches (``tokens_per_gpu`` is the whole step's), timed under ``overlap`` (None: the
-    engine's rule). See the module doc."""
-    params = check_one(params, check_params, "params")
-    gpus = check_one(gpus, check_gpus, "gpus")
-    layout = get_layout(layout)
-    device = get_device(device) if device is not None else None
-    engine = get_engine(engine)
-    stages = _engine_stages(engine, stages, placement, gpus)
-    host_memory = _host_memory(host_memory, placement)
+def estimate(run: Run | str | TransformerConfig | int, gpus: int | None = None,
+             **fields) -> Estimate:
+    """The answer for one :class:`~zerolib.core.run.Run`: bytes per GPU for each of its ZeRO
+    stages; with an architecture, the working set and the peak judged against the device; with
+    a link, what each GPU communicates and the step time (see the module doc).
+
+    The short form builds the run: ``estimate(7e9, 64)``, ``estimate("llama-2-7b", 8,
+    device="h100-80gb", micro_batch=2)`` is ``estimate(Run.of(model, gpus, **fields))``, the
+    fields by their flat names (:data:`zerolib.core.run.FIELDS`)."""
+    if isinstance(run, Run):
+        if gpus is not None or fields:
+            raise TypeError("give a Run, or a model with gpus and fields, not both")
+    else:
+        run = Run.of(run, gpus, **fields)
+    return _estimate_count(run) if run.config is None else _estimate_model(run)
+
+
+def _traffic_options(run: Run) -> dict:
+    t, c = run.trainer, run.cluster
+    return {"qwz": t.qwz, "qgz": t.qgz, "host_link": c.host_link, "host": c.host,
+            "cpu_adam_rate": c.cpu_adam_rate, "micro_batches": run.batch.micro_batches or 1,
+            "overlap": t.overlap}
+
+
+def _node_gpus(run: Run, placement: Placement | None) -> int | None:
+    """The GPUs per node the link's node model takes: ``cluster.gpus_per_node`` when the link is
+    a node, or a plain link with no placement to use it (which the link then refuses)."""
+    c = run.cluster
+    if c.gpus_per_node is None or c.link is None:
+        if c.gpus_per_node is not None and placement is None:
+            raise ValueError("cluster.gpus_per_node needs a link (a node's GPUs) or a placement "
+                             "(the GPUs sharing a node's CPU memory and NVMe)")
+        return None
+    if placement is not None and c.link.strip().lower() not in NODES:
+        return None
+    return c.gpus_per_node
+
+
+def _device(run: Run) -> Device | None:
+    c = run.cluster
+    if c.device is None or isinstance(c.device, Device):
+        return c.device
+    return device_at(c.device, c.capacity)
+
+
+def _estimate_count(run: Run) -> Estimate:
+    """A bare parameter count: model state per stage (the seed's worksheet), its placement and,
+    with a link, its communication."""
+    params, gpus, t, c = run.model, run.cluster.gpus, run.trainer, run.cluster
+    if run.parallel.model_parallel != 1 or run.parallel.expert != 1 or \
+            run.parallel.expert_tensor is not None:
+        raise ValueError("tensor, pipeline, context and expert parallelism need a model "
+                         "(a bare parameter count has no architecture)")
+    layout, device, engine = get_layout(t.layout), _device(run), get_engine(t.engine)
+    placement = run.placement()
+    stages = _engine_stages(run, engine, placement)
+    host_memory = _host_memory(c.host_memory, placement)
+    tokens = DEFAULT_TOKENS_PER_GPU if run.batch.tokens_per_gpu is None else run.batch.tokens_per_gpu
+    compute = _compute(tokens, t.mfu if t.mfu != DEFAULT_MFU else DEFAULT_MFU)
     if placement is None:   # Python ints, no arrays: one answer in microseconds
         capacity = None if device is None else device.capacity
         rows = [{"stage": stage, **state_bytes(params, gpus, stage, layout)} for stage in stages]
         for row in rows:
             row["fits"] = None if capacity is None else row["total"] <= capacity
-        result = Estimate(params, gpus, layout, device, tuple(rows), host_memory=host_memory)
-        return _with_communication(result, params, link, gpus_per_node,
-                                   _compute(tokens_per_gpu, mfu),
-                                   {"qwz": qwz, "qgz": qgz, "host_link": host_link, "host": host,
-                                    "cpu_adam_rate": cpu_adam_rate, "micro_batches": micro_batches,
-                                    "overlap": overlap}, engine, link_efficiency)
+        result = Estimate(params, gpus, layout, device, tuple(rows), host_memory=host_memory,
+                          engine=engine, run=run)
+        return _with_communication(result, params, c.link, _node_gpus(run, placement), compute,
+                                   _traffic_options(run), engine, c.link_efficiency)
     tiers = place(params, gpus, stages, layout, check_placement(placement))
     columns = {**tiers.gpu_categories(), "total": tiers.gpu}
     rows = []
     for index, stage in enumerate(stages):
         row = {"stage": stage, **{name: int(values[index]) for name, values in columns.items()}}
-        if tiers is not None:
-            row["cluster_total"] = row["total"] * gpus   # Python ints: exact
+        row["cluster_total"] = row["total"] * gpus   # Python ints: exact
         row["fits"] = None if device is None else row["total"] <= device.capacity
-        if tiers is not None:
-            row["tiers"] = tiers.as_dict(index)
+        row["tiers"] = tiers.as_dict(index)
         if host_memory is not None:
             row["host_fits"] = row["tiers"]["cpu"]["per_node"] <= host_memory
             if row["fits"] is not None:
                 row["fits"] = row["fits"] and row["host_fits"]
         rows.append(row)
     result = Estimate(params, gpus, layout, device, tuple(rows), placement=placement,
-                      host_memory=host_memory)
-    return _with_communication(result, params, link, gpus_per_node,
-                               _compute(tokens_per_gpu, mfu),
-                               {"qwz": qwz, "qgz": qgz, "host_link": host_link, "host": host,
-                                "cpu_adam_rate": cpu_adam_rate, "micro_batches": micro_batches,
-                                "overlap": overlap}, engine, link_efficiency)
+                      host_memory=host_memory, engine=engine, run=run)
+    return _with_communication(result, params, c.link, _node_gpus(run, placement), compute,
+                               _traffic_options(run), engine, c.link_efficiency)
 
 
-def estimate_model(model: str | TransformerConfig, gpus,
-                   settings: WorkingSetSettings = DEFAULT_SETTINGS,
-                   layout: str | Layout = "mixed-adam", device: str | Device | None = None,
-                   stages=STAGES, placement: Placement | None = None,
-                   host_memory: int | None = None, link: str | Interconnect | None = None,
-                   gpus_per_node: int | None = None, tokens_per_gpu: int | None = None,
-                   mfu: float = DEFAULT_MFU, qwz: bool = False, qgz: bool = False,
-                   host_link: str = DEFAULT_HOST_LINK, host: str | None = None,
-                   cpu_adam_rate: float | None = None, expert_parallel: int = 1,
-                   expert_tensor_parallel: int | None = None,
-                   link_efficiency=None, engine: str | Engine = DEFAULT_ENGINE,
-                   micro_batches: int = 1, overlap: Overlap | None = None) -> Estimate:
-    """The breakdown of a model preset: persistent state and working set per stage, ``fits``
-    judged on the peak (see :func:`zerolib.core.memory.working_set.stage_rows`). With ``link``, each
-    stage's communication, per layer for stage 3; ``tokens_per_gpu`` defaults to the working
-    set's sequence length x micro-batch x ``micro_batches``, and its recompute setting chooses
-    the FLOPs (:meth:`zerolib.core.step.time.ComputeSettings.for_run`: full recomputation 8 per
-    parameter and token instead of 6, selective and full the attention core again).
-    ``engine`` decides which stages exist and which run beside a pipeline (the planner's rule),
-    and the schedule. ``expert_parallel`` E (and ``expert_tensor_parallel``, None: the
-    tensor-parallel degree) spreads a mixture of experts' routed experts: see
-    :func:`_with_experts`; not with a placement. With a link and model parallelism (tensor,
-    pipeline, context or expert) the step is timed by the planner's step model
-    (:func:`_with_parallel_step`)."""
-    config, layout = get_model(model), get_layout(layout)
-    gpus = check_single(gpus, check_gpus, "gpus")
-    device = get_device(device) if device is not None else None
-    host_memory = _host_memory(host_memory, placement)
-    engine = get_engine(engine)
-    stages = _engine_stages(engine, stages, placement, gpus)
-    if isinstance(settings, WorkingSetSettings):   # (check_peak_inputs names a wrong type)
-        # The planner's rule, the engine's: a stage it does not run beside a pipeline is refused.
-        if engine.pipeline_stages == (0, 1):   # DeepSpeed's rule, in its words
-            check_parallel(config, 1, settings.pipeline_parallel, stage=stages)
-        check_engine_stage(engine, stages, settings.pipeline_parallel)
-        # One ETP for the experts' state and their tokens' activations.
-        given = settings.expert_tensor_parallel
-        if given is not None and expert_tensor_parallel is not None and given != expert_tensor_parallel:
-            raise ValueError(f"expert_tensor_parallel ({expert_tensor_parallel}) and the settings' "
-                             f"expert_tensor_parallel ({given}) must agree")
-        if expert_tensor_parallel is None:
-            expert_tensor_parallel = given
-        elif given is None:
-            settings = replace(settings, expert_tensor_parallel=expert_tensor_parallel)
+def _estimate_model(run: Run) -> Estimate:
+    """An architecture: persistent state and working set per stage, ``fits`` judged on the peak
+    (see :func:`zerolib.core.memory.working_set.stage_rows`). With a link, each stage's
+    communication, per layer for stage 3; the step's tokens default to the sequence length x
+    micro-batch x micro-batches, and the recompute setting chooses the FLOPs
+    (:meth:`zerolib.core.step.time.ComputeSettings.for_run`). The engine decides which stages
+    exist and which run beside a pipeline (the planner's rule), and the schedule. Expert
+    parallelism E (and ETP) spreads a mixture of experts' routed experts (:func:`_with_experts`;
+    not with a placement). With a link and model parallelism (tensor, pipeline, context or
+    expert) the step is timed by the planner's step model (:func:`_with_parallel_step`)."""
+    config, gpus, t, c, par = run.config, run.cluster.gpus, run.trainer, run.cluster, run.parallel
+    layout, device, engine = get_layout(t.layout), _device(run), get_engine(t.engine)
+    placement = run.placement()
+    host_memory = _host_memory(c.host_memory, placement)
+    stages = _engine_stages(run, engine, placement)
+    settings = run.working_set_settings()
+    # The planner's rule, the engine's: a stage it does not run beside a pipeline is refused.
+    if engine.pipeline_stages == (0, 1):   # DeepSpeed's rule, in its words
+        check_parallel(config, 1, settings.pipeline_parallel, stage=stages)
+    check_engine_stage(engine, stages, settings.pipeline_parallel)
+    expert_parallel, expert_tensor_parallel = par.expert, par.expert_tensor
     # Checked once here; the rows beneath trust them.
     rows = rows_of(check_peak_inputs(config, gpus, stages, settings, layout, placement), device,
                    host_memory)
     result = Estimate(parameter_count(config), gpus, layout, device, tuple(rows), config, settings,
-                      placement, host_memory)
-    m = check_positive_int(micro_batches, "micro_batches", MAX_MICRO_BATCHES)
+                      placement, host_memory, engine=engine, run=run)
+    m = run.batch.micro_batches or 1
     p = settings.pipeline_parallel
-    if link is not None and p > 1:
-        # A pipeline's micro-batches are the step's: the settings' (None: p, enough to fill it).
-        if m != 1:
-            raise ValueError(f"micro_batches ({m}) is gradient accumulation without a pipeline; "
-                             f"with pipeline_parallel {p} the settings' micro_batches are the "
-                             "step's")
-        m = settings.micro_batches or p
+    if c.link is not None and p > 1:
+        m = settings.micro_batches or p   # a pipeline's micro-batches: None fills it
     if expert_parallel != 1 or expert_tensor_parallel is not None:
         if placement is not None:
             raise ValueError("expert_parallel is not modelled with a placement here: the shard "
@@ -483,19 +494,15 @@ def estimate_model(model: str | TransformerConfig, gpus,
                              "state")
         # the experts' traffic per step: the step's micro-batches where a link times it
         result = _with_experts(result, expert_parallel, expert_tensor_parallel,
-                               m if link is not None else settings.micro_batches)
-    if link is not None and (settings.tensor_parallel != 1 or p != 1
-                             or settings.context_parallel != 1 or expert_parallel != 1
-                             or expert_tensor_parallel is not None):
-        return _with_parallel_step(
-            result, link, gpus_per_node, link_efficiency, mfu, tokens_per_gpu, m, engine,
-            expert_parallel, expert_tensor_parallel,
-            {"qwz": qwz, "qgz": qgz, "host_link": host_link, "host": host,
-             "cpu_adam_rate": cpu_adam_rate}, overlap)
-    tokens = (settings.seq_len * settings.micro_batch * m if tokens_per_gpu is None
-              else tokens_per_gpu)
-    return _with_communication(result, config, link, gpus_per_node,
-                               ComputeSettings.for_run(config, settings, mfu, tokens),
-                               {"qwz": qwz, "qgz": qgz, "host_link": host_link, "host": host,
-                                "cpu_adam_rate": cpu_adam_rate, "micro_batches": m,
-                                "overlap": overlap}, engine, link_efficiency)
+                               m if c.link is not None else settings.micro_batches)
+    if c.link is not None and (settings.tensor_parallel != 1 or p != 1
+                               or settings.context_parallel != 1 or expert_parallel != 1
+                               or expert_tensor_parallel is not None):
+        return _with_parallel_step(result, run, m)
+    tokens = (settings.seq_len * settings.micro_batch * m if run.batch.tokens_per_gpu is None
+              else run.batch.tokens_per_gpu)
+    # without a link the micro-batches are the pipeline's alone (the working set's)
+    return _with_communication(result, config, c.link, _node_gpus(run, placement),
+                               ComputeSettings.for_run(config, settings, t.mfu, tokens),
+                               {**_traffic_options(run), "micro_batches": m if c.link else 1},
+                               engine, c.link_efficiency)

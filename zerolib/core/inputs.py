@@ -13,6 +13,8 @@ import stat
 
 import numpy as np
 
+from zerolib.core.defaults import MIN_MFU
+
 # Largest accepted parameter count and worker count: far beyond any real model or cluster,
 # small enough that bytes stay exact in int64 (params * 64-byte widths * 3 categories).
 MAX_PARAMS = 10**15
@@ -253,3 +255,14 @@ def check_stages(stages, name: str = "stages") -> tuple[int, ...]:
             type(s) is int and STAGES[0] <= s <= STAGES[-1] for s in stages):
         return tuple(stages)
     return tuple(check_stage(stages, name).ravel().tolist())
+
+
+def check_mfu(value, name: str = "mfu") -> float:
+    """A utilisation: a number above 0 and at most 1, and at least :data:`MIN_MFU`."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.floating)):
+        raise TypeError(f"{name} must be a number above 0 and at most 1, got {value!r}")
+    if not math.isfinite(value) or not 0 < value <= 1:
+        raise ValueError(f"{name} must be a number above 0 and at most 1, got {value!r}")
+    if value < MIN_MFU:
+        raise ValueError(f"{name} must be at least {MIN_MFU:g} (0.1%), got {value!r}")
+    return float(value)

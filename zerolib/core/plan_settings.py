@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from zerolib.core.catalogue.devices import DEVICES, Device, get_device
+from zerolib.core.catalogue.devices import DEVICES, Device, device_at, get_device
 from zerolib.core.catalogue.links import Link
-from zerolib.core.catalogue.models import TransformerConfig, get_model
-from zerolib.core.catalogue.nodes import Interconnect
+from zerolib.core.catalogue.models import TransformerConfig
+from zerolib.core.catalogue.nodes import NODES, Interconnect
 from zerolib.core.inputs import (
-    MAX_BYTES,
-    MAX_GPUS,
-    check_count,
     check_positive_int,
     check_sequence,
     echo,
@@ -26,9 +23,9 @@ from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import (
     ALL_CHUNKS,
     MAX_CHUNKS,
-    MAX_MICRO_BATCHES,
 )
-from zerolib.core.memory.working_set import DEFAULT_SETTINGS, MAX_MICRO_BATCH, MAX_SEQ_LEN, WorkingSetSettings
+from zerolib.core.memory.working_set import MAX_MICRO_BATCH, WorkingSetSettings
+from zerolib.core.run import Run
 from zerolib.core.step.engines import (
     CONTEXT_PARALLEL_ENGINES,
     DEFAULT_ENGINE,
@@ -37,13 +34,12 @@ from zerolib.core.step.engines import (
     check_overlap,
     get_engine,
 )
-from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, DEFAULT_HOST_SETTINGS, HostSettings, host_settings_for
+from zerolib.core.step.offload_traffic import DEFAULT_HOST_SETTINGS, HostSettings, host_settings_for
 from zerolib.core.step.parallel import (
     OFFLOADS,
     check_host_link,
     cluster_interconnect,
 )
-from zerolib.core.step.time import DEFAULT_MFU, check_mfu
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
     pass
@@ -130,6 +126,7 @@ class PlanSettings:
     zero_r: tuple[str, ...] = ("none",)       # ZeRO-R's options searched (names of ZERO_R)
     # The ETP degrees searched besides t (None: ETP = t only; expert_parallel_rules)
     expert_tensor_parallel: tuple[int, ...] | None = None
+    run: Run | None = None       # the run the plan was asked for (its fixed settings)
 
     def __deepcopy__(self, memo) -> PlanSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -158,44 +155,115 @@ class PlanSettings:
                    if self.expert_tensor_parallel is not None else {})}
 
 
-def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, links=None,
-                  host_link: str | Link = DEFAULT_HOST_LINK, layout: str | Layout = "mixed-adam",
-                  mfu: float = DEFAULT_MFU,
-                  host_memory: int | None = None, max_micro_batch: int = 8, stages=STAGES,
-                  recompute=RECOMPUTE, chunks=ALL_CHUNKS, offload=tuple(OFFLOADS),
-                  sequence_parallel=(False, True), shard_groups: str = "all",
-                  working_set: WorkingSetSettings = DEFAULT_SETTINGS, host: str | None = None,
-                  cpu_adam_rate: float | None = None, link_efficiency=None,
-                  context_parallel=(1,), engine: str | Engine = DEFAULT_ENGINE,
-                  overlap: Overlap | None = None, expert_parallel=None,
-                  zero_r=None, expert_tensor_parallel=None) -> PlanSettings:
-    """Check every input of :func:`plan` (ValueError/TypeError naming the argument). ``host``
-    (None: the node of ``links`` where the host catalogue has it, else DGX A100's) and
-    ``cpu_adam_rate`` (None: the roofline alone) time offload's CPU step and NVMe. ``zero_r``
-    names the ZeRO-R options searched (:data:`ZERO_R`; None: "none" only, DeepSpeed's default:
-    its ``activation_checkpointing`` config has ``partition_activations`` and
-    ``cpu_checkpointing`` false; only the engines of :data:`ZERO_R_ENGINES` offer the others).
-    ``context_parallel`` above 1 only for an engine that runs it (``Engine.context_parallel``:
-    Megatron-LM, FSDP2 with torchtitan). ``expert_tensor_parallel`` names the ETP degrees searched
-    (:func:`zerolib.core.memory.expert_parallel_rules.check_etp_degrees`; None: under Megatron-LM
-    every divisor of a mixture's expert width, else ETP = t only)."""
-    config = get_model(model)
-    gpus = check_positive_int(gpus, "gpus", MAX_GPUS)
-    k = check_positive_int(gpus_per_node, "gpus_per_node", MAX_GPUS)
+@dataclass(frozen=True)
+class Search:
+    """What :func:`zerolib.core.planner.plan` searches beside the run's fixed settings: the ZeRO
+    ``stages``, ``recompute`` settings, pipeline schedules (``chunks``: 1 for 1F1B, v >= 2
+    interleaved, or ``"all"`` that the layers allow), ``offload`` options, sequence parallelism
+    on and off, shard groups (``"all"`` divisors of d, or ``"whole"``), the context-parallel,
+    expert-parallel and expert-tensor-parallel degrees (None: the engine's and the model's
+    defaults), ZeRO-R's options (None: the engine's default) and micro-batches up to
+    ``max_micro_batch``. Checked by :func:`plan_settings`, which knows the model and engine."""
+
+    stages: tuple = STAGES
+    recompute: tuple = RECOMPUTE
+    chunks: tuple | str = ALL_CHUNKS
+    offload: tuple = tuple(OFFLOADS)
+    sequence_parallel: tuple = (False, True)
+    shard_groups: str = "all"
+    context_parallel: tuple = (1,)
+    expert_parallel: tuple | None = None
+    expert_tensor_parallel: tuple | None = None
+    zero_r: tuple | None = None
+    max_micro_batch: int = 8
+
+
+SEARCH_FIELDS = tuple(f.name for f in fields(Search))
+# The short form's options that name a run field by another name
+_RUN_ALIASES = {"links": "link"}
+
+
+def plan_request(run, gpus=None, gpus_per_node=None, device=None, seq_len=None,
+                 global_batch=None, *, search: Search | None = None, **options) -> tuple[Run, Search]:
+    """The run and the search a plan is asked for: ``(run, search)`` as given, or built from the
+    short form ``(model, gpus, gpus_per_node, device, seq_len, global_batch, **options)``, whose
+    options are a run's fields (:data:`zerolib.core.run.FIELDS`; ``links`` is the run's
+    ``link``) and the search's (:class:`Search`)."""
+    if search is not None and not isinstance(search, Search):
+        raise TypeError(f"search must be a Search, got {type(search).__name__}")
+    if isinstance(run, Run):
+        if options or any(v is not None for v in (gpus, gpus_per_node, device, seq_len, global_batch)):
+            raise TypeError("give a Run and a Search, or a model with the plan's settings, not both")
+        return run, search or Search()
+    searched = {name: options.pop(name) for name in SEARCH_FIELDS if name in options}
+    if searched and search is not None:
+        raise TypeError("give a Search or its fields, not both")
+    for alias, name in _RUN_ALIASES.items():
+        if alias in options:
+            options[name] = options.pop(alias)
+    given = {name: value for name, value in (("gpus_per_node", gpus_per_node), ("device", device),
+                                             ("seq_len", seq_len), ("global_batch", global_batch))
+             if value is not None}
+    return Run.of(run, gpus, **given, **options), search or _search(searched)
+
+
+def _search(fields_by_name: dict) -> Search:
+    return Search(**fields_by_name)
+
+
+def plan_settings(run, gpus=None, gpus_per_node=None, device=None, seq_len=None,
+                  global_batch=None, *, search: Search | None = None, **options) -> PlanSettings:
+    """Check every input of :func:`plan` (ValueError/TypeError naming it): a run and a search,
+    or the short form (:func:`plan_request`). The run fixes the model, the cluster (device,
+    GPUs per node, links, host), the trainer (engine, layout, mfu, flash attention, buffers,
+    reserve) and the batch (sequence, global batch); its parallel layout, ZeRO stage,
+    recomputation and micro-batch are the search's. ``host`` (None: the node of the links where
+    the host catalogue has it, else DGX A100's) and ``cpu_adam_rate`` (None: the roofline
+    alone) time offload's CPU step and NVMe. ``zero_r`` names the ZeRO-R options searched
+    (:data:`ZERO_R`; None: "none" only, DeepSpeed's default: its ``activation_checkpointing``
+    config has ``partition_activations`` and ``cpu_checkpointing`` false; only the engines of
+    :data:`ZERO_R_ENGINES` offer the others). ``context_parallel`` above 1 only for an engine
+    that runs it (``Engine.context_parallel``: Megatron-LM, FSDP2 with torchtitan).
+    ``expert_tensor_parallel`` names the ETP degrees searched
+    (:func:`zerolib.core.memory.expert_parallel_rules.check_etp_degrees`; None: under
+    Megatron-LM every divisor of a mixture's expert width, else ETP = t only)."""
+    run, search = plan_request(run, gpus, gpus_per_node, device, seq_len, global_batch,
+                               search=search, **options)
+    return _settings_of(run, search)
+
+
+def _settings_of(run: Run, search: Search) -> PlanSettings:
+    config = run.config
+    if config is None:
+        raise ValueError("a plan needs a model's architecture (a preset, a config.json or "
+                         "Megatron-LM arguments), not a bare parameter count")
+    c, t, b = run.cluster, run.trainer, run.batch
+    gpus = c.gpus
+    if c.device is None:
+        raise ValueError("device must be given to plan (cluster.device: what each GPU holds)")
+    device = c.device if isinstance(c.device, Device) else device_at(c.device, c.capacity)
+    k = c.gpus_per_node
+    if k is None:
+        node = NODES.get(links_for(device, c.link)) if isinstance(links_for(device, c.link), str) else None
+        if node is None:
+            raise ValueError("gpus_per_node must be given to plan over links that name no node")
+        k = node.gpus_per_node
     if gpus > k and gpus % k:
         raise ValueError(f"gpus ({gpus}) must fill whole nodes of gpus_per_node ({k})")
-    device = get_device(device)
-    seq_len = check_positive_int(seq_len, "seq_len", MAX_SEQ_LEN)
+    seq_len = run.seq_len
     if config.position_embedding == "learned" and seq_len > config.max_positions:
         raise ValueError(f"seq_len must be at most {config.max_positions} for {config.name} "
                          f"(learned position embeddings), got {seq_len}")
-    global_batch = check_positive_int(global_batch, "global_batch", MAX_MICRO_BATCHES)
-    if not isinstance(working_set, WorkingSetSettings):
-        raise TypeError(f"working_set must be a WorkingSetSettings, got {type(working_set).__name__}")
-    if host_memory is not None:
-        host_memory = check_count(host_memory, "host_memory", MAX_BYTES)
-    max_micro_batch = check_positive_int(max_micro_batch, "max_micro_batch",
+    if b.global_batch is None:
+        raise ValueError("global_batch must be given to plan (batch.global_batch: sequences per step)")
+    global_batch = b.global_batch
+    if t.partition_activations or t.cpu_checkpointing:
+        raise ValueError("working_set's partition_activations and cpu_checkpointing are the "
+                         "plan's to search: give zero_r instead")
+    working_set = t.working_set()
+    max_micro_batch = check_positive_int(search.max_micro_batch, "max_micro_batch",
                                          min(MAX_PLAN_MICRO_BATCH, MAX_MICRO_BATCH))
+    chunks = search.chunks
     if not (isinstance(chunks, str) and chunks == ALL_CHUNKS):
         chunks = tuple(dict.fromkeys(check_positive_int(v, "chunks", MAX_CHUNKS) for v in
                                      check_sequence(chunks, "chunks", f"whole numbers, 1 (1F1B) to "
@@ -204,31 +272,27 @@ def plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, *, 
         if not chunks:
             raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: "
                              "interleaved)")
-    ic = cluster_interconnect(links_for(device, links), k, link_efficiency)
-    cp = cp_rules.check_degrees(context_parallel, seq_len, working_set.flash_attention)
-    engine = get_engine(engine)
+    ic = cluster_interconnect(links_for(device, c.link), k, c.link_efficiency)
+    cp = cp_rules.check_degrees(search.context_parallel, seq_len, working_set.flash_attention)
+    engine = get_engine(t.engine)
     if cp != (1,) and not engine.context_parallel:
         raise ValueError(f"context_parallel must be (1,) for engine {engine.name}: it runs no "
                          f"ring-attention context parallelism (the engines that do: "
                          f"{', '.join(CONTEXT_PARALLEL_ENGINES)})")
-    if zero_r is None:
-        zero_r = ("none",)
+    zero_r = ("none",) if search.zero_r is None else search.zero_r
     zero_r = _choices(zero_r, tuple(ZERO_R), "zero_r")
     if zero_r != ("none",) and engine.name.split(" ")[0] not in ZERO_R_ENGINES:
         raise ValueError(f"zero_r must be ('none',) for engine {engine.name}: it has no partitioned "
                          f"activation checkpoints (DeepSpeed's activation_checkpointing has them)")
-    if working_set.partition_activations or working_set.cpu_checkpointing:
-        raise ValueError("working_set's partition_activations and cpu_checkpointing are the "
-                         "plan's to search: give zero_r instead")
     return PlanSettings(
         config, gpus, k, device, seq_len, global_batch,
-        ic, check_host_link(host_link),
-        get_layout(layout), check_mfu(mfu),
-        host_memory, max_micro_batch, _choices(stages, STAGES, "stages"),
-        _choices(recompute, RECOMPUTE, "recompute"), chunks,
-        _choices(offload, tuple(OFFLOADS), "offload"),
-        _choices(sequence_parallel, (False, True), "sequence_parallel"),
-        _choices([shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set,
-        host_settings_for(ic.name, host, cpu_adam_rate), cp, engine,
-        check_overlap(overlap), ep_rules.check_degrees(expert_parallel, config, gpus), zero_r,
-        ep_rules.check_etp_degrees(expert_tensor_parallel, config, gpus, engine))
+        ic, check_host_link(c.host_link),
+        get_layout(t.layout), t.mfu,
+        c.host_memory, max_micro_batch, _choices(search.stages, STAGES, "stages"),
+        _choices(search.recompute, RECOMPUTE, "recompute"), chunks,
+        _choices(search.offload, tuple(OFFLOADS), "offload"),
+        _choices(search.sequence_parallel, (False, True), "sequence_parallel"),
+        _choices([search.shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set,
+        host_settings_for(ic.name, c.host, c.cpu_adam_rate), cp, engine,
+        check_overlap(t.overlap), ep_rules.check_degrees(search.expert_parallel, config, gpus), zero_r,
+        ep_rules.check_etp_degrees(search.expert_tensor_parallel, config, gpus, engine), run)

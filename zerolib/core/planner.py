@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -84,7 +84,7 @@ from zerolib.core.memory.model_parallel import (
 from zerolib.core.memory.pipeline_schedule import UNIT_TERMS, activation_totals_of, unit_terms
 from zerolib.core.memory.placement import Placement, offered_stages, tiers_of
 from zerolib.core.memory.tables import divisors_of
-from zerolib.core.memory.working_set import WorkingSetSettings, terms_of
+from zerolib.core.memory.working_set import terms_of
 from zerolib.core.plan_settings import (  # noqa: F401  (the planner's names, where callers find them)
     DEFAULT_LINKS,
     MAX_PLAN_MICRO_BATCH,
@@ -92,10 +92,12 @@ from zerolib.core.plan_settings import (  # noqa: F401  (the planner's names, wh
     SHARD_GROUPS,
     ZERO_R,
     PlanSettings,
+    Search,
     links_for,
     plan_settings,
     schedule_name,
 )
+from zerolib.core.run import Run
 from zerolib.core.step.parallel import (
     OFFLOADS,
     PARTS,
@@ -613,23 +615,28 @@ class Plan:
                 "fit": int(np.sum(self.reason == PASSES)),
                 "rejected": self.size - int(np.sum(self.reason == PASSES))}
 
-    def settings_for(self, row) -> tuple[WorkingSetSettings, Placement]:
-        """The :class:`WorkingSetSettings` and :class:`Placement` of one configuration (a row of
-        :attr:`valid` or :attr:`fits`, or a :meth:`configuration` dict): what
-        :func:`zerolib.core.memory.working_set.peaks` takes for the same setting."""
+    def run(self, row) -> Run:
+        """The run of one configuration (a row of :attr:`valid` or :attr:`fits`, or a
+        :meth:`configuration` dict): the plan's run with the configuration's layout, ZeRO
+        stage, recomputation, micro-batches and offload. ``estimate`` of it gives the row's peak
+        and, with the plan's links, its step time; ``run.to_toml()`` is its run file."""
         s = self.settings
-        ws = replace(s.working_set, seq_len=s.seq_len, micro_batch=int(row["micro_batch"]),
-                     recompute=str(row["recompute"]), tensor_parallel=int(row["tensor_parallel"]),
-                     sequence_parallel=bool(row["sequence_parallel"]),
-                     pipeline_parallel=int(row["pipeline_parallel"]),
-                     pipeline_schedule="interleaved" if int(row["chunks"]) > 1 else "1f1b",
-                     pipeline_chunks=int(row["chunks"]), micro_batches=int(row["micro_batches"]),
-                     context_parallel=int(row.get("context_parallel", 1)),
-                     partition_activations=bool(row.get("partition_activations", False)),
-                     cpu_checkpointing=bool(row.get("cpu_checkpointing", False)))
-        placement = Placement(shard_group=int(row["shard_group"]), gpus_per_node=s.gpus_per_node,
-                              **OFFLOADS[str(row["offload"])])
-        return ws, placement
+        t, d, c = int(row["tensor_parallel"]), int(row["data_parallel"]), int(row.get("context_parallel", 1))
+        chunks, group = int(row["chunks"]), int(row["shard_group"])
+        etp = int(row.get("expert_tensor_parallel", t))
+        return s.run.replace(
+            gpus_per_node=s.gpus_per_node, link=s.interconnect.name, seq_len=s.seq_len,
+            tensor_parallel=t, sequence_parallel=bool(row["sequence_parallel"]),
+            pipeline_parallel=int(row["pipeline_parallel"]),
+            pipeline_schedule="interleaved" if chunks > 1 else "1f1b", pipeline_chunks=chunks,
+            context_parallel=c, expert_parallel=int(row.get("expert_parallel", 1)),
+            expert_tensor_parallel=None if etp == t else etp,
+            shard_group=None if group == d * c else group, stages=(int(row["stage"]),),
+            recompute=str(row["recompute"]), micro_batch=int(row["micro_batch"]),
+            micro_batches=int(row["micro_batches"]),
+            partition_activations=bool(row.get("partition_activations", False)),
+            cpu_checkpointing=bool(row.get("cpu_checkpointing", False)),
+            **{"offload_optimizer": "none", "offload_params": "none", **OFFLOADS[str(row["offload"])]})
 
 
 def describe_configuration(c) -> str:
@@ -653,24 +660,21 @@ def describe_configuration(c) -> str:
             f"{int(c['micro_batches'])}, {offload}")
 
 
-def plan(model, gpus, gpus_per_node, device, seq_len, global_batch, **options) -> Plan:
-    """Every configuration of ``model`` on ``gpus`` GPUs (``gpus_per_node`` per node) of
-    ``device`` at ``seq_len`` tokens and ``global_batch`` sequences per step: which can run,
-    their peaks and step times, which fit, ranked (see the module doc). ``options`` are
-    :func:`plan_settings`'s: ``links``, ``host_link`` (the PCIe link offload copies over,
-    default ``pcie4-x16``), ``host`` and ``cpu_adam_rate`` (the host offload's CPU step and
-    NVMe run on), ``layout``, ``mfu``, ``host_memory``,
-    ``max_micro_batch``, ``stages``, ``recompute``, ``chunks``, ``offload``,
-    ``sequence_parallel``, ``shard_groups`` ("all" or "whole"), ``working_set`` (flash
-    attention, reserve, DeepSpeed's buffers), ``link_efficiency`` (the rate the links run at:
-    "achieved", the default, "line-rate" or a fraction; see
-    :class:`zerolib.core.catalogue.links.LinkEfficiency`), ``context_parallel`` and
-    ``expert_parallel`` (the degrees searched; :mod:`zerolib.core.memory.expert_parallel_rules`: None, every
-    divisor of a mixture's routed experts), ``zero_r`` (ZeRO-R's options searched, names of
-    :data:`zerolib.core.plan_settings.ZERO_R`; None: "none" and "partition" under DeepSpeed and
-    the paper, "none" under FSDP2 and Megatron-LM)."""
-    s = plan_settings(model, gpus, gpus_per_node, device, seq_len, global_batch, **options)
-    return plan_from(s)
+def plan(run, gpus=None, gpus_per_node=None, device=None, seq_len=None, global_batch=None, *,
+         search: Search | None = None, **options) -> Plan:
+    """Every configuration of a run's model on its cluster, at its sequence and global batch:
+    which can run, their peaks and step times, which fit, ranked (see the module doc).
+    ``plan(run, search=Search(...))``: the run fixes the model, cluster, trainer and batch; the
+    search (:class:`zerolib.core.plan_settings.Search`) names what is searched. The short form
+    builds both: ``plan(model, gpus, gpus_per_node, device, seq_len, global_batch, **options)``,
+    the options a run's fields (``links``, ``host_link``, ``host``, ``cpu_adam_rate``,
+    ``layout``, ``mfu``, ``host_memory``, ``link_efficiency``, ``engine``, ``flash_attention``,
+    ``reserve_bytes`` ...) or the search's (``max_micro_batch``, ``stages``, ``recompute``,
+    ``chunks``, ``offload``, ``sequence_parallel``, ``shard_groups``, ``context_parallel``,
+    ``expert_parallel``, ``expert_tensor_parallel``, ``zero_r``). Each fitting row is a run:
+    :meth:`Plan.run`."""
+    return plan_from(plan_settings(run, gpus, gpus_per_node, device, seq_len, global_batch,
+                                   search=search, **options))
 
 
 def plan_from(s: PlanSettings) -> Plan:

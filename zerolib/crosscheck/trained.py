@@ -14,7 +14,7 @@ by its path in the repository (``tests/data/...json``, read by
 (:data:`ARCHITECTURES`). Three questions per row:
 
 - :func:`judge`: the peak per GPU under the row's settings, exactly as ``zerolib estimate``
-  computes it (:func:`zerolib.core.estimate.estimate_model`), against the device's capacity;
+  computes it (:func:`zerolib.core.estimate.estimate`), against the device's capacity;
 - :func:`planner_check`: whether :func:`zerolib.core.planner.plan` lists the row's configuration
   among those that fit, and at which rank, in its default search (every schedule the layers
   allow) or over a given set of virtual chunks;
@@ -40,11 +40,11 @@ import pandas as pd
 from zerolib.core.catalogue.devices import get_device
 from zerolib.core.catalogue.hf_config import model_from_config
 from zerolib.core.catalogue.models import MODELS, TransformerConfig, active_parameter_count, parameter_count
-from zerolib.core.estimate import estimate_model
+from zerolib.core.estimate import estimate
 from zerolib.core.memory.accounting import Layout, get_layout
 from zerolib.core.memory.model_parallel import ALL_CHUNKS, chunks_for
-from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.planner import plan
+from zerolib.core.run import Run
 from zerolib.crosscheck.korthikanti import gpt
 from zerolib.paths import REPO_ROOT, data_file
 
@@ -175,15 +175,17 @@ class TrainedRun:
         return active_parameter_count(config) if config.mixture_of_experts else parameter_count(config)
 
     @property
-    def settings(self) -> WorkingSetSettings:
-        """The row's settings as zerolib's working set takes them."""
-        return WorkingSetSettings(
-            seq_len=self.seq_len, micro_batch=self.micro_batch, recompute=self.recompute,
+    def described(self) -> Run:
+        """The row as a zerolib run, at its own ZeRO stage under its own engine."""
+        return Run.of(
+            self.config, self.gpus, device=self.device, layout=self.widths,
+            engine=self.engine, stages=(self.zero_stage,), seq_len=self.seq_len,
+            micro_batch=self.micro_batch, recompute=self.recompute,
             flash_attention=self.flash_attention, tensor_parallel=self.tensor_parallel,
             sequence_parallel=self.sequence_parallel, pipeline_parallel=self.pipeline_parallel,
             pipeline_schedule="interleaved" if self.virtual_chunks > 1 else "1f1b",
             pipeline_chunks=self.virtual_chunks, micro_batches=self.micro_batches,
-            context_parallel=self.context_parallel)
+            context_parallel=self.context_parallel, expert_parallel=self.expert_parallel)
 
 
 @lru_cache(maxsize=16)
@@ -254,9 +256,7 @@ def judge(run: TrainedRun) -> dict:
     """The peak per GPU of ``run`` under its own settings and ZeRO stage (bytes), the device's
     capacity, whether it fits, the headroom and the working-set terms."""
     # Under the engine the source states: its stages and which of them run beside a pipeline.
-    result = estimate_model(run.config, run.gpus, run.settings, layout=run.widths,
-                            device=run.device, stages=(run.zero_stage,), engine=run.engine,
-                            expert_parallel=run.expert_parallel)
+    result = estimate(run.described)
     row = result.stages[0]
     capacity = get_device(run.device).capacity
     return {"run": run.run, "parameters": parameter_count(run.config),
@@ -290,7 +290,7 @@ def planner_check(run: TrainedRun, chunks=ALL_CHUNKS, mfu: float = DEFAULT_MFU,
                   shard_groups="whole", engine=run.engine, **fixed, **degrees,
                   context_parallel=tuple(sorted({1, run.context_parallel})),
                   max_micro_batch=max(8, run.micro_batch),
-                  working_set=WorkingSetSettings(flash_attention=run.flash_attention))
+                  flash_attention=run.flash_attention)
     valid = result.valid
     match = valid[(valid["tensor_parallel"] == run.tensor_parallel)
                   & (valid["pipeline_parallel"] == run.pipeline_parallel)

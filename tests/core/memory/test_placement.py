@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zerolib.core.estimate import estimate, estimate_model
+from zerolib.core.estimate import estimate
 from zerolib.core.memory.placement import (
     ITEMS,
     TIERS,
@@ -257,7 +257,7 @@ def test_estimate_json_gains_tiers_only_with_a_placement():
     plain = estimate(P7B, 64, device="a100-80gb").as_dict()
     assert "tiers" not in plain["stages"][3] and "placement" not in plain
     placed = estimate(P7B, 64, device="a100-80gb", stages=[2],
-                      placement=Placement(offload_optimizer="cpu"), host_memory=10 * GB).as_dict()
+                      offload_optimizer="cpu", host_memory=10 * GB).as_dict()
     row = placed["stages"][0]
     assert row["total"] == 14 * GB and row["optimizer"] == 0 and row["cluster_total"] == 64 * 14 * GB
     assert row["tiers"]["cpu"]["per_node"] == 14 * GB and row["host_fits"] is False
@@ -265,5 +265,7 @@ def test_estimate_json_gains_tiers_only_with_a_placement():
     assert placed["placement"]["gpus_per_node"] == 8 and placed["host_memory"] == 10 * GB
     with pytest.raises(ValueError, match="host_memory needs a placement"):
         estimate(P7B, 64, host_memory=GB)
-    model = estimate_model("llama-2-7b", 8, SETTINGS, placement=Placement(), stages=[0]).as_dict()
+    # a shard group of every data-parallel GPU places the state as plain ZeRO does, with tiers
+    model = estimate("llama-2-7b", 8, seq_len=4096, micro_batch=1, recompute="selective",
+                     shard_group=8, stages=[0]).as_dict()
     assert model["stages"][0]["tiers"]["gpu"]["total"] == 16 * LLAMA_P

@@ -217,10 +217,10 @@ def test_fsdp2_composes_zero_3_with_a_pipeline_and_deepspeed_does_not():
                                          "parallelism"):
         parallel_step_time("llama-2-70b", ic, "h100-80gb", engine="deepspeed", **common)
     # estimate follows the same rule: fsdp2 estimates ZeRO-3 at TP 8 / PP 4, deepspeed refuses.
-    settings = zl.WorkingSetSettings(tensor_parallel=8, pipeline_parallel=4, micro_batches=8)
-    assert zl.estimate_model("llama-2-70b", 64, settings, stages=(3,), engine="fsdp2").stages
+    settings = dict(tensor_parallel=8, pipeline_parallel=4, micro_batches=8)
+    assert zl.estimate("llama-2-70b", 64, **settings, stages=(3,), engine="fsdp2").stages
     with pytest.raises(ValueError, match="ZeRO stages 2 and 3 do not run with pipeline"):
-        zl.estimate_model("llama-2-70b", 64, settings, stages=(3,), engine="deepspeed")
+        zl.estimate("llama-2-70b", 64, **settings, stages=(3,), engine="deepspeed")
     assert [r["stage"] for r in zl.estimate(7e9, 8, engine="megatron").stages] == [0, 1]
 
 

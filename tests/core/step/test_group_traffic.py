@@ -193,8 +193,8 @@ def test_infinity_on_nvme_by_hand():
 def test_offload_adds_its_exposed_copies_to_the_step():
     # The paper's overlap rule (the backward hides the gradient copy).
     result = estimate(7_000_000_000, 8, device="h100-80gb", stages=[2],
-                      link=interconnect("dgx-h100", efficiency="line-rate"),
-                      placement=Placement(offload_optimizer="cpu"), engine="paper")
+                      link="dgx-h100", link_efficiency="line-rate", offload_optimizer="cpu",
+                      engine="paper")
     c = result.stages[0]["communication"]
     # Compute 6 x 7e9 x 4096 / (0.4 x 989.5e12): the backward 4/6 of it hides the gradient copy.
     compute = 6 * 7e9 * 4096 / (0.4 * 989.5e12)

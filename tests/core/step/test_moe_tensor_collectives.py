@@ -16,10 +16,9 @@ import pytest
 
 from zerolib.core.catalogue.models import TransformerConfig
 from zerolib.core.catalogue.nodes import cluster_interconnect
-from zerolib.core.estimate import estimate_model
+from zerolib.core.estimate import estimate
 from zerolib.core.memory.activations import ActivationOptions
 from zerolib.core.memory.model_parallel import Pipeline
-from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.planner import plan
 from zerolib.core.step.collectives import ring_timing_of
 from zerolib.core.step.expert_parallel_traffic import expert_traffic, expert_traffic_seconds
@@ -127,7 +126,7 @@ def test_estimate_and_plan_agree_on_the_experts_collectives(etp):
                  & (frame.expert_tensor_parallel == etp)]
     assert len(rows) == 1
     m = int(rows.micro_batches.iloc[0])
-    found = estimate_model("mixtral-8x7b", 64, WorkingSetSettings(seq_len=4096, recompute="full"),
+    found = estimate("mixtral-8x7b", 64, **dict(seq_len=4096, recompute="full"),
                            device="h100-80gb", link="dgx-h100", stages=(1,), engine="megatron",
                            expert_parallel=8, expert_tensor_parallel=etp,
                            micro_batches=m).as_dict()

@@ -49,8 +49,8 @@ def test_for_run_reads_the_working_set():
     ("none", 6 * P70), ("selective", 6 * P70 + CORE70), ("full", 8 * P70 + CORE70)])
 def test_estimate_times_the_recomputation_its_working_set_has(recompute, per_token):
     # Before: full at 8 x P70 (18.11 s), selective at 6 x P70 like none (13.58 s).
-    (row,) = zl.estimate_model("llama-2-70b", 64, seventy(recompute), device="a100-80gb",
-                               stages=[3], link="dgx-a100").stages
+    (row,) = zl.estimate("llama-2-70b", 64, seq_len=4096, micro_batch=1, recompute=recompute,
+                         device="a100-80gb", stages=[3], link="dgx-a100").stages
     assert row["communication"]["compute_seconds"] == pytest.approx(per_token * 4096 / A100_RATE,
                                                                      rel=1e-12)
 
@@ -62,8 +62,8 @@ def test_the_notebook_06_run_is_one_run():
     full = seventy("full")
     table = zl.group_traffic_table("llama-2-70b", 64, "dgx-a100", "a100-80gb",
                                    ComputeSettings.for_run("llama-2-70b", full))
-    (row,) = zl.estimate_model("llama-2-70b", 64, full, device="a100-80gb", stages=[3],
-                               link="dgx-a100").stages
+    (row,) = zl.estimate("llama-2-70b", 64, seq_len=4096, micro_batch=1, recompute="full",
+                         device="a100-80gb", stages=[3], link="dgx-a100").stages
     assert np.allclose(table["compute_seconds"], 18.4632, rtol=1e-5)
     assert row["communication"]["compute_seconds"] == pytest.approx(18.4632, rel=1e-5)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 from collections import OrderedDict
+from types import MappingProxyType
 
 from zerolib.chapter.charts.plan_peaks import (
     FIGSIZE,
@@ -29,6 +30,7 @@ from zerolib.chapter.explorers.base import (
     unit_label,
     widgets,
 )
+from zerolib.chapter.explorers.start import starting_values
 from zerolib.core.catalogue.devices import DEVICES
 from zerolib.core.catalogue.links import LINKS
 from zerolib.core.catalogue.models import MODELS
@@ -38,9 +40,11 @@ from zerolib.core.planner import (
     PLAN_LEFT_OUT,
     SHARD_GROUPS,
     Plan,
+    Search,
     describe_configuration,
     plan,
 )
+from zerolib.core.run import Run
 from zerolib.core.step.engines import CONTEXT_PARALLEL_ENGINES, DEFAULT_ENGINE, ENGINES
 from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS
 from zerolib.core.step.time import DEFAULT_MFU
@@ -212,13 +216,26 @@ class PlannerExplorer(Explorer):
         ("Device", ("device", "unit", "capacity")),
     )
 
-    def __init__(self, model: str = "llama-2-70b", gpus: int = 64, gpus_per_node: int = 8,
-                 device: str = "a100-80gb", links: str | None = None, seq_len: int = 4096,
-                 global_batch: int = 1024, mfu: float = DEFAULT_MFU, host_memory: int | None = None,
-                 host_link: str = DEFAULT_HOST_LINK, shard_groups: str = "all",
-                 engine: str = DEFAULT_ENGINE, context_parallel: int = 1,
-                 expert_parallel: str = "all", unit: str = "GB",
-                 dpi: float = EXPLORER_DPI):
+    # Where it starts, unless a run or fields say otherwise (explorers.start); the last three
+    # are what it searches: shard groups, up to which context-parallel degree, expert
+    # parallelism ("all" divisors of the experts or "none").
+    STARTS_AT = MappingProxyType({"model": "llama-2-70b", "gpus": 64, "gpus_per_node": 8,
+                                  "device": "a100-80gb", "links": None, "seq_len": 4096,
+                                  "global_batch": 1024, "mfu": DEFAULT_MFU, "host_memory": None,
+                                  "host_link": DEFAULT_HOST_LINK, "engine": DEFAULT_ENGINE,
+                                  "shard_groups": "all", "context_parallel": 1,
+                                  "expert_parallel": "all"})
+    SEARCHED = ("shard_groups", "context_parallel", "expert_parallel")
+
+    def __init__(self, run: Run | None = None, unit: str = "GB", dpi: float = EXPLORER_DPI,
+                 **fields):
+        # the run's own layout is searched, not where the explorer starts
+        start = starting_values({k: v for k, v in self.STARTS_AT.items() if k not in self.SEARCHED},
+                                run, {k: v for k, v in fields.items() if k not in self.SEARCHED})
+        start.update({k: fields.get(k, self.STARTS_AT[k]) for k in self.SEARCHED})
+        (model, gpus, gpus_per_node, device, links, seq_len, global_batch, mfu, host_memory,
+         host_link, engine, shard_groups, context_parallel, expert_parallel) = (
+            start[name] for name in self.STARTS_AT)
         super().__init__(dpi)
         w = widgets()
         for name, value, allowed in (("model", model, PLANNED_MODELS), ("gpus", gpus, GPU_STEPS),
@@ -344,14 +361,25 @@ class PlannerExplorer(Explorer):
         return self.controls["host_memory"].value or None
 
     def _plan(self) -> Plan:
+        return plan(self.run, search=self.search)
+
+    @property
+    def run(self) -> Run:
+        """The run the controls describe (what the planner keeps fixed)."""
         c = self.controls
-        return plan(c["model"].value, int(c["gpus"].value), int(c["gpus_per_node"].value),
-                    self.device, int(c["seq_len"].value), int(c["global_batch"].value),
-                    links=self.links, mfu=float(c["mfu"].value),
-                    host_memory=self.host_memory, host_link=c["host_link"].value,
-                    shard_groups=c["shard_groups"].value, engine=c["engine"].value,
-                    context_parallel=context_degrees(c["context_parallel"].value),
-                    expert_parallel=expert_degrees(c["expert_parallel"].value))
+        return Run.of(c["model"].value, int(c["gpus"].value),
+                      gpus_per_node=int(c["gpus_per_node"].value), device=self.device,
+                      seq_len=int(c["seq_len"].value), global_batch=int(c["global_batch"].value),
+                      link=self.links, mfu=float(c["mfu"].value), host_memory=self.host_memory,
+                      host_link=c["host_link"].value, engine=c["engine"].value)
+
+    @property
+    def search(self) -> Search:
+        """What the controls ask the planner to search."""
+        c = self.controls
+        return Search(shard_groups=c["shard_groups"].value,
+                      context_parallel=context_degrees(c["context_parallel"].value),
+                      expert_parallel=expert_degrees(c["expert_parallel"].value))
 
     def _remembered_plan(self) -> Plan:
         """The plan for the controls as they are: remembered under their values (the last

@@ -10,6 +10,7 @@ summary names.
 from __future__ import annotations
 
 import html
+from types import MappingProxyType
 
 import pandas as pd
 
@@ -28,6 +29,7 @@ from zerolib.chapter.explorers.base import (
     in_unit,
     widgets,
 )
+from zerolib.chapter.explorers.start import starting_values
 from zerolib.chapter.style import gpus_text
 from zerolib.core.catalogue.devices import Device, capacity_text
 from zerolib.core.catalogue.links import LINKS
@@ -35,6 +37,7 @@ from zerolib.core.catalogue.models import MODELS, get_model
 from zerolib.core.catalogue.nodes import NODES, interconnect
 from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
 from zerolib.core.memory.working_set import WorkingSetSettings
+from zerolib.core.run import Run
 from zerolib.core.step.engines import DEFAULT_ENGINE, ENGINES
 from zerolib.core.step.tables import tradeoff_frame
 from zerolib.core.step.time import DEFAULT_MFU
@@ -139,10 +142,20 @@ class StepTimeExplorer(Explorer):
         ("Device", ("device", "unit", "capacity")),
     )
 
-    def __init__(self, model: str = "llama-2-7b", gpus: int = 64, link: str = "dgx-h100",
-                 gpus_per_node: int = 0, tokens_per_gpu: int = SEQ_LEN, mfu: float = DEFAULT_MFU,
-                 device: str = "h100-80gb", unit: str = "GB", layout: str | Layout = "mixed-adam",
-                 engine: str = DEFAULT_ENGINE, dpi: float = EXPLORER_DPI):
+    # Where it starts, unless a run or fields say otherwise (explorers.start); gpus_per_node 0:
+    # the node's own.
+    STARTS_AT = MappingProxyType({"model": "llama-2-7b", "gpus": 64, "link": "dgx-h100",
+                                  "gpus_per_node": 0, "tokens_per_gpu": SEQ_LEN, "mfu": DEFAULT_MFU,
+                                  "device": "h100-80gb", "layout": "mixed-adam",
+                                  "engine": DEFAULT_ENGINE})
+
+    def __init__(self, run: Run | None = None, unit: str = "GB", dpi: float = EXPLORER_DPI,
+                 **fields):
+        start = starting_values(self.STARTS_AT, run, fields)
+        model, gpus, link, gpus_per_node, tokens_per_gpu, mfu, device, layout, engine = (
+            start[name] for name in self.STARTS_AT)
+        if run is not None and "tokens_per_gpu" not in fields and run.batch.tokens_per_gpu is None:
+            tokens_per_gpu = run.seq_len * run.batch.micro_batch
         super().__init__(dpi)
         w = widgets()
         if not isinstance(model, str) or get_model(model).name not in MODELS:

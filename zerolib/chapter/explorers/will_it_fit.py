@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import replace
+from types import MappingProxyType
 
 import pandas as pd
 
@@ -26,6 +27,7 @@ from zerolib.chapter.explorers.base import (
     in_unit,
     widgets,
 )
+from zerolib.chapter.explorers.start import starting_values
 from zerolib.chapter.style import device_label
 from zerolib.core.catalogue.devices import Device, capacity_text
 from zerolib.core.catalogue.models import MODELS, TransformerConfig, get_model, parameter_count
@@ -37,6 +39,7 @@ from zerolib.core.memory.working_set import (
     fewest_gpus_for_peak,
     largest_micro_batches,
 )
+from zerolib.core.run import Run
 from zerolib.core.units import format_value
 
 # The explorer's ranges.
@@ -178,10 +181,17 @@ class WillItFitExplorer(Explorer):
         ("Device", ("device", "unit", "capacity")),
     )
 
-    def __init__(self, model: str = "llama-2-7b", gpus: int = 8, micro_batch: int = 1,
-                 seq_len: int = 4096, recompute: str = "selective", flash_attention: bool = True,
-                 device: str = "h100-80gb", unit: str = "GB", layout: str | Layout = "mixed-adam",
-                 dpi: float = EXPLORER_DPI):
+    # Where it starts, unless a run or fields say otherwise (explorers.start).
+    STARTS_AT = MappingProxyType({"model": "llama-2-7b", "gpus": 8, "micro_batch": 1,
+                                  "seq_len": 4096, "recompute": "selective",
+                                  "flash_attention": True, "device": "h100-80gb",
+                                  "layout": "mixed-adam"})
+
+    def __init__(self, run: Run | None = None, unit: str = "GB", dpi: float = EXPLORER_DPI,
+                 **fields):
+        start = starting_values(self.STARTS_AT, run, fields)
+        model, gpus, micro_batch, seq_len, recompute, flash_attention, device, layout = (
+            start[name] for name in self.STARTS_AT)
         super().__init__(dpi)
         w = widgets()
         # A model of one's own (zl.model_from_config) joins the presets at the top of the list.

@@ -203,6 +203,8 @@ LINKS: Mapping[str, Link] = MappingProxyType({link.name: link for link in (
 
 
 EFFICIENCY_NAMES = ("achieved", "line-rate")
+# The links a GPU copies to and from its host's memory over (offload's host link).
+HOST_LINKS = tuple(name for name, link in LINKS.items() if link.kind == "pcie")
 
 
 @dataclass(frozen=True)

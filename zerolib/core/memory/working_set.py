@@ -466,7 +466,7 @@ def peaks(model: str | TransformerConfig, gpus, stages=STAGES,
 
 def check_peak_inputs(model, gpus, stages=STAGES, settings: WorkingSetSettings = DEFAULT_SETTINGS,
                       layout: str | Layout = "mixed-adam", placement: Placement | None = None):
-    """The door of :func:`peaks` (and of ``estimate_model``): every input checked once, as
+    """The door of :func:`peaks` (and of ``estimate`` with a model): every input checked once, as
     ``(config, gpus, stages, settings, layout, placement)`` for :func:`peaks_of`."""
     config = get_model(model)
     gpus = check_single(gpus, check_gpus, "gpus")

@@ -56,6 +56,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from zerolib.core.defaults import DEFAULT_ENGINE, ENGINE_NAMES  # noqa: F401
 from zerolib.core.inputs import check_flag
 
 # When a collective runs, per slot of zerolib.core.step.traffic.GROUP_SLOTS.
@@ -280,10 +281,8 @@ FSDP2 = Engine("fsdp2", "PyTorch FSDP2", "2.13", stages=(0, 2, 3), pipeline_stag
                overlap=Overlap("fsdp2", first_gather_exposed=True), sources=FSDP2_SOURCES)
 ENGINES: Mapping[str, Engine] = MappingProxyType({
     "paper": PAPER, "deepspeed": deepspeed_engine(), "fsdp2": FSDP2, "megatron": megatron_engine()})
-ENGINE_NAMES = tuple(ENGINES)
 # The engines that run ring-attention context parallelism (Engine.context_parallel).
 CONTEXT_PARALLEL_ENGINES = tuple(name for name, e in ENGINES.items() if e.context_parallel)
-DEFAULT_ENGINE = "deepspeed"   # ZeRO's reference implementation, at its defaults
 
 
 def get_engine(engine: str | Engine = DEFAULT_ENGINE, name: str = "engine") -> Engine:

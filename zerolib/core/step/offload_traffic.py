@@ -79,7 +79,8 @@ from types import MappingProxyType
 import numpy as np
 
 from zerolib.core.catalogue.hosts import DEFAULT_HOST, HOSTS, Host, get_host
-from zerolib.core.catalogue.links import LINKS, Link, get_link
+from zerolib.core.catalogue.links import HOST_LINKS, LINKS, Link, get_link  # noqa: F401 (HOST_LINKS: where callers find it)
+from zerolib.core.defaults import DEFAULT_HOST_LINK, MAX_CPU_ADAM_RATE  # noqa: F401
 from zerolib.core.inputs import echo
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, get_layout
@@ -88,12 +89,6 @@ from zerolib.core.step.collectives import to_bytes
 from zerolib.core.step.traffic import STEP_PHASES
 
 DIRECTIONS = ("to_gpu", "to_host", "nvme_read", "nvme_write")
-DEFAULT_HOST_LINK = "pcie4-x16"
-# The links a GPU copies to and from its host's memory over.
-HOST_LINKS = tuple(name for name, link in LINKS.items() if link.kind == "pcie")
-# Highest CPU-Adam rate accepted, parameters per second per node: 10^15, far beyond any host
-# (its memory would have to stream 30 PB/s), low enough that every time stays finite.
-MAX_CPU_ADAM_RATE = 10**15
 
 
 def check_cpu_adam_rate(value, name: str = "cpu_adam_rate") -> float | None:

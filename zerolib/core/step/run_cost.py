@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zerolib.core.defaults import MAX_RUN_TOKENS
 from zerolib.core.inputs import check_gpus, check_single, echo
 from zerolib.core.intmath import ceil_div
 from zerolib.core.parse import parse_whole
 
-MAX_RUN_TOKENS = 10**18          # tokens of one run: far above any published pre-training (~10**13)
 SECONDS_PER_HOUR = 3600
 SECONDS_PER_DAY = 86400
 RUN_LEFT_OUT = "no failures, restarts, evaluation or checkpointing"

@@ -91,7 +91,6 @@ exposed / step time. The last bucket's reduction, with no compute after it, is l
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -102,10 +101,12 @@ from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.links import BASE_LATENCY
 from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.catalogue.nodes import Interconnect, interconnect
+from zerolib.core.defaults import DEFAULT_MFU, MAX_TOKENS_PER_GPU, MIN_MFU  # noqa: F401
 from zerolib.core.inputs import (
     MAX_BYTES,
     check_count,
     check_gpus,
+    check_mfu,  # noqa: F401 (where callers find it)
     check_positive_int,
     check_whole,
     echo,
@@ -125,24 +126,7 @@ from zerolib.core.step.traffic import GROUP_SLOTS, STEP_PHASES, Traffic
 FORWARD_FLOPS = 2          # per parameter and token
 BACKWARD_FLOPS = 4
 RECOMPUTE_FLOPS = 2        # full recomputation: the forward again, inside the backward
-DEFAULT_MFU = 0.4
-# Lowest utilisation accepted: 0.1 %. Far below any real run, and high enough that every time
-# derived from it stays finite (10**15 parameters x 2**40 tokens x 8 FLOPs at 0.1 % of the
-# slowest catalogued GPU is about 10**17 s; 1e-320 would overflow float64 to infinity).
-MIN_MFU = 0.001
 DEFAULT_TOKENS_PER_GPU = 4096
-MAX_TOKENS_PER_GPU = 2**40  # tokens one GPU processes in one step
-
-
-def check_mfu(value, name: str = "mfu") -> float:
-    """A utilisation: a number above 0 and at most 1, and at least :data:`MIN_MFU`."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.floating)):
-        raise TypeError(f"{name} must be a number above 0 and at most 1, got {value!r}")
-    if not math.isfinite(value) or not 0 < value <= 1:
-        raise ValueError(f"{name} must be a number above 0 and at most 1, got {value!r}")
-    if value < MIN_MFU:
-        raise ValueError(f"{name} must be at least {MIN_MFU:g} (0.1%), got {value!r}")
-    return float(value)
 
 
 def attention_core_flops(model: str | TransformerConfig, seq_len: int, tensor_parallel=1,
