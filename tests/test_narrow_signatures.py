@@ -52,10 +52,10 @@ def test_no_top_level_function_takes_more_than_8_parameters():
     # what `import zerolib as zl` offers, counted as a caller meets it
     import inspect
 
-    import zerolib as zl
+    import zerolib
     found = []
-    for name in zl.__all__:
-        value = getattr(zl, name)
+    for name in zerolib.__all__:
+        value = getattr(zerolib, name)
         if inspect.isfunction(value):
             counted = [p for p in inspect.signature(value).parameters.values()
                        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]

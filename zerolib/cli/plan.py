@@ -167,11 +167,15 @@ def _fill_from_run_file(args) -> None:
         run_file_cli.fill_args(args, described, renamed={"link": "links", "seq_len": "seq"})
         for dest, value in searched.items():   # the search is the plan's, not the run's
             setattr(args, dest, value)
+        if args.seq is None:   # the run's own: the model's context length, at most 4,096
+            args.seq = str(described.seq_len)
+
     if not any(getattr(args, name, None) is not None
                for name in ("model", "config", "megatron_args")) \
             and getattr(args, "run_model", None) is None:
         raise ValueError("one of the arguments --model --config --megatron-args --run is required")
-    missing = [flag for dest, flag in _REQUIRED.items() if getattr(args, dest, None) is None]
+    missing = [flag for dest, flag in _REQUIRED.items() if getattr(args, dest, None) is None
+               and not (dest == "gpus_per_node" and described is not None)]   # the node's own
     if missing:
         raise ValueError(f"the following arguments are required: {', '.join(missing)} (or a "
                          "--run file that gives them)")
@@ -284,6 +288,7 @@ def run(args) -> int:
     tokens = run_cli.tokens_from(args)
     model = own_model_cli.model_from(args) or getattr(args, "run_model", None)
     result = plan(model, parse_whole(args.gpus, "--gpus", maximum=MAX_GPUS),
+                  None if args.gpus_per_node is None else
                   parse_whole(args.gpus_per_node, "--gpus-per-node", maximum=MAX_GPUS),
                   args.device, parse_whole(args.seq, "--seq", maximum=MAX_SEQ_LEN),
                   parse_whole(args.global_batch, "--global-batch", maximum=MAX_MICRO_BATCHES),
