@@ -40,3 +40,15 @@ def test_every_page_the_readme_points_to_exists():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     for target in re.findall(r"\]\(((?:docs|data|notebooks)/[^)#]+)\)", readme):
         assert (REPO / target).exists(), target
+
+
+def test_the_readme_python_runs():
+    # The README's Python block, as printed: the run, its estimate, the plan of it and a row's run
+    import re
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    scope: dict = {}
+    exec(compile(block, "README.md", "exec"), scope)
+    answer, best, run = scope["answer"], scope["best"], scope["run"]
+    assert answer.run == run and len(best.fits) > 0
+    assert best.run(best.fits.iloc[0]).model == run.model
