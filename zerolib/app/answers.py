@@ -21,10 +21,7 @@ The rest are pure functions of an :class:`Answers`: the HTML of each answer, the
 """
 from __future__ import annotations
 
-import csv
 import html
-import io
-import math
 from dataclasses import dataclass, field
 
 from zerolib.app.settings import Settings
@@ -33,11 +30,10 @@ from zerolib.core.catalogue.models import TransformerConfig, get_model, paramete
 from zerolib.core.estimate import Estimate, estimate
 from zerolib.core.memory.accounting import STRATEGY_NAMES
 from zerolib.core.memory.working_set import WorkingSetSettings
+from zerolib.core.plan_table import plan_csv as table_csv
 from zerolib.core.planner import (
-    FIT_COLUMNS,
     PLAN_HEADER,
     PLAN_LEFT_OUT,
-    SEARCHED_COLUMNS,
     Plan,
     describe_configuration,
     plan,
@@ -181,28 +177,10 @@ def left_out_for_all() -> tuple[str, ...]:
 
 # --- the plan as CSV ----------------------------------------------------------------------------
 
-def _plain(value):
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
 def plan_csv(result: Plan, top: int | None = CSV_TOP) -> str:
     """The fitting configurations, fastest first, as ``zerolib plan --format csv --top N``
-    writes them (columns ``rank``, :data:`zerolib.core.planner.FIT_COLUMNS` and the searched
-    ones of :data:`zerolib.core.planner.SEARCHED_COLUMNS`)."""
-    shown = result.fits if top is None else result.fits.head(top)
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    columns = ["rank", *FIT_COLUMNS, *(c for c in SEARCHED_COLUMNS if c in shown.columns)]
-    writer.writerow(columns)
-    for record in shown.to_dict("records"):
-        cells = [str(record[c]) if hasattr(record[c], "categories") else _plain(record[c])
-                 for c in columns]
-        writer.writerow(["" if cell is None else cell for cell in cells])
-    return out.getvalue().rstrip("\n")
+    writes them (:func:`zerolib.core.plan_table.plan_csv`: one writer for both)."""
+    return table_csv(result, top)
 
 
 # --- the page's HTML ----------------------------------------------------------------------------
