@@ -24,7 +24,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
-from zerolib.app.settings import Settings
+from zerolib.app.settings import Settings, run_of
 from zerolib.core.catalogue.hf_config import config_from_text, model_from_config
 from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
 from zerolib.core.estimate import Estimate, estimate
@@ -38,6 +38,7 @@ from zerolib.core.planner import (
     describe_configuration,
     plan,
 )
+from zerolib.core.run import Run
 from zerolib.core.step.engines import DEFAULT_ENGINE, ENGINES, Engine
 from zerolib.core.step.run_cost import RunCost, run_cost
 from zerolib.core.units import format_value
@@ -72,6 +73,7 @@ class Answers:
     state: Estimate | None = None
     peak: Estimate | None = None
     peak_settings: WorkingSetSettings | None = None
+    asked: Run | None = None         # the run the settings describe (its file: the download)
     plan: Plan | None = field(default=None, repr=False)
     run: RunCost | None = None
     errors: dict = field(default_factory=dict)
@@ -126,24 +128,20 @@ def answers(settings: Settings) -> Answers:
             errors[part] = str(error)
         return Answers(**found)
     stages = engine.stages   # the stages the engine offers
-    try:
-        found["state"] = estimate(parameter_count(config), settings.gpus, layout=settings.layout,
-                                  device=settings.device, stages=stages, engine=name)
+    found["asked"] = asked = run_of(settings, config)
+    try:   # the model state alone: the exact count, as zerolib estimate --params judges it
+        found["state"] = estimate(Run.of(parameter_count(config), settings.gpus,
+                                         layout=settings.layout, device=settings.device,
+                                         stages=stages, engine=name))
     except (ValueError, TypeError) as error:
         errors["state"] = str(error)
-    try:
-        ws = peak_settings_of(settings)
-        found["peak_settings"] = ws
-        found["peak"] = estimate(config, settings.gpus, seq_len=ws.seq_len,
-                                 micro_batch=ws.micro_batch, layout=settings.layout,
-                                 device=settings.device, stages=stages, engine=name)
+    try:   # the peak: the run's working set, judged without timing it
+        found["peak_settings"] = peak_settings_of(settings)
+        found["peak"] = estimate(asked.replace(link=None, stages=stages))
     except (ValueError, TypeError) as error:
         errors["peak"] = str(error)
     try:
-        found["plan"] = result = plan(
-            config, settings.gpus, settings.gpus_per_node, settings.device, settings.seq_len,
-            settings.global_batch, links=settings.links or None, layout=settings.layout,
-            engine=name)
+        found["plan"] = result = plan(asked)
     except (ValueError, TypeError) as error:
         errors["plan"] = errors["run"] = str(error)
         return Answers(**found)
