@@ -186,7 +186,8 @@ def _readme_entry_points() -> list[list[str]]:
 
     build_parser()   # the subcommands register their names
     names = [module.__name__.rpartition(".")[2].replace("_", "-") for module in SUBCOMMANDS]
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    from conftest import documentation_text
+    readme = documentation_text()
     told = [name for name in names if f"zerolib {name}" in readme]
     return ([["zerolib", name, "--help"] for name in told] + [["zerolib", "--help"]]
             + [[sys.executable, "-m", "zerolib", "--help"],

@@ -19,7 +19,7 @@ def register(commands) -> None:
                         help="folder with require.js (npm: requirejs) and the dist/ files of "
                              "@jupyter-widgets/html-manager 1.x (embed-amd.js ...), copied beside "
                              "the pages so the saved widgets render offline, their controls "
-                             "disabled (the README gives the npm commands)")
+                             "disabled (docs/reading.md gives the npm commands)")
     parser.set_defaults(func=run)
 
 
