@@ -224,10 +224,15 @@ def _installed_distributions() -> dict:
     return importlib.metadata.packages_distributions()  # slow: reads every installed package
 
 
+# Modules whose distribution has another name, for a machine without the optional extras
+# (megatron-core's wheel provides the package ``megatron``: its METADATA and top_level.txt).
+NAMED_OTHERWISE = {"megatron": "megatron-core"}
+
+
 def distribution_of(module: str) -> str:
-    """The distribution that provides ``module`` (its own name when it is not installed)."""
+    """The distribution that provides ``module`` (its known or own name when not installed)."""
     provided = _installed_distributions().get(module)
-    return normalise(provided[0]) if provided else normalise(module)
+    return normalise(provided[0]) if provided else normalise(NAMED_OTHERWISE.get(module, module))
 
 
 @pytest.mark.parametrize("folder, extras", [("zerolib", ("validate", "deepspeed")),
