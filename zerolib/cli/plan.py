@@ -18,6 +18,7 @@ from zerolib.cli._communication import (
     link_efficiency_from,
 )
 from zerolib.cli._output import fitted_table, json_text, output_width, wrapped
+from zerolib.cli._summaries import SUMMARIES
 from zerolib.core.catalogue.devices import DEVICES
 from zerolib.core.catalogue.links import LINKS
 from zerolib.core.catalogue.nodes import NODES
@@ -49,7 +50,7 @@ SEQUENCE_PARALLEL = {"both": (False, True), "on": (True,), "off": (False,)}
 
 def register(commands) -> None:
     parser = commands.add_parser(
-        "plan", help="every (t, p, d, ZeRO, ...) configuration that fits, ranked by step time",
+        "plan", help=SUMMARIES["plan"],
         description="Enumerate every configuration of tensor, pipeline and data parallelism, "
                     "ZeRO stage, shard group, recomputation, micro-batch and offload for a model "
                     "on a cluster; reject what cannot run (by rule, with counts); report those "
