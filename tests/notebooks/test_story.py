@@ -344,3 +344,82 @@ def test_readme_examples_run_as_written(tmp_path):
         argv[0] = str(venv_bin / argv[0].removeprefix(".venv/bin/"))
         result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, f"{command}: {result.stderr[-500:]}"
+
+
+# --- sentences corrected after an expert read (the units, the runs, the round sizes) -------------
+
+def test_vendors_label_a_binary_capacity_gb():
+    said = markdown_cells("01-bytes-per-parameter")["units-intro"]
+    # An "80GB" A100 is 80 GiB = 80 x 2^30 = 85,899,345,920 bytes = 81,920 MiB.
+    assert A100.capacity == 80 * 2**30 == 81_920 * 2**20
+    says(said, 'GPU vendors label a binary capacity "GB" too', 'an "80GB" A100 holds 80 GiB',
+         "the 81,920 MiB that `nvidia-smi` reports, which is 85.9 GB")
+    assert gb(A100.capacity) == "85.9"
+
+
+def test_hbm_stacks_come_in_binary_sizes():
+    said = markdown_cells("02-memory-vs-gpu-count")["threshold-intro"]
+    # Five HBM stacks of 16 GiB each (A100 80GB: HBM2e; H100 SXM 80GB: HBM3).
+    for name in ("a100-80gb", "h100-80gb"):
+        assert zl.get_device(name).capacity == 5 * 16 * 2**30
+    says(said, "HBM stacks come in binary sizes", "five stacks of 16 GiB")
+
+
+def test_a_round_70b_beside_llama_2_70b():
+    said = markdown_cells("03-memory-vs-model-size")["fits-read"]
+    # 70 x 10^9 x 16 / 64 = 17.5 GB; 68,976,648,192 x 16 / 64 = 17.24 GB.
+    assert zl.parameter_count("llama-2-70b") == 68_976_648_192
+    says(said, "That last 17.5 GB is a round 70B's model state only",
+         f"Llama-2-70B, {zl.parameter_count('llama-2-70b') / 1e9:.2f} billion parameters",
+         f"holds {gb(zl.parameter_count('llama-2-70b') * 16 // 64, 2)} GB of it")
+
+
+def test_ddp_buckets_are_resident_at_the_peak():
+    said = markdown_cells("04-will-it-fit")["left-out"]
+    # Stage 0 counts DDP's buckets (the gradients' bytes, 2 x 6,738,415,616 = 13.48 GB) in its
+    # peak; stages 1-3 count DeepSpeed's buckets instead.
+    stage0 = zl.peak("llama-2-7b", 8, 0, zl.WorkingSetSettings(seq_len=4096, micro_batch=1))
+    assert stage0.working_set["ddp_buckets"] == 2 * zl.parameter_count("llama-2-7b")
+    says(said, "DDP's buckets are allocated when the model is wrapped and stay resident",
+         "so they are live at the peak", "not a guaranteed upper bound")
+    assert "the buckets fill while activations are freed" not in said
+
+
+def test_llama_2_7b_beside_the_round_7b():
+    said = markdown_cells("05-the-price-of-zero")["timeline-intro"]
+    # Stages 0-2 send 2 x 2 bytes x P x 63/64 per GPU: 26.53 GB for 6,738,415,616, 27.56 GB for 7B.
+    sent = zl.traffic_frame(zl.parameter_count("llama-2-7b"), 64, [0, 1, 2]).groupby("stage")["sent_bytes"].sum()
+    assert set(sent) == {6_738_415_616 * 4 * 63 // 64}
+    round_7b = zl.traffic_frame(7_000_000_000, 64, [0]).groupby("stage")["sent_bytes"].sum()[0]
+    says(said, "Llama-2-7B has 6.74 billion parameters", f"send {gb(sent[0], 2)} GB per GPU",
+         f"where the round 7B above sent {gb(round_7b, 2)} GB")
+
+
+def test_zero_in_your_framework_and_its_rule_of_thumb():
+    cells = markdown_cells("05-the-price-of-zero")
+    said = cells["frameworks-read"]
+    sent = zl.traffic_frame(7_000_000_000, 64, [0, 1, 3]).groupby("stage")["sent_bytes"].sum()
+    # 2 x 2 x 7e9 x 63/64 = 27.5625 GB; stage 3: 3/2 of it, 41.34 GB.
+    assert sent[0] == sent[1] == 27_562_500_000 and sent[3] * 2 == sent[1] * 3
+    paper = zl.ENGINES["paper"]
+    assert 2 not in paper.pipeline_stages and 2 in paper.every_micro_batch
+    says(said, "**Start at stage 1**", "1/N of the optimizer's 12 bytes per parameter",
+         f"({gb(sent[1], 2)} GB per step for 7B on 64 GPUs)", "does not run beside a pipeline",
+         f"it sends 1.5x ({gb(sent[3], 2)} GB)", "no stage helps")
+    assert "`zl.framework_table()`" in cells["frameworks-intro"]
+
+
+def test_activations_with_and_without_the_logits():
+    said = markdown_cells("06-when-zero-is-not-enough")["divide-read"]
+    options = zl.WorkingSetSettings(recompute="selective", flash_attention=True).activation_options
+    with_logits = zl.activation_bytes_per_gpu("llama-2-70b", 4096, 1, 1, 1, pipeline_stage=0, options=options)
+    layers = zl.peak("llama-2-70b", 64, 3, SELECTIVE).working_set
+    # One stage holds every layer and the logits: 108.85 GB of layers + 0.79 GB (4,096 x 32,000 x 6 B).
+    assert with_logits - layers["activations"] == layers["logits_loss"] == 4096 * 32000 * 6
+    says(said, "here with the last stage's logits, which the first table kept apart",
+         f"only from {gb(with_logits, 2)} to")
+
+
+def test_why_nodes_of_16_for_zeropp():
+    said = markdown_cells("07-shard-groups-and-offload")["zeropp-traffic-read"]
+    says(said, "4 nodes of 16 (the nodes of 16 V100 GPUs of DeepSpeed's ZeRO++ tutorial)")
