@@ -353,7 +353,7 @@ def test_vendors_label_a_binary_capacity_gb():
     # An "80GB" A100 is 80 GiB = 80 x 2^30 = 85,899,345,920 bytes = 81,920 MiB.
     assert A100.capacity == 80 * 2**30 == 81_920 * 2**20
     says(said, 'GPU vendors label a binary capacity "GB" too', 'an "80GB" A100 holds 80 GiB',
-         "the 81,920 MiB that `nvidia-smi` reports, which is 85.9 GB")
+         "the 81,920 MiB `nvidia-smi` reports, which is 85.9 GB")
     assert gb(A100.capacity) == "85.9"
 
 
@@ -369,9 +369,8 @@ def test_a_round_70b_beside_llama_2_70b():
     said = markdown_cells("03-memory-vs-model-size")["fits-read"]
     # 70 x 10^9 x 16 / 64 = 17.5 GB; 68,976,648,192 x 16 / 64 = 17.24 GB.
     assert zl.parameter_count("llama-2-70b") == 68_976_648_192
-    says(said, "That last 17.5 GB is a round 70B's model state only",
-         f"Llama-2-70B, {zl.parameter_count('llama-2-70b') / 1e9:.2f} billion parameters",
-         f"holds {gb(zl.parameter_count('llama-2-70b') * 16 // 64, 2)} GB of it")
+    says(said, f"Llama-2-70B's {gb(zl.parameter_count('llama-2-70b') * 16 // 64, 2)} GB "
+               f"(17.5 for a round 70B) is model state only")
 
 
 def test_ddp_buckets_are_resident_at_the_peak():
@@ -391,8 +390,8 @@ def test_llama_2_7b_beside_the_round_7b():
     sent = zl.traffic_frame(zl.parameter_count("llama-2-7b"), 64, [0, 1, 2]).groupby("stage")["sent_bytes"].sum()
     assert set(sent) == {6_738_415_616 * 4 * 63 // 64}
     round_7b = zl.traffic_frame(7_000_000_000, 64, [0]).groupby("stage")["sent_bytes"].sum()[0]
-    says(said, "Llama-2-7B has 6.74 billion parameters", f"send {gb(sent[0], 2)} GB per GPU",
-         f"where the round 7B above sent {gb(round_7b, 2)} GB")
+    says(said, f"Llama-2-7B ({zl.parameter_count('llama-2-7b') / 1e9:.2f} billion parameters: "
+               f"{gb(sent[0], 2)} GB sent at stages 0-2, not the round 7B's {gb(round_7b, 2)} GB)")
 
 
 def test_zero_in_your_framework_and_its_rule_of_thumb():
@@ -404,7 +403,7 @@ def test_zero_in_your_framework_and_its_rule_of_thumb():
     paper = zl.ENGINES["paper"]
     assert 2 not in paper.pipeline_stages and 2 in paper.every_micro_batch
     says(said, "**Start at stage 1**", "1/N of the optimizer's 12 bytes per parameter",
-         f"({gb(sent[1], 2)} GB per step for 7B on 64 GPUs)", "does not run beside a pipeline",
+         f"({gb(sent[1], 2)} GB per step, 7B on 64 GPUs)", "does not run beside a pipeline",
          f"it sends 1.5x ({gb(sent[3], 2)} GB)", "no stage helps")
     assert "`zl.framework_table()`" in cells["frameworks-intro"]
 
@@ -416,7 +415,7 @@ def test_activations_with_and_without_the_logits():
     layers = zl.peak("llama-2-70b", 64, 3, SELECTIVE).working_set
     # One stage holds every layer and the logits: 108.85 GB of layers + 0.79 GB (4,096 x 32,000 x 6 B).
     assert with_logits - layers["activations"] == layers["logits_loss"] == 4096 * 32000 * 6
-    says(said, "here with the last stage's logits, which the first table kept apart",
+    says(said, "with the logits, which the first table kept apart",
          f"only from {gb(with_logits, 2)} to")
 
 

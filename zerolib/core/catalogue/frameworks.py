@@ -71,7 +71,7 @@ def offered_stages(framework: str) -> tuple[int, ...]:
 def framework_table():
     """One row per stage, one column per framework: the setting to type ("none" where the
     framework has no such stage). A pandas DataFrame indexed by stage."""
-    import pandas as pd   # the core's tables are built where they are asked for
+    import pandas as pd  # the core's tables are built where they are asked for
 
     return pd.DataFrame({name: [SPELLINGS[stage][name] or "none" for stage in SPELLINGS]
                          for name in FRAMEWORKS},
