@@ -122,9 +122,9 @@ def reading_minutes(name: str) -> float:
 
 
 def test_reading_minutes_counts_by_hand():
-    # 01, read by eye: no figure, five printed tables (the layout's parts, zerolib's worksheet,
-    # the units, fp32 gradients, the cluster), no markdown table.
-    assert reading_minutes("01-bytes-per-parameter") == prose_words("01-bytes-per-parameter") / 200 + 5
+    # 01, read by eye: no figure, four printed tables (the layout's parts, zerolib's worksheet,
+    # fp32 gradients, the cluster), no markdown table.
+    assert reading_minutes("01-bytes-per-parameter") == prose_words("01-bytes-per-parameter") / 200 + 4
 
 
 def test_the_main_path_reads_within_its_minutes():
