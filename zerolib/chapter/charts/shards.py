@@ -68,6 +68,7 @@ class ShardArtists:
     blocks: list = field(default_factory=list)
     labels: list = field(default_factory=list)     # bytes per GPU over each column
     note: object = None                             # what the moment moves, for a step's panel
+    legend: object = None                           # a caller's legend (the explorer's)
 
 
 def check_shards(rows) -> pd.DataFrame:
@@ -163,6 +164,7 @@ def _draw(artists: ShardArtists, rows: pd.DataFrame, unit: str) -> None:
                   fontsize=9 if gpus > 8 else 10)
     ax.set_yticks([base + gpus * height / 2 for base, height in bands.values()],
                   [CATEGORY_LABELS[c] for c in bands])
+    ax.set_xlabel("GPU" if gpus > 8 else "")    # the ticks name it when there is room
     ax.tick_params(axis="y", length=0)
     ax.grid(False)
     for side in ("left", "top", "right"):
