@@ -115,3 +115,13 @@ def test_bad_starting_values_are_rejected():
 
 def test_it_is_one_of_the_explorers():
     assert "ShardExplorer" in explorers.__all__
+
+
+def test_a_layout_of_zero_bytes_draws_an_empty_picture_without_a_warning(recwarn):
+    # Once set the y limits to (0, 0), which matplotlib warns about and widens by itself.
+    e = ShardExplorer()
+    for name in ("parameters_bytes", "gradients_bytes", "optimizer_bytes"):
+        e.controls[name].value = 0
+    assert e.status.value == "" and per_gpu(e) == {0}
+    assert not [w for w in recwarn if "identical low and high ylims" in str(w.message)]
+    assert bytes(e.image.value) == full_render(e)

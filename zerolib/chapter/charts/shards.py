@@ -148,7 +148,8 @@ def _draw(artists: ShardArtists, rows: pd.DataFrame, unit: str) -> None:
     gpus = int(rows["gpu"].max()) + 1
     ax.set_xlim(-0.5, gpus - 0.5)
     bands = _bands(rows, gpus, scale)
-    top = max(base + gpus * height for base, height in bands.values())
+    # A layout of zero bytes per parameter leaves nothing to draw: keep a unit-high empty axis.
+    top = max(base + gpus * height for base, height in bands.values()) or 1.0
     for row in rows.itertuples():
         artists.blocks += _blocks(ax, row, gpus, bands[row.category], scale)
     held = rows.groupby("gpu")["bytes"].sum()

@@ -528,8 +528,8 @@ def step_shard_table(model: str | TransformerConfig, gpus, layout: str | Layout 
     units = layer_units(config)
     if layer is None:
         layer = len(units) // 2
-    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
-            or not 0 <= layer < len(units):
+    whole = isinstance(layer, (int, np.integer)) and not isinstance(layer, bool)
+    if not (whole and 0 <= layer < len(units)):
         raise ValueError(f"layer must be a whole number from 0 to {len(units) - 1} (the units "
                          f"{config.name} gathers one by one), got {layer!r}")
     layer = int(layer)
