@@ -79,7 +79,8 @@ _EXPORTS = (
     ("zerolib.chapter.charts.group_traffic", ("group_tradeoff_figure",)),
     ("zerolib.chapter.charts.plan_peaks", ("plan_peaks_figure",)),
     ("zerolib.chapter.explorers", ("GpuCountExplorer", "ModelSizeExplorer", "WillItFitExplorer",
-                                   "PlacementExplorer", "StepTimeExplorer", "PlannerExplorer")),
+                                   "PlacementExplorer", "StepTimeExplorer", "PlannerExplorer",
+                                   "ShardExplorer")),
 )
 # Whole modules of the cross-checks, used as namespaces (``zl.paper.figure1_comparison()``).
 _MODULE_ENTRIES = (
