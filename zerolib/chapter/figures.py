@@ -103,7 +103,9 @@ class FigureOptions:
     link: str | Interconnect = "dgx-h100"
     step_device: str | Device = "h100-80gb"
     mfu: float = DEFAULT_MFU
-    # The shard pictures: figure 1's model (and the step figures' model) on this many GPUs.
+    # The shard pictures: notebook 1's worksheet (1B parameters on 4 workers) by stage, and one
+    # layer of the step figures' model through a step, on this many GPUs.
+    shard_params: int = 1_000_000_000
     shard_gpus: int = 4
 
     def __post_init__(self):
@@ -138,6 +140,10 @@ class FigureOptions:
         object.__setattr__(self, "link", interconnect(self.link))
         object.__setattr__(self, "step_device", get_device(self.step_device))
         object.__setattr__(self, "mfu", check_mfu(self.mfu))
+        shard_params = check_params(self.shard_params, "shard_params")
+        if shard_params.ndim != 0:
+            raise ValueError("shard_params must be one model size for the shard picture")
+        object.__setattr__(self, "shard_params", int(shard_params))
         shard_gpus = check_gpus(self.shard_gpus, "shard_gpus")
         if shard_gpus.ndim != 0 or int(shard_gpus) > MAX_SHARD_GPUS:
             raise ValueError(f"shard_gpus must be one GPU count from 1 to {MAX_SHARD_GPUS} for "
@@ -203,7 +209,7 @@ PUBLISHED: Mapping[str, PublishedFigure] = MappingProxyType({figure.name: figure
                                                                   dpi)[0]),
     PublishedFigure(
         SHARDS_BY_STAGE,
-        lambda o: shard_table(o.params, o.shard_gpus, o.stages, o.layout),
+        lambda o: shard_table(o.shard_params, o.shard_gpus, o.stages, o.layout),
         lambda table, o, dpi: shards.shards_by_stage_figure(table, o.unit, dpi)[0]),
     PublishedFigure(
         SHARDS_THROUGH_A_STEP,
@@ -428,8 +434,8 @@ def data_readme(options: FigureOptions = DEFAULTS) -> str:
         f"### `{SHARDS_BY_STAGE}.csv`",
         "",
         f"Figure `figures/{SHARDS_BY_STAGE}.png` / `.svg`: who holds what, one panel per "
-        f"strategy: {a_or_an(format_count(options.params))}-parameter model ({options.params:,} "
-        f"parameters) on {options.shard_gpus} GPUs, one row per strategy, GPU and category "
+        f"strategy: {a_or_an(format_count(options.shard_params))}-parameter model "
+        f"({options.shard_params:,} parameters, notebook 1's worksheet) on {options.shard_gpus} GPUs, one row per strategy, GPU and category "
         f"({len(options.stages) * options.shard_gpus * 3} rows; "
         "`zerolib.core.memory.tables.shard_table`). A partition is padded to whole chunks, as "
         "FSDP's flat parameter and DeepSpeed's partitions are, so every GPU's is the same size.",

@@ -66,7 +66,15 @@ def empty(ax, kind="not held") -> list[str]:
 
 @pytest.fixture(scope="module")
 def by_stage():
-    return figures.published_figure(figures.SHARDS_BY_STAGE)
+    return figures.published_figure(figures.SHARDS_BY_STAGE, figures.FigureOptions(shard_params=7 * 10**9))
+
+
+def test_the_published_picture_is_notebook_1s_worksheet():
+    # 1B parameters on 4 workers: 16, 4 + 12/4 = 7, 2 + 14/4 = 5.5 and 16/4 = 4 GB per worker.
+    published = figures.published_figure(figures.SHARDS_BY_STAGE)
+    for stage, ax in enumerate(published.axes):
+        totals = {gpu: sum(held.values()) for gpu, held in held_by_gpu(ax).items()}
+        assert totals == pytest.approx({g: (16, 7, 5.5, 4)[stage] * GB for g in range(4)}, rel=1e-12)
 
 
 @pytest.fixture(scope="module")
