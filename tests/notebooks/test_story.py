@@ -423,3 +423,16 @@ def test_activations_with_and_without_the_logits():
 def test_why_nodes_of_16_for_zeropp():
     said = markdown_cells("07-shard-groups-and-offload")["zeropp-traffic-read"]
     says(said, "4 nodes of 16 (the nodes of 16 V100 GPUs of DeepSpeed's ZeRO++ tutorial)")
+
+
+def test_who_holds_what_in_notebook_1():
+    cells = markdown_cells("01-bytes-per-parameter")
+    table = zl.memory_table(10**9, 4)
+    # Across 4 workers: 4 x 16 = 64 GB; stage 1 4 x (2 + 2) + 12 = 28; stage 2 4 x 2 + 14 = 22;
+    # stage 3 the 16 GB once.
+    assert table["cluster_total"].tolist() == [64 * GB, 28 * GB, 22 * GB, 16 * GB]
+    says(cells["cluster-read"], "four copies, 64 GB in all", "(28 GB in all)", "(22 GB)",
+         "only stage 3 reaches the 16 GB floor")
+    assert '`zl.published_figure("shards-by-stage")`' in cells["cluster-intro"]
+    intro = markdown_cells("05-the-price-of-zero")["shards-step-intro"]
+    assert "one layer of Llama-2-7B on 4 GPUs" in intro

@@ -435,7 +435,8 @@ def data_readme(options: FigureOptions = DEFAULTS) -> str:
         "",
         f"Figure `figures/{SHARDS_BY_STAGE}.png` / `.svg`: who holds what, one panel per "
         f"strategy: {a_or_an(format_count(options.shard_params))}-parameter model "
-        f"({options.shard_params:,} parameters, notebook 1's worksheet) on {options.shard_gpus} GPUs, one row per strategy, GPU and category "
+        f"({options.shard_params:,} parameters, notebook 1's worksheet) on {options.shard_gpus} "
+        "GPUs, one row per strategy, GPU and category "
         f"({len(options.stages) * options.shard_gpus * 3} rows; "
         "`zerolib.core.memory.tables.shard_table`). A partition is padded to whole chunks, as "
         "FSDP's flat parameter and DeepSpeed's partitions are, so every GPU's is the same size.",
