@@ -2,13 +2,13 @@
 takes a preset."""
 from __future__ import annotations
 
-from zerolib.core.catalogue.hf_config import model_from_config
 from zerolib.core.catalogue.megatron_args import model_from_megatron_args
 from zerolib.core.catalogue.models import TransformerConfig, get_model
 
 CONFIG_HELP = ("a Hugging Face config.json, a model directory holding one, a local Hub cache "
                "folder (models--ORG--NAME or its snapshots/HASH), or ORG/NAME already in that "
-               "cache; read offline, exact count")
+               "cache; read offline, exact count (a decoder zerolib does not read itself is built "
+               "by transformers on the meta device: the validate extra)")
 
 
 def add_arguments(group) -> None:
@@ -29,7 +29,9 @@ def model_from(args) -> TransformerConfig | None:
     if getattr(args, "model", None) is not None:
         return get_model(args.model)
     if getattr(args, "config", None) is not None:
-        return model_from_config(args.config)
+        # any decoder transformers builds (imported here: the build's module is not needed to start)
+        from zerolib.crosscheck.transformers_model import model_from_any_config
+        return model_from_any_config(args.config)
     if getattr(args, "megatron_args", None) is not None:
         return model_from_megatron_args(args.megatron_args)
     return None
