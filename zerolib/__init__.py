@@ -42,6 +42,7 @@ _EXPORTS = (
     # your own model: a config.json or a Megatron-LM launch's arguments
     ("zerolib.core.catalogue.hf_config", ("model_from_config",)),
     ("zerolib.core.catalogue.megatron_args", ("model_from_megatron_args",)),
+    ("zerolib.crosscheck.transformers_model", ("model_from_any_config",)),
     # memory: model state, where it lives, the working set, the searches
     ("zerolib.core.memory.accounting", ("CATEGORIES", "STAGES", "PARTITIONED", "STRATEGY_NAMES",
                                         "LAYOUTS", "Layout", "get_layout", "model_state")),
