@@ -476,7 +476,7 @@ def _not_json(constant: str):
     raise ValueError(f"{constant} is not a JSON number")
 
 
-def check_config_shape(data: Mapping, where: str) -> None:
+def check_config_shape(data: Mapping, where: str, what: str = "a config.json") -> None:
     """ValueError unless ``data`` nests at most :data:`MAX_CONFIG_DEPTH` levels and holds at
     most :data:`MAX_CONFIG_FIELDS` values (walked without recursion: a Python dict may nest
     without end, or hold itself)."""
@@ -486,32 +486,32 @@ def check_config_shape(data: Mapping, where: str) -> None:
         node, depth, top = stack.pop()
         if depth > MAX_CONFIG_DEPTH:
             raise ValueError(f"{where}: {_key_words(top)} nests more than {MAX_CONFIG_DEPTH} "
-                             f"levels deep; a config.json nests a few")
+                             f"levels deep; {what} nests a few")
         items = node.items() if isinstance(node, Mapping) else enumerate(node)
         for key, child in items:
             count += 1
             if count > MAX_CONFIG_FIELDS:
                 raise ValueError(f"{where}: more than {MAX_CONFIG_FIELDS:,} values (the last read "
-                                 f"in {_key_words(key if top is None else top)}); a config.json "
+                                 f"in {_key_words(key if top is None else top)}); {what} "
                                  f"holds a few hundred")
             if isinstance(child, (Mapping, list, tuple)):
                 stack.append((child, depth + 1, key if top is None else top))
 
 
-def config_from_text(text: str, where: str) -> dict:
+def config_from_text(text: str, where: str, what: str = "a config.json") -> dict:
     """The JSON object of a config.json's text, bounded (see the module doc): a ValueError naming
     ``where`` and, where one is to blame, the field, for text that is too long, nested too deep,
     not JSON, not an object, or holding too many values."""
     if not isinstance(text, str):
-        raise TypeError(f"{where}: a config.json's text must be a string, got {type(text).__name__}")
+        raise TypeError(f"{where}: {what}'s text must be a string, got {type(text).__name__}")
     if len(text) > MAX_CONFIG_BYTES:
-        raise ValueError(f"{where}: {len(text):,} characters; a config.json is read up to "
+        raise ValueError(f"{where}: {len(text):,} characters; {what} is read up to "
                          f"{MAX_CONFIG_BYTES:,} bytes")
     deep = _too_deep(text)
     if deep is not None:
         field = _key_words(deep) if deep else "the text"
-        raise ValueError(f"{where}: {field} nests more than {MAX_CONFIG_DEPTH} levels deep; a "
-                         f"config.json nests a few")
+        raise ValueError(f"{where}: {field} nests more than {MAX_CONFIG_DEPTH} levels deep; "
+                         f"{what} nests a few")
     try:
         data = json.loads(text, parse_constant=_not_json)
     except json.JSONDecodeError as error:
@@ -520,8 +520,8 @@ def config_from_text(text: str, where: str) -> dict:
     except (ValueError, RecursionError) as error:   # a number of more than 4,300 digits...
         raise ValueError(f"{where}: malformed JSON ({' '.join(str(error).split())[:100]})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{where}: a config.json holds one JSON object, got {type(data).__name__}")
-    check_config_shape(data, where)
+        raise ValueError(f"{where}: {what} holds one JSON object, got {type(data).__name__}")
+    check_config_shape(data, where, what)
     return data
 
 
