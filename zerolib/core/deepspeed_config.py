@@ -7,8 +7,9 @@ and rules are DeepSpeed 0.19.8's (``deepspeed/runtime/zero/config.py``,
 ``deepspeed/runtime/zero/offload_config.py``, ``deepspeed/runtime/config.py``):
 
 - ``zero_optimization``: ``stage`` (0 without the section); the buckets
-  (``reduce_bucket_size``, ``allgather_bucket_size``, ``overlap_comm``,
-  ``stage3_prefetch_bucket_size``, ``stage3_max_live_parameters``); ``contiguous_gradients``
+  (``reduce_bucket_size``, ``allgather_bucket_size``, ``overlap_comm``: two reduce buckets in
+  stages 1-2, read and left at stage 3, which keeps one; ``stage3_prefetch_bucket_size``,
+  ``stage3_max_live_parameters``); ``contiguous_gradients``
   (true by default: the contiguous bucket zerolib counts); ``stage3_param_persistence_threshold``
   (parameters under it kept whole: zerolib leaves out those of up to its default, 1e5 elements,
   norms and biases); ``offload_optimizer.device`` and ``offload_param.device`` (none, cpu,
@@ -290,11 +291,12 @@ def _hidden_based(key: str, model, stage: int) -> int | None:
 def _zero(read: dict, fields: dict, later: list, where: str) -> None:
     stage = read.get("stages", 0)
     fields["stages"] = (stage,)
-    for name in ("reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
-                 "prefetch_bucket_size", "max_live_parameters", "offload_optimizer",
-                 "offload_params", "qwz", "qgz"):
+    for name in ("reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size",
+                 "max_live_parameters", "offload_optimizer", "offload_params", "qwz", "qgz"):
         if name in read:
             fields[name] = read[name]
+    if "overlap_comm" in read and stage in (1, 2):   # stage 3 keeps one bucket either way
+        fields["overlap_comm"] = read["overlap_comm"]
     if read.get("contiguous_gradients") is False:
         later.append(f"{where}: zero_optimization.contiguous_gradients false: gradients reduced "
                      f"without the contiguous bucket is not modelled yet")
