@@ -37,7 +37,7 @@ def examples() -> list[tuple[str, list[str]]]:
 
 
 def test_the_page_has_examples():
-    assert len(examples()) >= 2
+    assert len(examples()) >= 6
 
 
 def _shown_in_order(shown: list[str], printed: list[str]) -> bool:

@@ -60,10 +60,12 @@ def read(args, model=None) -> tuple[Run, dict] | None:
         flag = _AUTO_FLAGS.get(field)
         if flag is not None and getattr(args, flag[0], None) is not None:
             auto[field] = parse_whole(getattr(args, flag[0]), flag[1], maximum=MAX_MICRO_BATCHES)
+        elif field == "micro_batches" and getattr(args, "link", None) is None:
+            auto[field] = None   # accumulation times the step: without --link it changes nothing
         elif field in ("bf16", "fp16"):
             raise ValueError(f"{line}; write true or false for zerolib")
         else:
-            raise ValueError(line + (f" ({flag[1]})" if flag else ""))
+            raise ValueError(line)
     run = run_from_deepspeed_config(ds, model, gpus=_gpus(args), auto=auto)
     fields = {key: value for key, value in config.fields.items() if key != "hpz_size"}
     fields.update(auto, micro_batch=run.batch.micro_batch)

@@ -346,6 +346,10 @@ def run_from_deepspeed_config(source, model, *, gpus: int | None = None, auto: M
         elif field not in given and field != "global_batch":
             raise ValueError(line)
     fields.update(given)
+    if any(field == "global_batch" for _, field, _ in read.auto) and gpus is not None \
+            and fields.get("micro_batch") and fields.get("micro_batches"):
+        # Trainer's train_batch_size: GPUs x per-device batch x accumulation
+        fields["global_batch"] = gpus * fields["micro_batch"] * fields["micro_batches"]
     gpus = batch_sizes(fields, gpus, read.where)
     hpz = fields.pop("hpz_size", None)
     if hpz is not None:
