@@ -46,6 +46,7 @@ _EXPORTS = (
     ("zerolib.core.catalogue.hf_config", ("model_from_config",)),
     ("zerolib.core.catalogue.megatron_args", ("model_from_megatron_args",)),
     ("zerolib.crosscheck.transformers_model", ("model_from_any_config",)),
+    ("zerolib.core.catalogue.frameworks", ("framework_table",)),
     # memory: model state, where it lives, the working set, the searches
     ("zerolib.core.memory.accounting", ("CATEGORIES", "STAGES", "PARTITIONED", "STRATEGY_NAMES",
                                         "LAYOUTS", "Layout", "get_layout", "model_state")),
@@ -82,7 +83,8 @@ _EXPORTS = (
     ("zerolib.chapter.charts.group_traffic", ("group_tradeoff_figure",)),
     ("zerolib.chapter.charts.plan_peaks", ("plan_peaks_figure",)),
     ("zerolib.chapter.explorers", ("GpuCountExplorer", "ModelSizeExplorer", "WillItFitExplorer",
-                                   "PlacementExplorer", "StepTimeExplorer", "PlannerExplorer")),
+                                   "PlacementExplorer", "StepTimeExplorer", "PlannerExplorer",
+                                   "ShardExplorer")),
 )
 # Whole modules of the cross-checks, used as namespaces (``zl.paper.figure1_comparison()``).
 _MODULE_ENTRIES = (

@@ -1,6 +1,8 @@
 """docs/trainer-files.md: every example runs and prints what the page shows.
 
-A ``$ .venv/bin/zerolib ...`` line is run; the lines after it (up to the next command or the end
+A ``$ .venv/bin/zerolib ...`` or ``$ zerolib ...`` line is run (the short form for the examples
+that need the validate extra or show a refusal: tests/test_readme_examples.py runs the others
+too, which must succeed everywhere); the lines after it (up to the next command or the end
 of the block) are what it prints, in order, each whole (``...`` stands for lines left out); a
 shown ``error:`` line means exit status 2 and that line on standard error, else exit 0. Python
 examples (``>>>``) run as doctests.
@@ -29,7 +31,7 @@ def examples() -> list[tuple[str, list[str]]]:
             continue
         if not inside:
             continue
-        if line.startswith("$ .venv/bin/zerolib "):
+        if line.startswith(("$ .venv/bin/zerolib ", "$ zerolib ")):
             found.append((line.removeprefix("$ "), []))
         elif found:
             found[-1][1].append(line)
