@@ -539,6 +539,69 @@ def test_long_megatron_arguments_are_refused_quickly(source):
     assert isinstance(_bounded(model_from_megatron_args, source), ValueError)
 
 
+LAUNCH_FLAGS = st.sampled_from(["--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                                 "--context-parallel-size", "--expert-model-parallel-size",
+                                 "--sequence-parallel", "--num-virtual-stages-per-pipeline-rank",
+                                 "--num-layers-per-virtual-pipeline-stage", "--micro-batch-size",
+                                 "--global-batch-size", "--seq-length", "--recompute-granularity",
+                                 "--recompute-method", "--recompute-num-layers", "--recompute-activations",
+                                 "--use-distributed-optimizer", "--bf16", "--fp16", "--fp8-format",
+                                 "--hidden-dropout", "--attention-dropout",
+                                 "--decoder-first-pipeline-num-layers", "--sequence_parallel=1"])
+LAUNCH_VALUES = st.one_of(MEGATRON_VALUES, st.sampled_from(
+    ["full", "selective", "uniform", "block", "hybrid", "0.1", "nan", "inf", "-0.0", "1e-400", "2"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(LAUNCH_FLAGS, LAUNCH_VALUES), max_size=12), st.sampled_from([None, 1, 8, 64]))
+def test_hostile_launch_lines_get_a_clean_refusal_or_a_run(words, gpus):
+    from zerolib.core.megatron_launch import run_from_megatron_args
+    from zerolib.core.run import Run
+    result = _bounded(lambda: run_from_megatron_args(GPT_SMALL + words, gpus=gpus))
+    assert isinstance(result, (Run, ValueError, TypeError))
+    if isinstance(result, Run):   # a run it answers for: the fields were checked once, when made
+        assert result.model.layers == 2 and result.trainer.engine == "megatron"
+
+
+DS_KEYS = st.sampled_from(["stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
+                           "contiguous_gradients", "stage3_prefetch_bucket_size", "offload_optimizer",
+                           "stage3_max_live_parameters", "stage3_param_persistence_threshold",
+                           "offload_param", "zero_hpz_partition_size", "zero_quantized_weights",
+                           "mics_shard_size", "cpu_offload", "nonsense"])
+DS_VALUES = HOSTILE_VALUES | st.sampled_from(["auto", 3, 2, 1e9, 5e8 + 0.5, {"device": "cpu"},
+                                              {"device": "nvme", "ratio": 0.5}, -1])
+DS_CONFIGS = st.fixed_dictionaries({}, optional={
+    "zero_optimization": st.dictionaries(DS_KEYS, DS_VALUES, max_size=5) | HOSTILE_VALUES,
+    "bf16": st.fixed_dictionaries({"enabled": DS_VALUES}) | HOSTILE_VALUES,
+    "fp16": st.fixed_dictionaries({"enabled": DS_VALUES}),
+    "train_micro_batch_size_per_gpu": DS_VALUES, "gradient_accumulation_steps": DS_VALUES,
+    "train_batch_size": DS_VALUES,
+    "activation_checkpointing": st.dictionaries(st.sampled_from(
+        ["partition_activations", "cpu_checkpointing", "profile", "x"]), DS_VALUES, max_size=3)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(DS_CONFIGS, st.sampled_from([None, 1, 8, 48]))
+def test_hostile_deepspeed_configs_get_a_clean_refusal_or_a_run(config, gpus):
+    from zerolib.core.deepspeed_config import run_from_deepspeed_config
+    from zerolib.core.run import Run
+    result = _bounded(lambda: run_from_deepspeed_config(config, "llama-2-7b", gpus=gpus))
+    assert isinstance(result, (Run, ValueError, TypeError))
+    if isinstance(result, Run):
+        assert result.trainer.engine == "deepspeed"
+
+
+@settings(max_examples=100, deadline=None)
+@given(text=HOSTILE_TEXTS)
+def test_hostile_json_is_a_clean_refusal_from_the_deepspeed_reader(text, tmp_path_factory):
+    from zerolib.core.deepspeed_config import run_from_deepspeed_config
+    path = tmp_path_factory.mktemp("ds") / "ds_config.json"
+    path.write_text(text, encoding="utf-8")
+    result = _bounded(run_from_deepspeed_config, path, "llama-2-7b")
+    if isinstance(result, Exception):
+        assert str(result).startswith(str(path)), result
+
+
 # --- 12. smaller holes, each refused where it came in ------------------------------------------
 
 def test_with_link_a_node_size_that_does_not_tile_the_gpus_is_refused():

@@ -8,9 +8,9 @@ nodes: facts with sources), the memory arithmetic (bytes per GPU: layouts and ac
 placement, activations, model-parallel splits, the pipeline schedule, working set, feasibility,
 tables), the step (seconds per step: collectives, the data-parallel schedule and its timing,
 offload's and model parallelism's traffic, the 3-D step time, tables), then the two entry points
-(``estimate``, ``planner``); ``chapter/`` (style and the PNG renderer, charts, the published
-figures, explorers); ``crosscheck/``; ``publish/``; ``app/`` (the engineer's page: above the
-chapter, whose charts draw its figures); ``cli/``. Memory never imports the step.
+(``estimate``, ``planner``) beside the run and its readers; ``chapter/`` (style and the PNG
+renderer, charts, the published figures, explorers); ``crosscheck/``; ``publish/``; ``app/``
+(the engineer's page: above the chapter, whose charts draw its figures); ``cli/``. Memory never imports the step.
 Private names between modules: ``tests/test_names.py``."""
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ RANKS = (
     ("zerolib.core.memory", 3),
     ("zerolib.core.step", 4),
     ("zerolib.core.run", 5), ("zerolib.core.run_file", 5),
+    # the readers of trainers' own files (a launch line, a DeepSpeed config): runs
+    ("zerolib.core.megatron_launch", 5), ("zerolib.core.deepspeed_config", 5),
     ("zerolib.core.estimate", 5), ("zerolib.core.plan_settings", 5), ("zerolib.core.planner", 5),
     ("zerolib.core.plan_table", 5),
     ("zerolib.chapter", 6), ("zerolib.chapter.style", 6), ("zerolib.chapter.fast_png", 6),

@@ -29,6 +29,9 @@ _EXPORTS = (
     # one description of a run, and its file
     ("zerolib.core.run", ("Run", "Cluster", "Parallelism", "Trainer", "Batch")),
     ("zerolib.core.run_file", ("read_run",)),
+    # a trainer's own files read as a run: a Megatron-LM launch line, a DeepSpeed config
+    ("zerolib.core.megatron_launch", ("run_from_megatron_args",)),
+    ("zerolib.core.deepspeed_config", ("run_from_deepspeed_config",)),
     ("zerolib.core.estimate", ("estimate",)),
     ("zerolib.core.planner", ("plan", "describe_configuration", "PLAN_HEADER", "PLAN_LEFT_OUT")),
     # units and numbers people type
@@ -42,6 +45,7 @@ _EXPORTS = (
     # your own model: a config.json or a Megatron-LM launch's arguments
     ("zerolib.core.catalogue.hf_config", ("model_from_config",)),
     ("zerolib.core.catalogue.megatron_args", ("model_from_megatron_args",)),
+    ("zerolib.crosscheck.transformers_model", ("model_from_any_config",)),
     ("zerolib.core.catalogue.frameworks", ("framework_table",)),
     # memory: model state, where it lives, the working set, the searches
     ("zerolib.core.memory.accounting", ("CATEGORIES", "STAGES", "PARTITIONED", "STRATEGY_NAMES",

@@ -1,8 +1,9 @@
 """``--config PATH`` on estimate, plan and models: a published config.json read offline."""
 import json
 
+import pytest
 from cli_support import estimate_json, run
-from conftest import REPO
+from conftest import REPO, optional_import
 
 DATA = REPO / "tests" / "data"
 MIXTRAL = str(DATA / "mixtral-8x7b-v0.1.json")
@@ -107,3 +108,19 @@ def test_deepseek_is_counted_estimated_and_planned(capsys):
     assert status == 0 and err == ""
     plan = json.loads(out)
     assert plan["counts"]["fit"] > 0 and plan["settings"]["capacity_factor"] is None   # dropless
+
+
+@pytest.mark.torch
+def test_a_decoder_zerolib_does_not_read_itself_is_built_by_transformers(capsys):
+    # OLMoE (model_type olmoe): built on the meta device, transformers' own count to the parameter
+    # (tests/crosscheck/test_transformers_model.py holds it), estimated like any model.
+    optional_import("transformers", "pip install -e '.[validate]'")
+    status, out, err = run(capsys, "models", "--config", str(DATA / "olmoe-1b-7b.json"), "--format", "json")
+    assert status == 0 and err == ""
+    assert json.loads(out)["parameters"] == 6_919_161_856
+
+
+def test_hybrids_and_encoders_are_one_line_saying_what_they_are(capsys):
+    status, out, err = run(capsys, "estimate", "--config", str(DATA / "jamba-v0.1.json"), "--gpus", "8")
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "'jamba' is a hybrid" in err and "Mamba" in err

@@ -9,6 +9,7 @@ from zerolib.cli import _own_model as own_model_cli
 from zerolib.cli import _placement as placement_cli
 from zerolib.cli import _run as run_cli
 from zerolib.cli import _run_file as run_file_cli
+from zerolib.cli import _trainer_files as trainer_files_cli
 from zerolib.cli import _working_set as working_set_cli
 from zerolib.cli._arguments import (
     add_layout_arguments,
@@ -76,6 +77,7 @@ def register(commands) -> None:
                              "fewer; --gpus must fill whole nodes). Above --gpus: the run's GPUs "
                              "sit on one such node, and only they share its CPU memory and NVMe")
     run_file_cli.add_arguments(parser)
+    trainer_files_cli.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -88,9 +90,9 @@ def run(args) -> int:
             and getattr(args, "run_model", None) is None:
         raise ValueError("one of the arguments --params --model --config --megatron-args --run is "
                          "required")
+    fields = trainer_files_cli.fill_estimate(args, _model_named(args))
     if args.gpus is None:
         raise ValueError("the following arguments are required: --gpus (or a --run file)")
-    fields = {}
     layout = layout_from(args)
     if layout is not None:
         fields["layout"] = layout
@@ -150,6 +152,14 @@ def run(args) -> int:
     width = output_width(args.wide) if args.format == "table" else None
     print(render(out, args.format, args.unit or "GB", partial_node_note(args, gpus), width))
     return 0
+
+
+def _model_named(args):
+    """The model the flags name (a preset, a config, a launch line's, a run file's, a count)."""
+    model = own_model_cli.model_from(args) or getattr(args, "run_model", None)
+    if model is None and getattr(args, "params", None) is not None:
+        return parse_count(args.params, "--params")
+    return model
 
 
 def _run_of(model, gpus: int, fields: dict) -> Run:

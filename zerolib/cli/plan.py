@@ -7,6 +7,7 @@ import math
 from zerolib.cli import _own_model as own_model_cli
 from zerolib.cli import _run as run_cli
 from zerolib.cli import _run_file as run_file_cli
+from zerolib.cli import _trainer_files as trainer_files_cli
 from zerolib.cli import _working_set as working_set_cli
 from zerolib.cli._arguments import add_layout_arguments, layout_from
 from zerolib.cli._communication import (
@@ -146,6 +147,7 @@ def register(commands) -> None:
                         help="also search ZeRO-R P_a+cpu (DeepSpeed cpu_checkpointing: "
                              "checkpoints in host memory, copied over the host link)")
     run_file_cli.add_arguments(parser, "the fastest fitting configuration's run")
+    trainer_files_cli.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -282,6 +284,7 @@ def refuse_no_effect(args, options: dict) -> None:
 
 
 def run(args) -> int:
+    fixed = trainer_files_cli.plan_fixed(args, own_model_cli.model_from(args))
     _fill_from_run_file(args)
     top = None if args.top is None else parse_whole(args.top, "--top", maximum=MAX_GPUS)
     tokens = run_cli.tokens_from(args)
@@ -291,7 +294,7 @@ def run(args) -> int:
                   parse_whole(args.gpus_per_node, "--gpus-per-node", maximum=MAX_GPUS),
                   args.device, parse_whole(args.seq, "--seq", maximum=MAX_SEQ_LEN),
                   parse_whole(args.global_batch, "--global-batch", maximum=MAX_MICRO_BATCHES),
-                  **options_from(args, model))
+                  **{**options_from(args, model), **fixed})
     run_file_cli.save(args, result.run(result.fits.iloc[0]) if len(result.fits) else None)
     if args.format == "json":
         out = as_json(result, top)

@@ -16,7 +16,14 @@ a config leaves out takes the default of that architecture's ``PretrainedConfig`
 - fields that change the architecture in a way a ``TransformerConfig`` cannot hold (cross
   attention in GPT-2, quantised weights, a vision tower): refused with one line naming the field,
   never approximated;
-- encoders and encoder-decoders (BERT, T5, ...): refused, zerolib sizes decoder-only models.
+- encoders and encoder-decoders (BERT, T5, ...): refused, zerolib sizes decoder-only models;
+- hybrids whose layers hold state-space models, recurrences or linear attention besides (or
+  instead of) softmax attention (Jamba, Zamba, RecurrentGemma, Mamba...; :data:`HYBRIDS`):
+  refused with a line saying what they are.
+
+A decoder of another ``model_type`` is not read here: ``zerolib.crosscheck.transformers_model``
+builds it with transformers (the validate extra) on PyTorch's meta device and reads what was
+built; this module says so in one line when asked for one.
 
 Every error is a ``ValueError`` naming the file (or ``config`` for a dict) and the field.
 What is read is bounded before it is parsed: a file of at most :data:`MAX_CONFIG_BYTES` (a
@@ -57,6 +64,39 @@ ENCODER_TYPES = frozenset({
     "modernbert", "mpnet", "camembert", "t5", "mt5", "umt5", "bart", "mbart", "pegasus", "marian",
     "whisper", "longt5", "led", "prophetnet", "encoder-decoder", "switch_transformers",
 })
+# Hybrids: layers that are not (only) softmax attention and an MLP, which a TransformerConfig
+# cannot describe; each named with what it is (from its transformers 5.24.0 modeling file).
+_MAMBA = "state-space (Mamba) layers"
+HYBRIDS = {
+    "jamba": f"Jamba interleaves {_MAMBA} with attention layers (one in eight) and experts",
+    "zamba": f"Zamba is a stack of {_MAMBA} with a shared attention block every few layers",
+    "zamba2": "Zamba2 is a stack of Mamba-2 layers with shared attention blocks",
+    "bamba": "Bamba interleaves Mamba-2 layers with a few attention layers",
+    "falcon_h1": "Falcon-H1 runs attention and Mamba-2 heads side by side in every layer",
+    "granitemoehybrid": "Granite 4.0's hybrid interleaves Mamba-2 layers with attention layers",
+    "nemotron_h": "Nemotron-H interleaves Mamba-2 layers with a few attention layers",
+    "recurrent_gemma": "RecurrentGemma (Griffin) has recurrent blocks (a gated linear recurrence, "
+                       "RG-LRU) with local attention every third layer",
+    "mamba": f"Mamba is made of {_MAMBA} alone, no attention",
+    "mamba2": "Mamba-2 is made of state-space layers alone, no attention",
+    "falcon_mamba": f"Falcon Mamba is made of {_MAMBA} alone, no attention",
+    "rwkv": "RWKV is a recurrent model whose time mixing is a linear attention",
+    "xlstm": "xLSTM is a recurrent model of LSTM cells with matrix memory, no attention",
+    "minimax": "MiniMax-Text-01 interleaves lightning (linear) attention layers with softmax "
+               "attention every eighth layer",
+    "qwen3_next": "Qwen3-Next interleaves Gated DeltaNet (linear attention) layers with gated "
+                  "softmax attention",
+    "qwen3_5": "Qwen3.5 interleaves Gated DeltaNet (linear attention) layers with softmax attention",
+    "qwen3_5_text": "Qwen3.5 interleaves Gated DeltaNet (linear attention) layers with softmax "
+                    "attention",
+    "qwen3_5_moe": "Qwen3.5-MoE interleaves Gated DeltaNet (linear attention) layers with softmax "
+                   "attention",
+    "olmo_hybrid": "OLMo Hybrid interleaves Gated DeltaNet (linear attention) layers with attention",
+    "kimi_linear": "Kimi Linear interleaves delta-rule linear attention layers with latent attention",
+    "lfm2": "LFM2 interleaves short gated convolutions with a few attention layers",
+    "lfm2_moe": "LFM2-MoE interleaves short gated convolutions with a few attention layers",
+}
+EXTRA = "validate"    # the extra that installs transformers: pip install 'zerolib[validate]'
 
 
 class _Fields:
@@ -374,7 +414,9 @@ def _config_file(path: Path) -> Path:
     raise ValueError(f"{path}: directory without {CONFIG_FILE}")
 
 
-def _name(path: Path | None, data: Mapping) -> str:
+def config_name(path: Path | None, data: Mapping) -> str:
+    """The name a model read from ``path`` (or a dict, ``path`` None) goes by: the cache's
+    ORG/NAME, else the folder's name, else the config's ``_name_or_path`` or model_type."""
     if path is not None:
         for part in reversed(path.parts):
             if part.startswith("models--"):    # the cache's models--ORG--NAME
@@ -434,7 +476,7 @@ def _not_json(constant: str):
     raise ValueError(f"{constant} is not a JSON number")
 
 
-def check_config_shape(data: Mapping, where: str) -> None:
+def check_config_shape(data: Mapping, where: str, what: str = "a config.json") -> None:
     """ValueError unless ``data`` nests at most :data:`MAX_CONFIG_DEPTH` levels and holds at
     most :data:`MAX_CONFIG_FIELDS` values (walked without recursion: a Python dict may nest
     without end, or hold itself)."""
@@ -444,32 +486,32 @@ def check_config_shape(data: Mapping, where: str) -> None:
         node, depth, top = stack.pop()
         if depth > MAX_CONFIG_DEPTH:
             raise ValueError(f"{where}: {_key_words(top)} nests more than {MAX_CONFIG_DEPTH} "
-                             f"levels deep; a config.json nests a few")
+                             f"levels deep; {what} nests a few")
         items = node.items() if isinstance(node, Mapping) else enumerate(node)
         for key, child in items:
             count += 1
             if count > MAX_CONFIG_FIELDS:
                 raise ValueError(f"{where}: more than {MAX_CONFIG_FIELDS:,} values (the last read "
-                                 f"in {_key_words(key if top is None else top)}); a config.json "
+                                 f"in {_key_words(key if top is None else top)}); {what} "
                                  f"holds a few hundred")
             if isinstance(child, (Mapping, list, tuple)):
                 stack.append((child, depth + 1, key if top is None else top))
 
 
-def config_from_text(text: str, where: str) -> dict:
+def config_from_text(text: str, where: str, what: str = "a config.json") -> dict:
     """The JSON object of a config.json's text, bounded (see the module doc): a ValueError naming
     ``where`` and, where one is to blame, the field, for text that is too long, nested too deep,
     not JSON, not an object, or holding too many values."""
     if not isinstance(text, str):
-        raise TypeError(f"{where}: a config.json's text must be a string, got {type(text).__name__}")
+        raise TypeError(f"{where}: {what}'s text must be a string, got {type(text).__name__}")
     if len(text) > MAX_CONFIG_BYTES:
-        raise ValueError(f"{where}: {len(text):,} characters; a config.json is read up to "
+        raise ValueError(f"{where}: {len(text):,} characters; {what} is read up to "
                          f"{MAX_CONFIG_BYTES:,} bytes")
     deep = _too_deep(text)
     if deep is not None:
         field = _key_words(deep) if deep else "the text"
-        raise ValueError(f"{where}: {field} nests more than {MAX_CONFIG_DEPTH} levels deep; a "
-                         f"config.json nests a few")
+        raise ValueError(f"{where}: {field} nests more than {MAX_CONFIG_DEPTH} levels deep; "
+                         f"{what} nests a few")
     try:
         data = json.loads(text, parse_constant=_not_json)
     except json.JSONDecodeError as error:
@@ -478,8 +520,8 @@ def config_from_text(text: str, where: str) -> dict:
     except (ValueError, RecursionError) as error:   # a number of more than 4,300 digits...
         raise ValueError(f"{where}: malformed JSON ({' '.join(str(error).split())[:100]})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{where}: a config.json holds one JSON object, got {type(data).__name__}")
-    check_config_shape(data, where)
+        raise ValueError(f"{where}: {what} holds one JSON object, got {type(data).__name__}")
+    check_config_shape(data, where, what)
     return data
 
 
@@ -497,16 +539,10 @@ def read_config(source, where: str = "config") -> tuple[dict, str, Path | None]:
     return config_from_text(text, str(file)), str(file), file
 
 
-def model_from_config(source, *, name: str | None = None, where: str = "config") -> TransformerConfig:
-    """The :class:`TransformerConfig` a Hugging Face ``config.json`` describes, exact to the parameter.
-
-    ``source``: a path to a ``config.json``, a directory holding one, a local Hugging Face cache
-    folder (``models--ORG--NAME`` or its ``snapshots/HASH``), a Hub name ``ORG/NAME`` already in
-    the local cache (:func:`hub_cache`; offline, nothing is downloaded), or the config as a dict. ``name``
-    overrides the name read from the path (the cache's ORG/NAME, else the folder's name);
-    ``where`` is what messages call a dict (an uploaded file's name, say).
-    """
-    data, where, file = read_config(source, where)
+def check_decoder(data: Mapping, where: str) -> str:
+    """The ``model_type`` of a config that may describe a decoder zerolib sizes; a ValueError
+    naming ``where`` and the field for a missing or bad model_type, an encoder or
+    encoder-decoder, a hybrid (:data:`HYBRIDS`), quantised weights or a vision tower."""
     r = _Fields(data, where)
     model_type = data.get("model_type")
     if model_type is None:
@@ -519,13 +555,35 @@ def model_from_config(source, *, name: str | None = None, where: str = "config")
     if model_type in ENCODER_TYPES:
         r.fail(f"field model_type: {echo(model_type)} is an encoder or encoder-decoder; zerolib sizes "
                f"decoder-only models")
-    if model_type not in READERS:
-        r.fail(f"field model_type: {echo(model_type)} is not one zerolib reads (it reads "
-               f"{', '.join(sorted(READERS))})")
+    if model_type in HYBRIDS:
+        r.fail(f"field model_type: {echo(model_type)} is a hybrid, not a transformer of attention "
+               f"and MLP layers: {HYBRIDS[model_type]}; zerolib cannot express it")
     for key, why in (("quantization_config", "quantised weights are not the 16-bit parameters a "
                       "training layout counts"),
                      ("vision_config", "a vision tower's parameters are not a decoder's")):
         r.refuse_if(key, key in data, why)
+    return model_type
+
+
+def model_from_config(source, *, name: str | None = None, where: str = "config") -> TransformerConfig:
+    """The :class:`TransformerConfig` a Hugging Face ``config.json`` describes, exact to the parameter.
+
+    ``source``: a path to a ``config.json``, a directory holding one, a local Hugging Face cache
+    folder (``models--ORG--NAME`` or its ``snapshots/HASH``), a Hub name ``ORG/NAME`` already in
+    the local cache (:func:`hub_cache`; offline, nothing is downloaded), or the config as a dict. ``name``
+    overrides the name read from the path (the cache's ORG/NAME, else the folder's name);
+    ``where`` is what messages call a dict (an uploaded file's name, say). The architectures of
+    :data:`READERS` only; ``zerolib.crosscheck.transformers_model.model_from_any_config`` reads
+    any decoder transformers builds.
+    """
+    data, where, file = read_config(source, where)
+    model_type = check_decoder(data, where)
+    r = _Fields(data, where)
+    if model_type not in READERS:
+        r.fail(f"field model_type: {echo(model_type)} is not one zerolib reads natively (it reads "
+               f"{', '.join(sorted(READERS))}); any other decoder is built with transformers: "
+               f"zerolib estimate --config and zl.model_from_any_config read it where the "
+               f"{EXTRA} extra is installed (pip install 'zerolib[{EXTRA}]')")
     fields = READERS[model_type](r)
     ignored = [key for key in NO_PARAMETER_FIELDS if data.get(key) not in (None, False)]
     source_text = f"read from {where} (model_type {model_type})"
@@ -536,6 +594,6 @@ def model_from_config(source, *, name: str | None = None, where: str = "config")
         source_text += (f"; not built by transformers and not counted: "
                         f"{', '.join(f'{key} {data[key]}' for key in not_built)}")
     try:
-        return TransformerConfig(name or _name(file, data), source=source_text, **fields)
+        return TransformerConfig(name or config_name(file, data), source=source_text, **fields)
     except (TypeError, ValueError) as error:
         raise ValueError(f"{where}: {error}") from None

@@ -139,7 +139,7 @@ def _bounded(tokens: list[str], where: str) -> list[str]:
     return tokens
 
 
-def _tokens(source) -> tuple[list[str], str]:
+def argument_tokens(source) -> tuple[list[str], str]:
     """(the arguments, where they come from) of a string, a list or a file holding them."""
     if isinstance(source, (list, tuple)):
         if not all(isinstance(item, str) for item in source):
@@ -247,7 +247,7 @@ def padded_vocabulary(vocab: int, tensor_parallel: int = 1,
 
 def model_from_megatron_args(source, *, name: str = "megatron-gpt") -> TransformerConfig:
     """The GPT model Megatron-LM builds from these arguments (see the module doc)."""
-    tokens, where = _tokens(source)
+    tokens, where = argument_tokens(source)
     a = _parse(tokens, where)
     for key, flag in (("num_layers", "--num-layers"), ("hidden_size", "--hidden-size"),
                       ("num_attention_heads", "--num-attention-heads"),

@@ -43,7 +43,8 @@ Shapes read from other architectures' config.json (:mod:`zerolib.core.catalogue.
 each checked against transformers: Phi-3's fused ``gate_up_proj`` (``fused_gate_up``); norms on
 queries and keys (``qk_norm``: per head in Qwen3 and Gemma-3, over the projection in OLMo-2);
 BLOOM's norm after the embedding (``embedding_norm``) and ALiBi (no position parameters);
-Falcon-7B's one norm before attention and MLP side by side (``shared_norm``); a shared expert
+Falcon-7B's one norm before attention and MLP side by side (``shared_norm``); a bias on the
+output projection (``output_projection_bias``, Phi-3.5-MoE's ``lm_head_bias``); a shared expert
 beside the routed ones (``shared_expert_ffn``, with Qwen2-MoE's sigmoid ``shared_expert_gate``);
 DeepSeek's multi-head latent attention (``kv_lora_rank``, ``q_lora_rank``, ``rope_head_dim``,
 ``v_head_dim``) and its first dense layers (``dense_layers`` of ``dense_ffn_hidden``).
@@ -111,6 +112,7 @@ class TransformerConfig:
     v_head_dim: int = 0         # width of a value head
     dense_layers: int = 0       # the first layers keep a dense MLP (first_k_dense_replace)
     dense_ffn_hidden: int = 0   # that dense MLP's width (the experts' is ffn_hidden)
+    output_projection_bias: bool = False  # a bias on the output projection (Phi-3.5-MoE's lm_head_bias)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -121,7 +123,7 @@ class TransformerConfig:
             check_positive_int(getattr(self, name), name, MAX_MODEL_SIZE)
         for name in ("tied_embeddings", "gated_mlp", "qkv_bias", "output_bias", "mlp_bias",
                      "fused_qkv", "dropout", "post_norms", "fused_gate_up", "embedding_norm", "shared_norm",
-                     "shared_expert_gate"):
+                     "shared_expert_gate", "output_projection_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.head_dim is None:
@@ -163,6 +165,9 @@ class TransformerConfig:
             raise ValueError("shared_expert_gate needs shared_expert_ffn (a shared expert to gate)")
         if self.shared_norm and self.post_norms:
             raise ValueError("shared_norm (one norm per layer) and post_norms (four) exclude each other")
+        if self.output_projection_bias and self.tied_embeddings:
+            raise ValueError("output_projection_bias needs an output projection of its own (not "
+                             "tied_embeddings): a tied one is the embedding, which has no bias")
         if self.fused_gate_up and not self.gated_mlp:
             raise ValueError("fused_gate_up needs gated_mlp (a gate and an up projection to fuse)")
         if self.heads % self.kv_heads:
@@ -330,8 +335,10 @@ def modules(config: TransformerConfig | str) -> tuple[Module, ...]:
     if config.post_norms:
         out.append(Module("post_mlp_norm", norm, L))
     out.append(Module("final_norm", norm))
-    # The output projection (no bias in any preset). Tied: the embedding's own matrix.
-    out.append(Module("output_projection", v * h, shared=config.tied_embeddings))
+    # The output projection (no bias in any preset; Phi-3.5-MoE has one). Tied: the embedding's
+    # own matrix.
+    out.append(Module("output_projection", v * h + (v if config.output_projection_bias else 0),
+                      shared=config.tied_embeddings))
     return tuple(out)
 
 
