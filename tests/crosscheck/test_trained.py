@@ -168,17 +168,23 @@ def test_planner_reports_the_llama_405b_finding_as_not_fitting():
 
 
 def test_throughput_at_the_stated_efficiency_is_bounded_by_compute():
-    # 22B on one node, no pipeline: the step is at least the compute time worked out by hand,
-    # 6 x 22,074,273,792 x 4 x 2048 / (8 x 312e12 x 0.5) = 0.8694 s, so the predicted MFU is
-    # at most the stated 0.5; the published 41.5 % lies within 5 % of the prediction.
+    # 22B on one node, no pipeline: the step is at least the compute time worked out by hand
+    # (docs/flops.md). Tied embeddings: the one table is the output projection, multiplied; only
+    # the 2,048 x 6,144 learned positions are looked up: M = 22,074,273,792 - 12,582,912. The
+    # unfused core, non-causal, A = 2 x 2,048 x 64 heads x 256 x 48 layers per token, again
+    # under selective recomputation: (6 M + 4 A) x 4 x 2048 / (8 x 312e12 x 0.5) = 0.9535 s,
+    # so the predicted MFU (6 x parameters, the md's conversion) is below the stated 0.5; the
+    # published 41.5 % lies within 10 % of the prediction.
     run = RUNS["korthikanti-22b"]
     result = trained.throughput(run, mfu=0.5)
-    compute = 6 * 22_074_273_792 * 4 * 2048 / (8 * 312e12 * 0.5)
-    assert compute == pytest.approx(0.8694, abs=1e-4)
+    multiplied = 22_074_273_792 - 2048 * 6144
+    core = 2 * 2048 * 64 * 256 * 48
+    compute = (6 * multiplied + 4 * core) * 4 * 2048 / (8 * 312e12 * 0.5)
+    assert compute == pytest.approx(0.9535, abs=1e-4)
     assert result["step_seconds"] > compute
     assert result["predicted"] < 0.5
     assert result["ratio"] == pytest.approx(0.415 / result["predicted"])
-    assert 0.95 < result["ratio"] < 1.05
+    assert 0.95 < result["ratio"] < 1.10
 
 
 def test_every_row_with_a_throughput_gets_a_ratio():
@@ -212,7 +218,7 @@ def test_mt_nlg_step_against_its_published_iteration_time():
 
 @pytest.mark.parametrize("prefix, low, high", [
     ("narayanan-", 0.85, 1.40), ("korthikanti-", 0.95, 1.50),
-    ("bloom-", 1.5, 1.85), ("nemo-", 1.5, 1.85), ("llama-3.1-", 1.5, 1.85),
+    ("bloom-", 1.5, 1.85), ("nemo-", 1.5, 1.90), ("llama-3.1-", 1.5, 1.85),
     ("deepseek-", 1.5, 1.85), ("mixtral-", 1.5, 1.85)])
 def test_throughput_ratios_stay_in_their_stated_bands(prefix, low, high):
     # The bands data/trained_configurations.md states, at mfu 0.5 (published / predicted).
