@@ -73,7 +73,7 @@ def test_what_moved_out_is_one_sentence_and_a_link(cells, notebook):
     assert "experts ([notebook 10](10-experts-and-other-architectures.ipynb))" in cells["left-out"]
     assert "[notebook 10](10-experts-and-other-architectures.ipynb)'s subject" in cells["explorer-read"]
     assert "[notebook 9](09-size-your-own-model.ipynb)" in cells["explorer-read"]
-    assert "[appendix](12-appendix-real-runs.ipynb)" in cells["lessons-intro"]
+    assert "its busiest rank ([appendix B](12-appendix-real-runs.ipynb))" in cells["summary"]
     assert "[notebook 5's \"The words\"](05-the-price-of-zero.ipynb#The-words)" in cells["working-intro"]
     assert "[the ZeRO paper](https://arxiv.org/abs/1910.02054)" in cells["title"]
 
