@@ -408,6 +408,16 @@ def fitted_efficiency(rounds: int = 3) -> Mapping[str, float]:
     return MappingProxyType(fitted)
 
 
+def throughput_table(runs=None) -> pd.DataFrame:
+    """:func:`published_throughput` of every run (or ``runs``) at its device's fitted efficiency,
+    one row per run: what :func:`zerolib.chapter.charts.published_runs.published_runs_figure`
+    draws."""
+    rows = [published_throughput(run) for run in (load() if runs is None else runs)]
+    frame = pd.DataFrame(rows)
+    frame.attrs.update(fitted=dict(fitted_efficiency()))
+    return frame
+
+
 def summary(runs=None, mfu: float = DEFAULT_MFU) -> pd.DataFrame:
     """One row per run: the verdict, the planner's answer and the throughput ratio, as
     ``data/trained_configurations.md`` tabulates them (peaks in bytes)."""
