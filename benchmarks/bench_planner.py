@@ -52,7 +52,7 @@ from zerolib.core.step.time import send_seconds
 from zerolib.core.step.traffic import layer_units
 
 # The plain-Python side walks the paper's schedule (every stage in groups, its overlap rule).
-SETTING = dict(model="llama-2-70b", gpus=size(1024, 64), gpus_per_node=8, device="h100-80gb", seq_len=4096,
+SETTING = dict(run="llama-2-70b", gpus=size(1024, 64), gpus_per_node=8, device="h100-80gb", seq_len=4096,
                global_batch=1024, host_memory=2 * 2**40, engine="paper")
 SEARCHED = ("none", "partition")   # ZeRO-R's P_a beside none (--partition-activations search)
 
@@ -118,12 +118,20 @@ def python_plan(s):
     def stage_time(t, p, d, r, v, b, sp, rec, stage, m, group, offload, pa=False):
         params = on_gpu(t, p, r)[0]
         full = rec == "full"
-        forward = 2 * params * seq / rate * b
-        backward = (6 if full else 4) * params * seq / rate * b
-        if rec != "none":   # the attention core again: Q K^T and attention over V, per token
-            layers = config.layers // p + (r < config.layers % p)
-            core = 2 * seq * -(-config.heads // t) * 2 * config.head_width * layers
-            backward += core * seq / rate * b
+        # The first stage looks its share of the input embedding's rows up: no FLOPs
+        # (docs/flops.md); with tied embeddings on one stage the table is the output
+        # projection too, multiplied.
+        looked_up = 0
+        if r == 0 and not (config.tied_embeddings and p == 1):
+            looked_up = -(-config.vocab // t) * config.hidden
+        multiplied = params - looked_up
+        # The causal attention core (flash attention) of this GPU's heads and the stage's
+        # layers, Q K^T and attention over V: forward once, backward twice, and once more
+        # when recomputed (selective or full).
+        layers = config.layers // p + (r < config.layers % p)
+        core = seq * -(-config.heads // t) * 2 * config.head_width * layers
+        forward = (2 * multiplied + core) * seq / rate * b
+        backward = ((6 if full else 4) * multiplied + (3 if rec != "none" else 2) * core) * seq / rate * b
         tensor = 0.0
         if t > 1:
             for kind, calls, size in _tensor_rows(config, seq, p, r, sp, rec, ws.element_bytes):

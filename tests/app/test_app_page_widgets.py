@@ -147,11 +147,11 @@ def test_what_each_configuration_leaves_out():
     plain = {"tensor_parallel": 1, "pipeline_parallel": 1, "recompute": "none", "offload": "none"}
     assert left_out_for(plain) == ()
     piped = left_out_for({**plain, "pipeline_parallel": 4, "recompute": "selective"})
-    # The bubbles (item 2) and the exposed tensor/pipeline traffic (item 4); the attention's
-    # FLOPs (item 1) concern every configuration alike.
-    assert [PLAN_LEFT_OUT.index(item) for item in piped] == [2, 4]
+    # The bubbles (item 1) and the exposed tensor/pipeline traffic (item 3); kernel efficiency
+    # (item 0) concerns every configuration alike.
+    assert [PLAN_LEFT_OUT.index(item) for item in piped] == [1, 3]
     assert [PLAN_LEFT_OUT.index(item) for item in
-            left_out_for({**plain, "tensor_parallel": 8})] == [4]
+            left_out_for({**plain, "tensor_parallel": 8})] == [3]
     # Every item is said once: either for every row or for the rows it concerns.
     assert set(left_out_for_all()) | set(piped) == set(PLAN_LEFT_OUT)
 

@@ -146,26 +146,30 @@ EXPLORERS = {check.notebook: check for check in (
     # sends 127 x 52,643,872 x 2 = 13.37 GB, two passes 26.74 GB, three 40.11 GB. Stage 1 holds
     # 4P + 12 x 52,643,872 = 27.58 GB of state + 24.15 GB of working set = 51.7 GB; each pass
     # takes 13.37e9 / 370e9 s + (8.4 + 112 x 3.4 + 15 x 14.0) us = 0.03674 s, two 0.0735 s; the
-    # after-step gather is exposed: 0.4551 s a step, 8 %. Stage 3 holds 16P / 128 = 0.84 GB +
+    # after-step gather is exposed behind the compute, (6 x 6,607,343,616 multiplied parameters
+    # + 3 x 1,073,741,824 of causal attention core) x 4,096 / (0.4 x 989.5e12) = 0.4436 s:
+    # 0.4803 s a step, 8 %. Stage 3 holds 16P / 128 = 0.84 GB +
     # 26.15 GB of working set (2 GB of it gathered parameters) = 27.0 GB; its three passes of 35
-    # layers (3 x 0.03614 + 105 x 599.2 us = 0.171 s) hide behind compute.
+    # layers (3 x 0.03614 + 105 x 599.2 us = 0.171 s) hide behind compute: 0.44 s.
     # Notebook 8 leaves the planner explorer at Llama-2-70B on 64 A100 80GB (DGX A100 nodes,
     # sequence 4,096, global batch 1,024, 40% of peak) under PyTorch FSDP2; one step right is 128
     # GPUs. The fastest that fits is then t 2 x d 64 under ZeRO-3, 16 micro-batches of one
     # sequence per step. One GPU holds 80 layers of (2 x 8192^2 + 2 x 8192 x 1024 + 3 x 8192 x
     # 28672) / 2 + 2 x 8192 = 427,835,392, half the embedding and of the output layer
-    # (131,072,000 each) and the final norm: 34,488,983,552 parameters; compute 16 x 6 x that x
-    # 4096 / (0.4 x 312e12) = 108.667 s. Each micro-batch all-reduces 2 x 4096 x 8192 =
+    # (131,072,000 each) and the final norm: 34,488,983,552 parameters, of which 34,357,911,552
+    # multiplied (the embedding's half is looked up); the causal attention core of its 32 heads,
+    # 4096 x 32 x 256 x 80 = 2,684,354,560 per token: compute 16 x (6 x 34,357,911,552 + 3 x
+    # 2,684,354,560) x 4096 / (0.4 x 312e12) = 112.48 s. Each micro-batch all-reduces 2 x 4096 x 8192 =
     # 67,108,864 bytes 322 times over 2 GPUs on NVLink 3 at the 230 GB/s NCCL achieves (4 per
     # layer, the embedding's, the output layer's): 8.4 + 2 x 3.4 us + 67,108,864 / 230e9 s =
     # 307.0 us, 98.8 ms, 1.58 s for 16. ZeRO-3's gathers hide behind each micro-batch's forward
-    # compute but for the first layer's (0.14 s a step). Step 108.667 + 1.58 + 0.14 = 110.4 s:
-    # "110 s".
+    # compute but for the first layer's (0.14 s a step). Step 112.48 + 1.58 + 0.14 = 114.2 s:
+    # "114 s".
     ExplorerCheck(
         "08-zero-beside-model-parallelism.ipynb", "GPUs", "64", "128", (
             "llama-2-70b on 128 A100 80GB",
             "Fastest that fits: t 2 x p 1 (1F1B) x d 64, ZeRO-3, no recomputation, "
-            "micro-batch 1 x 16, no offload: 110 s per step",
+            "micro-batch 1 x 16, no offload: 114 s per step",
         )),
     # Notebook 9 leaves the explorer at Mistral-7B-v0.3 read from its config.json (h = 4096,
     # 32 layers, 32 heads of 128, 8 key/value heads, f = 14336, vocabulary 32,768) on 3 H100 80GB,
@@ -185,8 +189,8 @@ EXPLORERS = {check.notebook: check for check in (
     ExplorerCheck(
         "05-the-price-of-zero.ipynb", "GPUs", "64", "128", (
             "llama-2-7b on 128 GPUs",
-            "ZeRO stage 1 (optimizer) 51.7 GB fits 26.7 GB 0.073 s 0.46 s 8%",
-            "ZeRO stage 3 (+ parameters) 27.0 GB fits 40.1 GB 0.17 s 0.42 s 0%",
+            "ZeRO stage 1 (optimizer) 51.7 GB fits 26.7 GB 0.073 s 0.48 s 8%",
+            "ZeRO stage 3 (+ parameters) 27.0 GB fits 40.1 GB 0.17 s 0.44 s 0%",
         )),
 )}
 

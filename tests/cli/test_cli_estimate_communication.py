@@ -46,8 +46,9 @@ def test_link_adds_communication_and_keeps_every_key(capsys):
     # A bare count has no attention core: nothing for a recomputation to repeat of it.
     assert result["compute_settings"] == {"tokens_per_gpu": 4096, "mfu": 0.4, "recompute": "none",
                                           "full_recompute": False, "flops_per_param_token": 6,
-                                          "attention_flops_per_token": 0,
-                                          "recomputed_attention_flops_per_token": 0}
+                                          "idle_parameters": 0, "attention_flops_per_token": 0,
+                                          "recomputed_attention_flops_per_token": 0,
+                                          "attention_step_flops_per_token": 0}
     # 6 x 7e9 x 4096 FLOPs / (0.4 x 989.5e12 FLOP/s) = 0.43464 s of compute per step.
     compute = result["stages"][0]["communication"]["compute_seconds"]
     assert math.isclose(compute, 6 * 7e9 * 4096 / (0.4 * 989.5e12))
@@ -57,15 +58,21 @@ def test_model_takes_tokens_and_recomputation_from_the_working_set(capsys):
     result = estimate_json(capsys, "--model", "llama-2-7b", "--gpus", "8", "--seq", "2048",
                      "--micro-batch", "4", "--recompute", "full", "--device", "h100-80gb",
                      "--link", "dgx-h100", "--link-efficiency", "line-rate", "--mfu", "50%")
-    # The attention core per token: 32 layers x 2 x 2,048 x 32 heads x (128 + 128) = 2^30.
+    # The causal attention core per token (flash attention, the default): 32 layers x 2,048 x
+    # 32 heads x (128 + 128) = 2^29; the 32,000 x 4,096 input embedding is looked up.
     assert result["compute_settings"] == {"tokens_per_gpu": 8192, "mfu": 0.5, "recompute": "full",
                                           "full_recompute": True, "flops_per_param_token": 8,
-                                          "attention_flops_per_token": 2**30,
-                                          "recomputed_attention_flops_per_token": 2**30}
-    # (8 x 6,738,415,616 + 2^30) x 8192 / (0.5 x 989.5e12) = 54,981,066,752 x 8192 / 4.9475e14
-    # = 0.91037 s (0.89259 s for the 8 per parameter and token, 0.01778 s for the core).
+                                          "idle_parameters": 131_072_000,
+                                          "attention_flops_per_token": 2**29,
+                                          "recomputed_attention_flops_per_token": 2**29,
+                                          "attention_step_flops_per_token": 2**31}
+    # (8 x 6,607,343,616 + 4 x 2^29) x 8192 / (0.5 x 989.5e12) = 55,006,232,576 x 8192 /
+    # 4.9475e14 = 0.91079 s (0.87523 s for the 8 per multiplied parameter and token, 0.03556 s
+    # for the core: forward, backward's two products, recomputed forward).
     compute = result["stages"][0]["communication"]["compute_seconds"]
-    assert math.isclose(compute, 0.91037, rel_tol=1e-5)
+    assert (8 * 6_607_343_616 + 4 * 2**29) == 55_006_232_576
+    assert math.isclose(compute, 55_006_232_576 * 8192 / 4.9475e14, rel_tol=1e-12)
+    assert math.isclose(compute, 0.91079, rel_tol=1e-5)
     # One node: every GPU on NVLink 4, 450 GB/s; stage 3 gathers 35 layers per pass.
     assert result["interconnect"]["bus_bandwidth"] == 450 * 10**9
     assert result["stages"][3]["communication"]["collectives"]["all_gather"]["calls"] == 70

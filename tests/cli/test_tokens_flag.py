@@ -111,10 +111,10 @@ def test_plan_table_and_csv(capsys):
     # At line rate, the setting the step time below was worked out for.
     status, out, _ = run(capsys, *PLAN, "--tokens", "2T", "--top", "3")
     assert status == 0
-    # The fastest: 220.516 s a step x 476,838 steps = 1.0515e8 s = 1,217.0 days on 64 GPUs,
-    # 1,869,343 GPU-hours.
+    # The fastest: 228.147 s a step x 476,838 steps = 1.0879e8 s = 1,259.1 days on 64 GPUs,
+    # 1,934,039 GPU-hours.
     assert ("Run of 2,000,000,000,000 tokens: 476,838 steps of 4,194,304 tokens (global batch "
-            "x sequence) on 64 GPUs; the fastest that fits takes 1,217.0 days, 1,869,343 "
+            "x sequence) on 64 GPUs; the fastest that fits takes 1,259.1 days, 1,934,039 "
             "GPU-hours") in out
     assert "no failures, restarts, evaluation or checkpointing" in out
     status, text, _ = run(capsys, *PLAN, "--tokens", "2T", "--format", "csv")

@@ -168,17 +168,23 @@ def test_planner_reports_the_llama_405b_finding_as_not_fitting():
 
 
 def test_throughput_at_the_stated_efficiency_is_bounded_by_compute():
-    # 22B on one node, no pipeline: the step is at least the compute time worked out by hand,
-    # 6 x 22,074,273,792 x 4 x 2048 / (8 x 312e12 x 0.5) = 0.8694 s, so the predicted MFU is
-    # at most the stated 0.5; the published 41.5 % lies within 5 % of the prediction.
+    # 22B on one node, no pipeline: the step is at least the compute time worked out by hand
+    # (docs/flops.md). Tied embeddings: the one table is the output projection, multiplied; only
+    # the 2,048 x 6,144 learned positions are looked up: M = 22,074,273,792 - 12,582,912. The
+    # unfused core, non-causal, A = 2 x 2,048 x 64 heads x 256 x 48 layers per token, again
+    # under selective recomputation: (6 M + 4 A) x 4 x 2048 / (8 x 312e12 x 0.5) = 0.9535 s,
+    # so the predicted MFU (6 x parameters, the md's conversion) is below the stated 0.5; the
+    # published 41.5 % lies within 10 % of the prediction.
     run = RUNS["korthikanti-22b"]
     result = trained.throughput(run, mfu=0.5)
-    compute = 6 * 22_074_273_792 * 4 * 2048 / (8 * 312e12 * 0.5)
-    assert compute == pytest.approx(0.8694, abs=1e-4)
+    multiplied = 22_074_273_792 - 2048 * 6144
+    core = 2 * 2048 * 64 * 256 * 48
+    compute = (6 * multiplied + 4 * core) * 4 * 2048 / (8 * 312e12 * 0.5)
+    assert compute == pytest.approx(0.9535, abs=1e-4)
     assert result["step_seconds"] > compute
     assert result["predicted"] < 0.5
     assert result["ratio"] == pytest.approx(0.415 / result["predicted"])
-    assert 0.95 < result["ratio"] < 1.05
+    assert 0.95 < result["ratio"] < 1.10
 
 
 def test_every_row_with_a_throughput_gets_a_ratio():
@@ -212,7 +218,7 @@ def test_mt_nlg_step_against_its_published_iteration_time():
 
 @pytest.mark.parametrize("prefix, low, high", [
     ("narayanan-", 0.85, 1.40), ("korthikanti-", 0.95, 1.50),
-    ("bloom-", 1.5, 1.85), ("nemo-", 1.5, 1.85), ("llama-3.1-", 1.5, 1.85),
+    ("bloom-", 1.5, 1.85), ("nemo-", 1.5, 1.90), ("llama-3.1-", 1.5, 1.85),
     ("deepseek-", 1.5, 1.85), ("mixtral-", 1.5, 1.85)])
 def test_throughput_ratios_stay_in_their_stated_bands(prefix, low, high):
     # The bands data/trained_configurations.md states, at mfu 0.5 (published / predicted).
@@ -368,3 +374,58 @@ def test_spreading_the_experts_moves_the_peak_to_the_embedding_stage():
                                                micro_batches=run.micro_batches),
                         run.widths, pipeline_stage=0)
     assert trained.judge(run)["peak"] == 19_404_247_040 + sum(terms.values())
+
+
+# --- throughput in each source's own FLOP convention, at the fitted efficiency ----------------
+
+# Rows predicted more than 20 % off at their device's fitted efficiency, each explained in
+# data/trained_configurations.md ("Findings"), never dropped.
+FINDINGS = {"korthikanti-1t", "llama-3.1-405b-8k", "narayanan-1.7b"}
+
+
+def test_publisher_conventions_by_hand():
+    # MT-NLG 530B, Eq. 3 per token: 96 x 105 x 20480^2 x (1 + 2048/122,880 + 51,200/34,406,400);
+    # the research note's check from the published pair, 126 TF x 2,240 x 60.1 s / (1,920 x
+    # 2,048) = 4.314e12 against Eq. 3's 4.305e12.
+    mt = RUNS["mt-nlg-530b-280-nodes"]
+    assert trained.publisher_flops_per_token(mt) == pytest.approx(4.305e12, rel=1e-3)
+    assert 126e12 * 2240 * 60.1 / (1920 * 2048) == pytest.approx(4.314e12, rel=1e-3)
+    # BLOOM's log: 149.77 TF x 384 x 104.70 s / (2,048 x 2,048) = 1.4356e12 per token.
+    bloom = RUNS["bloom-176b"]
+    assert trained.publisher_flops_per_token(bloom) == pytest.approx(1.4356e12, rel=1e-3)
+    # Korthikanti's 22B: 72 x 48 x 6144^2 x (1 + 2048/36,864 + 51,200/3,538,944) = 1.3959e11.
+    k22 = RUNS["korthikanti-22b"]
+    assert trained.publisher_flops_per_token(k22) == pytest.approx(
+        72 * 48 * 6144**2 * (1 + 2048 / 36864 + 51200 / 3538944))
+    assert trained.publisher_flops_per_token(k22) == pytest.approx(1.3959e11, rel=1e-3)
+    # A tokens-per-second row needs no convention.
+    assert trained.publisher_flops_per_token(RUNS["deepseek-v3-2048-h800"]) == 0
+
+
+def test_published_tokens_per_second_in_the_sources_convention():
+    # Korthikanti 22B's MFU 0.415 of 312 TFLOP/s over 1.3959e11 FLOPs per token: 927.5 tokens/s.
+    result = trained.published_throughput(RUNS["korthikanti-22b"], mfu=0.5)
+    assert result["published_tokens"] == pytest.approx(927.5, rel=1e-3)
+    assert result["ratio"] == pytest.approx(result["predicted_tokens"] / result["published_tokens"])
+    assert result["predicted_tokens"] == pytest.approx(4 * 2048 / result["step_seconds"] / 8)
+
+
+def test_every_run_within_20_percent_at_its_devices_fitted_efficiency_or_a_finding():
+    fitted = trained.fitted_efficiency()
+    # The A100 runs (Megatron-LM, Megatron-DeepSpeed, bf16/fp16): 0.57 of the dense peak on the
+    # FLOPs zerolib counts, inside the 0.5-0.6 the Megatron-LM README's MFU/HFU table implies.
+    assert 0.55 < fitted["a100-80gb"] < 0.60
+    runs = trained.load()
+    assert len(runs) >= 15
+    within = []
+    for run in runs:
+        ratio = trained.published_throughput(run)["ratio"]
+        if run.run in FINDINGS:
+            assert abs(ratio - 1) > 0.2, run.run      # a finding that is met is no longer one
+        else:
+            assert 0.8 <= ratio <= 1.2, (run.run, ratio)
+            within.append(run.run)
+    assert len(within) >= 15
+    text = trained.data_file(None, "trained_configurations.md", "x").read_text(encoding="utf-8")
+    for name in FINDINGS:
+        assert f"**{name}**" in text.split("## Findings at the fitted efficiency")[1]

@@ -261,13 +261,14 @@ def test_traffic_intro(cells):
     assert (ic.gpus_per_node, ic.nics, ic.network.bandwidth) == (8, 8, 200 * 10**9 // 8)
     says(text, "eight 200 Gb/s InfiniBand ports out", "4,096 tokens per GPU and 40 %",
          "shared by eight rings at once", "with the full recomputation the peaks above are judged "
-         "with", "8 FLOPs per parameter and token and the attention core again")
+         "with", "8 FLOPs per parameter a matrix multiplies and token, and the attention core's forward again")
     full = zl.WorkingSetSettings(seq_len=4096, micro_batch=1, recompute="full")
     compute = zl.ComputeSettings.for_run("llama-2-70b", full)
     assert (compute.tokens_per_gpu, compute.mfu, compute.recompute) == (4096, 0.4, "full")
     assert compute.flops_per_param_token == 8
-    # The core: 80 layers x 2 x 4,096 tokens x 64 heads x (128 + 128) FLOPs per token.
-    assert compute.recomputed_attention_flops == 80 * 2 * 4096 * 64 * 256
+    # The core, causal under flash attention (docs/flops.md): 80 layers x 4,096 tokens x 64
+    # heads x (128 + 128) FLOPs per token, half the full s x s products.
+    assert compute.recomputed_attention_flops == 80 * 4096 * 64 * 256
     # The rates the rings run at: NCCL's achieved bus bandwidth (nccl-tests issues #149, #119).
     nvlink, port = zl.get_link("nvlink3"), zl.get_link("ib-hdr")
     assert (nvlink.bandwidth, nvlink.achieved) == (300 * GB, 230 * GB)
@@ -361,10 +362,9 @@ def test_worth_it_read_and_things_to_try(cells):
     says(text, f"{gb(state[0])} GB of model state per GPU instead of {gb(state[1])} GB")
     hiding = [int(g) for g in seven.index if seven.loc[g, "exposed_seconds"] == 0]
     # G = 1 is plain data parallelism (one bucketed all-reduce, not one per layer): it hides too.
-    assert hiding == [1, 8, 16, 32, 64, 128, 256, 512]
-    says(text, "Every group from 8 to 512 hides them",
-         f"groups of 2 and 4 wait {seven.loc[2, 'exposed_seconds']:.2f} and "
-         f"{seven.loc[4, 'exposed_seconds']:.3f} s")
+    assert hiding == [1, 4, 8, 16, 32, 64, 128, 256, 512]
+    says(text, "Every group from 4 to 512 hides them",
+         f"groups of 2 wait {seven.loc[2, 'exposed_seconds']:.2f} s")
     everything = zl.group_traffic_table("llama-2-7b", 1024, "dgx-h100", "h100-80gb")
     stage0 = everything[(everything["stage"] == 0) & (everything["shard_group"] == 1024)]
     assert seven.loc[1, "communication_seconds"] == stage0["communication_seconds"].item()
@@ -380,9 +380,9 @@ def test_worth_it_read_and_things_to_try(cells):
                f"{fewer['communication_seconds'].max():.2f} s at every G and all hide")
     b200 = seven_table(link="dgx-b200", gpu="b200-180gb")
     hide = [int(g) for g in b200.index if b200.loc[g, "exposed_seconds"] == 0]
-    assert hide == [1, 64, 128]
+    assert hide == [1, 32, 64, 128]
     says(text, f"the compute shrinks to {b200['compute_seconds'].iloc[0]:.2f} s",
-         "only G = 1 and groups of 64 and 128 hide everything",
+         "only G = 1 and groups of 32 to 128 hide everything",
          f"({b200.loc[64, 'step_seconds']:.2f} s a step)",
          f"all 1,024 takes {b200.loc[1024, 'step_seconds']:.2f} s, "
          f"{pct(b200.loc[1024, 'network_wait_fraction'])} of it waiting")

@@ -104,7 +104,9 @@ def test_nvlink_inside_infiniband_across(nb):
     assert "13 % of NVLink's rate" in said and "48 GB/s (384 GB/s together)" in said
     assert zl.interconnect("dgx-h100").nics * 48e9 == 384e9 > across.attrs["bus_bandwidth"]
     assert said.startswith("Under the paper's schedule") and inside.attrs["engine"].name == "paper"
-    forward, backward = zl.compute_seconds(zl.parameter_count(LLAMA), "h100-80gb")
+    # The chapter's compute: the model's (its embedding looked up, its attention core counted).
+    forward, backward = zl.compute_seconds(zl.parameter_count(LLAMA), "h100-80gb",
+                                           port.attrs["compute"])
     all_reduce = step_time(traffic(LLAMA, 64, 0), "ib-ndr", "h100-80gb").communication_seconds
     assert f"all-reduce takes {seconds(all_reduce)}, longer than the {seconds(backward)} backward" in said
     assert all_reduce > backward
@@ -116,11 +118,19 @@ def test_nvlink_inside_infiniband_across(nb):
 def test_compute_and_overlap(nb):
     said = text(nb, "overlap")
     p = zl.parameter_count(LLAMA)
-    flops = 6 * p * 4096
-    assert f"6 × {p:,} × 4,096 = {flops / 1e14:.2f} × 10¹⁴ FLOPs" in said
+    # By hand: the 32,000 x 4,096 embedding is looked up; the causal core is 4,096 tokens x 32
+    # heads x (128 + 128) x 32 layers per token, forward once and backward twice.
+    multiplied, core = p - 32_000 * 4096, 4096 * 32 * 256 * 32
+    assert (multiplied, core) == (6_607_343_616, 1_073_741_824)
+    flops = (6 * multiplied + 3 * core) * 4096
+    assert (f"(6 × {multiplied:,} + 3 × {core:,}) × 4,096 = {flops / 1e14:.2f} × 10¹⁴ FLOPs"
+            in said)
+    assert "the embedding is a lookup" in said and "3 times the causal attention core's forward" in said
     assert zl.get_device("h100-80gb").peak_flops == 989_500_000_000_000 and "989.5 TFLOP/s" in said
-    forward, backward = zl.compute_seconds(p, "h100-80gb")
-    assert f"{seconds(forward + backward, 3)} per step" in said
+    compute = flops / (0.4 * 989.5e12)
+    assert f"{seconds(compute, 3)} per step" in said
+    frame = zl.published_data("memory-vs-step-time")
+    assert float(frame["compute_seconds"][0]) == pytest.approx(compute, rel=1e-12)
 
 
 def test_the_trade(nb):

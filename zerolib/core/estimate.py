@@ -338,7 +338,8 @@ def _with_parallel_step(result: Estimate, run: Run, micro_batches: int) -> Estim
                                                                options["cpu_adam_rate"]),
         context_parallel=c, expert_parallel=expert_parallel, capacity_factor=s.capacity_factor,
         expert_tensor_parallel=expert_tensor_parallel, engine=engine, overlap=overlap,
-        partition_activations=s.partition_activations, cpu_checkpointing=s.cpu_checkpointing)
+        partition_activations=s.partition_activations, cpu_checkpointing=s.cpu_checkpointing,
+        flash_attention=s.flash_attention)
     times = parallel_step_time(config, ic, result.device, settings)
     rows = tuple({**row, "parallel_step": {
         "parts": {part: float(seconds[i]) for part, seconds in times.parts.items()},

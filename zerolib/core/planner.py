@@ -130,15 +130,14 @@ PASSES = len(REASONS)     # the reason code of a configuration that fits
 
 # What the ranking leaves out, said wherever it is shown (the CLI's header, the notebook).
 PLAN_HEADER = ("Ranked by a model, not by measurement: peaks are zerolib's exact byte counts; "
-               "step times come from 6 (8 with full recomputation) FLOPs per parameter and token, "
-               "plus the attention core that selective and full recomputation repeat, "
+               "step times come from 6 (8 with full recomputation) FLOPs per parameter a matrix "
+               "multiplies and token (the input embedding is a lookup), plus the attention core "
+               "in every pass (causal with flash attention; again when recomputed), "
                "at the device's peak x mfu, the ring model of the links (each collective on the "
                "GPUs it joins), offload's copies at the host link's rate, and the pipeline "
                "schedule's bubble.")
 PLAN_LEFT_OUT = (
     "kernel efficiency per shape (one mfu for every matrix, every t and micro-batch)",
-    "the attention's sequence-squared FLOPs of the passes every run executes (only what a "
-    "recomputation repeats of them is counted)",
     "pipeline bubbles beyond the schedule formula (p - 1)/(v m): uneven stages, warm-up "
     "effects, the middle stages' messages",
     "memory fragmentation and allocator caching beyond the fixed reserve",
@@ -448,6 +447,7 @@ def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
         element_bytes=s.working_set.element_bytes, host_link=s.host_link, host=s.host,
         context_parallel=c.get("context_parallel", 1), engine=s.engine, overlap=s.overlap,
         expert_parallel=c.get("expert_parallel", 1), capacity_factor=s.working_set.capacity_factor,
+        flash_attention=s.working_set.flash_attention,
         **{name: c[name] for name in ("partition_activations", "cpu_checkpointing",
                                       "expert_tensor_parallel") if name in c})
     times = parallel_step_time(s.model, s.interconnect, s.device, settings)

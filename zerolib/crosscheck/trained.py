@@ -45,6 +45,7 @@ from zerolib.core.memory.accounting import Layout, get_layout
 from zerolib.core.memory.model_parallel import ALL_CHUNKS, chunks_for
 from zerolib.core.planner import plan
 from zerolib.core.run import Run
+from zerolib.core.step.flops import multiplied_parameters
 from zerolib.crosscheck.korthikanti import gpt
 from zerolib.paths import REPO_ROOT, data_file
 
@@ -119,6 +120,18 @@ DEFAULT_MFU = 0.5    # the stated kernel efficiency of the throughput comparison
 # (its distributed optimizer at stage 1). A row records the one its training code is.
 ENGINES = ("paper", "deepspeed", "fsdp2", "megatron")
 TFLOPS = 10**12
+# How each source counts a token's FLOPs (docs/flops.md), so that a published TFLOP/s or MFU
+# turns back into tokens per second, which needs no convention:
+# - "eq3": Narayanan et al. 2021 (arXiv 2104.04473) Eq. 3, 96 l h^2 (1 + s/6h + V/16lh) per
+#   token, hardware FLOPs with full recomputation (BLOOM's logs count the same);
+# - "korthikanti": Korthikanti et al.'s model FLOPs, 72 l h^2 (1 + s/6h + V/12lh) per token;
+# - "palm": 6 N + 12 L (a d) s per token, N the parameters a matrix multiplies (a mixture's
+#   active ones, no input embedding), the attention non-causal (PaLM App. B; Megatron-LM's
+#   count before 2025-03-06; Llama 3's "BF16 MFU");
+# - "tokens": the source reports tokens per second already.
+FLOP_CONVENTIONS = ("eq3", "korthikanti", "palm", "tokens")
+# Each device's kernel efficiency fitted to these runs (fitted_efficiency(): the median run of
+# the device predicted at its published throughput), the rate on the FLOPs zerolib counts.
 
 
 @dataclass(frozen=True)
@@ -151,6 +164,7 @@ class TrainedRun:
     published_memory_gb: float | None
     published_step_seconds: float | None
     assumed: tuple[str, ...]
+    flop_convention: str        # how the source counts FLOPs: one of FLOP_CONVENTIONS
 
     @property
     def config(self) -> TransformerConfig:
@@ -232,6 +246,12 @@ def _checked(run: TrainedRun) -> TrainedRun:
     if run.engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {run.engine!r} "
                          f"(row {run.run})")
+    if run.flop_convention not in FLOP_CONVENTIONS:
+        raise ValueError(f"flop_convention must be one of {', '.join(FLOP_CONVENTIONS)}, got "
+                         f"{run.flop_convention!r} (row {run.run})")
+    if (run.flop_convention == "tokens") != (run.published_metric == "tokens_per_gpu_second"):
+        raise ValueError(f"flop_convention 'tokens' goes with published_metric "
+                         f"tokens_per_gpu_second (row {run.run})")
     if run.published_metric not in METRICS:
         raise ValueError(f"published_metric must be one of {', '.join(METRICS)}, got "
                          f"{run.published_metric!r} (row {run.run})")
@@ -334,6 +354,68 @@ def throughput(run: TrainedRun, mfu: float = DEFAULT_MFU) -> dict:
             "predicted": predicted, "ratio": run.published_value / predicted,
             "published_step_seconds": published_step,
             "step_ratio": None if published_step is None else seconds / published_step}
+
+
+def publisher_flops_per_token(run: TrainedRun) -> float:
+    """A token's FLOPs as the row's source counts them (:data:`FLOP_CONVENTIONS`); 0 for
+    "tokens". Worked from the model's shape, not from zerolib's step model."""
+    c, s = run.config, run.seq_len
+    h, layers, v = c.hidden, c.layers, c.vocab
+    if run.flop_convention == "eq3":
+        return 96 * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+    if run.flop_convention == "korthikanti":
+        return 72 * layers * h * h * (1 + s / (6 * h) + v / (12 * layers * h))
+    if run.flop_convention == "palm":
+        return 6 * multiplied_parameters(c) + 12 * layers * c.heads * c.head_width * s
+    return 0.0
+
+
+def published_throughput(run: TrainedRun, mfu: float | None = None) -> dict:
+    """The row's published and predicted tokens per GPU and second, the published value turned
+    into tokens with the source's own FLOP convention (:func:`publisher_flops_per_token`), and
+    predicted / published, at ``mfu`` (None: the device's :func:`fitted_efficiency`)."""
+    mfu = fitted_efficiency()[run.device] if mfu is None else mfu
+    seconds = planner_check(run, mfu=mfu)["step_seconds"]
+    predicted = run.global_batch * run.seq_len / seconds / run.gpus
+    per_token = publisher_flops_per_token(run)
+    value = run.published_value
+    published = {"mfu": value * get_device(run.device).peak_flops,
+                 "tflops_per_gpu": value * TFLOPS, "hardware_tflops_per_gpu": value * TFLOPS,
+                 "tokens_per_gpu_second": value}[run.published_metric]
+    if per_token:
+        published = published / per_token
+    return {"run": run.run, "device": run.device, "mfu": mfu, "convention": run.flop_convention,
+            "step_seconds": seconds, "published_tokens": published, "predicted_tokens": predicted,
+            "publisher_flops_per_token": per_token, "ratio": predicted / published}
+
+
+@lru_cache(maxsize=1)
+def fitted_efficiency(rounds: int = 3) -> Mapping[str, float]:
+    """Per device, the kernel efficiency at which the median of its runs is predicted at its
+    published tokens per second: from 0.5, each round scales it by the median published /
+    predicted (the step is mostly compute, so throughput is nearly proportional to it)."""
+    runs = load()
+    fitted = {}
+    for device in sorted({run.device for run in runs}):
+        mine, mfu = [run for run in runs if run.device == device], DEFAULT_MFU
+        for _ in range(rounds):
+            ratios = sorted(published_throughput(run, mfu)["ratio"] for run in mine)
+            middle = len(ratios) // 2
+            median = (ratios[middle] if len(ratios) % 2
+                      else (ratios[middle - 1] + ratios[middle]) / 2)
+            mfu = min(mfu / median, 1.0)
+        fitted[device] = round(mfu, 3)
+    return MappingProxyType(fitted)
+
+
+def throughput_table(runs=None) -> pd.DataFrame:
+    """:func:`published_throughput` of every run (or ``runs``) at its device's fitted efficiency,
+    one row per run: what :func:`zerolib.chapter.charts.published_runs.published_runs_figure`
+    draws."""
+    rows = [published_throughput(run) for run in (load() if runs is None else runs)]
+    frame = pd.DataFrame(rows)
+    frame.attrs.update(fitted=dict(fitted_efficiency()))
+    return frame
 
 
 def summary(runs=None, mfu: float = DEFAULT_MFU) -> pd.DataFrame:

@@ -61,8 +61,13 @@ def test_the_published_figures_draw_these_frames():
 def test_timeline_figure_labels_what_it_shows(timeline):
     figure, ax = step_timeline_figure(timeline)
     texts = [t.get_text() for t in ax.texts]
-    assert "452 ms" in texts and "7% waiting" in texts        # stages 1-2: 0.451864 s
-    assert texts.count("418 ms") == 2                          # stages 0 and 3
+    # Compute by hand (docs/flops.md): M = 6,738,415,616 - 32,000 x 4,096 looked up
+    # = 6,607,343,616 multiplied; causal core A = 4,096 x 32 heads x 256 x 32 layers
+    # = 1,073,741,824 per token; (6 M + 3 A) x 4,096 / (0.4 x 989.5e12) = 0.443598 s.
+    # Stages 1-2 wait 0.033463 s more for the all-gather at line rate: 0.477061 s, 7.0 %
+    # waiting.
+    assert "477 ms" in texts and "7% waiting" in texts
+    assert texts.count("444 ms") == 2                          # stages 0 and 3
     assert "39.8 GB sent" in texts                             # stage 3: 3 x 13.27 GB
     assert "all-reduce\n26.5 GB" in texts                      # stage 0's block label
     assert "llama-2-7b on 64 H100 80GB" in ax.get_title(loc="left")
@@ -72,12 +77,13 @@ def test_timeline_figure_labels_what_it_shows(timeline):
 def test_tradeoff_figure_and_update_in_place(tradeoff):
     figure, artists = memory_vs_step_time_figure(tradeoff)
     labels = [artists.labels[s].get_text() for s in range(4)]
-    assert labels[3] == "27.8 GB · 0.42 s · 0% waiting"
-    assert labels[1] == "52.4 GB · 0.45 s · 7% waiting"
+    assert labels[3] == "27.8 GB · 0.44 s · 0% waiting"     # 0.443598 s, as above
+    assert labels[1] == "52.4 GB · 0.48 s · 7% waiting"
     slow = tradeoff_frame("llama-2-7b", 64, line_rate("ib-ndr"), "h100-80gb")
     update_memory_vs_step_time(artists, slow, unit="GiB")
-    # 27.84e9 / 2^30 = 25.9 GiB; stage 3 over one NDR port per GPU takes 0.889 s, 53 % waiting.
-    assert artists.labels[3].get_text() == "25.9 GiB · 0.89 s · 53% waiting"
+    # 27.84e9 / 2^30 = 25.9 GiB; stage 3 over one NDR port per GPU takes 0.889 s, of which
+    # 0.889 - 0.4436 s of compute (50 %) waiting.
+    assert artists.labels[3].get_text() == "25.9 GiB · 0.89 s · 50% waiting"
     fresh, _ = memory_vs_step_time_figure(slow, unit="GiB")
     assert render_png(figure) == render_png(fresh)
 

@@ -66,14 +66,14 @@ def test_explorer_starts_at_the_chapter_setting_under_deepspeed(tradeoff):
     assert explorer.engine == "deepspeed" and explorer.data.equals(tradeoff)
     table = explorer.table.value
     assert cells(table, "Plain data parallelism") == [
-        "Plain data parallelism", "144 GB", "too big", "26.5 GB", "0.08 s", "0.5 s", "16%"]
+        "Plain data parallelism", "144 GB", "too big", "26.5 GB", "0.08 s", "0.52 s", "15%"]
     assert cells(table, "ZeRO stage 1 (optimizer)")[1:] == [
-        "52.4 GB", "fits", "39.8 GB", "0.12 s", "0.54 s", "22%"]
+        "52.4 GB", "fits", "39.8 GB", "0.12 s", "0.56 s", "21%"]
     assert cells(table, "ZeRO stage 3 (+ parameters)")[1:] == [
-        "27.8 GB", "fits", "39.8 GB", "0.14 s", "0.42 s", "0%"]
+        "27.8 GB", "fits", "39.8 GB", "0.14 s", "0.44 s", "0%"]
     summary = explorer.summary.value.replace("&#x27;", "'")
     assert "Timed for DeepSpeed 0.19.8's schedule (stages 0, 1, 2, 3," in summary
-    assert "Fastest of them: ZeRO stage 3 (+ parameters), 0.42 s" in summary
+    assert "Fastest of them: ZeRO stage 3 (+ parameters), 0.44 s" in summary
     labels = dict((v, k) for k, v in explorer.controls["engine"].options)
     assert labels["deepspeed"] == "DeepSpeed 0.19.8" and labels["paper"] == "the ZeRO paper's schedule"
 
@@ -82,14 +82,16 @@ def test_explorer_starts_at_the_chapter_setting(explorer):
     assert explorer.data.equals(tradeoff_frame("llama-2-7b", 64, "dgx-h100", "h100-80gb"))
     table = explorer.table.value
     assert cells(table, "Plain data parallelism") == [
-        "Plain data parallelism", "144 GB", "too big", "26.5 GB", "0.072 s", "0.42 s", "0%"]
+        "Plain data parallelism", "144 GB", "too big", "26.5 GB", "0.072 s", "0.44 s", "0%"]
     assert cells(table, "ZeRO stage 1 (optimizer)")[1:] == [
-        "52.4 GB", "fits", "26.5 GB", "0.072 s", "0.45 s", "8%"]
+        "52.4 GB", "fits", "26.5 GB", "0.072 s", "0.48 s", "8%"]
     assert cells(table, "ZeRO stage 3 (+ parameters)")[1:] == [
-        "27.8 GB", "fits", "39.8 GB", "0.14 s", "0.42 s", "0%"]
+        "27.8 GB", "fits", "39.8 GB", "0.14 s", "0.44 s", "0%"]
     summary = explorer.summary.value
-    assert "bus bandwidth 370 GB/s" in summary and "0.42 s of compute" in summary
-    assert "Fastest of them: ZeRO stage 3 (+ parameters), 0.42 s" in summary
+    # Compute (docs/flops.md): (6 x 6,607,343,616 multiplied parameters + 3 x 1,073,741,824
+    # causal attention core) x 4,096 / (0.4 x 989.5e12) = 0.443598 s.
+    assert "bus bandwidth 370 GB/s" in summary and "0.44 s of compute" in summary
+    assert "Fastest of them: ZeRO stage 3 (+ parameters), 0.44 s" in summary
 
 
 def test_explorer_engine_shows_its_own_stages(explorer):
@@ -113,16 +115,18 @@ def test_explorer_link_and_gpus_per_node(explorer):
     assert explorer.figure is figure and bytes(explorer.image.value) != image
     assert explorer.controls["gpus_per_node"].disabled
     # One NDR port per GPU at 48 GB/s: stage 0's all-reduce, 26,532,511,488 B / 48e9 + 8.4 +
-    # 126 x 14.0 us = 0.554533 s, outlasts the 0.278934 s backward: step 0.694000 s, 39.7 %.
-    assert cells(explorer.table.value, "Plain data parallelism")[-2:] == ["0.69 s", "40%"]
+    # 126 x 14.0 us = 0.554533 s, outlasts the 0.295732 s backward: step 0.147866 + 0.554533
+    # = 0.702399 s, 0.258801 s of it (36.8 %) waiting.
+    assert cells(explorer.table.value, "Plain data parallelism")[-2:] == ["0.7 s", "37%"]
     explorer.controls["gpus_per_node"].value = 4       # ignored for a bare link
     assert explorer.gpus_per_node is None and explorer.status.value == ""
     explorer.controls["link"].value = "dgx-h100"
     assert not explorer.controls["gpus_per_node"].disabled
     # Nodes of 4 with 4 ports: 4 x 48 = 192 GB/s across; the gather after the step takes
-    # 13,266,255,744 / 192e9 + (8.4 + 48 x 3.4 + 15 x 14.0) us = 0.0694768 s: step 0.487878 s.
+    # 13,266,255,744 / 192e9 + (8.4 + 48 x 3.4 + 15 x 14.0) us = 0.0694768 s: step 0.513075 s,
+    # 13.5 % waiting.
     assert explorer.data.attrs["bus_bandwidth"] == 192e9
-    assert cells(explorer.table.value, "ZeRO stage 2 (+ gradients)")[-2:] == ["0.49 s", "14%"]
+    assert cells(explorer.table.value, "ZeRO stage 2 (+ gradients)")[-2:] == ["0.51 s", "14%"]
 
 
 def test_explorer_tokens_utilisation_device_model_unit(explorer):
@@ -131,9 +135,9 @@ def test_explorer_tokens_utilisation_device_model_unit(explorer):
     assert "No strategy's peak fits" in explorer.summary.value.replace("&#x27;", "'")
     explorer.controls["tokens_per_gpu"].value = 4096
     explorer.controls["mfu"].value = 0.8
-    # Compute halves to 0.209 s; the after-step gather (0.0361515 s) is now 14.7 % of stage 1's
-    # step.
-    assert cells(explorer.table.value, "ZeRO stage 1 (optimizer)")[-1] == "15%"
+    # Compute halves to 0.221799 s; the after-step gather (0.0361515 s) is now 14.0 % of stage
+    # 1's step.
+    assert cells(explorer.table.value, "ZeRO stage 1 (optimizer)")[-1] == "14%"
     explorer.controls["device"].value = "a100-80gb"
     assert "312 TFLOP/s" in explorer.summary.value
     explorer.controls["unit"].value = "GiB"

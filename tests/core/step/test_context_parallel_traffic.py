@@ -108,21 +108,33 @@ def _step(**kwargs):
     return parallel_step_time("llama-2-7b", cluster_interconnect("dgx-a100", 8), "a100-80gb", **base)
 
 
+# Llama-2-7B's matrices: 6,738,415,616 parameters less its 32,000 x 4,096 input embedding, a
+# lookup: 6,607,343,616. Its causal attention core per token and layer at s tokens is
+# s x 32 heads x (128 + 128) FLOPs forward: over 32 layers 2^31 at 8,192, 2^30 at 4,096, and
+# the step runs it three times (forward, and the backward's two products).
+M7 = 6_738_415_616 - 32_000 * 4096
+CORE_8K, CORE_4K = 32 * 8192 * 32 * 256, 32 * 4096 * 32 * 256
+
+
 def test_a_ring_inside_a_node_by_hand():
-    # Llama-2-7B (6,738,415,616 parameters, 32 layers, 32 heads of 128, no GQA), s = 8192 over
-    # C = 2: each GPU computes 4,096 tokens, 6 x Psi x 4096 / (0.5 x 312e12) s. Its K,V block is
-    # 2 x 4096 x 32 x 128 x 2 bytes = 64 MiB; 32 layers x (1 forward + 2 backward) sends, each on
-    # NVLink 3 at the 230 GB/s NCCL reaches (of 300) after 8.4 + 3.4 us (t x C = 2 GPUs: one node).
+    # s = 8192 over C = 2: each GPU computes 4,096 tokens, each attending over all 8,192:
+    # (6 M + 3 A) x 4096 / (0.5 x 312e12) s. Its K,V block is 2 x 4096 x 32 x 128 x 2 bytes =
+    # 64 MiB; 32 layers x (1 forward + 2 backward) sends, each on NVLink 3 at the 230 GB/s NCCL
+    # reaches (of 300) after 8.4 + 3.4 us (t x C = 2 GPUs: one node).
+    assert (CORE_8K, CORE_4K) == (2**31, 2**30)
     result = _step(context_parallel=2)
     expected = 96 * (64 * 2**20 / 230e9 + 11.8e-6)
     assert float(result.parts["context"]) == pytest.approx(expected, rel=1e-12)
-    assert float(result.parts["compute"]) == pytest.approx(6 * 6_738_415_616 * 4096 / 156e12, rel=1e-12)
+    assert float(result.parts["compute"]) == pytest.approx((6 * M7 + 3 * CORE_8K) * 4096 / 156e12,
+                                                           rel=1e-12)
     # The same gradients reduce over the d x C = 2 GPUs as over two data-parallel GPUs of 4,096
-    # tokens each.
+    # tokens each; those attend over 4,096 tokens, not 8,192.
     plain = _step(seq_len=4096)
     assert float(result.parts["data_parallel"]) == float(plain.parts["data_parallel"])
     assert float(plain.parts["context"]) == 0
-    assert float(result.step_seconds) == pytest.approx(float(plain.step_seconds) + expected, rel=1e-12)
+    longer = 3 * (CORE_8K - CORE_4K) * 4096 / 156e12
+    assert float(result.step_seconds) == pytest.approx(float(plain.step_seconds) + expected + longer,
+                                                       rel=1e-12)
 
 
 def test_a_ring_across_nodes_by_hand():
@@ -143,8 +155,8 @@ def test_step_settings_refuse_a_sequence_the_ring_cannot_split():
 
 def test_a_cp_rank_recomputes_attention_over_the_whole_sequence():
     # Selective recomputation repeats the attention core of each of the GPU's 4,096 tokens over
-    # all 8,192 of the sequence: per token 2 x 8192 x 32 heads x (128 + 128) x 32 layers =
-    # 4,294,967,296 FLOPs, beside 6 per parameter and token, at 0.5 x 312e12 FLOP/s.
+    # all 8,192 of the sequence once more: 4 x 2^31 FLOPs per token beside 6 per multiplied
+    # parameter, at 0.5 x 312e12 FLOP/s.
     result = _step(context_parallel=2, recompute="selective")
-    flops = 6 * 6_738_415_616 * 4096 + 4_294_967_296 * 4096
+    flops = 6 * M7 * 4096 + 4 * CORE_8K * 4096
     assert float(result.parts["compute"]) == pytest.approx(flops / 156e12, rel=1e-12)

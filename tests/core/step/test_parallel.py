@@ -9,7 +9,6 @@ from dataclasses import fields
 import numpy as np
 import pytest
 
-from zerolib.core.catalogue.devices import get_device
 from zerolib.core.catalogue.nodes import bus_bandwidth, interconnect, ring_latency
 from zerolib.core.memory.model_parallel import Pipeline, parameters_per_gpu
 from zerolib.core.step.collectives import ring_timing
@@ -25,11 +24,24 @@ from zerolib.core.step.parallel import (
     parallel_step_time,
     shard_group_traffic,
 )
-from zerolib.core.step.time import ComputeSettings, compute_seconds, send_seconds
+from zerolib.core.step.time import send_seconds
 from zerolib.core.step.traffic import SLOTS, flat_traffic, layer_units
 
 P7 = 6_738_415_616        # Llama-2-7B parameters
 S = 2 * 4096 * 4096       # b s h bytes of one 16-bit activation tensor at s = 4096, b = 1
+# The FLOPs (zerolib.core.step.time): 6 per parameter a matrix multiplies, so Llama-2-7B's less
+# its 32,000 x 4,096 input embedding (a lookup), and 3 x its causal attention core, per token
+# and layer s x 32 heads x (128 + 128) forward: 2^30 over 32 layers at s = 4096.
+M7 = P7 - 32_000 * 4096   # 6,607,343,616
+
+
+def core7(seq_len, layers=32, heads=32):
+    return layers * seq_len * heads * 256
+
+
+def fwd_bwd(multiplied, core, tokens, rate):
+    """(forward, backward) seconds: 2 M + A and 4 M + 2 A per token at ``rate`` FLOP/s."""
+    return (2 * multiplied + core) * tokens / rate, (4 * multiplied + 2 * core) * tokens / rate
 
 
 def step(**kwargs):
@@ -112,24 +124,32 @@ def test_links_are_a_node_two_links_or_one():
 # --- the step, by hand ----------------------------------------------------------------------------
 
 def test_one_gpu_is_its_compute():
-    # 4 micro-batches of 4,096 tokens: 4 x 6 x 6,738,415,616 x 4096 / (0.5 x 312e12) = 4.24583 s.
+    # 4 micro-batches of 4,096 tokens: 4 x (6 x 6,607,343,616 + 3 x 2^30) x 4096 /
+    # (0.5 x 312e12) = 4.50195 s.
+    assert core7(4096) == 2**30
     result = step(micro_batches=4)
-    close(result.step_seconds, 4 * 6 * P7 * 4096 / 156e12)
+    close(result.step_seconds, 4 * (6 * M7 + 3 * 2**30) * 4096 / 156e12)
+    close(result.step_seconds, 4.501954262567, 1e-12)
     assert float(result.network_wait_fraction) == 0 and float(result.bubble_fraction) == 0
 
 
 def test_tensor_parallel_all_reduces_by_hand():
     # t = 2: one GPU holds 32 layers x (4 x 4096^2 / 2 + 3 x 4096 x 11008 / 2 + 2 x 4096) =
     # 32 x 101,195,776, plus half of the embedding and of the output layer (65,536,000 each)
-    # and the final norm: 3,369,340,928 parameters; compute 6 x that x 4096 / 156e12 = 0.530801 s.
+    # and the final norm: 3,369,340,928 parameters, of which it multiplies all but its half of
+    # the embedding, and 16 of the 32 heads (2^29 of core FLOPs per token): compute
+    # (6 x 3,303,804,928 + 3 x 2^29) x 4096 / 156e12 = 0.562765 s.
     # Per micro-batch: 2 + 2 all-reduces of b s h = 33,554,432 bytes per layer (128), the
     # embedding's forward and the output layer's backward one (2 more), and 3 of 4 x 4096 bytes
     # for the loss. An all-reduce over 2 GPUs sends 2 x 1 x S/2 = S bytes at 300 GB/s after
     # 8.4 + 2 x 3.4 = 15.2 us: 130 x 127.048 us + 3 x 15.255 us = 16.562 ms.
     result = step(tensor_parallel=2)
-    close(result.parts["compute"], 0.5308007862, 1e-9)
-    close(result.parts["tensor"], 130 * (15.2e-6 + S / 300e9) + 3 * (15.2e-6 + 16384 / 300e9))
-    close(result.step_seconds, 0.5473628039, 1e-9)
+    compute = (6 * (3_369_340_928 - 65_536_000) + 3 * 2**29) * 4096 / 156e12
+    tensor = 130 * (15.2e-6 + S / 300e9) + 3 * (15.2e-6 + 16384 / 300e9)
+    close(result.parts["compute"], compute)
+    close(result.parts["tensor"], tensor)
+    close(result.step_seconds, compute + tensor)
+    close(result.step_seconds, 0.5793272721, 1e-9)
 
 
 def test_tensor_parallel_rows_are_model_parallel_traffics():
@@ -146,19 +166,21 @@ def test_tensor_parallel_rows_are_model_parallel_traffics():
 
 def test_the_pipeline_bubble_by_hand():
     # p = 2 inside one node, 1F1B, m = 4. The last stage holds 16 layers of 202,383,360, the
-    # output layer (131,072,000) and the final norm: 3,369,209,856 parameters (the first, with
-    # the embedding instead, 4,096 fewer). Each micro-batch it sends one message of S bytes on
-    # NVLink (8.4 + 3.4 us + S / 300e9 = 123.648 us): T_mb = 6 x 3,369,209,856 x 4096 / 156e12
-    # + 123.648 us = 0.530904 s. Step = (4 + 1) T_mb; the bubble is 1 T_mb, a fifth.
+    # output layer (131,072,000) and the final norm: 3,369,209,856 parameters, all multiplied
+    # (the first holds the embedding instead, which it looks up: it multiplies 131,076,096
+    # fewer, so the last stage is the busier). Each micro-batch it sends one message of S bytes
+    # on NVLink (8.4 + 3.4 us + S / 300e9 = 123.648 us): T_mb = (6 x 3,369,209,856 + 3 x 2^29)
+    # x 4096 / 156e12 + 123.648 us = 0.573193 s (16 layers of core: 2^29 per token). Step =
+    # (4 + 1) T_mb; the bubble is 1 T_mb, a fifth.
     result = step(pipeline_parallel=2, micro_batches=4)
-    t_mb = 6 * 3_369_209_856 * 4096 / 156e12 + 11.8e-6 + S / 300e9
+    t_mb = (6 * 3_369_209_856 + 3 * 2**29) * 4096 / 156e12 + 11.8e-6 + S / 300e9
     close(result.micro_batch_seconds, t_mb)
     close(result.step_seconds, 5 * t_mb)
     close(result.bubble_fraction, 1 / 5)
     # Interleaved, 2 chunks per stage: 3 messages per micro-batch (2 chunk boundaries forward,
     # 1 backward on the first stage), bubble (p - 1)/v = half a micro-batch: step 4.5 T_mb.
     result = step(pipeline_parallel=2, micro_batches=4, chunks=2)
-    t_mb = 6 * 3_369_209_856 * 4096 / 156e12 + 3 * (11.8e-6 + S / 300e9)
+    t_mb = (6 * 3_369_209_856 + 3 * 2**29) * 4096 / 156e12 + 3 * (11.8e-6 + S / 300e9)
     close(result.step_seconds, 4.5 * t_mb)
     close(result.bubble_fraction, 0.5 / 4.5)
     close(bubble_fraction(2, 4, 2), 1 / 8)       # of the ideal time: (p - 1) / (v m)
@@ -184,11 +206,13 @@ def test_pipeline_messages_are_model_parallel_traffics():
 def test_stage_0_gradient_all_reduce_exposed_by_hand():
     # d = 8 with one GPU per node (gpus_per_node 1): each GPU's 25 GB/s port. ceil(P / 8) =
     # 842,301,952; the all-reduce sends 2 x 7 x that x 2 bytes = 23,584,454,656 B: 0.943378 s
-    # + 8.4 + 14 x 14.0 us = 0.943583 s, against one micro-batch's backward, 4 x P x 4096 /
-    # (0.4 x 312e12) = 0.884633 s: 0.058950 s exposed.
+    # + 8.4 + 14 x 14.0 us = 0.943583 s, against one micro-batch's backward, (4 M + 2 x 2^30)
+    # x 4096 / (0.4 x 312e12) = 0.937908 s: 0.005675 s exposed.
     result = step(data_parallel=8, gpus_per_node=1, mfu=0.4)
-    close(result.parts["data_parallel"], 0.94358258624 - 0.88463302446, 1e-8)
-    close(result.step_seconds, 1.38589909847, 1e-9)
+    forward, backward = fwd_bwd(M7, 2**30, 4096, 124.8e12)
+    close(backward, 0.9379071380, 1e-9)
+    close(result.parts["data_parallel"], 0.94358258624 - backward, 1e-8)
+    close(result.step_seconds, forward + 0.94358258624, 1e-9)
 
 
 def test_stage_1_waits_for_the_gather_after_the_step():
@@ -284,8 +308,8 @@ def test_shard_group_traffic_is_group_traffics():
 
 def group_step(**kwargs):
     # Llama-2-7B at 512 tokens on d = 8 in nodes of 4 GPUs: NVLink 3 inside (300 GB/s), one
-    # 100 Gb/s port per GPU (12.5 GB/s). Per micro-batch 2 x P x 512 / (0.4 x 312e12) =
-    # 0.0552896 s forward, 0.1105791 s backward.
+    # 100 Gb/s port per GPU (12.5 GB/s). Per micro-batch (2 M + 2^27) x 512 / (0.4 x 312e12)
+    # = 0.0547647 s forward, 0.1095295 s backward (fwd_bwd; a causal core of 2^27 at 512).
     base = dict(seq_len=512, data_parallel=8, stage=2, micro_batches=2, mfu=0.4)
     base.update(kwargs)
     return step(link="nvlink3,roce-100g", gpus_per_node=4, **base)
@@ -297,22 +321,24 @@ def test_a_group_inside_a_node_and_its_replicas_across_by_hand():
     # each micro-batch's backward. The replicas' all-reduce (2 GPUs 4 apart, one per node, each on
     # its own port): 2 x 1 x 842,301,952 x 2 = 3,369,207,808 B / 12.5e9 = 0.2695366 s + 8.4 +
     # 2 x 14.0 us = 0.2695730 s, once, after the last micro-batch's reduce-scatter: 0.0337107 +
-    # 0.2695730 - 0.1105791 = 0.1927046 s exposed; the all-gather after the step (as the
-    # reduce-scatter) 0.0337107 s. Data parallelism: 0.2264153 s.
+    # 0.2695730 - 0.1095295 = 0.1937542 s exposed; the all-gather after the step (as the
+    # reduce-scatter) 0.0337107 s. Data parallelism: 0.2274649 s.
+    _, backward = fwd_bwd(M7, core7(512), 512, 124.8e12)
+    close(backward, 0.1095295, 1e-6)
     grouped = group_step(shard_group=4)
-    close(grouped.parts["data_parallel"], 0.0337107 + 0.2695730 - 0.1105791 + 0.0337107, 1e-6)
-    close(grouped.parts["data_parallel"], 0.22641525274, 1e-9)
+    close(grouped.parts["data_parallel"], 0.0337107 + 0.2695730 - backward + 0.0337107, 1e-6)
+    close(grouped.parts["data_parallel"], 0.22746490421, 1e-9)
     # Once per step: four micro-batches expose exactly as much as two.
     assert float(group_step(shard_group=4, micro_batches=4).parts["data_parallel"]) == \
         float(grouped.parts["data_parallel"])
     # Stage 1 reduce-scatters once, at the last micro-batch, and the replicas' all-reduce joins
-    # it there: the same 0.2264153 s.
-    close(group_step(shard_group=4, stage=1).parts["data_parallel"], 0.22641525274, 1e-9)
+    # it there: the same 0.2274649 s.
+    close(group_step(shard_group=4, stage=1).parts["data_parallel"], 0.22746490421, 1e-9)
     # The whole group over both nodes: a ring of 8 leaving each node through 4 ports (50 GB/s):
     # 7 x 842,301,952 x 2 = 11,792,227,328 B / 50e9 + 8.4 + 6 x 3.4 + 14.0 us = 0.2358873 s per
-    # reduce-scatter, 0.1253082 s exposed per micro-batch, and the all-gather after the step:
-    # 2 x 0.1253082 + 0.2358873 = 0.4865038 s, more than twice the grouped one.
-    close(group_step().parts["data_parallel"], 0.48650378357, 1e-9)
+    # reduce-scatter, 0.1263578 s exposed per micro-batch, and the all-gather after the step:
+    # 2 x 0.1263578 + 0.2358873 = 0.4886029 s, more than twice the grouped one.
+    close(group_step().parts["data_parallel"], 2 * (0.2358873 - backward) + 0.2358873, 1e-6)
 
 
 def test_a_strided_replica_ring_shares_the_ports():
@@ -352,7 +378,13 @@ def test_a_group_of_every_data_parallel_gpu_times_exactly_as_the_whole_group():
                                     stage=zero, micro_batches=m, shard_group=d, mfu=0.5,
                                     engine="paper")
         params = parameters_per_gpu("llama-2-7b", t, 1)
-        forward, backward = compute_seconds(params, get_device("a100-80gb"), ComputeSettings(seq, 0.5))
+        # The compute these d GPUs hide the collectives behind, by the FLOP rule: each GPU
+        # multiplies its parameters less its 1/t of the embedding (a lookup) and runs the causal
+        # core of its 32 / t heads, at 0.5 x 312e12 FLOP/s.
+        multiplied = (params - 32_000 * 4096 // t).astype(np.float64)
+        core = (32 * seq * (32 // t) * 256).astype(np.float64)
+        forward = (2 * multiplied + core) * seq / (312 * 10**12 * 0.5)
+        backward = (4 * multiplied + 2 * core) * seq / (312 * 10**12 * 0.5)
         want = _whole_group_reference(ic, params, d, t, zero, m, backward, forward)
         assert np.array_equal(result.parts["data_parallel"], want)       # exactly, not close
 
@@ -383,32 +415,42 @@ def test_offload_seconds_by_hand():
 
 def test_optimizer_offload_copies_each_micro_batch_under_stage_2_by_hand():
     # Llama-2-7B at 256 tokens, d = 8 on one NVLink 3 domain (no nodes), stage 2, 2 micro-batches.
-    # Per micro-batch 0.0276448 s forward, 0.0552896 s backward. Its reduce-scatter:
-    # 11,792,227,328 B / 300e9 + 8.4 + 7 x 3.4 us = 0.0393396 s; then the gradient partition
-    # down, 0.0534795 s: 0.0375295 s exposed per micro-batch. After the step the updated
-    # parameters come up (0.0534795 s) and are all-gathered (0.0393396 s): 0.0928191 s.
-    # 2 x 0.0375295 + 0.0928191 = 0.1678782 s; and once, between the last backward and the
-    # copy up, the CPU's Adam step: 842,301,952 x 30 B at 409.6e9 / 8 B/s (the default host,
-    # DGX A100), 0.4935363 s: 0.6614145 s.
+    # Per micro-batch (fwd_bwd, a causal core of 2^26 at 256) 0.0272447 s forward, 0.0544894 s
+    # backward. Its reduce-scatter: 11,792,227,328 B / 300e9 + 8.4 + 7 x 3.4 us = 0.0393396 s;
+    # then the gradient partition down, 0.0534795 s: 0.0383297 s exposed per micro-batch. After
+    # the step the updated parameters come up (0.0534795 s) and are all-gathered (0.0393396 s):
+    # 0.0928191 s. 2 x 0.0383297 + 0.0928191 = 0.1694785 s; and once, between the last backward
+    # and the copy up, the CPU's Adam step: 842,301,952 x 30 B at 409.6e9 / 8 B/s (the default
+    # host, DGX A100), 0.4935363 s: 0.6630148 s.
+    forward, backward = fwd_bwd(M7, core7(256), 256, 124.8e12)
+    close(backward, 0.0544894, 1e-6)
+    scatter = 11_792_227_328 / 300e9 + 8.4e-6 + 7 * 3.4e-6
+    copy = 1_684_603_904 / 31.5e9
     result = step(link="nvlink3", seq_len=256, data_parallel=8, stage=2, micro_batches=2, mfu=0.4,
                   offload="optimizer")
-    close(result.parts["data_parallel"], 0.16787821227 + 25_269_058_560 / 51.2e9, 1e-9)
+    close(result.parts["data_parallel"],
+          2 * (scatter + copy - backward) + copy + scatter + 25_269_058_560 / 51.2e9, 1e-9)
     assert not np.isnan(float(result.step_seconds))
 
 
 def test_parameter_offload_fetches_before_each_pass_by_hand():
     # The same under stage 3 with the parameters on the host too: 35 layer units (embedding, 32
     # blocks, final norm, output layer) gathered one call each, 35 x 32.2 us + 0.0393074 s =
-    # 0.0404344 s per pass. Forward: gather + fetch (0.0534795 s) - 0.0276448 s = 0.0662691 s;
+    # 0.0404344 s per pass. Forward: gather + fetch (0.0534795 s) - 0.0272447 s = 0.0666692 s;
     # backward: gather + reduce-scatter + one transfer's time (fetch up, gradients down) -
-    # 0.0552896 s = 0.0790588 s; after the step only the CPU's Adam step (0.4935363 s, as
-    # above). 2 x 0.1453279 + 0.4935363 = 0.7841921 s.
+    # 0.0544894 s = 0.0798589 s; after the step only the CPU's Adam step (0.4935363 s, as
+    # above). 2 x 0.1465281 + 0.4935363 = 0.7865925 s.
+    forward, backward = fwd_bwd(M7, core7(256), 256, 124.8e12)
+    gather = 35 * 32.2e-6 + 11_792_227_328 / 300e9
+    fetch = 1_684_603_904 / 31.5e9
     cpu = 25_269_058_560 / 51.2e9
     result = step(link="nvlink3", seq_len=256, data_parallel=8, stage=3, micro_batches=2, mfu=0.4,
                   offload="optimizer+parameters")
-    close(result.parts["data_parallel"], 0.29065581054 + cpu, 1e-9)
-    # PCIe 5.0 halves the fetches: forward 0.0404344 + 0.0267397 - 0.0276448, backward
-    # 2 x 0.0404344 + 0.0267397 - 0.0552896: 2 x 0.0918484 = 0.1836968 s.
+    close(result.parts["data_parallel"],
+          2 * (gather + fetch - forward + 2 * gather + fetch - backward) + cpu, 1e-9)
+    # PCIe 5.0 halves the fetches: forward 0.0404344 + 0.0267397 - 0.0272447, backward
+    # 2 x 0.0404344 + 0.0267397 - 0.0544894.
     faster = step(link="nvlink3", seq_len=256, data_parallel=8, stage=3, micro_batches=2, mfu=0.4,
                   offload="optimizer+parameters", host_link="pcie5-x16")
-    close(faster.parts["data_parallel"], 0.18369683251 + cpu, 1e-9)
+    close(faster.parts["data_parallel"],
+          2 * (gather + fetch / 2 - forward + 2 * gather + fetch / 2 - backward) + cpu, 1e-9)

@@ -5,16 +5,19 @@ Worked out by hand for the chapter's setting: Llama-2-7B (P = 6,738,415,616 para
 that all divide by 64) on 64 H100 80GB in DGX H100 nodes (NVLink 4 inside at 450 GB/s, 8 NDR
 ports of 50 GB/s per node: 400 GB/s across), 4,096 tokens per GPU, 40 % of 989.5 TFLOP/s,
 mixed-precision Adam (16-bit parameters and gradients).
-- Compute: 6 x P x 4096 / (0.4 x 989.5e12) = 0.418401 s; forward a third (0.139467 s).
+- Compute: 6 FLOPs per multiplied parameter (P less the 32,000 x 4,096 input embedding, a
+  lookup: 6,607,343,616) and 3 x the causal attention core (32 layers x 4,096 x 32 heads x 256
+  = 2^30 per token), x 4096 / (0.4 x 989.5e12) = 0.443598 s; forward (2 M + 2^30) x 4096 /
+  (0.4 x 989.5e12) = 0.147866 s.
 - One ring pass: 63 x P/64 x 2 bytes = 13,266,255,744 bytes per GPU: 0.0331656 s at 400 GB/s.
 - Ring latency over 8 nodes: all-gather or reduce-scatter 8.4 + 56 x 3.4 + 7 x 14.0 = 296.8 us,
   all-reduce 8.4 + 112 x 3.4 + 14 x 14.0 = 585.2 us.
 - Stage 0: an all-reduce of two passes, 0.0669165 s, hidden in the 0.278934 s backward.
 - Stages 1-2: reduce-scatter hidden; the all-gather after the step (0.0334624 s) is not:
-  step 0.451864 s, 7.4 % waiting.
+  step 0.477061 s, 7.0 % waiting.
 - Stage 3: 35 layers (embedding, 32 blocks, final norm, output projection) gathered per pass:
-  forward 0.0331656 + 35 x 296.8e-6 = 0.0435536 s, hidden in 0.139467 s; backward twice that,
-  hidden in 0.278934 s: step 0.418401 s.
+  forward 0.0331656 + 35 x 296.8e-6 = 0.0435536 s, hidden in 0.147866 s; backward twice that,
+  hidden in 0.295732 s: step 0.443598 s.
 - Peaks (zerolib estimate --model llama-2-7b --gpus 64, flash attention, no recomputation):
   144.44, 52.37, 39.10 and 27.84 GB.
 """
@@ -26,7 +29,9 @@ from zerolib.core.catalogue.nodes import interconnect
 from zerolib.core.step.tables import timeline_frame, tradeoff_frame, traffic_frame
 from zerolib.core.step.time import ComputeSettings
 
-COMPUTE, FORWARD = 0.418401, 0.139467
+M7 = 6_738_415_616 - 32_000 * 4096
+COMPUTE = (6 * M7 + 3 * 2**30) * 4096 / (0.4 * 989.5e12)
+FORWARD = (2 * M7 + 2**30) * 4096 / (0.4 * 989.5e12)
 PASS = 13_266_255_744
 GATHER = PASS / 400e9 + 296.8e-6
 STEPS = [COMPUTE, COMPUTE + GATHER, COMPUTE + GATHER, COMPUTE]
@@ -84,8 +89,10 @@ def test_tradeoff_frame(tradeoff):
     assert np.allclose(tradeoff["network_wait_fraction"], [0, GATHER / STEPS[1],
                                                            GATHER / STEPS[1], 0], atol=1e-9)
     assert tradeoff["sent_bytes"].tolist() == [2 * PASS, 2 * PASS, 2 * PASS, 3 * PASS]
-    # Llama-2-7B's attention core at 4,096 tokens: 32 layers x 2 x 4,096 x 32 x (128 + 128).
-    assert tradeoff.attrs["compute"] == ComputeSettings(4096, 0.4, "none", 2**31)
+    # Llama-2-7B's causal attention core at 4,096 tokens: 32 layers x 4,096 x 32 x (128 + 128),
+    # and its 32,000 x 4,096 embedding looked up.
+    assert tradeoff.attrs["compute"] == ComputeSettings(4096, 0.4, "none", 2**30, 131_072_000)
+    assert (round(COMPUTE, 6), round(FORWARD, 6)) == (0.443598, 0.147866)
 
 
 def test_tradeoff_needs_data_parallel_only():

@@ -89,7 +89,8 @@ def step_timeline_titles(attrs: Mapping) -> tuple[str, str]:
                  f"{ic.nics} {ic.network.name} port{'s' if ic.nics > 1 else ''} out")
     subtitle = (f"{where} · bus bandwidth {format_value(attrs['bus_bandwidth'] / GB)} GB/s per GPU\n"
                 f"{compute.tokens_per_gpu:,} tokens per GPU per step, "
-                f"{compute.flops_per_param_token} FLOPs per parameter and token at "
+                f"{compute.flops_per_param_token} FLOPs per multiplied parameter and token, "
+                f"the attention core as well, at "
                 f"{compute.mfu:.0%} of the peak · layout {attrs['layout'].name}")
     return title, subtitle
 

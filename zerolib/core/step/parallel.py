@@ -19,9 +19,11 @@ the pipeline spans nodes, one base latency plus one network hop per message (NCC
 **Per micro-batch**, on the heavier of the first and the last pipeline stage (their parameters
 are the most of any stage, :mod:`zerolib.core.memory.model_parallel`):
 
-- compute: :func:`zerolib.core.step.time.compute_seconds`' rule for the stage's parameters on
-  this GPU and the micro-batch's b x s tokens, the attention core of the stage's layers and
-  this GPU's heads repeated under selective and full recomputation;
+- compute: :func:`zerolib.core.step.time.step_flops` for the parameters this GPU's matrices
+  multiply on the stage (its active parameters less the input embedding it looks up,
+  :mod:`zerolib.core.step.flops`) and the attention core of the stage's layers and this GPU's
+  heads (causal with flash attention), over the micro-batch's b x s tokens: the core forward,
+  backward and once more under selective and full recomputation;
 - the tensor-parallel collectives and the pipeline's point-to-point messages the stage sends,
   not overlapped (each layer's next operation needs the result; Megatron-LM's optional
   communication overlap is not modelled);
@@ -118,6 +120,7 @@ from zerolib.core.step import expert_parallel_step as ep_step
 from zerolib.core.step.collectives import CHUNKS_SENT, ring_timing_of
 from zerolib.core.step.context_parallel_traffic import context_rows
 from zerolib.core.step.engines import DEFAULT_ENGINE, Engine, Overlap, get_engine
+from zerolib.core.step.flops import lookup_parameters_on
 from zerolib.core.step.model_parallel_traffic import (
     pipeline_rows,
     tensor_rows,
@@ -141,12 +144,11 @@ from zerolib.core.step.parallel_offload import (  # noqa: F401  (where callers f
 )
 from zerolib.core.step.time import (
     DEFAULT_MFU,
-    ComputeSettings,
     attention_core_flops_of,
     check_mfu,
-    compute_seconds,
     schedule_seconds,
     send_seconds,
+    step_flops,
 )
 from zerolib.core.step.traffic import (
     check_engine_schedule,
@@ -312,9 +314,15 @@ class ParallelSettings:
     # ZeRO-R, per setting: P_a (partitioned checkpoints) and P_a+cpu; full recomputation only.
     partition_activations: np.ndarray = False
     cpu_checkpointing: np.ndarray = False
+    # A fused attention kernel (flash attention): the attention core is counted causal, half of
+    # the s x s products (zerolib.core.step.time); Megatron-LM's unfused core computes them all.
+    flash_attention: bool = True
 
     def __post_init__(self):
         put = object.__setattr__
+        if not isinstance(self.flash_attention, (bool, np.bool_)):
+            raise TypeError(f"flash_attention must be True or False, got {echo(self.flash_attention)}")
+        put(self, "flash_attention", bool(self.flash_attention))
         put(self, "host", None if self.host is None else check_host_settings(self.host, "host"))
         put(self, "engine", get_engine(self.engine))
         if self.overlap is not None and not isinstance(self.overlap, Overlap):
@@ -414,7 +422,7 @@ class ParallelSettings:
 # host_link, which it always takes) with their defaults, and the ones it always takes.
 _SHARED_DEFAULTS = {"seq_len": None, "layout": None, "mfu": None, "element_bytes": None,
                     "host_link": None, "host": None, "context_parallel": 1, "engine": None,
-                    "overlap": None, "capacity_factor": None}
+                    "overlap": None, "capacity_factor": None, "flash_attention": True}
 _REQUIRED = ("seq_len", "layout", "mfu", "element_bytes", "host_link", "shard_group", "recompute",
              "offload")
 _FIELDS = frozenset(f.name for f in fields(ParallelSettings))
@@ -482,19 +490,22 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
         backward compute and the per-step ZeRO seconds."""
         params = parameters_on(ParallelGrid(config, t, p, r, "1f1b", 1, None, 1))   # checked
         forward, backward = np.zeros(b.shape), np.zeros(b.shape)
-        # A token runs k of a mixture's X routed experts: the FLOPs are the active parameters'.
+        # A token runs k of a mixture's X routed experts and looks its embedding up: the
+        # matrices it multiplies are the active parameters less the lookup (time.py's rule).
         active = ep_step.active_parameters(config, params, t, p, r)
-        # The recompute setting chooses the FLOPs (time.py's rule): selective and full repeat
-        # the attention core of this GPU's heads and layers in the backward. Under context
-        # parallelism each of its s / C tokens still attends over the whole sequence.
-        core = attention_core_flops_of(config, st.seq_len, t, stage_layers(config.layers, p, r))
-        for code, name in enumerate(RECOMPUTE):   # FLOPs are linear in the tokens
+        multiplied = active - lookup_parameters_on(config, t, p, r)
+        # The attention core of this GPU's heads and the stage's layers, every step (causal
+        # with flash attention). Under context parallelism each of its s / C tokens still
+        # attends over the whole sequence.
+        core = attention_core_flops_of(config, st.seq_len, t, stage_layers(config.layers, p, r),
+                                       st.flash_attention)
+        rate = device.peak_flops * mfu
+        for code, name in enumerate(RECOMPUTE):   # the recompute setting chooses the FLOPs
             here = rec == code
             if np.any(here):
-                fwd, bwd = compute_seconds(active, device, _compute_settings(s, mfu, name))
-                if name != "none":
-                    bwd = bwd + core * s / (device.peak_flops * mfu)
-                forward, backward = np.where(here, fwd * b, forward), np.where(here, bwd * b, backward)
+                fwd, bwd = step_flops(multiplied, core, name)
+                forward = np.where(here, fwd * (s * b) / rate, forward)
+                backward = np.where(here, bwd * (s * b) / rate, backward)
         tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec) + checkpoint_seconds(
             config, ic, st, r)
         context = _context_seconds(config, ic, s, e, b, c, t, r, p, rec)
@@ -565,6 +576,7 @@ def _per_degree(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
             seq_len=st.seq_len, layout=st.layout, mfu=st.mfu, element_bytes=st.element_bytes,
             host_link=st.host_link, context_parallel=int(degree), host=st.host, engine=st.engine,
             overlap=st.overlap, capacity_factor=st.capacity_factor,
+            flash_attention=st.flash_attention,
             shard_group=None if st.shard_group is None else st.shard_group[sel],
             **{name: np.broadcast_to(getattr(st, name), cp.shape)[sel] for name in arrays},
             **extra)
@@ -573,13 +585,6 @@ def _per_degree(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
             parts[name][sel] = times.parts[name]
         micro[sel] = times.micro_batch_seconds
     return ParallelStepTime(**parts, micro_batch_seconds=micro)
-
-
-@lru_cache(maxsize=64)
-def _compute_settings(seq_len: int, mfu: float, recompute: str) -> ComputeSettings:
-    """The per-parameter compute rule of a micro-batch of ``seq_len`` tokens per sequence (made,
-    and so checked, once for each); the attention core is added per stage by the caller."""
-    return ComputeSettings.from_checked(seq_len, mfu, recompute)   # each checked at the door
 
 
 @lru_cache(maxsize=64)

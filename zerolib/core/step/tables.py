@@ -108,13 +108,26 @@ def traffic_frame(model, gpus, stages=STAGES, layout: str | Layout = "mixed-adam
     return frame
 
 
+def _compute_of(model, compute) -> ComputeSettings:
+    """``compute`` as given, or (None) the default run's of ``model``: an architecture's FLOPs
+    (its embedding looked up, its attention core counted,
+    :meth:`~zerolib.core.step.time.ComputeSettings.for_run` of the default working set), a bare
+    count's 6 per parameter and token."""
+    if compute is None:
+        if isinstance(model, (str, TransformerConfig)):
+            return ComputeSettings.for_run(model, DEFAULT_SETTINGS)
+        return DEFAULT_COMPUTE
+    if not isinstance(compute, ComputeSettings):
+        raise TypeError(f"compute must be a ComputeSettings, got {type(compute).__name__}")
+    return compute
+
+
 def _timed(model, gpus, stages, layout, link, device, compute, host=None, engine="paper"):
     gpus = check_single(gpus, check_gpus, "gpus")
     stages, layout = _stages(stages), get_layout(layout)
     ic = interconnect(link)
     device = get_device(device)
-    if not isinstance(compute, ComputeSettings):
-        raise TypeError(f"compute must be a ComputeSettings, got {type(compute).__name__}")
+    compute = _compute_of(model, compute)
     result, what = _traffic(model, gpus, stages, layout, engine)
     settings = node_host_settings(ic.name)
     traffic = None if host is None else host(result, stages, layout)
@@ -132,7 +145,7 @@ def _attrs(frame, what, gpus, layout, ic, device, compute, result: Traffic):
 
 
 def timeline_frame(model, gpus, link: str | Interconnect, device: str | Device,
-                   compute: ComputeSettings = DEFAULT_COMPUTE, stages=STAGES,
+                   compute: ComputeSettings | None = None, stages=STAGES,
                    layout: str | Layout = "mixed-adam",
                    placement: Placement | None = None) -> pd.DataFrame:
     """The blocks of one step per stage (the paper's schedule), placed in time as the overlap model of
@@ -151,6 +164,7 @@ def timeline_frame(model, gpus, link: str | Interconnect, device: str | Device,
     """
     import pandas as pd
     placement = check_placement(placement)
+    compute = _compute_of(model, compute)
     host = None
     if placement.offloads:
         def host(result, stages, layout):
@@ -394,7 +408,7 @@ def _host(host: HostTraffic, times: StepTime | None, settings: HostSettings, i: 
 # --- the group-size sweep ----------------------------------------------------------------------
 
 def group_traffic_table(model: str | TransformerConfig, gpus, link: str | Interconnect,
-                        device: str | Device, compute: ComputeSettings = DEFAULT_COMPUTE,
+                        device: str | Device, compute: ComputeSettings | None = None,
                         stages=STAGES, layout: str | Layout = "mixed-adam",
                         shard_groups=None) -> pd.DataFrame:
     """Per shard-group size G and stage: the bytes each GPU sends in one step, split into rings
@@ -422,6 +436,7 @@ def group_traffic_table(model: str | TransformerConfig, gpus, link: str | Interc
     group_grid, stage_grid = (a.ravel() for a in np.meshgrid(groups, stages, indexing="ij"))
     traffic = count_traffic(config, gpus, stage_grid, layout, group_grid,
                          placement_on(per_node))
+    compute = _compute_of(config, compute)
     times = step_time(traffic, ic, device, compute)
     inside = traffic.inside_node("sent")
     spans = ic.network is not None
@@ -448,7 +463,7 @@ def group_traffic_table(model: str | TransformerConfig, gpus, link: str | Interc
 # --- the overlap rules as a sensitivity --------------------------------------------------------
 
 def overlap_frame(model, gpus, link: str | Interconnect, device: str | Device,
-                  compute: ComputeSettings = DEFAULT_COMPUTE, engine="deepspeed",
+                  compute: ComputeSettings | None = None, engine="deepspeed",
                   layout: str | Layout = "mixed-adam", micro_batches: int = 1) -> pd.DataFrame:
     """Step time per stage under each overlap rule of
     :func:`zerolib.core.step.engines.overlap_rules` (the engine's own first), for the engine's
@@ -464,8 +479,7 @@ def overlap_frame(model, gpus, link: str | Interconnect, device: str | Device,
     layout = get_layout(layout)
     ic = interconnect(link)
     device = get_device(device)
-    if not isinstance(compute, ComputeSettings):
-        raise TypeError(f"compute must be a ComputeSettings, got {type(compute).__name__}")
+    compute = _compute_of(model, compute)
     result = count_traffic(model, gpus, list(stages), layout, engine=engine,
                         micro_batches=micro_batches,
                         placement=None if ic.gpus_per_node is None else placement_on(ic.gpus_per_node))

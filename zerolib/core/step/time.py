@@ -1,32 +1,43 @@
 """How long one training step takes: compute, communication, and how much of it overlaps.
 
-**Compute.** Training a transformer costs about 6 FLOPs per parameter and token: 2 for the
-forward pass, 4 for the backward (Kaplan et al. 2020, arXiv:2001.08361, Sec. 2.1, C = 6N per
-token; all parameters are counted here, embeddings included, and the attention's
-sequence-squared terms, the scores Q K^T and the attention over the values, are left out).
+**Compute** (the FLOP convention, ``docs/flops.md``). Per token, a step executes:
+
+- 2 FLOPs per parameter that a matrix multiplies in the forward pass and 4 in the backward
+  (Kaplan et al. 2020, arXiv:2001.08361, Sec. 2.1: C = 6N per token, N without the
+  embeddings). The input embedding (and a learned position embedding) is a lookup, a gather of
+  one row per token, not a matrix product: its parameters cost no FLOPs
+  (:func:`zerolib.core.step.flops.idle_parameters`; ``idle_parameters``). The output
+  projection is a matrix product and counts, tied to the embedding or not. A mixture of
+  experts' routed experts that a token skips cost nothing either: its FLOPs are the active
+  parameters'.
+- The attention core, Q K^T and the attention over V: 2 s (a d_qk) + 2 s (a d_v) forward FLOPs
+  per token and layer over s tokens with a heads of widths d_qk and d_v
+  (:func:`attention_core_flops`; 4 s h for a plain model, Narayanan et al.'s 4Bs^2h per
+  layer), twice that in the backward (the gradients of both inputs of each product). A causal
+  kernel that skips the masked blocks (flash attention's, and the fused kernels of
+  TransformerEngine) computes half of the s x s products: with ``flash_attention`` the core is
+  counted causal, s (a d_qk + a d_v) per token and layer; Megatron-LM's unfused core attention
+  computes the whole s x s matrix, masked after, and is counted so. Every step pays it
+  (Narayanan et al. 2021, arXiv:2104.04473, Eq. 3; Chowdhery et al. 2022, PaLM, App. B).
+  The softmax and dropout are element-wise and left out.
+
 What recomputation repeats follows the run's one recompute setting (the working set's
 ``recompute``, :data:`zerolib.core.memory.activations.RECOMPUTE`), never a flag of its own:
 
-- ``none``: 6 per parameter and token;
-- ``full``: the forward again inside the backward, 8 per parameter and token (Narayanan et al.
-  2021, arXiv:2104.04473, appendix: 96Bslh^2 = 4 x 24Bslh^2 with recomputation), plus the
-  attention core that forward repeats, as under selective;
-- ``selective``: 6 per parameter and token plus the attention core recomputed in the backward
-  (Korthikanti et al., MLSys 2023, arXiv:2205.05198, Sec. 5: the Q K^T product, softmax,
-  softmax dropout and attention over V). Its matrix products are the forward's s^2 terms,
-  2 s (a d_qk) + 2 s (a d_v) FLOPs per token and layer for a heads of widths d_qk (queries and
-  keys) and d_v (values) over s tokens (:func:`attention_core_flops`; 4 s h for a plain model,
-  Narayanan et al.'s 4Bs^2h per layer); the softmax and dropout are element-wise and left out.
+- ``none``: the above;
+- ``full``: the forward again inside the backward, 2 more per parameter and token (Narayanan et
+  al. 2021, appendix: 96Bslh^2 = 4 x 24Bslh^2 with recomputation) and the attention core's
+  forward once more;
+- ``selective``: the attention core's forward once more (Korthikanti et al., MLSys 2023,
+  arXiv:2205.05198, Sec. 5: the Q K^T product, softmax, softmax dropout and attention over V).
 
-The base count leaves the attention's s^2 terms out of the passes every run executes (Kaplan's
-convention, which the utilisation below is read against); a recomputation is charged for all it
-executes again, s^2 terms included: counted at none, selective recomputation would cost nothing
-and be chosen on memory alone, and without the core in ``full`` selective could cost more than
-full recomputation at long sequences (from s > 6h). The core is counted as the full s x s
-products, as Megatron-LM's unfused core attention computes them (a causal flash kernel skips
-about half of them), over the model's whole span (sliding windows are not modelled). A bare
-parameter count has no shape: its attention core is 0, so selective costs what none costs and
-full exactly 8 per parameter and token.
+So per token the step executes 6 M + 3 A without recomputation, 6 M + 4 A selective and
+8 M + 4 A full, M the multiplied parameters and A the core's forward FLOPs. A bare parameter
+count has no shape: every parameter is multiplied and its core is 0 (6 or 8 per parameter
+and token). The core is counted over the model's whole span (sliding windows are not
+modelled), and flash attention's backward, which recomputes the scores inside the kernel, is
+charged only its two products (the publishers count it so; what the kernel spends beyond them
+is in the utilisation).
 
 A GPU reaches a fraction ``mfu`` of its
 peak (:mod:`zerolib.core.catalogue.devices`) on the FLOPs it executes: without recomputation this is the
@@ -123,18 +134,19 @@ from zerolib.core.step.offload_traffic import (
 )
 from zerolib.core.step.traffic import GROUP_SLOTS, STEP_PHASES, Traffic
 
-FORWARD_FLOPS = 2          # per parameter and token
+FORWARD_FLOPS = 2          # per multiplied parameter and token
 BACKWARD_FLOPS = 4
 RECOMPUTE_FLOPS = 2        # full recomputation: the forward again, inside the backward
+ATTENTION_BACKWARD = 2     # the core's backward: twice its forward (both inputs' gradients)
 DEFAULT_TOKENS_PER_GPU = 4096
 
 
 def attention_core_flops(model: str | TransformerConfig, seq_len: int, tensor_parallel=1,
-                         layers=None):
-    """Forward FLOPs per token of the attention core on one GPU, the products selective
-    recomputation repeats (see the module doc): per layer 2 s (a d_qk) for the scores Q K^T and
-    2 s (a d_v) for the attention over V, ceil(a / t) of the a heads on each of
-    ``tensor_parallel`` GPUs, over ``layers`` layers (default: all of the model's). Multi-head
+                         layers=None, *, causal: bool = False):
+    """Forward FLOPs per token of the attention core on one GPU (see the module doc): per layer
+    2 s (a d_qk) for the scores Q K^T and 2 s (a d_v) for the attention over V, ceil(a / t) of
+    the a heads on each of ``tensor_parallel`` GPUs, over ``layers`` layers (default: all of the
+    model's); ``causal``: half of that, the products a causal kernel computes. Multi-head
     latent attention (DeepSeek) scores over head_dim + rope_head_dim and attends over
     v_head_dim. An int, or an int64 array where ``tensor_parallel`` or ``layers`` is one."""
     config = get_model(model)
@@ -142,18 +154,39 @@ def attention_core_flops(model: str | TransformerConfig, seq_len: int, tensor_pa
     t = check_gpus(tensor_parallel, "tensor_parallel")
     layers = (np.asarray(config.layers) if layers is None else
               check_whole(layers, "layers", "a whole number of layers", low=0, high=config.layers))
-    flops = attention_core_flops_of(config, s, t, layers)
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be True or False, got {echo(causal)}")
+    flops = attention_core_flops_of(config, s, t, layers, bool(causal))
     return int(flops) if flops.ndim == 0 else flops
 
 
-def attention_core_flops_of(config: TransformerConfig, seq_len: int, t, layers) -> np.ndarray:
+def attention_core_flops_of(config: TransformerConfig, seq_len: int, t, layers,
+                            causal: bool = False) -> np.ndarray:
     """:func:`attention_core_flops` of checked values (int64, broadcast over ``t`` and
     ``layers``), for callers below the door that checked them already."""
     if config.kv_lora_rank:
         qk, v = config.head_width + config.rope_head_dim, config.v_head_dim
     else:
         qk = v = config.head_width
-    return 2 * seq_len * ceil_div(config.heads, np.asarray(t, dtype=np.int64)) * (qk + v) * layers
+    per_pair = 1 if causal else 2     # a causal kernel computes half of the s x s products
+    return (per_pair * seq_len * ceil_div(config.heads, np.asarray(t, dtype=np.int64)) * (qk + v)
+            * np.asarray(layers, dtype=np.int64))
+
+
+def step_flops(multiplied, core, recompute: str) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) FLOPs per token of a GPU that multiplies ``multiplied`` parameters
+    and runs ``core`` forward FLOPs of attention core per token (the module doc's rule):
+    forward 2 M + A, backward 4 M + 2 A, plus 2 M + A under full recomputation and A under
+    selective. float64, broadcast; ``recompute`` one name of RECOMPUTE."""
+    m = np.asarray(multiplied, dtype=np.float64)
+    a = np.asarray(core, dtype=np.float64)
+    forward = FORWARD_FLOPS * m + a
+    backward = BACKWARD_FLOPS * m + ATTENTION_BACKWARD * a
+    if recompute == "full":
+        backward = backward + RECOMPUTE_FLOPS * m + a
+    elif recompute == "selective":
+        backward = backward + a
+    return forward, backward
 
 
 @dataclass(frozen=True)
@@ -164,6 +197,8 @@ class ComputeSettings:
     mfu: float = DEFAULT_MFU                       # fraction of the device's peak reached
     recompute: str = "none"                        # the run's recompute setting (RECOMPUTE)
     attention_flops_per_token: int = 0             # attention_core_flops of this GPU (0: no shape)
+    # Parameters no matrix multiplies: the input embedding's lookup, the experts a token skips.
+    idle_parameters: int = 0
 
     def __post_init__(self):
         check_positive_int(self.tokens_per_gpu, "tokens_per_gpu", MAX_TOKENS_PER_GPU)
@@ -172,6 +207,7 @@ class ComputeSettings:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, "
                              f"got {echo(self.recompute)}")
         check_count(self.attention_flops_per_token, "attention_flops_per_token", MAX_BYTES)
+        check_count(self.idle_parameters, "idle_parameters", MAX_BYTES)
 
     def __deepcopy__(self, memo) -> ComputeSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -182,7 +218,8 @@ class ComputeSettings:
         :class:`~zerolib.core.step.parallel.ParallelSettings`), made without checking them again."""
         settings = object.__new__(cls)
         for name, value in (("tokens_per_gpu", tokens_per_gpu), ("mfu", mfu),
-                            ("recompute", recompute), ("attention_flops_per_token", 0)):
+                            ("recompute", recompute), ("attention_flops_per_token", 0),
+                            ("idle_parameters", 0)):
             object.__setattr__(settings, name, value)
         return settings
 
@@ -191,16 +228,21 @@ class ComputeSettings:
                 tokens_per_gpu: int | None = None) -> ComputeSettings:
         """The compute of the run a :class:`~zerolib.core.memory.working_set.WorkingSetSettings`
         describes: its sequence length x micro-batch tokens per GPU (or ``tokens_per_gpu``), its
-        recomputation, and the attention core of ``model`` at its sequence length on one of its
-        tensor-parallel GPUs (the first pipeline stage's layers, the most). The one way the step
-        model reads the recompute setting beside a working set."""
+        recomputation, the attention core of ``model`` at its sequence length on one of its
+        tensor-parallel GPUs (the first pipeline stage's layers, the most; causal with flash
+        attention) and the parameters no matrix multiplies (the model's input embedding and the
+        experts a token skips, on one GPU of the whole model: the data-parallel step's). The one
+        way the step model reads the recompute setting beside a working set."""
         if not isinstance(settings, WorkingSetSettings):
             raise TypeError(f"settings must be a WorkingSetSettings, got {type(settings).__name__}")
+        from zerolib.core.step.flops import idle_parameters  # (flops imports this module)
         config = get_model(model)
         layers = ceil_div(config.layers, settings.pipeline_parallel)
         tokens = settings.seq_len * settings.micro_batch if tokens_per_gpu is None else tokens_per_gpu
         return cls(tokens, mfu, settings.recompute,
-                   attention_core_flops(config, settings.seq_len, settings.tensor_parallel, layers))
+                   attention_core_flops(config, settings.seq_len, settings.tensor_parallel, layers,
+                                        causal=settings.flash_attention),
+                   int(idle_parameters(config)))
 
     @property
     def full_recompute(self) -> bool:
@@ -208,7 +250,7 @@ class ComputeSettings:
 
     @property
     def flops_per_param_token(self) -> int:
-        """The FLOPs per parameter and token: 6, or 8 under full recomputation."""
+        """The FLOPs per multiplied parameter and token: 6, or 8 under full recomputation."""
         return FORWARD_FLOPS + BACKWARD_FLOPS + (RECOMPUTE_FLOPS if self.full_recompute else 0)
 
     @property
@@ -217,12 +259,21 @@ class ComputeSettings:
         recomputation)."""
         return 0 if self.recompute == "none" else self.attention_flops_per_token
 
+    @property
+    def attention_step_flops(self) -> int:
+        """FLOPs per token of the attention core in the whole step: forward, backward (twice
+        the forward) and what recomputation repeats."""
+        return ((1 + ATTENTION_BACKWARD) * self.attention_flops_per_token
+                + self.recomputed_attention_flops)
+
     def as_dict(self) -> dict:
         return {"tokens_per_gpu": self.tokens_per_gpu, "mfu": self.mfu,
                 "recompute": self.recompute, "full_recompute": self.full_recompute,
                 "flops_per_param_token": self.flops_per_param_token,
+                "idle_parameters": self.idle_parameters,
                 "attention_flops_per_token": self.attention_flops_per_token,
-                "recomputed_attention_flops_per_token": self.recomputed_attention_flops}
+                "recomputed_attention_flops_per_token": self.recomputed_attention_flops,
+                "attention_step_flops_per_token": self.attention_step_flops}
 
 
 DEFAULT_COMPUTE = ComputeSettings()
@@ -236,18 +287,18 @@ def _rate(device: Device, settings: ComputeSettings) -> float:
 
 def compute_seconds(params, device: str | Device, settings: ComputeSettings = DEFAULT_COMPUTE):
     """(forward, backward) compute seconds of one step on one GPU (float64, broadcast over
-    ``params``): FLOPs per parameter and token x parameters x tokens / (peak x mfu), the
-    backward plus the attention core recomputation repeats (see the module doc)."""
+    ``params``): :func:`step_flops` of the parameters a matrix multiplies (``params`` less the
+    settings' ``idle_parameters``) and the attention core, x tokens / (peak x mfu) (see the
+    module doc)."""
     device = get_device(device)
     if not isinstance(settings, ComputeSettings):
         raise TypeError(f"settings must be a ComputeSettings, got {type(settings).__name__}")
     rate = _rate(device, settings)
-    work = np.asarray(params, dtype=np.float64) * settings.tokens_per_gpu / rate
-    backward = BACKWARD_FLOPS + (RECOMPUTE_FLOPS if settings.full_recompute else 0)
-    recomputed = settings.recomputed_attention_flops
-    if not recomputed:
-        return FORWARD_FLOPS * work, backward * work
-    return FORWARD_FLOPS * work, backward * work + recomputed * settings.tokens_per_gpu / rate
+    multiplied = np.maximum(np.asarray(params, dtype=np.float64) - settings.idle_parameters, 0.0)
+    forward, backward = step_flops(multiplied, settings.attention_flops_per_token,
+                                   settings.recompute)
+    per_second = settings.tokens_per_gpu / rate
+    return forward * per_second, backward * per_second
 
 
 # --- timing on the links: a schedule on its rings, a pipeline message -----------------------------
