@@ -148,7 +148,7 @@ def test_what_each_configuration_leaves_out():
 
 def test_engines_are_offered_default_first_and_handed_to_the_core():
     # DeepSpeed 0.19.8 at its defaults is estimate's and plan's default engine, offered first.
-    assert [name for _, name in engine_choices()] == ["deepspeed", "paper", "fsdp2", "megatron"]
+    assert [name for _, name in engine_choices()] == ["deepspeed", "paper", "fsdp2", "megatron", "torchtitan"]
     a = answers(Settings())
     assert a.engine == "deepspeed" and a.engine_label.startswith("deepspeed (DeepSpeed 0.19.8")
     assert a.plan.settings.engine.name == "deepspeed"
@@ -160,7 +160,7 @@ def test_engines_are_offered_default_first_and_handed_to_the_core():
     assert set(m.plan.fits["stage"]) <= {0, 1}
     # An engine the core does not know is one line for every answer after the model.
     bad = answers(Settings(engine="horovod"))
-    assert bad.errors["plan"] == ("engine must be one of paper, deepspeed, fsdp2, megatron, "
+    assert bad.errors["plan"] == ("engine must be one of paper, deepspeed, fsdp2, megatron, torchtitan, "
                                   "got 'horovod'")
 
 

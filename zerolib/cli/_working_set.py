@@ -12,6 +12,7 @@ import math
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
 from zerolib.core.memory.activations import MAX_CONTEXT_PARALLEL, RECOMPUTE
 from zerolib.core.memory.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES, PIPELINE_STAGES, SCHEDULES
+from zerolib.core.memory.trainer_peak import FSDP_TERMS
 from zerolib.core.memory.working_set import (
     MAX_ELEMENTS,
     MAX_MICRO_BATCH,
@@ -24,7 +25,8 @@ from zerolib.core.units import to_unit
 
 LABELS = {"activations": "activations", "logits_loss": "logits+loss", "ddp_buckets": "DDP buckets",
           "reduce_bucket": "reduce bucket", "allgather_bucket": "all-gather bucket",
-          "gathered_parameters": "gathered params", "reserve": "reserve"}
+          "gathered_parameters": "gathered params", "unsharded_gradients": "unsharded grads",
+          "reserve": "reserve"}
 # Options that only make sense with an architecture (dest -> flag, for the error message).
 OPTIONS = {"seq": "--seq", "micro_batch": "--micro-batch", "recompute": "--recompute",
            "flash": "--flash/--no-flash", "tensor_parallel": "--tensor-parallel",
@@ -260,7 +262,8 @@ def has_working_set(result: dict) -> bool:
 
 def table_columns(result: dict, unit: str) -> tuple[list[str], list[list[str]]]:
     """Extra table headers and cells per stage row: the non-zero terms, then the peak."""
-    terms = [t for t in TERMS if any(row["working_set"][t] for row in result["stages"])]
+    terms = [t for t in (*TERMS, *FSDP_TERMS)
+             if any(row["working_set"].get(t) for row in result["stages"])]
     headers = [f"{LABELS[t]} [{unit}]" for t in terms] + [f"peak [{unit}]"]
     cells = [[f"{to_unit(row['working_set'][t], unit):,.2f}" for t in terms]
              + [f"{to_unit(row['peak'], unit):,.2f}"] for row in result["stages"]]

@@ -423,7 +423,7 @@ def _estimate_count(run: Run) -> Estimate:
             run.parallel.expert_tensor is not None:
         raise ValueError("tensor, pipeline, context and expert parallelism need a model "
                          "(a bare parameter count has no architecture)")
-    layout, device, engine = get_layout(t.layout), _device(run), get_engine(t.engine)
+    layout, device, engine = get_layout(t.layout_of), _device(run), get_engine(t.engine)
     placement = run.placement()
     stages = _engine_stages(run, engine, placement)
     host_memory = _host_memory(c.host_memory, placement)
@@ -468,7 +468,7 @@ def _estimate_model(run: Run) -> Estimate:
     not with a placement). With a link and model parallelism (tensor, pipeline, context or
     expert) the step is timed by the planner's step model (:func:`_with_parallel_step`)."""
     config, gpus, t, c, par = run.config, run.cluster.gpus, run.trainer, run.cluster, run.parallel
-    layout, device, engine = get_layout(t.layout), _device(run), get_engine(t.engine)
+    layout, device, engine = get_layout(t.layout_of), _device(run), get_engine(t.engine)
     placement = run.placement()
     host_memory = _host_memory(c.host_memory, placement)
     stages = _engine_stages(run, engine, placement)
