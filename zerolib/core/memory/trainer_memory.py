@@ -33,9 +33,9 @@ class TrainerMemory:
             raise ValueError(f"trainer.logits_bytes are the widths of the 'stored' loss: not with "
                              f"trainer.loss {self.loss!r}")
         self._whole("reserved_ppm", 0, MILLION)
-        if self.fp8_all_gather and not (self.fp8 and self.engine_name in ("fsdp2", "torchtitan")):
+        if self.fp8_all_gather and not (self.fp8 and self.engine_name == "torchtitan"):
             raise ValueError("trainer.fp8_all_gather is FSDP2's all-gather of Float8 weights: it "
-                             "needs trainer.fp8 and the engine fsdp2 or torchtitan")
+                             "needs trainer.fp8 and the engine torchtitan")
 
     @property
     def engine_name(self) -> str:
