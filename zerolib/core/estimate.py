@@ -4,7 +4,8 @@ Its ``as_dict()`` is the JSON contract (all values in bytes):
 {"params", "gpus", "layout": {...}, "device": {...} | null,
  "stages": [{"stage", "parameters", "gradients", "optimizer", "total", "cluster_total", "fits"}]}
 With a device, ``fits_judges`` says what ``fits`` judges: "model state" (a bare parameter
-count), "peak" (a model: model state + working set), either followed by " and host memory"
+count), "peak" (a model: model state + working set) or "peak_reserved" (an engine that judges
+the reserved peak, zerolib.core.memory.conventions), either followed by " and host memory"
 when the CPU memory of a node is judged too.
 With a model (an architecture) each stage row also carries ``working_set`` (bytes per
 term), ``peak`` and ``pipeline_stage`` (the most-loaded stage's index), ``fits`` is judged
@@ -135,7 +136,7 @@ class Estimate:
         if self.interconnect is not None:
             out.update(micro_batches=self.micro_batches, overlap=self.overlap.as_dict())
         if self.device is not None:   # what "fits" judges: never one judgement for another
-            judged = "peak" if self.model is not None else "model state"
+            judged = self.settings.convention.judges if self.model is not None else "model state"
             out["fits_judges"] = judged + (" and host memory" if self.host_memory is not None else "")
         if self.model is not None:
             out.update(model=self.model.name, tensor_parallel=self.settings.tensor_parallel,
