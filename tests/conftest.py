@@ -12,6 +12,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# What a reader is told: the README and the reference pages it points to.
+DOCUMENTATION = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
+
+
+def documentation_text(flat: bool = False) -> str:
+    """The README and every page of docs/, one text (``flat``: whitespace runs as one space)."""
+    text = "\n\n".join(path.read_text(encoding="utf-8") for path in DOCUMENTATION)
+    return " ".join(text.split()) if flat else text
 
 # The browser tests' shared fixtures (chromium_path, playwright), for every test module.
 pytest_plugins = ["browser_fixtures"]

@@ -349,7 +349,7 @@ WAIT_SECONDS = 30.0
 def _bounded(fn, *args):
     """fn(*args), or the ValueError/TypeError it raised; anything else, a line break in the
     message, READ_SECONDS of work or WAIT_SECONDS of waiting fails the test."""
-    for attempt in range(2):   # a reader over the bound twice is slow; once, the machine stalled
+    for _ in range(2):   # a reader over the bound twice is slow; once, the machine stalled
         start, start_cpu = time.perf_counter(), time.process_time()
         try:
             result = fn(*args)

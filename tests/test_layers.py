@@ -35,6 +35,7 @@ RANKS = (
     ("zerolib.core.step", 4),
     ("zerolib.core.run", 5), ("zerolib.core.run_file", 5),
     ("zerolib.core.estimate", 5), ("zerolib.core.plan_settings", 5), ("zerolib.core.planner", 5),
+    ("zerolib.core.plan_table", 5),
     ("zerolib.chapter", 6), ("zerolib.chapter.style", 6), ("zerolib.chapter.fast_png", 6),
     ("zerolib.chapter.charts", 7),
     ("zerolib.chapter.figures", 8),

@@ -186,7 +186,8 @@ def _readme_entry_points() -> list[list[str]]:
 
     build_parser()   # the subcommands register their names
     names = [module.__name__.rpartition(".")[2].replace("_", "-") for module in SUBCOMMANDS]
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    from conftest import documentation_text
+    readme = documentation_text()
     told = [name for name in names if f"zerolib {name}" in readme]
     return ([["zerolib", name, "--help"] for name in told] + [["zerolib", "--help"]]
             + [[sys.executable, "-m", "zerolib", "--help"],
@@ -223,10 +224,15 @@ def _installed_distributions() -> dict:
     return importlib.metadata.packages_distributions()  # slow: reads every installed package
 
 
+# Modules whose distribution has another name, for a machine without the optional extras
+# (megatron-core's wheel provides the package ``megatron``: its METADATA and top_level.txt).
+NAMED_OTHERWISE = {"megatron": "megatron-core"}
+
+
 def distribution_of(module: str) -> str:
-    """The distribution that provides ``module`` (its own name when it is not installed)."""
+    """The distribution that provides ``module`` (its known or own name when not installed)."""
     provided = _installed_distributions().get(module)
-    return normalise(provided[0]) if provided else normalise(module)
+    return normalise(provided[0]) if provided else normalise(NAMED_OTHERWISE.get(module, module))
 
 
 @pytest.mark.parametrize("folder, extras", [("zerolib", ("validate", "deepspeed")),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from conftest import REPO
+from conftest import DOCUMENTATION, REPO
 
 import zerolib
 
@@ -33,7 +33,7 @@ def _used(text: str) -> set[str]:
 
 
 def test_every_name_the_notebooks_readme_and_benchmarks_use_is_there():
-    paths = [*sorted((REPO / "notebooks").glob("*.ipynb")), REPO / "README.md",
+    paths = [*sorted((REPO / "notebooks").glob("*.ipynb")), *DOCUMENTATION,
              *sorted((REPO / "benchmarks").glob("*.py")), *sorted((REPO / "tests").rglob("*.py"))]
     missing = {f"{path.name}: zl.{name}" for path in paths for name in _used(path.read_text())
                if name not in zerolib.__all__}

@@ -45,7 +45,17 @@ def test_the_query_sets_the_controls_and_the_share_link_keeps_them(page):
     share = urlsplit(page.parts["share"].value.split("href='")[1].split("'")[0].replace("&amp;", "&"))
     assert (share.scheme, share.netloc, share.path) == ("http", "127.0.0.1:8866", "/")
     query = parse_qs(share.query, keep_blank_values=True)
-    assert query["gpus"] == ["16"] and "token" not in query
+    assert "token" not in query and set(query) == {"run"}
+    # the link carries the run file the page offers for download: one file, two ways
+    from zerolib.app.settings import from_query, unpack_config
+    from zerolib.core.run_file import run_from_toml
+    shared = run_from_toml(unpack_config(query["run"][0], "run"))
+    assert shared == page.answers.asked and shared.cluster.gpus == 16
+    download = page.parts["share"].value.split("href='data:application/toml;base64,")[1].split("'")[0]
+    import base64
+    assert run_from_toml(base64.b64decode(download).decode()) == shared
+    # and reopens the page as it is
+    assert from_query(share.query)[0] == page.settings
 
 
 def test_an_uploaded_config_is_read_and_named(page):

@@ -118,3 +118,20 @@ def test_chapter_links_point_at_the_static_chapter_served_beside_the_page():
     assert section_address("state") == (
         "chapter/04-will-it-fit.html#Layer-1:-persistent-model-state")
     assert "127.0.0.1:8888" not in section_link("plan") and "/lab/tree/" not in section_link("run")
+
+
+def test_a_run_in_the_address_is_the_run_file():
+    # The share link packs the run file the page offers for download; reading it back gives the
+    # page's settings; a file the run's door refuses is one line, and the page keeps its own.
+    from zerolib.app.answers import read_model
+    from zerolib.app.settings import DEFAULTS, Settings, from_query, pack_config, run_of, to_query
+    settings = Settings(model="llama-2-13b", gpus=16, device="a100-80gb", seq_len=2048,
+                        global_batch=256, micro_batch=2, layout="bf16-fp32-grads", engine="fsdp2")
+    run = run_of(settings, read_model(settings))
+    query = to_query(settings, run)
+    assert query.startswith("run=") and "&" not in query
+    assert from_query(query) == (settings, ())
+    bad = pack_config('[model]\npreset = "llama-2-13b"\n[trainer]\nrecompute = "most"\n')
+    back, problems = from_query(f"run={bad}")
+    assert back == DEFAULTS and len(problems) == 1
+    assert problems[0].startswith("run in the address: trainer.recompute must be one of")

@@ -159,6 +159,6 @@ def test_every_flag_is_documented_in_docs_app_md_and_the_readme_points_there(cap
     docs = (REPO / "docs" / "app.md").read_text(encoding="utf-8")
     assert [flag for flag in flags if f"`{flag}" not in docs] == []
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert "docs/app.md" in readme and "--idle-timeout" in readme and "--max-visitors" in readme
+    assert "docs/app.md" in readme and "--idle-timeout" in docs and "--max-visitors" in docs
     assert f"`--idle-timeout SECONDS` | {app.DEFAULT_IDLE_SECONDS} |" in docs
     assert f"`--max-visitors N` | {app.DEFAULT_MAX_VISITORS} |" in docs

@@ -60,3 +60,23 @@ def test_a_bad_file_is_one_line_and_exit_2(capsys, tmp_path):
     assert err.count("\n") == 1 and "trainer.recompute must be one of none, selective, full" in err
     status, _, err = run(capsys, "estimate", "--run", str(tmp_path / "missing.toml"))
     assert status == 2 and "is not a file" in err
+
+
+def test_the_run_file_pages_examples_run_in_order(capsys, tmp_path, monkeypatch):
+    # docs/run-file.md's commands, as printed, one after another in a folder of their own
+    import re
+    import shlex
+
+    from conftest import REPO
+    text = (REPO / "docs" / "run-file.md").read_text(encoding="utf-8")
+    block = re.search(r"```bash\n(.*?)```", text, re.S)[1]
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    assert len(commands) == 4
+    monkeypatch.chdir(tmp_path)
+    for command in commands:
+        words = shlex.split(command)
+        assert words[0] == ".venv/bin/zerolib"
+        status, out, err = run(capsys, *words[1:])
+        assert (status, err) == (0, ""), (command, err)
+    assert read_run(tmp_path / "mb2.toml").batch.micro_batch == 2
+    assert read_run(tmp_path / "best.toml").batch.global_batch == 512

@@ -145,3 +145,11 @@ def test_the_light_defaults_are_the_engines_own():
     from zerolib.core.defaults import ENGINE_NAMES
     from zerolib.core.step.engines import ENGINES
     assert tuple(ENGINES) == ENGINE_NAMES
+
+
+def test_a_plan_of_a_run_takes_the_nodes_own_gpus_and_the_models_sequence():
+    # H100s come in DGX H100 nodes of 8 GPUs; llama-2-7b's context is 4,096 tokens
+    result = zl.plan(Run.of("llama-2-7b", 16, device="h100-80gb", global_batch=64))
+    assert (result.settings.gpus_per_node, result.settings.seq_len) == (8, 4096)
+    with pytest.raises(ValueError, match="global_batch must be given to plan"):
+        zl.plan(Run.of("llama-2-7b", 16, device="h100-80gb"))

@@ -4,6 +4,8 @@ the markdown cell (by id) that states it.
 """
 from __future__ import annotations
 
+from conftest import documentation_text
+
 import dataclasses
 import math
 import re
@@ -244,7 +246,7 @@ def test_shipped_percentages(cells, shipped):
     assert (low, high) == ("23%", "63%")
     for cell in ("shipped-lesson", "summary"):
         assert f"{low} to {high} more" in cells[cell]
-    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    readme = documentation_text(flat=True)
     assert f"which save {low} to {high} more than the formula" in readme
 
 

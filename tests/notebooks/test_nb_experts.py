@@ -7,6 +7,8 @@ fail until the text (and the executed notebook) follow.
 """
 from __future__ import annotations
 
+from conftest import documentation_text
+
 import dataclasses
 from pathlib import Path
 
@@ -74,7 +76,7 @@ def test_shapes_prose(cells):
     assert (f"{zl.parameter_count(moe):,} parameters in all, {zl.active_parameter_count(moe):,} active "
             f"per token") in text
     assert round(zl.active_parameter_count(moe) / 1e9, 1) == 12.9
-    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    readme = documentation_text(flat=True)
     assert f"{zl.active_parameter_count(moe):,} of Mixtral's {zl.parameter_count(moe):,}" in readme
 
 

@@ -3,6 +3,8 @@ from zerolib (or worked out by hand in a comment) and found in the markdown cell
 """
 from __future__ import annotations
 
+from conftest import documentation_text
+
 import re
 from pathlib import Path
 
@@ -351,7 +353,7 @@ def test_the_figures_say_which_engine(nb):
 
 
 def test_the_readme_tells_05s_lessons():
-    readme = " ".join((NOTEBOOK.parents[1] / "README.md").read_text(encoding="utf-8").split())
+    readme = documentation_text(flat=True)
     deepspeed, paper = sent_per_stage("deepspeed"), sent_per_stage("paper")
     assert (f"7B on 64 GPUs: {deepspeed[1]:,} bytes per GPU at stage 1, not {paper[1]:,}") in readme
     assert "(m + 1) Psi and 3m Psi under the paper's schedule, while stages 0-1 synchronise once" in readme

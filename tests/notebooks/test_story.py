@@ -9,6 +9,8 @@ sentence until the text and the executed notebook follow.
 """
 from __future__ import annotations
 
+from conftest import DOCUMENTATION
+
 import io
 import re
 import shlex
@@ -236,7 +238,7 @@ def test_the_5as_over_h_term_is_named_for_what_it_is():
 
 def test_one_form_of_the_korthikanti_citation_everywhere():
     texts = [p.read_text(encoding="utf-8") for p in [*NOTEBOOKS.glob("*.ipynb"), *REPO.glob("data/*.md"),
-                                                     REPO / "README.md", *REPO.glob("zerolib/**/*.py")]]
+                                                     *DOCUMENTATION, *REPO.glob("zerolib/**/*.py")]]
     assert not any(re.search(r"Korthikanti et al\.?,? \(?2022", text) for text in texts)
 
 

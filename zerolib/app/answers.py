@@ -21,27 +21,24 @@ The rest are pure functions of an :class:`Answers`: the HTML of each answer, the
 """
 from __future__ import annotations
 
-import csv
 import html
-import io
-import math
 from dataclasses import dataclass, field
 
-from zerolib.app.settings import Settings
+from zerolib.app.settings import Settings, run_of
 from zerolib.core.catalogue.hf_config import config_from_text, model_from_config
 from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
 from zerolib.core.estimate import Estimate, estimate
 from zerolib.core.memory.accounting import STRATEGY_NAMES
 from zerolib.core.memory.working_set import WorkingSetSettings
+from zerolib.core.plan_table import plan_csv as table_csv
 from zerolib.core.planner import (
-    FIT_COLUMNS,
     PLAN_HEADER,
     PLAN_LEFT_OUT,
-    SEARCHED_COLUMNS,
     Plan,
     describe_configuration,
     plan,
 )
+from zerolib.core.run import Run
 from zerolib.core.step.engines import DEFAULT_ENGINE, ENGINES, Engine
 from zerolib.core.step.run_cost import RunCost, run_cost
 from zerolib.core.units import format_value
@@ -76,6 +73,7 @@ class Answers:
     state: Estimate | None = None
     peak: Estimate | None = None
     peak_settings: WorkingSetSettings | None = None
+    asked: Run | None = None         # the run the settings describe (its file: the download)
     plan: Plan | None = field(default=None, repr=False)
     run: RunCost | None = None
     errors: dict = field(default_factory=dict)
@@ -130,24 +128,20 @@ def answers(settings: Settings) -> Answers:
             errors[part] = str(error)
         return Answers(**found)
     stages = engine.stages   # the stages the engine offers
-    try:
-        found["state"] = estimate(parameter_count(config), settings.gpus, layout=settings.layout,
-                                  device=settings.device, stages=stages, engine=name)
+    found["asked"] = asked = run_of(settings, config)
+    try:   # the model state alone: the exact count, as zerolib estimate --params judges it
+        found["state"] = estimate(Run.of(parameter_count(config), settings.gpus,
+                                         layout=settings.layout, device=settings.device,
+                                         stages=stages, engine=name))
     except (ValueError, TypeError) as error:
         errors["state"] = str(error)
-    try:
-        ws = peak_settings_of(settings)
-        found["peak_settings"] = ws
-        found["peak"] = estimate(config, settings.gpus, seq_len=ws.seq_len,
-                                 micro_batch=ws.micro_batch, layout=settings.layout,
-                                 device=settings.device, stages=stages, engine=name)
+    try:   # the peak: the run's working set, judged without timing it
+        found["peak_settings"] = peak_settings_of(settings)
+        found["peak"] = estimate(asked.replace(link=None, stages=stages))
     except (ValueError, TypeError) as error:
         errors["peak"] = str(error)
     try:
-        found["plan"] = result = plan(
-            config, settings.gpus, settings.gpus_per_node, settings.device, settings.seq_len,
-            settings.global_batch, links=settings.links or None, layout=settings.layout,
-            engine=name)
+        found["plan"] = result = plan(asked)
     except (ValueError, TypeError) as error:
         errors["plan"] = errors["run"] = str(error)
         return Answers(**found)
@@ -181,28 +175,10 @@ def left_out_for_all() -> tuple[str, ...]:
 
 # --- the plan as CSV ----------------------------------------------------------------------------
 
-def _plain(value):
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
 def plan_csv(result: Plan, top: int | None = CSV_TOP) -> str:
     """The fitting configurations, fastest first, as ``zerolib plan --format csv --top N``
-    writes them (columns ``rank``, :data:`zerolib.core.planner.FIT_COLUMNS` and the searched
-    ones of :data:`zerolib.core.planner.SEARCHED_COLUMNS`)."""
-    shown = result.fits if top is None else result.fits.head(top)
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    columns = ["rank", *FIT_COLUMNS, *(c for c in SEARCHED_COLUMNS if c in shown.columns)]
-    writer.writerow(columns)
-    for record in shown.to_dict("records"):
-        cells = [str(record[c]) if hasattr(record[c], "categories") else _plain(record[c])
-                 for c in columns]
-        writer.writerow(["" if cell is None else cell for cell in cells])
-    return out.getvalue().rstrip("\n")
+    writes them (:func:`zerolib.core.plan_table.plan_csv`: one writer for both)."""
+    return table_csv(result, top)
 
 
 # --- the page's HTML ----------------------------------------------------------------------------

@@ -81,10 +81,17 @@ def page_address(environ: Mapping[str, str], query: str) -> str:
     return f"http://{host}{':' + port if port else ''}{path}?{query}"
 
 
-def share_html(address: str) -> str:
+def share_html(address: str, run_file: str | None = None) -> str:
+    """The share link, and (with ``run_file``, the run's TOML) its download: one run, carried
+    by both (the link packs the same file)."""
+    download = "" if run_file is None else (
+        f" <a download='run.toml' href='data:application/toml;base64,"
+        f"{base64.b64encode(run_file.encode('utf-8')).decode('ascii')}' class='zerolib-run'>"
+        f"Download this run</a> (a run file: <code>zerolib estimate --run run.toml</code> and "
+        f"<code>zerolib plan --run run.toml</code> answer for it).")
     return (f"<p><a href='{html.escape(address)}' target='_blank' class='zerolib-share'>Share this "
             f"configuration</a>: the address opens the page with these settings (the model "
-            f"too). <code style='font-size:smaller;word-break:break-all'>"
+            f"too).{download} <code style='font-size:smaller;word-break:break-all'>"
             f"{html.escape(address)}</code></p>")
 
 
@@ -330,7 +337,9 @@ class EngineerPage:
                                                     min(len(a.plan.fits), answering.CSV_TOP))
         else:
             self.parts["csv"].value = ""
-        self.parts["share"].value = share_html(page_address(self.environ, to_query(self.settings)))
+        self.parts["share"].value = share_html(
+            page_address(self.environ, to_query(self.settings, a.asked)),
+            None if a.asked is None else a.asked.to_toml())
         self._render_status()
 
     def _draw(self, name: str, make) -> None:

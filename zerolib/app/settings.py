@@ -23,18 +23,20 @@ from urllib.parse import parse_qsl, urlencode
 
 from zerolib.core.catalogue.devices import DEVICES
 from zerolib.core.catalogue.hf_config import MAX_CONFIG_BYTES, config_from_text
-from zerolib.core.catalogue.models import MODELS
+from zerolib.core.catalogue.models import MODELS, TransformerConfig
 from zerolib.core.catalogue.nodes import NODES
+from zerolib.core.defaults import DEFAULT_ENGINE, MAX_RUN_TOKENS
 from zerolib.core.inputs import MAX_GPUS, echo
 from zerolib.core.memory.accounting import LAYOUTS
 from zerolib.core.memory.model_parallel import MAX_MICRO_BATCHES
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, MAX_SEQ_LEN
 from zerolib.core.parse import parse_whole
+from zerolib.core.run import Run
 
 # Devices the page offers: those the planner can place without a links entry (each names the
 # node it usually comes in).
 PLANNED_DEVICES = tuple(name for name, device in DEVICES.items() if device.node is not None)
-MAX_TOKENS = 10**16          # ten quadrillion tokens: far above any published run
+MAX_TOKENS = MAX_RUN_TOKENS  # a run's tokens (zerolib.core.defaults): one bound everywhere
 TOKEN_EXAMPLE = "a count like 2T, 15.6T, 2e12 or 2,000,000,000,000"
 USUAL_NODE = ""              # the links entry meaning "the node the device usually comes in"
 # Keys a query may carry besides the settings: the server's access token.
@@ -84,10 +86,11 @@ def pack_config(text: str) -> str:
     return base64.urlsafe_b64encode(zlib.compress(text.encode("utf-8"), 9)).decode("ascii").rstrip("=")
 
 
-def unpack_config(packed: str) -> str:
+def unpack_config(packed: str, what: str = "config") -> str:
     """:func:`pack_config` undone; ValueError when ``packed`` is not such a text or unpacks to
     more than :data:`MAX_CONFIG_BYTES` (found out without unpacking more than that)."""
-    not_packed = "config in the address is not a packed config.json"
+    not_packed = (f"{what} in the address is not a packed "
+                  f"{'config.json' if what == 'config' else 'run file'}")
     try:
         raw = base64.urlsafe_b64decode(packed + "=" * (-len(packed) % 4))
         unpacker = zlib.decompressobj()
@@ -95,8 +98,8 @@ def unpack_config(packed: str) -> str:
     except (binascii.Error, zlib.error, ValueError):
         raise ValueError(not_packed) from None
     if len(data) > MAX_CONFIG_BYTES:
-        raise ValueError(f"config in the address unpacks to more than {MAX_CONFIG_BYTES:,} bytes; "
-                         f"a config.json is a few kilobytes")
+        raise ValueError(f"{what} in the address unpacks to more than {MAX_CONFIG_BYTES:,} bytes; "
+                         f"a {'config.json' if what == 'config' else 'run file'} is a few kilobytes")
     if not unpacker.eof:
         raise ValueError(not_packed)
     try:
@@ -119,8 +122,50 @@ def compact_config(data: dict) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
-def to_query(settings: Settings) -> str:
-    """Every field as ``name=value``, in the dataclass's order; the config packed."""
+def run_of(settings: Settings, model: TransformerConfig) -> Run:
+    """The run the page's settings describe, for ``model`` (the preset or the upload, read):
+    what the page answers for, its download and its share link carry."""
+    return Run.of(model, settings.gpus, gpus_per_node=settings.gpus_per_node,
+                  device=settings.device, link=settings.links or None, seq_len=settings.seq_len,
+                  global_batch=settings.global_batch, micro_batch=settings.micro_batch,
+                  layout=settings.layout, engine=settings.engine or DEFAULT_ENGINE,
+                  tokens=settings.tokens)
+
+
+def settings_of(run: Run, base: Settings = DEFAULTS) -> dict:
+    """The page's fields a run gives (its model only when a preset: an upload travels as its
+    config); ValueError naming what the page cannot show."""
+    c, b, t = run.cluster, run.batch, run.trainer
+    if c.device is None or not isinstance(c.device, str):
+        raise ValueError("run in the address names no catalogue device")
+    values = {"gpus": c.gpus, "device": c.device, "links": c.link or USUAL_NODE,
+              "seq_len": run.seq_len, "micro_batch": b.micro_batch, "layout": t.layout_name,
+              # "": the page's default engine entry, the step model's own
+              "engine": "" if t.engine == DEFAULT_ENGINE or not isinstance(t.engine, str) else t.engine}
+    if c.gpus_per_node is not None:
+        values["gpus_per_node"] = c.gpus_per_node
+    if b.global_batch is not None:
+        values["global_batch"] = b.global_batch
+    if b.tokens is not None:
+        values["tokens"] = b.tokens
+    if run.config is not None and MODELS.get(run.config.name) == run.config:
+        values["model"] = run.config.name
+    for key, value in values.items():   # what the page's own controls can show
+        if key in _CHOICES and value not in _CHOICES[key]:
+            raise ValueError(f"run in the address: {key} must be one of "
+                             f"{', '.join(v or 'the usual node' for v in _CHOICES[key])}, got {echo(value)}")
+    return values
+
+
+def to_query(settings: Settings, run: Run | None = None) -> str:
+    """The share link's query: with ``run``, the run file packed (``run=``) and the upload, if
+    any, beside it (``config=``, ``config_name=``); without, every field as ``name=value``, in
+    the dataclass's order, the config packed."""
+    if run is not None:
+        pairs = [("run", pack_config(run.to_toml()))]
+        if settings.config:
+            pairs += [("config", pack_config(settings.config)), ("config_name", settings.config_name)]
+        return urlencode(pairs)
     pairs = []
     for name in FIELDS:
         value = getattr(settings, name)
@@ -147,6 +192,12 @@ def from_query(query: str, base: Settings = DEFAULTS) -> tuple[Settings, tuple[s
     for key, text in pairs:
         if key in IGNORED_KEYS:
             continue
+        if key == "run":   # a run file: its fields, then any field named beside it
+            try:
+                values = {**_run_fields(text, base), **values}
+            except (ValueError, TypeError) as error:
+                problems.append(str(error))
+            continue
         if key not in FIELDS:
             unknown.append(echo(key))
             continue
@@ -161,6 +212,13 @@ def from_query(query: str, base: Settings = DEFAULTS) -> tuple[Settings, tuple[s
     if values.get("config") == "":
         values["config_name"] = ""
     return replace(base, **values), tuple(problems)
+
+
+def _run_fields(text: str, base: Settings) -> dict:
+    """The page's fields of a packed run file (read as ``--run`` reads a file: bounded)."""
+    from zerolib.core.run_file import run_from_toml
+    run = run_from_toml(unpack_config(text, "run"), where="run in the address")
+    return settings_of(run, base)
 
 
 def _read(key: str, text: str):

@@ -17,13 +17,13 @@ import sys
 from importlib import import_module
 
 from zerolib.cli._flags import flag_table, name_flags
+from zerolib.cli._summaries import SUMMARIES
 
 # The subcommands, in the order `zerolib --help` lists them. Each module is imported when its
-# command runs (or when every command's help is asked for): one command does not pay for the
-# imports of the others (pandas, the planner, the cross-checks).
-COMMANDS = {name: f"zerolib.cli.{name.replace('-', '_')}" for name in (
-    "estimate", "plan", "models", "figures", "notebooks", "html", "lab", "app", "validate",
-    "validate-communication", "validate-mechanisms", "measure-deepspeed", "crosscheck")}
+# command runs (or when every command's own parser is asked for): one command does not pay for
+# the imports of the others (pandas, the planner, the cross-checks), and the listing of
+# `zerolib --help` for none of them.
+COMMANDS = {name: f"zerolib.cli.{name.replace('-', '_')}" for name in SUMMARIES}
 _LONG_WORD = re.compile(r"\S{201,}")
 
 
@@ -45,16 +45,19 @@ def __getattr__(name):   # PEP 562: SUBCOMMANDS, the modules, imported when aske
     raise AttributeError(f"module 'zerolib.cli' has no attribute {name!r}")
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+def build_parser(only: str | None = None, listing: bool = False) -> argparse.ArgumentParser:
     """The ``zerolib`` parser with every subcommand, or with ``only`` that one (what parsing
-    a command line that names it needs)."""
+    a command line that names it needs); with ``listing``, every command by its summary alone
+    (what ``zerolib --help`` prints), no command's module imported."""
     parser = OneLineParser(
         prog="zerolib",
         description="Per-GPU training memory under the ZeRO stages: estimates, figures, checks.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     commands.required = True
     for name, module in COMMANDS.items():
-        if only is None or name == only:
+        if listing:
+            commands.add_parser(name, help=SUMMARIES[name])
+        elif only is None or name == only:
             import_module(module).register(commands)
     return parser
 
@@ -127,7 +130,8 @@ def mistyped(argv: list[str], parser: argparse.ArgumentParser) -> str | None:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # The top level takes no option but --help, so a command is the first word or absent.
-    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
+    named = argv[0] if argv and argv[0] in COMMANDS else None
+    parser = build_parser(named, listing=named is None)
     typo = mistyped(argv, parser)
     if typo is not None:
         print(typo, file=sys.stderr)

@@ -31,6 +31,7 @@ from zerolib.cli._server import (
     server_environment,
     sigterm_as_ctrl_c,
 )
+from zerolib.cli._summaries import SUMMARIES
 from zerolib.core.parse import parse_whole
 
 DEFAULT_PORT = 8866      # Voilà's own default
@@ -45,7 +46,7 @@ MAX_VISITORS = 1024
 
 def register(commands) -> None:
     parser = commands.add_parser(
-        "app", help="start the engineer's page: will my model train here, and how? (127.0.0.1)",
+        "app", help=SUMMARIES["app"],
         description="Start one web page that answers, for a model (a preset or your own "
                     "config.json), a cluster and a run: whether the model state fits under each "
                     "ZeRO stage, the peak per GPU with the working set, the planner's fastest "

@@ -13,12 +13,13 @@ The tables are in GiB (2^30 bytes); ``--format json`` gives the exact bytes.
 from __future__ import annotations
 
 from zerolib.cli._output import json_text, text_table
+from zerolib.cli._summaries import SUMMARIES
 from zerolib.core.units import GiB
 
 
 def register(commands) -> None:
     parser = commands.add_parser(
-        "crosscheck", help="Korthikanti et al.'s models and Megatron-LM's memory estimate beside zerolib",
+        "crosscheck", help=SUMMARIES["crosscheck"],
         description="Korthikanti et al.'s (MLSys 2023) four GPTs through zerolib's activation "
                     "arithmetic, each technique's share of the tensor-parallel baseline beside "
                     "what the paper prints; and Megatron-LM's theoretical_memory_usage.py for "

@@ -18,6 +18,7 @@ from zerolib.cli._arguments import (
     stage_number,
 )
 from zerolib.cli._output import fitted_table, json_text, output_width, wrapped
+from zerolib.cli._summaries import SUMMARIES
 from zerolib.core.catalogue.devices import CAPACITY_BASES, DEVICES, device_at
 from zerolib.core.estimate import estimate
 from zerolib.core.inputs import MAX_GPUS
@@ -31,7 +32,7 @@ from zerolib.core.units import UNITS, to_unit
 
 def register(commands) -> None:
     parser = commands.add_parser(
-        "estimate", help="bytes per GPU under each ZeRO stage",
+        "estimate", help=SUMMARIES["estimate"],
         description="Persistent model state (parameters, gradients, optimizer state) per GPU "
                     "under plain data parallelism and ZeRO stages 1-3.")
     what = parser.add_mutually_exclusive_group()

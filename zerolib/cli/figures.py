@@ -17,6 +17,7 @@ from zerolib.cli._arguments import (
     size_list,
 )
 from zerolib.cli._output import progress_bar
+from zerolib.cli._summaries import SUMMARIES
 from zerolib.core.catalogue.devices import DEVICES
 from zerolib.core.inputs import MAX_FIGURE_POINTS, MAX_FIGURE_SIZES
 from zerolib.core.parse import parse_count
@@ -25,7 +26,7 @@ from zerolib.core.units import UNITS
 
 def register(commands) -> None:
     parser = commands.add_parser(
-        "figures", help="write the published figures (PNG, SVG) and their data (CSV)",
+        "figures", help=SUMMARIES["figures"],
         description="Write figures/<name>.png and .svg, data/<name>.csv and data/README.md for "
                     "the chapter's two figures: per-GPU memory against GPU count, and across "
                     "model sizes. Files are replaced atomically; unchanged files are left alone.")

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 from zerolib.cli._arguments import output_folder
+from zerolib.cli._summaries import SUMMARIES
 from zerolib.paths import NOTEBOOK_DIR
 
 
 def register(commands) -> None:
     parser = commands.add_parser(
-        "html", help="export every notebook to a static HTML page",
+        "html", help=SUMMARIES["html"],
         description="Export the chapter's notebooks, with their recorded outputs, to HTML pages "
                     "(figures embedded, readable offline; each explorer as it was saved) plus an "
                     "index.html of the chapter's contents. Nothing is executed.")
@@ -19,7 +20,7 @@ def register(commands) -> None:
                         help="folder with require.js (npm: requirejs) and the dist/ files of "
                              "@jupyter-widgets/html-manager 1.x (embed-amd.js ...), copied beside "
                              "the pages so the saved widgets render offline, their controls "
-                             "disabled (the README gives the npm commands)")
+                             "disabled (docs/reading.md gives the npm commands)")
     parser.set_defaults(func=run)
 
 

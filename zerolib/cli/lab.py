@@ -48,6 +48,7 @@ from zerolib.cli._server import (
     server_environment,
     sigterm_as_ctrl_c,
 )
+from zerolib.cli._summaries import SUMMARIES
 
 DEFAULT_PORT = 8888
 # Server settings that keep the terminal to what a reader can act on (see the module doc).
@@ -67,7 +68,7 @@ _APP_SETTINGS_FILES = ("overrides.json", "page_config.json")
 
 def register(commands) -> None:
     parser = commands.add_parser(
-        "lab", help="start JupyterLab on a working copy of the chapter (127.0.0.1)",
+        "lab", help=SUMMARIES["lab"],
         description="Start JupyterLab on 127.0.0.1 on a working copy of the chapter's notebooks "
                     "(build/lab/ unless --workdir says otherwise), print the address of "
                     "00-index.ipynb (with its access token) and run until Ctrl-C. What you run "

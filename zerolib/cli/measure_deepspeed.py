@@ -11,12 +11,13 @@ import sys
 from pathlib import Path
 
 from zerolib.cli._arguments import add_run_arguments, worker_counts
+from zerolib.cli._summaries import SUMMARIES
 from zerolib.crosscheck.validation import DEEPSPEED_INSTALL_HINT
 
 
 def register(commands) -> None:
     parser = commands.add_parser(
-        "measure-deepspeed", help="measure DeepSpeed's ZeRO stages per rank on the CPU (needs deepspeed)",
+        "measure-deepspeed", help=SUMMARIES["measure-deepspeed"],
         description="Train two small Linear stacks for two steps under DeepSpeed ZeRO stages 0-3 "
                     "(fp32 and bf16) in 2 and 4 processes on the CPU, count the bytes every rank "
                     "holds (parameters, gradients, optimizer state, fp32 master weights, buckets) "

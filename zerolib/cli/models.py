@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from zerolib.cli import _own_model as own_model_cli
 from zerolib.cli._output import json_text, text_table
+from zerolib.cli._summaries import SUMMARIES
 from zerolib.core.catalogue.models import (
     MODELS,
     active_parameter_count,
@@ -20,7 +21,7 @@ from zerolib.core.catalogue.models import (
 
 def register(commands) -> None:
     parser = commands.add_parser(
-        "models", help="list the model presets with parameter counts and sources",
+        "models", help=SUMMARIES["models"],
         description="Model presets (decoder-only transformers from their published "
                     "configurations): exact parameter count, active parameters per token "
                     "(all but the experts a token is not routed to; the total for dense models), "

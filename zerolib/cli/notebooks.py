@@ -4,10 +4,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from zerolib.cli._summaries import SUMMARIES
+
 
 def register(commands) -> None:
     parser = commands.add_parser(
-        "notebooks", help="re-execute the notebooks in place (or --check them)",
+        "notebooks", help=SUMMARIES["notebooks"],
         description="Execute each notebook top to bottom in a fresh kernel and save it with its "
                     "outputs and widget state, without timing metadata, with stable widget ids "
                     "and the metadata JupyterLab writes on saving, so a rerun gives the same bytes "

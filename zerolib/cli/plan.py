@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import math
 
 from zerolib.cli import _own_model as own_model_cli
@@ -20,6 +18,7 @@ from zerolib.cli._communication import (
     link_efficiency_from,
 )
 from zerolib.cli._output import fitted_table, json_text, output_width, wrapped
+from zerolib.cli._summaries import SUMMARIES
 from zerolib.core.catalogue.devices import DEVICES
 from zerolib.core.catalogue.links import LINKS
 from zerolib.core.catalogue.nodes import NODES
@@ -29,9 +28,9 @@ from zerolib.core.memory.activations import RECOMPUTE
 from zerolib.core.memory.model_parallel import ALL_CHUNKS, MAX_CHUNKS, MAX_MICRO_BATCHES
 from zerolib.core.memory.working_set import MAX_SEQ_LEN
 from zerolib.core.parse import parse_fraction, parse_size, parse_whole
+from zerolib.core.plan_table import plan_csv, plan_rows
 from zerolib.core.planner import (
     DEFAULT_LINKS,
-    FIT_COLUMNS,
     MAX_PLAN_MICRO_BATCH,
     OFFLOADS,
     PLAN_HEADER,
@@ -51,7 +50,7 @@ SEQUENCE_PARALLEL = {"both": (False, True), "on": (True,), "off": (False,)}
 
 def register(commands) -> None:
     parser = commands.add_parser(
-        "plan", help="every (t, p, d, ZeRO, ...) configuration that fits, ranked by step time",
+        "plan", help=SUMMARIES["plan"],
         description="Enumerate every configuration of tensor, pipeline and data parallelism, "
                     "ZeRO stage, shard group, recomputation, micro-batch and offload for a model "
                     "on a cluster; reject what cannot run (by rule, with counts); report those "
@@ -167,11 +166,15 @@ def _fill_from_run_file(args) -> None:
         run_file_cli.fill_args(args, described, renamed={"link": "links", "seq_len": "seq"})
         for dest, value in searched.items():   # the search is the plan's, not the run's
             setattr(args, dest, value)
+        if args.seq is None:   # the run's own: the model's context length, at most 4,096
+            args.seq = str(described.seq_len)
+
     if not any(getattr(args, name, None) is not None
                for name in ("model", "config", "megatron_args")) \
             and getattr(args, "run_model", None) is None:
         raise ValueError("one of the arguments --model --config --megatron-args --run is required")
-    missing = [flag for dest, flag in _REQUIRED.items() if getattr(args, dest, None) is None]
+    missing = [flag for dest, flag in _REQUIRED.items() if getattr(args, dest, None) is None
+               and not (dest == "gpus_per_node" and described is not None)]   # the node's own
     if missing:
         raise ValueError(f"the following arguments are required: {', '.join(missing)} (or a "
                          "--run file that gives them)")
@@ -284,6 +287,7 @@ def run(args) -> int:
     tokens = run_cli.tokens_from(args)
     model = own_model_cli.model_from(args) or getattr(args, "run_model", None)
     result = plan(model, parse_whole(args.gpus, "--gpus", maximum=MAX_GPUS),
+                  None if args.gpus_per_node is None else
                   parse_whole(args.gpus_per_node, "--gpus-per-node", maximum=MAX_GPUS),
                   args.device, parse_whole(args.seq, "--seq", maximum=MAX_SEQ_LEN),
                   parse_whole(args.global_batch, "--global-batch", maximum=MAX_MICRO_BATCHES),
@@ -302,39 +306,14 @@ def run(args) -> int:
     return 0
 
 
-def _plain(value):
-    """A JSON value: numpy scalars as Python numbers, NaN (unknown) as null."""
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
-def _rows(frame, top):
-    shown = frame if top is None else frame.head(top)
-    return [{key: _plain(value) if not hasattr(value, "categories") else str(value)
-             for key, value in record.items()} for record in shown.to_dict("records")]
-
-
 def as_json(result, top=None) -> dict:
-    rejected = [{key: _plain(value) for key, value in record.items()}
-                for record in result.rejected.to_dict("records")]
     return {"header": PLAN_HEADER, "left_out": list(PLAN_LEFT_OUT), "settings": result.settings.as_dict(),
-            "counts": result.counts(), "fits": _rows(result.fits, top), "rejected": rejected}
+            "counts": result.counts(), "fits": plan_rows(result.fits, top),
+            "rejected": plan_rows(result.rejected)}
 
 
 def as_csv(result, top=None, tokens=None) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    # the ranked frame's columns, in order, and the degrees searched beyond them
-    columns = ["rank", *FIT_COLUMNS, *(c for c in SEARCHED if c in result.fits.columns)]
-    cost = None if tokens is None else run_cli.plan_cost(result, tokens)
-    writer.writerow(columns + ([] if tokens is None else ["run_seconds", "gpu_hours"]))
-    for i, row in enumerate(_rows(result.fits, top)):
-        run = [] if cost is None else [float(cost.seconds[i]), float(cost.gpu_hours[i])]
-        writer.writerow(["" if row[c] is None else row[c] for c in columns] + run)
-    return out.getvalue().rstrip("\n")
+    return plan_csv(result, top, None if tokens is None else run_cli.plan_cost(result, tokens))
 
 
 # What tells two fitting configurations apart besides their recomputation and what it changes
@@ -355,7 +334,7 @@ def tied_rows(fits, top: int) -> list[list[dict]]:
     first = list(dict.fromkeys(group.to_numpy().tolist()))[:top]
     chosen = fits[group.isin(first).to_numpy()]
     by_group: dict[int, list[dict]] = {g: [] for g in first}
-    for g, record in zip(group[chosen.index].tolist(), _rows(chosen, None)):
+    for g, record in zip(group[chosen.index].tolist(), plan_rows(chosen)):
         by_group[g].append(record)
     return list(by_group.values())
 

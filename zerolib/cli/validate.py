@@ -11,6 +11,7 @@ import sys
 
 from zerolib.cli._arguments import add_run_arguments, worker_counts
 from zerolib.cli._output import json_text, text_table
+from zerolib.cli._summaries import SUMMARIES
 from zerolib.core.memory.accounting import CATEGORIES
 from zerolib.crosscheck.validation import INSTALL_HINT
 from zerolib.crosscheck.validation.effects import MECHANISMS
@@ -22,7 +23,7 @@ from zerolib.crosscheck.validation.setups import (
 
 def register(commands) -> None:
     parser = commands.add_parser(
-        "validate", help="measure real PyTorch runs on the CPU against zerolib (needs torch)",
+        "validate", help=SUMMARIES["validate"],
         description="Train tiny models for one step under DDP (stage 0), ZeroRedundancyOptimizer "
                     "(stage 1), FSDP2 fully_shard (stage 2 and 3 analogues, and bf16 compute) "
                     "and HSDP (fully_shard on a 2-D mesh: stage 3 over shard groups of 2) "

@@ -12,6 +12,7 @@ import sys
 
 from zerolib.cli._arguments import add_run_arguments, worker_counts
 from zerolib.cli._output import json_text, text_table
+from zerolib.cli._summaries import SUMMARIES
 from zerolib.crosscheck.validation import DEEPSPEED_INSTALL_HINT, INSTALL_HINT
 from zerolib.crosscheck.validation.effects import MECHANISMS
 from zerolib.crosscheck.validation.explain_communication import COMPARED_KINDS, ENGINES
@@ -24,7 +25,7 @@ from zerolib.crosscheck.validation.records import (
 def register(commands) -> None:
     parser = commands.add_parser(
         "validate-communication",
-        help="count the bytes real runs hand to each collective, against zerolib (needs torch)",
+        help=SUMMARIES["validate-communication"],
         description="Train tiny models under DDP, ZeroRedundancyOptimizer, FSDP2 and HSDP "
                     "(FSDP2 on a 2 x 2 mesh, with 4 workers) (--engine pytorch) or under "
                     "DeepSpeed's ZeRO stages 0-3 (--engine deepspeed) with "

@@ -13,6 +13,7 @@ import sys
 import warnings
 
 from zerolib.cli._output import json_text, text_table
+from zerolib.cli._summaries import SUMMARIES
 from zerolib.crosscheck.validation import INSTALL_HINT
 from zerolib.crosscheck.validation.records import MECHANISMS_FILE
 
@@ -20,7 +21,7 @@ from zerolib.crosscheck.validation.records import MECHANISMS_FILE
 def register(commands) -> None:
     parser = commands.add_parser(
         "validate-mechanisms",
-        help="measure trainers' memory mechanisms with real PyTorch code (needs torch)",
+        help=SUMMARIES["validate-mechanisms"],
         description="Run transformers' Llama layers under each recompute policy (none, "
                     "torchtitan's op-level selective policy, Megatron-LM's selective, full, "
                     "uniform and block recomputation, with and without Megatron's dropout), "

@@ -399,10 +399,7 @@ def _node_gpus(run: Run, placement: Placement | None) -> int | None:
     """The GPUs per node the link's node model takes: ``cluster.gpus_per_node`` when the link is
     a node, or a plain link with no placement to use it (which the link then refuses)."""
     c = run.cluster
-    if c.gpus_per_node is None or c.link is None:
-        if c.gpus_per_node is not None and placement is None:
-            raise ValueError("cluster.gpus_per_node needs a link (a node's GPUs) or a placement "
-                             "(the GPUs sharing a node's CPU memory and NVMe)")
+    if c.gpus_per_node is None or c.link is None:   # (a cluster's node size, unused without a link)
         return None
     if placement is not None and c.link.strip().lower() not in NODES:
         return None

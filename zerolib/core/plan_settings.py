@@ -253,11 +253,12 @@ def _settings_of(run: Run, search: Search) -> PlanSettings:
         raise ValueError("device must be given to plan (cluster.device: what each GPU holds)")
     device = c.device if isinstance(c.device, Device) else device_at(c.device, c.capacity)
     k = c.gpus_per_node
-    if k is None:
-        node = NODES.get(links_for(device, c.link)) if isinstance(links_for(device, c.link), str) else None
+    if k is None:   # the node's own: the run's link, or the node the device comes in
+        node = NODES.get(links_for(device, c.link).strip().lower()) if isinstance(
+            links_for(device, c.link), str) else None
         if node is None:
             raise ValueError("gpus_per_node must be given to plan over links that name no node")
-        k = node.gpus_per_node
+        k = node.gpus
     if gpus > k and gpus % k:
         raise ValueError(f"gpus ({gpus}) must fill whole nodes of gpus_per_node ({k})")
     seq_len = run.seq_len
