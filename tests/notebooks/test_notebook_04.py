@@ -213,3 +213,13 @@ def test_the_shipped_blocks_range_in_one_sentence(cells):
     low, high = f"{round(100 * relative.min())}%", f"{round(100 * relative.max())}%"
     assert (low, high) == ("23%", "63%")
     assert f"save {low} to {high} more" in cells["left-out"]
+
+
+def test_the_measured_peaks_reading_is_the_table(cells):
+    # counted from the published measurements and zerolib's prediction of each row
+    from zerolib.crosscheck.measured_peaks import measured_peaks, predicted_frame
+    held = predicted_frame()
+    within = int(((held["ratio"] - 1).abs() <= 0.10).sum())
+    assert len(measured_peaks()) > len(held)
+    assert (f"Of {len(held)} runs zerolib describes, {within} are within 10 %"
+            in cells["measured-read"])

@@ -62,3 +62,17 @@ def measured_peaks(data_dir=None) -> pd.DataFrame:
     if path.stat().st_size > MAX_FILE_BYTES:
         raise ValueError(f"{path.name} is larger than {MAX_FILE_BYTES:,} bytes")
     return pd.read_csv(path, dtype={"run": str, "finding": str}, keep_default_na=False)
+
+
+def predicted_frame(data_dir=None) -> pd.DataFrame:
+    """The predicted rows of the table with zerolib's ``predicted_bytes`` (the peak compared
+    with the measurement) and ``ratio``, computed now: what the chapter's figure draws."""
+    rows = []
+    for _, row in measured_peaks(data_dir).iterrows():
+        found = predict(row)
+        if found is not None:
+            rows.append({"id": row["id"], "measured": row["measured"],
+                         "measured_bytes": int(row["measured_bytes"]),
+                         "predicted_bytes": found.compared, "ratio": found.ratio,
+                         "tolerance": row["tolerance"], "finding": row["finding"]})
+    return pd.DataFrame(rows)

@@ -17,10 +17,11 @@ PyTorch code on the CPU (``data/mechanisms_measured.md``) or read in the trainer
     behaviour (unsharded parameters and gradients under a pipeline, the optimizer step's
     temporary) is torchtitan's convention below.
 ``megatron`` (Megatron-LM, commit d98e8a64)
-    the chapter's count with Megatron-LM's default dropout: ``hidden_dropout =
-    attention_dropout = 0.1`` (``transformer_config.py``; a 1-byte mask after attention and
-    after the MLP, none inside a flash kernel; measured: rows ``none-dropout``,
-    ``selective-dropout``). ``dropout = false`` turns it off.
+    the chapter's count. Megatron-LM launches with ``hidden_dropout = attention_dropout = 0.1``
+    (``transformer_config.py``; a 1-byte mask after attention and after the MLP, none inside a
+    flash kernel; measured: rows ``none-dropout``, ``selective-dropout``); the catalogue's
+    models say whether they train with dropout (Llama, Mixtral, DeepSeek: no), so a launch at
+    Megatron-LM's defaults is ``dropout = true``.
 ``torchtitan`` (pytorch/torchtitan, commit b5bcd76c; the December 2024 benchmarks ran 9dec370)
     FSDP2 as torchtitan applies it (``apply_fsdp``: bf16 parameters, fp32 reduction,
     ``reshard_after_forward`` except under pipeline parallelism), its loss
@@ -110,11 +111,12 @@ CONVENTIONS: Mapping[str, MemoryConvention] = MappingProxyType({
         "DeepSpeed 0.19.8"})),
     "fsdp2": MemoryConvention("fsdp2", sources=MappingProxyType({
         "the chapter's count": "Rajbhandari et al., SC20, Sec. III-A"})),
-    # Megatron-LM: the chapter's count with its default dropout (0.1: masks saved).
-    "megatron": MemoryConvention(
-        "megatron", dropout=True, sources=MappingProxyType({
-            "hidden_dropout = attention_dropout = 0.1": "megatron/core/transformer/"
-            "transformer_config.py TransformerConfig; Megatron-LM d98e8a64"})),
+    # Megatron-LM: the chapter's count. Its launch default is dropout 0.1 (a mask after attention
+    # and after the MLP, measured: rows none-dropout, selective-dropout); the catalogue's models
+    # say whether they train with dropout, so trainer.dropout = true asks for a launch at defaults.
+    "megatron": MemoryConvention("megatron", sources=MappingProxyType({
+        "hidden_dropout = attention_dropout = 0.1 (trainer.dropout = true)": "megatron/core/"
+        "transformer/transformer_config.py TransformerConfig; Megatron-LM d98e8a64"})),
     "torchtitan": MemoryConvention(
         "torchtitan", loss="eager", compiled_loss=True, logits_freed=True, fsdp=True,
         deepspeed_buffers=False,
