@@ -249,3 +249,13 @@ def test_the_idle_time_is_said_on_the_page_only_when_the_server_sets_one():
     assert "after 90 seconds" in idle_words({IDLE_VARIABLE: "90"})
     page = EngineerPage.from_environment({IDLE_VARIABLE: "60"})
     assert "stops after 1 minute without a change" in page.widget.children[0].value
+
+
+def test_the_peak_answer_shows_both_peaks_and_what_the_verdict_judges():
+    a = answers(Settings())
+    text = answering.peak_html(a)
+    assert "<th>Peak</th><th>Peak reserved</th>" in text and "the verdict judges the peak" in text
+    t = answers(Settings(engine="torchtitan"))
+    assert "the verdict judges the reserved peak" in answering.peak_html(t)
+    # the plan is the chapter's count: torchtitan is refused there in one line, the page goes on
+    assert "torchtitan" in t.errors["plan"]
