@@ -43,7 +43,7 @@ def test_every_name_the_notebooks_readme_and_benchmarks_use_is_there():
 def test_the_notebooks_use_most_of_it():
     # Curated: the top level is what the chapter needs plus a few entry points, not every helper.
     used = set().union(*(_used(p.read_text()) for p in (REPO / "notebooks").glob("*.ipynb")))
-    assert len(zerolib.__all__) <= 105   # (the run's nouns are the door's)
+    assert len(zerolib.__all__) <= 108   # (the run's nouns are the door's; the shard explorer, frameworks)
     assert len(used & set(zerolib.__all__)) >= 0.8 * len(zerolib.__all__)
 
 

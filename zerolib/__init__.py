@@ -42,6 +42,7 @@ _EXPORTS = (
     # your own model: a config.json or a Megatron-LM launch's arguments
     ("zerolib.core.catalogue.hf_config", ("model_from_config",)),
     ("zerolib.core.catalogue.megatron_args", ("model_from_megatron_args",)),
+    ("zerolib.core.catalogue.frameworks", ("framework_table",)),
     # memory: model state, where it lives, the working set, the searches
     ("zerolib.core.memory.accounting", ("CATEGORIES", "STAGES", "PARTITIONED", "STRATEGY_NAMES",
                                         "LAYOUTS", "Layout", "get_layout", "model_state")),
@@ -78,7 +79,8 @@ _EXPORTS = (
     ("zerolib.chapter.charts.group_traffic", ("group_tradeoff_figure",)),
     ("zerolib.chapter.charts.plan_peaks", ("plan_peaks_figure",)),
     ("zerolib.chapter.explorers", ("GpuCountExplorer", "ModelSizeExplorer", "WillItFitExplorer",
-                                   "PlacementExplorer", "StepTimeExplorer", "PlannerExplorer")),
+                                   "PlacementExplorer", "StepTimeExplorer", "PlannerExplorer",
+                                   "ShardExplorer")),
 )
 # Whole modules of the cross-checks, used as namespaces (``zl.paper.figure1_comparison()``).
 _MODULE_ENTRIES = (

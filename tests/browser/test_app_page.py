@@ -35,8 +35,10 @@ from browser_support import MEASURE, chromium, layout_problems
 from conftest import REPO
 
 from zerolib.app.answers import engine_choices
-from zerolib.app.settings import Settings, compact_config
+from zerolib.app.settings import Settings, compact_config, unpack_config
+from zerolib.cli._server import STOP_SECONDS
 from zerolib.core.planner import plan
+from zerolib.core.run_file import run_from_toml
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -150,7 +152,9 @@ def test_the_page_answers_an_uploaded_config_and_stops_clean(app_server, playwri
         # The share link reopens the page as it was: the uploaded model and 32 GPUs.
         share = page.locator("a.zerolib-share").get_attribute("href")
         query = parse_qs(urlsplit(share).query, keep_blank_values=True)
-        assert query["gpus"] == ["32"] and query["config_name"] == ["mistral-7b-v0.3"]
+        # It carries the run file (its cluster: 32 GPUs) and the upload beside it.
+        shared = run_from_toml(unpack_config(query["run"][0], "run"))
+        assert shared.cluster.gpus == 32 and query["config_name"] == ["mistral-7b-v0.3"]
         assert "token" not in query       # the server's secret is not shared
         again = context.new_page()
         again.goto(share, wait_until="domcontentloaded", timeout=ANSWER_MS)
@@ -163,7 +167,7 @@ def test_the_page_answers_an_uploaded_config_and_stops_clean(app_server, playwri
     below = descendants(process.pid)
     assert below, "the server started no process"
     process.send_signal(signal.SIGINT)
-    assert process.wait(timeout=60) == 0
+    assert process.wait(timeout=4 * STOP_SECONDS) == 0   # the stop's own bound, on a loaded machine
     assert "zerolib app: stopping Voila" in process.stderr.read()
     with pytest.raises(ProcessLookupError):       # the server's whole group is gone
         os.killpg(process.pid, 0)

@@ -70,6 +70,15 @@ class ExplorerCheck:
 # partitioned category holds ceil(P / N) elements on each of N GPUs. The A100 80GB holds
 # 80 GiB = 85,899,345,920 bytes = 85.9 GB. The explorers print three significant digits.
 EXPLORERS = {check.notebook: check for check in (
+    # Notebook 1 leaves the shard explorer at its worksheet, 1B parameters on 4 GPUs, stage 1; one
+    # step right is 5 GPUs: 2 GB of fp16 parameters and 2 GB of gradients stay whole, the 12 GB of
+    # optimizer state split five ways is 2.4 GB: 6.4 GB per GPU; stage 3 holds 16 / 5 = 3.2 GB.
+    ExplorerCheck(
+        "01-bytes-per-parameter.ipynb", "GPUs", "4", "5", (
+            "1B parameters on 5 GPUs",
+            "Per GPU: parameters 2.00 GB + gradients 2.00 GB + optimizer state 2.40 GB = 6.40 GB",
+            "ZeRO stage 3 (+ parameters) 0.4 GB 0.4 GB 2.40 GB 3.20 GB",
+        )),
     # Notebook 2 leaves the explorer at 70B on 1 to 1024 GPUs; one step right is 175B (the next
     # size offered). At 1024 GPUs ceil(175e9 / 1024) = 170,898,438: plain DP 16P = 2,800 GB;
     # stage 1 4P + 12 x 170,898,438 = 700 + 2.05 = 702 GB; stage 2 2P + 14 x ... = 350 + 2.39 =

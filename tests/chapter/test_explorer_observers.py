@@ -15,6 +15,7 @@ EXPLORERS = {
     "placement": explorers.PlacementExplorer,
     "step_time": explorers.StepTimeExplorer,
     "planner": explorers.PlannerExplorer,
+    "shards": explorers.ShardExplorer,
 }
 BAD = (None, math.nan)
 

@@ -26,6 +26,7 @@ EXPLORERS = {
     "placement": explorers.PlacementExplorer,
     "step_time": explorers.StepTimeExplorer,
     "planner": explorers.PlannerExplorer,
+    "shards": explorers.ShardExplorer,
 }
 
 

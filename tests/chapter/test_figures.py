@@ -28,6 +28,9 @@ FILES = sorted([
     "figures/memory-vs-step-time.png", "figures/memory-vs-step-time.svg",
     "data/memory-vs-gpu-count.csv", "data/memory-vs-model-size.csv", "data/README.md",
     "data/step-timeline.csv", "data/memory-vs-step-time.csv",
+    "figures/shards-by-stage.png", "figures/shards-by-stage.svg", "data/shards-by-stage.csv",
+    "figures/shards-through-a-step.png", "figures/shards-through-a-step.svg",
+    "data/shards-through-a-step.csv",
 ])
 
 

@@ -22,9 +22,14 @@ SECTIONS = CHAPTER[1:]
 # Prose words of each main-path notebook (whitespace-separated tokens of its markdown cells): the
 # main path is read in about an hour.
 BUDGETS = {"01-bytes-per-parameter": 1150, "02-memory-vs-gpu-count": 1150,
-           "03-memory-vs-model-size": 950, "04-will-it-fit": 2000, "05-the-price-of-zero": 2100,
-           "06-when-zero-is-not-enough": 1400}
+           "03-memory-vs-model-size": 950, "04-will-it-fit": 2000, "05-the-price-of-zero": 2150,
+           "06-when-zero-is-not-enough": 1370}
 MAIN_PATH_WORDS = 9000
+# Reading time: 200 words a minute plus a minute per figure and per table. The chapter's aim is
+# 60 minutes; this ceiling is where the main path stands and only ever comes down towards it.
+WORDS_PER_MINUTE = 200
+MAIN_PATH_MINUTES = 80
+MARKDOWN_TABLE_RULE = re.compile(r"^\|[-: |]+\|$", re.M)
 PARTS = {"Main path": MAIN_PATH, "Going further": GOING_FURTHER, "Appendix": APPENDIX}
 
 # The full citation names the paper's title; elsewhere the chapter says "the ZeRO paper".
@@ -98,6 +103,33 @@ def test_the_budgets_fit_the_main_path():
 def test_the_main_path_is_read_in_one_sitting():
     words = {name: prose_words(name) for name in MAIN_PATH}
     assert sum(words.values()) <= MAIN_PATH_WORDS, f"{sum(words.values())} words of prose: {words}"
+
+
+def reading_minutes(name: str) -> float:
+    """Minutes to read ``name``: its prose at 200 words a minute, plus one per figure (an image
+    output) and per table (an HTML table output or a markdown table)."""
+    figures = tables = 0
+    for cell in notebook(name).cells:
+        if cell.cell_type == "markdown":
+            tables += len(MARKDOWN_TABLE_RULE.findall(cell.source))
+        for output in cell.get("outputs", ()):
+            data = output.get("data", {})
+            if "image/png" in data:
+                figures += 1
+            elif "<table" in data.get("text/html", ""):
+                tables += 1
+    return prose_words(name) / WORDS_PER_MINUTE + figures + tables
+
+
+def test_reading_minutes_counts_by_hand():
+    # 01, read by eye: no figure, four printed tables (the layout's parts, zerolib's worksheet,
+    # fp32 gradients, the cluster), no markdown table.
+    assert reading_minutes("01-bytes-per-parameter") == prose_words("01-bytes-per-parameter") / 200 + 4
+
+
+def test_the_main_path_reads_within_its_minutes():
+    minutes = {name: round(reading_minutes(name), 1) for name in MAIN_PATH}
+    assert sum(minutes.values()) <= MAIN_PATH_MINUTES, f"{sum(minutes.values()):.1f} minutes: {minutes}"
 
 
 @pytest.mark.parametrize("name", MAIN_PATH)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import pytest
 from prose_support import markdown_cells, says
 
@@ -545,3 +546,26 @@ def test_the_pages_section_links_land_on_headings_here():
     for part in ("plan", "left_out"):
         notebook, heading = SECTIONS[part]
         assert notebook == NOTEBOOK.name and heading in headings, part
+
+
+# Moved from notebook 5 for the main path's hour: how much "hidden" depends on the overlap rule.
+def test_the_overlap_rule_as_a_sensitivity(cells):
+    said = cells["sensitivity-read"]
+    frame = pd_frame = pd.concat([zl.overlap_frame("llama-2-7b", 64, "dgx-h100", "h100-80gb", engine=e)
+                                  for e in ("paper", "deepspeed")])
+    step = pd_frame.set_index(["engine", "overlap", "stage"])["step_seconds"]
+    compute = float(frame["compute_seconds"].iloc[0])
+    assert step["paper", "engine", 3] == compute
+    assert f"stage 3 costs no time here ({compute:.3f} s, the compute)" in said
+    assert (f"first layer's gather exposed it takes {step['paper', 'first gather exposed', 3]:.3f} s, "
+            f"with every call's latency charged {step['paper', 'latency charged', 3]:.3f} s, and with "
+            f"nothing hidden {step['paper', 'nothing hidden', 3]:.3f} s") in said
+    assert step["paper", "post-step gather hidden", 1] == compute
+    assert (f"brings them from {step['paper', 'engine', 1]:.3f} s to "
+            f"{step['paper', 'post-step gather hidden', 1]:.3f} s") in said
+    assert (f"stages 0-2 hide nothing: {step['deepspeed', 'engine', 0]:.3f} s and "
+            f"{step['deepspeed', 'engine', 1]:.3f} s") in said
+    exposed = pd_frame.set_index(["engine", "overlap", "stage"])
+    for stage in (0, 1, 2):     # "hide nothing": all of their communication is exposed
+        row = exposed.loc[("deepspeed", "engine", stage)]
+        assert row["exposed_seconds"] == row["communication_seconds"] > 0

@@ -200,8 +200,13 @@ def test_the_real_runs_in_one_sentence(nb):
     report = zl.communication_report
     for engine in ("pytorch", "deepspeed"):
         assert report.unexplained(engine)[1:] == (0, 0)
-    assert ("Real PyTorch and DeepSpeed runs hand their collectives exactly what these schedules "
-            "predict, 0 bytes unexplained ([Appendix B](12-appendix-real-runs.ipynb))") in said
+    # The runs differ from the schedules (gloo has no reduce-scatter), each difference named.
+    assert ("differ from these schedules in many rows, every difference a named mechanism: "
+            "0 bytes unexplained ([Appendix B](12-appendix-real-runs.ipynb))") in said
+    assert "(gloo, which has no reduce-scatter)" in said and "exactly what" not in said
+    # Stage 0 named per engine: the engines table has a stage 0 for each engine that offers it.
+    assert all(0 in e.stages for e in zl.ENGINES.values())
+    assert "Stage 0 is each engine's own data parallelism" in said
 
 
 def test_summary_and_links(nb):
@@ -298,28 +303,6 @@ def test_the_fastest_that_fits_on_one_port_per_gpu_per_engine(nb):
             f"and stage 3 is the fastest that fits ({steps['deepspeed'][3]:.3f} s)") in said
     assert fastest("fsdp2") == 2 and f"Under FSDP2 stage 2 is ({steps['fsdp2'][2]:.3f} s" in said
     assert list(steps["megatron"].index) == [1] and f"takes {steps['megatron'][1]:.3f} s at stage 1" in said
-
-
-def test_the_overlap_rule_as_a_sensitivity(nb):
-    said = text(nb, "sensitivity-read")
-    frame = pd_frame = pd.concat([zl.overlap_frame(LLAMA, 64, "dgx-h100", "h100-80gb", engine=e)
-                                  for e in ("paper", "deepspeed")])
-    step = pd_frame.set_index(["engine", "overlap", "stage"])["step_seconds"]
-    compute = float(frame["compute_seconds"].iloc[0])
-    assert step["paper", "engine", 3] == compute
-    assert f"stage 3 costs no time here ({compute:.3f} s, the compute)" in said
-    assert (f"first layer's gather exposed it takes {step['paper', 'first gather exposed', 3]:.3f} s, "
-            f"with every call's latency charged {step['paper', 'latency charged', 3]:.3f} s, and with "
-            f"nothing hidden {step['paper', 'nothing hidden', 3]:.3f} s") in said
-    assert step["paper", "post-step gather hidden", 1] == compute
-    assert (f"brings them from {step['paper', 'engine', 1]:.3f} s to "
-            f"{step['paper', 'post-step gather hidden', 1]:.3f} s") in said
-    assert (f"stages 0-2 hide nothing: {step['deepspeed', 'engine', 0]:.3f} s and "
-            f"{step['deepspeed', 'engine', 1]:.3f} s") in said
-    exposed = pd_frame.set_index(["engine", "overlap", "stage"])
-    for stage in (0, 1, 2):     # "hide nothing": all of their communication is exposed
-        row = exposed.loc[("deepspeed", "engine", stage)]
-        assert row["exposed_seconds"] == row["communication_seconds"] > 0
 
 
 def test_the_overlap_rule_comes_before_any_costs_no_time(nb):

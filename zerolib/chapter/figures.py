@@ -18,16 +18,16 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from zerolib._io import remove_stale_temporaries, stale_temporaries, write_files
-from zerolib.chapter.charts import gpu_count, model_size, step_timeline, tradeoff
+from zerolib.chapter.charts import gpu_count, model_size, shards, step_timeline, tradeoff
 from zerolib.chapter.style import a_or_an, render_png, render_svg
 from zerolib.core.catalogue.devices import Device, capacity_text, get_device
 from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
 from zerolib.core.catalogue.nodes import Interconnect, bus_bandwidth, interconnect
 from zerolib.core.inputs import MAX_FIGURE_POINTS, MAX_FIGURE_SIZES, check_gpus, check_params, check_stage
 from zerolib.core.memory.accounting import STAGES, Layout, get_layout
-from zerolib.core.memory.tables import memory_table
+from zerolib.core.memory.tables import MAX_SHARD_GPUS, memory_table, shard_table
 from zerolib.core.memory.working_set import DEFAULT_SETTINGS
-from zerolib.core.step.tables import timeline_frame, tradeoff_frame
+from zerolib.core.step.tables import step_shard_table, timeline_frame, tradeoff_frame
 from zerolib.core.step.time import DEFAULT_MFU, ComputeSettings, check_mfu
 from zerolib.core.units import GB, check_unit, format_count
 from zerolib.paths import REPO_ROOT
@@ -36,6 +36,8 @@ GPU_COUNT = "memory-vs-gpu-count"
 MODEL_SIZE = "memory-vs-model-size"
 STEP_TIMELINE = "step-timeline"
 MEMORY_VS_STEP_TIME = "memory-vs-step-time"
+SHARDS_BY_STAGE = "shards-by-stage"
+SHARDS_THROUGH_A_STEP = "shards-through-a-step"
 VERSIONS_FILE = "figures/VERSIONS"
 DATA_README = "data/README.md"
 WRITTEN_FOLDERS = ("figures", "data")   # where the figures command writes, and checks for debris
@@ -101,6 +103,10 @@ class FigureOptions:
     link: str | Interconnect = "dgx-h100"
     step_device: str | Device = "h100-80gb"
     mfu: float = DEFAULT_MFU
+    # The shard pictures: notebook 1's worksheet (1B parameters on 4 workers) by stage, and one
+    # layer of the step figures' model through a step, on this many GPUs.
+    shard_params: int = 1_000_000_000
+    shard_gpus: int = 4
 
     def __post_init__(self):
         for name, most in (("gpus", MAX_FIGURE_POINTS), ("model_sizes", MAX_FIGURE_SIZES)):
@@ -134,6 +140,15 @@ class FigureOptions:
         object.__setattr__(self, "link", interconnect(self.link))
         object.__setattr__(self, "step_device", get_device(self.step_device))
         object.__setattr__(self, "mfu", check_mfu(self.mfu))
+        shard_params = check_params(self.shard_params, "shard_params")
+        if shard_params.ndim != 0:
+            raise ValueError("shard_params must be one model size for the shard picture")
+        object.__setattr__(self, "shard_params", int(shard_params))
+        shard_gpus = check_gpus(self.shard_gpus, "shard_gpus")
+        if shard_gpus.ndim != 0 or int(shard_gpus) > MAX_SHARD_GPUS:
+            raise ValueError(f"shard_gpus must be one GPU count from 1 to {MAX_SHARD_GPUS} for "
+                             "the shard pictures (a column per GPU)")
+        object.__setattr__(self, "shard_gpus", int(shard_gpus))
 
     @property
     def step_settings(self):
@@ -192,6 +207,14 @@ PUBLISHED: Mapping[str, PublishedFigure] = MappingProxyType({figure.name: figure
                                           o.step_settings, o.mfu, o.layout), o.stages),
         lambda frame, o, dpi: tradeoff.memory_vs_step_time_figure(frame, o.step_device, o.unit,
                                                                   dpi)[0]),
+    PublishedFigure(
+        SHARDS_BY_STAGE,
+        lambda o: shard_table(o.shard_params, o.shard_gpus, o.stages, o.layout),
+        lambda table, o, dpi: shards.shards_by_stage_figure(table, o.unit, dpi)[0]),
+    PublishedFigure(
+        SHARDS_THROUGH_A_STEP,
+        lambda o: step_shard_table(o.step_model, o.shard_gpus, o.layout),
+        lambda frame, o, dpi: shards.shards_through_a_step_figure(frame, o.unit, dpi)[0]),
 )})
 
 
@@ -254,6 +277,42 @@ def _layout_sentence(layout: Layout) -> str:
             "parameter for parameters, gradients and optimizer state.")
 
 
+_SHARD_COLUMNS = (
+    ("params", "parameters of the model", "count"),
+    ("gpus", "data-parallel GPUs, one column of the figure each", "count"),
+    ("stage", "0 = plain data parallelism; 1, 2, 3 = ZeRO stage", "-"),
+    ("strategy", "the stage's name over its panel", "-"),
+    ("gpu", "which GPU (0 to gpus - 1); GPU i owns partition i", "-"),
+    ("category", "`parameters`, `gradients` or `optimizer`", "-"),
+    ("partitioned", "whether the stage partitions the category over the GPUs", "-"),
+    ("bytes", "what this GPU holds of the category (its partition, or all of it): the coloured "
+              "block", "bytes"),
+    ("shard_bytes", "one partition: ceil(params / gpus) elements at the category's width", "bytes"),
+    ("others", "what the GPU holds of the partitions it does not own: `held` (a replica) or "
+               "`not held` (drawn empty)", "-"),
+)
+_STEP_SHARD_COLUMNS = (
+    ("phase", "the moment of the step: `forward_all_gather`, `gradient_reduce_scatter`, "
+              "`optimizer_step`", "-"),
+    ("label", "the panel's title", "-"),
+    ("slot", "the collective of the step's schedule the moment runs (`zerolib.core.step.traffic`)",
+     "-"),
+    ("layer", "which of the units stage 3 gathers one by one (0 = the embedding)", "-"),
+    ("layer_params", "parameters of that layer", "count"),
+    ("gpus", "data-parallel GPUs, one column each", "count"),
+    ("stage", "3: ZeRO stage 3", "-"),
+    ("gpu", "which GPU; GPU i owns partition i", "-"),
+    ("category", "`parameters`, `gradients` or `optimizer`", "-"),
+    ("partitioned", "always true at stage 3", "-"),
+    ("bytes", "the layer's partition this GPU keeps: ceil(layer_params / gpus) elements", "bytes"),
+    ("shard_bytes", "one partition (the same)", "bytes"),
+    ("others", "what the GPU holds of the other partitions at that moment: `gathered` (held for "
+               "the layer's pass, then freed), `reduced away` (computed, summed into its owner's "
+               "partition, freed) or `not held`", "-"),
+    ("sent_bytes", "bytes one GPU sends in the moment's collective for this layer (and receives: "
+                   "a ring is symmetric); 0 for the optimizer step", "bytes"),
+    ("step_sent_bytes", "the same collective over every layer of the step", "bytes"),
+)
 _TIMELINE_COLUMNS = (
     ("stage", "0 = plain data parallelism; 1, 2, 3 = ZeRO stage", "-"),
     ("strategy", "the stage's name in the figure", "-"),
@@ -371,6 +430,33 @@ def data_readme(options: FigureOptions = DEFAULTS) -> str:
         _device_sentence(options.step_device),
         "",
         *_column_table(_TRADEOFF_COLUMNS),
+        "",
+        f"### `{SHARDS_BY_STAGE}.csv`",
+        "",
+        f"Figure `figures/{SHARDS_BY_STAGE}.png` / `.svg`: who holds what, one panel per "
+        f"strategy: {a_or_an(format_count(options.shard_params))}-parameter model "
+        f"({options.shard_params:,} parameters, notebook 1's worksheet) on {options.shard_gpus} "
+        "GPUs, one row per strategy, GPU and category "
+        f"({len(options.stages) * options.shard_gpus * 3} rows; "
+        "`zerolib.core.memory.tables.shard_table`). A partition is padded to whole chunks, as "
+        "FSDP's flat parameter and DeepSpeed's partitions are, so every GPU's is the same size.",
+        _layout_sentence(options.layout),
+        "",
+        *_column_table(_SHARD_COLUMNS),
+        "",
+        f"### `{SHARDS_THROUGH_A_STEP}.csv`",
+        "",
+        f"Figure `figures/{SHARDS_THROUGH_A_STEP}.png` / `.svg`: one layer of "
+        f"{options.step_model.name} through one ZeRO stage-3 step on {options.shard_gpus} GPUs, "
+        "one panel per moment (the parameters all-gathered before the layer's forward, the "
+        "gradients reduce-scattered after its backward, the optimizer step on each GPU's own "
+        "partition), one row per moment, GPU and category "
+        "(`zerolib.core.step.tables.step_shard_table`). The bytes moved are the ZeRO paper's "
+        "schedule (`zerolib.core.step.traffic`, engine `paper`); before the backward the layer's "
+        "parameters are all-gathered again, as before its forward (slot `backward_all_gather`).",
+        _layout_sentence(options.layout),
+        "",
+        *_column_table(_STEP_SHARD_COLUMNS),
         "",
         "## Other data files",
         "",

@@ -19,6 +19,7 @@ EXPLORERS = {
     "placement": (explorers.PlacementExplorer, "gpus", 128),
     "step_time": (explorers.StepTimeExplorer, "gpus", 128),
     "planner": (explorers.PlannerExplorer, "gpus", 128),
+    "shards": (explorers.ShardExplorer, "gpus", 8),
 }
 
 

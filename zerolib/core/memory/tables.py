@@ -19,6 +19,7 @@ from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.inputs import check_gpus, check_params, check_single, check_stage
 from zerolib.core.memory.accounting import (
     CATEGORIES,
+    PARTITIONED,
     STAGES,
     STRATEGY_NAMES,
     Layout,
@@ -37,6 +38,9 @@ COLUMNS = ("params", "gpus", "stage", "strategy", *CATEGORIES, "total", "cluster
 GROUP_COLUMNS = ("params", "gpus", "shard_group", "replicas", "stage", "strategy", *CATEGORIES,
                  "total", "cluster_total")
 TIER_COLUMNS = ("option", "stage", "offered", "tier", "bytes", "per_node", "note")
+SHARD_COLUMNS = ("params", "gpus", "stage", "strategy", "gpu", "category", "partitioned", "bytes",
+                 "shard_bytes", "others")
+MAX_SHARD_GPUS = 64                  # columns of one shard picture (one per GPU): readable ones
 PEAK_COLUMNS = ("model", "gpus", "stage", "strategy", "layer", "component", "bytes")
 COMPONENTS = (*CATEGORIES, *TERMS)   # a peak's parts, bottom to top of a stacked bar
 MAX_ROWS = 2**21                     # rows of one table: enough for any figure, bounded in memory
@@ -72,6 +76,41 @@ def memory_table(params, gpus, stages=STAGES, layout: str | Layout = "mixed-adam
     table = pd.DataFrame({"params": grid_params, "gpus": grid_gpus, "stage": grid_stage,
                           **state.as_dict()})
     table.insert(3, "strategy", _STRATEGY_NAMES[grid_stage])
+    table.attrs["layout"] = layout
+    return table
+
+
+def shard_table(params, gpus, stages=STAGES, layout: str | Layout = "mixed-adam") -> pd.DataFrame:
+    """Who holds what: one row per stage x GPU x category of one model on ``gpus`` GPUs (at most
+    :data:`MAX_SHARD_GPUS`), ordered so. ``bytes`` is what that GPU holds of the category
+    (:func:`~zerolib.core.memory.accounting.model_state`); ``shard_bytes`` one of the ``gpus``
+    partitions of it, ceil(params / gpus) elements (padded, as FSDP's flat parameter and
+    DeepSpeed's partitions are: every GPU's partition the same size); ``partitioned`` whether
+    the stage partitions the category (:data:`~zerolib.core.memory.accounting.PARTITIONED`);
+    ``others`` what the GPU holds of the partitions it does not own: ``"held"`` (a replica of
+    the whole category) or ``"not held"``. GPU ``i`` owns partition ``i``.
+    """
+    import pandas as pd
+    params = check_single(params, check_params, "params")
+    gpus = check_single(gpus, check_gpus, "gpus")
+    if gpus > MAX_SHARD_GPUS:
+        raise ValueError(f"gpus must be at most {MAX_SHARD_GPUS} for a picture of one column "
+                         f"per GPU, got {gpus:,}")
+    stages = tuple(sorted(set(check_stage(stages, "stages").ravel().tolist())))
+    layout = get_layout(layout)
+    shard = model_state(params, gpus, 3, layout)     # every category partitioned
+    rows = []
+    for stage in stages:
+        held = model_state(params, gpus, stage, layout)
+        for gpu in range(gpus):
+            for category in CATEGORIES:
+                partitioned = category in PARTITIONED[stage]
+                rows.append((params, gpus, stage, STRATEGY_NAMES[stage], gpu, category,
+                             partitioned, int(getattr(held, category)),
+                             int(getattr(shard, category)), "not held" if partitioned else "held"))
+    table = pd.DataFrame(rows, columns=list(SHARD_COLUMNS))
+    for column in ("params", "gpus", "stage", "gpu", "bytes", "shard_bytes"):
+        table[column] = table[column].astype(np.int64)
     table.attrs["layout"] = layout
     return table
 

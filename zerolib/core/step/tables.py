@@ -19,9 +19,16 @@ from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.catalogue.nodes import Interconnect, bus_bandwidth, interconnect
 from zerolib.core.inputs import check_gpus, check_single, check_stage
-from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
+from zerolib.core.memory.accounting import (
+    CATEGORIES,
+    STAGES,
+    STRATEGY_NAMES,
+    Layout,
+    get_layout,
+    model_state,
+)
 from zerolib.core.memory.placement import DEFAULT_PLACEMENT, Placement, check_placement, placement_on
-from zerolib.core.memory.tables import divisors
+from zerolib.core.memory.tables import MAX_SHARD_GPUS, divisors
 from zerolib.core.memory.working_set import DEFAULT_SETTINGS, WorkingSetSettings, peaks
 from zerolib.core.step.collectives import KINDS
 from zerolib.core.step.offload_traffic import (
@@ -41,6 +48,7 @@ from zerolib.core.step.traffic import (
     STEP_PHASES,
     Traffic,
     check_aligned,
+    layer_units,
 )
 from zerolib.core.step.traffic import traffic as count_traffic
 
@@ -477,3 +485,70 @@ def overlap_frame(model, gpus, link: str | Interconnect, device: str | Device,
     frame.attrs.update(engine=engine, micro_batches=micro_batches,
                        rules={name: rule for name, rule in overlap_rules(engine).items()})
     return _attrs(frame, what, gpus, layout, ic, device, compute, result)
+
+
+STEP_SHARD_COLUMNS = ("phase", "label", "slot", "layer", "layer_params", "gpus", "stage", "gpu",
+                      "category", "partitioned", "bytes", "shard_bytes", "others", "sent_bytes",
+                      "step_sent_bytes")
+# Stage 3's life of one layer in a step (ZeRO paper, Sec. VII-B2): the collective slot of
+# :data:`~zerolib.core.step.traffic.GROUP_SLOTS` each moment runs, and what a GPU then holds of
+# the partitions it does not own.
+STEP_SHARD_PHASES = (
+    ("forward_all_gather", "(a) Before the layer's forward: all-gather its parameters",
+     "forward_all_gather", {"parameters": "gathered"}),
+    ("gradient_reduce_scatter", "(b) After its backward: reduce-scatter its gradients",
+     "gradient_reduce_scatter", {"gradients": "reduced away"}),
+    # No collective follows the step at stage 3 (the next forward gathers): the slot that
+    # would, stages 1-2's parameter all-gather, moves 0 bytes here.
+    ("optimizer_step", "(c) Optimizer step: each GPU's own partition only", "parameter_all_gather", {}),
+)
+
+
+def step_shard_table(model: str | TransformerConfig, gpus, layout: str | Layout = "mixed-adam",
+                     layer: int | None = None) -> pd.DataFrame:
+    """One layer's shards through one ZeRO stage-3 step on ``gpus`` GPUs (at most
+    :data:`~zerolib.core.memory.tables.MAX_SHARD_GPUS`): one row per moment of
+    :data:`STEP_SHARD_PHASES` x GPU x category, columns as
+    :func:`~zerolib.core.memory.tables.shard_table`'s plus the moment (``phase``, ``label``,
+    the traffic ``slot``) and what it moves per GPU: ``sent_bytes`` for this layer (one call;
+    a ring GPU receives as much) and ``step_sent_bytes`` for the slot over the whole step, both
+    from :func:`zerolib.core.step.traffic.traffic` (the paper's schedule). ``others`` is
+    ``"gathered"`` (held for the layer's pass, then freed), ``"reduced away"`` (computed, summed
+    into the owners' shards, freed) or ``"not held"``. ``layer`` indexes the units stage 3
+    gathers one by one (:func:`~zerolib.core.step.traffic.layer_units`); None: the middle one,
+    a transformer block.
+    """
+    import pandas as pd
+    config = get_model(model)
+    gpus = check_single(gpus, check_gpus, "gpus")
+    if gpus > MAX_SHARD_GPUS:
+        raise ValueError(f"gpus must be at most {MAX_SHARD_GPUS} for a picture of one column "
+                         f"per GPU, got {gpus:,}")
+    layout = get_layout(layout)
+    units = layer_units(config)
+    if layer is None:
+        layer = len(units) // 2
+    whole = isinstance(layer, (int, np.integer)) and not isinstance(layer, bool)
+    if not (whole and 0 <= layer < len(units)):
+        raise ValueError(f"layer must be a whole number from 0 to {len(units) - 1} (the units "
+                         f"{config.name} gathers one by one), got {layer!r}")
+    layer = int(layer)
+    elements = units[layer]
+    held = model_state(elements, gpus, 3, layout)            # the layer's partitions
+    one_layer = count_traffic([elements], gpus, 3, layout)   # one call per slot
+    whole_step = count_traffic(config, gpus, 3, layout)
+    rows = []
+    for phase, label, slot, others in STEP_SHARD_PHASES:
+        sent = int(one_layer.sent[slot][()])
+        step_sent = int(whole_step.sent[slot][()])
+        for gpu in range(gpus):
+            for category in CATEGORIES:
+                shard = int(getattr(held, category)[()])
+                rows.append((phase, label, slot, layer, elements, gpus, 3, gpu, category, True,
+                             shard, shard, others.get(category, "not held"), sent, step_sent))
+    frame = pd.DataFrame(rows, columns=list(STEP_SHARD_COLUMNS))
+    for column in ("layer", "layer_params", "gpus", "stage", "gpu", "bytes", "shard_bytes",
+                   "sent_bytes", "step_sent_bytes"):
+        frame[column] = frame[column].astype(np.int64)
+    frame.attrs.update(model=config, layout=layout)
+    return frame
