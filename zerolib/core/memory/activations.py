@@ -149,8 +149,7 @@ RECOMPUTE_METHODS = ("uniform", "block")
 MAX_RECOMPUTE_LAYERS = 4096
 # A norm's saved tensors: a fused kernel's (its input), or eager RMSNorm's (+ fp32 copy, 1/rms).
 NORMS = ("fused", "eager")
-FP32_BYTES = 4       # an fp32 element
-AMAX_BYTES = 2       # torchao's amax of a bf16 tensor (torch.max): one bf16 scalar
+FP32_BYTES, AMAX_BYTES = 4, 2   # an fp32 element; torchao's amax of a bf16 tensor (bf16 scalar)
 LINEAR_AMAXES = 2    # per Float8Linear under an op-level policy: the input's and the weight's
 LOGSUMEXP_BYTES = 4  # flash attention keeps its softmax statistics in fp32 (one per head, token)
 LOSS_FP32_BYTES = 4  # the loss upcasts the logits to fp32
@@ -182,13 +181,10 @@ class ActivationOptions:
     tensor-parallel degree), and ZeRO-R's ``partition_activations`` and ``cpu_checkpointing``
     (DeepSpeed's ``activation_checkpointing``; both need full recomputation).
 
-    What a trainer's code changes (``data/mechanisms_measured.md``): ``norms`` ("fused", or
-    "eager" Python RMSNorm), ``fp8`` (torchao Float8Linear: the same bf16 saved tensors, two
-    bf16 amax scalars per Linear under the op-level policy), full recomputation's
-    ``recompute_method`` and ``recompute_layers`` (Megatron-LM's uniform/block and
-    --recompute-num-layers), the ``loss`` implementation (:mod:`zerolib.core.memory.loss`,
-    with ``loss_chunks`` and ``logits_freed``) and ``separate_moments`` (the loss chain and the
-    layer being recomputed are alive at different moments: the larger counts, not both).
+    What a trainer's code changes (``data/mechanisms_measured.md``): ``norms``, ``fp8`` (two
+    bf16 amax scalars per Linear under the op-level policy), ``recompute_method`` and
+    ``recompute_layers`` (Megatron-LM's), the ``loss`` (:mod:`zerolib.core.memory.loss`, with
+    ``loss_chunks``, ``logits_freed``), ``separate_moments`` (loss and recompute apart).
     Checked when made, so equal settings are equal options: the key of every memo of the
     per-setting counts."""
 
@@ -216,20 +212,24 @@ class ActivationOptions:
         put = object.__setattr__
         for name in ("sequence_parallel", "flash_attention", "partition_activations",
                      "cpu_checkpointing", "fp8", "logits_freed", "separate_moments"):
-            put(self, name, check_flag(getattr(self, name), name))
+            if getattr(self, name) is not False:   # a default is not checked again
+                put(self, name, check_flag(getattr(self, name), name))
         _check_recompute(self.recompute)
         if self.norms not in NORMS:
             raise ValueError(f"norms must be one of {', '.join(NORMS)}, got {self.norms!r}")
         if self.recompute_method not in RECOMPUTE_METHODS:
             raise ValueError(f"recompute_method must be one of {', '.join(RECOMPUTE_METHODS)}, "
                              f"got {self.recompute_method!r}")
-        put(self, "recompute_layers", check_positive_int(self.recompute_layers, "recompute_layers",
-                                                         MAX_RECOMPUTE_LAYERS))
+        if self.recompute_layers != 1 or type(self.recompute_layers) is not int:
+            put(self, "recompute_layers", check_positive_int(self.recompute_layers,
+                                                             "recompute_layers", MAX_RECOMPUTE_LAYERS))
         if (self.recompute_method, self.recompute_layers) != ("uniform", 1) and self.recompute != "full":
             raise ValueError(f"recompute_method and recompute_layers choose how full recomputation "
                              f"checkpoints layers: they need recompute='full', got {self.recompute!r}")
-        check_loss(self.loss)
-        put(self, "loss_chunks", check_positive_int(self.loss_chunks, "loss_chunks", MAX_LOSS_CHUNKS))
+        if self.loss != "stored":   # the default is not checked again
+            check_loss(self.loss)
+        if self.loss_chunks != 8 or type(self.loss_chunks) is not int:
+            put(self, "loss_chunks", check_positive_int(self.loss_chunks, "loss_chunks", MAX_LOSS_CHUNKS))
         if self.logits_bytes is not None and self.loss != "stored":
             raise ValueError(f"logits_bytes are the widths of the 'stored' count: not with "
                              f"loss={self.loss!r}")

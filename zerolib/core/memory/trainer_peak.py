@@ -14,6 +14,7 @@ from zerolib.core.catalogue.models import TransformerConfig
 from zerolib.core.inputs import check_flag
 from zerolib.core.memory.accounting import Layout
 from zerolib.core.memory.conventions import (
+    RESERVED_PPM,
     MemoryConvention,
     check_reserved_ppm,
     memory_convention,
@@ -126,14 +127,14 @@ def judge(persistent, gradients, optimizer, terms: Mapping, s: WorkingSetSetting
 def check_memory(s: WorkingSetSettings) -> None:
     """The memory-convention fields of working-set settings, checked (ValueError naming one)."""
     memory_convention(s.engine)
-    for name in ("fp8", "fp8_all_gather", "compile"):
-        check_flag(getattr(s, name), name)
-    if s.logits_freed is not None:
-        check_flag(s.logits_freed, "logits_freed")
+    for name in ("fp8", "fp8_all_gather", "compile", "logits_freed"):
+        if getattr(s, name) not in (False, None):   # a default is not checked again
+            check_flag(getattr(s, name), name)
     if s.fp8_all_gather and not (s.fp8 and s.convention.fsdp):
         raise ValueError("fp8_all_gather is FSDP2's all-gather of Float8 weights: it needs fp8 "
                          "and an FSDP2 engine (torchtitan)")
-    check_reserved_ppm(s.reserved_ppm)
+    if s.reserved_ppm != RESERVED_PPM or type(s.reserved_ppm) is not int:
+        check_reserved_ppm(s.reserved_ppm)
     _ = s.activation_options   # the options' own checks (norms, loss, recompute method)
 
 
