@@ -158,7 +158,7 @@ def test_what_each_configuration_leaves_out():
 
 def test_engines_are_offered_default_first_and_handed_to_the_core():
     # DeepSpeed 0.19.8 at its defaults is estimate's and plan's default engine, offered first.
-    assert [name for _, name in engine_choices()] == ["deepspeed", "paper", "fsdp2", "megatron"]
+    assert [name for _, name in engine_choices()] == ["deepspeed", "paper", "fsdp2", "megatron", "torchtitan"]
     a = answers(Settings())
     assert a.engine == "deepspeed" and a.engine_label.startswith("deepspeed (DeepSpeed 0.19.8")
     assert a.plan.settings.engine.name == "deepspeed"
@@ -170,7 +170,7 @@ def test_engines_are_offered_default_first_and_handed_to_the_core():
     assert set(m.plan.fits["stage"]) <= {0, 1}
     # An engine the core does not know is one line for every answer after the model.
     bad = answers(Settings(engine="horovod"))
-    assert bad.errors["plan"] == ("engine must be one of paper, deepspeed, fsdp2, megatron, "
+    assert bad.errors["plan"] == ("engine must be one of paper, deepspeed, fsdp2, megatron, torchtitan, "
                                   "got 'horovod'")
 
 
@@ -249,3 +249,13 @@ def test_the_idle_time_is_said_on_the_page_only_when_the_server_sets_one():
     assert "after 90 seconds" in idle_words({IDLE_VARIABLE: "90"})
     page = EngineerPage.from_environment({IDLE_VARIABLE: "60"})
     assert "stops after 1 minute without a change" in page.widget.children[0].value
+
+
+def test_the_peak_answer_shows_both_peaks_and_what_the_verdict_judges():
+    a = answers(Settings())
+    text = answering.peak_html(a)
+    assert "<th>Peak</th><th>Peak reserved</th>" in text and "the verdict judges the peak" in text
+    t = answers(Settings(engine="torchtitan"))
+    assert "the verdict judges the reserved peak" in answering.peak_html(t)
+    # the plan is the chapter's count: torchtitan is refused there in one line, the page goes on
+    assert "torchtitan" in t.errors["plan"]

@@ -92,7 +92,7 @@ def test_plan_refuses_context_parallel_under_an_engine_without_it(capsys, engine
     assert status == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     name = engine[1] if engine else "deepspeed"    # DeepSpeed is the default engine
     assert (f"context_parallel must be (1,) for engine {name}: it runs no ring-attention context "
-            f"parallelism (the engines that do: fsdp2, megatron)") in err
+            f"parallelism (the engines that do: fsdp2, megatron, torchtitan)") in err
 
 
 @pytest.mark.parametrize("engine", ["fsdp2", "megatron"])

@@ -9,7 +9,7 @@ from zerolib.core.step.engines import get_engine
 
 ARGS = ("llama-2-7b", 16, 8, "h100-80gb", 8192, 16)
 REFUSED = ("context_parallel must be (1,) for engine {}: it runs no ring-attention context "
-           "parallelism (the engines that do: fsdp2, megatron)")
+           "parallelism (the engines that do: fsdp2, megatron, torchtitan)")
 
 
 @pytest.mark.parametrize("engine", ["deepspeed", "paper"])

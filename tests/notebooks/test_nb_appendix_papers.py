@@ -224,3 +224,13 @@ def test_no_table_shows_na(cells):
     for cell in nb.cells:
         for output in cell.get("outputs", ()):
             assert "<NA>" not in output.get("data", {}).get("text/plain", ""), cell.id
+
+
+def test_the_measured_peaks_reading_is_the_table(cells):
+    # counted from the published measurements and zerolib's prediction of each row
+    from zerolib.crosscheck.measured_peaks import measured_peaks, predicted_frame
+    held = predicted_frame()
+    within = int(((held["ratio"] - 1).abs() <= 0.10).sum())
+    assert len(measured_peaks()) > len(held)
+    assert (f"Of {len(held)} runs zerolib describes, {within} are within 10 %"
+            in cells["measured-peaks-read"])

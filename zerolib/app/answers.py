@@ -29,6 +29,7 @@ from zerolib.core.catalogue.hf_config import config_from_text, model_from_config
 from zerolib.core.catalogue.models import TransformerConfig, get_model, parameter_count
 from zerolib.core.estimate import Estimate, estimate
 from zerolib.core.memory.accounting import STRATEGY_NAMES
+from zerolib.core.memory.conventions import RESERVED_PPM
 from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.plan_table import plan_csv as table_csv
 from zerolib.core.planner import (
@@ -245,13 +246,18 @@ def peak_html(a: Answers, unit: str = "GB") -> str:
     rows = "".join(
         f"<tr><td>{html.escape(STRATEGY_NAMES[r['stage']])}</td>{_right(_bytes(r['total'], unit))}"
         f"{_right(_bytes(sum(r['working_set'].values()), unit))}{_right(_bytes(r['peak'], unit))}"
+        f"{_right(_bytes(r['peak_reserved'], unit))}"
         f"<td>{'fits' if r['fits'] else 'does not fit'}</td></tr>" for r in d["stages"])
     ws = a.peak_settings
+    judged = "the reserved peak" if d.get("fits_judges") == "peak_reserved" else "the peak"
     return (f"<p>The peak per GPU: model state plus the working set (activations at sequence "
             f"{ws.seq_len:,} and micro-batch {ws.micro_batch}, no recomputation, logits, buffers, "
-            f"a {_bytes(ws.reserve_bytes, 'GiB')} reserve). {section_link('peak')}</p>"
+            f"a {_bytes(ws.reserve_bytes, 'GiB')} reserve). The reserved peak adds the caching "
+            f"allocator's reserve ({RESERVED_PPM / 10_000:.2f} % of the allocated peak, the median "
+            f"of published runs); the verdict judges {judged}. {section_link('peak')}</p>"
             f"<table><thead><tr><th>Strategy</th><th>Model state</th><th>Working set</th>"
-            f"<th>Peak</th><th>Verdict</th></tr></thead><tbody>{rows}</tbody></table>")
+            f"<th>Peak</th><th>Peak reserved</th><th>Verdict</th></tr></thead><tbody>{rows}"
+            f"</tbody></table>")
 
 
 def plan_html(a: Answers, unit: str = "GB", top: int = TOP) -> str:

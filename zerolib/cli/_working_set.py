@@ -10,8 +10,16 @@ import argparse
 import math
 
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
-from zerolib.core.memory.activations import MAX_CONTEXT_PARALLEL, RECOMPUTE
+from zerolib.core.memory.activations import (
+    MAX_CONTEXT_PARALLEL,
+    MAX_RECOMPUTE_LAYERS,
+    NORMS,
+    RECOMPUTE,
+    RECOMPUTE_METHODS,
+)
+from zerolib.core.memory.loss import LOSSES, MAX_LOSS_CHUNKS
 from zerolib.core.memory.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES, PIPELINE_STAGES, SCHEDULES
+from zerolib.core.memory.trainer_peak import FSDP_TERMS
 from zerolib.core.memory.working_set import (
     MAX_ELEMENTS,
     MAX_MICRO_BATCH,
@@ -24,7 +32,8 @@ from zerolib.core.units import to_unit
 
 LABELS = {"activations": "activations", "logits_loss": "logits+loss", "ddp_buckets": "DDP buckets",
           "reduce_bucket": "reduce bucket", "allgather_bucket": "all-gather bucket",
-          "gathered_parameters": "gathered params", "reserve": "reserve"}
+          "gathered_parameters": "gathered params", "unsharded_gradients": "unsharded grads",
+          "reserve": "reserve"}
 # Options that only make sense with an architecture (dest -> flag, for the error message).
 OPTIONS = {"seq": "--seq", "micro_batch": "--micro-batch", "recompute": "--recompute",
            "flash": "--flash/--no-flash", "tensor_parallel": "--tensor-parallel",
@@ -36,7 +45,10 @@ OPTIONS = {"seq": "--seq", "micro_batch": "--micro-batch", "recompute": "--recom
            "max_live_parameters": "--max-live-parameters", "ddp_bucket_view": "--ddp-bucket-view",
            "capacity_factor": "--capacity-factor", "context_parallel": "--context-parallel",
            "partition_activations": "--partition-activations",
-           "cpu_checkpointing": "--cpu-checkpointing"}
+           "cpu_checkpointing": "--cpu-checkpointing", "recompute_method": "--recompute-method",
+           "recompute_layers": "--recompute-layers", "loss": "--loss", "loss_chunks": "--loss-chunks",
+           "norms": "--norms", "fp8": "--fp8", "fp8_all_gather": "--fp8-all-gather",
+           "compile": "--compile", "reserved_ppm": "--reserved-ppm"}
 DEFAULT_SEQ = 4096
 
 
@@ -48,7 +60,31 @@ def add_arguments(parser) -> None:
     ws.add_argument("--seq", metavar="TOKENS",
                     help=f"sequence length (default: the model's context length, at most {DEFAULT_SEQ})")
     ws.add_argument("--micro-batch", metavar="N", help="sequences per GPU per step (default 1)")
-    ws.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
+    ws.add_argument("--recompute", choices=RECOMPUTE,
+                    help="activation recomputation (default none; torchtitan: op-selective): "
+                         "selective is Megatron-LM's (the attention core; under flash attention it "
+                         "equals none less the 4-byte log-sum-exp), op-selective torchtitan's "
+                         "op-level policy, full keeps each layer's input")
+    ws.add_argument("--recompute-method", choices=RECOMPUTE_METHODS,
+                    help="full recomputation's method (Megatron-LM): uniform chunks of "
+                         "--recompute-layers layers, or block (the first N layers of a stage)")
+    ws.add_argument("--recompute-layers", metavar="N",
+                    help="Megatron-LM's --recompute-num-layers (default 1; needs --recompute full)")
+    ws.add_argument("--loss", choices=LOSSES,
+                    help="the loss implementation (default: the engine's; zerolib.core.memory.loss)")
+    ws.add_argument("--loss-chunks", metavar="K", help="the chunked loss's chunks (default 8)")
+    ws.add_argument("--norms", choices=NORMS,
+                    help="fused norm kernels (default) or eager Python RMSNorm (fp32 copies kept)")
+    ws.add_argument("--fp8", action="store_true", default=None,
+                    help="Float8 training of the Linear layers (torchao Float8Linear)")
+    ws.add_argument("--fp8-all-gather", action="store_true", default=None,
+                    help="FSDP2 all-gathers the Float8 weights in fp8 (needs --fp8, engine torchtitan)")
+    ws.add_argument("--compile", action="store_true", default=None,
+                    help="torch.compile: fused norms, and the loss compiled where the engine "
+                         "compiles it (torchtitan)")
+    ws.add_argument("--reserved-ppm", metavar="PPM",
+                    help="the caching allocator's reserve over the allocated peak, parts per "
+                         "million (default 108403: the median of published pairs)")
     ws.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None,
                     help="flash-style attention, no s x s scores stored (default: on)")
     ws.add_argument("--tensor-parallel", metavar="T",
@@ -171,9 +207,24 @@ def fields_from(args, config) -> dict:
                 raise ValueError(f"{OPTIONS[dest]} needs --recompute full (it acts on activation "
                                  f"checkpoints, which only full recomputation keeps)")
             changes[dest] = True
+    changes.update(memory_fields_from(args))
     if changes.get("context_parallel", 1) > 1 and not changes.get("flash_attention", True):
         raise ValueError("--context-parallel above 1 needs flash attention (ring attention runs on "
                          "fused kernels): drop --no-flash")
+    return changes
+
+
+def memory_fields_from(args) -> dict:
+    """The trainer's memory fields the flags give (zerolib.core.memory.conventions)."""
+    changes = {name: getattr(args, name) for name in ("recompute_method", "loss", "norms")
+               if getattr(args, name) is not None}
+    changes.update({name: True for name in ("fp8", "fp8_all_gather", "compile")
+                    if getattr(args, name)})
+    for name, high in (("recompute_layers", MAX_RECOMPUTE_LAYERS), ("loss_chunks", MAX_LOSS_CHUNKS),
+                       ("reserved_ppm", 1_000_000)):
+        if getattr(args, name) is not None:
+            changes[name] = parse_whole(getattr(args, name), OPTIONS[name],
+                                        minimum=0 if name == "reserved_ppm" else 1, maximum=high)
     return changes
 
 
@@ -260,10 +311,13 @@ def has_working_set(result: dict) -> bool:
 
 def table_columns(result: dict, unit: str) -> tuple[list[str], list[list[str]]]:
     """Extra table headers and cells per stage row: the non-zero terms, then the peak."""
-    terms = [t for t in TERMS if any(row["working_set"][t] for row in result["stages"])]
-    headers = [f"{LABELS[t]} [{unit}]" for t in terms] + [f"peak [{unit}]"]
+    terms = [t for t in (*TERMS, *FSDP_TERMS)
+             if any(row["working_set"].get(t) for row in result["stages"])]
+    headers = [f"{LABELS[t]} [{unit}]" for t in terms] + [f"peak [{unit}]",
+                                                          f"peak reserved [{unit}]"]
     cells = [[f"{to_unit(row['working_set'][t], unit):,.2f}" for t in terms]
-             + [f"{to_unit(row['peak'], unit):,.2f}"] for row in result["stages"]]
+             + [f"{to_unit(row['peak'], unit):,.2f}", f"{to_unit(row['peak_reserved'], unit):,.2f}"]
+             for row in result["stages"]]
     return headers, cells
 
 
@@ -291,7 +345,10 @@ def describe(result: dict) -> str:
         parts.append(f"pipeline parallel {s['pipeline_parallel']} ({s['pipeline_schedule']}{chunks}"
                      f"{flight}; most loaded: stage {', '.join(map(str, stages))}; ZeRO stages "
                      f"2 and 3 do not run with it)")
-    return "Working set: " + ", ".join(parts) + "; fits is judged on the peak."
+    judges = {row.get("fits_judges", "peak") for row in result["stages"]}
+    judged = "the reserved peak" if judges == {"peak_reserved"} else "the peak"
+    return ("Working set: " + ", ".join(parts) + f"; fits is judged on {judged} (both include the "
+            f"reserve outside PyTorch's allocator).")
 
 
 def csv_columns(result: dict) -> tuple[list[str], list[list]]:

@@ -5,6 +5,7 @@ import csv
 import io
 
 from zerolib.cli import _communication as communication_cli
+from zerolib.cli import _fake_run as fake_run_cli
 from zerolib.cli import _own_model as own_model_cli
 from zerolib.cli import _placement as placement_cli
 from zerolib.cli import _run as run_cli
@@ -78,6 +79,7 @@ def register(commands) -> None:
                              "sit on one such node, and only they share its CPU memory and NVMe")
     run_file_cli.add_arguments(parser)
     trainer_files_cli.add_arguments(parser)
+    fake_run_cli.add_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -142,9 +144,13 @@ def run(args) -> int:
         if stages is not None:
             fields["stages"] = stages
         answer = _run_of(parse_count(args.params, "--params"), gpus, fields)
+    if args.fake_run:
+        fake_run_cli.check(args, answer)
     result = estimate(answer)
     run_file_cli.save(args, answer)
     out = result.as_dict()
+    if args.fake_run:
+        out["fake_run"] = fake_run_cli.answer(answer, out)
     if config is None:     # model state only: say what that leaves out, in every format
         out.update(working_set_cli.left_out())
     if tokens is not None:
@@ -355,5 +361,7 @@ def render(result: dict, form: str, unit: str, note: str | None = None,
             + (["yes" if row["fits"] else "no"] if device else []) + comm
             for row, extra, comm in zip(result["stages"], extra_cells, comm_cells)]
     run = run_cli.estimate_lines(result) if "run" in result else []
+    if "fake_run" in result:
+        run = [*run, fake_run_cli.line(result["fake_run"], unit)]
     return "\n".join(wrapped(lines, width) + ["", fitted_table(headers, rows, width)]
                      + (["", *wrapped(run, width)] if run else []))

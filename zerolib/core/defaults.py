@@ -4,7 +4,7 @@ read them here, so making a run imports none of the step's arithmetic."""
 from __future__ import annotations
 
 # The engines, by name (zerolib.core.step.engines.ENGINES holds each convention, in this order).
-ENGINE_NAMES = ("paper", "deepspeed", "fsdp2", "megatron")
+ENGINE_NAMES = ("paper", "deepspeed", "fsdp2", "megatron", "torchtitan")
 DEFAULT_ENGINE = "deepspeed"   # ZeRO's reference implementation, at its defaults
 
 # Compute at a stated utilisation of the device's peak FLOP/s.

@@ -4,7 +4,8 @@ Its ``as_dict()`` is the JSON contract (all values in bytes):
 {"params", "gpus", "layout": {...}, "device": {...} | null,
  "stages": [{"stage", "parameters", "gradients", "optimizer", "total", "cluster_total", "fits"}]}
 With a device, ``fits_judges`` says what ``fits`` judges: "model state" (a bare parameter
-count), "peak" (a model: model state + working set), either followed by " and host memory"
+count), "peak" (a model: model state + working set) or "peak_reserved" (an engine that judges
+the reserved peak, zerolib.core.memory.conventions), either followed by " and host memory"
 when the CPU memory of a node is judged too.
 With a model (an architecture) each stage row also carries ``working_set`` (bytes per
 term), ``peak`` and ``pipeline_stage`` (the most-loaded stage's index), ``fits`` is judged
@@ -135,7 +136,7 @@ class Estimate:
         if self.interconnect is not None:
             out.update(micro_batches=self.micro_batches, overlap=self.overlap.as_dict())
         if self.device is not None:   # what "fits" judges: never one judgement for another
-            judged = "peak" if self.model is not None else "model state"
+            judged = self.settings.convention.judges if self.model is not None else "model state"
             out["fits_judges"] = judged + (" and host memory" if self.host_memory is not None else "")
         if self.model is not None:
             out.update(model=self.model.name, tensor_parallel=self.settings.tensor_parallel,
@@ -421,7 +422,7 @@ def _estimate_count(run: Run) -> Estimate:
             run.parallel.expert_tensor is not None:
         raise ValueError("tensor, pipeline, context and expert parallelism need a model "
                          "(a bare parameter count has no architecture)")
-    layout, device, engine = get_layout(t.layout), _device(run), get_engine(t.engine)
+    layout, device, engine = get_layout(t.layout_of), _device(run), get_engine(t.engine)
     placement = run.placement()
     stages = _engine_stages(run, engine, placement)
     host_memory = _host_memory(c.host_memory, placement)
@@ -466,7 +467,7 @@ def _estimate_model(run: Run) -> Estimate:
     not with a placement). With a link and model parallelism (tensor, pipeline, context or
     expert) the step is timed by the planner's step model (:func:`_with_parallel_step`)."""
     config, gpus, t, c, par = run.config, run.cluster.gpus, run.trainer, run.cluster, run.parallel
-    layout, device, engine = get_layout(t.layout), _device(run), get_engine(t.engine)
+    layout, device, engine = get_layout(t.layout_of), _device(run), get_engine(t.engine)
     placement = run.placement()
     host_memory = _host_memory(c.host_memory, placement)
     stages = _engine_stages(run, engine, placement)

@@ -19,7 +19,7 @@ from zerolib.core.inputs import (
 from zerolib.core.memory import context_parallel as cp_rules
 from zerolib.core.memory import expert_parallel_rules as ep_rules
 from zerolib.core.memory.accounting import STAGES, Layout, get_layout
-from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.activations import CHAPTER_RECOMPUTE
 from zerolib.core.memory.model_parallel import (
     ALL_CHUNKS,
     MAX_CHUNKS,
@@ -166,7 +166,7 @@ class Search:
     ``max_micro_batch``. Checked by :func:`plan_settings`, which knows the model and engine."""
 
     stages: tuple = STAGES
-    recompute: tuple = RECOMPUTE
+    recompute: tuple = CHAPTER_RECOMPUTE
     chunks: tuple | str = ALL_CHUNKS
     offload: tuple = tuple(OFFLOADS)
     sequence_parallel: tuple = (False, True)
@@ -238,6 +238,16 @@ def _settings_of(run: Run, search: Search) -> PlanSettings:
         raise ValueError("a plan needs a model's architecture (a preset, a config.json or "
                          "Megatron-LM arguments), not a bare parameter count")
     c, t, b = run.cluster, run.trainer, run.batch
+    if t.engine_name == "torchtitan":
+        raise ValueError("trainer.engine torchtitan is estimate's (its memory convention: "
+                         "zerolib.core.memory.conventions); the planner searches the chapter's "
+                         "count: plan with engine fsdp2")
+    default = type(t)().memory_fields()
+    asked = [name for name, value in t.memory_fields().items()
+             if name != "engine" and value != default[name]]
+    if asked:
+        raise ValueError(f"the planner searches the chapter's memory count: trainer."
+                         f"{asked[0]} is estimate's only")
     gpus = c.gpus
     if c.device is None:
         raise ValueError("device must be given to plan (cluster.device: what each GPU holds)")
@@ -288,9 +298,9 @@ def _settings_of(run: Run, search: Search) -> PlanSettings:
     return PlanSettings(
         config, gpus, k, device, seq_len, global_batch,
         ic, check_host_link(c.host_link),
-        get_layout(t.layout), t.mfu,
+        get_layout(t.layout_of), t.mfu,
         c.host_memory, max_micro_batch, _choices(search.stages, STAGES, "stages"),
-        _choices(search.recompute, RECOMPUTE, "recompute"), chunks,
+        _choices(search.recompute, CHAPTER_RECOMPUTE, "recompute"), chunks,
         _choices(search.offload, tuple(OFFLOADS), "offload"),
         _choices(search.sequence_parallel, (False, True), "sequence_parallel"),
         _choices([search.shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set,

@@ -357,7 +357,7 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
         options = ActivationOptions.from_checked(   # each value checked at the planner's door
             sequence_parallel=bool(sp[row]), recompute=RECOMPUTE[int(rec[row])],
             flash_attention=ws.flash_attention, element_bytes=ws.element_bytes,
-            mask_bytes=ws.mask_bytes, dropout=ws.dropout, logits_bytes=ws.logits_bytes,
+            mask_bytes=ws.mask_bytes, dropout=ws.resolved_dropout, logits_bytes=ws.logits_bytes,
             capacity_factor=ws.capacity_factor,
             expert_tensor_parallel=None if etp is None or etp[row] == t[row] else int(etp[row]))
         terms = unit_terms(s.model, s.seq_len // int(cp[row]), int(b[row]), int(t[row]), options)

@@ -48,6 +48,7 @@ from zerolib.core.memory.accounting import LAYOUTS, Layout
 from zerolib.core.memory.activations import MAX_CONTEXT_PARALLEL, RECOMPUTE
 from zerolib.core.memory.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES, RULES, SCHEDULES
 from zerolib.core.memory.placement import OFFLOAD_DEVICES, Placement
+from zerolib.core.memory.trainer_memory import RESERVED_PPM, TrainerMemory
 from zerolib.core.memory.working_set import (
     ALLGATHER_BUCKET_SIZE,
     DEFAULT_RESERVE,
@@ -287,7 +288,7 @@ DEFAULT_BUCKETS = Buckets()
 
 
 @dataclass(frozen=True)
-class Trainer(_Noun):
+class Trainer(TrainerMemory, _Noun):
     """What runs the step and how: the ``engine`` (whose stages, schedule, overlap and pipeline
     rule: "paper", "deepspeed", "fsdp2", "megatron"), the ZeRO ``stages`` to answer for (None:
     every stage the engine offers), the ``layout`` of bytes per parameter (a preset's name or a
@@ -302,8 +303,8 @@ class Trainer(_Noun):
     noun = "trainer"
     engine: str = DEFAULT_ENGINE
     stages: tuple[int, ...] | None = None
-    layout: str | Layout = "mixed-adam"
-    recompute: str = "none"
+    layout: str | Layout | None = None
+    recompute: str | None = None
     flash_attention: bool = True
     element_bytes: int = 2
     mask_bytes: int = 1
@@ -320,6 +321,16 @@ class Trainer(_Noun):
     mfu: float = DEFAULT_MFU
     overlap: object = None
     capacity_factor: float | None = None
+    norms: str = "fused"
+    fp8: bool = False
+    fp8_all_gather: bool = False
+    compile: bool = False
+    recompute_method: str = "uniform"
+    recompute_layers: int = 1
+    loss: str | None = None
+    loss_chunks: int = 8
+    logits_freed: bool | None = None
+    reserved_ppm: int = RESERVED_PPM
 
     def __post_init__(self):
         if not isinstance(self.engine, str):   # an Engine (a convention of one's own settings)
@@ -339,14 +350,16 @@ class Trainer(_Noun):
             if not stages:
                 self._fail("stages", "at least one ZeRO stage (None: every stage)", self.stages)
             object.__setattr__(self, "stages", tuple(dict.fromkeys(int(s) for s in stages)))
-        if isinstance(self.layout, (list, tuple)):
+        if self.layout is None:
+            pass
+        elif isinstance(self.layout, (list, tuple)):
             if len(self.layout) != 3:
                 self._fail("layout", "a preset's name or three widths [parameters, gradients, "
                                      "optimizer]", self.layout)
             object.__setattr__(self, "layout", Layout.custom(*self.layout))
         elif not isinstance(self.layout, Layout):
             self._choice("layout", tuple(LAYOUTS))
-        self._choice("recompute", RECOMPUTE)
+        self._choice("recompute", RECOMPUTE, optional=True)
         self._flag("flash_attention")
         self._whole("element_bytes", 1, MAX_ELEMENT_BYTES)
         self._whole("mask_bytes", 0, MAX_ELEMENT_BYTES)
@@ -368,15 +381,16 @@ class Trainer(_Noun):
         for name in ("partition_activations", "cpu_checkpointing", "qwz", "qgz"):
             self._flag(name)
             if name in ("partition_activations", "cpu_checkpointing") and getattr(self, name) \
-                    and self.recompute != "full":
+                    and self.recompute_policy != "full":
                 raise ValueError(f"trainer.{name} applies to activation checkpoints: it needs "
-                                 f"trainer.recompute 'full', got {self.recompute!r}")
+                                 f"trainer.recompute 'full', got {self.recompute_policy!r}")
         object.__setattr__(self, "mfu", check_mfu(self.mfu, "trainer.mfu"))
         if self.overlap is not None:
             from zerolib.core.step.engines import Overlap  # the step's noun, imported when used
             if not isinstance(self.overlap, Overlap):
                 raise TypeError(f"trainer.overlap must be an Overlap or None, got {echo(self.overlap)}")
         self._number("capacity_factor", 1.0, 64.0, optional=True)
+        self._memory_fields()
 
     def working_set(self) -> WorkingSetSettings:
         """The trainer's part of the working set's settings (the layout of a run is the
@@ -387,16 +401,11 @@ class Trainer(_Noun):
             self.logits_bytes, (k.reduce_bucket_size, k.overlap_comm, k.allgather_bucket_size,
                                 k.allgather_in_place, k.prefetch_bucket_size,
                                 k.max_live_parameters, k.ddp_gradient_as_bucket_view),
-            self.reserve, self.capacity_factor)
-
-    @property
-    def layout_name(self) -> str:
-        return self.layout if isinstance(self.layout, str) else self.layout.name
-
+            self.reserve, self.capacity_factor, tuple(self.memory_fields().items()))
 
 @lru_cache(maxsize=64)
 def _trainer_working_set(flash_attention, element_bytes, mask_bytes, dropout, logits_bytes,
-                         buckets, reserve, capacity_factor) -> WorkingSetSettings:
+                         buckets, reserve, capacity_factor, memory=()) -> WorkingSetSettings:
     (reduce_bucket_size, overlap_comm, allgather_bucket_size, allgather_in_place,
      prefetch_bucket_size, max_live_parameters, ddp_gradient_as_bucket_view) = buckets
     return WorkingSetSettings(
@@ -406,7 +415,7 @@ def _trainer_working_set(flash_attention, element_bytes, mask_bytes, dropout, lo
         allgather_in_place=allgather_in_place, prefetch_bucket_size=prefetch_bucket_size,
         max_live_parameters=max_live_parameters,
         ddp_gradient_as_bucket_view=ddp_gradient_as_bucket_view, reserve_bytes=reserve,
-        capacity_factor=capacity_factor)
+        capacity_factor=capacity_factor, **dict(memory))
 
 
 @dataclass(frozen=True)
@@ -585,7 +594,7 @@ class Run:
         """The working set's settings (:class:`~zerolib.core.memory.working_set.WorkingSetSettings`)."""
         p, t, b, k = self.parallel, self.trainer, self.batch, self.trainer.buckets
         return WorkingSetSettings(
-            seq_len=self.seq_len, micro_batch=b.micro_batch, recompute=t.recompute,
+            seq_len=self.seq_len, micro_batch=b.micro_batch, recompute=t.recompute_policy,
             flash_attention=t.flash_attention, tensor_parallel=p.tensor,
             sequence_parallel=p.sequence, pipeline_parallel=p.pipeline,
             pipeline_schedule=p.schedule, pipeline_chunks=p.chunks,
@@ -598,7 +607,7 @@ class Run:
             ddp_gradient_as_bucket_view=k.ddp_gradient_as_bucket_view, reserve_bytes=t.reserve,
             capacity_factor=t.capacity_factor, expert_tensor_parallel=p.expert_tensor,
             context_parallel=p.context, partition_activations=t.partition_activations,
-            cpu_checkpointing=t.cpu_checkpointing)
+            cpu_checkpointing=t.cpu_checkpointing, **t.memory_fields())
 
     def placement(self) -> Placement | None:
         """Where the state lives (None: the chapter's ZeRO, all on the GPU over every

@@ -260,7 +260,7 @@ def test_the_context_parallel_control_is_for_an_engine_with_ring_attention(explo
 
 def test_a_start_with_context_parallelism_needs_an_engine_with_it():
     with pytest.raises(ValueError, match="context_parallel must be 1 under engine deepspeed: it runs "
-                       "no ring-attention context parallelism \\(the engines that do: fsdp2, megatron\\)"):
+                       "no ring-attention context parallelism \\(the engines that do: fsdp2, megatron, torchtitan\\)"):
         PlannerExplorer(context_parallel=2)
     assert PlannerExplorer(engine="megatron", context_parallel=2).plan.settings.context_parallel == (1, 2)
 

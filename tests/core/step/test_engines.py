@@ -42,7 +42,7 @@ def sent(engine, stage, micro_batches=1, params=7 * 10**9, gpus=64):
 # --- names ------------------------------------------------------------------------------------
 
 def test_the_engines_and_the_default():
-    assert ENGINE_NAMES == ("paper", "deepspeed", "fsdp2", "megatron")
+    assert ENGINE_NAMES == ("paper", "deepspeed", "fsdp2", "megatron", "torchtitan")
     assert DEFAULT_ENGINE == "deepspeed"
     assert get_engine("FSDP2") is ENGINES["fsdp2"]
     with pytest.raises(ValueError, match="engine must be one of paper, deepspeed, fsdp2, megatron"):

@@ -8,8 +8,8 @@ from zerolib.core.step.engines import CONTEXT_PARALLEL_ENGINES, ENGINES, get_eng
 
 def test_only_megatron_and_fsdp2_run_it():
     assert {name: e.context_parallel for name, e in ENGINES.items()} == {
-        "paper": False, "deepspeed": False, "fsdp2": True, "megatron": True}
-    assert CONTEXT_PARALLEL_ENGINES == ("fsdp2", "megatron")
+        "paper": False, "deepspeed": False, "fsdp2": True, "megatron": True, "torchtitan": True}
+    assert CONTEXT_PARALLEL_ENGINES == ("fsdp2", "megatron", "torchtitan")
 
 
 def test_flags_keep_it():

@@ -138,8 +138,19 @@ from types import MappingProxyType
 from zerolib.core.catalogue.models import MAX_MODEL_SIZE, TransformerConfig, get_model
 from zerolib.core.inputs import MAX_GPUS, check_count, check_flag, check_positive_int
 from zerolib.core.intmath import ceil_div
+from zerolib.core.memory.loss import MAX_LOSS_CHUNKS, check_loss, loss_bytes
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "op-selective")
+# The policies the chapter's planner searches by default (op-selective is torchtitan's, asked for).
+CHAPTER_RECOMPUTE = ("none", "selective", "full")
+# Full recomputation's methods (Megatron-LM --recompute-method): chunks of N layers keep their
+# input, or the first N layers of a stage are checkpointed and the rest keep everything.
+RECOMPUTE_METHODS = ("uniform", "block")
+MAX_RECOMPUTE_LAYERS = 4096
+# A norm's saved tensors: a fused kernel's (its input), or eager RMSNorm's (+ fp32 copy, 1/rms).
+NORMS = ("fused", "eager")
+FP32_BYTES, AMAX_BYTES = 4, 2   # an fp32 element; torchao's amax of a bf16 tensor (bf16 scalar)
+LINEAR_AMAXES = 2    # per Float8Linear under an op-level policy: the input's and the weight's
 LOGSUMEXP_BYTES = 4  # flash attention keeps its softmax statistics in fp32 (one per head, token)
 LOSS_FP32_BYTES = 4  # the loss upcasts the logits to fp32
 ROUTER_BYTES = 4     # Mixtral's router softmax runs in fp32 (transformers: softmax(logits.float()))
@@ -168,8 +179,14 @@ class ActivationOptions:
     vocabulary-sized tensors held at once; None: ``(element_bytes, 4)``), a mixture of experts'
     ``capacity_factor`` (None: dropless) and ``expert_tensor_parallel`` (None: the
     tensor-parallel degree), and ZeRO-R's ``partition_activations`` and ``cpu_checkpointing``
-    (DeepSpeed's ``activation_checkpointing``; both need full recomputation). Checked when made,
-    so equal settings are equal options: the key of every memo of the per-setting counts."""
+    (DeepSpeed's ``activation_checkpointing``; both need full recomputation).
+
+    What a trainer's code changes (``data/mechanisms_measured.md``): ``norms``, ``fp8`` (two
+    bf16 amax scalars per Linear under the op-level policy), ``recompute_method`` and
+    ``recompute_layers`` (Megatron-LM's), the ``loss`` (:mod:`zerolib.core.memory.loss`, with
+    ``loss_chunks``, ``logits_freed``), ``separate_moments`` (loss and recompute apart).
+    Checked when made, so equal settings are equal options: the key of every memo of the
+    per-setting counts."""
 
     sequence_parallel: bool = False
     recompute: str = "none"
@@ -182,13 +199,40 @@ class ActivationOptions:
     expert_tensor_parallel: int | None = None
     partition_activations: bool = False
     cpu_checkpointing: bool = False
+    norms: str = "fused"
+    fp8: bool = False
+    recompute_method: str = "uniform"
+    recompute_layers: int = 1
+    loss: str = "stored"
+    loss_chunks: int = 8
+    logits_freed: bool = False
+    separate_moments: bool = False
 
     def __post_init__(self):
         put = object.__setattr__
         for name in ("sequence_parallel", "flash_attention", "partition_activations",
-                     "cpu_checkpointing"):
-            put(self, name, check_flag(getattr(self, name), name))
+                     "cpu_checkpointing", "fp8", "logits_freed", "separate_moments"):
+            if getattr(self, name) is not False:   # a default is not checked again
+                put(self, name, check_flag(getattr(self, name), name))
         _check_recompute(self.recompute)
+        if self.norms not in NORMS:
+            raise ValueError(f"norms must be one of {', '.join(NORMS)}, got {self.norms!r}")
+        if self.recompute_method not in RECOMPUTE_METHODS:
+            raise ValueError(f"recompute_method must be one of {', '.join(RECOMPUTE_METHODS)}, "
+                             f"got {self.recompute_method!r}")
+        if self.recompute_layers != 1 or type(self.recompute_layers) is not int:
+            put(self, "recompute_layers", check_positive_int(self.recompute_layers,
+                                                             "recompute_layers", MAX_RECOMPUTE_LAYERS))
+        if (self.recompute_method, self.recompute_layers) != ("uniform", 1) and self.recompute != "full":
+            raise ValueError(f"recompute_method and recompute_layers choose how full recomputation "
+                             f"checkpoints layers: they need recompute='full', got {self.recompute!r}")
+        if self.loss != "stored":   # the default is not checked again
+            check_loss(self.loss)
+        if self.loss_chunks != 8 or type(self.loss_chunks) is not int:
+            put(self, "loss_chunks", check_positive_int(self.loss_chunks, "loss_chunks", MAX_LOSS_CHUNKS))
+        if self.logits_bytes is not None and self.loss != "stored":
+            raise ValueError(f"logits_bytes are the widths of the 'stored' count: not with "
+                             f"loss={self.loss!r}")
         put(self, "element_bytes", check_positive_int(self.element_bytes, "element_bytes",
                                                       MAX_ELEMENT_BYTES))
         put(self, "mask_bytes", check_count(self.mask_bytes, "mask_bytes", MAX_ELEMENT_BYTES))
@@ -224,6 +268,12 @@ class ActivationOptions:
     def dropout_of(self, config: TransformerConfig) -> bool:
         """Whether ``config`` runs with dropout under these options (None: the model's own)."""
         return config.dropout if self.dropout is None else self.dropout
+
+    def loss_bytes(self, logits: int) -> int:
+        """Bytes of the logits and the loss at the loss's peak, ``logits`` on this rank
+        (:func:`zerolib.core.memory.loss.loss_bytes` of this run's implementation)."""
+        return loss_bytes(self.loss, logits, freed=self.logits_freed, chunks=self.loss_chunks,
+                          widths=self.logits_widths)
 
     @property
     def logits_widths(self) -> tuple[int, ...]:
@@ -352,13 +402,16 @@ def _layer_terms(config: TransformerConfig, s: int, b: int, t: int, options: Act
              "shared_expert_down_projection_input", "shared_expert_gate_output", "shared_expert_output"]
     names += (["mlp_gate_projection", "mlp_activation_output", "mlp_up_projection", "mlp_down_projection_input"]
               if gated else ["mlp_activation_input", "mlp_down_projection_input"])
-    names += ["expert_output", "post_mlp_norm_input", "mlp_dropout_mask", "layer_input"]
+    names += ["expert_output", "post_mlp_norm_input", "mlp_dropout_mask", "layer_input",
+              "rmsnorm_fp32_copies", "saved_projection_outputs", "float8_amax"]
     terms = dict.fromkeys(names, 0)
 
     if recompute == "full":
         # Only the layer's input is kept; the rest is recomputed in backward.
         terms["layer_input"] = e * _split(sbh, pointwise_t)
         return MappingProxyType(terms)
+    if recompute == "op-selective":
+        return _op_selective_terms(config, s, b, t, options, terms)
 
     # Attention block (paper Sec. 4.1: 11sbh + 5as^2b).
     terms["attention_norm_input"] = e * _split(sbh, pointwise_t)
@@ -424,6 +477,59 @@ def _layer_terms(config: TransformerConfig, s: int, b: int, t: int, options: Act
         terms["post_mlp_norm_input"] = e * _split(sbh, pointwise_t)
     if drop:
         terms["mlp_dropout_mask"] = m * _split(sbh, pointwise_t)
+    if options.norms == "eager" and config.norm == "rmsnorm":
+        # Python RMSNorm (upcast, pow, mean, rsqrt, multiply, cast back, weight) also saves its
+        # fp32 input copy (4h) and the per-token 1/rms (4) beside what a fused norm keeps.
+        norms = (1 if shared_norm else 2) + (2 if post else 0)
+        terms["rmsnorm_fp32_copies"] = norms * (FP32_BYTES * _split(sbh, pointwise_t)
+                                                + FP32_BYTES * _split(s * b, pointwise_t))
+    return MappingProxyType(terms)
+
+
+def _matmuls(config: TransformerConfig, t: int) -> list[tuple[str, int, bool]]:
+    """A block's matrix multiplies in the order its forward runs them: (name, output width per
+    token on one rank, row-parallel). Column-parallel outputs are split over t ranks; a
+    row-parallel one is the rank's partial sum, h wide."""
+    h, a, kv, d, f = config.hidden, config.heads, config.kv_heads, config.head_width, config.ffn_hidden
+    kv_width = d * _split(kv, t)
+    out = ([("qkv", _split(a * d, t) + 2 * kv_width, False)] if config.fused_qkv else
+           [("q", _split(a * d, t), False), ("k", kv_width, False), ("v", kv_width, False)])
+    out.append(("o", h, True))
+    if config.gated_mlp:
+        out += ([("gate_up", 2 * _split(f, t), False)] if config.fused_gate_up else
+                [("gate", _split(f, t), False), ("up", _split(f, t), False)])
+    else:
+        out.append(("fc1", _split(f, t), False))
+    out.append(("down", h, True))
+    return out
+
+
+def _op_selective_terms(config: TransformerConfig, s: int, b: int, t: int,
+                        options: ActivationOptions, terms: dict) -> Mapping[str, int]:
+    """torchtitan's op-level selective checkpointing (``SelectiveAC``, commit b5bcd76c;
+    ``_op_sac_save_list``): each block under ``torch.utils.checkpoint`` with a policy that saves
+    the outputs of mm (all but every second one, counted per block forward), of the flash /
+    efficient attention kernels (output and fp32 log-sum-exp), of reduce-scatter (sequence
+    parallelism's) and of max (Float8's amax), and recomputes everything else; the checkpoint
+    keeps the block's input. Measured: ``data/mechanisms_measured.csv`` ``op-sac``, 2h + 2ad +
+    2kd + (2ad + 4a) + 2f + 2h per token of a Llama block."""
+    if config.experts or config.kv_lora_rank:
+        raise ValueError(f"recompute 'op-selective' is modelled for dense blocks with standard "
+                         f"attention, got {config.name} (experts or latent attention)")
+    e, h, a, d, sp = options.element_bytes, config.hidden, config.heads, config.head_width, \
+        options.sequence_parallel
+    tokens = s * b
+    pointwise_t = t if sp else 1
+    terms["layer_input"] = e * _split(tokens * h, pointwise_t)
+    kept = sum(width for index, (_, width, _) in enumerate(_matmuls(config, t)) if index % 2 == 0)
+    terms["saved_projection_outputs"] = e * tokens * kept
+    if sp and t > 1:     # both row-parallel outputs reduce-scattered over the sequence, saved
+        terms["saved_projection_outputs"] += 2 * e * _split(tokens * h, t)
+    if options.flash_attention:
+        terms["attention_output_projection_input"] = e * tokens * _split(a * d, t)
+        terms["flash_logsumexp"] = LOGSUMEXP_BYTES * _split(a * tokens, t)
+    if options.fp8:     # torchao Float8Linear: two bf16 amax scalars per Linear (the list's max)
+        terms["float8_amax"] = LINEAR_AMAXES * AMAX_BYTES * len(_matmuls(config, t))
     return MappingProxyType(terms)
 
 
@@ -490,9 +596,11 @@ def model_terms(config: TransformerConfig, seq_len: int, micro_batch: int, tenso
         "recompute_transient": transient,
         "embedding_dropout_mask": options.mask_bytes * sbh_rank if options.dropout_of(config) else 0,
         "embedding_norm_input": element_bytes * sbh_rank if config.embedding_norm else 0,
-        "final_norm_input": element_bytes * sbh_rank,
+        "final_norm_input": element_bytes * sbh_rank + (
+            FP32_BYTES * (sbh_rank + _split(s * b, pointwise_t))
+            if options.norms == "eager" and config.norm == "rmsnorm" else 0),
         "output_projection_input": element_bytes * sbh_rank,
-        "logits_loss": sum(options.logits_widths) * s * b * _split(v, t),   # vocabulary-parallel output
+        "logits_loss": options.loss_bytes(s * b * _split(v, t)),   # vocabulary-parallel output
     })
 
 
@@ -523,9 +631,10 @@ def layer_kinds(config: TransformerConfig, seq_len: int, micro_batch: int, tenso
         transient = 0
     else:
         # The layer being recomputed in backward briefly holds what "none" would have stored
-        # (full) or what selective dropped (the attention core).
+        # (full) or what the policy dropped (selective: the attention core; op-selective: the
+        # outputs it did not save).
         everything = layer(config, "none")
-        transient = everything if recompute == "full" else everything - layer(config, "selective")
+        transient = everything if recompute == "full" else everything - one
     dense_one = 0
     if config.dense_layers:     # DeepSeek's first layers: a dense gated MLP, no experts
         dense = _dense_layer(config)
@@ -533,8 +642,18 @@ def layer_kinds(config: TransformerConfig, seq_len: int, micro_batch: int, tenso
         if recompute != "none":     # the larger of the two kinds of layer being recomputed
             everything = layer(dense, "none")
             transient = max(transient, everything if recompute == "full"
-                            else everything - layer(dense, "selective"))
+                            else everything - dense_one)
     return one, dense_one, transient
+
+
+def whole_layer_bytes(config: TransformerConfig, seq_len: int, micro_batch: int,
+                      tensor_parallel: int, options: ActivationOptions) -> int:
+    """One layer's bytes with nothing recomputed (what a layer outside Megatron's checkpointed
+    block keeps), of checked inputs; a model's larger kind of layer."""
+    etp = options.etp_at(tensor_parallel)
+    kinds = [config] + ([_dense_layer(config)] if config.dense_layers else [])
+    return max(sum(_layer_terms(kind, seq_len, micro_batch, tensor_parallel, options, "none",
+                                etp if kind.experts else None).values()) for kind in kinds)
 
 
 MAX_CONTEXT_PARALLEL = 1024   # CP ranks per sequence: far beyond any published run

@@ -54,7 +54,7 @@ RULE = ("expert_parallel must divide the routed experts and the engine's expert 
 # Engines whose expert-parallel group lies inside the data-parallel group alone.
 DATA_PARALLEL_ONLY = ("deepspeed",)
 # Engines whose expert-parallel group takes the whole context-parallel group (C divides E).
-BORROWS_CONTEXT = ("fsdp2",)
+BORROWS_CONTEXT = ("fsdp2", "torchtitan")
 
 
 def check_degrees(expert_parallel, config, gpus: int) -> tuple[int, ...]:

@@ -574,6 +574,32 @@ def _place_sums(grid: ParallelGrid) -> dict[str, np.ndarray]:
     return sums
 
 
+def unsharded_units_on(grid: ParallelGrid, r) -> dict[str, np.ndarray]:
+    """What FSDP2 holds unsharded on a GPU of stage r, in elements of its own share (the
+    working set's FSDP2 terms, :mod:`zerolib.core.memory.conventions`): ``root``, the modules
+    outside the layers on this stage (the embedding on the first, the final norm and the output
+    layer on the last), ``layer``, one layer (the larger kind where they differ), ``matrices``
+    and ``matrix_tensors``, that layer's column- and row-parallel weights and how many there are
+    (what Float8 all-gathers in fp8)."""
+    sums = _place_sums(grid)
+    kinds = _stage_kinds(grid, r)
+    matrices = {place: np.zeros(grid.t.shape, dtype=np.int64) for place in LAYER_PLACES}
+    tensors = dict.fromkeys(LAYER_PLACES, 0)
+    for piece in _module_splits(grid.config):
+        if piece.place in LAYER_PLACES and piece.split in ("column", "row"):
+            matrices[piece.place] = matrices[piece.place] + _rank_elements(
+                piece, grid.t, grid.vocab_divisible_by) * piece.per_layer
+            tensors[piece.place] += piece.per_layer
+    layer, matrix, count = sums["layer"], matrices["layer"], np.full(grid.t.shape, tensors["layer"])
+    for place in LAYER_PLACES[1:]:   # a model with dense first layers: the larger kind held here
+        here = (kinds[place] > 0) & (sums["layer"] + sums[place] > layer)
+        layer = np.where(here, sums["layer"] + sums[place], layer)
+        matrix = np.where(here, matrices["layer"] + matrices[place], matrix)
+        count = np.where(here, tensors["layer"] + tensors[place], count)
+    root = np.where(r == 0, sums["first"], 0) + np.where(r == grid.p - 1, sums["last"], 0)
+    return {"root": root, "layer": layer, "matrices": matrix, "matrix_tensors": count}
+
+
 def candidate_stages(config: TransformerConfig, pipeline_parallel) -> list[np.ndarray]:
     """The pipeline stages that can be the most loaded, as arrays broadcast with ``p``: the
     first and the last; with dense first layers (lighter than an expert layer, so a middle

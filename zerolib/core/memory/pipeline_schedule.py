@@ -46,6 +46,7 @@ from zerolib.core.memory.activations import (
     layer_kinds,
     model_activation_terms,
     model_terms,
+    whole_layer_bytes,
 )
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
@@ -147,9 +148,10 @@ def dense_layer_activations_held(config, pipeline_parallel, pipeline_stage, *, s
 # first layer's (0 without), then the model-level terms.
 UNIT_TERMS = ("transformer_layers", "dense_transformer_layer", "recompute_transient",
               "embedding_dropout_mask", "embedding_norm_input", "final_norm_input",
-              "output_projection_input", "logits_loss")
+              "output_projection_input", "logits_loss", "whole_layer")
 # The terms of a stage's activations (stage_activation_terms): the layers' as one.
-STAGE_TERMS = tuple(name for name in UNIT_TERMS if name != "dense_transformer_layer")
+STAGE_TERMS = tuple(name for name in UNIT_TERMS if name not in ("dense_transformer_layer",
+                                                                 "whole_layer"))
 
 
 @lru_cache(maxsize=8192)
@@ -163,9 +165,12 @@ def unit_terms(config, seq_len: int, micro_batch: int, t: int, options: Activati
     # One layer of each kind: the stages multiply them by the layers they hold.
     terms["transformer_layers"], terms["dense_transformer_layer"], _ = layer_kinds(
         config, seq_len, micro_batch, t, options)
+    # Megatron's block method keeps whole the layers past its first N (a layer unrecomputed).
+    terms["whole_layer"] = (whole_layer_bytes(config, seq_len, micro_batch, t, options)
+                            if _methodical(options) else 0)
     # The loss's logits follow the vocabulary rows, padded when asked.
     rows = int(rows_on_rank(config.vocab, t, vocab_divisible_by))
-    terms["logits_loss"] = terms["logits_loss"] // ceil_div(config.vocab, t) * rows
+    terms["logits_loss"] = options.loss_bytes(seq_len * micro_batch * rows)
     if any(terms[name] > MAX_BYTES for name in UNIT_TERMS):
         raise ValueError(f"activations of {config.name} come to more than {MAX_BYTES:,} bytes: "
                          f"lower seq_len or micro_batch")
@@ -228,8 +233,28 @@ def _total(config, terms: dict[str, np.ndarray]) -> np.ndarray:
     return total
 
 
+def _methodical(options: ActivationOptions) -> bool:
+    """Full recomputation by a method other than every layer on its own (Megatron-LM's uniform
+    with N > 1 layers per chunk, or block)."""
+    return options.recompute == "full" and (options.recompute_method,
+                                            options.recompute_layers) != ("uniform", 1)
+
+
+# How a stage's layers keep their activations beyond one copy per layer: (full recomputation's
+# method, its layers, whether the loss chain and the recompute transient are separate moments).
+EVERY_LAYER = ("uniform", 1, False)
+
+
+def stage_rules(options: ActivationOptions) -> tuple[str, int, bool]:
+    """The :data:`EVERY_LAYER`-like rules of ``options`` that :func:`_stage_terms` reads."""
+    method = (options.recompute_method, options.recompute_layers) if _methodical(options) \
+        else ("uniform", 1)
+    return (*method, options.separate_moments)
+
+
 def _stage_terms(config, pipeline_parallel, schedule, chunks, micro_batches,
-                 units: Mapping[str, np.ndarray], r: np.ndarray) -> dict[str, np.ndarray]:
+                 units: Mapping[str, np.ndarray], r: np.ndarray,
+                 rules: tuple[str, int, bool] = EVERY_LAYER) -> dict[str, np.ndarray]:
     p = pipeline_parallel
     held = layer_activations_held(config.layers, p, r, schedule=schedule, chunks=chunks,
                                   micro_batches=micro_batches)
@@ -245,8 +270,29 @@ def _stage_terms(config, pipeline_parallel, schedule, chunks, micro_batches,
     layers = (held - dense) * units["transformer_layers"]
     if np.any(layers > MAX_BYTES - dense * dense_unit):
         _too_large(config)
+    transient = units["recompute_transient"] * np.ones_like(held)
+    method, n, separate = rules
+    if (method, n) != ("uniform", 1):
+        # Megatron-LM's methods (megatron/core/recompute.py): per micro-batch (and model chunk)
+        # in flight, a pass over its layers keeps ceil(layers / N) chunk inputs (uniform), or
+        # N checkpointed inputs and the rest whole (block); recomputing a uniform chunk holds
+        # its N layers at once.
+        flight = _in_flight(p, r, schedule, chunks, micro_batches)
+        per = (np.asarray(config.layers // (p * chunks), dtype=np.int64) if schedule == "interleaved"
+               else stage_layers(config.layers, p, r))
+        if method == "uniform":
+            layers = flight * ceil_div(per, n) * units["transformer_layers"]
+            transient = np.minimum(n, per) * units["recompute_transient"]
+        else:
+            checkpointed = np.minimum(n, per)
+            layers = flight * (checkpointed * units["transformer_layers"]
+                               + (per - checkpointed) * units["whole_layer"])
+        if np.any(layers > MAX_BYTES):
+            _too_large(config)
+    if separate:   # the loss's peak and a layer's recomputation are different moments
+        transient = np.maximum(transient - last * units["logits_loss"], 0)
     return {"transformer_layers": layers + dense * dense_unit,
-            "recompute_transient": units["recompute_transient"] * np.ones_like(held),
+            "recompute_transient": transient,
             "embedding_dropout_mask": first * units["embedding_dropout_mask"],
             "embedding_norm_input": first * units["embedding_norm_input"],   # BLOOM's, first stage
             "final_norm_input": last * units["final_norm_input"],
@@ -264,9 +310,10 @@ def stage_activation_totals(model, units: Mapping[str, np.ndarray], pipeline_par
     space); the settings must obey the rules of :func:`zerolib.core.memory.model_parallel.parallel_rules`."""
     config = get_model(model)
     check_schedule(schedule)
-    # A model without dense first layers may leave their term out.
-    units = {name: np.asarray(units.get(name, 0) if name == "dense_transformer_layer" else units[name],
-                              dtype=np.int64) for name in UNIT_TERMS}
+    # A model without dense first layers may leave their term out (and every-layer
+    # recomputation the whole layer's).
+    units = {name: np.asarray(units.get(name, 0) if name in ("dense_transformer_layer", "whole_layer")
+                              else units[name], dtype=np.int64) for name in UNIT_TERMS}
     p = np.asarray(pipeline_parallel, dtype=np.int64)
     r = np.asarray(pipeline_stage, dtype=np.int64)
     m = None if micro_batches is None else np.asarray(micro_batches, dtype=np.int64)
@@ -274,18 +321,20 @@ def stage_activation_totals(model, units: Mapping[str, np.ndarray], pipeline_par
 
 
 def stage_terms_of(config, units: Mapping[str, int], p, r, schedule: str, chunks: int,
-                   m) -> dict[str, np.ndarray]:
-    """:func:`stage_activation_terms` by term from :func:`unit_terms`, of checked inputs."""
-    terms = _stage_terms(config, p, schedule, chunks, m, units, r)
+                   m, rules: tuple[str, int, bool] = EVERY_LAYER) -> dict[str, np.ndarray]:
+    """:func:`stage_activation_terms` by term from :func:`unit_terms`, of checked inputs
+    (``rules``: :func:`stage_rules` of the options)."""
+    terms = _stage_terms(config, p, schedule, chunks, m, units, r, rules)
     _total(config, terms)   # refused beyond MAX_BYTES, as the public path refuses it
     return terms
 
 
 def activation_totals_of(config, units: Mapping[str, np.ndarray], p: np.ndarray, r: np.ndarray,
-                         schedule: str, chunks: int, m: np.ndarray | None) -> np.ndarray:
+                         schedule: str, chunks: int, m: np.ndarray | None,
+                         rules: tuple[str, int, bool] = EVERY_LAYER) -> np.ndarray:
     """:func:`stage_activation_totals` of checked inputs (a TransformerConfig, int64 arrays):
     the planner's path."""
-    return _total(config, _stage_terms(config, p, schedule, chunks, m, units, r))
+    return _total(config, _stage_terms(config, p, schedule, chunks, m, units, r, rules))
 
 
 def stage_activation_terms(model, seq_len, micro_batch, tensor_parallel=1,
@@ -308,7 +357,7 @@ def stage_activation_terms(model, seq_len, micro_batch, tensor_parallel=1,
                             f"(activation_bytes_per_gpu takes arrays)")
     units = _term_arrays(grid, seq_len, micro_batch, options)
     terms = _stage_terms(grid.config, grid.p, grid.schedule, grid.chunks, grid.micro_batches, units,
-                         grid.pipeline_stage)
+                         grid.pipeline_stage, stage_rules(options))
     _total(grid.config, terms)
     return MappingProxyType({name: int(value) for name, value in terms.items()})
 
@@ -327,4 +376,5 @@ def activation_bytes_per_gpu(model, seq_len, micro_batch, tensor_parallel=1,
     grid = grid_of(model, tensor_parallel, pipeline, pipeline_stage, vocab_divisible_by)
     units = _term_arrays(grid, seq_len, micro_batch, options)
     return at_stage(grid, lambda r: _total(grid.config, _stage_terms(
-        grid.config, grid.p, grid.schedule, grid.chunks, grid.micro_batches, units, r)))
+        grid.config, grid.p, grid.schedule, grid.chunks, grid.micro_batches, units, r,
+        stage_rules(options))))

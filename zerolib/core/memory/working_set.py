@@ -118,6 +118,7 @@ from zerolib.core.inputs import (
     check_stage,
 )
 from zerolib.core.intmath import ceil_div, last_true
+from zerolib.core.memory import trainer_peak as trainer
 from zerolib.core.memory.accounting import CATEGORIES, STAGES, Layout, ModelState, get_layout
 from zerolib.core.memory.activations import (
     MAX_CONTEXT_PARALLEL,
@@ -129,6 +130,7 @@ from zerolib.core.memory.activations import (
     checkpoint_terms_of,
     context_parallel_tokens,
 )
+from zerolib.core.memory.conventions import RESERVED_PPM, MemoryConvention, memory_convention
 from zerolib.core.memory.feasibility import fewest_gpus
 from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
@@ -159,7 +161,8 @@ STAGE3_PREFETCH_BUCKET_SIZE = 50_000_000
 STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
 STAGE3_PARAM_PERSISTENCE_THRESHOLD = 100_000
 
-# CUDA context, NCCL, allocator cache and fragmentation: a round assumption, not a measurement.
+# What PyTorch's allocator does not count (CUDA context, NCCL's buffers; in the chapter's count
+# also its cache): a round assumption, not a measurement (data/measured_peaks.md).
 DEFAULT_RESERVE = 2 * GiB
 
 # Upper bounds: far beyond any real run, small enough that every term is exact in int64.
@@ -207,6 +210,20 @@ class WorkingSetSettings:
     # cpu_checkpointing), under full recomputation; off by default as in DeepSpeed.
     partition_activations: bool = False
     cpu_checkpointing: bool = False
+    # Whose memory convention (zerolib.core.memory.conventions), and what the trainer's code
+    # changes (ActivationOptions, zerolib.core.memory.trainer_peak.memory_options).
+    engine: str = "paper"
+    norms: str = "fused"
+    fp8: bool = False
+    fp8_all_gather: bool = False
+    compile: bool = False
+    recompute_method: str = "uniform"
+    recompute_layers: int = 1
+    loss: str | None = None
+    loss_chunks: int = 8
+    logits_freed: bool | None = None
+    # The caching allocator's reserve over the allocated peak, parts per million (fitted).
+    reserved_ppm: int = RESERVED_PPM
 
     def __post_init__(self):
         check_positive_int(self.seq_len, "seq_len", MAX_SEQ_LEN)
@@ -250,9 +267,15 @@ class WorkingSetSettings:
             if check_flag(getattr(self, name), name) and self.recompute != "full":
                 raise ValueError(f"{name} applies to activation checkpoints: it needs "
                                  f"recompute='full', got {self.recompute!r}")
+        trainer.check_memory(self)
 
     def __deepcopy__(self, memo) -> WorkingSetSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
+
+    @property
+    def convention(self) -> MemoryConvention:
+        """The engine's memory convention."""
+        return memory_convention(self.engine)
 
     @cached_property
     def activation_options(self) -> ActivationOptions:
@@ -260,8 +283,14 @@ class WorkingSetSettings:
         :mod:`zerolib.core.memory.activations`), made once."""
         return ActivationOptions(
             self.sequence_parallel, self.recompute, self.flash_attention, self.element_bytes,
-            self.mask_bytes, self.dropout, self.logits_bytes, self.capacity_factor,
-            self.expert_tensor_parallel, self.partition_activations, self.cpu_checkpointing)
+            self.mask_bytes, self.resolved_dropout, self.logits_bytes, self.capacity_factor,
+            self.expert_tensor_parallel, self.partition_activations, self.cpu_checkpointing,
+            **trainer.memory_options(self))
+
+    @property
+    def resolved_dropout(self) -> bool | None:
+        """Dropout as given, else the engine's default (Megatron-LM's 0.1), else the model's."""
+        return self.dropout if self.dropout is not None else self.convention.dropout
 
     @cached_property
     def pipeline(self) -> Pipeline:
@@ -359,8 +388,10 @@ def term_arrays(stage, params, module, activations, logits_loss,
 
 
 def terms_of(stage, params, module, activations, logits_loss, s: WorkingSetSettings,
-             layout: Layout) -> dict[str, np.ndarray]:
-    """:func:`term_arrays` of checked settings and a Layout (the planner's and the peaks' path)."""
+             layout: Layout, unsharded: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """:func:`term_arrays` of checked settings and a Layout (the planner's and the peaks' path);
+    ``unsharded``: FSDP2's units on the GPU (:func:`unsharded_units`), read under an FSDP2
+    engine's convention."""
     stage, params, module, activations, logits_loss = np.broadcast_arrays(
         *(np.asarray(v, dtype=np.int64) for v in (stage, params, module, activations, logits_loss)))
     grad_bits, param_bits = layout.bits_per_param("gradients"), layout.bits_per_param("parameters")
@@ -381,17 +412,20 @@ def terms_of(stage, params, module, activations, logits_loss, s: WorkingSetSetti
             nbytes(np.minimum(s.allgather_bucket_size, params), param_bits), 0)
     gathered = np.minimum(params, np.maximum(s.max_live_parameters, module + s.prefetch_bucket_size))
     terms["gathered_parameters"] = np.where(stage == 3, nbytes(gathered, param_bits), 0)
+    if s.convention.fsdp:   # none of DeepSpeed's buffers: FSDP2's own unsharded state
+        terms.update(trainer.fsdp_terms(stage, params, unsharded, s))
     terms["reserve"] = zero + s.reserve_bytes
     return terms
 
 
 def _terms(config: TransformerConfig, stage: int, s: WorkingSetSettings, layout: Layout,
-           activations: tuple[int, int], on_gpu: tuple[int, int]) -> Mapping[str, int]:
+           activations: tuple[int, int], on_gpu: tuple[int, int],
+           unsharded: Mapping[str, int] | None = None) -> Mapping[str, int]:
     """Every term of :data:`TERMS` for one ZeRO stage on one GPU holding ``on_gpu`` =
     (parameters, largest module) (:func:`term_arrays` at one point)."""
     params, module = on_gpu
     terms = {name: int(value) for name, value in
-             terms_of(stage, params, module, *activations, s, layout).items()}
+             terms_of(stage, params, module, *activations, s, layout, unsharded).items()}
     total = sum(terms.values())
     if total > MAX_BYTES:
         raise ValueError(f"the working set of {config.name} comes to {total:,} bytes, beyond "
@@ -414,30 +448,9 @@ def working_set(model: str | TransformerConfig, stage, settings: WorkingSetSetti
     candidates = _pipeline_stages(config, settings) if pipeline_stage is None else (
         check_count(pipeline_stage, "pipeline_stage", settings.pipeline_parallel - 1),)
     activations = _activations(config, settings, candidates)
-    results = [_terms(config, stage, settings, layout, activations[r], _on_gpu(config, settings, r))
-               for r in candidates]
+    results = [_terms(config, stage, settings, layout, activations[r], _on_gpu(config, settings, r),
+                      trainer.unsharded_units(config, settings, r)) for r in candidates]
     return max(results, key=lambda terms: sum(terms.values()))   # the first on ties
-
-
-@dataclass(frozen=True)
-class Peak:
-    """Persistent model state + working set for one worker at one stage (bytes)."""
-
-    stage: int
-    persistent: Mapping[str, int]   # parameters, gradients, optimizer, total (on the GPU)
-    working_set: Mapping[str, int]
-    pipeline_stage: int = 0         # the pipeline stage whose GPUs this is (the most loaded)
-    # With a placement: per tier (gpu, cpu, nvme) the bytes per item, per GPU and per node
-    # (zerolib.core.memory.placement.TierState.as_dict); None without one.
-    tiers: Mapping[str, Mapping[str, int]] | None = None
-
-    @property
-    def working_set_total(self) -> int:
-        return sum(self.working_set.values())
-
-    @property
-    def total(self) -> int:
-        return self.persistent["total"] + self.working_set_total
 
 
 def _data_parallel(gpus: int, s: WorkingSetSettings) -> int:
@@ -455,7 +468,7 @@ def _data_parallel(gpus: int, s: WorkingSetSettings) -> int:
 
 def peaks(model: str | TransformerConfig, gpus, stages=STAGES,
           settings: WorkingSetSettings = DEFAULT_SETTINGS,
-          layout: str | Layout = "mixed-adam", placement: Placement | None = None) -> tuple[Peak, ...]:
+          layout: str | Layout = "mixed-adam", placement: Placement | None = None) -> tuple[trainer.Peak, ...]:
     """Peak bytes per worker for each stage, in the order given: ``model_state`` of one GPU's
     parameters over the data-parallel workers, plus the working set, on the pipeline stage
     (first or last) where that sum is larger. The activations are computed once for all stages.
@@ -480,7 +493,7 @@ def check_peak_inputs(model, gpus, stages=STAGES, settings: WorkingSetSettings =
 
 
 def peaks_of(config: TransformerConfig, gpus: int, stages: list[int], settings: WorkingSetSettings,
-             layout: Layout, placement: Placement | None) -> tuple[Peak, ...]:
+             layout: Layout, placement: Placement | None) -> tuple[trainer.Peak, ...]:
     """:func:`peaks` of what :func:`check_peak_inputs` checked."""
     data_parallel = gpus // (settings.tensor_parallel * settings.pipeline_parallel)
     activations = _activations(config, settings)
@@ -497,16 +510,22 @@ def peaks_of(config: TransformerConfig, gpus: int, stages: list[int], settings: 
             tiers = place(on_gpu[0], data_parallel, stages, layout, placement, world=gpus)
             on_device = (tiers.gpu_categories(), tiers.gpu, tiers)
         candidates.append((pipeline_stage, on_gpu, on_device))
+    units = {r: trainer.unsharded_units(config, settings, r) for r, _, _ in candidates}
     result = []
     for index, stage in enumerate(stages):
         best = None
         for pipeline_stage, on_gpu, (categories, totals, tiers) in candidates:
             persistent = {c: int(categories[c][index]) for c in CATEGORIES}
             persistent["total"] = int(totals[index])
-            found = Peak(stage, MappingProxyType(persistent),
-                         _terms(config, stage, settings, layout, activations[pipeline_stage], on_gpu),
-                         pipeline_stage,
-                         None if tiers is None else MappingProxyType(tiers.as_dict(index)))
+            terms = _terms(config, stage, settings, layout, activations[pipeline_stage], on_gpu,
+                           units[pipeline_stage])
+            allocated, reserved, judged, by_step = trainer.judge(
+                persistent["total"], persistent["gradients"], persistent["optimizer"], terms,
+                settings, layout)
+            found = trainer.Peak(stage, MappingProxyType(persistent), terms, pipeline_stage,
+                         None if tiers is None else MappingProxyType(tiers.as_dict(index)),
+                         int(allocated), int(reserved), int(judged), settings.convention.judges,
+                         bool(by_step))
             if best is None or found.total > best.total:   # the first stage on ties
                 best = found
         result.append(best)
@@ -514,7 +533,7 @@ def peaks_of(config: TransformerConfig, gpus: int, stages: list[int], settings: 
 
 
 def peak(model: str | TransformerConfig, gpus, stage, settings: WorkingSetSettings = DEFAULT_SETTINGS,
-         layout: str | Layout = "mixed-adam", placement: Placement | None = None) -> Peak:
+         layout: str | Layout = "mixed-adam", placement: Placement | None = None) -> trainer.Peak:
     """:func:`peaks` for a single stage."""
     (result,) = peaks(model, gpus, check_single(stage, check_stage, "stage"), settings, layout,
                       placement)
@@ -549,6 +568,9 @@ def fewest_gpus_for_peak(model, stage, settings: WorkingSetSettings = DEFAULT_SE
     stages = check_stage(stage)
     if max_gpus < grid:
         return None if stages.ndim == 0 else np.zeros(stages.shape, dtype=np.int64)
+    if not trainer.summed(settings.convention):
+        return trainer.fewest_by_peaks(peaks_of, (config, stages, settings, layout),
+                                       get_device(device), max_gpus)
     activations = _activations(config, settings)
     workers = np.zeros(stages.shape, dtype=np.int64)
     fits_everywhere = np.ones(stages.shape, dtype=bool)
@@ -664,7 +686,7 @@ def rows_of(checked: tuple, device: Device | None, host_memory: int | None) -> l
     for result in peaks_of(*checked):
         row = {"stage": result.stage, "pipeline_stage": result.pipeline_stage, **result.persistent,
                "cluster_total": result.persistent["total"] * gpus,
-               "working_set": dict(result.working_set), "peak": result.total}
+               "working_set": dict(result.working_set), **trainer.peak_keys(result)}
         row["fits"] = None if device is None else bool(result.total <= device.capacity)
         if result.tiers is not None:
             row["tiers"] = {tier: dict(items) for tier, items in result.tiers.items()}

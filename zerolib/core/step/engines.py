@@ -27,6 +27,9 @@ and those choices move bytes and time:
   and the next layer's all-gather is prefetched, so they overlap compute. It composes with
   pipeline parallelism (torchtitan's 4-D parallelism, ``torchtitan/distributed/
   parallel_dims.py``, ``pipelining`` over FSDP2-wrapped stages).
+- ``torchtitan``: FSDP2 as torchtitan runs it (``apply_fsdp``: per TransformerBlock and on the
+  root, bf16 parameters, fp32 reduction): FSDP2's collectives; its memory convention
+  (:mod:`zerolib.core.memory.conventions`) is torchtitan's own.
 - ``megatron``: Megatron-LM's distributed optimizer (``--use-distributed-optimizer``,
   ``megatron/core/distributed/param_and_grad_buffer.py``, core 0.x): stage 1, the gradients
   reduce-scattered bucket by bucket and the updated parameters all-gathered; overlapping only
@@ -279,8 +282,18 @@ FSDP2 = Engine("fsdp2", "PyTorch FSDP2", "2.13", stages=(0, 2, 3), pipeline_stag
                group_stages=(2, 3), zeropp=False, context_parallel=True, layered_stages=(2, 3),
                forward_gather_stages=(2, 3),
                overlap=Overlap("fsdp2", first_gather_exposed=True), sources=FSDP2_SOURCES)
+# torchtitan runs FSDP2 (its collectives, stages and overlap are FSDP2's); its memory convention
+# is its own (zerolib.core.memory.conventions: its loss, op-level checkpointing, reserved peak).
+TORCHTITAN = replace(FSDP2, name="torchtitan", label="torchtitan (FSDP2)", version="b5bcd76c",
+                     overlap=Overlap("torchtitan", first_gather_exposed=True),
+                     sources=MappingProxyType({
+                         **FSDP2_SOURCES,
+                         "FSDP2 per TransformerBlock and on the root, bf16 parameters, fp32 "
+                         "reduction": "torchtitan/models/llama3/infra/parallelize.py apply_fsdp; "
+                         "pytorch/torchtitan at b5bcd76c"}))
 ENGINES: Mapping[str, Engine] = MappingProxyType({
-    "paper": PAPER, "deepspeed": deepspeed_engine(), "fsdp2": FSDP2, "megatron": megatron_engine()})
+    "paper": PAPER, "deepspeed": deepspeed_engine(), "fsdp2": FSDP2, "megatron": megatron_engine(),
+    "torchtitan": TORCHTITAN})
 # The engines that run ring-attention context parallelism (Engine.context_parallel).
 CONTEXT_PARALLEL_ENGINES = tuple(name for name, e in ENGINES.items() if e.context_parallel)
 

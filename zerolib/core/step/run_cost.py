@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zerolib.core.defaults import MAX_RUN_TOKENS
+from zerolib.core.defaults import ENGINE_NAMES, MAX_RUN_TOKENS
 from zerolib.core.inputs import check_gpus, check_single, echo
 from zerolib.core.intmath import ceil_div
 from zerolib.core.parse import parse_whole
@@ -29,7 +29,7 @@ from zerolib.core.parse import parse_whole
 SECONDS_PER_HOUR = 3600
 SECONDS_PER_DAY = 86400
 RUN_LEFT_OUT = "no failures, restarts, evaluation or checkpointing"
-ENGINES = ("paper", "deepspeed", "fsdp2", "megatron")
+ENGINES = ENGINE_NAMES
 TOKENS_EXAMPLE = "a token count like 2e12, 2T or 2,000,000,000,000"
 
 
