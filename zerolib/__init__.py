@@ -75,6 +75,8 @@ _EXPORTS = (
     ("zerolib.chapter.style", ("render_png",)),
     ("zerolib.chapter.figures", ("FigureOptions", "published_figure", "published_data")),
     ("zerolib.chapter.charts.will_it_fit", ("will_it_fit_figure",)),
+    ("zerolib.core.memory.step_memory", ("step_memory_frame",)),
+    ("zerolib.chapter.charts.step_memory", ("step_memory_figure",)),
     ("zerolib.chapter.charts.measured", ("measured_vs_predicted_figure",)),
     ("zerolib.chapter.charts.group_size", ("group_size_figure",)),
     ("zerolib.chapter.charts.offload_tiers", ("offload_tiers_figure",)),

@@ -436,3 +436,20 @@ def test_who_holds_what_in_notebook_1():
     assert '`zl.published_figure("shards-by-stage")`' in cells["cluster-intro"]
     intro = markdown_cells("05-the-price-of-zero")["shards-step-intro"]
     assert "one layer of Llama-2-7B on 4 GPUs" in intro
+
+
+def test_one_step_moment_by_moment():
+    said = markdown_cells("04-will-it-fit")["step-memory-read"]
+    settings = zl.WorkingSetSettings(seq_len=4096, micro_batch=1, recompute="selective", flash_attention=True)
+    frame = zl.step_memory_frame("llama-2-7b", 8, [3], settings)
+    moments = frame.groupby("moment")["bytes"].sum()
+    peak = zl.peak("llama-2-7b", 8, 3, settings).total
+    # The optimizer step: 16 x ceil(P / 8) + 2 GiB + 10^9 = 13,476,831,232 + 2,147,483,648 + 10^9.
+    assert moments.iloc[-1] == 16_624_314_880 and moments.max() == peak
+    says(said, "Each stage's highest moment is the backward's first, and it is the peak above",
+         f"at stage 3, {gb(peak)} GB, against {gb(moments.iloc[-1])} GB at the optimizer step")
+    from zerolib.crosscheck.measured_peaks import measured_peaks, predicted_frame
+    predicted = predicted_frame()
+    within = int((abs(predicted["ratio"] - 1) <= 0.1).sum())
+    assert within == 17
+    says(said, f"against {len(measured_peaks())} published measured peaks, {within} of them within 10 %")

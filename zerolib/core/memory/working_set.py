@@ -45,9 +45,10 @@ each names its assumption:
     fragmentation. 2 GiB by default: a round assumption, not a measurement; change it.
 
 Summing all terms treats them as live at one moment. At the start of the backward pass that is
-true of the activations, the logits and their fp32 copy (the loss's backward needs them) and the
-reserve; the gradient buckets fill while activations are freed layer by layer, so adding them
-overstates a little. The logits' gradient, as large as the logits, is not counted (see
+true of the activations, the logits and their fp32 copy (the loss's backward needs them), DDP's
+buckets (allocated when DDP wraps the model), DeepSpeed's reduce bucket and the reserve; only a
+staged all-gather bucket waits for the optimizer step (:mod:`zerolib.core.memory.step_memory`
+lays the terms out moment by moment). The logits' gradient, as large as the logits, is not counted (see
 zerolib.core.memory.activations), which understates by about as much: the sum is a close estimate, not a
 guaranteed upper bound.
 
