@@ -266,8 +266,9 @@ def _recompute(found, model, p, fields, carried, later, where) -> None:
     elif granularity is None and (method is not None or layers is not None):
         flag = "--recompute-method" if method is not None else "--recompute-num-layers"
         raise ValueError(f"{where}: {flag} without --recompute-granularity full recomputes nothing")
-    if granularity is not None:
-        fields["recompute"] = granularity
+    # Megatron-LM recomputes nothing without a granularity (recompute_granularity = None),
+    # whatever a trainer's default would be.
+    fields["recompute"] = "none" if granularity is None else granularity
 
 
 def _precision(found, fields, carried, where) -> None:

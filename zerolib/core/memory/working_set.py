@@ -44,13 +44,11 @@ each names its assumption:
     A fixed allowance for the CUDA context, NCCL communicators, the allocator's cache and
     fragmentation. 2 GiB by default: a round assumption, not a measurement; change it.
 
-Summing all terms treats them as live at one moment. At the start of the backward pass that is
-true of the activations, the logits and their fp32 copy (the loss's backward needs them), DDP's
-buckets (allocated when DDP wraps the model), DeepSpeed's reduce bucket and the reserve; only a
-staged all-gather bucket waits for the optimizer step (:mod:`zerolib.core.memory.step_memory`
-lays the terms out moment by moment). The logits' gradient, as large as the logits, is not counted (see
-zerolib.core.memory.activations), which understates by about as much: the sum is a close estimate, not a
-guaranteed upper bound.
+Summing all terms treats them as live at one moment, as they are when the backward begins (DDP's
+buckets from when DDP wraps the model); only a staged all-gather bucket waits for the optimizer
+step (:mod:`zerolib.core.memory.step_memory` lays them out in time). The logits' gradient, as
+large as the logits, is not counted (zerolib.core.memory.activations): the sum is a close
+estimate, not a guaranteed upper bound.
 
 Bounds: every quantity has an upper bound (:data:`MAX_SEQ_LEN`, :data:`MAX_MICRO_BATCH`,
 :data:`MAX_ELEMENTS` for bucket sizes, :data:`zerolib.core.inputs.MAX_BYTES` for the reserve and
