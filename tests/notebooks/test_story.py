@@ -404,7 +404,7 @@ def test_zero_in_your_framework_and_its_rule_of_thumb():
     paper = zl.ENGINES["paper"]
     assert 2 not in paper.pipeline_stages and 2 in paper.every_micro_batch
     says(said, "**Start at stage 1**", "1/N of the optimizer's 12 bytes per parameter",
-         f"({gb(sent[1], 2)} GB per step, 7B on 64 GPUs)", "does not run beside a pipeline",
+         f"(the paper's schedule: {gb(sent[1], 2)} GB per step, 7B on 64 GPUs)", "does not run beside a pipeline",
          f"it sends 1.5x ({gb(sent[3], 2)} GB)", "no stage helps")
     assert "`zl.framework_table()`" in cells["frameworks-intro"]
 
