@@ -5,6 +5,7 @@ import importlib.util
 import json
 
 from cli_support import run
+from conftest import optional_import
 
 from zerolib.crosscheck import fake_run
 from zerolib.crosscheck.fake_run import FakePeak
@@ -14,6 +15,9 @@ BASE = ("estimate", "--model", "llama-3-8b", "--gpus", "8", "--seq", "1024", "--
 
 
 def test_the_fake_run_is_beside_the_formula(monkeypatch, capsys):
+    # The answer is replaced by a known one, but the command still names PyTorch's version.
+    optional_import("torch", "pip install -e '.[validate]'")
+    optional_import("transformers", "pip install -e '.[validate]'")
     asked = []
 
     def fake(config, step):

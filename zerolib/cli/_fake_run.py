@@ -26,9 +26,8 @@ def add_argument(parser) -> None:
 
 
 def check(args, run) -> None:
-    """One line where the fake run cannot answer this run."""
-    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
-        raise ValueError(f"--fake-run needs PyTorch and transformers: {EXTRA}")
+    """One line where the fake run cannot answer this run: what the run asks first, then what
+    the machine lacks."""
     p, settings = run.parallel, run.working_set_settings()
     if run.config is None:
         raise ValueError("--fake-run needs --model (an architecture to build)")
@@ -41,6 +40,8 @@ def check(args, run) -> None:
     if run.trainer.stages is not None and 3 not in run.trainer.stages:
         raise ValueError("--fake-run answers ZeRO stage 3 (FSDP2 resharding after forward): "
                          "add --stage 3 or leave --stage out")
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
+        raise ValueError(f"--fake-run needs PyTorch and transformers: {EXTRA}")
 
 
 def answer(run, result: dict) -> dict:
