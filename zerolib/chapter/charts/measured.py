@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 from matplotlib.transforms import offset_copy
 
+from zerolib.chapter.charts.tidy import check_tidy
 from zerolib.chapter.style import (
     LABEL_BACKING,
     OKABE_ITO,
@@ -50,15 +51,7 @@ class MeasuredArtists:
 
 
 def _check_measured(table) -> pd.DataFrame:
-    if not isinstance(table, pd.DataFrame):
-        raise TypeError("table must be a DataFrame from zerolib.crosscheck.validation.report.rank_bars, "
-                        f"got {type(table).__name__}")
-    missing = [c for c in MEASURED_COLUMNS if c not in table.columns]
-    if missing:
-        raise ValueError(f"table lacks the columns {', '.join(missing)} "
-                         "(use zerolib.crosscheck.validation.report.rank_bars)")
-    if table.empty:
-        raise ValueError("table must have at least one row")
+    check_tidy(table, MEASURED_COLUMNS, (), "zerolib.crosscheck.validation.report.rank_bars")
     unknown = sorted(set(table["category"]) - set(CATEGORIES))
     if unknown:
         raise ValueError(f"table's category must be one of {', '.join(CATEGORIES)}, got {unknown}")

@@ -17,6 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from zerolib.chapter.charts.tidy import check_tidy
 from zerolib.chapter.style import OKABE_ITO, add_axes, legend_below, make_titles, new_figure, style
 
 PUBLISHED_RUNS_COLUMNS = ("run", "device", "convention", "published_tokens", "predicted_tokens",
@@ -41,15 +42,7 @@ class PublishedRunsArtists:
 
 def check_published_runs(table) -> pd.DataFrame:
     """``table`` if it is :func:`zerolib.crosscheck.trained.throughput_table`'s shape."""
-    if not isinstance(table, pd.DataFrame):
-        raise TypeError("table must be a DataFrame from zerolib.crosscheck.trained.throughput_table, "
-                        f"got {type(table).__name__}")
-    missing = [c for c in PUBLISHED_RUNS_COLUMNS if c not in table.columns]
-    if missing:
-        raise ValueError(f"table lacks the columns {', '.join(missing)} "
-                         "(use zerolib.crosscheck.trained.throughput_table)")
-    if table.empty:
-        raise ValueError("table has no runs")
+    check_tidy(table, PUBLISHED_RUNS_COLUMNS, (), "zerolib.crosscheck.trained.throughput_table")
     if not ((table["published_tokens"] > 0) & (table["predicted_tokens"] > 0)).all():
         raise ValueError("table's published_tokens and predicted_tokens must be positive")
     return table
