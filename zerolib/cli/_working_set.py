@@ -11,6 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 from zerolib.core.defaults import (
+    DEFAULT_SEQ,
     MAX_CHUNKS,
     MAX_CONTEXT_PARALLEL,
     MAX_MICRO_BATCH,
@@ -50,7 +51,6 @@ OPTIONS = {"seq": "--seq", "micro_batch": "--micro-batch", "recompute": "--recom
            "recompute_layers": "--recompute-layers", "loss": "--loss", "loss_chunks": "--loss-chunks",
            "norms": "--norms", "fp8": "--fp8", "fp8_all_gather": "--fp8-all-gather",
            "compile": "--compile", "reserved_ppm": "--reserved-ppm"}
-DEFAULT_SEQ = 4096
 
 
 def add_arguments(parser) -> None:

@@ -38,6 +38,7 @@ MAX_RECOMPUTE_LAYERS = 4096
 NORMS = ("fused", "eager")
 MAX_ELEMENT_BYTES = 16        # bytes of one activation, mask or logit element
 MAX_CONTEXT_PARALLEL = 1024   # CP ranks per sequence: far beyond any published run
+DEFAULT_SEQ = 4096            # a model's sequence when none is given: its context length, at most this
 MAX_SEQ_LEN = 2**24           # tokens per sequence (16,777,216)
 MAX_MICRO_BATCH = 2**16       # sequences per GPU per step
 SCHEDULES = ("1f1b", "interleaved")

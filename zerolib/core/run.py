@@ -40,6 +40,7 @@ from zerolib.core.defaults import (
     DEFAULT_HOST_LINK,
     DEFAULT_MFU,
     DEFAULT_RESERVE,
+    DEFAULT_SEQ,
     ENGINE_NAMES,
     MAX_CHUNKS,
     MAX_CONTEXT_PARALLEL,
@@ -450,7 +451,6 @@ class Batch(_Noun):
         self._whole("tokens_per_gpu", 1, MAX_TOKENS_PER_GPU, optional=True)
 
 
-DEFAULT_SEQ = 4096   # a model's sequence when none is given: its context length, at most this
 
 NOUNS = MappingProxyType({"cluster": Cluster, "parallel": Parallelism, "trainer": Trainer,
                           "batch": Batch})
