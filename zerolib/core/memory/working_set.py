@@ -411,6 +411,10 @@ def terms_of(stage, params, module, activations, logits_loss, s: WorkingSetSetti
             nbytes(np.minimum(s.allgather_bucket_size, params), param_bits), 0)
     gathered = np.minimum(params, np.maximum(s.max_live_parameters, module + s.prefetch_bucket_size))
     terms["gathered_parameters"] = np.where(stage == 3, nbytes(gathered, param_bits), 0)
+    if not s.convention.ddp_buckets:   # the gradients are views into the reduced buffer
+        terms["ddp_buckets"] = zero
+    if not s.convention.deepspeed_buffers:   # collectives in place in the engine's own buffers
+        terms.update(reduce_bucket=zero, allgather_bucket=zero, gathered_parameters=zero)
     if s.convention.fsdp:   # none of DeepSpeed's buffers: FSDP2's own unsharded state
         terms.update(trainer.fsdp_terms(stage, params, unsharded, s))
     terms["reserve"] = zero + s.reserve_bytes
