@@ -44,11 +44,15 @@ def test_a_cp_row_by_hand():
     run = result.run(row)
     ws, placement = run.working_set_settings(), run.placement()
     assert ws.context_parallel == 2
-    assert peaks("llama-2-70b", 64, [1], ws, placement=placement)[0].total == row.peak_bytes
+    # Megatron-LM's bf16 layout: 2 + 4 + 12 bytes per parameter (its fp32 gradient buffer)
+    assert run.trainer.layout_of == "bf16-fp32-grads"
+    assert peaks("llama-2-70b", 64, [1], ws, "bf16-fp32-grads", placement=placement)[0].total == \
+        row.peak_bytes
     step = parallel_step_time("llama-2-70b", cluster_interconnect("dgx-h100", 8), "h100-80gb",
                               seq_len=32_768, micro_batch=1, tensor_parallel=8, pipeline_parallel=1,
                               data_parallel=8, stage=1, micro_batches=16, sequence_parallel=True,
-                              recompute="selective", context_parallel=2, engine="megatron")
+                              recompute="selective", context_parallel=2, engine="megatron",
+                              layout="bf16-fp32-grads")
     assert float(step.step_seconds) == pytest.approx(row.step_seconds, rel=1e-12)
     assert "x C 2" in planner.describe_configuration(row)
 

@@ -84,6 +84,8 @@ LAUNCH: Mapping[str, Row] = {
     "--recompute-num-layers": _later("whole", "a count of recomputed layers other than every layer"),
     "--use-distributed-optimizer": Row("distributed_optimizer", "switch"),
     "--bf16": Row("bf16", "switch"),
+    "--accumulate-allreduce-grads-in-fp32": Row("layout", "switch"),
+    "--grad-reduce-in-bf16": Row("layout", "switch"),
     "--fp16": Row("fp16", "switch"),
     "--fp8-format": _later("choice", "Float8 training (Transformer Engine)", ("e4m3", "hybrid")),
     "--fp4-format": _later("choice", "FP4 training (Transformer Engine)", ("e2m1",)),
@@ -278,6 +280,15 @@ def _precision(found, fields, carried, where) -> None:
         flag = "--bf16" if found.get("--bf16") else "--fp16"
         carried.append((flag, "element_bytes"))
         fields["element_bytes"] = 2
+        # The gradient buffer's dtype (arguments.py 1205-1216): fp32 under --bf16 unless
+        # --grad-reduce-in-bf16; the parameters' own (fp16) under --fp16 unless
+        # --accumulate-allreduce-grads-in-fp32.
+        fp32 = found.get("--accumulate-allreduce-grads-in-fp32") or (
+            flag == "--bf16" and not found.get("--grad-reduce-in-bf16"))
+        for given in ("--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16"):
+            if found.get(given):
+                carried.append((given, "layout"))
+        fields["layout"] = "bf16-fp32-grads" if fp32 else "mixed-adam"
     else:   # fp32 training: fp32 weights, gradients and Adam; 4-byte activations
         fields.update(element_bytes=4, layout="fp32-adam")
 

@@ -16,6 +16,7 @@ import pandas as pd
 
 from zerolib.core.catalogue.models import TransformerConfig
 from zerolib.core.estimate import estimate
+from zerolib.core.megatron_launch import run_from_megatron_args
 from zerolib.core.run import Run
 from zerolib.paths import data_file
 
@@ -35,14 +36,20 @@ class Prediction:
 
 def run_of(fields: dict) -> Run:
     """The Run a row's ``run`` JSON describes: a preset's name or a TransformerConfig's fields
-    as ``model``, ``gpus``, and flat fields (lists for tuples)."""
+    as ``model``, or a Megatron-LM launch line as ``megatron_args`` (read by
+    :func:`zerolib.core.megatron_launch.run_from_megatron_args`), ``gpus``, and flat fields
+    (lists for tuples; beside a launch line, what the line does not say)."""
     f = dict(fields)
-    model, gpus = f.pop("model"), f.pop("gpus")
-    if isinstance(model, dict):
-        model = TransformerConfig(**model)
+    gpus = f.pop("gpus")
     for name in ("stages", "layout"):
         if isinstance(f.get(name), list):
             f[name] = tuple(f[name])
+    if "megatron_args" in f:
+        run = run_from_megatron_args(f.pop("megatron_args"), gpus=gpus)
+        return run.replace(**f) if f else run
+    model = f.pop("model")
+    if isinstance(model, dict):
+        model = TransformerConfig(**model)
     return Run.of(model, gpus, **f)
 
 

@@ -109,7 +109,8 @@ _NO_PARAMETER_VALUES = frozenset("""
     --rotary-percent --rotary-scaling-factor --norm-epsilon --attention-backend --optimizer
     --loss-scale --initial-loss-scale --min-loss-scale --loss-scale-window --hysteresis
     --data-cache-path --exit-interval --exit-duration-in-mins --ckpt-format --transformer-impl
-    --distributed-timeout-minutes --dataloader-type --log-throughput --use-mcore-models
+    --distributed-timeout-minutes --dataloader-type --timing-log-level
+    --dist-ckpt-strictness
     --main-grads-dtype --main-params-dtype --exp-avg-dtype --exp-avg-sq-dtype
 """.split())
 _NO_PARAMETER_SWITCHES = frozenset("""
@@ -122,6 +123,7 @@ _NO_PARAMETER_SWITCHES = frozenset("""
     --attention-softmax-in-fp32 --no-rope-fusion --use-legacy-models
     --disable-vision-class-token --apply-query-key-layer-scaling --swap-attention --tp-comm-overlap
     --manual-gc --check-for-nan-in-loss-and-grad --deterministic-mode --bias-swiglu-fusion
+    --log-throughput --use-mcore-models --async-save --use-persistent-ckpt-worker
 """.split())
 
 

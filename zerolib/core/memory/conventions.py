@@ -17,7 +17,15 @@ PyTorch code on the CPU (``data/mechanisms_measured.md``) or read in the trainer
     behaviour (unsharded parameters and gradients under a pipeline, the optimizer step's
     temporary) is torchtitan's convention below.
 ``megatron`` (Megatron-LM, commit d98e8a64)
-    the chapter's count. Megatron-LM launches with ``hidden_dropout = attention_dropout = 0.1``
+    the chapter's count over Megatron-LM's own buffers: the gradients are ``main_grad`` views
+    into one contiguous gradient buffer, reduced (all-reduce, or reduce-scatter with the
+    distributed optimizer) in place, and the updated parameters all-gathered into the
+    parameter buffer, so neither DDP's second copy of the gradients nor DeepSpeed's buckets
+    exist (``param_and_grad_buffer.py``). Under ``--bf16`` the gradient buffer is fp32
+    (``accumulate_allreduce_grads_in_fp32``, forced by ``validate_args``) beside bf16
+    parameters and the distributed optimizer's fp32 main parameters and moments: the
+    ``bf16-fp32-grads`` layout (2 + 4 + 12 bytes per parameter; stage 1 shards the 12).
+    Megatron-LM launches with ``hidden_dropout = attention_dropout = 0.1``
     (``transformer_config.py``; a 1-byte mask after attention and after the MLP, none inside a
     flash kernel; measured: rows ``none-dropout``, ``selective-dropout``); the catalogue's
     models say whether they train with dropout (Llama, Mixtral, DeepSeek: no), so a launch at
@@ -106,9 +114,19 @@ CONVENTIONS: Mapping[str, MemoryConvention] = MappingProxyType({
     # Megatron-LM: the chapter's count. Its launch default is dropout 0.1 (a mask after attention
     # and after the MLP, measured: rows none-dropout, selective-dropout); the catalogue's models
     # say whether they train with dropout, so trainer.dropout = true asks for a launch at defaults.
-    "megatron": MemoryConvention("megatron", sources=MappingProxyType({
-        "hidden_dropout = attention_dropout = 0.1 (trainer.dropout = true)": "megatron/core/"
-        "transformer/transformer_config.py TransformerConfig; Megatron-LM d98e8a64"})),
+    "megatron": MemoryConvention(
+        "megatron", ddp_buckets=False, deepspeed_buffers=False, sources=MappingProxyType({
+            "hidden_dropout = attention_dropout = 0.1 (trainer.dropout = true)": "megatron/core/"
+            "transformer/transformer_config.py TransformerConfig; Megatron-LM d98e8a64",
+            "one contiguous gradient buffer (grad_dtype fp32 under grad_reduce_in_fp32), "
+            "main_grad views into it, reduced in place; a bf16 parameter buffer with the "
+            "distributed optimizer": "megatron/core/distributed/param_and_grad_buffer.py "
+            "(grad_dtype L924, param_data and grad_data L1181-1195); Megatron-LM d98e8a64",
+            "bf16 forces fp32 gradient accumulation and reduction": "megatron/training/"
+            "arguments.py validate_args L1205-1216; Megatron-LM d98e8a64",
+            "fp32 main parameters of the shard; an fp32 gradient is a view, not a copy":
+            "megatron/core/optimizer/distrib_optimizer.py (shard_model_param.clone().float() "
+            "L445, shard_model_grad.float() L2792); Megatron-LM d98e8a64"})),
     "torchtitan": MemoryConvention(
         "torchtitan", loss="eager", compiled_loss=True, logits_freed=True, fsdp=True,
         deepspeed_buffers=False,

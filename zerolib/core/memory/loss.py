@@ -23,6 +23,14 @@ loss"); per logit, with 2-byte (bf16) logits:
     gradients are per chunk. Kept: the backward's 2 + 4 + 8/K. Freed: the larger of the
     forward's bf16 logits, log-softmax and one chunk's fp32 copy (2 + 4 + 4/K) and the
     backward's 4 + 8/K.
+``chunked-lm-head``
+    torchtitan's ``ChunkedLossWrapper`` (``torchtitan/components/loss.py`` at 73aed7f): the
+    model stops before its output layer; for each of K chunks of tokens in turn the output
+    layer makes that chunk's logits, the eager loss runs on them and its backward runs at once,
+    the chunk's hidden-state gradient copied into an fp32 buffer. Only one chunk's logits are
+    ever alive: the bf16 logits (2) and the eager chain (12) of N x V / K logits: 14 per logit
+    of one chunk. (The fp32 hidden-state gradient buffer, 4 bytes per token and hidden unit,
+    and under FSDP2 the output layer's unsharded weight and gradient are left out.)
 ``compiled``
     ``torch.compile`` of the eager loss: inductor fuses the upcast, the log-softmax and its
     backward, keeping the bf16 logits (2) and making the bf16 gradient (2): 4 whether or not
@@ -40,7 +48,8 @@ Scalars and per-token tensors (the loss, the targets' mask) are under 0.3 % and 
 """
 from __future__ import annotations
 
-LOSSES = ("stored", "eager", "eager-bf16", "chunked", "compiled", "vocab-parallel")
+LOSSES = ("stored", "eager", "eager-bf16", "chunked", "chunked-lm-head", "compiled",
+          "vocab-parallel")
 MAX_LOSS_CHUNKS = 65536
 LOGIT_BYTES = 2     # bf16 logits (the measured implementations' element size)
 FP32 = 4
@@ -70,6 +79,8 @@ def loss_bytes(loss: str, logits: int, *, freed: bool = False, chunks: int = 8,
         return 2 * LOGIT_BYTES * logits
     if loss == "vocab-parallel":
         return kept + (FP32 + LOGIT_BYTES) * logits
+    if loss == "chunked-lm-head":   # one chunk's logits, kept through its own backward
+        return (LOGIT_BYTES + 3 * FP32) * -(-logits // chunks)
     # chunked: every log-softmax saved, one chunk's fp32 tensors at a time
     per_chunk = -(-logits // chunks)
     backward = FP32 * logits + 2 * FP32 * per_chunk

@@ -67,10 +67,14 @@ class TrainerMemory:
     def layout_of(self) -> str | Layout:
         """``layout``, or the engine's where none is given: torchtitan's FSDP2 keeps fp32
         sharded parameters and gradients (``MixedPrecisionPolicy(param_dtype=bf16,
-        reduce_dtype=fp32)`` over fp32 parameters): ``fp32-adam``; the others the chapter's
-        ``mixed-adam``."""
+        reduce_dtype=fp32)`` over fp32 parameters): ``fp32-adam``; Megatron-LM in 2-byte
+        precision its bf16 default, bf16 parameters beside an fp32 gradient buffer
+        (``accumulate_allreduce_grads_in_fp32``, forced for bf16): ``bf16-fp32-grads``; the
+        others the chapter's ``mixed-adam``."""
         if self.layout is not None:
             return self.layout
+        if self.engine_name == "megatron" and self.element_bytes == 2:
+            return "bf16-fp32-grads"
         return "fp32-adam" if self.engine_name == "torchtitan" else "mixed-adam"
 
     @property

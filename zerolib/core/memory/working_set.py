@@ -388,16 +388,17 @@ def terms_of(stage, params, module, activations, logits_loss, s: WorkingSetSetti
     zero = np.zeros(stage.shape, dtype=np.int64)
     terms = dict.fromkeys(TERMS, zero)
     terms["activations"], terms["logits_loss"] = activations, logits_loss
-    if not s.ddp_gradient_as_bucket_view:
+    if not s.ddp_gradient_as_bucket_view and s.convention.ddp_buckets:   # else: views, reduced
         terms["ddp_buckets"] = np.where(stage == 0, nbytes(params, grad_bits), 0)
     buffers = np.where((stage == 1) | (stage == 2), 2 if s.overlap_comm else 1, 1)
     terms["reduce_bucket"] = np.where(stage >= 1, buffers * nbytes(s.reduce_bucket_size, grad_bits), 0)
     if not s.allgather_in_place:
-        terms["allgather_bucket"] = np.where(
-            (stage == 1) | (stage == 2),
-            nbytes(np.minimum(s.allgather_bucket_size, params), param_bits), 0)
+        terms["allgather_bucket"] = np.where((stage == 1) | (stage == 2), nbytes(
+            np.minimum(s.allgather_bucket_size, params), param_bits), 0)
     gathered = np.minimum(params, np.maximum(s.max_live_parameters, module + s.prefetch_bucket_size))
     terms["gathered_parameters"] = np.where(stage == 3, nbytes(gathered, param_bits), 0)
+    if not s.convention.deepspeed_buffers:   # collectives in place in the engine's own buffers
+        terms.update(reduce_bucket=zero, allgather_bucket=zero, gathered_parameters=zero)
     if s.convention.fsdp:   # none of DeepSpeed's buffers: FSDP2's own unsharded state
         terms.update(trainer.fsdp_terms(stage, params, unsharded, s))
     terms["reserve"] = zero + s.reserve_bytes
