@@ -22,7 +22,7 @@ SECTIONS = CHAPTER[1:]
 # Prose words of each main-path notebook (whitespace-separated tokens of its markdown cells): the
 # main path is read in about an hour.
 BUDGETS = {"01-bytes-per-parameter": 830, "02-memory-vs-gpu-count": 780,
-           "03-memory-vs-model-size": 820, "04-will-it-fit": 1760, "05-the-price-of-zero": 1830,
+           "03-memory-vs-model-size": 780, "04-will-it-fit": 1760, "05-the-price-of-zero": 1780,
            "06-when-zero-is-not-enough": 1230}
 MAIN_PATH_WORDS = sum(BUDGETS.values())
 # Reading time: 200 words a minute plus a minute per figure and per table. The main path is read

@@ -121,7 +121,11 @@ def test_nvlink_inside_infiniband_across(nb):
 
 
 def test_compute_and_overlap(nb):
-    said = text(nb, "overlap")
+    # 05 gives the result and defines "exposed"; appendix A's A.6 works the count out with sources.
+    short = text(nb, "overlap")
+    assert "0.444 s for Llama-2-7B's 4,096 tokens per GPU on an H100" in short and "**exposed**" in short
+    assert "at 40 % of the GPU's peak" in short and "(11-appendix-papers-and-other-systems.ipynb)" in short
+    said = markdown_cells(APPENDIX_A)["main-compute"]
     p = zl.parameter_count(LLAMA)
     # By hand: the 32,000 x 4,096 embedding is looked up; the causal core is 4,096 tokens x 32
     # heads x (128 + 128) x 32 layers per token, forward once and backward twice.
@@ -133,7 +137,7 @@ def test_compute_and_overlap(nb):
     assert "the embedding is a lookup" in said and "3 times the causal attention core's forward" in said
     assert zl.get_device("h100-80gb").peak_flops == 989_500_000_000_000 and "989.5 TFLOP/s" in said
     compute = flops / (0.4 * 989.5e12)
-    assert f"{seconds(compute, 3)} per step" in said
+    assert f"{seconds(compute, 3)} per step" in said and f"{seconds(compute, 3)} for Llama-2-7B's" in short
     frame = zl.published_data("memory-vs-step-time")
     assert float(frame["compute_seconds"][0]) == pytest.approx(compute, rel=1e-12)
 

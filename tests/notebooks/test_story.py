@@ -63,7 +63,10 @@ def test_no_room_to_spare_for_70b_on_64_gpus():
 
 
 def test_the_older_cards_are_judged_on_the_peak_not_the_model_state():
-    text = markdown_cells("03-memory-vs-model-size")["seventy-read"]
+    # Beside the table it reads, in appendix A's A.6; notebook 3 points there.
+    says(markdown_cells("03-memory-vs-model-size")["seventy-read"], "The older 32 and 24 GB cards fare no better "
+         "([appendix A](11-appendix-papers-and-other-systems.ipynb))")
+    text = markdown_cells("11-appendix-papers-and-other-systems")["main-seventy-read"]
     state = zl.model_state(zl.parameter_count("llama-2-70b"), 64, 3).total
     v100, rtx = zl.get_device("v100-32gb"), zl.get_device("rtx4090-24gb")
     assert state <= rtx.capacity <= v100.capacity                       # "would sit under" both
@@ -468,6 +471,8 @@ MOVED = {
     ("01-bytes-per-parameter", "worksheet-read", OWN): ("fp32-grads-intro", "fp32-grads", "fp32-grads-read"),
     ("02-memory-vs-gpu-count", "shapes-read", APPENDIX_A): ("main-gpus",),
     ("03-memory-vs-model-size", "fits-read", APPENDIX_A): ("main-fits", "main-seventy"),
+    ("03-memory-vs-model-size", "seventy-read", APPENDIX_A): ("main-seventy-read",),
+    ("05-the-price-of-zero", "overlap", APPENDIX_A): ("main-compute",),
     ("04-will-it-fit", "persistent-intro", APPENDIX_A): ("main-persistent",),
     ("04-will-it-fit", "working-intro", APPENDIX_A): ("main-activations", "main-working-set"),
     ("04-will-it-fit", "limits-intro", APPENDIX_A): ("main-limits",),
