@@ -18,11 +18,15 @@ import zerolib as zl
 from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.memory.model_parallel import Pipeline
 from zerolib.core.memory.pipeline_schedule import layer_activations_held
-from zerolib.core.planner import FAMILIES, describe_configuration
+from zerolib.core.planner import FAMILIES
 from zerolib.core.step.model_parallel_traffic import tensor_parallel_traffic
 from zerolib.paths import APPENDIX, CHAPTER, GOING_FURTHER
 
 STEM = "06-when-zero-is-not-enough"
+# Moved out of 06 for the main path's hour, their sentences still held here: the numbers per split
+# (to 08) and the fewest-GPUs table (to appendix A's A.6).
+BESIDE = "08-zero-beside-model-parallelism"
+APPENDIX_A = "11-appendix-papers-and-other-systems"
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / f"{STEM}.ipynb"
 GB = 10**9
 M = "llama-2-70b"
@@ -100,8 +104,9 @@ def test_activations_read(cells):
     assert not np.any(zl.fewest_gpus_for_peak(M, [0, 1, 2, 3], SELECTIVE, device=A100))
 
 
-def test_fewest_table_says_never(notebook):
-    (cell,) = [c for c in notebook.cells if c.id == "fewest"]
+def test_fewest_table_says_never():
+    appendix = nbformat.read(NOTEBOOK.parent / f"{APPENDIX_A}.ipynb", as_version=4)
+    (cell,) = [c for c in appendix.cells if c.id == "main-fewest-70b"]
     shown = "".join(cell.outputs[0]["data"]["text/plain"])
     assert "never" in shown and "<NA>" not in shown
     # Seven of the eight answers are "never"; stage 3 with full recomputation fits from 16.
@@ -113,7 +118,8 @@ def test_fewest_read(cells):
     full64 = stage3(64, FULL)
     fewest = zl.fewest_gpus_for_peak(M, 3, FULL, device=A100)
     assert MAX_GPUS == 2**24            # fewest_gpus_for_peak searches up to it
-    says(text, '"never" means no GPU count up to 2²⁴ fits',
+    says(text, "no stage fits at any GPU count up to 2²⁴ with selective recomputation",
+         "([appendix A](11-appendix-papers-and-other-systems.ipynb) tabulates each stage)",
          f"the activations fall to {gb(full64.working_set['activations'])} GB",
          f"stage 3 fits from {fewest} GPUs", f"({gb(full64.total)} GB on 64)",
          "8 FLOPs per parameter and token instead of 6, a third more compute")
@@ -147,8 +153,8 @@ def test_divide_table(cells):
     assert peak(131072, 8) == peak(16384, 1)
 
 
-def test_divide_read(cells):
-    text = cells["divide-read"]
+def test_divide_read():
+    text = markdown_cells(BESIDE)["divide-read"]
     one, t8 = int(zl.parameters_per_gpu(M, 1, 1)), int(zl.parameters_per_gpu(M, 8, 1))
     p8 = int(zl.parameters_per_gpu(M, 1, 8))
     says(text, f"({one / 1e9:.2f} to {t8 / 1e9:.2f} billion per GPU)",
@@ -176,18 +182,38 @@ def test_ranking_read(cells, a100_plan):
     fits_peak = a100_plan.valid[a100_plan.valid["fits"]]
     assert len(fits_peak) == c["fit"] and (fits_peak["peak_bytes"] <= A100.capacity).all()
     says(text, f"Of {c['configurations']:,} configurations {c['fit']:,} fit: their peaks, not only "
-               f"their model state, are under the A100's {gb(A100.capacity, 1)} GB",
-         f"The fastest is {describe_configuration(best)}: {gb(best['peak_bytes'])} GB per GPU, "
-         f"{best['step_seconds']:.1f} s per step", "ZeRO-3 over the 32 data-parallel GPUs to fit without recomputation")
-    assert (best["tensor_parallel"], best["sequence_parallel"], best["stage"]) == (2, True, 3)
-    assert best["recompute"] == "none" and best["data_parallel"] == best["shard_group"] == 32
+               f"their model state, are under the A100's {gb(A100.capacity, 1)} GB")
+    # The fastest, in the words of 01-06: t 2 with sequence parallelism, no pipeline, ZeRO stage 3
+    # over the remaining 64 / 2 = 32 GPUs, no recomputation, 1,024 sequences / 32 = 32
+    # micro-batches of one sequence per step.
+    assert (int(best["tensor_parallel"]), bool(best["sequence_parallel"]), int(best["pipeline_parallel"]),
+            int(best.get("context_parallel", 1)), int(best["stage"]), str(best["recompute"]),
+            int(best["micro_batch"]), int(best["micro_batches"]), str(best["offload"])) == (
+        2, True, 1, 1, 3, "none", 1, 32, "none")
+    assert best["data_parallel"] == best["shard_group"] == 32 == 64 // 2
+    says(text, "The fastest splits every layer over 2 GPUs (tensor parallelism, with sequence "
+               "parallelism), uses no pipeline, and shards the model state with ZeRO stage 3 over the 32 "
+               "data-parallel GPUs that remain, without recomputation, in 32 micro-batches of one sequence "
+               f"per step: {gb(best['peak_bytes'])} GB per GPU, {best['step_seconds']:.1f} s per step",
+         "ZeRO stage 3 over the 32 data-parallel GPUs to fit without recomputation")
     assert acts(2, 1, True, 0) * 2 == pytest.approx(acts(1, 1, False, 0), rel=0.01)  # "halves"
-    # "ZeRO-3's gathers hide": all that waits for ZeRO is the first layer's gather per micro-batch.
+    # "its gathers hide": all that waits for ZeRO is the first layer's gather per micro-batch.
     assert best["data_parallel_seconds"] < 0.01 * best["step_seconds"]
     plain = fits[(fits["tensor_parallel"] == 1) & (fits["pipeline_parallel"] == 1)]
     assert set(plain["recompute"]) == {"full"}
     says(text, "ZeRO alone (*t* = *p* = 1) fits only with full recomputation",
          f"its best ranks {ordinal(int(plain.iloc[0]['rank']))}, at {plain.iloc[0]['step_seconds']:.1f} s")
+
+
+def test_the_answer_uses_only_words_the_main_path_defines(notebook):
+    """The main path's last notebook says its answer in terms 01-06 define: no pipeline schedule's
+    name, no "ZeRO-3 over N", no "micro-batch 1 x 32" (07 and 08 define those spellings)."""
+    shown = [c.source for c in notebook.cells if c.cell_type == "markdown"]
+    shown += [o.get("data", {}).get("text/html", "") + o.get("data", {}).get("text/plain", "")
+              for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
+    for text in shown:
+        for spelling in ("1F1B", "ZeRO-3 over", "ZeRO-1 over", "ZeRO-2 over", "micro-batch 1 x", " x d "):
+            assert spelling not in text, f"06 says {spelling!r}: {text[:200]}"
 
 
 def test_figure_read(cells, a100_plan):
@@ -213,7 +239,7 @@ def test_where_zero_stops(cells, a100_plan):
     p3 = stage3(64)
     best = a100_plan.fits.iloc[0]
     says(text, f"Llama-2-70B's {gb(p3.working_set_total)} GB is on an {gb(A100.capacity, 1)} GB A100",
-         f"ZeRO-3 still shards the model state over the {int(best['data_parallel'])} data-parallel GPUs",
+         f"ZeRO stage 3 still shards the model state over the {int(best['data_parallel'])} data-parallel GPUs",
          "(08-zero-beside-model-parallelism.ipynb)", "(07-shard-groups-and-offload.ipynb)")
     assert int(best["stage"]) == 3
     # "whole on every GPU at any data-parallel count"
@@ -229,7 +255,7 @@ def test_summary(cells, a100_plan):
     a = a100_plan.fits.iloc[0]
     says(text, f"peaks at {gb(p3.total)} GB per GPU under stage 3 on 64 A100 80GB",
          f"its working set alone, {gb(p3.working_set_total)} GB",
-         f"The planner's fastest of {c['fit']:,} configurations that fit is ZeRO-3 beside tensor "
+         f"The planner's fastest of {c['fit']:,} configurations that fit is ZeRO stage 3 beside tensor "
          f"parallelism over {int(a['tensor_parallel'])} GPUs, {a['step_seconds']:.1f} s per step "
          "under DeepSpeed 0.19.8's rules", "The main path ends here")
     for stem in (*GOING_FURTHER, *APPENDIX):

@@ -163,7 +163,9 @@ def test_the_fewest_gpus_and_the_largest_micro_batch(cells, notebook):
     assert f"({gb(H100, 2)} − {gb(fixed, 2)}) / {gb(per_sequence, 2)} = {(H100 - fixed) / per_sequence:.1f}" in text
     assert math.floor((H100 - fixed) / per_sequence) == 3
     # The table says "never", not 0 or <NA>, where nothing fits.
-    table = next(c for c in notebook.cells if c.get("id") == "limits").outputs[0]["data"]["text/plain"]
+    # The table itself moved to appendix A's A.6 (the sentence above says it all).
+    appendix = nbformat.read(REPO / "notebooks" / "11-appendix-papers-and-other-systems.ipynb", as_version=4)
+    table = next(c for c in appendix.cells if c.get("id") == "main-limits").outputs[0]["data"]["text/plain"]
     assert table.count("never") == 2 and "<NA>" not in table and "None" not in table
     assert re.search(r"Plain data parallelism\s+never", table)
 

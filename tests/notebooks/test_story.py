@@ -63,7 +63,10 @@ def test_no_room_to_spare_for_70b_on_64_gpus():
 
 
 def test_the_older_cards_are_judged_on_the_peak_not_the_model_state():
-    text = markdown_cells("03-memory-vs-model-size")["seventy-read"]
+    # Beside the table it reads, in appendix A's A.6; notebook 3 points there.
+    says(markdown_cells("03-memory-vs-model-size")["seventy-read"], "The older 32 and 24 GB cards fare no better "
+         "([appendix A](11-appendix-papers-and-other-systems.ipynb))")
+    text = markdown_cells("11-appendix-papers-and-other-systems")["main-seventy-read"]
     state = zl.model_state(zl.parameter_count("llama-2-70b"), 64, 3).total
     v100, rtx = zl.get_device("v100-32gb"), zl.get_device("rtx4090-24gb")
     assert state <= rtx.capacity <= v100.capacity                       # "would sit under" both
@@ -228,7 +231,10 @@ def test_the_comparison_names_its_engines_and_the_amp_gradients():
 
 
 def test_the_5as_over_h_term_is_named_for_what_it_is():
-    text = markdown_cells("04-will-it-fit")["working-intro"]
+    # Notebook 4 names Table 2 and links appendix A, whose activation table the derivation explains.
+    says(markdown_cells("04-will-it-fit")["working-intro"], "Sec. 4 and Table 2, counted tensor by tensor in "
+         "[appendix A](11-appendix-papers-and-other-systems.ipynb)")
+    text = markdown_cells("11-appendix-papers-and-other-systems")["main-activations-intro"]
     assert "attention scores, their softmax" not in text
     says(text, "the softmax output (2 bytes an element), its dropout mask (1 byte) and the dropout's output (2 bytes)")
     # The same three tensors are 5as/h x sbh bytes in zerolib's Table 2 terms (a=4, s=64, b=2).
@@ -410,13 +416,14 @@ def test_zero_in_your_framework_and_its_rule_of_thumb():
 
 
 def test_activations_with_and_without_the_logits():
-    said = markdown_cells("06-when-zero-is-not-enough")["divide-read"]
+    # The numbers per split moved from 06 to 08 with the main path's hour.
+    said = markdown_cells("08-zero-beside-model-parallelism")["divide-read"]
     options = zl.WorkingSetSettings(recompute="selective", flash_attention=True).activation_options
     with_logits = zl.activation_bytes_per_gpu("llama-2-70b", 4096, 1, 1, 1, pipeline_stage=0, options=options)
     layers = zl.peak("llama-2-70b", 64, 3, SELECTIVE).working_set
     # One stage holds every layer and the logits: 108.85 GB of layers + 0.79 GB (4,096 x 32,000 x 6 B).
     assert with_logits - layers["activations"] == layers["logits_loss"] == 4096 * 32000 * 6
-    says(said, "with the logits, which the first table kept apart",
+    says(said, "with the logits, which notebook 6's peak table kept apart",
          f"only from {gb(with_logits, 2)} to")
 
 
@@ -453,3 +460,40 @@ def test_one_step_moment_by_moment():
     within = int((abs(predicted["ratio"] - 1) <= 0.1).sum())
     assert within == 28
     says(said, f"against {len(measured_peaks())} published measured peaks, {within} of them within 10 %")
+
+
+# --- the main path's hour: what moved out of 01-06 is pointed to where it now lives --------------
+
+APPENDIX_A, APPENDIX_B = "11-appendix-papers-and-other-systems", "12-appendix-real-runs"
+BESIDE, OWN = "08-zero-beside-model-parallelism", "09-size-your-own-model"
+# (notebook it left, the cell that points on, where it lives now): the cells that moved there.
+MOVED = {
+    ("01-bytes-per-parameter", "worksheet-read", OWN): ("fp32-grads-intro", "fp32-grads", "fp32-grads-read"),
+    ("02-memory-vs-gpu-count", "shapes-read", APPENDIX_A): ("main-gpus",),
+    ("03-memory-vs-model-size", "fits-read", APPENDIX_A): ("main-fits", "main-seventy"),
+    ("03-memory-vs-model-size", "seventy-read", APPENDIX_A): ("main-seventy-read",),
+    ("05-the-price-of-zero", "overlap", APPENDIX_A): ("main-compute",),
+    ("04-will-it-fit", "persistent-intro", APPENDIX_A): ("main-persistent",),
+    ("04-will-it-fit", "working-intro", APPENDIX_A): ("main-activations", "main-working-set"),
+    ("04-will-it-fit", "limits-intro", APPENDIX_A): ("main-limits",),
+    ("05-the-price-of-zero", "schedule-read", APPENDIX_B): ("schedule",),
+    ("05-the-price-of-zero", "traffic-read", APPENDIX_A): ("main-traffic", "limit", "limit-read"),
+    ("05-the-price-of-zero", "links-intro", BESIDE): ("compare", "compare-read"),
+    ("05-the-price-of-zero", "frameworks-read", BESIDE): ("accumulation-traffic-intro", "accumulation-traffic",
+                                                          "accumulation-traffic-read"),
+    ("06-when-zero-is-not-enough", "divide-intro", BESIDE): ("divide", "divide-read"),
+    ("06-when-zero-is-not-enough", "fewest-read", APPENDIX_A): ("main-fewest-70b",),
+}
+
+
+@pytest.mark.parametrize("left, pointer, now", list(MOVED), ids=lambda v: str(v))
+def test_what_moved_for_the_hour_is_pointed_to_where_it_lives(left, pointer, now):
+    moved = MOVED[(left, pointer, now)]
+    says(markdown_cells(left)[pointer], f"]({now}.ipynb")
+    there = [c.id for c in read_notebook(now).cells]
+    assert all(cell_id in there for cell_id in moved), f"{now} lacks {moved}"
+    # Moved, not copied: no code cell of the notebook it left computes the same thing.
+    sources = {c.source for c in read_notebook(left).cells if c.cell_type == "code"}
+    for cell in read_notebook(now).cells:
+        if cell.id in moved and cell.cell_type == "code":
+            assert cell.source not in sources
