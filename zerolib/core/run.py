@@ -46,7 +46,14 @@ from zerolib.core.defaults import (
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, MAX_PARAMS, STAGES, check_mfu, echo
 from zerolib.core.memory.accounting import LAYOUTS, Layout
 from zerolib.core.memory.activations import MAX_CONTEXT_PARALLEL, RECOMPUTE
-from zerolib.core.memory.model_parallel import MAX_CHUNKS, MAX_MICRO_BATCHES, RULES, SCHEDULES
+from zerolib.core.memory.model_parallel import (
+    MAX_CHUNKS,
+    MAX_MICRO_BATCHES,
+    RULES,
+    SCHEDULES,
+    check_first_last,
+    uneven_ok,
+)
 from zerolib.core.memory.placement import OFFLOAD_DEVICES, Placement
 from zerolib.core.memory.trainer_memory import RESERVED_PPM, TrainerMemory
 from zerolib.core.memory.working_set import (
@@ -223,7 +230,11 @@ class Parallelism(_Noun):
     with ``chunks`` model chunks per stage), ``context`` parallelism (ring attention), ``expert``
     parallelism E and ``expert_tensor`` parallelism (None: ``tensor``); the rest is data
     parallelism, whose ZeRO state is sharded over ``shard_group`` GPUs (None: all of them; HSDP,
-    MiCS), with ZeRO++'s ``hpz`` copy inside each node."""
+    MiCS), with ZeRO++'s ``hpz`` copy inside each node. ``pipeline_layers`` (FIRST, LAST): the
+    layers of the first and the last pipeline stage, the rest split evenly over the middle
+    stages (Megatron-LM's ``--decoder-first/last-pipeline-num-layers``; None: even). Megatron-LM
+    asks for at least one layer on each (``transformer_config.py``: "must be larger than 0");
+    the model's rules (the middle divides evenly) are checked when the run is made."""
 
     noun = "parallel"
     tensor: int = 1
@@ -236,6 +247,7 @@ class Parallelism(_Noun):
     expert_tensor: int | None = None
     shard_group: int | None = None
     hpz: bool = False
+    pipeline_layers: tuple[int, int] | None = None
 
     def __post_init__(self):
         self._whole("tensor", 1, MAX_GPUS)
@@ -254,6 +266,16 @@ class Parallelism(_Noun):
         if (self.schedule == "interleaved") != (self.chunks > 1):   # the planner's rule, in its words
             raise ValueError(f"parallel.schedule and parallel.chunks: {SCHEDULE_RULE}, got "
                              f"{self.schedule} with chunks = {self.chunks}")
+        if self.pipeline_layers is not None:
+            try:
+                split = check_first_last(self.pipeline_layers)
+            except (TypeError, ValueError):
+                raise ValueError(f"parallel.pipeline_layers must be two whole numbers FIRST, LAST, "
+                                 f"each 1 or more, got {echo(self.pipeline_layers)}") from None
+            object.__setattr__(self, "pipeline_layers", split)
+            if self.pipeline < 2:
+                raise ValueError("parallel.pipeline_layers needs parallel.pipeline of 2 or more "
+                                 "(the layers of the first and the last pipeline stage)")
 
     @property
     def model_parallel(self) -> int:
@@ -462,6 +484,7 @@ FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "expert_parallel": ("parallel", "expert"),
     "expert_tensor_parallel": ("parallel", "expert_tensor"),
     "shard_group": ("parallel", "shard_group"), "hpz": ("parallel", "hpz"),
+    "pipeline_layers": ("parallel", "pipeline_layers"),
     **{f.name: ("trainer", f.name) for f in fields(Trainer) if f.name not in ("buckets", "reserve")},
     "reserve_bytes": ("trainer", "reserve"),
     **{f.name: ("trainer", "buckets", f.name) for f in fields(Buckets)},
@@ -511,6 +534,33 @@ class Run:
                 object.__setattr__(self, name, value)
             if not isinstance(value, kind):
                 raise TypeError(f"{name} must be a {kind.__name__}, got {echo(value)}")
+        if self.parallel.pipeline_layers is not None:
+            self._check_pipeline_layers()
+
+    def _check_pipeline_layers(self) -> None:
+        """Uneven stages against the model, once (Megatron-LM's rules, ``uneven_ok``)."""
+        p, config = self.parallel, self.config
+        first, last = p.pipeline_layers
+        if config is None:
+            raise ValueError("parallel.pipeline_layers needs a model with layers (a preset, a "
+                             "config or Megatron-LM arguments), not a bare parameter count")
+        if p.expert > 1:
+            raise ValueError("parallel.pipeline_layers with parallel.expert above 1: uneven "
+                             "stages of a mixture spread over expert-parallel ranks are not "
+                             "modelled yet")
+        if not bool(uneven_ok(config.layers, p.pipeline, p.chunks, p.pipeline_layers)):
+            middle = p.pipeline - 2
+            rest = config.layers - first - last
+            why = (f"the other {rest} layers must split evenly over the {middle} middle stages, "
+                   f"at least 1 each" if middle > 0 else
+                   f"at 2 stages FIRST + LAST must be all {config.layers} layers")
+            if p.chunks > 1 and (middle <= 0 or (rest > 0 and rest % middle == 0)):
+                why = (f"with {p.chunks} model chunks per stage each stage's layers must divide "
+                       f"by {p.chunks} (FIRST {first}, LAST {last}"
+                       + (f", middle {rest // middle})" if middle > 0 else ")"))
+            raise ValueError(f"parallel.pipeline_layers {first},{last} does not split "
+                             f"{config.name}'s {config.layers} layers over {p.pipeline} stages: "
+                             f"{why} (Megatron-LM's TransformerConfig, uneven pipeline stages)")
 
     def __deepcopy__(self, memo) -> Run:
         return self   # immutable (pandas deep-copies DataFrame.attrs)
@@ -597,7 +647,7 @@ class Run:
             seq_len=self.seq_len, micro_batch=b.micro_batch, recompute=t.recompute_policy,
             flash_attention=t.flash_attention, tensor_parallel=p.tensor,
             sequence_parallel=p.sequence, pipeline_parallel=p.pipeline,
-            pipeline_schedule=p.schedule, pipeline_chunks=p.chunks,
+            pipeline_schedule=p.schedule, pipeline_chunks=p.chunks, pipeline_layers=p.pipeline_layers,
             micro_batches=b.micro_batches if p.pipeline > 1 else None,
             element_bytes=t.element_bytes, mask_bytes=t.mask_bytes, dropout=t.dropout,
             logits_bytes=t.logits_bytes, reduce_bucket_size=k.reduce_bucket_size,

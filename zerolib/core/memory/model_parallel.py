@@ -87,6 +87,7 @@ SCHEDULES = ("1f1b", "interleaved")
 MAX_CHUNKS = 2**10                        # model chunks per pipeline stage
 MAX_VOCAB_DIVISOR = 2**16                 # Megatron-LM's --make-vocab-size-divisible-by
 MAX_MICRO_BATCHES = 2**24                 # micro-batches per step per pipeline
+MAX_LAYERS = 2**20                        # layers of one pipeline stage
 
 
 @dataclass(frozen=True)
@@ -268,6 +269,10 @@ RULES: Mapping[str, str] = MappingProxyType({
     "sequence": "tensor_parallel must divide seq_len under sequence parallelism",
     "layers": "pipeline_parallel must be at most layers (every stage holds a layer)",
     "interleaved_layers": "interleaved: pipeline_parallel x chunks must divide layers",
+    "pipeline_layers": "pipeline_layers FIRST,LAST needs pipeline_parallel >= 2, FIRST + LAST "
+                       "below the layers (all of them at 2 stages) and the layers left split "
+                       "evenly over the middle stages; interleaved, chunks divide each stage's "
+                       "layers (Megatron-LM's TransformerConfig)",
     "schedule": "interleaved needs pipeline_parallel >= 2 and chunks >= 2; 1f1b has chunks = 1",
     "micro_batches": "interleaved: micro_batches must be a multiple of pipeline_parallel",
     "pipeline_zero": "ZeRO stages 2 and 3 do not run with pipeline parallelism (DeepSpeed's "
@@ -315,12 +320,15 @@ class Pipeline:
     the pipeline). ``stages`` and ``micro_batches`` may be arrays, broadcast by the functions
     that take them. Checked when made (whole numbers in range, a known schedule); the rules that
     need the model are :func:`check_parallel`'s. Where a function takes a pipeline, a whole
-    number p means ``Pipeline(p)``: p stages under 1F1B."""
+    number p means ``Pipeline(p)``: p stages under 1F1B. ``first_last``: the layers of the
+    first and the last stage, the rest split evenly over the middle stages (None: even,
+    :func:`stage_layers`)."""
 
     stages: int | np.ndarray = 1
     schedule: str = "1f1b"
     chunks: int = 1
     micro_batches: int | np.ndarray | None = None
+    first_last: tuple[int, int] | None = None
 
     def __post_init__(self):
         put = object.__setattr__
@@ -329,6 +337,8 @@ class Pipeline:
         put(self, "chunks", check_positive_int(self.chunks, "chunks", MAX_CHUNKS))
         if self.micro_batches is not None:
             put(self, "micro_batches", _micro_batches(self.micro_batches))
+        if self.first_last is not None:
+            put(self, "first_last", check_first_last(self.first_last))
 
     def __deepcopy__(self, memo) -> Pipeline:
         return self  # immutable
@@ -336,6 +346,15 @@ class Pipeline:
     def micro_batches_or(self, default):
         """The micro-batches per step, or ``default`` where none were given."""
         return default if self.micro_batches is None else self.micro_batches
+
+
+def check_first_last(first_last, name: str = "pipeline_layers") -> tuple[int, int]:
+    """Two whole numbers of layers, each 1 or more (Megatron-LM's TransformerConfig:
+    "num_layers_in_first_pipeline_stage must be larger than 0", and the last likewise)."""
+    if isinstance(first_last, (str, bytes)) or not hasattr(first_last, "__len__") \
+            or len(first_last) != 2:
+        raise TypeError(f"{name} must be two whole numbers (FIRST, LAST), got {echo(first_last)}")
+    return tuple(check_positive_int(x, name, MAX_LAYERS) for x in first_last)
 
 
 def as_pipeline(pipeline) -> Pipeline:
@@ -360,7 +379,8 @@ def _rules(config: TransformerConfig, tensor_parallel, pipeline: Pipeline, gpus,
     if seq_len is not None and check_flag(sequence_parallel, "sequence_parallel"):
         seq_len = check_positive_int(seq_len, "seq_len")
     grid = ParallelGrid(config, shaped["tensor_parallel"], shaped["pipeline_parallel"], None,
-                        pipeline.schedule, pipeline.chunks, shaped.get("micro_batches"), 1)
+                        pipeline.schedule, pipeline.chunks, shaped.get("micro_batches"), 1,
+                        pipeline.first_last)
     return rules_of(grid, gpus_per_node, seq_len, sequence_parallel, shaped.get("gpus"),
                     shaped.get("stage")), shaped
 
@@ -383,8 +403,12 @@ def rules_of(grid: ParallelGrid, gpus_per_node: int | None = None, seq_len: int 
     if seq_len is not None and sequence_parallel:
         rules["sequence"] = seq_len % t == 0
     rules["layers"] = p <= config.layers
+    if grid.first_last is not None:
+        rules["pipeline_layers"] = uneven_ok(config.layers, p, v, grid.first_last)
     if grid.schedule == "interleaved":
-        rules["interleaved_layers"] = config.layers % (p * v) == 0
+        even = config.layers % (p * v) == 0
+        rules["interleaved_layers"] = (even if grid.first_last is None
+                                       else np.where(np.asarray(grid.first_last[0]) > 0, True, even))
         rules["schedule"] = (p >= 2) & (v >= 2)
         if micro_batches is not None:
             rules["micro_batches"] = micro_batches % p == 0
@@ -426,9 +450,14 @@ def check_parallel(model, tensor_parallel=1, pipeline: Pipeline | int = 1, *, gp
             continue
         index = tuple(np.argwhere(~ok)[0]) if ok.ndim else ()
         setting = ", ".join(f"{key} {int(value[index])}" for key, value in shaped.items())
+        if name == "pipeline_layers":
+            setting += f", pipeline_layers {pipeline.first_last[0]},{pipeline.first_last[1]}"
+            if pipeline.schedule == "interleaved":
+                setting += f", chunks {pipeline.chunks}"
         facts = {"heads": f"heads {config.heads}", "kv_heads": f"kv_heads {config.kv_heads}",
                  "ffn_hidden": f"ffn_hidden {config.ffn_hidden}", "layers": f"{config.layers} layers",
                  "interleaved_layers": f"{config.layers} layers",
+                 "pipeline_layers": f"{config.layers} layers",
                  "node": f"gpus_per_node {gpus_per_node}", "sequence": f"seq_len {seq_len}",
                  "schedule": f"schedule {pipeline.schedule}, chunks {pipeline.chunks}"}.get(name)
         about = f"{config.name} has {facts}; " if facts else ""
@@ -484,6 +513,8 @@ class ParallelGrid:
     chunks: int
     micro_batches: np.ndarray | None
     vocab_divisible_by: int
+    # Layers of the first and last stage (int64 arrays; 0 on a setting split evenly), or None.
+    first_last: tuple | None = None
 
 
 def parallel_grid(model, tensor_parallel, pipeline_parallel, pipeline_stage, schedule, chunks,
@@ -510,21 +541,58 @@ def grid_of(model, tensor_parallel, pipeline: Pipeline | int, pipeline_stage=Non
     shaped = dict(zip(arrays, broadcast(**arrays)))
     t, p = shaped["tensor_parallel"], shaped["pipeline_parallel"]
     check_parallel(config, t, Pipeline(p, pipeline.schedule, pipeline.chunks,
-                                       shaped.get("micro_batches")))
+                                       shaped.get("micro_batches"), pipeline.first_last))
     stage = shaped.get("pipeline_stage")
     if stage is not None and np.any(stage >= p):
         raise ValueError(f"pipeline_stage must be below pipeline_parallel (stages 0 to p - 1), "
                          f"got {echo(pipeline_stage)} with pipeline_parallel {echo(pipeline.stages.tolist())}")
     return ParallelGrid(config, t, p, stage, pipeline.schedule, pipeline.chunks,
-                        shaped.get("micro_batches"), vocab_divisible_by)
+                        shaped.get("micro_batches"), vocab_divisible_by, pipeline.first_last)
 
 
-def stage_layers(layers: int, pipeline_parallel, pipeline_stage) -> np.ndarray:
+def stage_layers(layers: int, pipeline_parallel, pipeline_stage, first_last=None) -> np.ndarray:
     """Transformer layers on pipeline stage r of p: L // p, plus one for the first L mod p
-    stages (the interleaved schedule's L / p when p x chunks divides L is the same)."""
+    stages (the interleaved schedule's L / p when p x chunks divides L is the same). With
+    ``first_last`` (FIRST, LAST; arrays broadcast with p, 0 where a setting is even) the first
+    stage holds FIRST, the last LAST and each middle stage (L - FIRST - LAST) / (p - 2):
+    Megatron-LM's ``--decoder-first-pipeline-num-layers`` and ``--decoder-last-...``
+    (``megatron/core/transformer/transformer_block.py`` ``get_num_layers_to_build``)."""
     p = np.asarray(pipeline_parallel, dtype=np.int64)
     r = np.asarray(pipeline_stage, dtype=np.int64)
-    return layers // p + (r < layers % p)
+    even = layers // p + (r < layers % p)
+    if first_last is None:
+        return even
+    first, last = (np.asarray(x, dtype=np.int64) for x in first_last)
+    middle = (layers - first - last) // np.maximum(p - 2, 1)
+    return np.where(first > 0, np.where(r == 0, first, np.where(r == p - 1, last, middle)), even)
+
+
+def stage_start(layers: int, pipeline_parallel, pipeline_stage, first_last=None) -> np.ndarray:
+    """The index of the first layer on stage r (1F1B's contiguous runs; Megatron-LM's
+    ``get_transformer_layer_offset``: FIRST + (r - 1) x the middle stages' layers)."""
+    p = np.asarray(pipeline_parallel, dtype=np.int64)
+    r = np.asarray(pipeline_stage, dtype=np.int64)
+    even = r * (layers // p) + np.minimum(r, layers % p)
+    if first_last is None:
+        return even
+    first, last = (np.asarray(x, dtype=np.int64) for x in first_last)
+    middle = (layers - first - last) // np.maximum(p - 2, 1)
+    return np.where(first > 0, np.where(r == 0, 0, first + (r - 1) * middle), even)
+
+
+def uneven_ok(layers: int, p, chunks, first_last) -> np.ndarray:
+    """Megatron-LM's rules for uneven stages (``transformer_config.py``, "Uneven PP"): FIRST and
+    LAST at least 1, the middle layers split evenly over p - 2 stages (none at p = 2),
+    interleaved: v divides FIRST, LAST and each middle stage's layers."""
+    p = np.asarray(p, dtype=np.int64)
+    v = np.asarray(chunks, dtype=np.int64)
+    first, last = (np.asarray(x, dtype=np.int64) for x in first_last)
+    rest, middles = layers - first - last, p - 2
+    whole = np.where(middles > 0, (rest > 0) & (rest % np.maximum(middles, 1) == 0), rest == 0)
+    per = rest // np.maximum(middles, 1)
+    chunked = (first % v == 0) & (last % v == 0) & ((middles <= 0) | (per % v == 0))
+    ok = (p >= 2) & (first >= 1) & (last >= 1) & whole & chunked
+    return np.where(first > 0, ok, True) if np.ndim(first) else ok
 
 
 def _layers_of(config: TransformerConfig, place: str) -> int:
@@ -534,7 +602,7 @@ def _layers_of(config: TransformerConfig, place: str) -> int:
 
 
 def stage_dense_layers(config: TransformerConfig, pipeline_parallel, pipeline_stage, *,
-                       schedule: str = "1f1b", chunks: int = 1) -> np.ndarray:
+                       schedule: str = "1f1b", chunks: int = 1, first_last=None) -> np.ndarray:
     """Of the layers on pipeline stage r, how many are the model's first ``dense_layers``.
 
     1F1B: stage r holds the contiguous layers from r (L // p) + min(r, L mod p) on
@@ -544,18 +612,21 @@ def stage_dense_layers(config: TransformerConfig, pipeline_parallel, pipeline_st
     p = np.asarray(pipeline_parallel, dtype=np.int64)
     r = np.asarray(pipeline_stage, dtype=np.int64)
     dense = config.dense_layers
-    if schedule == "interleaved":
-        width = config.layers // (p * chunks)
-        return sum(np.clip(dense - (j * p + r) * width, 0, width) for j in range(chunks))
-    start = r * (config.layers // p) + np.minimum(r, config.layers % p)
-    return np.clip(dense - start, 0, stage_layers(config.layers, p, r))
+    held = stage_layers(config.layers, p, r, first_last)
+    start = stage_start(config.layers, p, r, first_last)
+    if schedule == "interleaved":   # chunk j of rank r: from j L / v + start / v, held / v wide
+        width, begin = held // chunks, start // chunks
+        return sum(np.clip(dense - (j * (config.layers // chunks) + begin), 0, width)
+                   for j in range(chunks))
+    return np.clip(dense - start, 0, held)
 
 
 def _stage_kinds(grid: ParallelGrid, r) -> dict[str, np.ndarray]:
     """Layers of each of :data:`LAYER_PLACES` on stage r (parameters: as the grid's schedule
     places them)."""
-    held = stage_layers(grid.config.layers, grid.p, r)
-    dense = stage_dense_layers(grid.config, grid.p, r, schedule=grid.schedule, chunks=grid.chunks)
+    held = stage_layers(grid.config.layers, grid.p, r, grid.first_last)
+    dense = stage_dense_layers(grid.config, grid.p, r, schedule=grid.schedule, chunks=grid.chunks,
+                               first_last=grid.first_last)
     return {"layer": held, "dense_layer": dense, "expert_layer": held - dense}
 
 
@@ -600,12 +671,16 @@ def unsharded_units_on(grid: ParallelGrid, r) -> dict[str, np.ndarray]:
     return {"root": root, "layer": layer, "matrices": matrix, "matrix_tensors": count}
 
 
-def candidate_stages(config: TransformerConfig, pipeline_parallel) -> list[np.ndarray]:
+def candidate_stages(config: TransformerConfig, pipeline_parallel, first_last=None) -> list[np.ndarray]:
     """The pipeline stages that can be the most loaded, as arrays broadcast with ``p``: the
-    first and the last; with dense first layers (lighter than an expert layer, so a middle
-    stage of expert layers can outweigh the first) every stage, the k-th as min(k, p - 1)."""
+    first and the last; with uneven stages (``first_last``) also the second, the middle stage
+    with the most micro-batches in flight (its layers can outnumber the first's); with dense
+    first layers (lighter than an expert layer, so a middle stage of expert layers can
+    outweigh the first) every stage, the k-th as min(k, p - 1)."""
     p = np.asarray(pipeline_parallel, dtype=np.int64)
     if not config.dense_layers:
+        if first_last is not None:
+            return [np.zeros_like(p), np.minimum(1, p - 1), p - 1]
         return [np.zeros_like(p), p - 1]
     return [np.minimum(k, p - 1) for k in range(int(np.max(p)))]
 
@@ -615,20 +690,24 @@ def at_stage(grid: ParallelGrid, load):
     :func:`candidate_stages` (the first and the last for a model whose layers are alike)."""
     if grid.pipeline_stage is not None:
         return load(grid.pipeline_stage)
-    return np.maximum.reduce([load(r) for r in candidate_stages(grid.config, grid.p)])
+    return np.maximum.reduce([load(r) for r in candidate_stages(grid.config, grid.p,
+                                                                grid.first_last)])
 
 
 def candidate_loads(config: TransformerConfig, t: np.ndarray, p: np.ndarray,
-                    chunks: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+                    chunks: np.ndarray, first_last=None) -> list[tuple[np.ndarray, np.ndarray]]:
     """(parameters, largest module) on one GPU of each of :func:`candidate_stages`, for checked
-    int64 arrays of t, p and model chunks per stage (1: 1F1B, more: interleaved): the planner's
-    path. The chunks matter only to a model with dense first layers."""
+    int64 arrays of t, p and model chunks per stage (1: 1F1B, more: interleaved) and uneven
+    stages (``first_last``: arrays, 0 where even): the planner's path. The chunks matter only to
+    a model with dense first layers."""
     out = []
-    for r in candidate_stages(config, p):
+    for r in candidate_stages(config, p, first_last):
         params, module = np.zeros_like(p), np.zeros_like(p)
         for v in np.unique(chunks):
             sel, schedule = chunks == v, "interleaved" if v > 1 else "1f1b"
-            grid = ParallelGrid(config, t[sel], p[sel], r[sel], schedule, int(v), None, 1)
+            split = None if first_last is None else tuple(np.broadcast_to(x, p.shape)[sel]
+                                                          for x in first_last)
+            grid = ParallelGrid(config, t[sel], p[sel], r[sel], schedule, int(v), None, 1, split)
             params[sel], module[sel] = parameters_on(grid), largest_module_on(grid)
         out.append((params, module))
     return out
