@@ -143,7 +143,7 @@ from zerolib.core.memory.model_parallel import (
     largest_module_on,
     parameters_on,
 )
-from zerolib.core.memory.pipeline_schedule import stage_terms_of, unit_terms
+from zerolib.core.memory.pipeline_schedule import stage_rules, stage_terms_of, unit_terms
 from zerolib.core.memory.placement import Placement, check_placement, place
 from zerolib.core.units import GiB
 
@@ -367,11 +367,14 @@ def _activations(config: TransformerConfig, s: WorkingSetSettings,
         if "dense_transformer_layer" in units and config.dense_layers:
             units["dense_transformer_layer"] = units["transformer_layers"]
     micro_batches = None if s.micro_batches is None else np.int64(s.micro_batches)
+    # Full recomputation's method and layers (Megatron-LM's uniform N, block N) as the stage
+    # keeps them; the loss and recompute moments stay as the working set counts them.
+    method, layers, _ = stage_rules(s.activation_options)
     out = {}
     for pipeline_stage in pipeline_stages or _pipeline_stages(config, s):
         acts = stage_terms_of(config, units, np.int64(s.pipeline_parallel), np.int64(pipeline_stage),
                               s.pipeline_schedule, s.pipeline_chunks, micro_batches,
-                              first_last=s.pipeline_layers)
+                              (method, layers, False), first_last=s.pipeline_layers)
         out[pipeline_stage] = (int(sum(v for k, v in acts.items() if k != "logits_loss")),
                                int(acts["logits_loss"]))
     return out
