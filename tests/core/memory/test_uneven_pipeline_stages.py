@@ -160,3 +160,21 @@ def test_the_slowest_stage_sets_the_pace():
     # middle one (6 layers, 3,700.0M): the last sets the pace, 3,982,551,552 / 3,700,042,752 of
     # a middle stage's matrix FLOPs.
     assert (5 * BLOOM_LAYER + BLOOM_VOCAB) / (6 * BLOOM_LAYER) == pytest.approx(1.07635, rel=1e-5)
+
+
+def test_bloom_last_stage_sets_the_pace_by_hand():
+    """BLOOM at t 4 over 12 stages as (5, 5), s = 2048, b = 1, m = 8, no recomputation, on A100
+    (312 TFLOP/s bf16) at utilisation 0.5. Per token, forward 2 M + A and backward 4 M + 2 A
+    (M the multiplied parameters, A the attention core, causal under flash attention: s x 28
+    heads on a GPU x (128 + 128) per layer = 14,680,064).
+    Last stage: M = 3,982,551,552 (5 layers, the final norm, the output projection), 5 layers
+    of core: 6 M + 3 A = 24,115,510,272 FLOPs per token. Middle: 6 layers, 3,700,042,752:
+    22,464,497,664. First: 5 layers and a lookup: less. The last sets the pace."""
+    run = Run.of(BLOOM, 384, device="a100-80gb", tensor_parallel=4, pipeline_parallel=12,
+                 pipeline_layers=(5, 5), engine="megatron", stages=(1,), seq_len=2048,
+                 micro_batches=8, link="dgx-a100", mfu=0.5, recompute="none")
+    row = estimate(run).stages[0]
+    per_token = 6 * (5 * BLOOM_LAYER + 2 * H + BLOOM_VOCAB) + 3 * 5 * 2048 * 28 * 256
+    assert per_token == 24_115_510_272
+    assert row["parallel_step"]["parts"]["compute"] == pytest.approx(
+        8 * 2048 * per_token / (312e12 * 0.5), rel=1e-12)
