@@ -71,6 +71,7 @@ from zerolib.core.memory import expert_parallel_rules as ep_rules
 from zerolib.core.memory.accounting import CATEGORIES, ModelState
 from zerolib.core.memory.activations import RECOMPUTE, ActivationOptions, checkpoint_terms_of
 from zerolib.core.memory.model_parallel import (
+    ALL_CHUNKS,
     MAX_CHUNKS,
     ParallelGrid,
     candidate_loads,
@@ -161,7 +162,8 @@ FIT_COLUMNS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequenc
                "network_wait_fraction", "bubble_fraction", "fits", "family")
 # Columns a plan's frames hold only when their dimension is searched, after FIT_COLUMNS.
 SEARCHED_COLUMNS = ("context_parallel", "expert_parallel", "expert_seconds",
-                    "partition_activations", "cpu_checkpointing", "expert_tensor_parallel")
+                    "partition_activations", "cpu_checkpointing", "expert_tensor_parallel",
+                    "first_layers", "last_layers")
 
 
 # --- the space, level by level ------------------------------------------------------------------
@@ -171,6 +173,26 @@ def _expand(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     parent = np.repeat(np.arange(len(counts)), counts)
     starts = np.cumsum(counts) - counts
     return parent, np.arange(len(parent)) - starts[parent]
+
+
+@lru_cache(maxsize=1024)
+def uneven_splits(layers: int, p: int, chunks) -> tuple[tuple[int, int], ...]:
+    """The uneven stages searched at p (beside the even split): one layer fewer on the first and
+    the last stage, (L + 2) / p - 1 each and (L + 2) / p on every middle stage, where p >= 3
+    divides L + 2 (Meta's Llama 3.1 405B: 126 layers over 16 stages as 7, 8 x 14, 7; the room
+    goes to the embedding and the output layer); as (v, FIRST) for each schedule of ``chunks``
+    (:data:`ALL_CHUNKS` or those named) whose v divides every stage's layers (Megatron-LM's
+    rule)."""
+    if p < 3 or (layers + 2) % p:
+        return ()
+    middle = (layers + 2) // p
+    first = middle - 1
+    if first < 1:
+        return ()
+    allowed = [v for v in range(1, min(first, MAX_CHUNKS) + 1) if first % v == 0 and middle % v == 0]
+    if not (isinstance(chunks, str) and chunks == ALL_CHUNKS):
+        allowed = [v for v in allowed if v in chunks]
+    return tuple((v, first) for v in allowed)
 
 
 def _zero_variants(d: int, s: PlanSettings) -> tuple[tuple[int, int, str], ...]:
@@ -214,21 +236,27 @@ def enumerate_space(s: PlanSettings) -> Space:
     p_a = np.array([p for _, p in pairs], dtype=np.int64)
     d_a = n // (t_a * p_a)
 
-    # Schedules and sequence parallelism (the latter only with t > 1).
-    rows_b = [(i, v, sp) for i, (t, p) in enumerate(pairs) for v in chunks_for(config, p, s.chunks)
+    # Schedules and sequence parallelism (the latter only with t > 1), each schedule with the
+    # even split (FIRST 0) and, for a model whose layers are alike, the uneven one searched.
+    splits = {p: () if config.experts else uneven_splits(config.layers, p, s.chunks)
+              for p in set(p_a.tolist())}
+    rows_b = [(i, v, sp, first) for i, (t, p) in enumerate(pairs)
+              for v, first in (*((v, 0) for v in chunks_for(config, p, s.chunks)), *splits[p])
               for sp in s.sequence_parallel if (t > 1 or not sp)]
     a_of_b = np.array([r[0] for r in rows_b], dtype=np.int64)
     v_b = np.array([r[1] for r in rows_b], dtype=np.int64)
     sp_b = np.array([r[2] for r in rows_b], dtype=bool)
+    first_b = np.array([r[3] for r in rows_b], dtype=np.int64)
     t_b, p_b, d_b = t_a[a_of_b], p_a[a_of_b], d_a[a_of_b]
     reason_b = np.full(len(rows_b), PASSES, dtype=np.int64)
+    uneven = bool(np.any(first_b))
     for v in np.unique(v_b).tolist():
         for sp in (False, True):
             sel = (v_b == v) & (sp_b == sp)
             if not np.any(sel):
                 continue
             grid = ParallelGrid(config, t_b[sel], p_b[sel], None, "interleaved" if v > 1 else "1f1b",
-                                v, None, 1)
+                                v, None, 1, (first_b[sel], first_b[sel]) if uneven else None)
             rules = rules_of(grid, s.gpus_per_node, s.seq_len, sp)
             reason_b[sel] = _first_broken(rules, ("heads", "kv_heads", "ffn_hidden", "node",
                                                   "sequence", "layers", "interleaved_layers",
@@ -289,6 +317,8 @@ def enumerate_space(s: PlanSettings) -> Space:
                "chunks": v_b[b_of_e], "micro_batch": b_c[c_of_e], "micro_batches": m_c[c_of_e],
                "recompute": rec_d[d_of_e], "stage": stage_e, "shard_group": zero[:, 1],
                "offload": offload_e}
+    if uneven:   # the searched splits: FIRST = LAST (0 where even)
+        columns["first_layers"] = columns["last_layers"] = first_b[b_of_e]
     codes = dict(zip(REASONS, range(PASSES)))
     expanded = ep_rules.expand(s, *cp_rules.expand(s, MappingProxyType(columns), reason, size, codes),
                                codes)
@@ -372,16 +402,23 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
             units[name][index] = terms[name]
     per_row = {name: values[inverse] for name, values in units.items()}
     p, m, v = c["pipeline_parallel"], c["micro_batches"], c["chunks"]
-    stages = candidate_stages(s.model, p)
+    split = _split(c)
+    stages = candidate_stages(s.model, p, split)
     out = [np.zeros(len(code), dtype=np.int64) for _ in stages]
     for chunk in np.unique(v):
         sel = v == chunk
         schedule = "interleaved" if chunk > 1 else "1f1b"
         sub = {name: values[sel] for name, values in per_row.items()}
+        part = None if split is None else (split[0][sel], split[1][sel])
         for index, r in enumerate(stages):
             out[index][sel] = activation_totals_of(s.model, sub, p[sel], r[sel], schedule, int(chunk),
-                                                   m[sel])
+                                                   m[sel], first_last=part)
     return out
+
+
+def _split(c: Mapping[str, np.ndarray]):
+    """The configurations' uneven stages (FIRST, LAST arrays, 0 where even), or None."""
+    return (c["first_layers"], c["last_layers"]) if "first_layers" in c else None
 
 
 @lru_cache(maxsize=64)
@@ -416,13 +453,18 @@ def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
     t, p = c["tensor_parallel"], c["pipeline_parallel"]
     # Chunks place dense first layers (interleaved: in chunks of L / (p v)); alike layers, not.
     v = c["chunks"] if s.model.dense_layers else np.ones_like(p)
-    keys, first_row, inverse = np.unique((t * (MAX_GPUS + 1) + p) * (MAX_CHUNKS + 1) + v,
-                                         return_index=True, return_inverse=True)
-    per_stage = candidate_loads(s.model, t[first_row], p[first_row], v[first_row])
+    split = _split(c)
+    key = (t * (MAX_GPUS + 1) + p) * (MAX_CHUNKS + 1) + v
+    if split is not None:   # FIRST = LAST where searched
+        key = key * (s.model.layers + 1) + split[0]
+    keys, first_row, inverse = np.unique(key, return_index=True, return_inverse=True)
+    per_stage = candidate_loads(s.model, t[first_row], p[first_row], v[first_row],
+                                None if split is None else tuple(x[first_row] for x in split))
     activations = _activation_totals(s, c)
     peak = stage_of_peak = host = np.full(len(p), -1, dtype=np.int64)
     spread = ep_rules.spread_rows(c)
-    for (params, module), acts, r in zip(per_stage, activations, candidate_stages(s.model, p)):
+    for (params, module), acts, r in zip(per_stage, activations,
+                                         candidate_stages(s.model, p, split)):
         gpu, cpu_node = _persistent(s, c, params[inverse])
         if len(spread):    # the experts over their own group (whole groups, no offload)
             gpu[spread] = ep_rules.persistent(s, c, params[inverse], r, spread, v)
@@ -449,7 +491,8 @@ def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
         expert_parallel=c.get("expert_parallel", 1), capacity_factor=s.working_set.capacity_factor,
         flash_attention=s.working_set.flash_attention,
         **{name: c[name] for name in ("partition_activations", "cpu_checkpointing",
-                                      "expert_tensor_parallel") if name in c})
+                                      "expert_tensor_parallel", "first_layers", "last_layers")
+           if name in c})
     times = parallel_step_time(s.model, s.interconnect, s.device, settings)
     out = {f"{part}_seconds": seconds for part, seconds in times.parts.items()}
     out["step_seconds"] = times.step_seconds
@@ -551,6 +594,8 @@ class Plan:
             frame = frame.assign(expert_tensor_parallel=c["expert_tensor_parallel"])
             if "expert_seconds" not in frame:
                 frame = frame.assign(expert_seconds=self.results["expert_seconds"])
+        if "first_layers" in c:              # with uneven stages searched: each row's split
+            frame = frame.assign(first_layers=c["first_layers"], last_layers=c["last_layers"])
         rank = np.zeros(len(frame), dtype=np.int64)
         fitting = np.flatnonzero(frame["fits"].to_numpy())
         step = frame["step_seconds"].to_numpy()[fitting]
@@ -624,7 +669,9 @@ class Plan:
         t, d, c = int(row["tensor_parallel"]), int(row["data_parallel"]), int(row.get("context_parallel", 1))
         chunks, group = int(row["chunks"]), int(row["shard_group"])
         etp = int(row.get("expert_tensor_parallel", t))
+        first, last = int(row.get("first_layers", 0)), int(row.get("last_layers", 0))
         return s.run.replace(
+            pipeline_layers=(first, last) if first else None,
             gpus_per_node=s.gpus_per_node, link=s.interconnect.name, seq_len=s.seq_len,
             tensor_parallel=t, sequence_parallel=bool(row["sequence_parallel"]),
             pipeline_parallel=int(row["pipeline_parallel"]),
@@ -655,7 +702,10 @@ def describe_configuration(c) -> str:
     zero_r = {(True, True): " with P_a+cpu", (True, False): " with P_a",
               (False, True): " with checkpoints on the CPU"}.get(
         (bool(c.get("partition_activations", False)), bool(c.get("cpu_checkpointing", False))), "")
-    return (f"t {t}{sp} x p {p} ({schedule_name(int(c['chunks']))}) x d {d}, {zero}, "
+    split = ""
+    if (first := int(c.get("first_layers", 0))) > 0:    # the planner's split: middles FIRST + 1
+        split = f"; stages {first}, {first + 1} x {p - 2}, {int(c.get('last_layers', first))}"
+    return (f"t {t}{sp} x p {p} ({schedule_name(int(c['chunks']))}{split}) x d {d}, {zero}, "
             f"{recompute} recomputation{zero_r}, micro-batch {int(c['micro_batch'])} x "
             f"{int(c['micro_batches'])}, {offload}")
 
