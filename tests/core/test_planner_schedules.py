@@ -146,14 +146,14 @@ def test_bad_chunks_name_what_is_allowed():
 def test_the_uneven_splits_searched_by_hand():
     from zerolib.core.planner import uneven_splits
     # 126 + 2 = 128 layers' worth: p = 16 gives 8 a stage, 7 on the first and the last (Meta's)
-    assert uneven_splits(126, 16, ALL_CHUNKS) == ((1, 7),)
-    assert uneven_splits(126, 4, ALL_CHUNKS) == ((1, 31),)
-    assert uneven_splits(126, 64, ALL_CHUNKS) == ((1, 1),)
+    assert uneven_splits(126, 16, ALL_CHUNKS) == ((1, 7, 7),)
+    assert uneven_splits(126, 4, ALL_CHUNKS) == ((1, 31, 31),)
+    assert uneven_splits(126, 64, ALL_CHUNKS) == ((1, 1, 1),)
     assert uneven_splits(126, 128, ALL_CHUNKS) == ()      # no layer left on the ends
     assert uneven_splits(126, 12, ALL_CHUNKS) == ()       # 12 does not divide 128
     assert uneven_splits(126, 2, ALL_CHUNKS) == ()        # two stages: the even split itself
     # BLOOM's 70 + 2 over 12: 6 a stage, 5 on the ends (BigScience's)
-    assert uneven_splits(70, 12, ALL_CHUNKS) == ((1, 5),)
+    assert uneven_splits(70, 12, ALL_CHUNKS) == ((1, 5, 5),)
     # FIRST and FIRST + 1 share no factor, so no interleaved schedule divides both
     assert uneven_splits(70, 12, (2, 3)) == ()
 
@@ -184,4 +184,4 @@ def test_the_planner_searches_meta_split_and_each_row_is_a_run_estimate_answers_
         assert (found["peak"], found["pipeline_stage"]) == (row["peak_bytes"], row["pipeline_stage"])
         assert found["parallel_step"]["step_seconds"] == pytest.approx(
             float(row["step_seconds"]), rel=1e-9), describe_configuration(row)
-    assert "stages 7, 8 x 14, 7" in describe_configuration(uneven[uneven["first_layers"] == 7].iloc[0])
+    assert "first and last stages 7 and 7 layers" in describe_configuration(uneven[uneven["first_layers"] == 7].iloc[0])

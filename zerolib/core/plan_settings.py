@@ -23,6 +23,7 @@ from zerolib.core.memory.activations import CHAPTER_RECOMPUTE
 from zerolib.core.memory.model_parallel import (
     ALL_CHUNKS,
     MAX_CHUNKS,
+    check_first_last,
 )
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, WorkingSetSettings
 from zerolib.core.run import Run
@@ -127,6 +128,9 @@ class PlanSettings:
     # The ETP degrees searched besides t (None: ETP = t only; expert_parallel_rules)
     expert_tensor_parallel: tuple[int, ...] | None = None
     run: Run | None = None       # the run the plan was asked for (its fixed settings)
+    # Uneven stages searched beside the even split: None, the planner's (one layer fewer on the
+    # first and last stage); (FIRST, LAST) wherever it splits the layers; "even": none.
+    pipeline_layers: tuple[int, int] | str | None = None
 
     def __deepcopy__(self, memo) -> PlanSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -152,7 +156,9 @@ class PlanSettings:
                 **({"expert_parallel": list(self.expert_parallel)} if self.expert_parallel != (1,) else {}),
                 **({"zero_r": list(self.zero_r)} if self.zero_r != ("none",) else {}),
                 **({"expert_tensor_parallel": list(self.expert_tensor_parallel)}
-                   if self.expert_tensor_parallel is not None else {})}
+                   if self.expert_tensor_parallel is not None else {}),
+                **({"pipeline_layers": self.pipeline_layers if isinstance(self.pipeline_layers, str)
+                    else list(self.pipeline_layers)} if self.pipeline_layers is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -176,6 +182,7 @@ class Search:
     expert_tensor_parallel: tuple | None = None
     zero_r: tuple | None = None
     max_micro_batch: int = 8
+    pipeline_layers: tuple | str | None = None
 
 
 SEARCH_FIELDS = tuple(f.name for f in fields(Search))
@@ -306,4 +313,16 @@ def _settings_of(run: Run, search: Search) -> PlanSettings:
         _choices([search.shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set,
         host_settings_for(ic.name, c.host, c.cpu_adam_rate), cp, engine,
         check_overlap(t.overlap), ep_rules.check_degrees(search.expert_parallel, config, gpus), zero_r,
-        ep_rules.check_etp_degrees(search.expert_tensor_parallel, config, gpus, engine), run)
+        ep_rules.check_etp_degrees(search.expert_tensor_parallel, config, gpus, engine), run,
+        _pipeline_layers(search.pipeline_layers))
+
+
+def _pipeline_layers(value):
+    """The uneven stages searched (:attr:`PlanSettings.pipeline_layers`), checked."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "even"):
+        return None if value is None else "even"
+    try:
+        return check_first_last(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"pipeline_layers must be None (the planner's search), 'even' or two "
+                         f"whole numbers FIRST, LAST of 1 or more, got {echo(value)}") from None

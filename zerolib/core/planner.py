@@ -78,6 +78,7 @@ from zerolib.core.memory.model_parallel import (
     candidate_stages,
     chunks_for,
     rules_of,
+    uneven_ok,
 )
 from zerolib.core.memory.model_parallel import (
     RULES as PARALLEL_RULES,
@@ -176,23 +177,26 @@ def _expand(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @lru_cache(maxsize=1024)
-def uneven_splits(layers: int, p: int, chunks) -> tuple[tuple[int, int], ...]:
+def uneven_splits(layers: int, p: int, chunks) -> tuple[tuple[int, int, int], ...]:
     """The uneven stages searched at p (beside the even split): one layer fewer on the first and
     the last stage, (L + 2) / p - 1 each and (L + 2) / p on every middle stage, where p >= 3
     divides L + 2 (Meta's Llama 3.1 405B: 126 layers over 16 stages as 7, 8 x 14, 7; the room
-    goes to the embedding and the output layer); as (v, FIRST) for each schedule of ``chunks``
-    (:data:`ALL_CHUNKS` or those named) whose v divides every stage's layers (Megatron-LM's
-    rule)."""
-    if p < 3 or (layers + 2) % p:
+    goes to the embedding and the output layer); as :func:`given_split`'s (v, FIRST, LAST). FIRST
+    and FIRST + 1 share no factor, so it runs 1F1B only."""
+    if p < 3 or (layers + 2) % p or (layers + 2) // p < 2:
         return ()
-    middle = (layers + 2) // p
-    first = middle - 1
-    if first < 1:
-        return ()
-    allowed = [v for v in range(1, min(first, MAX_CHUNKS) + 1) if first % v == 0 and middle % v == 0]
-    if not (isinstance(chunks, str) and chunks == ALL_CHUNKS):
-        allowed = [v for v in allowed if v in chunks]
-    return tuple((v, first) for v in allowed)
+    return given_split(layers, p, chunks, ((layers + 2) // p - 1,) * 2)
+
+
+@lru_cache(maxsize=1024)
+def given_split(layers: int, p: int, chunks, first_last: tuple[int, int]) -> tuple[tuple[int, int, int], ...]:
+    """(v, FIRST, LAST) for each schedule of ``chunks`` under which ``first_last`` splits the
+    layers over p stages (Megatron-LM's rules, :func:`uneven_ok`); none where it does not."""
+    allowed = range(1, MAX_CHUNKS + 1) if isinstance(chunks, str) and chunks == ALL_CHUNKS else chunks
+    if layers % p == 0 and first_last == (layers // p,) * 2:
+        return ()    # the even split itself
+    return tuple((v, *first_last) for v in allowed
+                 if v <= max(first_last) and bool(uneven_ok(layers, p, v, first_last)))
 
 
 def _zero_variants(d: int, s: PlanSettings) -> tuple[tuple[int, int, str], ...]:
@@ -238,15 +242,19 @@ def enumerate_space(s: PlanSettings) -> Space:
 
     # Schedules and sequence parallelism (the latter only with t > 1), each schedule with the
     # even split (FIRST 0) and, for a model whose layers are alike, the uneven one searched.
-    splits = {p: () if config.experts else uneven_splits(config.layers, p, s.chunks)
+    splits = {p: () if config.experts or s.pipeline_layers == "even" else
+              uneven_splits(config.layers, p, s.chunks) if s.pipeline_layers is None else
+              given_split(config.layers, p, s.chunks, s.pipeline_layers)
               for p in set(p_a.tolist())}
-    rows_b = [(i, v, sp, first) for i, (t, p) in enumerate(pairs)
-              for v, first in (*((v, 0) for v in chunks_for(config, p, s.chunks)), *splits[p])
+    rows_b = [(i, v, sp, first, last) for i, (t, p) in enumerate(pairs)
+              for v, first, last in (*((v, 0, 0) for v in chunks_for(config, p, s.chunks)),
+                                     *splits[p])
               for sp in s.sequence_parallel if (t > 1 or not sp)]
     a_of_b = np.array([r[0] for r in rows_b], dtype=np.int64)
     v_b = np.array([r[1] for r in rows_b], dtype=np.int64)
     sp_b = np.array([r[2] for r in rows_b], dtype=bool)
     first_b = np.array([r[3] for r in rows_b], dtype=np.int64)
+    last_b = np.array([r[4] for r in rows_b], dtype=np.int64)
     t_b, p_b, d_b = t_a[a_of_b], p_a[a_of_b], d_a[a_of_b]
     reason_b = np.full(len(rows_b), PASSES, dtype=np.int64)
     uneven = bool(np.any(first_b))
@@ -256,7 +264,7 @@ def enumerate_space(s: PlanSettings) -> Space:
             if not np.any(sel):
                 continue
             grid = ParallelGrid(config, t_b[sel], p_b[sel], None, "interleaved" if v > 1 else "1f1b",
-                                v, None, 1, (first_b[sel], first_b[sel]) if uneven else None)
+                                v, None, 1, (first_b[sel], last_b[sel]) if uneven else None)
             rules = rules_of(grid, s.gpus_per_node, s.seq_len, sp)
             reason_b[sel] = _first_broken(rules, ("heads", "kv_heads", "ffn_hidden", "node",
                                                   "sequence", "layers", "interleaved_layers",
@@ -317,8 +325,8 @@ def enumerate_space(s: PlanSettings) -> Space:
                "chunks": v_b[b_of_e], "micro_batch": b_c[c_of_e], "micro_batches": m_c[c_of_e],
                "recompute": rec_d[d_of_e], "stage": stage_e, "shard_group": zero[:, 1],
                "offload": offload_e}
-    if uneven:   # the searched splits: FIRST = LAST (0 where even)
-        columns["first_layers"] = columns["last_layers"] = first_b[b_of_e]
+    if uneven:   # the searched splits (0 where even)
+        columns["first_layers"], columns["last_layers"] = first_b[b_of_e], last_b[b_of_e]
     codes = dict(zip(REASONS, range(PASSES)))
     expanded = ep_rules.expand(s, *cp_rules.expand(s, MappingProxyType(columns), reason, size, codes),
                                codes)
@@ -455,8 +463,8 @@ def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
     v = c["chunks"] if s.model.dense_layers else np.ones_like(p)
     split = _split(c)
     key = (t * (MAX_GPUS + 1) + p) * (MAX_CHUNKS + 1) + v
-    if split is not None:   # FIRST = LAST where searched
-        key = key * (s.model.layers + 1) + split[0]
+    if split is not None:   # the split, where searched
+        key = (key * (s.model.layers + 1) + split[0]) * (s.model.layers + 1) + split[1]
     keys, first_row, inverse = np.unique(key, return_index=True, return_inverse=True)
     per_stage = candidate_loads(s.model, t[first_row], p[first_row], v[first_row],
                                 None if split is None else tuple(x[first_row] for x in split))
@@ -513,7 +521,8 @@ def _memory_key(s: PlanSettings) -> tuple:
             tuple(s.layout.bits_per_param(c) for c in CATEGORIES), s.max_micro_batch, s.stages,
             s.recompute, s.chunks, s.offload, s.sequence_parallel, s.shard_groups,
             s.working_set, s.host_memory is None, s.context_parallel, s.engine.name,
-            s.engine.group_stages, s.expert_parallel, s.zero_r, s.expert_tensor_parallel)
+            s.engine.group_stages, s.expert_parallel, s.zero_r, s.expert_tensor_parallel,
+            s.pipeline_layers)
 
 
 def _space_and_peaks(s: PlanSettings):
@@ -703,8 +712,8 @@ def describe_configuration(c) -> str:
               (False, True): " with checkpoints on the CPU"}.get(
         (bool(c.get("partition_activations", False)), bool(c.get("cpu_checkpointing", False))), "")
     split = ""
-    if (first := int(c.get("first_layers", 0))) > 0:    # the planner's split: middles FIRST + 1
-        split = f"; stages {first}, {first + 1} x {p - 2}, {int(c.get('last_layers', first))}"
+    if (first := int(c.get("first_layers", 0))) > 0:
+        split = f"; first and last stages {first} and {int(c['last_layers'])} layers"
     return (f"t {t}{sp} x p {p} ({schedule_name(int(c['chunks']))}{split}) x d {d}, {zero}, "
             f"{recompute} recomputation{zero_r}, micro-batch {int(c['micro_batch'])} x "
             f"{int(c['micro_batches'])}, {offload}")
