@@ -83,7 +83,13 @@ from zerolib.core.memory.model_parallel import (
 from zerolib.core.memory.model_parallel import (
     RULES as PARALLEL_RULES,
 )
-from zerolib.core.memory.pipeline_schedule import UNIT_TERMS, activation_totals_of, unit_terms
+from zerolib.core.memory.pipeline_schedule import (
+    EVERY_LAYER,
+    UNIT_TERMS,
+    activation_totals_of,
+    unit_terms,
+    with_split,
+)
 from zerolib.core.memory.placement import Placement, offered_stages, tiers_of
 from zerolib.core.memory.tables import divisors_of
 from zerolib.core.memory.working_set import terms_of
@@ -420,7 +426,7 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
         part = None if split is None else (split[0][sel], split[1][sel])
         for index, r in enumerate(stages):
             out[index][sel] = activation_totals_of(s.model, sub, p[sel], r[sel], schedule, int(chunk),
-                                                   m[sel], first_last=part)
+                                                   m[sel], with_split(EVERY_LAYER, part))
     return out
 
 

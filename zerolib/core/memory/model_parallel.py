@@ -77,6 +77,15 @@ from zerolib.core.inputs import (
 )
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, ModelState, model_state
+from zerolib.core.memory.pipeline_stages import (  # noqa: F401  (where callers find them)
+    MAX_LAYERS,
+    candidate_stages,
+    check_first_last,
+    stage_dense_layers,
+    stage_layers,
+    stage_start,
+    uneven_ok,
+)
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
     import pandas as pd
@@ -87,7 +96,6 @@ SCHEDULES = ("1f1b", "interleaved")
 MAX_CHUNKS = 2**10                        # model chunks per pipeline stage
 MAX_VOCAB_DIVISOR = 2**16                 # Megatron-LM's --make-vocab-size-divisible-by
 MAX_MICRO_BATCHES = 2**24                 # micro-batches per step per pipeline
-MAX_LAYERS = 2**20                        # layers of one pipeline stage
 
 
 @dataclass(frozen=True)
@@ -348,15 +356,6 @@ class Pipeline:
         return default if self.micro_batches is None else self.micro_batches
 
 
-def check_first_last(first_last, name: str = "pipeline_layers") -> tuple[int, int]:
-    """Two whole numbers of layers, each 1 or more (Megatron-LM's TransformerConfig:
-    "num_layers_in_first_pipeline_stage must be larger than 0", and the last likewise)."""
-    if isinstance(first_last, (str, bytes)) or not hasattr(first_last, "__len__") \
-            or len(first_last) != 2:
-        raise TypeError(f"{name} must be two whole numbers (FIRST, LAST), got {echo(first_last)}")
-    return tuple(check_positive_int(x, name, MAX_LAYERS) for x in first_last)
-
-
 def as_pipeline(pipeline) -> Pipeline:
     """``pipeline`` itself, or a whole number of stages (an array of them) as ``Pipeline(p)``."""
     return pipeline if isinstance(pipeline, Pipeline) else Pipeline(pipeline)
@@ -550,75 +549,10 @@ def grid_of(model, tensor_parallel, pipeline: Pipeline | int, pipeline_stage=Non
                         shaped.get("micro_batches"), vocab_divisible_by, pipeline.first_last)
 
 
-def stage_layers(layers: int, pipeline_parallel, pipeline_stage, first_last=None) -> np.ndarray:
-    """Transformer layers on pipeline stage r of p: L // p, plus one for the first L mod p
-    stages (the interleaved schedule's L / p when p x chunks divides L is the same). With
-    ``first_last`` (FIRST, LAST; arrays broadcast with p, 0 where a setting is even) the first
-    stage holds FIRST, the last LAST and each middle stage (L - FIRST - LAST) / (p - 2):
-    Megatron-LM's ``--decoder-first-pipeline-num-layers`` and ``--decoder-last-...``
-    (``megatron/core/transformer/transformer_block.py`` ``get_num_layers_to_build``)."""
-    p = np.asarray(pipeline_parallel, dtype=np.int64)
-    r = np.asarray(pipeline_stage, dtype=np.int64)
-    even = layers // p + (r < layers % p)
-    if first_last is None:
-        return even
-    first, last = (np.asarray(x, dtype=np.int64) for x in first_last)
-    middle = (layers - first - last) // np.maximum(p - 2, 1)
-    return np.where(first > 0, np.where(r == 0, first, np.where(r == p - 1, last, middle)), even)
-
-
-def stage_start(layers: int, pipeline_parallel, pipeline_stage, first_last=None) -> np.ndarray:
-    """The index of the first layer on stage r (1F1B's contiguous runs; Megatron-LM's
-    ``get_transformer_layer_offset``: FIRST + (r - 1) x the middle stages' layers)."""
-    p = np.asarray(pipeline_parallel, dtype=np.int64)
-    r = np.asarray(pipeline_stage, dtype=np.int64)
-    even = r * (layers // p) + np.minimum(r, layers % p)
-    if first_last is None:
-        return even
-    first, last = (np.asarray(x, dtype=np.int64) for x in first_last)
-    middle = (layers - first - last) // np.maximum(p - 2, 1)
-    return np.where(first > 0, np.where(r == 0, 0, first + (r - 1) * middle), even)
-
-
-def uneven_ok(layers: int, p, chunks, first_last) -> np.ndarray:
-    """Megatron-LM's rules for uneven stages (``transformer_config.py``, "Uneven PP"): FIRST and
-    LAST at least 1, the middle layers split evenly over p - 2 stages (none at p = 2),
-    interleaved: v divides FIRST, LAST and each middle stage's layers."""
-    p = np.asarray(p, dtype=np.int64)
-    v = np.asarray(chunks, dtype=np.int64)
-    first, last = (np.asarray(x, dtype=np.int64) for x in first_last)
-    rest, middles = layers - first - last, p - 2
-    whole = np.where(middles > 0, (rest > 0) & (rest % np.maximum(middles, 1) == 0), rest == 0)
-    per = rest // np.maximum(middles, 1)
-    chunked = (first % v == 0) & (last % v == 0) & ((middles <= 0) | (per % v == 0))
-    ok = (p >= 2) & (first >= 1) & (last >= 1) & whole & chunked
-    return np.where(first > 0, ok, True) if np.ndim(first) else ok
-
-
 def _layers_of(config: TransformerConfig, place: str) -> int:
     """Modules of ``place`` (:data:`LAYER_PLACES` or the first / last stage) in the model."""
     return {"layer": config.layers, "dense_layer": config.dense_layers,
             "expert_layer": config.sparse_layers}.get(place, 1)
-
-
-def stage_dense_layers(config: TransformerConfig, pipeline_parallel, pipeline_stage, *,
-                       schedule: str = "1f1b", chunks: int = 1, first_last=None) -> np.ndarray:
-    """Of the layers on pipeline stage r, how many are the model's first ``dense_layers``.
-
-    1F1B: stage r holds the contiguous layers from r (L // p) + min(r, L mod p) on
-    (:func:`stage_layers`), so the dense ones are those below ``dense_layers``. Interleaved:
-    rank r holds model chunks r, r + p, ... of L / (p v) layers each, chunk c from layer
-    c L / (p v) on. 0 for a model whose layers are alike."""
-    p = np.asarray(pipeline_parallel, dtype=np.int64)
-    r = np.asarray(pipeline_stage, dtype=np.int64)
-    dense = config.dense_layers
-    held = stage_layers(config.layers, p, r, first_last)
-    start = stage_start(config.layers, p, r, first_last)
-    if schedule == "interleaved":   # chunk j of rank r: from j L / v + start / v, held / v wide
-        width, begin = held // chunks, start // chunks
-        return sum(np.clip(dense - (j * (config.layers // chunks) + begin), 0, width)
-                   for j in range(chunks))
-    return np.clip(dense - start, 0, held)
 
 
 def _stage_kinds(grid: ParallelGrid, r) -> dict[str, np.ndarray]:
@@ -669,20 +603,6 @@ def unsharded_units_on(grid: ParallelGrid, r) -> dict[str, np.ndarray]:
         count = np.where(here, tensors["layer"] + tensors[place], count)
     root = np.where(r == 0, sums["first"], 0) + np.where(r == grid.p - 1, sums["last"], 0)
     return {"root": root, "layer": layer, "matrices": matrix, "matrix_tensors": count}
-
-
-def candidate_stages(config: TransformerConfig, pipeline_parallel, first_last=None) -> list[np.ndarray]:
-    """The pipeline stages that can be the most loaded, as arrays broadcast with ``p``: the
-    first and the last; with uneven stages (``first_last``) also the second, the middle stage
-    with the most micro-batches in flight (its layers can outnumber the first's); with dense
-    first layers (lighter than an expert layer, so a middle stage of expert layers can
-    outweigh the first) every stage, the k-th as min(k, p - 1)."""
-    p = np.asarray(pipeline_parallel, dtype=np.int64)
-    if not config.dense_layers:
-        if first_last is not None:
-            return [np.zeros_like(p), np.minimum(1, p - 1), p - 1]
-        return [np.zeros_like(p), p - 1]
-    return [np.minimum(k, p - 1) for k in range(int(np.max(p)))]
 
 
 def at_stage(grid: ParallelGrid, load):

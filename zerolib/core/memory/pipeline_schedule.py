@@ -325,20 +325,34 @@ def stage_activation_totals(model, units: Mapping[str, np.ndarray], pipeline_par
 
 
 def stage_terms_of(config, units: Mapping[str, int], p, r, schedule: str, chunks: int,
-                   m, rules: tuple[str, int, bool] = EVERY_LAYER, first_last=None) -> dict[str, np.ndarray]:
+                   m, rules: tuple = EVERY_LAYER) -> dict[str, np.ndarray]:
     """:func:`stage_activation_terms` by term from :func:`unit_terms`, of checked inputs
-    (``rules``: :func:`stage_rules` of the options; ``first_last``: uneven stages)."""
-    terms = _stage_terms(config, p, schedule, chunks, m, units, r, rules, first_last)
+    (``rules``: :func:`stage_rules` of the options, and after them, where the stages are uneven,
+    their (FIRST, LAST): :func:`with_split`)."""
+    terms = _stage_terms(config, p, schedule, chunks, m, units, r, *_split_rules(rules))
     _total(config, terms)   # refused beyond MAX_BYTES, as the public path refuses it
     return terms
 
 
 def activation_totals_of(config, units: Mapping[str, np.ndarray], p: np.ndarray, r: np.ndarray,
                          schedule: str, chunks: int, m: np.ndarray | None,
-                         rules: tuple[str, int, bool] = EVERY_LAYER, first_last=None) -> np.ndarray:
+                         rules: tuple = EVERY_LAYER) -> np.ndarray:
     """:func:`stage_activation_totals` of checked inputs (a TransformerConfig, int64 arrays;
-    ``first_last``: uneven stages, arrays with 0 where even): the planner's path."""
-    return _total(config, _stage_terms(config, p, schedule, chunks, m, units, r, rules, first_last))
+    ``rules`` as :func:`stage_terms_of`'s, FIRST and LAST arrays with 0 where even): the
+    planner's path."""
+    return _total(config, _stage_terms(config, p, schedule, chunks, m, units, r,
+                                       *_split_rules(rules)))
+
+
+def with_split(rules: tuple, first_last) -> tuple:
+    """``rules`` (:func:`stage_rules`') with the uneven stages' (FIRST, LAST) after them, as
+    :func:`stage_terms_of` and :func:`activation_totals_of` read them (None: even)."""
+    return tuple(rules[:3]) if first_last is None else (*rules[:3], first_last)
+
+
+def _split_rules(rules: tuple) -> tuple:
+    """(the three rules, FIRST and LAST or None) of a :func:`with_split` tuple."""
+    return tuple(rules[:3]), (rules[3] if len(rules) > 3 else None)
 
 
 def stage_activation_terms(model, seq_len, micro_batch, tensor_parallel=1,

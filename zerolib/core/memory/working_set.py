@@ -143,7 +143,12 @@ from zerolib.core.memory.model_parallel import (
     largest_module_on,
     parameters_on,
 )
-from zerolib.core.memory.pipeline_schedule import stage_rules, stage_terms_of, unit_terms
+from zerolib.core.memory.pipeline_schedule import (
+    stage_rules,
+    stage_terms_of,
+    unit_terms,
+    with_split,
+)
 from zerolib.core.memory.placement import Placement, check_placement, place
 from zerolib.core.units import GiB
 
@@ -374,7 +379,7 @@ def _activations(config: TransformerConfig, s: WorkingSetSettings,
     for pipeline_stage in pipeline_stages or _pipeline_stages(config, s):
         acts = stage_terms_of(config, units, np.int64(s.pipeline_parallel), np.int64(pipeline_stage),
                               s.pipeline_schedule, s.pipeline_chunks, micro_batches,
-                              (method, layers, False), first_last=s.pipeline_layers)
+                              with_split((method, layers, False), s.pipeline_layers))
         out[pipeline_stage] = (int(sum(v for k, v in acts.items() if k != "logits_loss")),
                                int(acts["logits_loss"]))
     return out
