@@ -8,16 +8,30 @@ Kept apart from ``estimate.py`` so that file only gains a few calls.
 from __future__ import annotations
 
 from zerolib.core.catalogue.hosts import DEFAULT_HOST, HOSTS
-from zerolib.core.catalogue.links import EFFICIENCY_NAMES, LINKS, get_link, link_efficiency
+from zerolib.core.catalogue.links import (
+    EFFICIENCY_NAMES,
+    HOST_LINKS,
+    LINKS,
+    get_link,
+    link_efficiency,
+)
 from zerolib.core.catalogue.nodes import NODES, interconnect
+from zerolib.core.defaults import (
+    DEFAULT_ENGINE,
+    DEFAULT_HOST_LINK,
+    DEFAULT_MFU,
+    DEFAULT_TOKENS_PER_GPU,
+    ENGINE_NAMES,
+    MAX_CPU_ADAM_RATE,
+    MAX_TOKENS_PER_GPU,
+    MIN_MFU,
+)
 from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.parse import parse_fraction, parse_whole
-from zerolib.core.step.collectives import KINDS
-from zerolib.core.step.engines import DEFAULT_ENGINE, ENGINE_NAMES, get_engine
-from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, HOST_LINKS, MAX_CPU_ADAM_RATE
-from zerolib.core.step.time import DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU, MAX_TOKENS_PER_GPU, MIN_MFU
-from zerolib.core.step.traffic import MAX_MICRO_BATCHES
 from zerolib.core.units import to_unit
+
+# The step's modules (engines, traffic, collectives) are imported where a command uses them:
+# registering these flags and answering without --link import none of the step's arithmetic.
 
 OPTIONS = {"tokens_per_gpu": "--tokens-per-gpu",
            "mfu": "--mfu", "qwz": "--qwz", "qgz": "--qgz", "host_link": "--host-link",
@@ -133,6 +147,7 @@ def engine_stages(args, stages, placement, gpus: int, pipeline_parallel: int = 1
     those it runs beside one); else ``stages``."""
     if args.stage is not None:
         return stages
+    from zerolib.core.step.engines import get_engine
     engine = get_engine(args.engine or DEFAULT_ENGINE)
     group = None if placement is None else placement.shard_group
     grouped = group is not None and 1 < group < gpus
@@ -149,6 +164,7 @@ def micro_batches_from(args) -> dict:
         return {}
     if args.pipeline_parallel is not None and args.pipeline_parallel.strip() != "1":
         return {}
+    from zerolib.core.step.traffic import MAX_MICRO_BATCHES
     return {"micro_batches": parse_whole(args.micro_batches, "--micro-batches",
                                          maximum=MAX_MICRO_BATCHES)}
 
@@ -287,6 +303,7 @@ def table_columns(result: dict, unit: str) -> tuple[list[str], list[list[str]]]:
 
 def csv_columns(result: dict) -> tuple[list[str], list[list]]:
     """Per kind the calls, bytes handed and sent; the totals; the seconds (empty when unknown)."""
+    from zerolib.core.step.collectives import KINDS
     headers = [f"{kind}_{what}" for kind in KINDS for what in ("calls", "handed_bytes",
                                                                "sent_bytes")]
     headers += ["sent_bytes", "received_bytes", *SECONDS, "network_wait_fraction",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from zerolib.cli import _run_file as run_file_cli
 from zerolib.cli._arguments import gpu_count
-from zerolib.core.memory.model_parallel import MAX_MICRO_BATCHES
+from zerolib.core.defaults import MAX_MICRO_BATCHES
 from zerolib.core.parse import parse_whole
 from zerolib.core.run import Run
 

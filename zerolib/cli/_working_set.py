@@ -8,33 +8,29 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import TYPE_CHECKING
 
-from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
-from zerolib.core.memory.activations import (
+from zerolib.core.defaults import (
+    MAX_CHUNKS,
     MAX_CONTEXT_PARALLEL,
+    MAX_MICRO_BATCH,
+    MAX_MICRO_BATCHES,
     MAX_RECOMPUTE_LAYERS,
+    MAX_SEQ_LEN,
     NORMS,
     RECOMPUTE,
     RECOMPUTE_METHODS,
-)
-from zerolib.core.memory.loss import LOSSES, MAX_LOSS_CHUNKS
-from zerolib.core.memory.model_parallel import (
-    MAX_CHUNKS,
-    MAX_LAYERS,
-    MAX_MICRO_BATCHES,
-    PIPELINE_STAGES,
     SCHEDULES,
-)
-from zerolib.core.memory.trainer_peak import FSDP_TERMS
-from zerolib.core.memory.working_set import (
-    MAX_ELEMENTS,
-    MAX_MICRO_BATCH,
-    MAX_SEQ_LEN,
     TERMS,
-    WorkingSetSettings,
 )
+from zerolib.core.inputs import MAX_BYTES, MAX_ELEMENTS, MAX_GPUS
+from zerolib.core.memory.loss import LOSSES, MAX_LOSS_CHUNKS
+from zerolib.core.memory.pipeline_stages import MAX_LAYERS
 from zerolib.core.parse import parse_size, parse_whole
 from zerolib.core.units import to_unit
+
+if TYPE_CHECKING:
+    from zerolib.core.memory.working_set import WorkingSetSettings
 
 LABELS = {"activations": "activations", "logits_loss": "logits+loss", "ddp_buckets": "DDP buckets",
           "reduce_bucket": "reduce bucket", "allgather_bucket": "all-gather bucket",
@@ -284,6 +280,7 @@ def default_stages(settings: WorkingSetSettings, chosen_by_default: bool, stages
     planner's rule); the others, asked for by name, are refused by that rule."""
     if not chosen_by_default or settings.pipeline_parallel == 1:
         return stages
+    from zerolib.core.memory.model_parallel import PIPELINE_STAGES
     return tuple(stage for stage in stages if stage in PIPELINE_STAGES) or stages
 
 
@@ -332,6 +329,7 @@ def has_working_set(result: dict) -> bool:
 
 def table_columns(result: dict, unit: str) -> tuple[list[str], list[list[str]]]:
     """Extra table headers and cells per stage row: the non-zero terms, then the peak."""
+    from zerolib.core.memory.trainer_peak import FSDP_TERMS
     terms = [t for t in (*TERMS, *FSDP_TERMS)
              if any(row["working_set"].get(t) for row in result["stages"])]
     headers = [f"{LABELS[t]} [{unit}]" for t in terms] + [f"peak [{unit}]",

@@ -27,7 +27,6 @@ from zerolib.core.memory.accounting import CATEGORIES, STAGES, STRATEGY_NAMES
 from zerolib.core.memory.placement import DEFAULT_GPUS_PER_NODE
 from zerolib.core.parse import parse_count, parse_whole
 from zerolib.core.run import Run
-from zerolib.core.step.parallel import PARTS
 from zerolib.core.units import UNITS, to_unit
 
 
@@ -235,7 +234,7 @@ def _and(words: list[str]) -> str:
 def _parallel_step_columns(result: dict) -> tuple[list[str], list[list[str]]]:
     # compute, context, expert and data-parallel always; the tensor-parallel, pipeline and bubble
     # parts where some row has them
-    shown = [part for part in PARTS if part in ("compute", "context", "expert", "data_parallel")
+    shown = [part for part in _parts(result) if part in ("compute", "context", "expert", "data_parallel")
              or any(row["parallel_step"]["parts"][part] for row in result["stages"])]
     headers = [f"{part.replace('_', '-')} [s]" for part in shown] + ["step [s]", "network wait"]
     cells = [[f"{row['parallel_step']['parts'][part]:,.3f}" for part in shown]
@@ -245,9 +244,15 @@ def _parallel_step_columns(result: dict) -> tuple[list[str], list[list[str]]]:
     return headers, cells
 
 
+def _parts(result: dict) -> list[str]:
+    """The step's named parts, in the order the step model gives them (its JSON's)."""
+    return list(result["stages"][0]["parallel_step"]["parts"])
+
+
 def _parallel_step_csv(result: dict) -> tuple[list[str], list[list]]:
-    headers = [f"{part}_seconds" for part in PARTS] + ["step_seconds", "network_wait_fraction"]
-    cells = [[row["parallel_step"]["parts"][part] for part in PARTS]
+    parts = _parts(result)
+    headers = [f"{part}_seconds" for part in parts] + ["step_seconds", "network_wait_fraction"]
+    cells = [[row["parallel_step"]["parts"][part] for part in parts]
              + [row["parallel_step"]["step_seconds"], row["parallel_step"]["network_wait_fraction"]]
              for row in result["stages"]]
     return headers, cells

@@ -67,25 +67,16 @@ include the host transfers that do not hide behind compute and the CPU's optimiz
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from zerolib.core.catalogue.devices import Device, device_at
 from zerolib.core.catalogue.models import TransformerConfig, parameter_count
 from zerolib.core.catalogue.nodes import NODES, Interconnect, bus_bandwidth, interconnect
+from zerolib.core.defaults import DEFAULT_HOST_LINK, DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU
 from zerolib.core.inputs import MAX_BYTES, check_count, check_stages
-from zerolib.core.memory import expert_parallel_rules as ep_rules
 from zerolib.core.memory.accounting import STAGES, Layout, get_layout, state_bytes
-from zerolib.core.memory.activations import context_parallel_tokens
-from zerolib.core.memory.expert_parallel import check_expert_layout, stage_parameters, state_of
-from zerolib.core.memory.model_parallel import candidate_stages, check_parallel
 from zerolib.core.memory.placement import Placement, check_placement, gpus_on_node, offered_stages, place
-from zerolib.core.memory.working_set import (
-    WorkingSetSettings,
-    check_peak_inputs,
-    rows_of,
-    working_set,
-)
 from zerolib.core.run import Run
-from zerolib.core.step.context_parallel_traffic import assumptions
 from zerolib.core.step.engines import (
     CONTEXT_PARALLEL_ENGINES,
     Engine,
@@ -93,16 +84,14 @@ from zerolib.core.step.engines import (
     check_engine_stage,
     get_engine,
 )
-from zerolib.core.step.expert_parallel_traffic import expert_traffic
-from zerolib.core.step.offload_traffic import DEFAULT_HOST_LINK, host_settings_for
-from zerolib.core.step.parallel import ParallelSettings, parallel_step_time
-from zerolib.core.step.tables import communication_rows, step_traffic
-from zerolib.core.step.time import (
-    DEFAULT_COMPUTE,
-    DEFAULT_MFU,
-    DEFAULT_TOKENS_PER_GPU,
-    ComputeSettings,
-)
+
+if TYPE_CHECKING:
+    from zerolib.core.memory.working_set import WorkingSetSettings
+    from zerolib.core.step.time import ComputeSettings
+
+# A model's working set, the step's arithmetic (traffic, time, the parallel step model) and the
+# experts' are imported where a run has an architecture, a link or experts: a bare count's
+# answer, what `zerolib estimate --params 7B --gpus 64` asks, starts without them.
 
 # The traffic options of a run and their defaults (each needs a link).
 TRAFFIC_DEFAULTS = {"qwz": False, "qgz": False, "host_link": DEFAULT_HOST_LINK,
@@ -139,6 +128,7 @@ class Estimate:
             judged = self.settings.convention.judges if self.model is not None else "model state"
             out["fits_judges"] = judged + (" and host memory" if self.host_memory is not None else "")
         if self.model is not None:
+            from zerolib.core.step.context_parallel_traffic import assumptions
             out.update(model=self.model.name, tensor_parallel=self.settings.tensor_parallel,
                        pipeline_parallel=self.settings.pipeline_parallel,
                        working_set_settings=self.settings.as_dict())
@@ -175,6 +165,8 @@ def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
         if used:
             raise ValueError(f"{used[0]} needs a link")
         return result
+    from zerolib.core.step.offload_traffic import host_settings_for
+    from zerolib.core.step.tables import communication_rows, step_traffic
     ic = interconnect(link, gpus_per_node, link_efficiency)
     _fill_whole_nodes(result.gpus, ic, gpus_per_node)
     stages = [row["stage"] for row in result.stages]
@@ -235,6 +227,10 @@ def _with_experts(result: Estimate, expert_parallel: int, expert_tensor_parallel
     that stage) are added. The working set is the one zerolib computes for the stage: under
     uniform routing a GPU's experts hold as many token rows as without expert parallelism (at
     ETP other than t, the rows its ETP ranks gather: the settings carry ETP)."""
+    from zerolib.core.memory.expert_parallel import check_expert_layout, stage_parameters, state_of
+    from zerolib.core.memory.model_parallel import candidate_stages
+    from zerolib.core.memory.working_set import working_set
+    from zerolib.core.step.expert_parallel_traffic import expert_traffic
     s, config = result.settings, result.model
     t, p = s.tensor_parallel, s.pipeline_parallel
     if result.gpus % (t * p):
@@ -284,6 +280,11 @@ def _with_parallel_step(result: Estimate, run: Run, micro_batches: int) -> Estim
     as the planner searches them). Needs a device; not with ZeRO++ (hpZ, qwZ, qgZ), NVMe offload
     or ``tokens_per_gpu`` (the step's tokens are seq_len / C x micro_batch x micro_batches;
     beside a pipeline, micro_batches are the run's, p when not given)."""
+    from zerolib.core.memory import expert_parallel_rules as ep_rules
+    from zerolib.core.memory.activations import context_parallel_tokens
+    from zerolib.core.step.offload_traffic import host_settings_for
+    from zerolib.core.step.parallel import ParallelSettings, parallel_step_time
+    from zerolib.core.step.time import ComputeSettings
     engine, mfu = get_engine(run.trainer.engine), run.trainer.mfu
     expert_parallel, expert_tensor_parallel = run.parallel.expert, run.parallel.expert_tensor
     overlap = run.trainer.overlap
@@ -361,6 +362,7 @@ def _with_parallel_step(result: Estimate, run: Run, micro_batches: int) -> Estim
 
 def _compute(tokens_per_gpu, mfu) -> ComputeSettings:
     """The compute settings (checked when made); the defaults' object is made once."""
+    from zerolib.core.step.time import DEFAULT_COMPUTE, ComputeSettings
     if tokens_per_gpu is DEFAULT_TOKENS_PER_GPU and mfu is DEFAULT_MFU:
         return DEFAULT_COMPUTE
     return ComputeSettings(tokens_per_gpu, mfu)
@@ -429,7 +431,9 @@ def _estimate_count(run: Run) -> Estimate:
     stages = _engine_stages(run, engine, placement)
     host_memory = _host_memory(c.host_memory, placement)
     tokens = DEFAULT_TOKENS_PER_GPU if run.batch.tokens_per_gpu is None else run.batch.tokens_per_gpu
-    compute = _compute(tokens, t.mfu if t.mfu != DEFAULT_MFU else DEFAULT_MFU)
+    # compute settings time a link's step; a bare answer needs none
+    compute = None if c.link is None else _compute(tokens, t.mfu if t.mfu != DEFAULT_MFU
+                                                   else DEFAULT_MFU)
     if placement is None:   # Python ints, no arrays: one answer in microseconds
         capacity = None if device is None else device.capacity
         rows = [{"stage": stage, **state_bytes(params, gpus, stage, layout)} for stage in stages]
@@ -468,6 +472,9 @@ def _estimate_model(run: Run) -> Estimate:
     parallelism E (and ETP) spreads a mixture of experts' routed experts (:func:`_with_experts`;
     not with a placement). With a link and model parallelism (tensor, pipeline, context or
     expert) the step is timed by the planner's step model (:func:`_with_parallel_step`)."""
+    from zerolib.core.memory.model_parallel import check_parallel
+    from zerolib.core.memory.working_set import check_peak_inputs, rows_of
+    from zerolib.core.step.time import ComputeSettings
     config, gpus, t, c, par = run.config, run.cluster.gpus, run.trainer, run.cluster, run.parallel
     layout, device, engine = get_layout(t.layout_of), _device(run), get_engine(t.engine)
     placement = run.placement()

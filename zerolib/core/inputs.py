@@ -18,6 +18,7 @@ from zerolib.core.defaults import MIN_MFU
 # Largest accepted parameter count and worker count: far beyond any real model or cluster,
 # small enough that bytes stay exact in int64 (params * 64-byte widths * 3 categories).
 MAX_PARAMS = 10**15
+MAX_ELEMENTS = MAX_PARAMS     # bucket sizes and live-parameter limits, in elements
 MAX_GPUS = 2**24
 MAX_WIDTH = 64  # bytes per parameter in one category
 # Largest byte count accepted or produced anywhere (extra bytes, a reserve, a working set, a

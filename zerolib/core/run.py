@@ -23,53 +23,52 @@ same fields in TOML, one table per noun (:meth:`Run.to_toml`, :func:`from_toml`;
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import lru_cache
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from zerolib.core.catalogue.devices import CAPACITY_BASES, DEVICES, Device, device_at
 from zerolib.core.catalogue.links import EFFICIENCY_NAMES, HOST_LINKS
 from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.defaults import (
+    ALLGATHER_BUCKET_SIZE,
     DEFAULT_ENGINE,
     DEFAULT_HOST_LINK,
     DEFAULT_MFU,
-    ENGINE_NAMES,
-    MAX_CPU_ADAM_RATE,
-    MAX_RUN_TOKENS,
-    MAX_TOKENS_PER_GPU,
-)
-from zerolib.core.inputs import MAX_BYTES, MAX_GPUS, MAX_PARAMS, STAGES, check_mfu, echo
-from zerolib.core.memory.accounting import LAYOUTS, Layout
-from zerolib.core.memory.activations import MAX_CONTEXT_PARALLEL, RECOMPUTE
-from zerolib.core.memory.model_parallel import (
-    MAX_CHUNKS,
-    MAX_MICRO_BATCHES,
-    RULES,
-    SCHEDULES,
-    check_first_last,
-    uneven_ok,
-)
-from zerolib.core.memory.placement import OFFLOAD_DEVICES, Placement
-from zerolib.core.memory.trainer_memory import RESERVED_PPM, TrainerMemory
-from zerolib.core.memory.working_set import (
-    ALLGATHER_BUCKET_SIZE,
     DEFAULT_RESERVE,
+    ENGINE_NAMES,
+    MAX_CHUNKS,
+    MAX_CONTEXT_PARALLEL,
+    MAX_CPU_ADAM_RATE,
     MAX_ELEMENT_BYTES,
-    MAX_ELEMENTS,
     MAX_MICRO_BATCH,
+    MAX_MICRO_BATCHES,
+    MAX_RUN_TOKENS,
     MAX_SEQ_LEN,
+    MAX_TOKENS_PER_GPU,
+    RECOMPUTE,
     REDUCE_BUCKET_SIZE,
+    RESERVED_PPM,
+    SCHEDULE_RULE,
+    SCHEDULES,
     STAGE3_MAX_LIVE_PARAMETERS,
     STAGE3_PREFETCH_BUCKET_SIZE,
-    WorkingSetSettings,
 )
+from zerolib.core.inputs import MAX_BYTES, MAX_ELEMENTS, MAX_GPUS, MAX_PARAMS, STAGES, check_mfu, echo
+from zerolib.core.memory.accounting import LAYOUTS, Layout
+from zerolib.core.memory.placement import OFFLOAD_DEVICES, Placement
+from zerolib.core.memory.trainer_memory import TrainerMemory
+from zerolib.core.toml_text import toml_table
 
-SCHEDULE_RULE = RULES["schedule"]
+if TYPE_CHECKING:
+    from zerolib.core.memory.working_set import WorkingSetSettings
+
+# The working set's arithmetic is imported where a run asks for its settings: making a run (a
+# bare count's, or a command's flags) imports only the bounds above.
 
 
 class _Noun:
@@ -267,6 +266,7 @@ class Parallelism(_Noun):
             raise ValueError(f"parallel.schedule and parallel.chunks: {SCHEDULE_RULE}, got "
                              f"{self.schedule} with chunks = {self.chunks}")
         if self.pipeline_layers is not None:
+            from zerolib.core.memory.pipeline_stages import check_first_last  # light: numpy
             try:
                 split = check_first_last(self.pipeline_layers)
             except (TypeError, ValueError):
@@ -428,6 +428,7 @@ class Trainer(TrainerMemory, _Noun):
 @lru_cache(maxsize=64)
 def _trainer_working_set(flash_attention, element_bytes, mask_bytes, dropout, logits_bytes,
                          buckets, reserve, capacity_factor, memory=()) -> WorkingSetSettings:
+    from zerolib.core.memory.working_set import WorkingSetSettings
     (reduce_bucket_size, overlap_comm, allgather_bucket_size, allgather_in_place,
      prefetch_bucket_size, max_live_parameters, ddp_gradient_as_bucket_view) = buckets
     return WorkingSetSettings(
@@ -539,6 +540,7 @@ class Run:
 
     def _check_pipeline_layers(self) -> None:
         """Uneven stages against the model, once (Megatron-LM's rules, ``uneven_ok``)."""
+        from zerolib.core.memory.pipeline_stages import uneven_ok
         p, config = self.parallel, self.config
         first, last = p.pipeline_layers
         if config is None:
@@ -618,7 +620,7 @@ class Run:
         from its default, the model whole (a preset by name, else every field of its
         architecture) so the file answers alike on any machine."""
         default = Run(self.model)
-        blocks = [_toml_table("model", model_dict(self.model))]
+        blocks = [toml_table("model", model_dict(self.model))]
         for name in NOUNS:
             mine, theirs = getattr(self, name).as_dict(), getattr(default, name).as_dict()
             changed = {key: value for key, value in mine.items()
@@ -626,12 +628,12 @@ class Run:
             if name == "trainer" and "overlap" in changed:
                 changed["overlap"] = self.trainer.overlap.name
             if changed:
-                blocks.append(_toml_table(name, changed))
+                blocks.append(toml_table(name, changed))
             if name == "trainer":
                 buckets = {key: value for key, value in mine["buckets"].items()
                            if value != theirs["buckets"][key]}
                 if buckets:
-                    blocks.append(_toml_table("trainer.buckets", buckets))
+                    blocks.append(toml_table("trainer.buckets", buckets))
         return ("# A zerolib run: zerolib estimate --run FILE (docs/run-file.md)\n"
                 + "\n\n".join("\n".join(block) for block in blocks) + "\n")
 
@@ -642,6 +644,7 @@ class Run:
     # The internal settings the memory model and the step model read, made from the run.
     def working_set_settings(self) -> WorkingSetSettings:
         """The working set's settings (:class:`~zerolib.core.memory.working_set.WorkingSetSettings`)."""
+        from zerolib.core.memory.working_set import WorkingSetSettings
         p, t, b, k = self.parallel, self.trainer, self.batch, self.trainer.buckets
         return WorkingSetSettings(
             seq_len=self.seq_len, micro_batch=b.micro_batch, recompute=t.recompute_policy,
@@ -680,28 +683,6 @@ class Run:
         return Placement(shard_group=p.shard_group, hpz_partition=hpz,
                          offload_optimizer=t.offload_optimizer, offload_params=t.offload_params,
                          gpus_per_node=c.gpus_per_node)
-
-
-def _toml_value(value) -> str:
-    """One TOML value: strings quoted (JSON's escapes are TOML's), numbers exact, lists inline."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"a run file cannot hold {value!r}")
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"a run file cannot hold {type(value).__name__}")
-
-
-def _toml_table(name: str, values: Mapping) -> list[str]:
-    return [f"[{name}]", *(f"{key} = {_toml_value(value)}" for key, value in values.items()
-                           if value is not None)]
 
 
 def _grouped(fields_by_name: Mapping, current: Mapping | None = None) -> dict[str, dict]:

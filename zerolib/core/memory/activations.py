@@ -136,27 +136,25 @@ from functools import lru_cache
 from types import MappingProxyType
 
 from zerolib.core.catalogue.models import MAX_MODEL_SIZE, TransformerConfig, get_model
+from zerolib.core.defaults import (  # noqa: F401 (where callers find them)
+    MAX_CONTEXT_PARALLEL,
+    MAX_ELEMENT_BYTES,
+    MAX_RECOMPUTE_LAYERS,
+    NORMS,
+    RECOMPUTE,
+    RECOMPUTE_METHODS,
+)
 from zerolib.core.inputs import MAX_GPUS, check_count, check_flag, check_positive_int
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.loss import MAX_LOSS_CHUNKS, check_loss, loss_bytes
 
-RECOMPUTE = ("none", "selective", "full", "op-selective")
 # The policies the chapter's planner searches by default (op-selective is torchtitan's, asked for).
 CHAPTER_RECOMPUTE = ("none", "selective", "full")
-# Full recomputation's methods (Megatron-LM --recompute-method): chunks of N layers keep their
-# input, or the first N layers of a stage are checkpointed and the rest keep everything.
-RECOMPUTE_METHODS = ("uniform", "block")
-MAX_RECOMPUTE_LAYERS = 4096
-# A norm's saved tensors: a fused kernel's (its input), or eager RMSNorm's (+ fp32 copy, 1/rms).
-NORMS = ("fused", "eager")
 FP32_BYTES, AMAX_BYTES = 4, 2   # an fp32 element; torchao's amax of a bf16 tensor (bf16 scalar)
 LINEAR_AMAXES = 2    # per Float8Linear under an op-level policy: the input's and the weight's
 LOGSUMEXP_BYTES = 4  # flash attention keeps its softmax statistics in fp32 (one per head, token)
 LOSS_FP32_BYTES = 4  # the loss upcasts the logits to fp32
 ROUTER_BYTES = 4     # Mixtral's router softmax runs in fp32 (transformers: softmax(logits.float()))
-
-
-MAX_ELEMENT_BYTES = 16     # bytes of one activation, mask or logit element
 
 
 def _check_recompute(recompute) -> str:
@@ -656,7 +654,6 @@ def whole_layer_bytes(config: TransformerConfig, seq_len: int, micro_batch: int,
                                 etp if kind.experts else None).values()) for kind in kinds)
 
 
-MAX_CONTEXT_PARALLEL = 1024   # CP ranks per sequence: far beyond any published run
 
 
 def context_parallel_tokens(seq_len, context_parallel) -> int:

@@ -42,19 +42,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from zerolib.core.defaults import ENGINE_NAMES
+from zerolib.core.defaults import ENGINE_NAMES, MILLION, RESERVED_PPM  # noqa: F401
 
 JUDGES = ("peak", "peak_reserved")
 STEP_MOMENTS = ("none", "foreach-adamw", "fp32-gradient-copy")
 
-# The caching allocator's reserve over the allocated peak, in parts per million of it: the
-# median of reserved / allocated - 1 over the 27 published (max allocated, max reserved) pairs
-# of one rank each in data/reserve_pairs.csv (data/measured_peaks.md, "The allocator's
-# reserve"): 108,403 ppm, rounded down. The pairs run from 0.38 % to 44 %; the model's residual
-# against each pair's reserved bytes has a median of 5.5 % and a largest of 23 %: a stated
-# median, not a law.
-RESERVED_PPM = 108_403
-MILLION = 1_000_000
 
 
 @dataclass(frozen=True)

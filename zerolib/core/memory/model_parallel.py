@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from zerolib.core.catalogue.models import TransformerConfig, get_model, modules
+from zerolib.core.defaults import MAX_CHUNKS, MAX_MICRO_BATCHES, SCHEDULE_RULE, SCHEDULES  # noqa: F401
 from zerolib.core.inputs import (
     MAX_GPUS,
     broadcast,
@@ -92,10 +93,7 @@ if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that bu
 
 SPLITS = ("column", "row", "vocabulary", "replicated")
 PLACES = ("layer", "first", "last")       # every layer; the first / last pipeline stage
-SCHEDULES = ("1f1b", "interleaved")
-MAX_CHUNKS = 2**10                        # model chunks per pipeline stage
 MAX_VOCAB_DIVISOR = 2**16                 # Megatron-LM's --make-vocab-size-divisible-by
-MAX_MICRO_BATCHES = 2**24                 # micro-batches per step per pipeline
 
 
 @dataclass(frozen=True)
@@ -281,7 +279,7 @@ RULES: Mapping[str, str] = MappingProxyType({
                        "below the layers (all of them at 2 stages) and the layers left split "
                        "evenly over the middle stages; interleaved, chunks divide each stage's "
                        "layers (Megatron-LM's TransformerConfig)",
-    "schedule": "interleaved needs pipeline_parallel >= 2 and chunks >= 2; 1f1b has chunks = 1",
+    "schedule": SCHEDULE_RULE,
     "micro_batches": "interleaved: micro_batches must be a multiple of pipeline_parallel",
     "pipeline_zero": "ZeRO stages 2 and 3 do not run with pipeline parallelism (DeepSpeed's "
                      "PipelineEngine refuses them; Megatron-LM's distributed optimizer is stage 1)",

@@ -2,9 +2,14 @@
 the defaults each engine gives them, as methods of :class:`zerolib.core.run.Trainer`."""
 from __future__ import annotations
 
+from zerolib.core.defaults import (
+    MAX_RECOMPUTE_LAYERS,
+    MILLION,
+    NORMS,
+    RECOMPUTE_METHODS,
+    RESERVED_PPM,
+)
 from zerolib.core.memory.accounting import Layout
-from zerolib.core.memory.activations import MAX_RECOMPUTE_LAYERS, NORMS, RECOMPUTE_METHODS
-from zerolib.core.memory.conventions import MILLION, RESERVED_PPM
 from zerolib.core.memory.loss import LOSSES, MAX_LOSS_CHUNKS
 
 __all__ = ["RESERVED_PPM", "TrainerMemory"]

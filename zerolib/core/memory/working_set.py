@@ -105,10 +105,21 @@ import numpy as np
 
 from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.models import TransformerConfig, get_model
+from zerolib.core.defaults import (  # noqa: F401 (where callers find them)
+    ALLGATHER_BUCKET_SIZE,
+    DEFAULT_RESERVE,
+    MAX_MICRO_BATCH,
+    MAX_SEQ_LEN,
+    REDUCE_BUCKET_SIZE,
+    STAGE3_MAX_LIVE_PARAMETERS,
+    STAGE3_PARAM_PERSISTENCE_THRESHOLD,
+    STAGE3_PREFETCH_BUCKET_SIZE,
+    TERMS,
+)
 from zerolib.core.inputs import (
     MAX_BYTES,
+    MAX_ELEMENTS,
     MAX_GPUS,
-    MAX_PARAMS,
     check_count,
     check_flag,
     check_gpus,
@@ -150,30 +161,6 @@ from zerolib.core.memory.pipeline_schedule import (
     with_split,
 )
 from zerolib.core.memory.placement import Placement, check_placement, place
-from zerolib.core.units import GiB
-
-TERMS = ("activations", "logits_loss", "ddp_buckets", "reduce_bucket", "allgather_bucket",
-         "gathered_parameters", "reserve")
-
-# DeepSpeed's zero_optimization defaults, in elements (deepspeed/runtime/zero/config.py,
-# DeepSpeed v0.19.8: reduce_bucket_size = pp_int(5e8), allgather_bucket_size = pp_int(5e8),
-# stage3_prefetch_bucket_size = pp_int(5e7), stage3_max_live_parameters = pp_int(1e9),
-# stage3_param_persistence_threshold = pp_int(1e5)). A buffer's bytes are these times the
-# element size of the dtype it holds.
-REDUCE_BUCKET_SIZE = 500_000_000
-ALLGATHER_BUCKET_SIZE = 500_000_000
-STAGE3_PREFETCH_BUCKET_SIZE = 50_000_000
-STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000
-STAGE3_PARAM_PERSISTENCE_THRESHOLD = 100_000
-
-# What PyTorch's allocator does not count (CUDA context, NCCL's buffers; in the chapter's count
-# also its cache): a round assumption, not a measurement (data/measured_peaks.md).
-DEFAULT_RESERVE = 2 * GiB
-
-# Upper bounds: far beyond any real run, small enough that every term is exact in int64.
-MAX_SEQ_LEN = 2**24           # tokens per sequence (16,777,216)
-MAX_MICRO_BATCH = 2**16       # sequences per GPU per step
-MAX_ELEMENTS = MAX_PARAMS     # bucket sizes and live-parameter limits, in elements
 
 
 @dataclass(frozen=True)

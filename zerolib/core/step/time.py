@@ -112,7 +112,12 @@ from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.catalogue.links import BASE_LATENCY
 from zerolib.core.catalogue.models import TransformerConfig, get_model
 from zerolib.core.catalogue.nodes import Interconnect, interconnect
-from zerolib.core.defaults import DEFAULT_MFU, MAX_TOKENS_PER_GPU, MIN_MFU  # noqa: F401
+from zerolib.core.defaults import (  # noqa: F401 (where callers find them)
+    DEFAULT_MFU,
+    DEFAULT_TOKENS_PER_GPU,
+    MAX_TOKENS_PER_GPU,
+    MIN_MFU,
+)
 from zerolib.core.inputs import (
     MAX_BYTES,
     check_count,
@@ -138,7 +143,6 @@ FORWARD_FLOPS = 2          # per multiplied parameter and token
 BACKWARD_FLOPS = 4
 RECOMPUTE_FLOPS = 2        # full recomputation: the forward again, inside the backward
 ATTENTION_BACKWARD = 2     # the core's backward: twice its forward (both inputs' gradients)
-DEFAULT_TOKENS_PER_GPU = 4096
 
 
 def attention_core_flops(model: str | TransformerConfig, seq_len: int, tensor_parallel=1,
