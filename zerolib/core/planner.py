@@ -71,14 +71,12 @@ from zerolib.core.memory import expert_parallel_rules as ep_rules
 from zerolib.core.memory.accounting import CATEGORIES, ModelState
 from zerolib.core.memory.activations import RECOMPUTE, ActivationOptions, checkpoint_terms_of
 from zerolib.core.memory.model_parallel import (
-    ALL_CHUNKS,
     MAX_CHUNKS,
     ParallelGrid,
     candidate_loads,
     candidate_stages,
     chunks_for,
     rules_of,
-    uneven_ok,
 )
 from zerolib.core.memory.model_parallel import (
     RULES as PARALLEL_RULES,
@@ -90,6 +88,7 @@ from zerolib.core.memory.pipeline_schedule import (
     unit_terms,
     with_split,
 )
+from zerolib.core.memory.pipeline_stages import given_split, uneven_splits
 from zerolib.core.memory.placement import Placement, offered_stages, tiers_of
 from zerolib.core.memory.tables import divisors_of
 from zerolib.core.memory.working_set import terms_of
@@ -101,9 +100,11 @@ from zerolib.core.plan_settings import (  # noqa: F401  (the planner's names, wh
     ZERO_R,
     PlanSettings,
     Search,
+    describe_configuration,
     links_for,
     plan_settings,
     schedule_name,
+    zero_r_expand,
 )
 from zerolib.core.run import Run
 from zerolib.core.step.parallel import (
@@ -180,29 +181,6 @@ def _expand(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     parent = np.repeat(np.arange(len(counts)), counts)
     starts = np.cumsum(counts) - counts
     return parent, np.arange(len(parent)) - starts[parent]
-
-
-@lru_cache(maxsize=1024)
-def uneven_splits(layers: int, p: int, chunks) -> tuple[tuple[int, int, int], ...]:
-    """The uneven stages searched at p (beside the even split): one layer fewer on the first and
-    the last stage, (L + 2) / p - 1 each and (L + 2) / p on every middle stage, where p >= 3
-    divides L + 2 (Meta's Llama 3.1 405B: 126 layers over 16 stages as 7, 8 x 14, 7; the room
-    goes to the embedding and the output layer); as :func:`given_split`'s (v, FIRST, LAST). FIRST
-    and FIRST + 1 share no factor, so it runs 1F1B only."""
-    if p < 3 or (layers + 2) % p or (layers + 2) // p < 2:
-        return ()
-    return given_split(layers, p, chunks, ((layers + 2) // p - 1,) * 2)
-
-
-@lru_cache(maxsize=1024)
-def given_split(layers: int, p: int, chunks, first_last: tuple[int, int]) -> tuple[tuple[int, int, int], ...]:
-    """(v, FIRST, LAST) for each schedule of ``chunks`` under which ``first_last`` splits the
-    layers over p stages (Megatron-LM's rules, :func:`uneven_ok`); none where it does not."""
-    allowed = range(1, MAX_CHUNKS + 1) if isinstance(chunks, str) and chunks == ALL_CHUNKS else chunks
-    if layers % p == 0 and first_last == (layers // p,) * 2:
-        return ()    # the even split itself
-    return tuple((v, *first_last) for v in allowed
-                 if v <= max(first_last) and bool(uneven_ok(layers, p, v, first_last)))
 
 
 def _zero_variants(d: int, s: PlanSettings) -> tuple[tuple[int, int, str], ...]:
@@ -336,7 +314,7 @@ def enumerate_space(s: PlanSettings) -> Space:
     codes = dict(zip(REASONS, range(PASSES)))
     expanded = ep_rules.expand(s, *cp_rules.expand(s, MappingProxyType(columns), reason, size, codes),
                                codes)
-    expanded = _zero_r_expand(s, *expanded)
+    expanded = zero_r_expand(s, *expanded, PASSES)
     expanded = ep_rules.expand_etp(s, *expanded, PASSES)
     if expanded[2] > MAX_SPACE:
         raise ValueError(f"the plan would enumerate {expanded[2]:,} configurations, more than "
@@ -344,35 +322,6 @@ def enumerate_space(s: PlanSettings) -> Space:
                          f"expert-tensor-parallel ones), stages, "
                          f"recomputations, chunks or a smaller max_micro_batch")
     return Space(*expanded)
-
-
-def _zero_r_expand(s: PlanSettings, columns: Mapping[str, np.ndarray], reason: np.ndarray,
-                   size: int) -> tuple[Mapping[str, np.ndarray], np.ndarray, int]:
-    """Each runnable-so-far row once per ZeRO-R option of ``s.zero_r`` that changes it (P_a:
-    full recomputation, t > 1, no sequence parallelism; P_a+cpu: full recomputation), with
-    ``partition_activations`` and ``cpu_checkpointing`` columns; unchanged for ("none",)."""
-    if s.zero_r == ("none",):
-        return columns, reason, size
-    live = np.flatnonzero((reason == PASSES) & (columns["recompute"] == RECOMPUTE.index("full")))
-    splits = (columns["tensor_parallel"][live] > 1) & ~columns["sequence_parallel"][live]
-    # (live rows, options): each option's effective (P_a, cpu) as a code 2 pa + cpu.
-    codes = np.stack([np.full(len(live), cpu, dtype=np.int64) + 2 * (pa & splits)
-                      for pa, cpu in (ZERO_R[name] for name in s.zero_r)], axis=1)
-    keep = np.ones(codes.shape, dtype=bool)     # an option repeating an earlier one: dropped
-    for j in range(1, codes.shape[1]):
-        keep[:, j] = np.all(codes[:, :j] != codes[:, j:j + 1], axis=1)
-    counts = np.ones(size, dtype=np.int64)
-    counts[live] = keep.sum(axis=1)
-    total = int(counts.sum())
-    code = np.zeros(total, dtype=np.int64)       # the other rows: none
-    starts = np.cumsum(counts) - counts
-    ranks = np.cumsum(keep, axis=1) - 1
-    for j in range(codes.shape[1]):    # option j of a live row sits at its start + its rank
-        at = keep[:, j]
-        code[starts[live[at]] + ranks[at, j]] = codes[at, j]
-    out = {name: np.repeat(values, counts) for name, values in columns.items()}
-    out["partition_activations"], out["cpu_checkpointing"] = code >= 2, (code % 2) == 1
-    return MappingProxyType(out), np.repeat(reason, counts), total
 
 
 def _first_broken(rules: dict, names, reason: np.ndarray) -> np.ndarray:
@@ -699,30 +648,6 @@ class Plan:
             partition_activations=bool(row.get("partition_activations", False)),
             cpu_checkpointing=bool(row.get("cpu_checkpointing", False)),
             **{"offload_optimizer": "none", "offload_params": "none", **OFFLOADS[str(row["offload"])]})
-
-
-def describe_configuration(c) -> str:
-    """One configuration in words: ``'t 8 + SP x p 4 (1F1B) x d 2, ZeRO-1 over 2, selective
-    recomputation, micro-batch 1 x 512, no offload'``."""
-    t, p, d = int(c["tensor_parallel"]), int(c["pipeline_parallel"]), int(c["data_parallel"])
-    sp = " + SP" if bool(c["sequence_parallel"]) else ""
-    sp += f" x C {cp}" if (cp := int(c.get("context_parallel", 1))) > 1 else ""
-    sp += f" x E {e}" if (e := int(c.get("expert_parallel", 1))) > 1 else ""
-    sp += f" (ETP {k})" if (k := int(c.get("expert_tensor_parallel", t))) != t else ""
-    stage, group = int(c["stage"]), int(c["shard_group"])
-    zero = "no ZeRO" if stage == 0 else f"ZeRO-{stage}" + (f" over {group}" if group != d * cp else "")
-    offload = {"none": "no offload", "optimizer": "optimizer on CPU",
-               "optimizer+parameters": "optimizer and parameters on CPU"}[str(c["offload"])]
-    recompute = "no" if str(c["recompute"]) == "none" else str(c["recompute"])
-    zero_r = {(True, True): " with P_a+cpu", (True, False): " with P_a",
-              (False, True): " with checkpoints on the CPU"}.get(
-        (bool(c.get("partition_activations", False)), bool(c.get("cpu_checkpointing", False))), "")
-    split = ""
-    if (first := int(c.get("first_layers", 0))) > 0:
-        split = f"; first and last stages {first} and {int(c['last_layers'])} layers"
-    return (f"t {t}{sp} x p {p} ({schedule_name(int(c['chunks']))}{split}) x d {d}, {zero}, "
-            f"{recompute} recomputation{zero_r}, micro-batch {int(c['micro_batch'])} x "
-            f"{int(c['micro_batches'])}, {offload}")
 
 
 def plan(run, gpus=None, gpus_per_node=None, device=None, seq_len=None, global_batch=None, *,

@@ -229,11 +229,8 @@ class Parallelism(_Noun):
     with ``chunks`` model chunks per stage), ``context`` parallelism (ring attention), ``expert``
     parallelism E and ``expert_tensor`` parallelism (None: ``tensor``); the rest is data
     parallelism, whose ZeRO state is sharded over ``shard_group`` GPUs (None: all of them; HSDP,
-    MiCS), with ZeRO++'s ``hpz`` copy inside each node. ``pipeline_layers`` (FIRST, LAST): the
-    layers of the first and the last pipeline stage, the rest split evenly over the middle
-    stages (Megatron-LM's ``--decoder-first/last-pipeline-num-layers``; None: even). Megatron-LM
-    asks for at least one layer on each (``transformer_config.py``: "must be larger than 0");
-    the model's rules (the middle divides evenly) are checked when the run is made."""
+    MiCS), with ZeRO++'s ``hpz`` copy inside each node; ``pipeline_layers`` (FIRST, LAST): uneven
+    stages (:mod:`zerolib.core.memory.pipeline_stages`; None: even)."""
 
     noun = "parallel"
     tensor: int = 1
@@ -266,16 +263,8 @@ class Parallelism(_Noun):
             raise ValueError(f"parallel.schedule and parallel.chunks: {SCHEDULE_RULE}, got "
                              f"{self.schedule} with chunks = {self.chunks}")
         if self.pipeline_layers is not None:
-            from zerolib.core.memory.pipeline_stages import check_first_last  # light: numpy
-            try:
-                split = check_first_last(self.pipeline_layers)
-            except (TypeError, ValueError):
-                raise ValueError(f"parallel.pipeline_layers must be two whole numbers FIRST, LAST, "
-                                 f"each 1 or more, got {echo(self.pipeline_layers)}") from None
-            object.__setattr__(self, "pipeline_layers", split)
-            if self.pipeline < 2:
-                raise ValueError("parallel.pipeline_layers needs parallel.pipeline of 2 or more "
-                                 "(the layers of the first and the last pipeline stage)")
+            from zerolib.core.memory.pipeline_stages import door_split
+            object.__setattr__(self, "pipeline_layers", door_split(self.pipeline_layers, self.pipeline))
 
     @property
     def model_parallel(self) -> int:
@@ -535,34 +524,9 @@ class Run:
                 object.__setattr__(self, name, value)
             if not isinstance(value, kind):
                 raise TypeError(f"{name} must be a {kind.__name__}, got {echo(value)}")
-        if self.parallel.pipeline_layers is not None:
-            self._check_pipeline_layers()
-
-    def _check_pipeline_layers(self) -> None:
-        """Uneven stages against the model, once (Megatron-LM's rules, ``uneven_ok``)."""
-        from zerolib.core.memory.pipeline_stages import uneven_ok
-        p, config = self.parallel, self.config
-        first, last = p.pipeline_layers
-        if config is None:
-            raise ValueError("parallel.pipeline_layers needs a model with layers (a preset, a "
-                             "config or Megatron-LM arguments), not a bare parameter count")
-        if p.expert > 1:
-            raise ValueError("parallel.pipeline_layers with parallel.expert above 1: uneven "
-                             "stages of a mixture spread over expert-parallel ranks are not "
-                             "modelled yet")
-        if not bool(uneven_ok(config.layers, p.pipeline, p.chunks, p.pipeline_layers)):
-            middle = p.pipeline - 2
-            rest = config.layers - first - last
-            why = (f"the other {rest} layers must split evenly over the {middle} middle stages, "
-                   f"at least 1 each" if middle > 0 else
-                   f"at 2 stages FIRST + LAST must be all {config.layers} layers")
-            if p.chunks > 1 and (middle <= 0 or (rest > 0 and rest % middle == 0)):
-                why = (f"with {p.chunks} model chunks per stage each stage's layers must divide "
-                       f"by {p.chunks} (FIRST {first}, LAST {last}"
-                       + (f", middle {rest // middle})" if middle > 0 else ")"))
-            raise ValueError(f"parallel.pipeline_layers {first},{last} does not split "
-                             f"{config.name}'s {config.layers} layers over {p.pipeline} stages: "
-                             f"{why} (Megatron-LM's TransformerConfig, uneven pipeline stages)")
+        if self.parallel.pipeline_layers is not None:   # the model's rules, once
+            from zerolib.core.memory.pipeline_stages import check_run_split
+            check_run_split(self.config, self.parallel)
 
     def __deepcopy__(self, memo) -> Run:
         return self   # immutable (pandas deep-copies DataFrame.attrs)

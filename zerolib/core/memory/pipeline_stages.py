@@ -12,10 +12,12 @@ on a setting split evenly.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from zerolib.core.defaults import MAX_CHUNKS
 from zerolib.core.inputs import check_positive_int, echo
 
 if TYPE_CHECKING:
@@ -110,3 +112,70 @@ def candidate_stages(config: TransformerConfig, pipeline_parallel, first_last=No
             return [np.zeros_like(p), np.minimum(1, p - 1), p - 1]
         return [np.zeros_like(p), p - 1]
     return [np.minimum(k, p - 1) for k in range(int(np.max(p)))]
+
+
+# --- the doors: a run's field, checked once ---------------------------------------------------
+
+def door_split(value, pipeline: int) -> tuple[int, int]:
+    """``parallel.pipeline_layers`` as given, checked without the model: two whole numbers of 1
+    or more (Megatron-LM allows no stage of 0 layers: "num_layers_in_first_pipeline_stage must
+    be larger than 0") on a pipeline of 2 stages or more."""
+    try:
+        split = check_first_last(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"parallel.pipeline_layers must be two whole numbers FIRST, LAST, each 1 "
+                         f"or more, got {echo(value)}") from None
+    if pipeline < 2:
+        raise ValueError("parallel.pipeline_layers needs parallel.pipeline of 2 or more (the "
+                         "layers of the first and the last pipeline stage)")
+    return split
+
+
+def check_run_split(config: TransformerConfig | None, parallel) -> None:
+    """A run's uneven stages against its model (``parallel``: its Parallelism), in one line naming
+    the field: Megatron-LM's rules (:func:`uneven_ok`)."""
+    p, (first, last) = parallel, parallel.pipeline_layers
+    if config is None:
+        raise ValueError("parallel.pipeline_layers needs a model with layers (a preset, a config "
+                         "or Megatron-LM arguments), not a bare parameter count")
+    if p.expert > 1:
+        raise ValueError("parallel.pipeline_layers with parallel.expert above 1: uneven stages of "
+                         "a mixture spread over expert-parallel ranks are not modelled yet")
+    if bool(uneven_ok(config.layers, p.pipeline, p.chunks, (first, last))):
+        return
+    middle, rest = p.pipeline - 2, config.layers - first - last
+    why = (f"the other {rest} layers must split evenly over the {middle} middle stages, at least "
+           f"1 each" if middle > 0 else f"at 2 stages FIRST + LAST must be all {config.layers} layers")
+    if p.chunks > 1 and (middle <= 0 or (rest > 0 and rest % middle == 0)):
+        why = (f"with {p.chunks} model chunks per stage each stage's layers must divide by "
+               f"{p.chunks} (FIRST {first}, LAST {last}"
+               + (f", middle {rest // middle})" if middle > 0 else ")"))
+    raise ValueError(f"parallel.pipeline_layers {first},{last} does not split {config.name}'s "
+                     f"{config.layers} layers over {p.pipeline} stages: {why} (Megatron-LM's "
+                     f"TransformerConfig, uneven pipeline stages)")
+
+
+# --- the planner's search ------------------------------------------------------------------------
+
+@lru_cache(maxsize=1024)
+def uneven_splits(layers: int, p: int, chunks) -> tuple[tuple[int, int, int], ...]:
+    """The uneven stages the planner searches at p beside the even split: one layer fewer on the
+    first and the last stage, (L + 2) / p - 1 each and (L + 2) / p on every middle stage, where
+    p >= 3 divides L + 2 (Meta's Llama 3.1 405B: 126 layers over 16 stages as 7, 8 x 14, 7, the
+    room going to the embedding and the output layer); as :func:`given_split`'s (v, FIRST,
+    LAST). FIRST and FIRST + 1 share no factor, so it runs 1F1B only."""
+    if p < 3 or (layers + 2) % p or (layers + 2) // p < 2:
+        return ()
+    return given_split(layers, p, chunks, ((layers + 2) // p - 1,) * 2)
+
+
+@lru_cache(maxsize=1024)
+def given_split(layers: int, p: int, chunks, first_last: tuple[int, int]) -> tuple[tuple[int, int, int], ...]:
+    """(v, FIRST, LAST) for each schedule of ``chunks`` ("all", or the v named) under which
+    ``first_last`` splits the layers over p stages (:func:`uneven_ok`); none where it does not,
+    nor where it is the even split itself."""
+    if layers % p == 0 and first_last == (layers // p,) * 2:
+        return ()
+    allowed = range(1, MAX_CHUNKS + 1) if isinstance(chunks, str) else chunks
+    return tuple((v, *first_last) for v in allowed
+                 if v <= max(first_last) and bool(uneven_ok(layers, p, v, first_last)))

@@ -154,12 +154,7 @@ from zerolib.core.memory.model_parallel import (
     largest_module_on,
     parameters_on,
 )
-from zerolib.core.memory.pipeline_schedule import (
-    stage_rules,
-    stage_terms_of,
-    unit_terms,
-    with_split,
-)
+from zerolib.core.memory.pipeline_schedule import stage_rules, stage_terms_of, unit_terms, with_split
 from zerolib.core.memory.placement import Placement, check_placement, place
 
 
@@ -216,8 +211,7 @@ class WorkingSetSettings:
     logits_freed: bool | None = None
     # The caching allocator's reserve over the allocated peak, parts per million (fitted).
     reserved_ppm: int = RESERVED_PPM
-    # Uneven pipeline stages: the layers of the first and the last stage, the rest split evenly
-    # over the middle ones (Megatron-LM's --decoder-first/last-pipeline-num-layers); None: even.
+    # Uneven pipeline stages (FIRST, LAST; zerolib.core.memory.pipeline_stages); None: even.
     pipeline_layers: tuple[int, int] | None = None
 
     def __post_init__(self):
@@ -297,9 +291,7 @@ class WorkingSetSettings:
 
     def as_dict(self) -> dict:
         out = asdict(self)
-        for name in ("logits_bytes", "pipeline_layers"):
-            if out[name] is not None:
-                out[name] = list(out[name])
+        out.update({n: list(out[n]) for n in ("logits_bytes", "pipeline_layers") if out[n] is not None})
         return out
 
 
@@ -359,9 +351,7 @@ def _activations(config: TransformerConfig, s: WorkingSetSettings,
         if "dense_transformer_layer" in units and config.dense_layers:
             units["dense_transformer_layer"] = units["transformer_layers"]
     micro_batches = None if s.micro_batches is None else np.int64(s.micro_batches)
-    # Full recomputation's method and layers (Megatron-LM's uniform N, block N) as the stage
-    # keeps them; the loss and recompute moments stay as the working set counts them.
-    method, layers, _ = stage_rules(s.activation_options)
+    method, layers, _ = stage_rules(s.activation_options)   # Megatron-LM's uniform / block N
     out = {}
     for pipeline_stage in pipeline_stages or _pipeline_stages(config, s):
         acts = stage_terms_of(config, units, np.int64(s.pipeline_parallel), np.int64(pipeline_stage),

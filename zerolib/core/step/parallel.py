@@ -186,16 +186,13 @@ def _smallest_tensor_parallel(config: TransformerConfig) -> int:
 
 @lru_cache(maxsize=4096)
 def _tensor_rows(config: TransformerConfig, seq_len: int, p: int, r: int,
-                 sequence_parallel: bool, recompute: str, element_bytes: int,
-                 first_last: tuple[int, int] = (0, 0)):
+                 sequence_parallel: bool, recompute: str, element_bytes: int, first_last=(0, 0)):
     """(kind, calls per micro-batch, bytes per call at micro-batch 1) of the tensor-parallel
     collectives on stage r, for any t > 1: the rows' calls and sizes do not depend on t (only
     the group does), and their bytes, b x s x h elements (or 3 fp32 values per token for the
     loss), are exactly proportional to the micro-batch."""
     # Inputs checked by parallel_step_time (or the planner's door): the kernel trusts them.
-    # ``first_last``: uneven stages' (FIRST, LAST), (0, 0) where even.
-    grid = ParallelGrid(config, _smallest_tensor_parallel(config), p, r, "1f1b", 1, 1, 1,
-                        first_last)
+    grid = ParallelGrid(config, _smallest_tensor_parallel(config), p, r, "1f1b", 1, 1, 1, first_last)
     rows = tensor_rows(grid, seq_len, element_bytes * seq_len * config.hidden, sequence_parallel,
                        recompute)
     return tuple((KIND_OF[row.collective], row.calls, row.tensor_bytes) for row in rows)
@@ -320,8 +317,7 @@ class ParallelSettings:
     # A fused attention kernel (flash attention): the attention core is counted causal, half of
     # the s x s products (zerolib.core.step.time); Megatron-LM's unfused core computes them all.
     flash_attention: bool = True
-    # Uneven pipeline stages, per setting: the layers of the first and the last stage, the rest
-    # split evenly over the middle ones (0: an even split, stage_layers').
+    # Uneven pipeline stages per setting: the first and last stage's layers (0: even, stage_layers').
     first_layers: np.ndarray = 0
     last_layers: np.ndarray = 0
 
@@ -361,8 +357,8 @@ class ParallelSettings:
               (check_gpus(self.expert_tensor_parallel, "expert_tensor_parallel"),)))
         names = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
                  "micro_batches", "chunks", "expert_parallel", "sequence_parallel", "recompute",
-                 "offload", "partition_activations", "cpu_checkpointing", "first_layers",
-                 "last_layers", "expert_tensor_parallel")
+                 "offload", "partition_activations", "cpu_checkpointing", "first_layers", "last_layers",
+                 "expert_tensor_parallel")
         for name, array in zip(names, arrays):
             put(self, name, np.array(array))
         b, p, zero = self.micro_batch, self.pipeline_parallel, self.stage
@@ -484,8 +480,7 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
     s = s // c      # the tokens of each sequence one GPU computes on (its CP rank's share)
     engine = st.engine
     rule = engine.overlap if st.overlap is None else st.overlap
-    split = (st.first_layers, st.last_layers)
-    uneven = split if np.any(st.first_layers) else None
+    uneven = (st.first_layers, st.last_layers) if np.any(st.first_layers) else None
     _check_rules(config, t, p, v, m, s, sp, ic, uneven)
     ep, etp = st.expert_parallel, st.expert_tensor_parallel
     # Every mixture: its dispatcher's ETP collectives run at ETP = t and E = 1 too.
@@ -519,9 +514,9 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
                 fwd, bwd = step_flops(multiplied, core, name)
                 forward = np.where(here, fwd * (s * b) / rate, forward)
                 backward = np.where(here, bwd * (s * b) / rate, backward)
-        tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec, split) + checkpoint_seconds(
+        tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec, uneven or (0, 0)) + checkpoint_seconds(
             config, ic, st, r)
-        context = _context_seconds(config, ic, s, e, b, c, t, r, p, rec, split)
+        context = _context_seconds(config, ic, s, e, b, c, t, r, p, rec, uneven or (0, 0))
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
         slots, every = _zero_slots(ic, params, d, t, zero, layout, shard_group, units, p, engine)
         expert = np.zeros(b.shape)
@@ -564,13 +559,9 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
     pick_last = last.micro_batch > first.micro_batch
     on = _OnStage(**{f.name: np.where(pick_last, getattr(last, f.name), getattr(first, f.name))
                      for f in fields(_OnStage)})
-    if uneven is not None:
-        # Uneven stages: a middle stage holds the most layers and can set the pace; the second
-        # stage stands for them all (the same layers, the same traffic per micro-batch).
-        middle = stage_part(np.minimum(1, p - 1))
-        pick_middle = (p > 2) & (middle.micro_batch > on.micro_batch)
-        on = _OnStage(**{f.name: np.where(pick_middle, getattr(middle, f.name), getattr(on, f.name))
-                         for f in fields(_OnStage)})
+    if uneven is not None:   # a middle stage (the second stands for all) can hold the most layers
+        pick = (p > 2) & ((middle := stage_part(np.minimum(1, p - 1))).micro_batch > on.micro_batch)
+        on = _OnStage(**{f.name: np.where(pick, getattr(middle, f.name), getattr(on, f.name)) for f in fields(on)})
     micro = on.micro_batch
     return ParallelStepTime(compute=m * on.compute, tensor=m * on.tensor, context=m * on.context,
                             expert=m * on.expert, pipeline=m * on.pipeline,
@@ -628,8 +619,7 @@ def _check_rules(config, t, p, v, m, s, sp, ic, uneven=None):
             sel = (v == vv) & (sp == flag)
             if not np.any(sel):
                 continue
-            split = None if uneven is None else tuple(np.broadcast_to(x, sel.shape)[sel]
-                                                      for x in uneven)
+            split = None if uneven is None else tuple(np.broadcast_to(x, sel.shape)[sel] for x in uneven)
             grid = ParallelGrid(config, t[sel], p[sel], None, "interleaved" if vv > 1 else "1f1b",
                                 int(vv), m[sel], 1, split)
             rules = rules_of(grid, ic.gpus_per_node, s, bool(flag))
@@ -644,10 +634,8 @@ def _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec, split=(0, 0)):
     shape, flat_t, flat_b = np.shape(b), np.ravel(t), np.ravel(b)
     calls = {}    # (kind, bytes at micro-batch 1) -> calls per micro-batch of every setting
     first, last = (np.broadcast_to(x, shape) for x in split)
-    for (pp, rr, flag, code, ff, ll), rows in setting_groups(
-            (p, r, sp.astype(np.int64), rec, first, last)):
-        for kind, count, size in _tensor_rows(config, s, pp, rr, bool(flag), RECOMPUTE[code], e,
-                                              (ff, ll)):
+    for (pp, rr, flag, code, ff, ll), rows in setting_groups((p, r, sp.astype(np.int64), rec, first, last)):
+        for kind, count, size in _tensor_rows(config, s, pp, rr, bool(flag), RECOMPUTE[code], e, (ff, ll)):
             calls.setdefault((kind, size), np.zeros(flat_t.shape, dtype=np.int64))[rows] += count
     timing = {kind: ring_timing_of(ic, kind, flat_t) for kind in CHUNKS_SENT}   # t checked once
     out = np.zeros(flat_t.shape)
@@ -667,8 +655,7 @@ def _context_seconds(config, ic, tokens, e, b, c, t, r, p, rec, split=(0, 0)):
     k = ic.gpus_per_node
     out = np.zeros(np.size(b))
     crosses = (k is not None) & (np.ravel(t) * c > (k or 0))
-    first, last = (np.broadcast_to(x, np.shape(b)) for x in split)
-    for (tt, pp, rr, code, ff, ll), rows in setting_groups((t, p, r, rec, first, last)):
+    for (tt, pp, rr, code, ff, ll), rows in setting_groups((t, p, r, rec, *np.broadcast_arrays(b, *split)[1:])):
         grid = ParallelGrid(config, tt, pp, rr, "1f1b", 1, 1, 1, (ff, ll))
         for row in context_rows(grid, tokens, 1, c, RECOMPUTE[code], e):
             out[rows] += row.calls * send_seconds(ic, row.tensor_bytes * np.ravel(b)[rows],
