@@ -178,3 +178,21 @@ def test_bloom_last_stage_sets_the_pace_by_hand():
     assert per_token == 24_115_510_272
     assert row["parallel_step"]["parts"]["compute"] == pytest.approx(
         8 * 2048 * per_token / (312e12 * 0.5), rel=1e-12)
+
+
+def test_interleaved_uneven_stages_by_hand():
+    """Llama-2-7B (32 layers; a layer 4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096 = 202,383,360)
+    over 4 stages as 6, 8, 8, 10 with 2 model chunks a stage: chunks of 3, 4, 4 and 5 layers
+    (Megatron-LM: v divides every stage's layers). The last stage holds 10 layers, the final norm
+    and the 32,000 x 4,096 output layer: 2,154,909,696. In flight at the peak, rank r holds
+    2 (p - r - 1) + (v - 1) p + 1 chunk passes: 11 on rank 0 (x 3 layers = 33), 9 on rank 1
+    (x 4 = 36), 5 on rank 3 (x 5 = 25)."""
+    layer = 4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096
+    pipeline = Pipeline(4, "interleaved", 2, first_last=(6, 10))
+    assert int(parameters_per_gpu("llama-2-7b", 1, pipeline, 3)) == 10 * layer + 4096 + 32000 * 4096
+    assert int(parameters_per_gpu("llama-2-7b", 1, pipeline)) == 2_154_909_696
+    held = layer_activations_held(32, 4, np.array([0, 1, 3]), schedule="interleaved", chunks=2,
+                                  first_last=(6, 10))
+    assert held.tolist() == [33, 36, 25]
+    with pytest.raises(ValueError, match="chunks divide each stage's layers"):
+        check_parallel("llama-2-7b", 1, Pipeline(4, "interleaved", 2, first_last=(5, 11)))
