@@ -48,3 +48,18 @@ def test_plan_shows_the_split_by_default(capsys):
     status, out, _ = run(capsys, *PLAN, "--top", "2", "--wide")
     assert status == 0 and "stages FIRST,LAST" in out
     assert " 31,31 " in out    # p 4: 31, 32, 32, 31
+
+
+def test_plan_of_a_launch_line_searches_its_split(capsys):
+    line = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --max-position-embeddings "
+            "4096 --vocab-size 32000 --swiglu --normalization RMSNorm --position-embedding-type rope "
+            "--disable-bias-linear --untie-embeddings-and-output-weights --pipeline-model-parallel-size 4 "
+            "--decoder-first-pipeline-num-layers 6 --decoder-last-pipeline-num-layers 6 "
+            "--micro-batch-size 1 --global-batch-size 64 --seq-length 4096 --bf16")
+    status, out, _ = run(capsys, "plan", "--megatron-args", line, "--gpus", "16", "--gpus-per-node", "8",
+                         "--device", "h100-80gb", "--format", "json")
+    assert status == 0
+    rows = json.loads(out)["fits"]
+    # (32 - 12) / (p - 2) whole at p = 3, 4, 6, 7, 12 and 22; of them only 4 divides 16
+    assert {(r["pipeline_parallel"], r["first_layers"], r["last_layers"]) for r in rows
+            if r["first_layers"]} == {(4, 6, 6)}
