@@ -51,12 +51,12 @@ def test_a_flag_beside_the_launch_line_wins(capsys, tmp_path):
 def test_a_launch_line_needs_the_gpus_and_refuses_what_is_not_modelled(capsys):
     status, out, err = run(capsys, "estimate", "--megatron-args", LINE)
     assert status == 2 and "--megatron-args needs --gpus" in err
-    status, out, err = run(capsys, "estimate", "--megatron-args", LINE + " --decoder-first-pipeline-num-layers 14",
+    status, out, err = run(capsys, "estimate", "--megatron-args", LINE + " --fp8-format hybrid",
                            "--gpus", "32")
     assert status == 2 and out == "" and len(err.splitlines()) == 1
-    assert "--decoder-first-pipeline-num-layers 14: uneven pipeline stages" in err and "not modelled yet" in err
+    assert "--fp8-format hybrid: Float8 training" in err and "not modelled yet" in err
     # the model alone is still read
-    status, out, err = run(capsys, "models", "--megatron-args", LINE + " --decoder-first-pipeline-num-layers 14")
+    status, out, err = run(capsys, "models", "--megatron-args", LINE + " --fp8-format hybrid")
     assert status == 0 and err == ""
 
 
@@ -108,3 +108,13 @@ def test_plan_keeps_the_files_settings_and_searches_the_rest(capsys, tmp_path):
     rows = json.loads(out)["fits"]
     assert rows and {row["stage"] for row in rows} == {3}
     assert {row["offload"] for row in rows} == {"optimizer"}
+
+
+def test_a_launch_line_with_uneven_stages_is_carried(capsys):
+    # 32 layers over 2 stages, 14 on the first: the last (a middle stage's rule at p = 2) 18
+    out = estimate_json(capsys, "--megatron-args", LINE + " --decoder-first-pipeline-num-layers 14",
+                        "--gpus", "32")
+    assert out["working_set_settings"]["pipeline_layers"] == [14, 18]
+    # 1F1B: the first stage keeps 2 micro-batches of 14 layers (28 layer copies), the last one of
+    # 18: the first is the busier
+    assert {row["pipeline_stage"] for row in out["stages"]} == {0}

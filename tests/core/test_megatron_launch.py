@@ -69,15 +69,63 @@ def test_full_recompute_of_every_layer_is_full(recompute):
     assert run_from_megatron_args(line).trainer.recompute == "full"
 
 
+@pytest.mark.parametrize("method,layers", [("uniform", 2), ("uniform", 3), ("block", 4),
+                                           ("block", 1), ("uniform", 40)])
+def test_every_full_recompute_method_and_count_is_carried(method, layers):
+    # Megatron-LM's checkpointed_forward (megatron/core/recompute.py) takes uniform chunks of
+    # min(N, the stage's layers) and block's first N: any N of 1 or more runs, 40 over 16 too.
+    line = (MODEL + " --pipeline-model-parallel-size 2 --recompute-granularity full "
+            f"--recompute-method {method} --recompute-num-layers {layers}")
+    launch = read_launch(line)
+    assert launch.not_modelled == ()
+    assert dict(launch.carried)["--recompute-num-layers"] == "recompute_layers"
+    t = run_from_megatron_args(line).trainer
+    assert (t.recompute, t.recompute_method, t.recompute_layers) == ("full", method, layers)
+
+
+def test_block_recompute_keeps_what_megatron_keeps():
+    """block 4 of 16 layers on a stage: per micro-batch in flight, 4 checkpointed inputs and 12
+    layers kept whole; so the activations fall between every layer recomputed (uniform 1) and
+    none, and block 16 equals uniform 1."""
+    from zerolib.core.estimate import estimate
+    line = MODEL + " --pipeline-model-parallel-size 2 --bf16 --recompute-granularity full "
+
+    def acts(extra):
+        row = estimate(run_from_megatron_args(line + extra)).stages[0]
+        return row["working_set"]["activations"]
+
+    every, block4, block16 = (acts(f"--recompute-method {m} --recompute-num-layers {n}")
+                              for m, n in (("uniform", 1), ("block", 4), ("block", 16)))
+    none = estimate(run_from_megatron_args(MODEL + " --pipeline-model-parallel-size 2 --bf16")
+                    ).stages[0]["working_set"]["activations"]
+    assert every < block4 < none and block16 == every
+
+
+@pytest.mark.parametrize("extra,split", [
+    # 32 layers over 4 stages: the middle two hold (32 - 7 - 9) / 2 = 8 each
+    ("--decoder-first-pipeline-num-layers 7 --decoder-last-pipeline-num-layers 9", (7, 9)),
+    # only the first given: the other three stages are middle ones, (32 - 5) / 3 = 9
+    ("--decoder-first-pipeline-num-layers 5", (5, 9)),
+    ("--decoder-last-pipeline-num-layers 2", (10, 2)),
+    # the embedding and the loss counted as layers: (32 + 2) / 2 = 17 a stage, one fewer on
+    # the first and the last: 16 and 16
+    ("--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+     "--pipeline-model-parallel-size 2", (16, 16)),
+    # the embedding alone: (32 + 1) / 3 = 11, the first holds 10, the middle and last 11
+    ("--account-for-embedding-in-pipeline-split --pipeline-model-parallel-size 3", (10, 11)),
+])
+def test_uneven_stages_are_carried(extra, split):
+    line = MODEL + " " + extra if "-size " in extra else MODEL + " --pipeline-model-parallel-size 4 " + extra
+    launch = read_launch(line)
+    assert launch.not_modelled == () and launch.fields["pipeline_layers"] == split
+    assert run_from_megatron_args(line).parallel.pipeline_layers == split
+
+
 @pytest.mark.parametrize("extra,message", [
-    ("--recompute-granularity full --recompute-method block --recompute-num-layers 4",
-     "--recompute-method block: Megatron-LM's recompute methods other than every layer recomputed is not modelled yet"),
-    ("--recompute-granularity full --recompute-method uniform --recompute-num-layers 2",
-     "--recompute-method uniform: .* is not modelled yet"),
-    ("--decoder-first-pipeline-num-layers 3 --pipeline-model-parallel-size 4",
-     "--decoder-first-pipeline-num-layers 3: uneven pipeline stages .* is not modelled yet"),
-    ("--decoder-last-pipeline-num-layers 3", "--decoder-last-pipeline-num-layers 3: uneven"),
     ("--fp8-format hybrid --bf16", "--fp8-format hybrid: Float8 training .* is not modelled yet"),
+    ("--account-for-embedding-in-pipeline-split --pipeline-model-parallel-size 2 "
+     "--num-virtual-stages-per-pipeline-rank 2", "--account-for-embedding-in-pipeline-split: with "
+     "virtual pipeline stages only the first .* not modelled yet"),
 ])
 def test_what_zerolib_does_not_model_yet_is_one_line(extra, message):
     with pytest.raises(ValueError, match=f"^megatron-args: {message}"):
@@ -92,8 +140,22 @@ def test_what_zerolib_does_not_model_yet_is_one_line(extra, message):
      "recompute method is not yet supported for selective"),
     ("--recompute-granularity selective --recompute-num-layers 2", "recompute_num_layers must be None"),
     ("--recompute-method block", "--recompute-method without --recompute-granularity full"),
-    ("--recompute-granularity full --recompute-method block --recompute-num-layers 33",
-     "--recompute-num-layers must be from 1 to the layers per pipeline stage \\(32\\)"),
+    ("--pipeline-model-parallel-size 3", "Number of layers should be divisible by the "
+     "pipeline-model-parallel size \\(32 layers"),
+    ("--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 4",
+     "the other 28 layers must split evenly over the other 3 pipeline stages"),
+    ("--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 7 "
+     "--decoder-last-pipeline-num-layers 8", "parallel.pipeline_layers 7,8 does not split"),
+    ("--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 8 "
+     "--decoder-last-pipeline-num-layers 8 --num-virtual-stages-per-pipeline-rank 3",
+     "with 3 model chunks per stage each stage's layers must divide by 3"),
+    ("--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 8 "
+     "--num-layers-per-virtual-pipeline-stage 2", "please use --num-virtual-stages-per-pipeline-rank"),
+    ("--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 8 "
+     "--account-for-loss-in-pipeline-split", "cannot be set with --account-for-embedding/loss"),
+    ("--pipeline-model-parallel-size 4 --account-for-embedding-in-pipeline-split",
+     "number of layers should be divisible by the pipeline-model-parallel size \\(32 \\+ 1 over 4\\)"),
+    ("--decoder-first-pipeline-num-layers 0", "must be a whole number from 1"),
     ("--recompute-granularity most", "--recompute-granularity must be one of full, selective, got 'most'"),
     ("--bf16 --fp16", "--bf16 and --fp16: give one"),
     ("--fp8-format e5m2", "--fp8-format must be one of e4m3, hybrid"),

@@ -139,3 +139,49 @@ def test_bad_chunks_name_what_is_allowed():
     with pytest.raises(TypeError, match=r"chunks must be a list or tuple of whole numbers, 1 "
                                         r"\(1F1B\) to 1024 \(interleaved\), or 'all', got 'every'"):
         plan_settings("llama-2-70b", 64, 8, "h100-80gb", 4096, 128, chunks="every")
+
+
+# --- uneven pipeline stages -------------------------------------------------------------------
+
+def test_the_uneven_splits_searched_by_hand():
+    from zerolib.core.planner import uneven_splits
+    # 126 + 2 = 128 layers' worth: p = 16 gives 8 a stage, 7 on the first and the last (Meta's)
+    assert uneven_splits(126, 16, ALL_CHUNKS) == ((1, 7, 7),)
+    assert uneven_splits(126, 4, ALL_CHUNKS) == ((1, 31, 31),)
+    assert uneven_splits(126, 64, ALL_CHUNKS) == ((1, 1, 1),)
+    assert uneven_splits(126, 128, ALL_CHUNKS) == ()      # no layer left on the ends
+    assert uneven_splits(126, 12, ALL_CHUNKS) == ()       # 12 does not divide 128
+    assert uneven_splits(126, 2, ALL_CHUNKS) == ()        # two stages: the even split itself
+    # BLOOM's 70 + 2 over 12: 6 a stage, 5 on the ends (BigScience's)
+    assert uneven_splits(70, 12, ALL_CHUNKS) == ((1, 5, 5),)
+    # FIRST and FIRST + 1 share no factor, so no interleaved schedule divides both
+    assert uneven_splits(70, 12, (2, 3)) == ()
+
+
+def test_the_planner_searches_meta_split_and_each_row_is_a_run_estimate_answers_alike():
+    from zerolib.core.planner import describe_configuration
+    result = plan("llama-3.1-405b", 1024, 8, "h100-80gb", 8192, 256, engine="megatron",
+                      max_micro_batch=1, recompute=("full",))
+    valid = result.valid
+    uneven = valid[valid["first_layers"] > 0]
+    assert set(zip(uneven["pipeline_parallel"], uneven["first_layers"])) == {
+        (4, 31), (8, 15), (16, 7), (32, 3), (64, 1)}
+    assert (uneven["last_layers"] == uneven["first_layers"]).all()
+    # Meta's layout beside the even one, all else alike: the uneven peak is lower (8 layers on
+    # the busiest stage either way, but not the embedding beside them)
+    key = ["tensor_parallel", "pipeline_parallel", "sequence_parallel", "chunks", "stage",
+           "recompute", "micro_batch", "shard_group", "offload"]
+    p16 = valid[(valid["pipeline_parallel"] == 16) & (valid["tensor_parallel"] == 8)]
+    pairs = p16.groupby(key, observed=True)["peak_bytes"].agg(["min", "max", "count"])
+    assert (pairs["count"] == 2).all()
+    meta = p16[p16["first_layers"] == 7].set_index(key)["peak_bytes"]
+    even = p16[p16["first_layers"] == 0].set_index(key)["peak_bytes"]
+    assert (meta < even.loc[meta.index]).all()
+    for _, row in uneven.iloc[::7].iterrows():
+        run = result.run(row)
+        assert run.parallel.pipeline_layers == (row["first_layers"], row["last_layers"])
+        (found,) = zl.estimate(run).stages
+        assert (found["peak"], found["pipeline_stage"]) == (row["peak_bytes"], row["pipeline_stage"])
+        assert found["parallel_step"]["step_seconds"] == pytest.approx(
+            float(row["step_seconds"]), rel=1e-9), describe_configuration(row)
+    assert "first and last stages 7 and 7 layers" in describe_configuration(uneven[uneven["first_layers"] == 7].iloc[0])

@@ -113,6 +113,8 @@ def _get(run: Run, path: tuple[str, ...]):
 def _text(value) -> str:
     if isinstance(value, float):
         return repr(value)
+    if isinstance(value, tuple):   # pipeline_layers: FIRST,LAST as the flag takes it
+        return ",".join(map(str, value))
     return str(value)
 
 

@@ -126,6 +126,8 @@ def plan_fixed(args, model) -> dict:
             fixed[option] = tuple(value) if isinstance(value, tuple) else (value,)
     if "pipeline_chunks" in fields and getattr(args, "chunks", None) in (None, "all"):
         fixed["chunks"] = (fields["pipeline_chunks"],)
+    if "pipeline_layers" in fields and getattr(args, "pipeline_layers", None) is None:
+        fixed["pipeline_layers"] = fields["pipeline_layers"]   # that split, wherever it divides
     offload = (fields.get("offload_optimizer", "none"), fields.get("offload_params", "none"))
     if offload != ("none", "none") or "offload_optimizer" in fields:
         if offload not in _OFFLOAD_OF:

@@ -26,6 +26,7 @@ from zerolib.core.defaults import (
 )
 from zerolib.core.inputs import MAX_BYTES, MAX_ELEMENTS, MAX_GPUS
 from zerolib.core.memory.loss import LOSSES, MAX_LOSS_CHUNKS
+from zerolib.core.memory.pipeline_stages import MAX_LAYERS
 from zerolib.core.parse import parse_size, parse_whole
 from zerolib.core.units import to_unit
 
@@ -41,7 +42,7 @@ OPTIONS = {"seq": "--seq", "micro_batch": "--micro-batch", "recompute": "--recom
            "flash": "--flash/--no-flash", "tensor_parallel": "--tensor-parallel",
            "sequence_parallel": "--sequence-parallel", "pipeline_parallel": "--pipeline-parallel",
            "pipeline_schedule": "--pipeline-schedule", "pipeline_chunks": "--pipeline-chunks",
-           "micro_batches": "--micro-batches", "reserve": "--reserve",
+           "pipeline_layers": "--pipeline-layers", "micro_batches": "--micro-batches", "reserve": "--reserve",
            "reduce_bucket_size": "--reduce-bucket-size", "overlap_comm": "--overlap-comm",
            "prefetch_bucket_size": "--prefetch-bucket-size",
            "max_live_parameters": "--max-live-parameters", "ddp_bucket_view": "--ddp-bucket-view",
@@ -98,6 +99,10 @@ def add_arguments(parser) -> None:
                     help="1f1b (default) or interleaved (needs --pipeline-chunks of 2 or more)")
     ws.add_argument("--pipeline-chunks", metavar="V",
                     help="model chunks per pipeline stage for the interleaved schedule (default 1)")
+    ws.add_argument("--pipeline-layers", metavar="FIRST,LAST",
+                    help="uneven pipeline stages: the layers of the first and the last stage, the "
+                         "rest split evenly over the middle stages (Megatron-LM's "
+                         "--decoder-first/last-pipeline-num-layers; default: even)")
     ws.add_argument("--micro-batches", metavar="M",
                     help="micro-batches per step and pipeline (default: enough to fill the "
                          "pipeline); with --link and no pipeline, gradient accumulation's "
@@ -183,6 +188,8 @@ def fields_from(args, config) -> dict:
     if args.pipeline_chunks is not None:
         changes["pipeline_chunks"] = parse_whole(args.pipeline_chunks, "--pipeline-chunks",
                                                  maximum=MAX_CHUNKS)
+    if getattr(args, "pipeline_layers", None) is not None:
+        changes["pipeline_layers"] = parse_first_last(args.pipeline_layers)
     if args.micro_batches is not None:
         changes["micro_batches"] = parse_whole(args.micro_batches, "--micro-batches",
                                                maximum=MAX_MICRO_BATCHES)
@@ -215,6 +222,15 @@ def fields_from(args, config) -> dict:
     return changes
 
 
+def parse_first_last(text: str, flag: str = "--pipeline-layers") -> tuple[int, int]:
+    """FIRST,LAST: two whole numbers of layers, each 1 or more."""
+    parts = str(text).split(",") if len(str(text)) <= 40 else []
+    if len(parts) != 2:
+        raise ValueError(f"{flag} must be FIRST,LAST (two whole numbers of layers, like 7,7), "
+                         f"got {text!r:.60}")
+    return tuple(parse_whole(part.strip(), flag, minimum=1, maximum=MAX_LAYERS) for part in parts)
+
+
 def memory_fields_from(args) -> dict:
     """The trainer's memory fields the flags give (zerolib.core.memory.conventions)."""
     changes = {name: getattr(args, name) for name in ("recompute_method", "loss", "norms")
@@ -233,13 +249,13 @@ def memory_fields_from(args) -> dict:
 # them shown, they would change nothing (term_arrays in zerolib.core.memory.working_set).
 STAGE_FLAGS = {"ddp_bucket_view": (0,), "overlap_comm": (1, 2), "reduce_bucket_size": (1, 2, 3),
                "prefetch_bucket_size": (3,), "max_live_parameters": (3,)}
-PIPELINE_FLAGS = ("pipeline_schedule", "pipeline_chunks", "micro_batches")
+PIPELINE_FLAGS = ("pipeline_schedule", "pipeline_chunks", "pipeline_layers", "micro_batches")
 
 
 def refuse_no_effect(args, settings: WorkingSetSettings, stages) -> None:
     """A flag that would change nothing is refused in one line, not silently accepted."""
     if settings.pipeline_parallel == 1:
-        given = [OPTIONS[dest] for dest in PIPELINE_FLAGS if getattr(args, dest) is not None]
+        given = [OPTIONS[dest] for dest in PIPELINE_FLAGS if getattr(args, dest, None) is not None]
         if given:
             verb = "needs" if len(given) == 1 else "need"
             raise ValueError(f"{', '.join(given)} {verb} --pipeline-parallel of 2 or more (without "
@@ -343,6 +359,9 @@ def describe(result: dict) -> str:
         parts.append(f"ZeRO-R activation checkpoints {' and '.join(what)}")
     if s["pipeline_parallel"] > 1:
         chunks = f", {s['pipeline_chunks']} chunks per stage" if s["pipeline_chunks"] > 1 else ""
+        if s.get("pipeline_layers") is not None:
+            chunks += (f", first and last stages {s['pipeline_layers'][0]} and "
+                       f"{s['pipeline_layers'][1]} layers")
         flight = "" if s["micro_batches"] is None else f", {s['micro_batches']} micro-batches per step"
         stages = sorted({row["pipeline_stage"] for row in result["stages"]})
         parts.append(f"pipeline parallel {s['pipeline_parallel']} ({s['pipeline_schedule']}{chunks}"

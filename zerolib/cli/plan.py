@@ -95,6 +95,12 @@ def register(commands) -> None:
                         help="pipeline schedules tried: 1 is 1F1B, V >= 2 interleaved with V model "
                              "chunks per stage (default all: at each pipeline degree P, 1F1B and "
                              "every V >= 2 with P x V dividing the layers, Megatron-LM's rule)")
+    parser.add_argument("--pipeline-layers", metavar="FIRST,LAST",
+                        help="uneven pipeline stages searched beside the even split: FIRST,LAST "
+                             "(the first and last stage's layers, the rest split evenly) wherever "
+                             "it splits the layers, or 'even' for none (default: one layer fewer "
+                             "on the first and last stage where the pipeline divides the layers "
+                             "+ 2, as Meta ran Llama 3.1 405B)")
     parser.add_argument("--offload", metavar="LIST",
                         help="offloads tried, from " + ",".join(OFFLOADS) + " (to CPU memory; "
                              "default all three)")
@@ -246,6 +252,9 @@ def options_from(args, config) -> dict:
     zero_r = _zero_r_from(args)
     if zero_r is not None:
         options["zero_r"] = zero_r
+    if args.pipeline_layers is not None:
+        options["pipeline_layers"] = ("even" if args.pipeline_layers.strip().lower() == "even"
+                                      else working_set_cli.parse_first_last(args.pipeline_layers))
     refuse_no_effect(args, options)
     return options
 
@@ -327,12 +336,14 @@ _TWIN_KEY = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_
              "offload", "step_seconds")
 SEARCHED = SEARCHED_COLUMNS     # columns only when searched
 _ZERO_R_KEY = ("partition_activations", "cpu_checkpointing")
+_SPLIT_KEY = ("first_layers", "last_layers")
 
 
 def tied_rows(fits, top: int) -> list[list[dict]]:
     """The first ``top`` distinct configurations of ``fits`` (ranked), each as the list of its
     rows that differ only in recomputation and tie on step time, best-ranked first."""
-    key = [*_TWIN_KEY, *(c for c in (*SEARCHED[:2], *_ZERO_R_KEY) if c in fits.columns)]
+    key = [*_TWIN_KEY, *(c for c in (*SEARCHED[:2], *_ZERO_R_KEY, *_SPLIT_KEY)
+                         if c in fits.columns)]
     group = fits.groupby(key, sort=False, dropna=False, observed=True).ngroup()
     first = list(dict.fromkeys(group.to_numpy().tolist()))[:top]
     chosen = fits[group.isin(first).to_numpy()]
@@ -398,6 +409,9 @@ def as_table(result, top: int, unit: str, width: int | None = None) -> str:
         zero_r = "partition_activations" in fits.columns     # ZeRO-R searched: which option
         if zero_r:
             headers.insert(headers.index("recompute") + 1, "ZeRO-R")
+        split = "first_layers" in fits.columns    # uneven stages searched: FIRST,LAST or even
+        if split:
+            headers.insert(headers.index("schedule") + 1, "stages")
         rows, shown, extra_peak = [], 0, 0
         for twins in tied_rows(fits, top):
             r = twins[0]
@@ -408,6 +422,8 @@ def as_table(result, top: int, unit: str, width: int | None = None) -> str:
                          *(r[c] for c in searched),
                          *([r.get("expert_tensor_parallel", r["tensor_parallel"])] if etp else []),
                          r["pipeline_parallel"], r["schedule"],
+                         *([f"{r['first_layers']},{r['last_layers']}" if r["first_layers"]
+                            else "even"] if split else []),
                          r["data_parallel"], r["stage"],
                          r["shard_group"], "|".join(str(t["recompute"]) for t in twins),
                          *([_zero_r_label(r)] if zero_r else []),
@@ -419,7 +435,10 @@ def as_table(result, top: int, unit: str, width: int | None = None) -> str:
         if len(fits) > shown:
             lines.append(f"... {len(fits) - shown:,} more fit (--top N shows more)")
         lines.append("micro-batch b x m: b sequences per micro-batch, m micro-batches per step "
-                     "and pipeline; network and bubble: shares of the step.")
+                     "and pipeline; network and bubble: shares of the step."
+                     + (" stages FIRST,LAST: the layers of the first and last pipeline stage, "
+                        "the rest split evenly (even: L // p each, one more on the first L mod p)." if split
+                        else ""))
         if shown > len(rows):
             lines.append(
                 f"recompute a|b: one configuration under two recomputations that tie on step "

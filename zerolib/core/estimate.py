@@ -341,7 +341,9 @@ def _with_parallel_step(result: Estimate, run: Run, micro_batches: int) -> Estim
         context_parallel=c, expert_parallel=expert_parallel, capacity_factor=s.capacity_factor,
         expert_tensor_parallel=expert_tensor_parallel, engine=engine, overlap=overlap,
         partition_activations=s.partition_activations, cpu_checkpointing=s.cpu_checkpointing,
-        flash_attention=s.flash_attention)
+        flash_attention=s.flash_attention,
+        first_layers=0 if s.pipeline_layers is None else s.pipeline_layers[0],
+        last_layers=0 if s.pipeline_layers is None else s.pipeline_layers[1])
     times = parallel_step_time(config, ic, result.device, settings)
     rows = tuple({**row, "parallel_step": {
         "parts": {part: float(seconds[i]) for part, seconds in times.parts.items()},

@@ -20,7 +20,14 @@ The rules are Megatron-LM's own, at commit d98e8a64 (2026-08-22), cited per row 
   ``selective`` (1425-1428);
 - ``megatron/core/transformer/transformer_config.py``: ``hidden_dropout`` and
   ``attention_dropout`` default to 0.1 (lines 188-191); ``full`` recomputation needs a method and
-  a layer count (1908-1924), ``selective`` refuses a layer count (1926-1931);
+  a layer count (1908-1924), ``selective`` refuses a layer count (1926-1931); uneven stages
+  (``--decoder-first/last-pipeline-num-layers``, "Uneven PP", 2294-2368): each at least 1, the
+  middle layers split evenly, with virtual stages the chunks divide every stage's layers;
+- ``megatron/core/transformer/transformer_block.py`` ``get_num_layers_to_build`` and
+  ``transformer_layer.py`` ``get_transformer_layer_offset``: a stage's layers and where they
+  start; without uneven stages the layers (plus the embedding and loss where accounted) must
+  divide by the pipeline size (``arguments.py`` 985-1000): Megatron-LM splits nothing unevenly
+  on its own;
 - ``megatron/core/model_parallel_config.py``: ``fp16``/``bf16`` (lines 177-180), the parallel
   sizes' defaults of 1.
 
@@ -58,7 +65,6 @@ def _later(kind: str, what: str, choices: tuple[str, ...] = ()) -> Row:
     return Row(None, kind, what, choices)
 
 
-UNEVEN = "uneven pipeline stages (a first or last stage of its own size)"
 # flag -> Row. Change a row when the run gains the field it names.
 LAUNCH: Mapping[str, Row] = {
     "--tensor-model-parallel-size": Row("tensor_parallel", "whole"),
@@ -69,19 +75,18 @@ LAUNCH: Mapping[str, Row] = {
     "--sequence-parallel": Row("sequence_parallel", "switch"),
     "--num-virtual-stages-per-pipeline-rank": Row("pipeline_chunks", "whole"),
     "--num-layers-per-virtual-pipeline-stage": Row("layers_per_chunk", "whole"),
-    "--decoder-first-pipeline-num-layers": _later("whole", UNEVEN),
-    "--decoder-last-pipeline-num-layers": _later("whole", UNEVEN),
+    "--decoder-first-pipeline-num-layers": Row("pipeline_layers", "whole"),
+    "--decoder-last-pipeline-num-layers": Row("pipeline_layers", "whole"),
     "--pipeline-model-parallel-layout": _later("text", "a pipeline layout of one's own"),
-    "--account-for-embedding-in-pipeline-split": _later("switch", UNEVEN),
-    "--account-for-loss-in-pipeline-split": _later("switch", UNEVEN),
+    "--account-for-embedding-in-pipeline-split": Row("pipeline_layers", "switch"),
+    "--account-for-loss-in-pipeline-split": Row("pipeline_layers", "switch"),
     "--micro-batch-size": Row("micro_batch", "whole"),
     "--global-batch-size": Row("global_batch", "whole"),
     "--seq-length": Row("seq_len", "whole"),
     "--recompute-granularity": Row("recompute", "choice", choices=("full", "selective")),
     "--recompute-activations": Row("recompute_activations", "switch"),
-    "--recompute-method": _later("choice", "Megatron-LM's recompute methods other than every "
-                                 "layer recomputed", ("uniform", "block")),
-    "--recompute-num-layers": _later("whole", "a count of recomputed layers other than every layer"),
+    "--recompute-method": Row("recompute_method", "choice", choices=("uniform", "block")),
+    "--recompute-num-layers": Row("recompute_layers", "whole"),
     "--use-distributed-optimizer": Row("distributed_optimizer", "switch"),
     "--bf16": Row("bf16", "switch"),
     "--accumulate-allreduce-grads-in-fp32": Row("layout", "switch"),
@@ -201,6 +206,7 @@ def read_launch(source, *, name: str = "megatron-gpt") -> Launch:
     if found.get("--sequence-parallel") and t == 1:   # arguments.py 1433-1439
         fields["sequence_parallel"] = False
     _chunks(found, model, p, fields, carried, where)
+    _uneven(found, model, p, fields, carried, later, where)
     _recompute(found, model, p, fields, carried, later, where)
     _precision(found, fields, carried, where)
     _dropout(found, fields, carried, later, where)
@@ -237,6 +243,69 @@ def _chunks(found, model, p, fields, carried, where) -> None:
         fields.update(pipeline_chunks=per_rank, pipeline_schedule="interleaved")
 
 
+def _uneven(found, model, p, fields, carried, later, where) -> None:
+    """Uneven stages as Megatron-LM builds them (``transformer_block.py``
+    ``get_num_layers_to_build``, ``transformer_layer.py`` ``get_transformer_layer_offset``):
+    the first and/or last stage's layers given, the rest split evenly over the other stages
+    (a stage not given is one of them); or the embedding and/or the loss counted as a layer
+    (``--account-for-...-in-pipeline-split``: (L + 1 or 2) / p per stage, one fewer on the
+    first and/or last). The rules are :class:`~zerolib.core.run.Parallelism`'s, checked when the
+    run is made; Megatron-LM's own refusals are repeated here in its words."""
+    first = found.get("--decoder-first-pipeline-num-layers")
+    last = found.get("--decoder-last-pipeline-num-layers")
+    embedding = bool(found.get("--account-for-embedding-in-pipeline-split"))
+    loss = bool(found.get("--account-for-loss-in-pipeline-split"))
+    given = [flag for flag in ("--decoder-first-pipeline-num-layers",
+                               "--decoder-last-pipeline-num-layers",
+                               "--account-for-embedding-in-pipeline-split",
+                               "--account-for-loss-in-pipeline-split") if flag in found]
+    if not given:
+        if p > 1 and model.layers % p:   # arguments.py 985-1000
+            raise ValueError(f"{where}: --pipeline-model-parallel-size {p}: Number of layers should "
+                             f"be divisible by the pipeline-model-parallel size ({model.layers} "
+                             f"layers; Megatron-LM's validate_args: give "
+                             f"--decoder-first/last-pipeline-num-layers for uneven stages)")
+        return
+    if (first is not None or last is not None) and (embedding or loss):   # transformer_config.py
+        raise ValueError(f"{where}: --decoder-first/last-pipeline-num-layers cannot be set with "
+                         f"--account-for-embedding/loss-in-pipeline-split (Megatron-LM's "
+                         f"TransformerConfig)")
+    if (first is not None or last is not None) \
+            and "--num-layers-per-virtual-pipeline-stage" in found:   # arguments.py 953-956
+        raise ValueError(f"{where}: please use --num-virtual-stages-per-pipeline-rank to specify "
+                         f"virtual pipeline parallel degree when enable uneven pipeline "
+                         f"parallelism (Megatron-LM's validate_args)")
+    if p < 2:
+        raise ValueError(f"{where}: {given[0]} needs --pipeline-model-parallel-size of 2 or more")
+    layers = model.layers
+    if embedding or loss:
+        if fields.get("pipeline_chunks", 1) > 1:
+            later.append(f"{where}: {given[0]}: with virtual pipeline stages only the first (last) "
+                         f"model chunk loses a layer, chunks of unequal size that are not "
+                         f"modelled yet")
+            return
+        total = layers + embedding + loss
+        if total % p:   # arguments.py 985-1000
+            raise ValueError(f"{where}: {given[0]}: number of layers should be divisible by the "
+                             f"pipeline-model-parallel size ({layers} + {embedding + loss} over {p})")
+        first, last = total // p - embedding, total // p - loss
+        if min(first, last) < 1:
+            later.append(f"{where}: {given[0]}: a pipeline stage of no transformer layers is not "
+                         f"modelled yet")
+            return
+    elif first is None or last is None:   # the stage not given is a middle one
+        rest = p - 1
+        known = first if first is not None else last
+        if (layers - known) % rest or layers <= known:
+            raise ValueError(f"{where}: {given[0]} {known}: the other {layers - known} layers must "
+                             f"split evenly over the other {rest} pipeline stages (Megatron-LM's "
+                             f"TransformerConfig)")
+        other = (layers - known) // rest
+        first, last = (known, other) if first is not None else (other, known)
+    fields["pipeline_layers"] = (first, last)
+    carried.extend((flag, "pipeline_layers") for flag in given)
+
+
 def _recompute(found, model, p, fields, carried, later, where) -> None:
     granularity = found.get("--recompute-granularity")
     if found.get("--recompute-activations"):   # arguments.py 607-608
@@ -256,15 +325,13 @@ def _recompute(found, model, p, fields, carried, later, where) -> None:
             raise ValueError(f"{where}: --recompute-granularity full needs --recompute-method "
                              f"(uniform or block) and --recompute-num-layers (Megatron-LM's "
                              f"TransformerConfig)")
-        per_stage = model.layers // p
-        if not 1 <= layers <= per_stage:
-            raise ValueError(f"{where}: --recompute-num-layers must be from 1 to the layers per "
-                             f"pipeline stage ({per_stage}), got {layers}")
-        # Every layer recomputed alone, its input kept: zerolib's "full". uniform 1: one layer per
-        # recomputed unit; block L/p: every layer of the stage.
-        if (method, layers) in (("uniform", 1), ("block", per_stage)):
-            later[:] = [line for line in later if "--recompute-" not in line]
-            carried += [("--recompute-method", "recompute"), ("--recompute-num-layers", "recompute")]
+        # uniform N: chunks of N layers keep their input and are recomputed whole; block N: the
+        # first N layers of each model chunk checkpointed, the rest kept whole
+        # (megatron/core/recompute.py checkpointed_forward, 150-180: min(N, the chunk's layers),
+        # so N above them is accepted there and here). Every method and count is carried.
+        fields.update(recompute_method=method, recompute_layers=layers)
+        carried += [("--recompute-method", "recompute_method"),
+                    ("--recompute-num-layers", "recompute_layers")]
     elif granularity is None and (method is not None or layers is not None):
         flag = "--recompute-method" if method is not None else "--recompute-num-layers"
         raise ValueError(f"{where}: {flag} without --recompute-granularity full recomputes nothing")

@@ -7,6 +7,8 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from zerolib.core.catalogue.devices import DEVICES, Device, device_at, get_device
 from zerolib.core.catalogue.links import Link
 from zerolib.core.catalogue.models import TransformerConfig
@@ -19,10 +21,11 @@ from zerolib.core.inputs import (
 from zerolib.core.memory import context_parallel as cp_rules
 from zerolib.core.memory import expert_parallel_rules as ep_rules
 from zerolib.core.memory.accounting import STAGES, Layout, get_layout
-from zerolib.core.memory.activations import CHAPTER_RECOMPUTE
+from zerolib.core.memory.activations import CHAPTER_RECOMPUTE, RECOMPUTE
 from zerolib.core.memory.model_parallel import (
     ALL_CHUNKS,
     MAX_CHUNKS,
+    check_first_last,
 )
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, WorkingSetSettings
 from zerolib.core.run import Run
@@ -127,6 +130,9 @@ class PlanSettings:
     # The ETP degrees searched besides t (None: ETP = t only; expert_parallel_rules)
     expert_tensor_parallel: tuple[int, ...] | None = None
     run: Run | None = None       # the run the plan was asked for (its fixed settings)
+    # Uneven stages searched beside the even split: None, the planner's (one layer fewer on the
+    # first and last stage); (FIRST, LAST) wherever it splits the layers; "even": none.
+    pipeline_layers: tuple[int, int] | str | None = None
 
     def __deepcopy__(self, memo) -> PlanSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -152,7 +158,9 @@ class PlanSettings:
                 **({"expert_parallel": list(self.expert_parallel)} if self.expert_parallel != (1,) else {}),
                 **({"zero_r": list(self.zero_r)} if self.zero_r != ("none",) else {}),
                 **({"expert_tensor_parallel": list(self.expert_tensor_parallel)}
-                   if self.expert_tensor_parallel is not None else {})}
+                   if self.expert_tensor_parallel is not None else {}),
+                **({"pipeline_layers": self.pipeline_layers if isinstance(self.pipeline_layers, str)
+                    else list(self.pipeline_layers)} if self.pipeline_layers is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -176,6 +184,7 @@ class Search:
     expert_tensor_parallel: tuple | None = None
     zero_r: tuple | None = None
     max_micro_batch: int = 8
+    pipeline_layers: tuple | str | None = None
 
 
 SEARCH_FIELDS = tuple(f.name for f in fields(Search))
@@ -306,4 +315,72 @@ def _settings_of(run: Run, search: Search) -> PlanSettings:
         _choices([search.shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set,
         host_settings_for(ic.name, c.host, c.cpu_adam_rate), cp, engine,
         check_overlap(t.overlap), ep_rules.check_degrees(search.expert_parallel, config, gpus), zero_r,
-        ep_rules.check_etp_degrees(search.expert_tensor_parallel, config, gpus, engine), run)
+        ep_rules.check_etp_degrees(search.expert_tensor_parallel, config, gpus, engine), run,
+        _pipeline_layers(search.pipeline_layers))
+
+
+def _pipeline_layers(value):
+    """The uneven stages searched (:attr:`PlanSettings.pipeline_layers`), checked."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "even"):
+        return None if value is None else "even"
+    try:
+        return check_first_last(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"pipeline_layers must be None (the planner's search), 'even' or two "
+                         f"whole numbers FIRST, LAST of 1 or more, got {echo(value)}") from None
+
+
+# --- the planner's helpers that need no peak ---------------------------------------------------
+
+def zero_r_expand(s: PlanSettings, columns: Mapping[str, np.ndarray], reason: np.ndarray,
+                  size: int, passes: int) -> tuple[Mapping[str, np.ndarray], np.ndarray, int]:
+    """Each runnable-so-far row once per ZeRO-R option of ``s.zero_r`` that changes it (P_a:
+    full recomputation, t > 1, no sequence parallelism; P_a+cpu: full recomputation), with
+    ``partition_activations`` and ``cpu_checkpointing`` columns; unchanged for ("none",).
+    ``passes``: the planner's reason code of a configuration that breaks no rule."""
+    if s.zero_r == ("none",):
+        return columns, reason, size
+    live = np.flatnonzero((reason == passes) & (columns["recompute"] == RECOMPUTE.index("full")))
+    splits = (columns["tensor_parallel"][live] > 1) & ~columns["sequence_parallel"][live]
+    # (live rows, options): each option's effective (P_a, cpu) as a code 2 pa + cpu.
+    codes = np.stack([np.full(len(live), cpu, dtype=np.int64) + 2 * (pa & splits)
+                      for pa, cpu in (ZERO_R[name] for name in s.zero_r)], axis=1)
+    keep = np.ones(codes.shape, dtype=bool)     # an option repeating an earlier one: dropped
+    for j in range(1, codes.shape[1]):
+        keep[:, j] = np.all(codes[:, :j] != codes[:, j:j + 1], axis=1)
+    counts = np.ones(size, dtype=np.int64)
+    counts[live] = keep.sum(axis=1)
+    total = int(counts.sum())
+    code = np.zeros(total, dtype=np.int64)       # the other rows: none
+    starts = np.cumsum(counts) - counts
+    ranks = np.cumsum(keep, axis=1) - 1
+    for j in range(codes.shape[1]):    # option j of a live row sits at its start + its rank
+        at = keep[:, j]
+        code[starts[live[at]] + ranks[at, j]] = codes[at, j]
+    out = {name: np.repeat(values, counts) for name, values in columns.items()}
+    out["partition_activations"], out["cpu_checkpointing"] = code >= 2, (code % 2) == 1
+    return MappingProxyType(out), np.repeat(reason, counts), total
+
+
+def describe_configuration(c) -> str:
+    """One configuration in words: ``'t 8 + SP x p 4 (1F1B) x d 2, ZeRO-1 over 2, selective
+    recomputation, micro-batch 1 x 512, no offload'``."""
+    t, p, d = int(c["tensor_parallel"]), int(c["pipeline_parallel"]), int(c["data_parallel"])
+    sp = " + SP" if bool(c["sequence_parallel"]) else ""
+    sp += f" x C {cp}" if (cp := int(c.get("context_parallel", 1))) > 1 else ""
+    sp += f" x E {e}" if (e := int(c.get("expert_parallel", 1))) > 1 else ""
+    sp += f" (ETP {k})" if (k := int(c.get("expert_tensor_parallel", t))) != t else ""
+    stage, group = int(c["stage"]), int(c["shard_group"])
+    zero = "no ZeRO" if stage == 0 else f"ZeRO-{stage}" + (f" over {group}" if group != d * cp else "")
+    offload = {"none": "no offload", "optimizer": "optimizer on CPU",
+               "optimizer+parameters": "optimizer and parameters on CPU"}[str(c["offload"])]
+    recompute = "no" if str(c["recompute"]) == "none" else str(c["recompute"])
+    zero_r = {(True, True): " with P_a+cpu", (True, False): " with P_a",
+              (False, True): " with checkpoints on the CPU"}.get(
+        (bool(c.get("partition_activations", False)), bool(c.get("cpu_checkpointing", False))), "")
+    split = ""
+    if (first := int(c.get("first_layers", 0))) > 0:
+        split = f"; first and last stages {first} and {int(c['last_layers'])} layers"
+    return (f"t {t}{sp} x p {p} ({schedule_name(int(c['chunks']))}{split}) x d {d}, {zero}, "
+            f"{recompute} recomputation{zero_r}, micro-batch {int(c['micro_batch'])} x "
+            f"{int(c['micro_batches'])}, {offload}")

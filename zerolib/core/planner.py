@@ -81,7 +81,14 @@ from zerolib.core.memory.model_parallel import (
 from zerolib.core.memory.model_parallel import (
     RULES as PARALLEL_RULES,
 )
-from zerolib.core.memory.pipeline_schedule import UNIT_TERMS, activation_totals_of, unit_terms
+from zerolib.core.memory.pipeline_schedule import (
+    EVERY_LAYER,
+    UNIT_TERMS,
+    activation_totals_of,
+    unit_terms,
+    with_split,
+)
+from zerolib.core.memory.pipeline_stages import given_split, uneven_splits
 from zerolib.core.memory.placement import Placement, offered_stages, tiers_of
 from zerolib.core.memory.tables import divisors_of
 from zerolib.core.memory.working_set import terms_of
@@ -93,9 +100,11 @@ from zerolib.core.plan_settings import (  # noqa: F401  (the planner's names, wh
     ZERO_R,
     PlanSettings,
     Search,
+    describe_configuration,
     links_for,
     plan_settings,
     schedule_name,
+    zero_r_expand,
 )
 from zerolib.core.run import Run
 from zerolib.core.step.parallel import (
@@ -161,7 +170,8 @@ FIT_COLUMNS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequenc
                "network_wait_fraction", "bubble_fraction", "fits", "family")
 # Columns a plan's frames hold only when their dimension is searched, after FIT_COLUMNS.
 SEARCHED_COLUMNS = ("context_parallel", "expert_parallel", "expert_seconds",
-                    "partition_activations", "cpu_checkpointing", "expert_tensor_parallel")
+                    "partition_activations", "cpu_checkpointing", "expert_tensor_parallel",
+                    "first_layers", "last_layers")
 
 
 # --- the space, level by level ------------------------------------------------------------------
@@ -214,21 +224,31 @@ def enumerate_space(s: PlanSettings) -> Space:
     p_a = np.array([p for _, p in pairs], dtype=np.int64)
     d_a = n // (t_a * p_a)
 
-    # Schedules and sequence parallelism (the latter only with t > 1).
-    rows_b = [(i, v, sp) for i, (t, p) in enumerate(pairs) for v in chunks_for(config, p, s.chunks)
+    # Schedules and sequence parallelism (the latter only with t > 1), each schedule with the
+    # even split (FIRST 0) and, for a model whose layers are alike, the uneven one searched.
+    splits = {p: () if config.experts or s.pipeline_layers == "even" else
+              uneven_splits(config.layers, p, s.chunks) if s.pipeline_layers is None else
+              given_split(config.layers, p, s.chunks, s.pipeline_layers)
+              for p in set(p_a.tolist())}
+    rows_b = [(i, v, sp, first, last) for i, (t, p) in enumerate(pairs)
+              for v, first, last in (*((v, 0, 0) for v in chunks_for(config, p, s.chunks)),
+                                     *splits[p])
               for sp in s.sequence_parallel if (t > 1 or not sp)]
     a_of_b = np.array([r[0] for r in rows_b], dtype=np.int64)
     v_b = np.array([r[1] for r in rows_b], dtype=np.int64)
     sp_b = np.array([r[2] for r in rows_b], dtype=bool)
+    first_b = np.array([r[3] for r in rows_b], dtype=np.int64)
+    last_b = np.array([r[4] for r in rows_b], dtype=np.int64)
     t_b, p_b, d_b = t_a[a_of_b], p_a[a_of_b], d_a[a_of_b]
     reason_b = np.full(len(rows_b), PASSES, dtype=np.int64)
+    uneven = bool(np.any(first_b))
     for v in np.unique(v_b).tolist():
         for sp in (False, True):
             sel = (v_b == v) & (sp_b == sp)
             if not np.any(sel):
                 continue
             grid = ParallelGrid(config, t_b[sel], p_b[sel], None, "interleaved" if v > 1 else "1f1b",
-                                v, None, 1)
+                                v, None, 1, (first_b[sel], last_b[sel]) if uneven else None)
             rules = rules_of(grid, s.gpus_per_node, s.seq_len, sp)
             reason_b[sel] = _first_broken(rules, ("heads", "kv_heads", "ffn_hidden", "node",
                                                   "sequence", "layers", "interleaved_layers",
@@ -289,10 +309,12 @@ def enumerate_space(s: PlanSettings) -> Space:
                "chunks": v_b[b_of_e], "micro_batch": b_c[c_of_e], "micro_batches": m_c[c_of_e],
                "recompute": rec_d[d_of_e], "stage": stage_e, "shard_group": zero[:, 1],
                "offload": offload_e}
+    if uneven:   # the searched splits (0 where even)
+        columns["first_layers"], columns["last_layers"] = first_b[b_of_e], last_b[b_of_e]
     codes = dict(zip(REASONS, range(PASSES)))
     expanded = ep_rules.expand(s, *cp_rules.expand(s, MappingProxyType(columns), reason, size, codes),
                                codes)
-    expanded = _zero_r_expand(s, *expanded)
+    expanded = zero_r_expand(s, *expanded, PASSES)
     expanded = ep_rules.expand_etp(s, *expanded, PASSES)
     if expanded[2] > MAX_SPACE:
         raise ValueError(f"the plan would enumerate {expanded[2]:,} configurations, more than "
@@ -300,35 +322,6 @@ def enumerate_space(s: PlanSettings) -> Space:
                          f"expert-tensor-parallel ones), stages, "
                          f"recomputations, chunks or a smaller max_micro_batch")
     return Space(*expanded)
-
-
-def _zero_r_expand(s: PlanSettings, columns: Mapping[str, np.ndarray], reason: np.ndarray,
-                   size: int) -> tuple[Mapping[str, np.ndarray], np.ndarray, int]:
-    """Each runnable-so-far row once per ZeRO-R option of ``s.zero_r`` that changes it (P_a:
-    full recomputation, t > 1, no sequence parallelism; P_a+cpu: full recomputation), with
-    ``partition_activations`` and ``cpu_checkpointing`` columns; unchanged for ("none",)."""
-    if s.zero_r == ("none",):
-        return columns, reason, size
-    live = np.flatnonzero((reason == PASSES) & (columns["recompute"] == RECOMPUTE.index("full")))
-    splits = (columns["tensor_parallel"][live] > 1) & ~columns["sequence_parallel"][live]
-    # (live rows, options): each option's effective (P_a, cpu) as a code 2 pa + cpu.
-    codes = np.stack([np.full(len(live), cpu, dtype=np.int64) + 2 * (pa & splits)
-                      for pa, cpu in (ZERO_R[name] for name in s.zero_r)], axis=1)
-    keep = np.ones(codes.shape, dtype=bool)     # an option repeating an earlier one: dropped
-    for j in range(1, codes.shape[1]):
-        keep[:, j] = np.all(codes[:, :j] != codes[:, j:j + 1], axis=1)
-    counts = np.ones(size, dtype=np.int64)
-    counts[live] = keep.sum(axis=1)
-    total = int(counts.sum())
-    code = np.zeros(total, dtype=np.int64)       # the other rows: none
-    starts = np.cumsum(counts) - counts
-    ranks = np.cumsum(keep, axis=1) - 1
-    for j in range(codes.shape[1]):    # option j of a live row sits at its start + its rank
-        at = keep[:, j]
-        code[starts[live[at]] + ranks[at, j]] = codes[at, j]
-    out = {name: np.repeat(values, counts) for name, values in columns.items()}
-    out["partition_activations"], out["cpu_checkpointing"] = code >= 2, (code % 2) == 1
-    return MappingProxyType(out), np.repeat(reason, counts), total
 
 
 def _first_broken(rules: dict, names, reason: np.ndarray) -> np.ndarray:
@@ -372,16 +365,23 @@ def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str
             units[name][index] = terms[name]
     per_row = {name: values[inverse] for name, values in units.items()}
     p, m, v = c["pipeline_parallel"], c["micro_batches"], c["chunks"]
-    stages = candidate_stages(s.model, p)
+    split = _split(c)
+    stages = candidate_stages(s.model, p, split)
     out = [np.zeros(len(code), dtype=np.int64) for _ in stages]
     for chunk in np.unique(v):
         sel = v == chunk
         schedule = "interleaved" if chunk > 1 else "1f1b"
         sub = {name: values[sel] for name, values in per_row.items()}
+        part = None if split is None else (split[0][sel], split[1][sel])
         for index, r in enumerate(stages):
             out[index][sel] = activation_totals_of(s.model, sub, p[sel], r[sel], schedule, int(chunk),
-                                                   m[sel])
+                                                   m[sel], with_split(EVERY_LAYER, part))
     return out
+
+
+def _split(c: Mapping[str, np.ndarray]):
+    """The configurations' uneven stages (FIRST, LAST arrays, 0 where even), or None."""
+    return (c["first_layers"], c["last_layers"]) if "first_layers" in c else None
 
 
 @lru_cache(maxsize=64)
@@ -416,13 +416,18 @@ def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
     t, p = c["tensor_parallel"], c["pipeline_parallel"]
     # Chunks place dense first layers (interleaved: in chunks of L / (p v)); alike layers, not.
     v = c["chunks"] if s.model.dense_layers else np.ones_like(p)
-    keys, first_row, inverse = np.unique((t * (MAX_GPUS + 1) + p) * (MAX_CHUNKS + 1) + v,
-                                         return_index=True, return_inverse=True)
-    per_stage = candidate_loads(s.model, t[first_row], p[first_row], v[first_row])
+    split = _split(c)
+    key = (t * (MAX_GPUS + 1) + p) * (MAX_CHUNKS + 1) + v
+    if split is not None:   # the split, where searched
+        key = (key * (s.model.layers + 1) + split[0]) * (s.model.layers + 1) + split[1]
+    keys, first_row, inverse = np.unique(key, return_index=True, return_inverse=True)
+    per_stage = candidate_loads(s.model, t[first_row], p[first_row], v[first_row],
+                                None if split is None else tuple(x[first_row] for x in split))
     activations = _activation_totals(s, c)
     peak = stage_of_peak = host = np.full(len(p), -1, dtype=np.int64)
     spread = ep_rules.spread_rows(c)
-    for (params, module), acts, r in zip(per_stage, activations, candidate_stages(s.model, p)):
+    for (params, module), acts, r in zip(per_stage, activations,
+                                         candidate_stages(s.model, p, split)):
         gpu, cpu_node = _persistent(s, c, params[inverse])
         if len(spread):    # the experts over their own group (whole groups, no offload)
             gpu[spread] = ep_rules.persistent(s, c, params[inverse], r, spread, v)
@@ -449,7 +454,8 @@ def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
         expert_parallel=c.get("expert_parallel", 1), capacity_factor=s.working_set.capacity_factor,
         flash_attention=s.working_set.flash_attention,
         **{name: c[name] for name in ("partition_activations", "cpu_checkpointing",
-                                      "expert_tensor_parallel") if name in c})
+                                      "expert_tensor_parallel", "first_layers", "last_layers")
+           if name in c})
     times = parallel_step_time(s.model, s.interconnect, s.device, settings)
     out = {f"{part}_seconds": seconds for part, seconds in times.parts.items()}
     out["step_seconds"] = times.step_seconds
@@ -470,7 +476,8 @@ def _memory_key(s: PlanSettings) -> tuple:
             tuple(s.layout.bits_per_param(c) for c in CATEGORIES), s.max_micro_batch, s.stages,
             s.recompute, s.chunks, s.offload, s.sequence_parallel, s.shard_groups,
             s.working_set, s.host_memory is None, s.context_parallel, s.engine.name,
-            s.engine.group_stages, s.expert_parallel, s.zero_r, s.expert_tensor_parallel)
+            s.engine.group_stages, s.expert_parallel, s.zero_r, s.expert_tensor_parallel,
+            s.pipeline_layers)
 
 
 def _space_and_peaks(s: PlanSettings):
@@ -551,6 +558,8 @@ class Plan:
             frame = frame.assign(expert_tensor_parallel=c["expert_tensor_parallel"])
             if "expert_seconds" not in frame:
                 frame = frame.assign(expert_seconds=self.results["expert_seconds"])
+        if "first_layers" in c:              # with uneven stages searched: each row's split
+            frame = frame.assign(first_layers=c["first_layers"], last_layers=c["last_layers"])
         rank = np.zeros(len(frame), dtype=np.int64)
         fitting = np.flatnonzero(frame["fits"].to_numpy())
         step = frame["step_seconds"].to_numpy()[fitting]
@@ -624,7 +633,9 @@ class Plan:
         t, d, c = int(row["tensor_parallel"]), int(row["data_parallel"]), int(row.get("context_parallel", 1))
         chunks, group = int(row["chunks"]), int(row["shard_group"])
         etp = int(row.get("expert_tensor_parallel", t))
+        first, last = int(row.get("first_layers", 0)), int(row.get("last_layers", 0))
         return s.run.replace(
+            pipeline_layers=(first, last) if first else None,
             gpus_per_node=s.gpus_per_node, link=s.interconnect.name, seq_len=s.seq_len,
             tensor_parallel=t, sequence_parallel=bool(row["sequence_parallel"]),
             pipeline_parallel=int(row["pipeline_parallel"]),
@@ -637,27 +648,6 @@ class Plan:
             partition_activations=bool(row.get("partition_activations", False)),
             cpu_checkpointing=bool(row.get("cpu_checkpointing", False)),
             **{"offload_optimizer": "none", "offload_params": "none", **OFFLOADS[str(row["offload"])]})
-
-
-def describe_configuration(c) -> str:
-    """One configuration in words: ``'t 8 + SP x p 4 (1F1B) x d 2, ZeRO-1 over 2, selective
-    recomputation, micro-batch 1 x 512, no offload'``."""
-    t, p, d = int(c["tensor_parallel"]), int(c["pipeline_parallel"]), int(c["data_parallel"])
-    sp = " + SP" if bool(c["sequence_parallel"]) else ""
-    sp += f" x C {cp}" if (cp := int(c.get("context_parallel", 1))) > 1 else ""
-    sp += f" x E {e}" if (e := int(c.get("expert_parallel", 1))) > 1 else ""
-    sp += f" (ETP {k})" if (k := int(c.get("expert_tensor_parallel", t))) != t else ""
-    stage, group = int(c["stage"]), int(c["shard_group"])
-    zero = "no ZeRO" if stage == 0 else f"ZeRO-{stage}" + (f" over {group}" if group != d * cp else "")
-    offload = {"none": "no offload", "optimizer": "optimizer on CPU",
-               "optimizer+parameters": "optimizer and parameters on CPU"}[str(c["offload"])]
-    recompute = "no" if str(c["recompute"]) == "none" else str(c["recompute"])
-    zero_r = {(True, True): " with P_a+cpu", (True, False): " with P_a",
-              (False, True): " with checkpoints on the CPU"}.get(
-        (bool(c.get("partition_activations", False)), bool(c.get("cpu_checkpointing", False))), "")
-    return (f"t {t}{sp} x p {p} ({schedule_name(int(c['chunks']))}) x d {d}, {zero}, "
-            f"{recompute} recomputation{zero_r}, micro-batch {int(c['micro_batch'])} x "
-            f"{int(c['micro_batches'])}, {offload}")
 
 
 def plan(run, gpus=None, gpus_per_node=None, device=None, seq_len=None, global_batch=None, *,

@@ -230,7 +230,8 @@ class Parallelism(_Noun):
     with ``chunks`` model chunks per stage), ``context`` parallelism (ring attention), ``expert``
     parallelism E and ``expert_tensor`` parallelism (None: ``tensor``); the rest is data
     parallelism, whose ZeRO state is sharded over ``shard_group`` GPUs (None: all of them; HSDP,
-    MiCS), with ZeRO++'s ``hpz`` copy inside each node."""
+    MiCS), with ZeRO++'s ``hpz`` copy inside each node; ``pipeline_layers`` (FIRST, LAST): uneven
+    stages (:mod:`zerolib.core.memory.pipeline_stages`; None: even)."""
 
     noun = "parallel"
     tensor: int = 1
@@ -243,6 +244,7 @@ class Parallelism(_Noun):
     expert_tensor: int | None = None
     shard_group: int | None = None
     hpz: bool = False
+    pipeline_layers: tuple[int, int] | None = None
 
     def __post_init__(self):
         self._whole("tensor", 1, MAX_GPUS)
@@ -261,6 +263,9 @@ class Parallelism(_Noun):
         if (self.schedule == "interleaved") != (self.chunks > 1):   # the planner's rule, in its words
             raise ValueError(f"parallel.schedule and parallel.chunks: {SCHEDULE_RULE}, got "
                              f"{self.schedule} with chunks = {self.chunks}")
+        if self.pipeline_layers is not None:
+            from zerolib.core.memory.pipeline_stages import door_split
+            object.__setattr__(self, "pipeline_layers", door_split(self.pipeline_layers, self.pipeline))
 
     @property
     def model_parallel(self) -> int:
@@ -469,6 +474,7 @@ FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "expert_parallel": ("parallel", "expert"),
     "expert_tensor_parallel": ("parallel", "expert_tensor"),
     "shard_group": ("parallel", "shard_group"), "hpz": ("parallel", "hpz"),
+    "pipeline_layers": ("parallel", "pipeline_layers"),
     **{f.name: ("trainer", f.name) for f in fields(Trainer) if f.name not in ("buckets", "reserve")},
     "reserve_bytes": ("trainer", "reserve"),
     **{f.name: ("trainer", "buckets", f.name) for f in fields(Buckets)},
@@ -518,6 +524,9 @@ class Run:
                 object.__setattr__(self, name, value)
             if not isinstance(value, kind):
                 raise TypeError(f"{name} must be a {kind.__name__}, got {echo(value)}")
+        if self.parallel.pipeline_layers is not None:   # the model's rules, once
+            from zerolib.core.memory.pipeline_stages import check_run_split
+            check_run_split(self.config, self.parallel)
 
     def __deepcopy__(self, memo) -> Run:
         return self   # immutable (pandas deep-copies DataFrame.attrs)
@@ -605,7 +614,7 @@ class Run:
             seq_len=self.seq_len, micro_batch=b.micro_batch, recompute=t.recompute_policy,
             flash_attention=t.flash_attention, tensor_parallel=p.tensor,
             sequence_parallel=p.sequence, pipeline_parallel=p.pipeline,
-            pipeline_schedule=p.schedule, pipeline_chunks=p.chunks,
+            pipeline_schedule=p.schedule, pipeline_chunks=p.chunks, pipeline_layers=p.pipeline_layers,
             micro_batches=b.micro_batches if p.pipeline > 1 else None,
             element_bytes=t.element_bytes, mask_bytes=t.mask_bytes, dropout=t.dropout,
             logits_bytes=t.logits_bytes, reduce_bucket_size=k.reduce_bucket_size,

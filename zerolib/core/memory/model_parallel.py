@@ -78,6 +78,15 @@ from zerolib.core.inputs import (
 )
 from zerolib.core.intmath import ceil_div
 from zerolib.core.memory.accounting import Layout, ModelState, model_state
+from zerolib.core.memory.pipeline_stages import (  # noqa: F401  (where callers find them)
+    MAX_LAYERS,
+    candidate_stages,
+    check_first_last,
+    stage_dense_layers,
+    stage_layers,
+    stage_start,
+    uneven_ok,
+)
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: commands that build none start without it
     import pandas as pd
@@ -266,6 +275,10 @@ RULES: Mapping[str, str] = MappingProxyType({
     "sequence": "tensor_parallel must divide seq_len under sequence parallelism",
     "layers": "pipeline_parallel must be at most layers (every stage holds a layer)",
     "interleaved_layers": "interleaved: pipeline_parallel x chunks must divide layers",
+    "pipeline_layers": "pipeline_layers FIRST,LAST needs pipeline_parallel >= 2, FIRST + LAST "
+                       "below the layers (all of them at 2 stages) and the layers left split "
+                       "evenly over the middle stages; interleaved, chunks divide each stage's "
+                       "layers (Megatron-LM's TransformerConfig)",
     "schedule": SCHEDULE_RULE,
     "micro_batches": "interleaved: micro_batches must be a multiple of pipeline_parallel",
     "pipeline_zero": "ZeRO stages 2 and 3 do not run with pipeline parallelism (DeepSpeed's "
@@ -313,12 +326,15 @@ class Pipeline:
     the pipeline). ``stages`` and ``micro_batches`` may be arrays, broadcast by the functions
     that take them. Checked when made (whole numbers in range, a known schedule); the rules that
     need the model are :func:`check_parallel`'s. Where a function takes a pipeline, a whole
-    number p means ``Pipeline(p)``: p stages under 1F1B."""
+    number p means ``Pipeline(p)``: p stages under 1F1B. ``first_last``: the layers of the
+    first and the last stage, the rest split evenly over the middle stages (None: even,
+    :func:`stage_layers`)."""
 
     stages: int | np.ndarray = 1
     schedule: str = "1f1b"
     chunks: int = 1
     micro_batches: int | np.ndarray | None = None
+    first_last: tuple[int, int] | None = None
 
     def __post_init__(self):
         put = object.__setattr__
@@ -327,6 +343,8 @@ class Pipeline:
         put(self, "chunks", check_positive_int(self.chunks, "chunks", MAX_CHUNKS))
         if self.micro_batches is not None:
             put(self, "micro_batches", _micro_batches(self.micro_batches))
+        if self.first_last is not None:
+            put(self, "first_last", check_first_last(self.first_last))
 
     def __deepcopy__(self, memo) -> Pipeline:
         return self  # immutable
@@ -358,7 +376,8 @@ def _rules(config: TransformerConfig, tensor_parallel, pipeline: Pipeline, gpus,
     if seq_len is not None and check_flag(sequence_parallel, "sequence_parallel"):
         seq_len = check_positive_int(seq_len, "seq_len")
     grid = ParallelGrid(config, shaped["tensor_parallel"], shaped["pipeline_parallel"], None,
-                        pipeline.schedule, pipeline.chunks, shaped.get("micro_batches"), 1)
+                        pipeline.schedule, pipeline.chunks, shaped.get("micro_batches"), 1,
+                        pipeline.first_last)
     return rules_of(grid, gpus_per_node, seq_len, sequence_parallel, shaped.get("gpus"),
                     shaped.get("stage")), shaped
 
@@ -381,8 +400,12 @@ def rules_of(grid: ParallelGrid, gpus_per_node: int | None = None, seq_len: int 
     if seq_len is not None and sequence_parallel:
         rules["sequence"] = seq_len % t == 0
     rules["layers"] = p <= config.layers
+    if grid.first_last is not None:
+        rules["pipeline_layers"] = uneven_ok(config.layers, p, v, grid.first_last)
     if grid.schedule == "interleaved":
-        rules["interleaved_layers"] = config.layers % (p * v) == 0
+        even = config.layers % (p * v) == 0
+        rules["interleaved_layers"] = (even if grid.first_last is None
+                                       else np.where(np.asarray(grid.first_last[0]) > 0, True, even))
         rules["schedule"] = (p >= 2) & (v >= 2)
         if micro_batches is not None:
             rules["micro_batches"] = micro_batches % p == 0
@@ -424,9 +447,14 @@ def check_parallel(model, tensor_parallel=1, pipeline: Pipeline | int = 1, *, gp
             continue
         index = tuple(np.argwhere(~ok)[0]) if ok.ndim else ()
         setting = ", ".join(f"{key} {int(value[index])}" for key, value in shaped.items())
+        if name == "pipeline_layers":
+            setting += f", pipeline_layers {pipeline.first_last[0]},{pipeline.first_last[1]}"
+            if pipeline.schedule == "interleaved":
+                setting += f", chunks {pipeline.chunks}"
         facts = {"heads": f"heads {config.heads}", "kv_heads": f"kv_heads {config.kv_heads}",
                  "ffn_hidden": f"ffn_hidden {config.ffn_hidden}", "layers": f"{config.layers} layers",
                  "interleaved_layers": f"{config.layers} layers",
+                 "pipeline_layers": f"{config.layers} layers",
                  "node": f"gpus_per_node {gpus_per_node}", "sequence": f"seq_len {seq_len}",
                  "schedule": f"schedule {pipeline.schedule}, chunks {pipeline.chunks}"}.get(name)
         about = f"{config.name} has {facts}; " if facts else ""
@@ -482,6 +510,8 @@ class ParallelGrid:
     chunks: int
     micro_batches: np.ndarray | None
     vocab_divisible_by: int
+    # Layers of the first and last stage (int64 arrays; 0 on a setting split evenly), or None.
+    first_last: tuple | None = None
 
 
 def parallel_grid(model, tensor_parallel, pipeline_parallel, pipeline_stage, schedule, chunks,
@@ -508,21 +538,13 @@ def grid_of(model, tensor_parallel, pipeline: Pipeline | int, pipeline_stage=Non
     shaped = dict(zip(arrays, broadcast(**arrays)))
     t, p = shaped["tensor_parallel"], shaped["pipeline_parallel"]
     check_parallel(config, t, Pipeline(p, pipeline.schedule, pipeline.chunks,
-                                       shaped.get("micro_batches")))
+                                       shaped.get("micro_batches"), pipeline.first_last))
     stage = shaped.get("pipeline_stage")
     if stage is not None and np.any(stage >= p):
         raise ValueError(f"pipeline_stage must be below pipeline_parallel (stages 0 to p - 1), "
                          f"got {echo(pipeline_stage)} with pipeline_parallel {echo(pipeline.stages.tolist())}")
     return ParallelGrid(config, t, p, stage, pipeline.schedule, pipeline.chunks,
-                        shaped.get("micro_batches"), vocab_divisible_by)
-
-
-def stage_layers(layers: int, pipeline_parallel, pipeline_stage) -> np.ndarray:
-    """Transformer layers on pipeline stage r of p: L // p, plus one for the first L mod p
-    stages (the interleaved schedule's L / p when p x chunks divides L is the same)."""
-    p = np.asarray(pipeline_parallel, dtype=np.int64)
-    r = np.asarray(pipeline_stage, dtype=np.int64)
-    return layers // p + (r < layers % p)
+                        shaped.get("micro_batches"), vocab_divisible_by, pipeline.first_last)
 
 
 def _layers_of(config: TransformerConfig, place: str) -> int:
@@ -531,29 +553,12 @@ def _layers_of(config: TransformerConfig, place: str) -> int:
             "expert_layer": config.sparse_layers}.get(place, 1)
 
 
-def stage_dense_layers(config: TransformerConfig, pipeline_parallel, pipeline_stage, *,
-                       schedule: str = "1f1b", chunks: int = 1) -> np.ndarray:
-    """Of the layers on pipeline stage r, how many are the model's first ``dense_layers``.
-
-    1F1B: stage r holds the contiguous layers from r (L // p) + min(r, L mod p) on
-    (:func:`stage_layers`), so the dense ones are those below ``dense_layers``. Interleaved:
-    rank r holds model chunks r, r + p, ... of L / (p v) layers each, chunk c from layer
-    c L / (p v) on. 0 for a model whose layers are alike."""
-    p = np.asarray(pipeline_parallel, dtype=np.int64)
-    r = np.asarray(pipeline_stage, dtype=np.int64)
-    dense = config.dense_layers
-    if schedule == "interleaved":
-        width = config.layers // (p * chunks)
-        return sum(np.clip(dense - (j * p + r) * width, 0, width) for j in range(chunks))
-    start = r * (config.layers // p) + np.minimum(r, config.layers % p)
-    return np.clip(dense - start, 0, stage_layers(config.layers, p, r))
-
-
 def _stage_kinds(grid: ParallelGrid, r) -> dict[str, np.ndarray]:
     """Layers of each of :data:`LAYER_PLACES` on stage r (parameters: as the grid's schedule
     places them)."""
-    held = stage_layers(grid.config.layers, grid.p, r)
-    dense = stage_dense_layers(grid.config, grid.p, r, schedule=grid.schedule, chunks=grid.chunks)
+    held = stage_layers(grid.config.layers, grid.p, r, grid.first_last)
+    dense = stage_dense_layers(grid.config, grid.p, r, schedule=grid.schedule, chunks=grid.chunks,
+                               first_last=grid.first_last)
     return {"layer": held, "dense_layer": dense, "expert_layer": held - dense}
 
 
@@ -598,35 +603,29 @@ def unsharded_units_on(grid: ParallelGrid, r) -> dict[str, np.ndarray]:
     return {"root": root, "layer": layer, "matrices": matrix, "matrix_tensors": count}
 
 
-def candidate_stages(config: TransformerConfig, pipeline_parallel) -> list[np.ndarray]:
-    """The pipeline stages that can be the most loaded, as arrays broadcast with ``p``: the
-    first and the last; with dense first layers (lighter than an expert layer, so a middle
-    stage of expert layers can outweigh the first) every stage, the k-th as min(k, p - 1)."""
-    p = np.asarray(pipeline_parallel, dtype=np.int64)
-    if not config.dense_layers:
-        return [np.zeros_like(p), p - 1]
-    return [np.minimum(k, p - 1) for k in range(int(np.max(p)))]
-
-
 def at_stage(grid: ParallelGrid, load):
     """``load(r)`` at the grid's pipeline stage, or (None) the largest over
     :func:`candidate_stages` (the first and the last for a model whose layers are alike)."""
     if grid.pipeline_stage is not None:
         return load(grid.pipeline_stage)
-    return np.maximum.reduce([load(r) for r in candidate_stages(grid.config, grid.p)])
+    return np.maximum.reduce([load(r) for r in candidate_stages(grid.config, grid.p,
+                                                                grid.first_last)])
 
 
 def candidate_loads(config: TransformerConfig, t: np.ndarray, p: np.ndarray,
-                    chunks: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+                    chunks: np.ndarray, first_last=None) -> list[tuple[np.ndarray, np.ndarray]]:
     """(parameters, largest module) on one GPU of each of :func:`candidate_stages`, for checked
-    int64 arrays of t, p and model chunks per stage (1: 1F1B, more: interleaved): the planner's
-    path. The chunks matter only to a model with dense first layers."""
+    int64 arrays of t, p and model chunks per stage (1: 1F1B, more: interleaved) and uneven
+    stages (``first_last``: arrays, 0 where even): the planner's path. The chunks matter only to
+    a model with dense first layers."""
     out = []
-    for r in candidate_stages(config, p):
+    for r in candidate_stages(config, p, first_last):
         params, module = np.zeros_like(p), np.zeros_like(p)
         for v in np.unique(chunks):
             sel, schedule = chunks == v, "interleaved" if v > 1 else "1f1b"
-            grid = ParallelGrid(config, t[sel], p[sel], r[sel], schedule, int(v), None, 1)
+            split = None if first_last is None else tuple(np.broadcast_to(x, p.shape)[sel]
+                                                          for x in first_last)
+            grid = ParallelGrid(config, t[sel], p[sel], r[sel], schedule, int(v), None, 1, split)
             params[sel], module[sel] = parameters_on(grid), largest_module_on(grid)
         out.append((params, module))
     return out

@@ -59,6 +59,7 @@ from zerolib.core.memory.model_parallel import (
     rows_on_rank,
     stage_dense_layers,
     stage_layers,
+    stage_start,
 )
 
 
@@ -109,19 +110,21 @@ def embedding_micro_batches(pipeline_parallel, *, schedule: str = "1f1b", micro_
 
 
 def layer_activations_held(layers: int, pipeline_parallel, pipeline_stage, *, schedule: str = "1f1b",
-                           chunks: int = 1, micro_batches=None) -> np.ndarray:
+                           chunks: int = 1, micro_batches=None, first_last=None) -> np.ndarray:
     """Copies of one layer's activations (layers x micro-batches) stage r holds at its peak:
     its layers x :func:`micro_batches_in_flight` (1F1B), or L / (p v) layers per chunk pass
-    (interleaved). On the first stage with the pipeline full: L, or L (1 + (p - 1) / (p v))."""
+    (interleaved; with uneven stages, ``first_last``, the stage's own layers / v). On the first
+    stage with the pipeline full: L, or L (1 + (p - 1) / (p v))."""
     flight = _in_flight(pipeline_parallel, pipeline_stage, schedule, chunks, micro_batches)
     p = np.asarray(pipeline_parallel, dtype=np.int64)
+    held = stage_layers(layers, p, pipeline_stage, first_last)
     if schedule == "interleaved":
-        return flight * (layers // (p * chunks))
-    return flight * stage_layers(layers, p, pipeline_stage)
+        return flight * (held // chunks)
+    return flight * held
 
 
 def dense_layer_activations_held(config, pipeline_parallel, pipeline_stage, *, schedule: str = "1f1b",
-                                 chunks: int = 1, micro_batches=None) -> np.ndarray:
+                                 chunks: int = 1, micro_batches=None, first_last=None) -> np.ndarray:
     """Of :func:`layer_activations_held`, the copies of the model's first ``dense_layers``
     (DeepSeek's dense MLP layers; 0 for a model whose layers are alike). 1F1B: the stage's dense
     layers x the micro-batches in flight. Interleaved: pass k of the warm-up runs model chunk
@@ -133,13 +136,14 @@ def dense_layer_activations_held(config, pipeline_parallel, pipeline_stage, *, s
         return np.zeros(np.broadcast(p, r).shape, dtype=np.int64)
     flight = _in_flight(p, r, schedule, chunks, micro_batches)
     if schedule != "interleaved":
-        return flight * stage_dense_layers(config, p, r)
+        return flight * stage_dense_layers(config, p, r, first_last=first_last)
     cycles, rest = np.divmod(flight, p * chunks)
     held = np.zeros(np.shape(flight), dtype=np.int64)
+    width = stage_layers(config.layers, p, r, first_last) // chunks
+    begin = stage_start(config.layers, p, r, first_last) // chunks
     for j in range(chunks):
         passes = cycles * p + np.clip(rest - j * p, 0, p)      # chunk j's passes in flight
-        chunk = np.clip(config.dense_layers - (j * p + r) * (config.layers // (p * chunks)),
-                        0, config.layers // (p * chunks))
+        chunk = np.clip(config.dense_layers - (j * (config.layers // chunks) + begin), 0, width)
         held = held + passes * chunk
     return held
 
@@ -254,12 +258,12 @@ def stage_rules(options: ActivationOptions) -> tuple[str, int, bool]:
 
 def _stage_terms(config, pipeline_parallel, schedule, chunks, micro_batches,
                  units: Mapping[str, np.ndarray], r: np.ndarray,
-                 rules: tuple[str, int, bool] = EVERY_LAYER) -> dict[str, np.ndarray]:
+                 rules: tuple[str, int, bool] = EVERY_LAYER, first_last=None) -> dict[str, np.ndarray]:
     p = pipeline_parallel
     held = layer_activations_held(config.layers, p, r, schedule=schedule, chunks=chunks,
-                                  micro_batches=micro_batches)
+                                  micro_batches=micro_batches, first_last=first_last)
     dense = dense_layer_activations_held(config, p, r, schedule=schedule, chunks=chunks,
-                                         micro_batches=micro_batches)
+                                         micro_batches=micro_batches, first_last=first_last)
     first = np.where(r == 0, embedding_micro_batches(p, schedule=schedule,
                                                      micro_batches=micro_batches), 0)
     last = (r == p - 1).astype(np.int64)
@@ -278,8 +282,8 @@ def _stage_terms(config, pipeline_parallel, schedule, chunks, micro_batches,
         # N checkpointed inputs and the rest whole (block); recomputing a uniform chunk holds
         # its N layers at once.
         flight = _in_flight(p, r, schedule, chunks, micro_batches)
-        per = (np.asarray(config.layers // (p * chunks), dtype=np.int64) if schedule == "interleaved"
-               else stage_layers(config.layers, p, r))
+        per = stage_layers(config.layers, p, r, first_last) // (
+            chunks if schedule == "interleaved" else 1)
         if method == "uniform":
             layers = flight * ceil_div(per, n) * units["transformer_layers"]
             transient = np.minimum(n, per) * units["recompute_transient"]
@@ -321,20 +325,34 @@ def stage_activation_totals(model, units: Mapping[str, np.ndarray], pipeline_par
 
 
 def stage_terms_of(config, units: Mapping[str, int], p, r, schedule: str, chunks: int,
-                   m, rules: tuple[str, int, bool] = EVERY_LAYER) -> dict[str, np.ndarray]:
+                   m, rules: tuple = EVERY_LAYER) -> dict[str, np.ndarray]:
     """:func:`stage_activation_terms` by term from :func:`unit_terms`, of checked inputs
-    (``rules``: :func:`stage_rules` of the options)."""
-    terms = _stage_terms(config, p, schedule, chunks, m, units, r, rules)
+    (``rules``: :func:`stage_rules` of the options, and after them, where the stages are uneven,
+    their (FIRST, LAST): :func:`with_split`)."""
+    terms = _stage_terms(config, p, schedule, chunks, m, units, r, *_split_rules(rules))
     _total(config, terms)   # refused beyond MAX_BYTES, as the public path refuses it
     return terms
 
 
 def activation_totals_of(config, units: Mapping[str, np.ndarray], p: np.ndarray, r: np.ndarray,
                          schedule: str, chunks: int, m: np.ndarray | None,
-                         rules: tuple[str, int, bool] = EVERY_LAYER) -> np.ndarray:
-    """:func:`stage_activation_totals` of checked inputs (a TransformerConfig, int64 arrays):
-    the planner's path."""
-    return _total(config, _stage_terms(config, p, schedule, chunks, m, units, r, rules))
+                         rules: tuple = EVERY_LAYER) -> np.ndarray:
+    """:func:`stage_activation_totals` of checked inputs (a TransformerConfig, int64 arrays;
+    ``rules`` as :func:`stage_terms_of`'s, FIRST and LAST arrays with 0 where even): the
+    planner's path."""
+    return _total(config, _stage_terms(config, p, schedule, chunks, m, units, r,
+                                       *_split_rules(rules)))
+
+
+def with_split(rules: tuple, first_last) -> tuple:
+    """``rules`` (:func:`stage_rules`') with the uneven stages' (FIRST, LAST) after them, as
+    :func:`stage_terms_of` and :func:`activation_totals_of` read them (None: even)."""
+    return tuple(rules[:3]) if first_last is None else (*rules[:3], first_last)
+
+
+def _split_rules(rules: tuple) -> tuple:
+    """(the three rules, FIRST and LAST or None) of a :func:`with_split` tuple."""
+    return tuple(rules[:3]), (rules[3] if len(rules) > 3 else None)
 
 
 def stage_activation_terms(model, seq_len, micro_batch, tensor_parallel=1,
@@ -357,7 +375,7 @@ def stage_activation_terms(model, seq_len, micro_batch, tensor_parallel=1,
                             f"(activation_bytes_per_gpu takes arrays)")
     units = _term_arrays(grid, seq_len, micro_batch, options)
     terms = _stage_terms(grid.config, grid.p, grid.schedule, grid.chunks, grid.micro_batches, units,
-                         grid.pipeline_stage, stage_rules(options))
+                         grid.pipeline_stage, stage_rules(options), grid.first_last)
     _total(grid.config, terms)
     return MappingProxyType({name: int(value) for name, value in terms.items()})
 
@@ -377,4 +395,4 @@ def activation_bytes_per_gpu(model, seq_len, micro_batch, tensor_parallel=1,
     units = _term_arrays(grid, seq_len, micro_batch, options)
     return at_stage(grid, lambda r: _total(grid.config, _stage_terms(
         grid.config, grid.p, grid.schedule, grid.chunks, grid.micro_batches, units, r,
-        stage_rules(options))))
+        stage_rules(options), grid.first_last)))

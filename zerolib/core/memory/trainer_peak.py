@@ -79,9 +79,11 @@ def unsharded_units(config: TransformerConfig, s: WorkingSetSettings,
     if not s.convention.fsdp:
         return None
     grid = ParallelGrid(config, np.int64(s.tensor_parallel), np.int64(s.pipeline_parallel),
-                        np.int64(pipeline_stage), s.pipeline_schedule, s.pipeline_chunks, None, 1)
+                        np.int64(pipeline_stage), s.pipeline_schedule, s.pipeline_chunks, None, 1,
+                        s.pipeline_layers)
     units = {name: int(value) for name, value in unsharded_units_on(grid, grid.pipeline_stage).items()}
-    units["layers"] = int(stage_layers(config.layers, s.pipeline_parallel, pipeline_stage))
+    units["layers"] = int(stage_layers(config.layers, s.pipeline_parallel, pipeline_stage,
+                                       s.pipeline_layers))
     return units
 
 

@@ -149,11 +149,12 @@ from zerolib.core.memory.model_parallel import (
     ParallelGrid,
     Pipeline,
     candidate_stages,
+    check_first_last,
     check_parallel,
     largest_module_on,
     parameters_on,
 )
-from zerolib.core.memory.pipeline_schedule import stage_terms_of, unit_terms
+from zerolib.core.memory.pipeline_schedule import stage_rules, stage_terms_of, unit_terms, with_split
 from zerolib.core.memory.placement import Placement, check_placement, place
 
 
@@ -210,6 +211,8 @@ class WorkingSetSettings:
     logits_freed: bool | None = None
     # The caching allocator's reserve over the allocated peak, parts per million (fitted).
     reserved_ppm: int = RESERVED_PPM
+    # Uneven pipeline stages (FIRST, LAST; zerolib.core.memory.pipeline_stages); None: even.
+    pipeline_layers: tuple[int, int] | None = None
 
     def __post_init__(self):
         check_positive_int(self.seq_len, "seq_len", MAX_SEQ_LEN)
@@ -254,6 +257,8 @@ class WorkingSetSettings:
                 raise ValueError(f"{name} applies to activation checkpoints: it needs "
                                  f"recompute='full', got {self.recompute!r}")
         trainer.check_memory(self)
+        if self.pipeline_layers is not None:
+            object.__setattr__(self, "pipeline_layers", check_first_last(self.pipeline_layers))
 
     def __deepcopy__(self, memo) -> WorkingSetSettings:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -282,12 +287,11 @@ class WorkingSetSettings:
     def pipeline(self) -> Pipeline:
         """This run's pipeline: its stages, schedule, model chunks and micro-batches."""
         return Pipeline(self.pipeline_parallel, self.pipeline_schedule, self.pipeline_chunks,
-                        self.micro_batches)
+                        self.micro_batches, self.pipeline_layers)
 
     def as_dict(self) -> dict:
         out = asdict(self)
-        if out["logits_bytes"] is not None:
-            out["logits_bytes"] = list(out["logits_bytes"])
+        out.update({n: list(out[n]) for n in ("logits_bytes", "pipeline_layers") if out[n] is not None})
         return out
 
 
@@ -316,14 +320,16 @@ def _check_parallel_settings(config: TransformerConfig, s: WorkingSetSettings,
 def _pipeline_stages(config: TransformerConfig, s: WorkingSetSettings) -> tuple[int, ...]:
     """The pipeline stages that can be the most loaded: the first and the last, or every
     stage of a model with dense first layers (candidate_stages says why)."""
-    return tuple(dict.fromkeys(int(r) for r in candidate_stages(config, s.pipeline_parallel)))
+    return tuple(dict.fromkeys(int(r) for r in candidate_stages(config, s.pipeline_parallel,
+                                                                 s.pipeline_layers)))
 
 
 def _on_gpu(config: TransformerConfig, s: WorkingSetSettings, pipeline_stage: int) -> tuple[int, int]:
     """(parameters, largest module's elements) on one GPU of ``pipeline_stage``."""
     # The settings were checked when made, the parallel rules at the door (check_peak_inputs).
     grid = ParallelGrid(config, np.int64(s.tensor_parallel), np.int64(s.pipeline_parallel),
-                        np.int64(pipeline_stage), s.pipeline_schedule, s.pipeline_chunks, None, 1)
+                        np.int64(pipeline_stage), s.pipeline_schedule, s.pipeline_chunks, None, 1,
+                        s.pipeline_layers)
     return int(parameters_on(grid)), int(largest_module_on(grid))
 
 
@@ -345,10 +351,12 @@ def _activations(config: TransformerConfig, s: WorkingSetSettings,
         if "dense_transformer_layer" in units and config.dense_layers:
             units["dense_transformer_layer"] = units["transformer_layers"]
     micro_batches = None if s.micro_batches is None else np.int64(s.micro_batches)
+    method, layers, _ = stage_rules(s.activation_options)   # Megatron-LM's uniform / block N
     out = {}
     for pipeline_stage in pipeline_stages or _pipeline_stages(config, s):
         acts = stage_terms_of(config, units, np.int64(s.pipeline_parallel), np.int64(pipeline_stage),
-                              s.pipeline_schedule, s.pipeline_chunks, micro_batches)
+                              s.pipeline_schedule, s.pipeline_chunks, micro_batches,
+                              with_split((method, layers, False), s.pipeline_layers))
         out[pipeline_stage] = (int(sum(v for k, v in acts.items() if k != "logits_loss")),
                                int(acts["logits_loss"]))
     return out

@@ -135,7 +135,8 @@ def context_rows(grid: ParallelGrid, tokens: int, b: int, c: int, recompute: str
     if c == 1:
         return ()
     config, t = grid.config, int(grid.t)
-    passes = int(grid.micro_batches) * int(stage_layers(config.layers, grid.p, grid.pipeline_stage))
+    passes = int(grid.micro_batches) * int(stage_layers(config.layers, grid.p, grid.pipeline_stage,
+                                                        grid.first_last))
     steps = (c - 1) * passes     # layer passes per step on this GPU, C - 1 sends each
     block = kv_block_bytes(config, tokens, b, t, e)
 

@@ -166,10 +166,11 @@ def tensor_rows(grid: ParallelGrid, tokens: int, bsh: int, sp: bool,
     config, t, p, r, m = grid.config, int(grid.t), int(grid.p), int(grid.pipeline_stage), int(grid.micro_batches)
     if t == 1:
         return ()
-    passes = m * int(stage_layers(config.layers, p, r))   # layer passes per step on this GPU
+    held = int(stage_layers(config.layers, p, r, grid.first_last))
+    passes = m * held   # layer passes per step on this GPU
     # Sublayers whose collectives run over t: every layer's attention, and the MLP of every
     # layer but a routed-only MoE layer under sequence parallelism (see moe_mlp_free_layers).
-    both = passes + m * (int(stage_layers(config.layers, p, r)) - moe_mlp_free_layers(config, p, r, sp))
+    both = passes + m * (held - moe_mlp_free_layers(config, p, r, sp))
     only = "" if both == 2 * passes else " (the MLP's in the layers that have one over t)"
 
     def row(collective, phase, what, calls, size=bsh):

@@ -186,13 +186,13 @@ def _smallest_tensor_parallel(config: TransformerConfig) -> int:
 
 @lru_cache(maxsize=4096)
 def _tensor_rows(config: TransformerConfig, seq_len: int, p: int, r: int,
-                 sequence_parallel: bool, recompute: str, element_bytes: int):
+                 sequence_parallel: bool, recompute: str, element_bytes: int, first_last=(0, 0)):
     """(kind, calls per micro-batch, bytes per call at micro-batch 1) of the tensor-parallel
     collectives on stage r, for any t > 1: the rows' calls and sizes do not depend on t (only
     the group does), and their bytes, b x s x h elements (or 3 fp32 values per token for the
     loss), are exactly proportional to the micro-batch."""
     # Inputs checked by parallel_step_time (or the planner's door): the kernel trusts them.
-    grid = ParallelGrid(config, _smallest_tensor_parallel(config), p, r, "1f1b", 1, 1, 1)
+    grid = ParallelGrid(config, _smallest_tensor_parallel(config), p, r, "1f1b", 1, 1, 1, first_last)
     rows = tensor_rows(grid, seq_len, element_bytes * seq_len * config.hidden, sequence_parallel,
                        recompute)
     return tuple((KIND_OF[row.collective], row.calls, row.tensor_bytes) for row in rows)
@@ -317,6 +317,9 @@ class ParallelSettings:
     # A fused attention kernel (flash attention): the attention core is counted causal, half of
     # the s x s products (zerolib.core.step.time); Megatron-LM's unfused core computes them all.
     flash_attention: bool = True
+    # Uneven pipeline stages per setting: the first and last stage's layers (0: even, stage_layers').
+    first_layers: np.ndarray = 0
+    last_layers: np.ndarray = 0
 
     def __post_init__(self):
         put = object.__setattr__
@@ -348,11 +351,14 @@ class ParallelSettings:
             setting_codes(self.offload, tuple(OFFLOADS), "offload"),
             _flags(self.partition_activations, "partition_activations"),
             _flags(self.cpu_checkpointing, "cpu_checkpointing"),
+            check_whole(self.first_layers, "first_layers", "a whole number of layers (0: even)", 0),
+            check_whole(self.last_layers, "last_layers", "a whole number of layers (0: even)", 0),
             *(() if self.expert_tensor_parallel is None else
               (check_gpus(self.expert_tensor_parallel, "expert_tensor_parallel"),)))
         names = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
                  "micro_batches", "chunks", "expert_parallel", "sequence_parallel", "recompute",
-                 "offload", "partition_activations", "cpu_checkpointing", "expert_tensor_parallel")
+                 "offload", "partition_activations", "cpu_checkpointing", "first_layers", "last_layers",
+                 "expert_tensor_parallel")
         for name, array in zip(names, arrays):
             put(self, name, np.array(array))
         b, p, zero = self.micro_batch, self.pipeline_parallel, self.stage
@@ -407,7 +413,8 @@ class ParallelSettings:
             put(settings, "engine", get_engine(DEFAULT_ENGINE))
         shard_group = values.pop("shard_group")
         arrays = {"chunks": 1, "sequence_parallel": False, "expert_parallel": 1,
-                  "partition_activations": False, "cpu_checkpointing": False, **values}
+                  "partition_activations": False, "cpu_checkpointing": False, "first_layers": 0,
+                  "last_layers": 0, **values}
         names = list(arrays)
         typed = (np.asarray(arrays[n], dtype=bool if n in _BOOL_ARRAYS else np.int64)
                  for n in names)    # the dtypes __post_init__ gives them
@@ -473,7 +480,8 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
     s = s // c      # the tokens of each sequence one GPU computes on (its CP rank's share)
     engine = st.engine
     rule = engine.overlap if st.overlap is None else st.overlap
-    _check_rules(config, t, p, v, m, s, sp, ic)
+    uneven = (st.first_layers, st.last_layers) if np.any(st.first_layers) else None
+    _check_rules(config, t, p, v, m, s, sp, ic, uneven)
     ep, etp = st.expert_parallel, st.expert_tensor_parallel
     # Every mixture: its dispatcher's ETP collectives run at ETP = t and E = 1 too.
     spread = bool(np.any(ep > 1)) or (etp is not None and bool(np.any(etp != t)))
@@ -488,7 +496,7 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
     def stage_part(r):
         """Per micro-batch on stage r: compute, tensor, pipeline and exposed ZeRO seconds; the
         backward compute and the per-step ZeRO seconds."""
-        params = parameters_on(ParallelGrid(config, t, p, r, "1f1b", 1, None, 1))   # checked
+        params = parameters_on(ParallelGrid(config, t, p, r, "1f1b", 1, None, 1, uneven))   # checked
         forward, backward = np.zeros(b.shape), np.zeros(b.shape)
         # A token runs k of a mixture's X routed experts and looks its embedding up: the
         # matrices it multiplies are the active parameters less the lookup (time.py's rule).
@@ -497,7 +505,7 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
         # The attention core of this GPU's heads and the stage's layers, every step (causal
         # with flash attention). Under context parallelism each of its s / C tokens still
         # attends over the whole sequence.
-        core = attention_core_flops_of(config, st.seq_len, t, stage_layers(config.layers, p, r),
+        core = attention_core_flops_of(config, st.seq_len, t, stage_layers(config.layers, p, r, uneven),
                                        st.flash_attention)
         rate = device.peak_flops * mfu
         for code, name in enumerate(RECOMPUTE):   # the recompute setting chooses the FLOPs
@@ -506,9 +514,9 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
                 fwd, bwd = step_flops(multiplied, core, name)
                 forward = np.where(here, fwd * (s * b) / rate, forward)
                 backward = np.where(here, bwd * (s * b) / rate, backward)
-        tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec) + checkpoint_seconds(
+        tensor = _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec, uneven or (0, 0)) + checkpoint_seconds(
             config, ic, st, r)
-        context = _context_seconds(config, ic, s, e, b, c, t, r, p, rec)
+        context = _context_seconds(config, ic, s, e, b, c, t, r, p, rec, uneven or (0, 0))
         pipe = _pipeline_seconds(config, ic, s, e, b, t, p, d, r, sp, v)
         slots, every = _zero_slots(ic, params, d, t, zero, layout, shard_group, units, p, engine)
         expert = np.zeros(b.shape)
@@ -551,6 +559,9 @@ def _step_time(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
     pick_last = last.micro_batch > first.micro_batch
     on = _OnStage(**{f.name: np.where(pick_last, getattr(last, f.name), getattr(first, f.name))
                      for f in fields(_OnStage)})
+    if uneven is not None:   # a middle stage (the second stands for all) can hold the most layers
+        pick = (p > 2) & ((middle := stage_part(np.minimum(1, p - 1))).micro_batch > on.micro_batch)
+        on = _OnStage(**{f.name: np.where(pick, getattr(middle, f.name), getattr(on, f.name)) for f in fields(on)})
     micro = on.micro_batch
     return ParallelStepTime(compute=m * on.compute, tensor=m * on.tensor, context=m * on.context,
                             expert=m * on.expert, pipeline=m * on.pipeline,
@@ -566,7 +577,7 @@ def _per_degree(config, ic, device, st: ParallelSettings) -> ParallelStepTime:
     micro = np.zeros(cp.shape)
     arrays = ("micro_batch", "tensor_parallel", "pipeline_parallel", "data_parallel", "stage",
               "micro_batches", "chunks", "expert_parallel", "sequence_parallel", "recompute",
-              "offload", "partition_activations", "cpu_checkpointing")
+              "offload", "partition_activations", "cpu_checkpointing", "first_layers", "last_layers")
     etp = st.expert_tensor_parallel
     for degree in np.unique(cp).tolist():
         sel = cp == degree
@@ -601,28 +612,30 @@ def _flags(value, name: str) -> np.ndarray:
     return array
 
 
-def _check_rules(config, t, p, v, m, s, sp, ic):
+def _check_rules(config, t, p, v, m, s, sp, ic, uneven=None):
     """Refuse what :func:`zerolib.core.memory.model_parallel.parallel_rules` refuses, naming the rule."""
     for vv in np.unique(v):
         for flag in (False, True):
             sel = (v == vv) & (sp == flag)
             if not np.any(sel):
                 continue
+            split = None if uneven is None else tuple(np.broadcast_to(x, sel.shape)[sel] for x in uneven)
             grid = ParallelGrid(config, t[sel], p[sel], None, "interleaved" if vv > 1 else "1f1b",
-                                int(vv), m[sel], 1)
+                                int(vv), m[sel], 1, split)
             rules = rules_of(grid, ic.gpus_per_node, s, bool(flag))
             for name, ok in rules.items():
                 if not np.all(ok):
                     raise ValueError(RULES[name])
 
 
-def _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec):
+def _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec, split=(0, 0)):
     """Seconds of the tensor-parallel collectives per micro-batch on stage r: each row's calls
     x (ring latency + its bytes, proportional to the micro-batch, at the bus bandwidth)."""
     shape, flat_t, flat_b = np.shape(b), np.ravel(t), np.ravel(b)
     calls = {}    # (kind, bytes at micro-batch 1) -> calls per micro-batch of every setting
-    for (pp, rr, flag, code), rows in setting_groups((p, r, sp.astype(np.int64), rec)):
-        for kind, count, size in _tensor_rows(config, s, pp, rr, bool(flag), RECOMPUTE[code], e):
+    first, last = (np.broadcast_to(x, shape) for x in split)
+    for (pp, rr, flag, code, ff, ll), rows in setting_groups((p, r, sp.astype(np.int64), rec, first, last)):
+        for kind, count, size in _tensor_rows(config, s, pp, rr, bool(flag), RECOMPUTE[code], e, (ff, ll)):
             calls.setdefault((kind, size), np.zeros(flat_t.shape, dtype=np.int64))[rows] += count
     timing = {kind: ring_timing_of(ic, kind, flat_t) for kind in CHUNKS_SENT}   # t checked once
     out = np.zeros(flat_t.shape)
@@ -633,7 +646,7 @@ def _tensor_seconds(config, ic, s, e, b, t, p, r, sp, rec):
     return np.where(flat_t > 1, out, 0.0).reshape(shape)
 
 
-def _context_seconds(config, ic, tokens, e, b, c, t, r, p, rec):
+def _context_seconds(config, ic, tokens, e, b, c, t, r, p, rec, split=(0, 0)):
     """Seconds of the ring attention's sends per micro-batch on stage r (``tokens``: s / C):
     each row's calls x one point-to-point message of its K,V block (exactly proportional to the
     micro-batch), across nodes once the ring's t x C GPUs leave one node."""
@@ -642,8 +655,8 @@ def _context_seconds(config, ic, tokens, e, b, c, t, r, p, rec):
     k = ic.gpus_per_node
     out = np.zeros(np.size(b))
     crosses = (k is not None) & (np.ravel(t) * c > (k or 0))
-    for (tt, pp, rr, code), rows in setting_groups((t, p, r, rec)):
-        grid = ParallelGrid(config, tt, pp, rr, "1f1b", 1, 1, 1)
+    for (tt, pp, rr, code, ff, ll), rows in setting_groups((t, p, r, rec, *np.broadcast_arrays(b, *split)[1:])):
+        grid = ParallelGrid(config, tt, pp, rr, "1f1b", 1, 1, 1, (ff, ll))
         for row in context_rows(grid, tokens, 1, c, RECOMPUTE[code], e):
             out[rows] += row.calls * send_seconds(ic, row.tensor_bytes * np.ravel(b)[rows],
                                                   crosses[rows])

@@ -40,7 +40,7 @@ def checkpoint_seconds(config, ic, st, r):
     copy = cpu & full
     if not (np.any(gather) or np.any(copy)):
         return np.zeros(np.shape(b))
-    layers = stage_layers(config.layers, p, r)
+    layers = stage_layers(config.layers, p, r, (st.first_layers, st.last_layers))
     elements = s * b * config.hidden               # one checkpoint, whole (s: this CP rank's)
     latency, bandwidth = ring_timing_of(ic, "all_gather", np.where(gather, t, 2))
     sent = CHUNKS_SENT["all_gather"] * (t - 1) * ceil_div(e * elements, t)
