@@ -115,6 +115,11 @@ def test_a_launch_line_with_uneven_stages_is_carried(capsys):
     out = estimate_json(capsys, "--megatron-args", LINE + " --decoder-first-pipeline-num-layers 14",
                         "--gpus", "32")
     assert out["working_set_settings"]["pipeline_layers"] == [14, 18]
-    # 1F1B: the first stage keeps 2 micro-batches of 14 layers (28 layer copies), the last one of
-    # 18: the first is the busier
-    assert {row["pipeline_stage"] for row in out["stages"]} == {0}
+    # By hand, the last stage against the first (t 2, d 8, ZeRO-1 at bf16 with Megatron-LM's fp32
+    # gradient buffer: 2 + 4 + 12 / 8 = 7.5 bytes a parameter): 4 more layers of 101,189,632
+    # parameters a GPU (4 x 4,096^2 + 3 x 4,096 x 11,008 + 2 x 4,096, halved by t) hold
+    # 3.036 GB more, and its logits (6 bytes x 4,096 tokens x 16,000) 0.393 GB; 1F1B keeps 2
+    # micro-batches of 14 layers on the first stage against 1 of 18 on the last, 10 more layer
+    # copies of 4,096 x 4,096 x 34 / 2 bytes (Korthikanti's selective, SP): 2.852 GB. The last
+    # stage is the busier by about 0.58 GB.
+    assert {row["pipeline_stage"] for row in out["stages"]} == {1}
