@@ -217,6 +217,8 @@ def plan_request(run, gpus=None, gpus_per_node=None, device=None, seq_len=None,
     for alias, name in _RUN_ALIASES.items():
         if alias in options:
             options[name] = options.pop(alias)
+    if options.get("recompute_method", "uniform") != "uniform" or options.get("recompute_layers", 1) != 1:
+        options["recompute"] = "full"   # the method's own (the rows that recompute fully read it)
     given = {name: value for name, value in (("gpus_per_node", gpus_per_node), ("device", device),
                                              ("seq_len", seq_len), ("global_batch", global_batch))
              if value is not None}
