@@ -83,3 +83,19 @@ def test_a_memory_flag_the_engine_lacks_is_one_line(capsys):
     status, out, err = run(capsys, *BASE, "--engine", "fsdp2", "--fp8-all-gather", "--fp8")
     assert status == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and "torchtitan" in err
+
+
+def test_a_run_files_trainer_memory_is_the_plans(capsys, tmp_path):
+    # (the plan's run-file flags once left these out: a file's fp8 and compile were dropped)
+    path = tmp_path / "run.toml"
+    path.write_text('[model]\npreset = "llama-2-7b"\n\n[cluster]\ngpus = 16\ndevice = "h100-80gb"\n'
+                    'gpus_per_node = 8\n\n[trainer]\nengine = "torchtitan"\nfp8 = true\n'
+                    'compile = true\n\n[batch]\nseq_len = 4096\nglobal_batch = 64\n')
+    saved = tmp_path / "best.toml"
+    status, out, err = run(capsys, "plan", "--run", str(path), "--max-micro-batch", "1",
+                           "--format", "json", "--save-run", str(saved))
+    assert status == 0, err
+    memory = json.loads(out)["settings"]["trainer_memory"]
+    assert memory["fp8"] and memory["compile"]
+    text = saved.read_text()
+    assert 'engine = "torchtitan"' in text and "fp8 = true" in text and "compile = true" in text

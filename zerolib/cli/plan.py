@@ -165,7 +165,10 @@ def register(commands) -> None:
 # micro-batch) the plan searches
 _FILLED = ("gpus", "gpus_per_node", "device", "seq", "global_batch", "links", "layout", "bytes",
            "mfu", "host_link", "host", "cpu_adam_rate", "host_memory", "engine", "flash",
-           "capacity_factor", "reserve", "link_efficiency")
+           "capacity_factor", "reserve", "link_efficiency",
+           # the trainer's memory (estimate's): a run file's are the plan's
+           "recompute_method", "recompute_layers", "loss", "loss_chunks", "norms", "fp8",
+           "fp8_all_gather", "compile", "reserved_ppm")
 _REQUIRED = {"gpus": "--gpus", "gpus_per_node": "--gpus-per-node", "device": "--device",
              "seq": "--seq", "global_batch": "--global-batch"}
 
