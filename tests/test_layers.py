@@ -37,7 +37,7 @@ RANKS = (
     # the readers of trainers' own files (a launch line, a DeepSpeed config): runs
     ("zerolib.core.megatron_launch", 5), ("zerolib.core.deepspeed_config", 5),
     ("zerolib.core.estimate", 5), ("zerolib.core.plan_settings", 5), ("zerolib.core.planner", 5),
-    ("zerolib.core.plan_table", 5),
+    ("zerolib.core.plan_table", 5), ("zerolib.core.plan_peaks", 5),
     ("zerolib.chapter", 6), ("zerolib.chapter.style", 6), ("zerolib.chapter.fast_png", 6),
     ("zerolib.chapter.charts", 7),
     ("zerolib.chapter.figures", 8),

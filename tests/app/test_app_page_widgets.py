@@ -257,5 +257,11 @@ def test_the_peak_answer_shows_both_peaks_and_what_the_verdict_judges():
     assert "<th>Peak</th><th>Peak reserved</th>" in text and "the verdict judges the peak" in text
     t = answers(Settings(engine="torchtitan"))
     assert "the verdict judges the reserved peak" in answering.peak_html(t)
-    # the plan is the chapter's count: torchtitan is refused there in one line, the page goes on
-    assert "torchtitan" in t.errors["plan"]
+    # the plan takes the trainer too: both peaks per configuration, the reserved one judged
+    assert "plan" not in t.errors and len(t.plan.fits)
+    plan_text = answering.plan_html(t)
+    assert "<th>Peak per GPU</th><th>Peak reserved</th><th>Headroom</th>" in plan_text
+    assert "fit</b>: the reserved peak per GPU at most" in plan_text
+    best = t.plan.fits.iloc[0]
+    assert best["headroom_bytes"] == t.plan.settings.device.capacity - best["peak_reserved_bytes"]
+    assert "fit</b>: the peak per GPU at most" in answering.plan_html(a)

@@ -48,8 +48,8 @@ def test_will_it_fit_table_follows_the_capacity_reading():
     rows = explorer.table.value.split("<tr>")[2:]        # after the header row
     for row, most_gpus, most_batch in zip(rows, fewest, largest):
         cells = row.split("<td style='text-align:right'>")
-        assert cells[2].startswith(f"{int(most_gpus) or 'never'}<")
-        assert cells[3].startswith(f"{most_batch or 'never'}<")
+        assert cells[3].startswith(f"{int(most_gpus) or 'never'}<")   # after both peaks
+        assert cells[4].startswith(f"{most_batch or 'never'}<")
 
 
 def test_planner_judges_fits_on_the_capacity_reading():

@@ -13,7 +13,7 @@ PLAN = ("llama-2-7b", 8, 8, "h100-80gb", 4096, 8)
     ("stages", 3, TypeError, "stages must be a list or tuple of 0, 1, 2, 3, got 3"),
     ("stages", None, TypeError, "stages must be a list or tuple of 0, 1, 2, 3, got None"),
     ("recompute", "none", TypeError, "recompute must be a list or tuple of none, selective, full, "
-                                     "got 'none'"),
+                                     "op-selective, got 'none'"),
     ("offload", "none", TypeError, "offload must be a list or tuple of none, optimizer, "
                                    "optimizer+parameters, got 'none'"),
     ("chunks", 1, TypeError, "chunks must be a list or tuple of whole numbers"),

@@ -267,6 +267,7 @@ def plan_html(a: Answers, unit: str = "GB", top: int = TOP) -> str:
     s, counts, fits = a.plan.settings, a.plan.counts(), a.plan.fits
     ic = s.interconnect
     where = ic.label if ic.network is None else f"{ic.name}, {s.gpus_per_node} GPUs per node"
+    judged = "the reserved peak" if s.working_set.convention.judges == "peak_reserved" else "the peak"
     rows = []
     for record in fits.head(top).to_dict("records"):
         particular = left_out_for(record)
@@ -274,13 +275,15 @@ def plan_html(a: Answers, unit: str = "GB", top: int = TOP) -> str:
             f"<tr>{_right(int(record['rank']))}<td class='prose'>"
             f"{html.escape(describe_configuration(record))}</td>"
             f"{_right(_bytes(record['peak_bytes'], unit))}"
+            f"{_right(_bytes(record['peak_reserved_bytes'], unit))}"
             f"{_right(_bytes(record['headroom_bytes'], unit))}"
             f"{_right(format_value(record['step_seconds']) + ' s')}"
             f"<td class='prose'>{html.escape('; '.join(particular) or 'only what every row leaves out')}"
             "</td></tr>")
     table = (f"<table class='prose-last'><caption>The {min(top, len(fits))} fastest of "
              f"{len(fits):,} that fit</caption><thead><tr><th>Rank</th><th>Configuration</th>"
-             "<th>Peak per GPU</th><th>Headroom</th><th>Step</th><th>Leaves out, besides the "
+             "<th>Peak per GPU</th><th>Peak reserved</th><th>Headroom</th><th>Step</th>"
+             "<th>Leaves out, besides the "
              f"list below</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
              if len(fits) else "<p><b>Nothing fits.</b></p>")
     every = "".join(f"<li>{html.escape(item)}</li>" for item in left_out_for_all())
@@ -288,7 +291,9 @@ def plan_html(a: Answers, unit: str = "GB", top: int = TOP) -> str:
             f"({html.escape(where)}), sequence {s.seq_len:,}, global batch {s.global_batch:,}, "
             f"layout {html.escape(s.layout.name)}, mfu {s.mfu:g}, engine "
             f"{html.escape(a.engine_label)}: {counts['configurations']:,} configurations, "
-            f"{counts['runnable']:,} can run, <b>{counts['fit']:,} fit</b>. "
+            f"{counts['runnable']:,} can run, <b>{counts['fit']:,} fit</b>: {judged} per GPU at "
+            f"most {_bytes(s.device.capacity, unit)}, headroom the capacity less it (the reserved "
+            f"peak adds the caching allocator's reserve to the peak). "
             f"{section_link('plan')}</p>{table}"
             f"<p><i>{html.escape(PLAN_HEADER)}</i> Every row leaves out: </p><ul>{every}</ul>"
             f"<p>{section_link('left_out')}</p>")

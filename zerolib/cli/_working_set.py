@@ -67,26 +67,7 @@ def add_arguments(parser) -> None:
                          "selective is Megatron-LM's (the attention core; under flash attention it "
                          "equals none less the 4-byte log-sum-exp), op-selective torchtitan's "
                          "op-level policy, full keeps each layer's input")
-    ws.add_argument("--recompute-method", choices=RECOMPUTE_METHODS,
-                    help="full recomputation's method (Megatron-LM): uniform chunks of "
-                         "--recompute-layers layers, or block (the first N layers of a stage)")
-    ws.add_argument("--recompute-layers", metavar="N",
-                    help="Megatron-LM's --recompute-num-layers (default 1; needs --recompute full)")
-    ws.add_argument("--loss", choices=LOSSES,
-                    help="the loss implementation (default: the engine's; zerolib.core.memory.loss)")
-    ws.add_argument("--loss-chunks", metavar="K", help="the chunked loss's chunks (default 8)")
-    ws.add_argument("--norms", choices=NORMS,
-                    help="fused norm kernels (default) or eager Python RMSNorm (fp32 copies kept)")
-    ws.add_argument("--fp8", action="store_true", default=None,
-                    help="Float8 training of the Linear layers (torchao Float8Linear)")
-    ws.add_argument("--fp8-all-gather", action="store_true", default=None,
-                    help="FSDP2 all-gathers the Float8 weights in fp8 (needs --fp8, engine torchtitan)")
-    ws.add_argument("--compile", action="store_true", default=None,
-                    help="torch.compile: fused norms, and the loss compiled where the engine "
-                         "compiles it (torchtitan)")
-    ws.add_argument("--reserved-ppm", metavar="PPM",
-                    help="the caching allocator's reserve over the allocated peak, parts per "
-                         "million (default 108403: the median of published pairs)")
+    add_memory_arguments(ws)
     ws.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None,
                     help="flash-style attention, no s x s scores stored (default: on)")
     ws.add_argument("--tensor-parallel", metavar="T",
@@ -131,6 +112,30 @@ def add_arguments(parser) -> None:
     ws.add_argument("--cpu-checkpointing", action="store_true", default=None,
                     help="ZeRO-R P_a+cpu (DeepSpeed cpu_checkpointing): keep activation "
                          "checkpoints in host memory (needs --recompute full)")
+
+
+def add_memory_arguments(group) -> None:
+    """The trainer's memory flags (zerolib.core.memory.conventions), estimate's and plan's."""
+    group.add_argument("--recompute-method", choices=RECOMPUTE_METHODS,
+                       help="full recomputation's method (Megatron-LM): uniform chunks of "
+                            "--recompute-layers layers, or block (the first N layers of a stage)")
+    group.add_argument("--recompute-layers", metavar="N",
+                       help="Megatron-LM's --recompute-num-layers (default 1; needs --recompute full)")
+    group.add_argument("--loss", choices=LOSSES,
+                       help="the loss implementation (default: the engine's; zerolib.core.memory.loss)")
+    group.add_argument("--loss-chunks", metavar="K", help="the chunked loss's chunks (default 8)")
+    group.add_argument("--norms", choices=NORMS,
+                       help="fused norm kernels (default) or eager Python RMSNorm (fp32 copies kept)")
+    group.add_argument("--fp8", action="store_true", default=None,
+                       help="Float8 training of the Linear layers (torchao Float8Linear)")
+    group.add_argument("--fp8-all-gather", action="store_true", default=None,
+                       help="FSDP2 all-gathers the Float8 weights in fp8 (needs --fp8, engine torchtitan)")
+    group.add_argument("--compile", action="store_true", default=None,
+                       help="torch.compile: fused norms, and the loss compiled where the engine "
+                            "compiles it (torchtitan)")
+    group.add_argument("--reserved-ppm", metavar="PPM",
+                       help="the caching allocator's reserve over the allocated peak, parts per "
+                            "million (default 108403: the median of published pairs)")
 
 
 def add_capacity_factor(group) -> None:

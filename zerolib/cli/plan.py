@@ -46,6 +46,8 @@ from zerolib.core.step.time import DEFAULT_MFU, MIN_MFU
 from zerolib.core.units import UNITS, to_unit
 
 DEFAULT_TOP = 20
+# What fits judges (the engine's memory convention), in words
+_JUDGED = {"peak": "peak", "peak_reserved": "reserved peak"}
 SEQUENCE_PARALLEL = {"both": (False, True), "on": (True,), "off": (False,)}
 
 
@@ -90,7 +92,10 @@ def register(commands) -> None:
                         help="micro-batches tried: 1 to N (default 8)")
     parser.add_argument("--stages", metavar="LIST", help="ZeRO stages tried (default 0,1,2,3)")
     parser.add_argument("--recompute", metavar="LIST",
-                        help="recomputations tried, from none,selective,full (default all three)")
+                        help="recomputations tried, from " + ",".join(RECOMPUTE) + " (default: "
+                             "none,selective,full; under --engine torchtitan its own "
+                             "none,op-selective,full); selective is Megatron-LM's (under flash "
+                             "attention it equals none less the 4-byte log-sum-exp)")
     parser.add_argument("--chunks", metavar="LIST",
                         help="pipeline schedules tried: 1 is 1F1B, V >= 2 interleaved with V model "
                              "chunks per stage (default all: at each pipeline degree P, 1F1B and "
@@ -109,9 +114,14 @@ def register(commands) -> None:
     parser.add_argument("--shard-groups", choices=list(SHARD_GROUPS),
                         help="stages 1-3: every shard group G dividing d (default), or G = d only")
     parser.add_argument("--engine", choices=list(ENGINE_NAMES),
-                        help=f"whose stages, pipeline rule, schedule and overlap: the ZeRO "
-                             f"paper's, DeepSpeed 0.19.8 at its defaults, PyTorch FSDP2, "
-                             f"Megatron-LM's distributed optimizer (default {DEFAULT_ENGINE})")
+                        help=f"whose stages, pipeline rule, schedule, overlap and memory "
+                             f"convention: the ZeRO paper's, DeepSpeed 0.19.8 at its defaults, "
+                             f"PyTorch FSDP2, Megatron-LM's distributed optimizer, FSDP2 as "
+                             f"torchtitan runs it (its loss, FSDP2's unsharded state beside a "
+                             f"pipeline, fits judged on the reserved peak) (default "
+                             f"{DEFAULT_ENGINE})")
+    memory = parser.add_argument_group("the trainer's memory (as estimate counts it)")
+    working_set_cli.add_memory_arguments(memory)
     parser.add_argument("--flash", action=argparse.BooleanOptionalAction, default=None,
                         help="flash-style attention, no s x s scores stored (default: on)")
     working_set_cli.add_capacity_factor(parser)
@@ -161,7 +171,10 @@ def register(commands) -> None:
 # micro-batch) the plan searches
 _FILLED = ("gpus", "gpus_per_node", "device", "seq", "global_batch", "links", "layout", "bytes",
            "mfu", "host_link", "host", "cpu_adam_rate", "host_memory", "engine", "flash",
-           "capacity_factor", "reserve", "link_efficiency")
+           "capacity_factor", "reserve", "link_efficiency",
+           # the trainer's memory (estimate's): a run file's are the plan's
+           "recompute_method", "recompute_layers", "loss", "loss_chunks", "norms", "fp8",
+           "fp8_all_gather", "compile", "reserved_ppm")
 _REQUIRED = {"gpus": "--gpus", "gpus_per_node": "--gpus-per-node", "device": "--device",
              "seq": "--seq", "global_batch": "--global-batch"}
 
@@ -209,7 +222,8 @@ def _named(allowed, name):
 
 def options_from(args, config) -> dict:
     """Keyword arguments for :func:`zerolib.core.planner.plan` from the flags."""
-    options = {"layout": layout_from(args) or "mixed-adam", "links": args.links,
+    # the layout: the flag's, else the engine's own (torchtitan's fp32-adam, the others' mixed-adam)
+    options = {"layout": layout_from(args), "links": args.links,
                "sequence_parallel": SEQUENCE_PARALLEL[args.sequence_parallel],
                "shard_groups": args.shard_groups or "all"}
     if args.mfu is not None:
@@ -244,6 +258,7 @@ def options_from(args, config) -> dict:
     options.update(host_options_from(args, bool(offloads), bool(offloads)))
     if args.engine is not None:
         options["engine"] = args.engine
+    options.update(working_set_cli.memory_fields_from(args))
     for key, flag in (("context_parallel", "--context-parallel"), ("expert_parallel", "--expert-parallel"),
                       ("expert_tensor_parallel", "--expert-tensor-parallel")):
         value = _list(getattr(args, key), flag, lambda x, flag=flag: parse_whole(x, flag, maximum=MAX_GPUS))
@@ -377,6 +392,7 @@ def as_table(result, top: int, unit: str, width: int | None = None) -> str:
     characters (None: no limit)."""
     s = result.settings
     counts = result.counts()
+    judges = s.working_set.convention.judges
     ic = s.interconnect
     links = ic.label if ic.network is None else (f"{ic.name}: {ic.intra.label} inside, "
                                                  f"{ic.network.label} across")
@@ -394,12 +410,13 @@ def as_table(result, top: int, unit: str, width: int | None = None) -> str:
            f"is above --gpus)."]
           if s.gpus < s.gpus_per_node else []),
         f"{counts['configurations']:,} configurations: {counts['fit']:,} fit, "
-        f"{counts['rejected']:,} rejected; fits means the peak per GPU is at most "
+        f"{counts['rejected']:,} rejected; fits means the {_JUDGED[judges]} per GPU is at most "
         f"{to_unit(s.device.capacity, unit):,.1f} {unit}.", ""]
     fits = result.fits
     if len(fits):
         headers = ["rank", "t", "SP", "p", "schedule", "d", "ZeRO", "group", "recompute",
-                   "micro-batch", "offload", f"peak [{unit}]", f"headroom [{unit}]", "step [s]",
+                   "micro-batch", "offload", f"peak [{unit}]", f"reserved [{unit}]",
+                   f"headroom [{unit}]", "step [s]",
                    "network", "bubble"]
         searched = [c for c in SEARCHED[:2] if c in fits.columns]   # C, E: shown when searched
         headers[3:3] = [{"context_parallel": "C", "expert_parallel": "E"}[c] for c in searched]
@@ -429,13 +446,17 @@ def as_table(result, top: int, unit: str, width: int | None = None) -> str:
                          *([_zero_r_label(r)] if zero_r else []),
                          f"{r['micro_batch']} x {r['micro_batches']}", r["offload"],
                          f"{to_unit(r['peak_bytes'], unit):,.2f}",
+                         f"{to_unit(r['peak_reserved_bytes'], unit):,.2f}",
                          f"{to_unit(r['headroom_bytes'], unit):,.2f}", f"{r['step_seconds']:,.2f}",
                          f"{r['network_wait_fraction']:.1%}", f"{r['bubble_fraction']:.1%}"])
         lines.append([fitted_table(headers, rows, width)])    # a list: laid out already
         if len(fits) > shown:
             lines.append(f"... {len(fits) - shown:,} more fit (--top N shows more)")
         lines.append("micro-batch b x m: b sequences per micro-batch, m micro-batches per step "
-                     "and pipeline; network and bubble: shares of the step."
+                     "and pipeline; peak: the allocated peak (torch.cuda.max_memory_allocated) "
+                     "plus the reserve outside PyTorch's allocator; reserved: with the caching "
+                     "allocator's reserve (max_memory_reserved); headroom: capacity less the "
+                     f"{_JUDGED[judges]}; network and bubble: shares of the step."
                      + (" stages FIRST,LAST: the layers of the first and last pipeline stage, "
                         "the rest split evenly (even: L // p each, one more on the first L mod p)." if split
                         else ""))

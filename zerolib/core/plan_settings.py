@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,7 @@ from zerolib.core.memory.model_parallel import (
     MAX_CHUNKS,
     check_first_last,
 )
+from zerolib.core.memory.trainer_peak import summed
 from zerolib.core.memory.working_set import MAX_MICRO_BATCH, WorkingSetSettings
 from zerolib.core.run import Run
 from zerolib.core.step.engines import (
@@ -62,6 +63,13 @@ DEFAULT_LINKS: Mapping[str, str] = MappingProxyType({
 # P_a+cpu) as DeepSpeed's activation_checkpointing sets partition_activations, cpu_checkpointing.
 ZERO_R: Mapping[str, tuple[bool, bool]] = MappingProxyType({
     "none": (False, False), "partition": (True, False), "partition+cpu": (True, True)})
+# The recomputations a plan searches when none are named: the chapter's three, or an engine's
+# own policies (torchtitan's train configs: op-level selective or full checkpointing,
+# torchtitan/config/job_config.py ActivationCheckpoint.mode, "selective" with
+# selective_ac_option "op"; Korthikanti's selective is not torchtitan's).
+ENGINE_RECOMPUTE: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "torchtitan": ("none", "op-selective", "full")})
+
 # Engines that offer ZeRO-R, whose plans search P_a by default: DeepSpeed has it (and the paper
 # describes it); Megatron-LM and FSDP2 have no partitioned checkpoints.
 ZERO_R_ENGINES = ("paper", "deepspeed")
@@ -151,6 +159,10 @@ class PlanSettings:
                 "engine": self.engine.name, "overlap": (self.overlap or self.engine.overlap).as_dict(),
                 "flash_attention": self.working_set.flash_attention,
                 "reserve_bytes": self.working_set.reserve_bytes,
+                # what fits judges (allocated or reserved peak) and the trainer's memory settings
+                "fits_judges": self.working_set.convention.judges,
+                "trainer_memory": {name: value for name, value in (
+                    (name, getattr(self.working_set, name)) for name in MEMORY_FIELDS)},
                 "host_settings": self.host.as_dict(),
                 # a mixture of experts' token buffers (None: dropless); a dense model has none
                 **({"capacity_factor": self.working_set.capacity_factor} if self.model.experts else {}),
@@ -166,7 +178,8 @@ class PlanSettings:
 @dataclass(frozen=True)
 class Search:
     """What :func:`zerolib.core.planner.plan` searches beside the run's fixed settings: the ZeRO
-    ``stages``, ``recompute`` settings, pipeline schedules (``chunks``: 1 for 1F1B, v >= 2
+    ``stages``, ``recompute`` settings (None: the engine's, :data:`ENGINE_RECOMPUTE`, else the
+    chapter's none, selective and full), pipeline schedules (``chunks``: 1 for 1F1B, v >= 2
     interleaved, or ``"all"`` that the layers allow), ``offload`` options, sequence parallelism
     on and off, shard groups (``"all"`` divisors of d, or ``"whole"``), the context-parallel,
     expert-parallel and expert-tensor-parallel degrees (None: the engine's and the model's
@@ -174,7 +187,7 @@ class Search:
     ``max_micro_batch``. Checked by :func:`plan_settings`, which knows the model and engine."""
 
     stages: tuple = STAGES
-    recompute: tuple = CHAPTER_RECOMPUTE
+    recompute: tuple | None = None
     chunks: tuple | str = ALL_CHUNKS
     offload: tuple = tuple(OFFLOADS)
     sequence_parallel: tuple = (False, True)
@@ -187,6 +200,9 @@ class Search:
     pipeline_layers: tuple | str | None = None
 
 
+# The trainer's memory settings a plan carries (zerolib.core.memory.trainer_memory), engine aside
+MEMORY_FIELDS = ("norms", "fp8", "fp8_all_gather", "compile", "recompute_method",
+                 "recompute_layers", "loss", "loss_chunks", "logits_freed", "reserved_ppm")
 SEARCH_FIELDS = tuple(f.name for f in fields(Search))
 # The short form's options that name a run field by another name
 _RUN_ALIASES = {"links": "link"}
@@ -210,6 +226,8 @@ def plan_request(run, gpus=None, gpus_per_node=None, device=None, seq_len=None,
     for alias, name in _RUN_ALIASES.items():
         if alias in options:
             options[name] = options.pop(alias)
+    if options.get("recompute_method", "uniform") != "uniform" or options.get("recompute_layers", 1) != 1:
+        options["recompute"] = "full"   # the method's own (the rows that recompute fully read it)
     given = {name: value for name, value in (("gpus_per_node", gpus_per_node), ("device", device),
                                              ("seq_len", seq_len), ("global_batch", global_batch))
              if value is not None}
@@ -223,22 +241,49 @@ def _search(fields_by_name: dict) -> Search:
 def plan_settings(run, gpus=None, gpus_per_node=None, device=None, seq_len=None,
                   global_batch=None, *, search: Search | None = None, **options) -> PlanSettings:
     """Check every input of :func:`plan` (ValueError/TypeError naming it): a run and a search,
-    or the short form (:func:`plan_request`). The run fixes the model, the cluster (device,
-    GPUs per node, links, host), the trainer (engine, layout, mfu, flash attention, buffers,
-    reserve) and the batch (sequence, global batch); its parallel layout, ZeRO stage,
-    recomputation and micro-batch are the search's. ``host`` (None: the node of the links where
-    the host catalogue has it, else DGX A100's) and ``cpu_adam_rate`` (None: the roofline
-    alone) time offload's CPU step and NVMe. ``zero_r`` names the ZeRO-R options searched
-    (:data:`ZERO_R`; None: "none" only, DeepSpeed's default: its ``activation_checkpointing``
-    config has ``partition_activations`` and ``cpu_checkpointing`` false; only the engines of
-    :data:`ZERO_R_ENGINES` offer the others). ``context_parallel`` above 1 only for an engine
-    that runs it (``Engine.context_parallel``: Megatron-LM, FSDP2 with torchtitan).
-    ``expert_tensor_parallel`` names the ETP degrees searched
+    or the short form (:func:`plan_request`). The run fixes the model, the cluster (device, GPUs
+    per node, links, host), the trainer (engine, layout, mfu, flash attention, buffers, reserve,
+    and its memory convention's settings as ``estimate`` honours them: fp8, fp8 all-gather,
+    compile, loss, norms, Megatron-LM's recompute method and layers for the rows that recompute
+    fully, the allocator's reserve) and the batch (sequence, global batch); its parallel layout,
+    ZeRO stage, recomputation and micro-batch are the search's. ``host`` (None: the node of the
+    links where the host catalogue has it, else DGX A100's) and ``cpu_adam_rate`` (None: the
+    roofline alone) time offload's CPU step and NVMe. ``zero_r`` names the ZeRO-R options
+    searched (:data:`ZERO_R`; None: "none" only, DeepSpeed's default: its
+    ``activation_checkpointing`` config has ``partition_activations`` and ``cpu_checkpointing``
+    false; only the engines of :data:`ZERO_R_ENGINES` offer the others). ``context_parallel``
+    above 1 only for an engine that runs it (``Engine.context_parallel``: Megatron-LM, FSDP2
+    with torchtitan). ``expert_tensor_parallel`` names the ETP degrees searched
     (:func:`zerolib.core.memory.expert_parallel_rules.check_etp_degrees`; None: under
     Megatron-LM every divisor of a mixture's expert width, else ETP = t only)."""
     run, search = plan_request(run, gpus, gpus_per_node, device, seq_len, global_batch,
                                search=search, **options)
     return _settings_of(run, search)
+
+
+def _recompute(recompute, trainer, config: TransformerConfig) -> tuple[str, ...]:
+    """The recomputations searched: those named (any of RECOMPUTE), else the engine's own;
+    op-selective only where it is modelled (dense blocks with standard attention)."""
+    modelled = not (config.experts or config.kv_lora_rank)
+    if recompute is None:
+        return tuple(r for r in ENGINE_RECOMPUTE.get(trainer.engine_name, CHAPTER_RECOMPUTE)
+                     if modelled or r != "op-selective")
+    named = _choices(recompute, RECOMPUTE, "recompute")
+    if "op-selective" in named and not modelled:
+        raise ValueError(f"recompute 'op-selective' is modelled for dense blocks with standard "
+                         f"attention, got {config.name} (experts or latent attention)")
+    return named
+
+
+def _working_set(trainer) -> WorkingSetSettings:
+    """The trainer's working-set settings; with Megatron-LM's recompute method or layers (which
+    need full recomputation) they are held at recompute "full", the rows that recompute fully
+    reading them (the planner's rows choose their own recomputation)."""
+    method = (trainer.recompute_method, trainer.recompute_layers)
+    if method == ("uniform", 1):
+        return trainer.working_set()
+    every = trainer.replace(recompute_method="uniform", recompute_layers=1).working_set()
+    return replace(every, recompute="full", recompute_method=method[0], recompute_layers=method[1])
 
 
 def _settings_of(run: Run, search: Search) -> PlanSettings:
@@ -247,16 +292,12 @@ def _settings_of(run: Run, search: Search) -> PlanSettings:
         raise ValueError("a plan needs a model's architecture (a preset, a config.json or "
                          "Megatron-LM arguments), not a bare parameter count")
     c, t, b = run.cluster, run.trainer, run.batch
-    if t.engine_name == "torchtitan":
-        raise ValueError("trainer.engine torchtitan is estimate's (its memory convention: "
-                         "zerolib.core.memory.conventions); the planner searches the chapter's "
-                         "count: plan with engine fsdp2")
-    default = type(t)().memory_fields()
-    asked = [name for name, value in t.memory_fields().items()
-             if name != "engine" and value != default[name]]
-    if asked:
-        raise ValueError(f"the planner searches the chapter's memory count: trainer."
-                         f"{asked[0]} is estimate's only")
+    convention = _working_set(t).convention
+    if not summed(convention) and (search.expert_parallel not in (None, (1,), [1], 1)
+                                   or search.expert_tensor_parallel is not None):
+        raise ValueError(f"expert_parallel and expert_tensor_parallel are not planned under "
+                         f"engine {t.engine_name}'s memory convention (estimate spreads experts "
+                         f"with the chapter's count): plan its mixtures with expert_parallel (1,)")
     gpus = c.gpus
     if c.device is None:
         raise ValueError("device must be given to plan (cluster.device: what each GPU holds)")
@@ -280,7 +321,7 @@ def _settings_of(run: Run, search: Search) -> PlanSettings:
     if t.partition_activations or t.cpu_checkpointing:
         raise ValueError("working_set's partition_activations and cpu_checkpointing are the "
                          "plan's to search: give zero_r instead")
-    working_set = t.working_set()
+    working_set = _working_set(t)
     max_micro_batch = check_positive_int(search.max_micro_batch, "max_micro_batch",
                                          min(MAX_PLAN_MICRO_BATCH, MAX_MICRO_BATCH))
     chunks = search.chunks
@@ -299,6 +340,8 @@ def _settings_of(run: Run, search: Search) -> PlanSettings:
         raise ValueError(f"context_parallel must be (1,) for engine {engine.name}: it runs no "
                          f"ring-attention context parallelism (the engines that do: "
                          f"{', '.join(CONTEXT_PARALLEL_ENGINES)})")
+    if not summed(convention):   # (1,): the experts kept whole (see the refusal above)
+        search = replace(search, expert_parallel=(1,))
     zero_r = ("none",) if search.zero_r is None else search.zero_r
     zero_r = _choices(zero_r, tuple(ZERO_R), "zero_r")
     if zero_r != ("none",) and engine.name.split(" ")[0] not in ZERO_R_ENGINES:
@@ -309,7 +352,7 @@ def _settings_of(run: Run, search: Search) -> PlanSettings:
         ic, check_host_link(c.host_link),
         get_layout(t.layout_of), t.mfu,
         c.host_memory, max_micro_batch, _choices(search.stages, STAGES, "stages"),
-        _choices(search.recompute, CHAPTER_RECOMPUTE, "recompute"), chunks,
+        _recompute(search.recompute, t, config), chunks,
         _choices(search.offload, tuple(OFFLOADS), "offload"),
         _choices(search.sequence_parallel, (False, True), "sequence_parallel"),
         _choices([search.shard_groups], SHARD_GROUPS, "shard_groups")[0], working_set,

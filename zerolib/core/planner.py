@@ -64,34 +64,24 @@ import numpy as np
 
 from zerolib.core.inputs import (
     MAX_ARRAY_SIZE,
-    MAX_GPUS,
 )
 from zerolib.core.memory import context_parallel as cp_rules
 from zerolib.core.memory import expert_parallel_rules as ep_rules
-from zerolib.core.memory.accounting import CATEGORIES, ModelState
-from zerolib.core.memory.activations import RECOMPUTE, ActivationOptions, checkpoint_terms_of
-from zerolib.core.memory.model_parallel import (
-    MAX_CHUNKS,
-    ParallelGrid,
-    candidate_loads,
-    candidate_stages,
-    chunks_for,
-    rules_of,
-)
+from zerolib.core.memory.accounting import CATEGORIES
+from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.conventions import JUDGES
 from zerolib.core.memory.model_parallel import (
     RULES as PARALLEL_RULES,
 )
-from zerolib.core.memory.pipeline_schedule import (
-    EVERY_LAYER,
-    UNIT_TERMS,
-    activation_totals_of,
-    unit_terms,
-    with_split,
+from zerolib.core.memory.model_parallel import (
+    ParallelGrid,
+    chunks_for,
+    rules_of,
 )
 from zerolib.core.memory.pipeline_stages import given_split, uneven_splits
-from zerolib.core.memory.placement import Placement, offered_stages, tiers_of
+from zerolib.core.memory.placement import offered_stages
 from zerolib.core.memory.tables import divisors_of
-from zerolib.core.memory.working_set import terms_of
+from zerolib.core.plan_peaks import PEAK_KEYS, offload_placement, peaks_of
 from zerolib.core.plan_settings import (  # noqa: F401  (the planner's names, where callers find them)
     DEFAULT_LINKS,
     MAX_PLAN_MICRO_BATCH,
@@ -167,7 +157,8 @@ FIT_COLUMNS = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequenc
                "micro_batches", "offload", "peak_bytes", "headroom_bytes", "pipeline_stage",
                "host_bytes_per_node", "step_seconds", "compute_seconds", "tensor_seconds",
                "pipeline_seconds", "data_parallel_seconds", "bubble_seconds",
-               "network_wait_fraction", "bubble_fraction", "fits", "family")
+               "network_wait_fraction", "bubble_fraction", "fits", "family",
+               "peak_reserved_bytes", "fits_judges")
 # Columns a plan's frames hold only when their dimension is searched, after FIT_COLUMNS.
 SEARCHED_COLUMNS = ("context_parallel", "expert_parallel", "expert_seconds",
                     "partition_activations", "cpu_checkpointing", "expert_tensor_parallel",
@@ -196,7 +187,7 @@ def _zero_variants(d: int, s: PlanSettings) -> tuple[tuple[int, int, str], ...]:
 def _variants(d: int, stages, offloads, shard_groups, group_stages) -> tuple[tuple[int, int, str], ...]:
     out = []
     for offload in offloads:
-        offered = offered_stages(_offload_placement(None, offload))
+        offered = offered_stages(offload_placement(None, offload))
         for stage in stages:
             if stage not in offered:
                 continue
@@ -332,113 +323,6 @@ def _first_broken(rules: dict, names, reason: np.ndarray) -> np.ndarray:
 
 # --- peaks and times of the configurations that can run -----------------------------------------
 
-def _activation_totals(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Activation bytes (logits and loss included) on one GPU of the first and last stage."""
-    ws = s.working_set
-    t, b, sp, rec = c["tensor_parallel"], c["micro_batch"], c["sequence_parallel"], c["recompute"]
-    cp = c.get("context_parallel", np.ones_like(t))
-    pa = c.get("partition_activations", np.zeros_like(sp))
-    cpu = c.get("cpu_checkpointing", np.zeros_like(sp))
-    code = (((((t * (MAX_PLAN_MICRO_BATCH + 1) + b) * 2 + sp) * len(RECOMPUTE) + rec) * 1025 + cp)
-            * 4 + 2 * pa + cpu)
-    etp = c.get("expert_tensor_parallel")
-    if etp is not None:    # ETP changes the experts' gathered rows (a searched ETP only)
-        code = code * (MAX_GPUS + 1) + etp
-    keys, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    units = {name: np.zeros(len(keys), dtype=np.int64) for name in UNIT_TERMS}
-    for index, row in enumerate(first.tolist()):
-        options = ActivationOptions.from_checked(   # each value checked at the planner's door
-            sequence_parallel=bool(sp[row]), recompute=RECOMPUTE[int(rec[row])],
-            flash_attention=ws.flash_attention, element_bytes=ws.element_bytes,
-            mask_bytes=ws.mask_bytes, dropout=ws.resolved_dropout, logits_bytes=ws.logits_bytes,
-            capacity_factor=ws.capacity_factor,
-            expert_tensor_parallel=None if etp is None or etp[row] == t[row] else int(etp[row]))
-        terms = unit_terms(s.model, s.seq_len // int(cp[row]), int(b[row]), int(t[row]), options)
-        if pa[row] or cpu[row]:    # the working set's rule: ZeRO-R's checkpoint, split or on the host
-            kept = checkpoint_terms_of(s.seq_len // int(cp[row]), int(b[row]), s.model.hidden,
-                                       int(t[row]), ws.element_bytes, bool(sp[row]),
-                                       bool(pa[row]), bool(cpu[row]))["gpu"]
-            terms = {**terms, "transformer_layers": kept}
-            if s.model.dense_layers:
-                terms["dense_transformer_layer"] = kept
-        for name in UNIT_TERMS:
-            units[name][index] = terms[name]
-    per_row = {name: values[inverse] for name, values in units.items()}
-    p, m, v = c["pipeline_parallel"], c["micro_batches"], c["chunks"]
-    split = _split(c)
-    stages = candidate_stages(s.model, p, split)
-    out = [np.zeros(len(code), dtype=np.int64) for _ in stages]
-    for chunk in np.unique(v):
-        sel = v == chunk
-        schedule = "interleaved" if chunk > 1 else "1f1b"
-        sub = {name: values[sel] for name, values in per_row.items()}
-        part = None if split is None else (split[0][sel], split[1][sel])
-        for index, r in enumerate(stages):
-            out[index][sel] = activation_totals_of(s.model, sub, p[sel], r[sel], schedule, int(chunk),
-                                                   m[sel], with_split(EVERY_LAYER, part))
-    return out
-
-
-def _split(c: Mapping[str, np.ndarray]):
-    """The configurations' uneven stages (FIRST, LAST arrays, 0 where even), or None."""
-    return (c["first_layers"], c["last_layers"]) if "first_layers" in c else None
-
-
-@lru_cache(maxsize=64)
-def _offload_placement(gpus_per_node: int | None, offload: str) -> Placement:
-    """The placement of one offload of the plan (made, and so checked, once)."""
-    return Placement(gpus_per_node=gpus_per_node, **OFFLOADS[offload])
-
-
-def _persistent(s: PlanSettings, c, params: np.ndarray):
-    """(bytes on the GPU, CPU bytes per node) of the model state of GPUs holding ``params``."""
-    gpu = np.zeros(len(params), dtype=np.int64)
-    cpu_node = np.zeros(len(params), dtype=np.int64)
-    d, stage, group, offload = c["data_parallel"], c["stage"], c["shard_group"], c["offload"]
-    names = list(OFFLOADS)
-    pair = group * len(names) + offload
-    for key in np.unique(pair):
-        sel = pair == key
-        g, o = divmod(int(key), len(names))
-        placement = _offload_placement(s.gpus_per_node, names[o]).with_shard_group(g)
-        # From _variants, valid by construction: place()'s checks are not repeated per group.
-        n = int(sel.sum())
-        tiers = tiers_of(ModelState(params[sel], d[sel], stage[sel], s.layout, np.full(n, g)),
-                         placement, np.full(n, s.gpus))
-        gpu[sel] = tiers.gpu
-        cpu_node[sel] = tiers.per_node("cpu")
-    return gpu, cpu_node
-
-
-def peaks_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Peak per GPU (and which pipeline stage decides it) and CPU bytes per node of the
-    configurations ``c`` (columns as :class:`Space` holds them; all must be runnable)."""
-    t, p = c["tensor_parallel"], c["pipeline_parallel"]
-    # Chunks place dense first layers (interleaved: in chunks of L / (p v)); alike layers, not.
-    v = c["chunks"] if s.model.dense_layers else np.ones_like(p)
-    split = _split(c)
-    key = (t * (MAX_GPUS + 1) + p) * (MAX_CHUNKS + 1) + v
-    if split is not None:   # the split, where searched
-        key = (key * (s.model.layers + 1) + split[0]) * (s.model.layers + 1) + split[1]
-    keys, first_row, inverse = np.unique(key, return_index=True, return_inverse=True)
-    per_stage = candidate_loads(s.model, t[first_row], p[first_row], v[first_row],
-                                None if split is None else tuple(x[first_row] for x in split))
-    activations = _activation_totals(s, c)
-    peak = stage_of_peak = host = np.full(len(p), -1, dtype=np.int64)
-    spread = ep_rules.spread_rows(c)
-    for (params, module), acts, r in zip(per_stage, activations,
-                                         candidate_stages(s.model, p, split)):
-        gpu, cpu_node = _persistent(s, c, params[inverse])
-        if len(spread):    # the experts over their own group (whole groups, no offload)
-            gpu[spread] = ep_rules.persistent(s, c, params[inverse], r, spread, v)
-        found = gpu + sum(terms_of(c["stage"], params[inverse], module[inverse], acts, 0,
-                                   s.working_set, s.layout).values())
-        later = found > peak        # the earlier stage on ties, as peaks() does
-        peak, stage_of_peak = np.where(later, found, peak), np.where(later, r, stage_of_peak)
-        host = np.maximum(host, cpu_node)
-    return {"peak_bytes": peak, "pipeline_stage": stage_of_peak, "host_bytes_per_node": host}
-
-
 def times_of(s: PlanSettings, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Step time and its parts of the configurations ``c``
     (:func:`zerolib.core.step.parallel.parallel_step_time`)."""
@@ -490,8 +374,7 @@ def _space_and_peaks(s: PlanSettings):
     runnable = np.flatnonzero(space.reason == PASSES)
     c = {name: values[runnable] for name, values in space.columns.items()}
     peaks = peaks_of(s, c) if len(runnable) else {
-        name: np.zeros(0, dtype=np.int64) for name in ("peak_bytes", "pipeline_stage",
-                                                       "host_bytes_per_node")}
+        name: np.zeros(0, dtype=np.int64) for name in PEAK_KEYS}
     for array in (*space.columns.values(), space.reason, runnable, *c.values(), *peaks.values()):
         array.setflags(write=False)
     _MEMORY[key] = found = (space, runnable, MappingProxyType(c), MappingProxyType(peaks))
@@ -524,6 +407,7 @@ class Plan:
         import pandas as pd
         s = self.settings
         c = {name: values[self.runnable] for name, values in self.space.columns.items()}
+        judges = s.working_set.convention.judges
         schedules = np.unique(self.space.columns["chunks"]).tolist()   # sorted
         frame = pd.DataFrame({
             "tensor_parallel": c["tensor_parallel"], "pipeline_parallel": c["pipeline_parallel"],
@@ -536,7 +420,7 @@ class Plan:
             "micro_batch": c["micro_batch"], "micro_batches": c["micro_batches"],
             "offload": pd.Categorical.from_codes(c["offload"], list(OFFLOADS)),
             "peak_bytes": self.results["peak_bytes"],
-            "headroom_bytes": s.device.capacity - self.results["peak_bytes"],
+            "headroom_bytes": s.device.capacity - self.results["judged_bytes"],
             "pipeline_stage": self.results["pipeline_stage"],
             "host_bytes_per_node": self.results["host_bytes_per_node"],
             **{name: self.results[name] for name in (
@@ -546,6 +430,9 @@ class Plan:
             "fits": self.reason[self.runnable] == PASSES,
             "family": pd.Categorical.from_codes(
                 (c["tensor_parallel"] > 1) + 2 * (c["pipeline_parallel"] > 1), list(FAMILIES)),
+            "peak_reserved_bytes": self.results["peak_reserved_bytes"],
+            "fits_judges": pd.Categorical.from_codes(
+                np.full(len(self.runnable), JUDGES.index(judges), dtype=np.int8), list(JUDGES)),
         }, columns=list(FIT_COLUMNS))
         frame = cp_rules.apart(frame, c)     # with C searched: d and C apart (ZeRO over d x C)
         if "partition_activations" in c:     # with ZeRO-R searched: which options each row runs
@@ -596,7 +483,7 @@ class Plan:
             members = np.flatnonzero(self.reason == code)
             bytes_ = None
             if name in ("capacity", "host_memory"):
-                key = "peak_bytes" if name == "capacity" else "host_bytes_per_node"
+                key = "judged_bytes" if name == "capacity" else "host_bytes_per_node"
                 values = self.results[key][position[members]]
                 pick = int(np.argmin(values))
                 example, bytes_ = int(members[pick]), int(values[pick])
@@ -634,8 +521,14 @@ class Plan:
         chunks, group = int(row["chunks"]), int(row["shard_group"])
         etp = int(row.get("expert_tensor_parallel", t))
         first, last = int(row.get("first_layers", 0)), int(row.get("last_layers", 0))
+        recompute = str(row["recompute"])
+        trainer = s.run.trainer
+        # Megatron-LM's method and layers belong to full recomputation: the other rows run without
+        method = ({} if recompute == "full" else {"recompute_method": "uniform", "recompute_layers": 1})
+        if (trainer.recompute_method, trainer.recompute_layers) == ("uniform", 1):
+            method = {}
         return s.run.replace(
-            pipeline_layers=(first, last) if first else None,
+            **method, pipeline_layers=(first, last) if first else None,
             gpus_per_node=s.gpus_per_node, link=s.interconnect.name, seq_len=s.seq_len,
             tensor_parallel=t, sequence_parallel=bool(row["sequence_parallel"]),
             pipeline_parallel=int(row["pipeline_parallel"]),
@@ -643,7 +536,7 @@ class Plan:
             context_parallel=c, expert_parallel=int(row.get("expert_parallel", 1)),
             expert_tensor_parallel=None if etp == t else etp,
             shard_group=None if group == d * c else group, stages=(int(row["stage"]),),
-            recompute=str(row["recompute"]), micro_batch=int(row["micro_batch"]),
+            recompute=recompute, micro_batch=int(row["micro_batch"]),
             micro_batches=int(row["micro_batches"]),
             partition_activations=bool(row.get("partition_activations", False)),
             cpu_checkpointing=bool(row.get("cpu_checkpointing", False)),
@@ -674,7 +567,7 @@ def plan_from(s: PlanSettings) -> Plan:
         name: np.zeros(0) for name in ("step_seconds", "network_wait_fraction", "bubble_fraction",
                                        *(f"{part}_seconds" for part in PARTS))}
     results = {**peaks, **times}
-    too_big = results["peak_bytes"] > s.device.capacity
+    too_big = results["judged_bytes"] > s.device.capacity   # the peak the engine judges
     host_over = (np.zeros(len(runnable), dtype=bool) if s.host_memory is None
                  else results["host_bytes_per_node"] > s.host_memory)
     reason = space.reason.copy()

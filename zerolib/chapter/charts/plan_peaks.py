@@ -7,7 +7,8 @@ configurations overplot one another, so the figure draws prominently only the **
 (:func:`frontier`): the configurations no other is both faster than and smaller in peak, that is
 the fastest for each peak, joined as a staircase and coloured by the parallelism each combines
 (hollow where it does not fit). Every other runnable configuration is a small faded grey point.
-Below the dashed capacity line a configuration's peak fits. The peak axis is logarithmic: peaks
+Below the dashed capacity line a configuration's peak fits (the peak its engine judges: the
+reserved peak under torchtitan's convention, :func:`judged_column`). The peak axis is logarithmic: peaks
 run from a few tens of GB to terabytes. The fastest configuration that fits (the planner's
 first, always on the frontier) is ringed and labelled, and so is any configuration the caller
 names; each label sits on its point's side of the capacity line, never across it.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
@@ -81,6 +83,17 @@ def frontier(step, peak) -> np.ndarray:
     lowest = np.minimum.accumulate(p)
     faster = np.where(first > 0, lowest[np.maximum(first - 1, 0)], np.inf)
     return order[(p < faster) & (p == p[first])]
+
+
+# The peak each point is drawn at: the one fits judges (the engine's convention), so the capacity
+# line parts what fits from what does not.
+JUDGED_AXIS = MappingProxyType({"peak": "Peak", "peak_reserved": "Reserved peak"})
+
+
+def judged_column(settings) -> str:
+    """The plan frame's column of the peak fits judges under ``settings`` (a PlanSettings)."""
+    return "peak_reserved_bytes" if settings.working_set.convention.judges == "peak_reserved" \
+        else "peak_bytes"
 
 
 def plan_titles(frame: pd.DataFrame) -> tuple[str, str]:
@@ -238,7 +251,7 @@ def _apply(artists: PlanPeaksArtists, frame: pd.DataFrame, unit: str, rows: dict
     scale = check_unit(unit)
     capacity = s.device.capacity / scale
     step = frame["step_seconds"].to_numpy(dtype=float)
-    peak = frame["peak_bytes"].to_numpy(dtype=float) / scale
+    peak = frame[judged_column(s)].to_numpy(dtype=float) / scale
     fits = frame["fits"].to_numpy(dtype=bool)
     family = frame["family"].astype(str).to_numpy()
     on = frontier(step, peak)
@@ -277,7 +290,7 @@ def _apply(artists: PlanPeaksArtists, frame: pd.DataFrame, unit: str, rows: dict
     for (text, leader), at in zip(artists.named, rows.values()):
         _place(text, leader, ax, float(step[at]), float(peak[at]), capacity, marks, marks)
     ax.set_xlabel("Estimated step time [s] (a model, not a measurement)")
-    ax.set_ylabel(f"Peak per GPU [{unit}], log scale")
+    ax.set_ylabel(f"{JUDGED_AXIS[s.working_set.convention.judges]} per GPU [{unit}], log scale")
     show_device_and_titles(artists, s.device, unit, capacity, plan_titles(frame))
 
 

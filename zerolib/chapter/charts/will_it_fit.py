@@ -37,6 +37,7 @@ from zerolib.chapter.style import (
 from zerolib.core.catalogue.devices import Device, get_device
 from zerolib.core.memory.accounting import CATEGORIES, STRATEGY_NAMES, Layout
 from zerolib.core.memory.tables import COMPONENTS, PEAK_COLUMNS
+from zerolib.core.memory.trainer_peak import summed
 from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.units import GB, GiB, check_unit, format_value
 
@@ -70,7 +71,8 @@ COMPONENT_LABELS: Mapping[str, str] = MappingProxyType({
     "reserve": "Reserve: CUDA context, fragmentation",
 })
 RECOMPUTE_WORDS = MappingProxyType({"none": "no recomputation", "selective": "selective recomputation",
-                                    "full": "full recomputation"})
+                                    "full": "full recomputation",
+                                    "op-selective": "op-level selective recomputation"})
 _COMPONENT_INDEX = MappingProxyType({c: i for i, c in enumerate(COMPONENTS)})
 _STACK_WIDTH = 0.62
 _SEGMENT_LABEL_SIZE = 9        # points (10 px in the explorer); a segment shows its value when at least 12 points tall
@@ -108,6 +110,9 @@ def will_it_fit_titles(model: str, gpus: int, settings: WorkingSetSettings,
                      + (" + sequence parallel" if settings.sequence_parallel else ""))
     if settings.pipeline_parallel != 1:
         parts.append(f"{settings.pipeline_parallel} pipeline stages ({settings.pipeline_schedule})")
+    if not summed(settings.convention):   # an engine whose count is not the chapter's: named
+        parts.append(f"{settings.engine}'s memory")
+    parts += [name for name, on in (("fp8", settings.fp8), ("compiled", settings.compile)) if on]
     parts += [f"{layout.name} ({layout.total:g} bytes/param)",
               f"reserve {_size_words(settings.reserve_bytes)}"]
     return title, " · ".join(parts)
@@ -116,11 +121,13 @@ def will_it_fit_titles(model: str, gpus: int, settings: WorkingSetSettings,
 def _check_peak_frame(frame):
     """(model name, gpus, stages, bytes grid [stage, component]) of a ``peak_frame``."""
     made_by = "zerolib.core.memory.tables.peak_frame"
-    frame = check_tidy(frame, PEAK_COLUMNS, ("model", "settings", "layout"), made_by)
+    frame = check_tidy(frame, PEAK_COLUMNS, (), made_by)
     models = frame["model"].unique()
     if len(models) != 1:
         raise ValueError(f"frame must hold one model for the will-it-fit figure, got {len(models)}")
     gpus = single_value(frame, "gpus", "will-it-fit")
+    # (after the one run's columns: frames of two runs joined keep no attrs, their peaks differ)
+    check_tidy(frame, PEAK_COLUMNS, ("model", "settings", "layout"), made_by)
     stages = stages_of(frame)
     component = frame["component"].map(_COMPONENT_INDEX)
     if (component.isna().any() or len(frame) != len(stages) * len(COMPONENTS)
@@ -185,6 +192,18 @@ def _segment_label_at(bottom: float, value: float, line: float, points_per_unit:
     return None
 
 
+def judged_peaks(frame, stages, sums) -> list[tuple[int, str]]:
+    """Per stage (bytes, what it is): the peak the engine judges (the frame's ``peaks``,
+    estimate's), or the bar's sum where the frame carries none (the chapter's count)."""
+    known = frame.attrs.get("peaks") or {}
+    out = []
+    for stage, total in zip(stages, sums):
+        row = known.get(stage)
+        out.append((int(total), "peak") if row is None else (int(row[row["fits_judges"]]),
+                                                             row["fits_judges"]))
+    return out
+
+
 def _apply_will_it_fit(artists: WillItFitArtists, frame, device, unit):
     ax = artists.ax
     model, gpus, stages, grid = _check_peak_frame(frame)
@@ -220,10 +239,14 @@ def _apply_will_it_fit(artists: WillItFitArtists, frame, device, unit):
         legend_text.set_text(COMPONENT_LABELS[component] + (": 0 here" if everywhere_zero else ""))
         legend_text.set_color(_ZERO_EVERYWHERE if everywhere_zero else "#000000")
 
+    judged = judged_peaks(frame, stages, peak_bytes)
     for i, stage in enumerate(stages):
-        fits = bool(peak_bytes[i] <= device.capacity)
+        value, judges = judged[i]
+        fits = bool(value <= device.capacity)
         artists.peak_labels[stage].set_y(label_at[i])
-        artists.peak_labels[stage].set_text(f"{format_value(peaks[i])} {unit}")
+        shown = peaks[i] if value == peak_bytes[i] else value / scale   # the bar's own top, as ever
+        artists.peak_labels[stage].set_text(f"{format_value(shown)} {unit}"
+                                            + (" reserved" if judges == "peak_reserved" else ""))
         artists.verdict_labels[stage].set_y(label_at[i])
         artists.verdict_labels[stage].set_text("fits" if fits else "too big")
         artists.verdict_labels[stage].set_color(OKABE_ITO["bluish green"] if fits else DEVICE_COLOR)
@@ -241,7 +264,8 @@ def draw_will_it_fit(ax, frame: pd.DataFrame, device: str | Device = "a100-80gb"
 
     ``frame`` is :func:`zerolib.core.memory.tables.peak_frame` (its ``attrs`` name the settings); the
     dashed line is the device's capacity (also written at the line's right end, in ``unit``).
-    Above each bar: its peak and whether it fits (peak <= capacity, in bytes).
+    Above each bar: the peak its engine judges (the bar's sum under the chapter's count; the
+    reserved peak, so named, under torchtitan's) and whether it fits (at most the capacity).
     """
     stages = _check_peak_frame(frame)[2]
     check_unit(unit)

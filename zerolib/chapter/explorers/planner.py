@@ -77,6 +77,8 @@ EXPERT_PARALLEL = ("all", "none")
 # function of the controls, and a reader moving a slider back and forth returns to the same few
 # (each holds its space's arrays: 6 MB for Llama-2-70B on 64 GPUs, 16 MB on 1,024).
 PLANS_KEPT = 8
+# What fits judges (the engine's memory convention), in words
+JUDGED_WORDS = MappingProxyType({"peak": "the peak", "peak_reserved": "the reserved peak"})
 
 
 def _host(value) -> str:
@@ -149,7 +151,8 @@ def summary_html(result: Plan, unit: str) -> str:
         verdict = (f"Fastest that fits: {describe_configuration(best)}: {format_value(best['step_seconds'])} s "
                    f"per step ({best['network_wait_fraction']:.0%} waiting for the network, "
                    f"{best['bubble_fraction']:.0%} in the pipeline bubble), "
-                   f"{in_unit(best['peak_bytes'])} per GPU.")
+                   f"{in_unit(best['peak_bytes'])} per GPU, {in_unit(best['peak_reserved_bytes'])} "
+                   f"reserved.")
     else:
         closest = result.rejected[result.rejected["rule"] == "capacity"]
         verdict = "Nothing fits." + (
@@ -161,7 +164,8 @@ def summary_html(result: Plan, unit: str) -> str:
     return (f"<p><b>{html.escape(s.model.name)}</b> on <b>{s.gpus:,} {html.escape(s.device.label)}"
             f"</b> ({html.escape(where)}), sequence {s.seq_len:,}, global batch "
             f"{s.global_batch:,} sequences, {s.mfu:.0%} of peak. {counts['configurations']:,} "
-            f"configurations, {counts['runnable']:,} can run, <b>{counts['fit']:,} fit</b>."
+            f"configurations, {counts['runnable']:,} can run, <b>{counts['fit']:,} fit</b>: "
+            f"{JUDGED_WORDS[s.working_set.convention.judges]} per GPU at most the capacity."
             f"<br>{html.escape(verdict)}<br>{html.escape(engine_words(result))} "
             f"{html.escape(searched_words(result))}"
             + (f"<br>{html.escape(unused)}" if unused else "")
@@ -174,10 +178,12 @@ def ranking_html(result: Plan, unit: str, top: int = TOP) -> str:
         return f"<td style='text-align:right'>{text}</td>"
 
     in_unit = unit_label(unit)
+    judges = result.settings.working_set.convention.judges
     rows = []
     for _, row in result.fits.head(top).iterrows():
         rows.append(f"<tr>{right(int(row['rank']))}<td class='prose'>{html.escape(describe_configuration(row))}</td>"
                     f"{right(in_unit(row['peak_bytes']))}"
+                    f"{right(in_unit(row['peak_reserved_bytes']))}"
                     f"{right(in_unit(row['headroom_bytes']))}"
                     f"{right(format_value(row['step_seconds']) + ' s')}</tr>")
     rejected = "".join(
@@ -185,7 +191,8 @@ def ranking_html(result: Plan, unit: str, top: int = TOP) -> str:
         for r in result.rejected.itertuples())
     return (f"<table><caption>The {min(top, len(result.fits))} fastest of "
             f"{len(result.fits):,} that fit</caption><thead><tr><th>Rank</th>"
-            "<th>Configuration</th><th>Peak per GPU</th><th>Headroom</th><th>Step</th></tr>"
+            "<th>Configuration</th><th>Peak per GPU</th><th>Peak reserved</th>"
+            f"<th class='prose'>Headroom (to {JUDGED_WORDS[judges]})</th><th>Step</th></tr>"
             f"</thead><tbody>{''.join(rows)}</tbody></table>"
             "<table><caption>Rejected, by the first rule each breaks</caption><thead><tr>"
             f"<th>Configurations</th><th>Rule</th></tr></thead><tbody>{rejected}</tbody></table>")
@@ -199,7 +206,10 @@ class PlannerExplorer(Explorer):
     ``global_batch``, ``mfu``, ``host_memory`` (CPU memory per node, or not given),
     ``host_link`` (the PCIe link offload copies over), ``shard_groups`` ("all": every G dividing
     d, as ``zerolib plan``; "whole": G = d only), ``engine`` (whose stages, pipeline rule,
-    schedule and overlap: :data:`zerolib.core.step.engines.ENGINES`), ``context_parallel``
+    schedule, overlap and memory convention: :data:`zerolib.core.step.engines.ENGINES`,
+    torchtitan's included, whose plan searches its own recomputations, op-selective among
+    them, and judges the reserved peak), ``fp8`` and ``compile`` (the trainer's, as
+    ``estimate`` counts them), ``context_parallel``
     (the largest C searched: 1 only, or 1, 2, ... up to 8; under an engine without ring
     attention, DeepSpeed's and the paper's, disabled at 1 only, and moving to such an engine sets
     it back to 1 in the same redraw), ``expert_parallel`` ("all": every
@@ -211,8 +221,8 @@ class PlannerExplorer(Explorer):
     PANEL = (
         ("Model and cluster", ("model", "gpus", "gpus_per_node", "links", "host_memory",
                                    "host_link")),
-        ("Training", ("seq_len", "global_batch", "mfu", "shard_groups", "engine",
-                      "context_parallel", "expert_parallel")),
+        ("Training", ("seq_len", "global_batch", "mfu", "shard_groups", "engine", "fp8",
+                      "compile", "context_parallel", "expert_parallel")),
         ("Device", ("device", "unit", "capacity")),
     )
 
@@ -223,6 +233,7 @@ class PlannerExplorer(Explorer):
                                   "device": "a100-80gb", "links": None, "seq_len": 4096,
                                   "global_batch": 1024, "mfu": DEFAULT_MFU, "host_memory": None,
                                   "host_link": DEFAULT_HOST_LINK, "engine": DEFAULT_ENGINE,
+                                  "fp8": False, "compile": False,
                                   "shard_groups": "all", "context_parallel": 1,
                                   "expert_parallel": "all"})
     SEARCHED = ("shard_groups", "context_parallel", "expert_parallel")
@@ -234,7 +245,7 @@ class PlannerExplorer(Explorer):
                                 run, {k: v for k, v in fields.items() if k not in self.SEARCHED})
         start.update({k: fields.get(k, self.STARTS_AT[k]) for k in self.SEARCHED})
         (model, gpus, gpus_per_node, device, links, seq_len, global_batch, mfu, host_memory,
-         host_link, engine, shard_groups, context_parallel, expert_parallel) = (
+         host_link, engine, fp8, compile_, shard_groups, context_parallel, expert_parallel) = (
             start[name] for name in self.STARTS_AT)
         super().__init__(dpi)
         w = widgets()
@@ -252,6 +263,9 @@ class PlannerExplorer(Explorer):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, "
                                  f"got {value!r}")
+        for name, value in (("fp8", fp8), ("compile", compile_)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, got {value!r}")
         if context_parallel != 1 and not ENGINES[engine].context_parallel:
             raise ValueError(f"context_parallel must be 1 under engine {engine}: it runs no "
                              f"ring-attention context parallelism (the engines that do: "
@@ -293,6 +307,8 @@ class PlannerExplorer(Explorer):
             "engine": w.Dropdown(options=[(f"{e.label} ({name})", name)
                                           for name, e in ENGINES.items()],
                                  value=engine, description="Engine", style=wide),
+            "fp8": w.Checkbox(value=fp8, description="Float8 linears", indent=False),
+            "compile": w.Checkbox(value=compile_, description="torch.compile", indent=False),
             "context_parallel": w.Dropdown(
                 options=[("1 only" if c == 1 else ", ".join(map(str, context_degrees(c))), c)
                          for c in MAX_CONTEXT_PARALLEL],
@@ -371,7 +387,8 @@ class PlannerExplorer(Explorer):
                       gpus_per_node=int(c["gpus_per_node"].value), device=self.device,
                       seq_len=int(c["seq_len"].value), global_batch=int(c["global_batch"].value),
                       link=self.links, mfu=float(c["mfu"].value), host_memory=self.host_memory,
-                      host_link=c["host_link"].value, engine=c["engine"].value)
+                      host_link=c["host_link"].value, engine=c["engine"].value,
+                      fp8=bool(c["fp8"].value), compile=bool(c["compile"].value))
 
     @property
     def search(self) -> Search:

@@ -31,16 +31,24 @@ from zerolib.chapter.explorers.start import starting_values
 from zerolib.chapter.style import device_label
 from zerolib.core.catalogue.devices import Device, capacity_text
 from zerolib.core.catalogue.models import MODELS, TransformerConfig, get_model, parameter_count
+from zerolib.core.defaults import ENGINE_NAMES
 from zerolib.core.memory.accounting import STAGES, STRATEGY_NAMES, Layout, get_layout
 from zerolib.core.memory.activations import RECOMPUTE
+from zerolib.core.memory.conventions import reserved_bytes
 from zerolib.core.memory.tables import peak_frame, show_never
 from zerolib.core.memory.working_set import (
     WorkingSetSettings,
     fewest_gpus_for_peak,
     largest_micro_batches,
 )
-from zerolib.core.run import Run
+from zerolib.core.run import Run, Trainer
+from zerolib.core.step.engines import get_engine
 from zerolib.core.units import format_value
+
+# What fits judges, in words (zerolib.core.memory.conventions.JUDGES)
+JUDGED = MappingProxyType({"peak": "peak", "peak_reserved": "reserved peak"})
+# The engines the explorer offers: the chapter's count first (the paper's), then each trainer's
+ENGINE_CHOICES = ("paper", *(name for name in ENGINE_NAMES if name != "paper"))
 
 # The explorer's ranges.
 SEQ_LENGTHS = tuple(2**k for k in range(7, 18))   # 128 to 131,072 tokens
@@ -69,8 +77,11 @@ def seq_lengths_for(model: str) -> tuple[int, ...]:
 
 
 def peak_rows(frame: pd.DataFrame, device: Device) -> list[dict]:
-    """Per stage of a peak frame: ``stage``, ``peak`` (bytes), ``fits`` (peak <= capacity),
+    """Per stage of a peak frame: ``stage``, ``peak`` (the allocated peak plus the reserve
+    outside the allocator, bytes), ``peak_reserved`` (with the caching allocator's reserve),
+    ``judges`` (which of the two fits judges: the engine's), ``fits`` (that one <= capacity),
     ``activations`` and ``logits_loss`` (bytes)."""
+    known = frame.attrs.get("peaks") or {}
     # Plain columns rather than a groupby: the explorer reads these twice on every move.
     stages = frame["stage"].to_numpy()
     components = frame["component"].to_numpy()
@@ -80,7 +91,12 @@ def peak_rows(frame: pd.DataFrame, device: Device) -> list[dict]:
         at = stages == stage
         by_component = dict(zip(components[at].tolist(), n_bytes[at].tolist()))
         peak = sum(by_component.values())      # Python ints: exact
-        rows.append({"stage": int(stage), "peak": peak, "fits": peak <= device.capacity,
+        found = known.get(int(stage)) or {"peak": peak, "peak_reserved": reserved_bytes(
+            peak - by_component["reserve"]) + by_component["reserve"], "fits_judges": "peak"}
+        judges = found["fits_judges"]
+        rows.append({"stage": int(stage), "peak": found["peak"],
+                     "peak_reserved": found["peak_reserved"], "judges": judges,
+                     "fits": found[judges] <= device.capacity,
                      "activations": by_component["activations"],
                      "logits_loss": by_component["logits_loss"]})
     return rows
@@ -99,13 +115,15 @@ def summary_html(frame: pd.DataFrame, device: Device, unit: str) -> str:
     if not too_big:
         verdict = "Fits under every strategy, even plain data parallelism."
     elif not fitting:
-        smallest = min(rows, key=lambda row: row["peak"])
-        verdict = (f"Fits under no strategy: the smallest peak is "
-                   f"{in_unit(smallest['peak'], unit)} ({STRATEGY_NAMES[smallest['stage']]}). "
+        smallest = min(rows, key=lambda row: row[row["judges"]])
+        verdict = (f"Fits under no strategy: the smallest {JUDGED[smallest['judges']]} is "
+                   f"{in_unit(smallest[smallest['judges']], unit)} "
+                   f"({STRATEGY_NAMES[smallest['stage']]}). "
                    "Add GPUs, shorten the sequence, lower the micro-batch or recompute more.")
     else:
         verdict = f"Fits under {_and(fitting)}. Too big under {_and(too_big)}."
     first = rows[0]    # activations and logits are the same at every stage
+    engine, rows_stages = get_engine(settings.engine), [row["stage"] for row in rows]
     return (
         f"<p><b>{html.escape(config.name)}</b> ({parameter_count(config):,} parameters) "
         f"on <b>{on}</b>: {html.escape(conditions)}."
@@ -113,7 +131,14 @@ def summary_html(frame: pd.DataFrame, device: Device, unit: str) -> str:
         f"<br>Every strategy also holds the activations ({in_unit(first['activations'], unit)}) "
         f"and the logits and loss ({in_unit(first['logits_loss'], unit)}) of one micro-batch per "
         "GPU; both grow with micro-batch × sequence length."
-        f"<br>Reference line: {html.escape(device_label(device, unit))}.</p>")
+        + (f"<br>{html.escape(engine.label)} offers {_and([STRATEGY_NAMES[s] for s in engine.stages])}"
+           f"; the others are shown beside them." if set(engine.stages) < set(rows_stages) else "")
+        + f"<br>Fits judges the {JUDGED[first['judges']]}"
+        + (" (the allocated peak with the caching allocator's reserve, as the engine reports "
+           "it; the bars are the bytes held, the peak the larger of the backward's and the "
+           "optimizer step's moments)" if first["judges"] == "peak_reserved" else
+           " (the bars' sum); the reserved peak adds the caching allocator's reserve")
+        + f".<br>Reference line: {html.escape(device_label(device, unit))}.</p>")
 
 
 def peak_table_html(frame: pd.DataFrame, device: Device, unit: str, fewest: dict,
@@ -123,6 +148,7 @@ def peak_table_html(frame: pd.DataFrame, device: Device, unit: str, fewest: dict
     config, settings = frame.attrs["model"], frame.attrs["settings"]
     gpus = int(frame["gpus"].iloc[0])
     on = f"{gpus} GPU{'s' if gpus != 1 else ''}"
+    judges = peak_rows(frame, device)[0]["judges"]
 
     def right(text):
         return f"<td style='text-align:right'>{text}</td>"
@@ -134,13 +160,15 @@ def peak_table_html(frame: pd.DataFrame, device: Device, unit: str, fewest: dict
             most = f"{most} or more"       # the search stops at the slider's end
         cells.append(
             f"<tr><td>{html.escape(STRATEGY_NAMES[stage])}</td>{right(in_unit(row['peak'], unit))}"
+            f"{right(in_unit(row['peak_reserved'], unit))}"
             f"<td>{'fits' if row['fits'] else 'too big'}</td>"
             f"{right(show_never(fewest[stage]))}"
             f"{right(most)}</tr>")
     return (
         f"<table><caption>Per GPU on {on} against the {html.escape(device.label)} "
         f"({html.escape(capacity_text(device, unit))}), {html.escape(config.name)}</caption>"
-        "<thead><tr><th>Strategy</th><th>Peak per GPU</th><th>Fits?</th>"
+        "<thead><tr><th>Strategy</th><th>Peak per GPU</th><th>Peak reserved</th>"
+        f"<th class='prose'>Fits? (the {JUDGED[judges]})</th>"
         f"<th class='prose'>Fewest GPUs that fit (micro-batch {settings.micro_batch})</th>"
         f"<th class='prose'>Largest micro-batch that fits ({on})</th></tr></thead>"
         f"<tbody>{''.join(cells)}</tbody></table>")
@@ -169,7 +197,10 @@ class WillItFitExplorer(Explorer):
     own such as ``zl.model_from_config("config.json")``, listed first), ``gpus`` (1 to 1024),
     ``micro_batch`` (1 to 64), ``seq_len`` (powers of two, 128 to 131,072 tokens, up to the
     model's context where its position embeddings are learned), ``recompute`` (none, selective,
-    full), ``flash_attention``, ``device``, ``unit``. ``.data`` is
+    full, op-selective), ``flash_attention``, the trainer (``engine``: the chapter's count, the
+    paper's, or a trainer's memory convention, torchtitan's included; ``fp8``; ``compile``),
+    ``device``, ``unit``. The layout is the one given, else the engine's own (torchtitan's
+    fp32-adam). ``.data`` is
     :func:`zerolib.core.memory.tables.peak_frame` (bytes per stage and component). The table gives, per
     stage, the peak, whether it fits, the fewest GPUs at which it fits (at this micro-batch) and
     the largest micro-batch that fits (on these GPUs), all from :mod:`zerolib.core.memory.working_set`.
@@ -178,6 +209,7 @@ class WillItFitExplorer(Explorer):
     PANEL = (
         ("Model and run", ("model", "gpus", "micro_batch", "seq_len", "recompute",
                                "flash_attention")),
+        ("Trainer", ("engine", "fp8", "compile")),
         ("Device", ("device", "unit", "capacity")),
     )
 
@@ -185,13 +217,14 @@ class WillItFitExplorer(Explorer):
     STARTS_AT = MappingProxyType({"model": "llama-2-7b", "gpus": 8, "micro_batch": 1,
                                   "seq_len": 4096, "recompute": "selective",
                                   "flash_attention": True, "device": "h100-80gb",
-                                  "layout": "mixed-adam"})
+                                  "layout": None, "engine": "paper", "fp8": False,
+                                  "compile": False})
 
     def __init__(self, run: Run | None = None, unit: str = "GB", dpi: float = EXPLORER_DPI,
                  **fields):
         start = starting_values(self.STARTS_AT, run, fields)
-        model, gpus, micro_batch, seq_len, recompute, flash_attention, device, layout = (
-            start[name] for name in self.STARTS_AT)
+        (model, gpus, micro_batch, seq_len, recompute, flash_attention, device, layout, engine,
+         fp8, compile_) = (start[name] for name in self.STARTS_AT)
         super().__init__(dpi)
         w = widgets()
         # A model of one's own (zl.model_from_config) joins the presets at the top of the list.
@@ -207,9 +240,14 @@ class WillItFitExplorer(Explorer):
                              f" for {model if own is None else own.name}, got {seq_len!r}")
         if recompute not in RECOMPUTE:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
-        if not isinstance(flash_attention, bool):
-            raise TypeError(f"flash_attention must be True or False, got {flash_attention!r}")
-        self._layout_fixed = get_layout(layout)
+        for name, value in (("flash_attention", flash_attention), ("fp8", fp8),
+                            ("compile", compile_)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, got {value!r}")
+        if engine not in ENGINE_CHOICES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINE_CHOICES)}, got {engine!r}")
+        # the layout given, else (None) the engine's own (Trainer.layout_of)
+        self._layout_fixed = None if layout is None else get_layout(layout)
         # Search results by their inputs (pure functions of them), the least recently used
         # dropped first: moving a slider back and forth searches each setting once.
         self._fewest: list[tuple] = []     # (inputs, fewest GPUs per stage)
@@ -233,6 +271,10 @@ class WillItFitExplorer(Explorer):
                                          description="Recompute", style={"button_width": "80px"}),
             "flash_attention": w.Checkbox(value=flash_attention, description="Flash attention",
                                           indent=False),
+            "engine": w.Dropdown(options=list(ENGINE_CHOICES), value=engine,
+                                 description="Engine's memory", style=wide),
+            "fp8": w.Checkbox(value=fp8, description="Float8 linears", indent=False),
+            "compile": w.Checkbox(value=compile_, description="torch.compile", indent=False),
             **device_and_unit(device, unit),
         }
         self.data = self._frame()
@@ -269,11 +311,14 @@ class WillItFitExplorer(Explorer):
         c = self.controls
         return WorkingSetSettings(
             seq_len=int(c["seq_len"].value), micro_batch=int(c["micro_batch"].value),
-            recompute=c["recompute"].value, flash_attention=bool(c["flash_attention"].value))
+            recompute=c["recompute"].value, flash_attention=bool(c["flash_attention"].value),
+            engine=c["engine"].value, fp8=bool(c["fp8"].value), compile=bool(c["compile"].value))
 
     @property
     def layout(self) -> Layout:
-        return self._layout_fixed
+        if self._layout_fixed is not None:
+            return self._layout_fixed
+        return get_layout(Trainer(engine=self.controls["engine"].value).layout_of)
 
     def _frame(self):
         return peak_frame(self.model, self.gpus, STAGES, self.settings, self.layout)

@@ -61,7 +61,7 @@ def fsdp_terms(stage, params, units: Mapping[str, np.ndarray] | None,
         return (FSDP_PARAM_BYTES * (elements - matrix_elements) + FP8_BYTES * matrix_elements
                 + FP8_SCALE_BYTES * matrix_tensors)
 
-    piped = s.pipeline_parallel > 1
+    piped = np.asarray(units.get("stages", s.pipeline_parallel)) > 1   # (the planner's: per row)
     whole = in_bytes(params, layers * matrices, layers * tensors)
     one = in_bytes(root + layer, matrices, tensors)
     sharded = stage >= 2
@@ -75,7 +75,8 @@ def unsharded_units(config: TransformerConfig, s: WorkingSetSettings,
                     pipeline_stage: int) -> dict[str, int] | None:
     """FSDP2's units on one GPU of ``pipeline_stage`` (elements): the root's modules there, one
     layer, its matrices and their count (:func:`zerolib.core.memory.model_parallel.
-    unsharded_units_on`), and the layers the stage holds; None where the engine is not FSDP2's."""
+    unsharded_units_on`), the layers the stage holds and the pipeline's ``stages``; None where
+    the engine is not FSDP2's."""
     if not s.convention.fsdp:
         return None
     grid = ParallelGrid(config, np.int64(s.tensor_parallel), np.int64(s.pipeline_parallel),
@@ -84,6 +85,7 @@ def unsharded_units(config: TransformerConfig, s: WorkingSetSettings,
     units = {name: int(value) for name, value in unsharded_units_on(grid, grid.pipeline_stage).items()}
     units["layers"] = int(stage_layers(config.layers, s.pipeline_parallel, pipeline_stage,
                                        s.pipeline_layers))
+    units["stages"] = s.pipeline_parallel
     return units
 
 
