@@ -149,15 +149,22 @@ def test_the_default_search_covers_every_row_the_old_one_missed_three():
 
 def test_llama_405b_fits_in_the_whole_plan_only_under_full_recomputation():
     # The md: of the whole plan's fitting configurations for 405B on 8,192 H100s at 8,192
-    # tokens, every one recomputes fully; the row's layout with full recomputation fits.
+    # tokens without CP (the row ran C = 1), every one recomputes fully; the row's layout with
+    # full recomputation fits. With the CP degrees FSDP2's plan searches by default (up to 16)
+    # configurations that recompute nothing fit too: C divides every activation.
     run = RUNS["llama-3.1-405b-8k"]
-    result = plan(run.config, run.gpus, 8, run.device, run.seq_len, run.global_batch,
-                  layout=run.layout, mfu=trained.DEFAULT_MFU, offload=("none",),
-                  shard_groups="whole", flash_attention=True,
-                  engine=run.engine)
-    fits = result.fits
+    setting = (run.config, run.gpus, 8, run.device, run.seq_len, run.global_batch)
+    options = dict(layout=run.layout, mfu=trained.DEFAULT_MFU, offload=("none",),
+                   shard_groups="whole", flash_attention=True, engine=run.engine)
+    fits = plan(*setting, **options, context_parallel=(1,)).fits
     assert len(fits) == trained.planner_check(run, whole=True)["fitting"] > 0
     assert set(fits["recompute"].astype(str)) == {"full"}
+    searched = plan(*setting, **options)
+    assert searched.settings.context_parallel == (1, 2, 4, 8, 16)
+    default = searched.fits
+    first = default.iloc[0]
+    assert first["context_parallel"] > 1 and str(first["recompute"]) == "none"
+    assert set(default[default["context_parallel"] == 1]["recompute"].astype(str)) == {"full"}
     full = trained.judge(replace(run, recompute="full"))
     assert full["fits"] and 14 * GiB < full["peak"] < 15 * GiB
 
