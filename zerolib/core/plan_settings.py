@@ -163,8 +163,9 @@ class Search:
     on and off, shard groups (``"all"`` divisors of d, or ``"whole"``), the context-parallel,
     expert-parallel and expert-tensor-parallel degrees (None: the engine's and the model's
     defaults: what the engine can run, context parallelism up to 16 where it runs ring
-    attention, :func:`zerolib.core.memory.context_parallel.default_degrees`), ZeRO-R's options (None: the engine's default) and micro-batches up to
-    ``max_micro_batch``. Checked by :func:`plan_settings`, which knows the model and engine."""
+    attention, :func:`zerolib.core.memory.context_parallel.default_degrees`), ZeRO-R's
+    options (None: the engine's default) and micro-batches up to ``max_micro_batch``. Checked
+    by :func:`plan_settings`, which knows the model and engine."""
 
     stages: tuple = STAGES
     recompute: tuple = CHAPTER_RECOMPUTE
