@@ -304,6 +304,17 @@ def main():
           f"p x v dividing the layers, {result.size:,} configurations, {fast * 1e3:.0f} ms vs "
           f"--chunks 1,2, {narrow_size:,} configurations, {before * 1e3:.0f} ms, medians; "
           f"target: the plan stays < 1 s)")
+    # FSDP2 (torchtitan) runs ring attention, so its plan searches C = 1, 2, 4, 8, 16 by default:
+    # every configuration once per degree, against the same plan at C = 1.
+    with_cp = plan_settings(**dict(SETTING, engine="fsdp2"))
+    at_one = plan_settings(**dict(SETTING, engine="fsdp2"), context_parallel=(1,))
+    cp_size, one_size = plan_from(with_cp).size, plan_from(at_one).size
+    searched = median_seconds(lambda: vectorised(with_cp), 7, before=clear_memos)
+    alone = median_seconds(lambda: vectorised(at_one), 7, before=clear_memos)
+    print(f"planner-context-parallel: {searched / alone:.2f}x (FSDP2's default search, C = "
+          f"{', '.join(map(str, with_cp.context_parallel))}, {cp_size:,} configurations, "
+          f"{searched * 1e3:.0f} ms vs C = 1 alone, {one_size:,} configurations, {alone * 1e3:.0f} ms, "
+          f"medians; target: the plan stays < 1 s)")
     print(f"planner-zero-r: {fast / no_zero_r:.2f}x (the search with ZeRO-R's P_a "
           f"beside none, {result.size:,} configurations, {fast * 1e3:.0f} ms vs the default, none, "
           f"{plain_size:,} configurations, {no_zero_r * 1e3:.0f} ms, medians; target: the plan "
