@@ -594,3 +594,29 @@ def test_the_overlap_rule_as_a_sensitivity(cells):
     for stage in (0, 1, 2):     # "hide nothing": all of their communication is exposed
         row = exposed.loc[("deepspeed", "engine", stage)]
         assert row["exposed_seconds"] == row["communication_seconds"] > 0
+
+
+def test_published_runs_read(cells):
+    """The figure's prose: how many runs, how many within the 20 % band, the median ratio, the
+    fitted efficiency per device and the runs outside the band, as the table zerolib draws."""
+    from zerolib.crosscheck.trained import throughput_table
+
+    table = throughput_table()
+    ratio = table["ratio"]
+    inside = ((ratio >= 0.8) & (ratio <= 1.2)).sum()
+    fitted = table.attrs["fitted"]
+    counts = table.groupby("device").size()
+    says(cells["published-intro"], f"the throughput {len(table)} published training runs measured")
+    text = cells["published-read"]
+    says(text, f"{inside} of the {len(table)} runs are predicted within 20 %",
+         f"the median ratio {ratio.median():.2f}",
+         f"efficiencies of {fitted['a100-80gb']} on the A100 ({counts['a100-80gb']} runs) and "
+         f"{fitted['h100-80gb']} on the H100 ({counts['h100-80gb']} runs)")
+    slow = table[ratio < 0.8]["run"].tolist()
+    fast = table[ratio > 1.2]["run"].tolist()
+    says(text, f"Outside the band: {' and '.join(slow)}, predicted slower than they ran, and "
+               f"{' and '.join(fast)}, faster")
+    assert set(table["device"]) == {"a100-80gb", "h100-80gb"}
+    # "not a utilisation": above the 38-43 % Llama 3 measured (arXiv:2407.21783, Table 4)
+    assert fitted["h100-80gb"] > 0.43
+    says(cells["summary"], f"predicts {inside} of {len(table)} published runs within 20 %")
