@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+import zerolib as zl
 from zerolib.core.catalogue.devices import get_device
 from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.planner import plan
@@ -436,3 +437,19 @@ def test_every_run_within_20_percent_at_its_devices_fitted_efficiency_or_a_findi
     text = trained.data_file(None, "trained_configurations.md", "x").read_text(encoding="utf-8")
     for name in FINDINGS:
         assert f"**{name}**" in text.split("## Findings at the fitted efficiency")[1]
+
+
+def test_nvls_changes_no_published_run(monkeypatch):
+    # The md: NVLink SHARP speeds only an all-reduce inside one H100 node; the H100 rows run
+    # sequence parallelism (reduce-scatter and all-gather) where t > 1 and all-reduce only across
+    # nodes, so every prediction is the same with NVLS off.
+    from zerolib.core.catalogue.links import LinkEfficiency
+
+    with_nvls = {r.run: trained.throughput(r)["step_seconds"] for r in RUNS.values()}
+    monkeypatch.setattr(LinkEfficiency, "nvls", property(lambda self: False))
+    from zerolib.core.step.collectives import ring_timing
+    assert float(ring_timing(zl.interconnect("dgx-h100"), "all_reduce", 8)[1]) == 370e9   # off
+    without = {r.run: trained.throughput(r)["step_seconds"] for r in RUNS.values()}
+    assert with_nvls == without
+    h100 = [r for r in RUNS.values() if r.device == "h100-80gb"]
+    assert all(r.sequence_parallel or r.tensor_parallel == 1 for r in h100) and len(h100) == 4

@@ -290,6 +290,10 @@ def test_ranking_read(cells, a100_plan):
 
 def test_h100_read(cells, a100_plan, h100_plan):
     text = cells["h100-read"]
+    from zerolib.core.step.collectives import ring_timing
+    nvls = float(ring_timing(zl.interconnect("dgx-h100"), "all_reduce", 8)[1])
+    says(text, f"{nvls / GB:.0f} GB/s for an all-reduce inside the node, which NCCL runs on the "
+               "NVSwitches, NVLink SHARP")
     a, h = a100_plan.fits.iloc[0], h100_plan.fits.iloc[0]
     assert h100_plan.counts()["fit"] == a100_plan.counts()["fit"]
     assert describe_configuration(a) == describe_configuration(h)
@@ -619,4 +623,6 @@ def test_published_runs_read(cells):
     assert set(table["device"]) == {"a100-80gb", "h100-80gb"}
     # "not a utilisation": above the 38-43 % Llama 3 measured (arXiv:2407.21783, Table 4)
     assert fitted["h100-80gb"] > 0.43
+    from zerolib.core.defaults import DEFAULT_MFU
+    says(text, f"so the default stays {DEFAULT_MFU}")
     says(cells["summary"], f"predicts {inside} of {len(table)} published runs within 20 %")
