@@ -103,17 +103,18 @@ def python_plan(s):
 
     @cache
     def ring_constants(size, stride):
-        """({kind: latency}, bus bandwidth) of one ring, as Python floats (the package's one
-        ring model, asked once per distinct ring)."""
+        """({kind: latency}, {kind: bus bandwidth}) of one ring, as Python floats (the package's
+        one ring model, asked once per distinct ring; an all-reduce inside an H100 node runs on
+        NVLS, faster than the ring's other kinds)."""
         timing = {kind: ring_timing(ic, kind, size, stride) for kind in CHUNKS_SENT}
         return ({kind: float(latency) for kind, (latency, _) in timing.items()},
-                float(timing["all_reduce"][1]))
+                {kind: float(bandwidth) for kind, (_, bandwidth) in timing.items()})
 
     def ring(size, stride, kind, sent, calls):
         if size == 1 or sent == 0:
             return 0.0
         latency, bandwidth = ring_constants(size, stride)
-        return calls * latency[kind] + sent / bandwidth
+        return calls * latency[kind] + sent / bandwidth[kind]
 
     def stage_time(t, p, d, r, v, b, sp, rec, stage, m, group, offload, pa=False):
         params = on_gpu(t, p, r)[0]
@@ -137,12 +138,12 @@ def python_plan(s):
             for kind, calls, size in _tensor_rows(config, seq, p, r, sp, rec, ws.element_bytes):
                 latency, bandwidth = ring_constants(t, 1)
                 sent = CHUNKS_SENT[kind] * (t - 1) * -(-(size * b) // t)
-                tensor += calls * (latency[kind] + sent / bandwidth)
+                tensor += calls * (latency[kind] + sent / bandwidth[kind])
         if pa:   # P_a: each layer's checkpoint all-gathered before it is recomputed
             latency, bandwidth = ring_constants(t, 1)
             layers = config.layers // p + (r < config.layers % p)
             whole = ws.element_bytes * seq * b * config.hidden
-            tensor += layers * (latency["all_gather"] + (t - 1) * -(-whole // t) / bandwidth)
+            tensor += layers * (latency["all_gather"] + (t - 1) * -(-whole // t) / bandwidth["all_gather"])
         context = expert = 0.0     # C = 1 and a dense model: no ring attention, no all-to-alls
         pipe = 0.0
         if p > 1:
