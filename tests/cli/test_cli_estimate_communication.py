@@ -142,3 +142,23 @@ def test_tensor_parallel_with_a_link_is_timed_as_the_plan_times_it(capsys):
     assert status == 0 and err == ""
     assert "Step timed as zerolib plan times it (t = 2): on dgx-h100" in out
     assert "the tensor-parallel collectives are not overlapped" in out and "tensor [s]" in out
+
+
+def test_nvls_and_link_efficiency_ring(capsys):
+    # 7e9 parameters on one DGX H100 (8 GPUs), stage 0: one all-reduce of the 2-byte gradients,
+    # 2 x 7 x 875,000,000 x 2 = 24.5 GB sent per GPU. By default it runs on NVLink SHARP at
+    # 480 GB/s (NVIDIA/nccl issue #1455); --link-efficiency ring keeps the ring's 370 GB/s.
+    # Latency either way: 8.4 + 14 x 3.4 = 56 us.
+    seconds = {}
+    for extra in ((), ("--link-efficiency", "ring")):
+        result = estimate_json(capsys, "--params", "7B", "--gpus", "8", "--device", "h100-80gb",
+                               "--link", "dgx-h100", "--engine", "paper", "--stage", "0", *extra)
+        (row,) = result["stages"]
+        reduce = row["communication"]["collectives"]["all_reduce"]
+        assert reduce["sent_bytes"] == 24_500_000_000
+        seconds[extra] = reduce["seconds"]
+    assert math.isclose(seconds[()], 24.5e9 / 480e9 + 56e-6)
+    assert math.isclose(seconds[("--link-efficiency", "ring")], 24.5e9 / 370e9 + 56e-6)
+    status, _, err = run(capsys, "estimate", "--params", "7B", "--gpus", "8", "--link", "dgx-h100",
+                         "--link-efficiency", "fast")
+    assert status == 2 and "achieved or ring or line-rate" in err

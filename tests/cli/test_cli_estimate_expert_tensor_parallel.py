@@ -50,7 +50,8 @@ def test_estimate_refusals_one_line(capsys, args, message):
 
 def test_plan_shows_etp_for_a_mixture_of_experts_only(capsys):
     code, out, err = run(capsys, *PLAN, "--model", "mixtral-8x7b", "--engine", "megatron",
-                         "--expert-parallel", "2", "--expert-tensor-parallel", "1,2")
+                         "--expert-parallel", "2", "--expert-tensor-parallel", "1,2",
+                         "--context-parallel", "1")
     assert (code, err) == (0, "")
     header = next(line for line in out.splitlines() if line.startswith("rank"))
     assert header.split()[:6] == ["rank", "t", "SP", "E", "ETP", "p"]

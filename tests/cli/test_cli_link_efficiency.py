@@ -43,7 +43,7 @@ def test_estimate_table_names_it(capsys):
 @pytest.mark.parametrize("argv, message", [
     (("--link-efficiency", "0.8"), "--link-efficiency needs --link"),
     (("--link", "dgx-h100", "--link-efficiency", "1.5"),
-     "--link-efficiency must be achieved or line-rate or a fraction above 0 and at most 1, got "
+     "--link-efficiency must be achieved or ring or line-rate or a fraction above 0 and at most 1, got "
      "'1.5'"),
     (("--link", "dgx-h100", "--link-efficiency", "fast"), "--link-efficiency must be"),
     (("--link", "dgx-h100", "--link-efficiency", "0"), "--link-efficiency must be")])

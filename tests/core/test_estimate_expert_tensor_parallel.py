@@ -13,7 +13,7 @@ SETTINGS = dict(seq_len=4096, recompute="full")
 
 def _plan(engine="megatron", **options):
     return plan("mixtral-8x7b", 16, 8, "h100-80gb", 4096, 16, links="dgx-h100", engine=engine,
-                recompute=("full",), max_micro_batch=1, stages=(1,), **options)
+                recompute=("full",), max_micro_batch=1, stages=(1,), context_parallel=(1,), **options)
 
 
 def test_etp_step_and_peak_agree_with_the_plan():

@@ -13,7 +13,7 @@ COMMON = {"device": "h100-80gb", "link": "dgx-h100", "engine": "megatron"}
 
 def _plan_row(t, p, stage, sequence_parallel, engine):
     frame = plan("llama-2-7b", 16, 8, "h100-80gb", 4096, 32, links="dgx-h100", engine=engine,
-                 recompute=("full",), max_micro_batch=1, stages=(stage,)).valid
+                 recompute=("full",), max_micro_batch=1, stages=(stage,), context_parallel=(1,)).valid
     rows = frame[(frame.tensor_parallel == t) & (frame.pipeline_parallel == p)
                  & (frame.sequence_parallel == sequence_parallel) & (frame.chunks == 1)
                  & (frame.shard_group == frame.data_parallel)]

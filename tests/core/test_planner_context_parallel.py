@@ -16,16 +16,56 @@ SMALL = dict(stages=(1,), recompute=("selective",), chunks=(1,), offload=("none"
              engine="megatron")
 
 
-def test_without_degrees_the_plan_is_unchanged():
-    plain = planner.plan(*ARGS, **SMALL)
+def test_under_one_degree_the_plan_has_no_cp_column():
+    deepspeed = planner.plan(*ARGS, **dict(SMALL, engine="deepspeed", stages=(1,)))
     ones = planner.plan(*ARGS, **SMALL, context_parallel=(1,))
-    assert "context_parallel" not in plain.valid.columns
-    assert plain.valid.equals(ones.valid)
-    assert "context_parallel" not in plain.settings.as_dict()
+    assert "context_parallel" not in ones.valid.columns
+    assert "context_parallel" not in ones.settings.as_dict()
+    # DeepSpeed runs no ring attention: its default search is C = 1 alone
+    assert deepspeed.settings.context_parallel == (1,)
+    assert "context_parallel" not in deepspeed.valid.columns
+
+
+def test_by_default_an_engine_with_ring_attention_searches_it():
+    # 32,768 tokens on 64 GPUs: every degree up to 16 cuts the sequence into 2C whole chunks
+    # (32,768 / 32 = 1,024) and fits in the GPUs, so the default is all five.
+    default = planner.plan(*ARGS, **SMALL)
+    named = planner.plan(*ARGS, **SMALL, context_parallel=(1, 2, 4, 8, 16))
+    assert default.settings.context_parallel == (1, 2, 4, 8, 16)
+    assert default.valid.equals(named.valid)
+
+
+def test_the_default_degrees_stop_where_gpus_or_chunks_do():
+    from zerolib.core.plan_settings import plan_settings
+    # 8 GPUs: C at most 8. 24 tokens: 2C must divide 24, which 4 and 8 do (C = 2, 4) and 16
+    # and 32 do not (C = 8, 16).
+    assert plan_settings("llama-2-7b", 8, 8, "h100-80gb", 4096, 8,
+                         engine="fsdp2").context_parallel == (1, 2, 4, 8)
+    assert plan_settings("llama-2-7b", 64, 8, "h100-80gb", 24, 64,
+                         engine="megatron").context_parallel == (1, 2, 4)
+    # without flash attention ring attention cannot run: C = 1 alone
+    assert plan_settings("llama-2-7b", 64, 8, "h100-80gb", 4096, 64, engine="megatron",
+                         flash_attention=False).context_parallel == (1,)
+
+
+def test_llama_405b_at_131072_tokens_is_planned_with_cp_by_default():
+    # Meta's 405B long-context stage (arXiv:2407.21783, Table 4: 16,384 H100, 131,072 tokens, 16M
+    # tokens per step = 128 sequences) under Megatron-LM's rules. Without CP each of the
+    # 16,384 / (8 x 16) = 128 replicas runs one micro-batch through 16 stages: a bubble of
+    # (p - 1) / (m + p - 1) = 15 / 16 of the pipeline's time, a little less of the step (which
+    # also waits on collectives outside the pipeline). The default search finds CP (Meta ran
+    # C 16) and a step many times shorter.
+    args = ("llama-3.1-405b", 16_384, 8, "h100-80gb", 131_072, 128)
+    without = planner.plan(*args, engine="megatron", context_parallel=(1,)).fits.iloc[0]
+    first = planner.plan(*args, engine="megatron").fits.iloc[0]
+    assert (without["tensor_parallel"], without["pipeline_parallel"]) == (8, 16)
+    assert 0.9 < without["bubble_fraction"] <= 15 / 16
+    assert first["context_parallel"] == 16
+    assert first["step_seconds"] * 5 < without["step_seconds"]
 
 
 def test_each_configuration_once_per_degree():
-    plain = planner.plan(*ARGS, **SMALL)
+    plain = planner.plan(*ARGS, **SMALL, context_parallel=(1,))
     both = planner.plan(*ARGS, **SMALL, context_parallel=(1, 2))
     assert both.size == 2 * plain.size
     assert both.settings.as_dict()["context_parallel"] == [1, 2]

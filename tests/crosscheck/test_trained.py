@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+import zerolib as zl
 from zerolib.core.catalogue.devices import get_device
 from zerolib.core.memory.working_set import WorkingSetSettings
 from zerolib.core.planner import plan
@@ -149,15 +150,17 @@ def test_the_default_search_covers_every_row_the_old_one_missed_three():
 
 def test_llama_405b_fits_without_recomputation_only_on_uneven_stages():
     # The md: of the whole plan's fitting configurations for 405B on 8,192 H100s at 8,192
-    # tokens, every even split recomputes fully; without recomputation only uneven stages fit,
-    # Meta's among them (arXiv 2407.21783 Sec. 3.3.2: no activation checkpointing at 8K, "we
-    # reduce one Transformer layer each from the first and the last stages": 7, 8 x 14, 7).
+    # tokens without CP (the row ran C = 1), every even split recomputes fully; without
+    # recomputation only uneven stages fit, Meta's among them (arXiv 2407.21783 Sec. 3.3.2: no
+    # activation checkpointing at 8K, "we reduce one Transformer layer each from the first and
+    # the last stages": 7, 8 x 14, 7). With the CP degrees FSDP2's plan searches by default (up
+    # to 16) configurations that recompute nothing fit on even stages too: C divides every
+    # activation.
     run = RUNS["llama-3.1-405b-8k"]
-    result = plan(run.config, run.gpus, 8, run.device, run.seq_len, run.global_batch,
-                  layout=run.layout, mfu=trained.DEFAULT_MFU, offload=("none",),
-                  shard_groups="whole", flash_attention=True,
-                  engine=run.engine)
-    fits = result.fits
+    setting = (run.config, run.gpus, 8, run.device, run.seq_len, run.global_batch)
+    options = dict(layout=run.layout, mfu=trained.DEFAULT_MFU, offload=("none",),
+                   shard_groups="whole", flash_attention=True, engine=run.engine)
+    fits = plan(*setting, **options, context_parallel=(1,)).fits
     assert len(fits) == trained.planner_check(run, whole=True)["fitting"] > 0
     recomputes = fits["recompute"].astype(str)
     assert set(recomputes[fits["first_layers"] == 0]) == {"full"}
@@ -165,6 +168,13 @@ def test_llama_405b_fits_without_recomputation_only_on_uneven_stages():
     meta = fits[(fits["tensor_parallel"] == 8) & (fits["pipeline_parallel"] == 16)
                 & (fits["first_layers"] == 7) & (recomputes == "none")]
     assert len(meta) and (meta["peak_bytes"] < 80 * GiB).all()
+    searched = plan(*setting, **options)
+    assert searched.settings.context_parallel == (1, 2, 4, 8, 16)
+    default = searched.fits
+    first = default.iloc[0]
+    assert first["context_parallel"] > 1 and str(first["recompute"]) == "none"
+    at_one = default[default["context_parallel"] == 1]
+    assert (at_one["first_layers"][at_one["recompute"].astype(str) != "full"] > 0).all()
     full = trained.judge(replace(run, recompute="full"))
     assert full["fits"] and 14 * GiB < full["peak"] < 15 * GiB
 
@@ -438,3 +448,19 @@ def test_every_run_within_20_percent_at_its_devices_fitted_efficiency_or_a_findi
     text = trained.data_file(None, "trained_configurations.md", "x").read_text(encoding="utf-8")
     for name in FINDINGS:
         assert f"**{name}**" in text.split("## Findings at the fitted efficiency")[1]
+
+
+def test_nvls_changes_no_published_run(monkeypatch):
+    # The md: NVLink SHARP speeds only an all-reduce inside one H100 node; the H100 rows run
+    # sequence parallelism (reduce-scatter and all-gather) where t > 1 and all-reduce only across
+    # nodes, so every prediction is the same with NVLS off.
+    from zerolib.core.catalogue.links import LinkEfficiency
+
+    with_nvls = {r.run: trained.throughput(r)["step_seconds"] for r in RUNS.values()}
+    monkeypatch.setattr(LinkEfficiency, "nvls", property(lambda self: False))
+    from zerolib.core.step.collectives import ring_timing
+    assert float(ring_timing(zl.interconnect("dgx-h100"), "all_reduce", 8)[1]) == 370e9   # off
+    without = {r.run: trained.throughput(r)["step_seconds"] for r in RUNS.values()}
+    assert with_nvls == without
+    h100 = [r for r in RUNS.values() if r.device == "h100-80gb"]
+    assert all(r.sequence_parallel or r.tensor_parallel == 1 for r in h100) and len(h100) == 4

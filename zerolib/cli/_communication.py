@@ -38,7 +38,9 @@ OPTIONS = {"tokens_per_gpu": "--tokens-per-gpu",
            "host": "--host", "cpu_adam_rate": "--cpu-adam-rate",
            "link_efficiency": "--link-efficiency"}
 LINK_EFFICIENCY_HELP = ("the rate every link runs at: achieved (the default: the bus bandwidth "
-                        "NCCL reaches at large messages, e.g. 370 of NVLink 4's 450 GB/s), "
+                        "NCCL reaches at large messages, e.g. 370 of NVLink 4's 450 GB/s, and "
+                        "480 GB/s for an all-reduce inside an H100 node on NVLink SHARP), ring "
+                        "(the same without NVLS, as NCCL_NVLS_ENABLE=0), "
                         "line-rate (the vendor's figure), or a fraction of the line rate in "
                         "(0, 1] such as 0.8 or 80%%")
 SECONDS = ("communication_seconds", "compute_seconds", "exposed_seconds", "step_seconds")
@@ -125,7 +127,7 @@ def add_link_efficiency(parser) -> None:
 
 
 def link_efficiency_from(text: str) -> str | float:
-    """``--link-efficiency``: achieved, line-rate, or a fraction in (0, 1]."""
+    """``--link-efficiency``: achieved, ring, line-rate, or a fraction in (0, 1]."""
     name = text.strip().lower()
     if name in EFFICIENCY_NAMES:
         return name

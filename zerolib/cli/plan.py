@@ -143,9 +143,10 @@ def register(commands) -> None:
                              "further block, the rank repeated, and lines wrap; a pipe or file "
                              "gets whole rows)")
     parser.add_argument("--context-parallel", metavar="LIST",
-                        help="context-parallel degrees C to search, e.g. 1,2,4 (default 1: none; "
-                             "above 1 needs --flash and an --engine with ring attention: "
-                             "megatron or fsdp2)")
+                        help="context-parallel degrees C to search, e.g. 1,2,4 (default: 1,2,4,8,16 "
+                             "under an --engine with ring attention, megatron or fsdp2, those "
+                             "the GPUs and the sequence's 2C chunks allow; 1 under the others "
+                             "or without --flash; above 1 needs both)")
     parser.add_argument("--expert-parallel", metavar="LIST",
                         help="expert-parallel degrees E to search, e.g. 1,8 (default: every "
                              "divisor of a mixture of experts' routed experts; 1 for a dense model)")

@@ -183,8 +183,10 @@ class Search:
     interleaved, or ``"all"`` that the layers allow), ``offload`` options, sequence parallelism
     on and off, shard groups (``"all"`` divisors of d, or ``"whole"``), the context-parallel,
     expert-parallel and expert-tensor-parallel degrees (None: the engine's and the model's
-    defaults), ZeRO-R's options (None: the engine's default) and micro-batches up to
-    ``max_micro_batch``. Checked by :func:`plan_settings`, which knows the model and engine."""
+    defaults: what the engine can run, context parallelism up to 16 where it runs ring
+    attention, :func:`zerolib.core.memory.context_parallel.default_degrees`), ZeRO-R's
+    options (None: the engine's default) and micro-batches up to ``max_micro_batch``. Checked
+    by :func:`plan_settings`, which knows the model and engine."""
 
     stages: tuple = STAGES
     recompute: tuple | None = None
@@ -192,7 +194,7 @@ class Search:
     offload: tuple = tuple(OFFLOADS)
     sequence_parallel: tuple = (False, True)
     shard_groups: str = "all"
-    context_parallel: tuple = (1,)
+    context_parallel: tuple | None = None
     expert_parallel: tuple | None = None
     expert_tensor_parallel: tuple | None = None
     zero_r: tuple | None = None
@@ -253,7 +255,9 @@ def plan_settings(run, gpus=None, gpus_per_node=None, device=None, seq_len=None,
     ``activation_checkpointing`` config has ``partition_activations`` and ``cpu_checkpointing``
     false; only the engines of :data:`ZERO_R_ENGINES` offer the others). ``context_parallel``
     above 1 only for an engine that runs it (``Engine.context_parallel``: Megatron-LM, FSDP2
-    with torchtitan). ``expert_tensor_parallel`` names the ETP degrees searched
+    with torchtitan); None (the default) searches 1, 2, 4, 8, 16 under such an engine (those
+    the GPUs and the sequence's 2C chunks allow), 1 under the others.
+    ``expert_tensor_parallel`` names the ETP degrees searched
     (:func:`zerolib.core.memory.expert_parallel_rules.check_etp_degrees`; None: under
     Megatron-LM every divisor of a mixture's expert width, else ETP = t only)."""
     run, search = plan_request(run, gpus, gpus_per_node, device, seq_len, global_batch,
@@ -334,8 +338,10 @@ def _settings_of(run: Run, search: Search) -> PlanSettings:
             raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: "
                              "interleaved)")
     ic = cluster_interconnect(links_for(device, c.link), k, c.link_efficiency)
-    cp = cp_rules.check_degrees(search.context_parallel, seq_len, working_set.flash_attention)
     engine = get_engine(t.engine)
+    cp = (cp_rules.default_degrees(engine.context_parallel, seq_len, gpus, working_set.flash_attention)
+          if search.context_parallel is None else
+          cp_rules.check_degrees(search.context_parallel, seq_len, working_set.flash_attention))
     if cp != (1,) and not engine.context_parallel:
         raise ValueError(f"context_parallel must be (1,) for engine {engine.name}: it runs no "
                          f"ring-attention context parallelism (the engines that do: "

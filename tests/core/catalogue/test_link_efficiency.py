@@ -62,7 +62,7 @@ def test_the_setting_names_and_fractions():
 
 @pytest.mark.parametrize("bad", [0, -0.1, 1.01, float("nan"), float("inf"), "fast", "80%"])
 def test_a_bad_efficiency_is_refused_by_name(bad):
-    with pytest.raises(ValueError, match="link_efficiency must be achieved or line-rate or a "
+    with pytest.raises(ValueError, match="link_efficiency must be achieved or ring or line-rate or a "
                                          "fraction above 0 and at most 1"):
         LinkEfficiency(bad)
 
@@ -79,8 +79,10 @@ def test_the_ring_runs_at_the_achieved_rate_by_default():
     ic = interconnect("dgx-h100")
     assert ic.efficiency.name == "achieved"
     # Inside a node: NVLink 4 at 370 GB/s. Across nodes: 8 NDR ports of 48 GB/s = 384 GB/s, so
-    # NVLink's 370 binds. Nodes of 4 (4 ports): 4 x 48 = 192 GB/s.
-    assert [float(b) for b in ring_timing(ic, "all_reduce", [8, 64])[1]] == [370e9, 370e9]
+    # NVLink's 370 binds. Nodes of 4 (4 ports): 4 x 48 = 192 GB/s. (An all-reduce inside the
+    # node runs on NVLS instead: test_nvls below.)
+    assert [float(b) for b in ring_timing(ic, "reduce_scatter", [8, 64])[1]] == [370e9, 370e9]
+    assert float(ring_timing(ic, "all_reduce", 64)[1]) == 370e9
     assert float(ring_timing(interconnect("dgx-h100", 4), "all_gather", 8)[1]) == 192e9
     # At line rate, the earlier model: 450 inside, min(450, 8 x 50) = 400 across.
     line = interconnect("dgx-h100", efficiency="line-rate")
@@ -102,7 +104,7 @@ def test_a_single_link_and_the_dgx_a100():
 
 
 def test_every_collective_and_the_pipeline_message_use_it():
-    ic = interconnect("dgx-h100")
+    ic = interconnect("dgx-h100", efficiency="ring")    # NVLS off: the ring's 370 GB/s
     # One all-reduce over 8 GPUs sending 37 GB: 8.4 + 14 x 3.4 = 56 us, plus 37e9 / 370e9 = 0.1 s.
     assert math.isclose(float(collective_seconds("all_reduce", 37e9, 1, 8, ic)), 0.1 + 56 * US)
     # A pipeline message of 37 MB inside a node: 8.4 + 3.4 us + 37e6 / 370e9 = 111.8 us;
@@ -164,3 +166,30 @@ def test_the_fall_at_small_messages_is_the_latency_term():
         sent = 7 * size / 8
         seconds = float(collective_seconds("all_gather", sent, 1, 8, ic))
         assert sent / seconds == pytest.approx(busbw, rel=1e-4)
+
+
+def test_nvls_runs_an_all_reduce_inside_an_h100_node():
+    # NVIDIA/nccl issue #1455, 8 x H100 SXM at 2-4 GiB: NVLS bus bandwidth 420, 440, 460 and
+    # 480 GB/s on 5, 6, 7 and 8 GPUs; 4 GPUs and fewer stay on the ring (370).
+    ic = interconnect("dgx-h100")
+    rates = ring_timing(ic, "all_reduce", [2, 4, 5, 6, 7, 8])[1]
+    assert [float(r) for r in rates] == [370e9, 370e9, 420e9, 440e9, 460e9, 480e9]
+    # Only the all-reduce: a reduce-scatter or all-gather of 8 GPUs stays on the ring.
+    assert float(ring_timing(ic, "all_gather", 8)[1]) == 370e9
+    # Across nodes it is the ring's (16 GPUs on 2 nodes: min(370, 8 x 48 = 384) = 370).
+    assert float(ring_timing(ic, "all_reduce", 16)[1]) == 370e9
+    # A ring of 8 whose ranks are 2 apart holds 4 GPUs per node: two nodes, the ring's.
+    assert float(ring_timing(ic, "all_reduce", 8, 2)[1]) == min(370e9, 4 * 48e9)
+    # One all-reduce over 8 GPUs sending 48 GB: 56 us of latency (the ring's, kept) plus
+    # 48e9 / 480e9 = 0.1 s.
+    assert math.isclose(float(collective_seconds("all_reduce", 48e9, 1, 8, ic)), 0.1 + 56 * US)
+    # Stage 0 of 1e9 16-bit parameters on 8 GPUs: 3.5 GB at 480 GB/s, plus 56 us.
+    times = step_time(flat_traffic(10**9, 8, 0), ic)
+    assert math.isclose(float(times.slot_seconds["gradient_all_reduce"]), 3.5e9 / 480e9 + 56 * US)
+    # "ring" turns it off (NCCL_NVLS_ENABLE=0); line rate and fractions model no NVLS either.
+    for setting in ("ring", "line-rate", 0.9):
+        other = interconnect("dgx-h100", efficiency=setting)
+        assert float(ring_timing(other, "all_reduce", 8)[1]) == other.intra_rate
+    assert LinkEfficiency("ring").rate(get_link("nvlink4")) == 370e9
+    # A100 (NVLink 3) has no NVLS.
+    assert float(ring_timing(interconnect("dgx-a100"), "all_reduce", 8)[1]) == 230e9

@@ -121,7 +121,7 @@ def test_estimate_and_plan_agree_on_the_experts_collectives(etp):
     # estimate times a link at t = 1 only; ETP 2 there runs the dispatcher's gathers over 2 ranks
     frame = plan("mixtral-8x7b", 64, 8, "h100-80gb", 4096, 64, links="dgx-h100",
                  engine="megatron", recompute=("full",), max_micro_batch=1, stages=(1,),
-                 expert_parallel=(8,)).valid
+                 expert_parallel=(8,), context_parallel=(1,)).valid
     rows = frame[(frame.tensor_parallel == 1) & (frame.pipeline_parallel == 1)
                  & (frame.expert_tensor_parallel == etp)]
     assert len(rows) == 1

@@ -25,6 +25,20 @@ small messages NCCL switches to its LL and LL128 protocols, whose lower latency 
 leaves out, so small collectives are timed on the slow side; no published nccl-tests curve was
 held against this fall.
 
+**NVLink SHARP (NVLS).** On an NVSwitch node of the third generation (HGX H100 and H200) NCCL
+runs an all-reduce inside the node on the switches themselves (NVLS, NCCL 2.17 and later, on by
+default where the node has it), faster than its ring: ``nvls`` lists the bus bandwidth it
+reaches by the node's GPUs in the collective, from the nccl-tests of NVIDIA/nccl issue #1455 (8
+x H100 SXM, 2-4 GiB: "ALGO=RING busbw is about 365-370 GBps ... ALGO=NVLS ... Busbw increase
+from 370 to 420, 440, 460, and 480 GBps when gpus increase from 4 to 5, 6, 7, and 8"), the same
+as NCCL's maintainer gives for 8 GPUs (nccl-tests issue #212: "a peak busBw of ~480GB/s") and
+within 2 % of S. Bekman's 8 x H200 (473.1 GB/s at 8 GiB, ml-engineering ``network/README.md``).
+It applies to an all-reduce whose GPUs sit on one node, at the ``"achieved"`` efficiency only;
+the reduce-scatters and all-gathers stay on the ring (their NVLS gain is not published here),
+and so does an all-reduce across nodes (NCCL's NVLS-tree, measured at 310 GB/s on two nodes
+and no gain on four in NVIDIA/nccl issue #1031, is left out). ``"ring"`` efficiency turns NVLS
+off (NCCL_NVLS_ENABLE=0): the achieved ring rates alone.
+
 ``hop_latency`` is the time one step of a ring adds on that kind of link: NCCL's own tuning
 constants for the ring algorithm with its Simple protocol, the one it uses for large messages
 (``hwLat`` in ``src/graph/tuning.cc``, NCCL 2.30.7: NVLink 3.4 us, PCI 5.7 us, network 14.0 us
@@ -36,6 +50,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+
+import numpy as np
 
 GBPS = 10**9               # bytes per second in one GB/s
 GBIT = 10**9 // 8          # bytes per second in one Gb/s
@@ -67,6 +83,9 @@ class Link:
     source: str
     achieved: int | None = None   # bytes per second NCCL's ring reaches (None: the line rate)
     achieved_source: str = ""
+    # NVLS all-reduce bus bandwidth inside one node by GPUs in it: ((gpus, bytes/s), ...)
+    nvls: tuple[tuple[int, int], ...] = ()
+    nvls_source: str = ""
 
     def __post_init__(self):
         if self.kind not in LINK_KINDS:
@@ -95,16 +114,24 @@ class Link:
         return {"name": self.name, "kind": self.kind, "bandwidth": self.bandwidth,
                 "achieved_bandwidth": self.achieved_bandwidth, "hop_latency": self.hop_latency}
 
+    def nvls_bandwidth(self, gpus) -> np.ndarray:
+        """NVLS all-reduce bus bandwidth of ``gpus`` GPUs of one node (0 where it does not run)."""
+        gpus = np.asarray(gpus, dtype=np.int64)
+        out = np.zeros(gpus.shape)
+        for count, rate in self.nvls:
+            out = np.where(gpus == count, float(rate), out)
+        return out
+
     @property
     def achieved_bandwidth(self) -> int:
         """Bytes per second per direction NCCL's ring reaches on this link at large messages."""
         return self.bandwidth if self.achieved is None else self.achieved
 
 
-def _nvlink(name, label, per_direction_gbps, headline, source, achieved, achieved_source
-            ) -> Link:
+def _nvlink(name, label, per_direction_gbps, headline, source, achieved, achieved_source,
+            nvls=(), nvls_source="") -> Link:
     return Link(name, label, "nvlink", per_direction_gbps * GBPS, headline, True, NVLINK_HOP,
-                source, achieved, achieved_source)
+                source, achieved, achieved_source, nvls, nvls_source)
 
 
 def _network(name, label, gbit, source, achieved_gbps, achieved_source) -> Link:
@@ -151,7 +178,12 @@ LINKS: Mapping[str, Link] = MappingProxyType({link.name: link for link in (
             "NVIDIA/nccl-tests issue #212 (S. Jeaugey, NCCL): 'With the protocol overhead "
             "(~20%) NCCL can get an effective NVLink bandwidth of 370GB/s, which you can observe "
             "as \"BusBw\" when running non-allreduce operations, or when running with "
-            "NCCL_ALGO=RING'"),
+            "NCCL_ALGO=RING'",
+            ((5, 420 * GBPS), (6, 440 * GBPS), (7, 460 * GBPS), (8, 480 * GBPS)),
+            "NVIDIA/nccl issue #1455 (8 x H100 SXM, all_reduce_perf -b 2G -e 4G): 'ALGO=NVLS ... "
+            "Busbw increase from 370 to 420, 440, 460, and 480 GBps when gpus increase from 4 to "
+            "5, 6, 7, and 8'; nccl-tests issue #212 (S. Jeaugey): 'On 8 GPUs, you should reach a "
+            "peak busBw of ~480GB/s'"),
     _nvlink("nvlink5", "NVLink 5 (B200)", 900, "1.8 TB/s bidirectional per GPU",
             "NVIDIA NVLink page: 18 NVLink connections of 100 GB/s, 'a total bandwidth of 1.8 "
             "terabytes per second', 'a 1.8TB/s bidirectional, direct GPU-to-GPU interconnect'",
@@ -202,7 +234,7 @@ LINKS: Mapping[str, Link] = MappingProxyType({link.name: link for link in (
 )})
 
 
-EFFICIENCY_NAMES = ("achieved", "line-rate")
+EFFICIENCY_NAMES = ("achieved", "ring", "line-rate")
 # The links a GPU copies to and from its host's memory over (offload's host link).
 HOST_LINKS = tuple(name for name, link in LINKS.items() if link.kind == "pcie")
 
@@ -210,8 +242,10 @@ HOST_LINKS = tuple(name for name, link in LINKS.items() if link.kind == "pcie")
 @dataclass(frozen=True)
 class LinkEfficiency:
     """The rate a collective runs at on each link: ``"achieved"`` (NCCL's published or modelled
-    bus bandwidth, :attr:`Link.achieved_bandwidth`, the default), ``"line-rate"`` (the vendor's
-    per-direction figure) or a fraction in (0, 1] of the line rate of every link alike."""
+    bus bandwidth, :attr:`Link.achieved_bandwidth`, and NVLS all-reduce inside a node where the
+    link has it, :attr:`Link.nvls`: the default), ``"ring"`` (the same rates with NVLS off,
+    NCCL_NVLS_ENABLE=0), ``"line-rate"`` (the vendor's per-direction figure) or a fraction in
+    (0, 1] of the line rate of every link alike."""
 
     setting: str | float = "achieved"
 
@@ -232,11 +266,16 @@ class LinkEfficiency:
 
     def rate(self, link: Link) -> float:
         """Bytes per second per direction a ring runs at on ``link``."""
-        if self.setting == "achieved":
+        if self.setting in ("achieved", "ring"):
             return float(link.achieved_bandwidth)
         if self.setting == "line-rate":
             return float(link.bandwidth)
         return link.bandwidth * self.setting
+
+    @property
+    def nvls(self) -> bool:
+        """Whether an all-reduce inside a node runs on NVLink SHARP where the link has it."""
+        return self.setting == "achieved"
 
     @property
     def name(self) -> str:
@@ -248,6 +287,8 @@ class LinkEfficiency:
         """The same in a sentence: "the links at line rate" and so on."""
         if self.setting == "achieved":
             return "the links at the bus bandwidth NCCL reaches"
+        if self.setting == "ring":
+            return "the links at the bus bandwidth NCCL's ring reaches (no NVLS)"
         if self.setting == "line-rate":
             return "the links at line rate"
         return f"the links at {self.name} of line rate"

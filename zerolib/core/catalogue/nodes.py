@@ -41,8 +41,10 @@ overhead", the 3 for the Simple protocol); the overhead is 1 us on Intel hosts a
 hosts (``getNetOverhead``), so an NVLink step (3.4 us) costs 6 us on a DGX A100 (AMD EPYC
 hosts): 876 us for an all-reduce over 64 GPUs on 8 nodes against 585 us without it.
 
-Left out (the model is a bandwidth estimate, not a simulator): NCCL's tree and NVLink SHARP
-algorithms (hierarchical all-reduce across nodes), congestion from other jobs and switch
+NVLink SHARP: an all-reduce whose GPUs sit on one node of a link with ``nvls`` (NVLink 4) runs
+at NVLS's bus bandwidth (:mod:`zerolib.core.catalogue.links`), under the ``"achieved"``
+efficiency. Left out (the model is a bandwidth estimate, not a simulator): NCCL's tree and
+NVLS-tree algorithms (hierarchical all-reduce across nodes), congestion from other jobs and switch
 oversubscription, and small-message effects beyond the latency term (NCCL's LL and LL128
 protocols, which cut it).
 """

@@ -33,6 +33,21 @@ def check_degrees(context_parallel, seq_len: int, flash_attention: bool) -> tupl
     return degrees
 
 
+# The CP degrees a plan searches when none are named, under an engine that runs ring attention:
+# up to 16, the degree Meta's Llama 3.1 405B ran at 131,072 tokens (Dubey et al., "The Llama 3
+# Herd of Models", arXiv:2407.21783, Sec. 3.3.2 and Table 4: TP 8, CP 16, PP 16, DP 8).
+DEFAULT_DEGREES = (1, 2, 4, 8, 16)
+
+
+def default_degrees(engine_runs_it: bool, seq_len: int, gpus: int, flash_attention: bool) -> tuple[int, ...]:
+    """The CP degrees searched when none are named: (1,) under an engine without ring attention
+    or without flash attention; else those of :data:`DEFAULT_DEGREES` no larger than ``gpus``
+    that cut the sequence into 2C whole chunks (4,096 tokens: up to 16; 8 GPUs: up to 8)."""
+    if not (engine_runs_it and flash_attention):
+        return (1,)
+    return tuple(c for c in DEFAULT_DEGREES if c <= gpus and (c == 1 or seq_len % (2 * c) == 0))
+
+
 def expand(plan, columns: Mapping[str, np.ndarray], reason: np.ndarray, size: int,
            codes: Mapping[str, int]) -> tuple[Mapping[str, np.ndarray], np.ndarray, int]:
     """A plan's ``columns``, ``reason`` and ``size`` once per degree of ``plan.context_parallel``

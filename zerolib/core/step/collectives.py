@@ -107,6 +107,10 @@ def ring_timing_of(ic: Interconnect, kind: str, size, stride=1) -> tuple[np.ndar
         bandwidth = np.full(size.shape, ic.intra_rate)
     else:
         bandwidth = np.where(nodes <= 1, ic.inside_rate(per_node), across_bandwidth(ic, per_node))
+    if kind == "all_reduce" and ic.intra.nvls and ic.efficiency.nvls:
+        # NVLink SHARP: an all-reduce on one node's switches (links.py: NVLS)
+        nvls = ic.intra.nvls_bandwidth(per_node)
+        bandwidth = np.where((nodes <= 1) & (nvls > 0), nvls, bandwidth)
     return spanning_latency_of(ic, kind, size, nodes), bandwidth
 
 
