@@ -107,6 +107,13 @@ def test_nvlink_inside_infiniband_across(nb):
     # 48 / 370 = 0.1297: "13 % of NVLink's rate"; 8 ports of 48 GB/s = 384 GB/s, over NVLink's 370.
     assert round(100 * port.attrs["bus_bandwidth"] / inside.attrs["bus_bandwidth"]) == 13
     assert "13 % of NVLink's rate" in said and "48 GB/s (384 GB/s together)" in said
+    # Inside one DGX H100 an all-reduce runs on NVLink SHARP (NVIDIA/nccl issue #1455: 480 GB/s
+    # on 8 GPUs): faster than the ring, and stage 0's time in the table follows it.
+    nvls = zl.get_link("nvlink4").nvls_bandwidth(8)
+    assert f"NVLink SHARP, at {nvls / 1e9:g} GB/s" in said and nvls == 480e9
+    ring = zl.interconnect("dgx-h100", efficiency="ring")
+    assert inside["communication_seconds"][0] < zl.tradeoff_frame(
+        LLAMA, 8, ring, "h100-80gb")["communication_seconds"][0]
     assert zl.interconnect("dgx-h100").nics * 48e9 == 384e9 > across.attrs["bus_bandwidth"]
     assert said.startswith("Under the paper's schedule") and inside.attrs["engine"].name == "paper"
     # The chapter's compute: the model's (its embedding looked up, its attention core counted).
@@ -268,6 +275,8 @@ def test_summary_and_links(nb):
 
 def test_the_model_leaves_out_links_where_the_chapter_goes_further(nb):
     said = text(nb, "left-out")
+    assert "H100 node, which runs on the NVSwitches (NVLink SHARP)" in said
+    assert zl.get_link("nvlink4").nvls and not zl.get_link("ib-ndr").nvls
     assert "[shard groups and offload](07-shard-groups-and-offload.ipynb)" in said
     assert "[ZeRO beside model parallelism](08-zero-beside-model-parallelism.ipynb)" in said
 
