@@ -591,6 +591,18 @@ def test_hostile_deepspeed_configs_get_a_clean_refusal_or_a_run(config, gpus):
         assert result.trainer.engine == "deepspeed"
 
 
+@pytest.mark.parametrize("config", [
+    {"zero_optimization": {"stage": 1, "a\nb": 1}},
+    {"zero_optimization": {"offload_optimizer": {"device": "cpu", "x\ny": 1}}},
+    {"activation_checkpointing": {"\n": True}},
+])
+def test_a_deepspeed_key_with_a_line_break_is_refused_on_one_line(config):
+    from zerolib.core.deepspeed_config import run_from_deepspeed_config
+    with pytest.raises(ValueError) as refused:
+        run_from_deepspeed_config(config, "llama-2-7b", gpus=8)
+    assert "\n" not in str(refused.value) and "\\n" in str(refused.value)
+
+
 @settings(max_examples=100, deadline=None)
 @given(text=HOSTILE_TEXTS)
 def test_hostile_json_is_a_clean_refusal_from_the_deepspeed_reader(text, tmp_path_factory):

@@ -168,28 +168,31 @@ def _flatten(data: Mapping, where: str) -> dict:
             raise ValueError(f"{where}: bf16 and bfloat16 are one section (bfloat16 its older name): give one")
         for key, inner in value.items():
             full = f"{name}.{key}"
+            # a key as the file wrote it, on one line (echoed where it is no name)
+            shown = full if str(key).isidentifier() else f"{name}.{echo(key)}"
             if name == "zero_optimization" and key in ("offload_optimizer", "offload_param"):
                 if inner is None:
                     continue
                 if not isinstance(inner, Mapping):
-                    raise ValueError(f"{where}: {full} must be a JSON object, got {echo(inner)}")
+                    raise ValueError(f"{where}: {shown} must be a JSON object, got {echo(inner)}")
                 for sub, leaf in inner.items():
                     if f"{full}.{sub}" in KEYS:
                         flat[f"{full}.{sub}"] = leaf
                     elif sub not in OFFLOAD_NO_MEMORY:
-                        raise ValueError(f"{where}: {full}.{sub} is not a field of DeepSpeed's "
+                        sub = sub if str(sub).isidentifier() else echo(sub)
+                        raise ValueError(f"{where}: {shown}.{sub} is not a field of DeepSpeed's "
                                          f"offload config")
                 continue
             if full in KEYS:
                 flat[full] = inner
             elif name == "zero_optimization" and key == "cpu_offload":
-                raise ValueError(f"{where}: {full} is deprecated in DeepSpeed: use "
+                raise ValueError(f"{where}: {shown} is deprecated in DeepSpeed: use "
                                  f"zero_optimization.offload_optimizer.device")
             elif name == "zero_optimization" and key not in ZERO_NO_MEMORY:
-                raise ValueError(f"{where}: {full} is not a field of DeepSpeed's zero_optimization "
+                raise ValueError(f"{where}: {shown} is not a field of DeepSpeed's zero_optimization "
                                  f"(DeepSpeed refuses keys it does not know)")
             elif name == "activation_checkpointing" and key not in ACTIVATION_NO_MEMORY:
-                raise ValueError(f"{where}: {full} is not a field of DeepSpeed's activation_checkpointing")
+                raise ValueError(f"{where}: {shown} is not a field of DeepSpeed's activation_checkpointing")
     return flat
 
 
