@@ -78,6 +78,9 @@ OTHER_DATA_FILES: tuple[tuple[str, str, str], ...] = (
     ("zeropp_cross_node.csv", "zeropp.md",
      "the ZeRO++ blog's cross-node communication volume, ZeRO against ZeRO++ (3M to 0.75M), "
      "transcribed with its citation"),
+    ("ring_at_scale.csv", "ring_at_scale.md",
+     "published nccl-tests bus bandwidths of rings across 3 to 32 nodes of H100 and A100, each "
+     "cited, beside zerolib's ring model: no fall with node count a cited factor could carry"),
     ("trained_configurations.csv", "trained_configurations.md",
      "published training configurations (model, GPUs, device, parallel degrees, batch, sequence, "
      "recomputation, engine and ZeRO stage, throughput or memory), each cited, with what was "

@@ -39,6 +39,12 @@ and so does an all-reduce across nodes (NCCL's NVLS-tree, measured at 310 GB/s o
 and no gain on four in NVIDIA/nccl issue #1031, is left out). ``"ring"`` efficiency turns NVLS
 off (NCCL_NVLS_ENABLE=0): the achieved ring rates alone.
 
+**Across many nodes.** The achieved rate of a network port is the same whatever the node count.
+Published nccl-tests on 3 to 32 nodes (``data/ring_at_scale.md``) sit below the ring model by
+amounts that differ from cluster to cluster (5-14 % for H100 all-reduces on 4 and 8 nodes, the
+8-node one closer), not by a fall with node count that a cited factor could carry, so none is
+modelled; a cluster's own measured rate is set with a fraction of line rate.
+
 ``hop_latency`` is the time one step of a ring adds on that kind of link: NCCL's own tuning
 constants for the ring algorithm with its Simple protocol, the one it uses for large messages
 (``hwLat`` in ``src/graph/tuning.cc``, NCCL 2.30.7: NVLink 3.4 us, PCI 5.7 us, network 14.0 us

@@ -45,7 +45,8 @@ NVLink SHARP: an all-reduce whose GPUs sit on one node of a link with ``nvls`` (
 at NVLS's bus bandwidth (:mod:`zerolib.core.catalogue.links`), under the ``"achieved"``
 efficiency. Left out (the model is a bandwidth estimate, not a simulator): NCCL's tree and
 NVLS-tree algorithms (hierarchical all-reduce across nodes), congestion from other jobs and switch
-oversubscription, and small-message effects beyond the latency term (NCCL's LL and LL128
+oversubscription, any fall of the bus bandwidth with node count (none citable was found:
+``data/ring_at_scale.md``), and small-message effects beyond the latency term (NCCL's LL and LL128
 protocols, which cut it).
 """
 from __future__ import annotations
