@@ -11,7 +11,7 @@ ESTIMATE = ("estimate", "--model", "llama-3.1-405b", "--gpus", "1024", "--tensor
             "--stage", "1")
 PLAN = ("plan", "--model", "llama-3.1-405b", "--gpus", "1024", "--gpus-per-node", "8",
         "--device", "h100-80gb", "--seq", "8192", "--global-batch", "256", "--engine", "megatron",
-        "--recompute", "full", "--max-micro-batch", "1")
+        "--recompute", "full", "--max-micro-batch", "1", "--context-parallel", "1")
 
 
 def test_estimate_takes_the_split_and_names_the_busiest_stage(capsys):

@@ -161,7 +161,7 @@ def test_the_uneven_splits_searched_by_hand():
 def test_the_planner_searches_meta_split_and_each_row_is_a_run_estimate_answers_alike():
     from zerolib.core.planner import describe_configuration
     result = plan("llama-3.1-405b", 1024, 8, "h100-80gb", 8192, 256, engine="megatron",
-                      max_micro_batch=1, recompute=("full",))
+                      max_micro_batch=1, recompute=("full",), context_parallel=(1,))
     valid = result.valid
     uneven = valid[valid["first_layers"] > 0]
     assert set(zip(uneven["pipeline_parallel"], uneven["first_layers"])) == {
