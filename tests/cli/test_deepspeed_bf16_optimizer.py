@@ -18,3 +18,13 @@ def test_estimate_reads_bf16_optimizer_from_the_config(capsys):
     assert (row["stage"], row["parameters"], row["gradients"], row["optimizer"]) == (
         1, 2 * P, 6 * P, 12 * P // 8)
     assert row["working_set"]["reduce_bucket"] == 0
+
+
+def test_plan_keeps_the_files_layout(capsys):
+    from cli_support import run
+    status, out, err = run(capsys, "plan", "--model", "llama-2-7b", "--deepspeed",
+                           "tests/data/ds-config-bf16-zero1.json", "--gpus", "8", "--seq", "4096",
+                           "--global-batch", "64", "--gpus-per-node", "8", "--device", "a100-80gb",
+                           "--top", "1")
+    assert status == 0, err
+    assert "layout deepspeed-bf16-optimizer" in out
