@@ -100,3 +100,10 @@ def test_a_run_files_trainer_memory_is_the_plans(capsys, tmp_path):
     assert memory["fp8"] and memory["compile"]
     text = saved.read_text()
     assert 'engine = "torchtitan"' in text and "fp8 = true" in text and "compile = true" in text
+
+
+def test_plan_carries_reshard_after_forward_and_refuses_it_off_fsdp2(capsys):
+    answer = _plan_json(capsys, "--engine", "fsdp2", "--reshard-after-forward", "false", "--top", "3")
+    assert answer["settings"]["trainer_memory"]["reshard_after_forward"] is False
+    status, out, err = run(capsys, *BASE, "--engine", "megatron", "--reshard-after-forward", "false")
+    assert status == 2 and err.count("\n") == 1 and "fsdp2 or torchtitan" in err

@@ -99,7 +99,14 @@ def test_auto_is_filled_by_the_caller_or_refused_saying_where_it_comes_from():
      "stage3_param_persistence_threshold 1,000,000: parameters kept whole above .* is not modelled yet"),
     ({"zero_optimization": {"stage": 2, "contiguous_gradients": False}},
      "contiguous_gradients false: .* is not modelled yet"),
-    ({"data_types": {"grad_accum_dtype": "fp32"}}, "data_types.grad_accum_dtype 'fp32': .* not modelled yet"),
+    ({"bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"}},
+     "grad_accum_dtype fp32: DeepSpeed refuses bf16 parameters with fp32 gradient accumulation without ZeRO"),
+    ({"bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"}, "zero_optimization": {"stage": 2}},
+     "data_types.grad_accum_dtype fp32 with bf16 at ZeRO stage 2: .* not modelled yet"),
+    ({"bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"},
+      "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}},
+     "data_types.grad_accum_dtype fp32 with bf16 at ZeRO stage 1: .* not modelled yet"),
+    ({"data_types": {"grad_accum_dtype": "int8"}}, "grad_accum_dtype must be fp32, fp16 or bf16, got 'int8'"),
     ({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}},
      "offload_optimizer.ratio 0.3: a partial optimizer offload is not modelled yet"),
     ({"zero_optimization": {"stage": 4}}, "zero_optimization.stage must be a ZeRO stage from 0 to 3, got 4"),
@@ -163,6 +170,43 @@ def test_the_file_is_bounded(tmp_path):
 
 def test_every_key_names_a_run_field_or_what_is_not_modelled():
     from zerolib.core.run import FIELDS
-    own = {"stages", "contiguous_gradients", "persistence_threshold", "bf16", "fp16", "hpz"}
+    own = {"stages", "contiguous_gradients", "persistence_threshold", "bf16", "fp16", "hpz",
+           "grad_accum_dtype", "immediate_grad_update"}
     for key, spec in KEYS.items():
         assert (spec.field in FIELDS or spec.field in own) if spec.field else spec.not_modelled, key
+
+
+# DeepSpeed 0.19.8 picks BF16_Optimizer for bf16 with fp32 gradient accumulation at ZeRO stage 1
+# (engine.py _do_optimizer_sanity_check): bf16 parameters (2), the bf16 .grad (2) kept beside
+# the full-size fp32 gradient buffer (4) from the backward to the step, fp32 master weights and
+# Adam moments (12) sharded over the data-parallel GPUs. By hand, 1,000,000 parameters on 4 GPUs:
+# stage 1: 2,000,000 + 6,000,000 + 12 x 250,000 = 11,000,000 bytes per GPU.
+BF16_ZERO1 = {"bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"},
+              "zero_optimization": {"stage": 1}, "train_micro_batch_size_per_gpu": 1}
+
+
+def test_bf16_optimizer_keeps_bf16_gradients_beside_its_fp32_buffer():
+    from zerolib.core.memory.accounting import model_state
+    run = run_from_deepspeed_config(BF16_ZERO1, 1_000_000, gpus=4)
+    layout = run.trainer.layout_of
+    assert (layout.name, layout.widths()) == ("deepspeed-bf16-optimizer", (2, 6, 12))
+    state = model_state(1_000_000, 4, 1, layout)
+    assert (int(state.parameters), int(state.gradients), int(state.optimizer)) == (
+        2_000_000, 6_000_000, 3_000_000)
+    assert run.trainer.buckets.reduce_bucket_size == 0   # no ZeRO reduce bucket: the engine's all-reduce
+
+
+def test_immediate_grad_update_frees_each_bf16_gradient_into_the_buffer():
+    config = {**BF16_ZERO1, "bf16": {"enabled": True, "immediate_grad_update": True}}
+    run = run_from_deepspeed_config(config, 1_000_000, gpus=4)
+    assert run.trainer.layout_of == "bf16-fp32-grads"            # 2 + 4 + 12/4: 9,000,000 bytes
+
+
+@pytest.mark.parametrize("stage,data_types", [(0, {}), (1, {}), (1, {"grad_accum_dtype": "bf16"}),
+                                              (2, {}), (3, {})])
+def test_bf16_without_fp32_accumulation_keeps_the_chapters_layout(stage, data_types):
+    # stage 0: DDP_BFLOAT16 (FP16_UnfusedOptimizer); stages 1-3: ZeRO's optimizers
+    config = {"bf16": {"enabled": True}, "zero_optimization": {"stage": stage},
+              "data_types": data_types, "train_micro_batch_size_per_gpu": 1}
+    run = run_from_deepspeed_config(config, 1_000_000, gpus=4)
+    assert run.trainer.layout_of == "mixed-adam"

@@ -112,3 +112,19 @@ def test_op_selective_is_searched_only_where_it_is_modelled():
     assert plan(run, search=Search(max_micro_batch=1)).settings.recompute == ("none", "full")
     with pytest.raises(ValueError, match="op-selective"):
         plan(run, search=Search(max_micro_batch=1, recompute=("op-selective",)))
+
+
+@pytest.mark.parametrize("engine", ["fsdp2", "torchtitan"])
+def test_reshard_after_forward_false_rows_agree_and_keep_the_parameters(engine):
+    # FSDP2's reshard_after_forward=False: each GPU's parameters unsharded from the forward to
+    # the backward (stage 3 counts them whole); the rows are runs estimate answers alike
+    run = Run.of("llama-2-7b", 16, device="h100-80gb", global_batch=64, seq_len=4096,
+                 engine=engine, reshard_after_forward=False)
+    result = plan(run, search=Search(max_micro_batch=2))
+    rows = _rows_agree(result, 29)
+    assert (rows["stage"] == 3).any()
+    assert result.run(rows.iloc[0]).trainer.reshard_after_forward is False
+    at3 = result.valid[(result.valid["stage"] == 3) & (result.valid["pipeline_parallel"] == 1)]
+    row = at3.iloc[0]
+    (default,) = zl.estimate(result.run(row).replace(reshard_after_forward=None)).stages
+    assert default["peak"] < row["peak_bytes"]   # the unsharded parameters counted, default not

@@ -53,6 +53,9 @@ OTHER_DATA_FILES: tuple[tuple[str, str, str], ...] = (
     ("deepspeed_measured*.csv", "deepspeed_convention.md",
      "bytes per rank measured in real DeepSpeed ZeRO runs on the CPU, beside DeepSpeed's own "
      "estimator and the chapter's formula (and the buffers counted)"),
+    ("deepspeed_bf16_optimizer*.csv", "deepspeed_convention.md",
+     "the same measurement of DeepSpeed's BF16_Optimizer (bf16 with fp32 gradient accumulation, "
+     "ZeRO stage 1) beside its layout, deepspeed-bf16-optimizer"),
     ("validation_*.csv", "validation.md",
      "bytes per rank measured in real sharded PyTorch runs (DDP, ZeroRedundancyOptimizer, FSDP2, "
      "HSDP) and a tensor-parallel one (torch.distributed.tensor.parallel), beside zerolib's prediction"),

@@ -80,8 +80,8 @@ def fill_args(args, run: Run, renamed: dict | None = None) -> None:
             continue
         if name == "layout":
             if getattr(args, "bytes", None) is None and getattr(args, "layout", None) is None:
-                if isinstance(value, str):
-                    args.layout = value
+                if isinstance(value, str) or value.name != "custom":
+                    args.layout = value   # a preset, or a trainer's named layout, kept whole
                 else:
                     args.bytes = ",".join(f"{sum(w for _, w in value.parts[c]):g}"
                                           for c in ("parameters", "gradients", "optimizer"))

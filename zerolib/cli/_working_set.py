@@ -51,7 +51,8 @@ OPTIONS = {"seq": "--seq", "micro_batch": "--micro-batch", "recompute": "--recom
            "cpu_checkpointing": "--cpu-checkpointing", "recompute_method": "--recompute-method",
            "recompute_layers": "--recompute-layers", "loss": "--loss", "loss_chunks": "--loss-chunks",
            "norms": "--norms", "fp8": "--fp8", "fp8_all_gather": "--fp8-all-gather",
-           "compile": "--compile", "reserved_ppm": "--reserved-ppm"}
+           "compile": "--compile", "reserved_ppm": "--reserved-ppm",
+           "reshard_after_forward": "--reshard-after-forward"}
 
 
 def add_arguments(parser) -> None:
@@ -133,6 +134,10 @@ def add_memory_arguments(group) -> None:
     group.add_argument("--compile", action="store_true", default=None,
                        help="torch.compile: fused norms, and the loss compiled where the engine "
                             "compiles it (torchtitan)")
+    group.add_argument("--reshard-after-forward", choices=("true", "false"),
+                       help="FSDP2's fully_shard setting (engines fsdp2, torchtitan; default: "
+                            "fsdp2 true, torchtitan true except under a pipeline); false keeps "
+                            "each GPU's parameters unsharded from the forward to the backward")
     group.add_argument("--reserved-ppm", metavar="PPM",
                        help="the caching allocator's reserve over the allocated peak, parts per "
                             "million (default 108403: the median of published pairs)")
@@ -242,6 +247,8 @@ def memory_fields_from(args) -> dict:
                if getattr(args, name) is not None}
     changes.update({name: True for name in ("fp8", "fp8_all_gather", "compile")
                     if getattr(args, name)})
+    if getattr(args, "reshard_after_forward", None) is not None:
+        changes["reshard_after_forward"] = args.reshard_after_forward == "true"
     for name, high in (("recompute_layers", MAX_RECOMPUTE_LAYERS), ("loss_chunks", MAX_LOSS_CHUNKS),
                        ("reserved_ppm", 1_000_000)):
         if getattr(args, name) is not None:

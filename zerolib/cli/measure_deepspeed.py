@@ -24,6 +24,10 @@ def register(commands) -> None:
                     "and print a summary; --record writes data/deepspeed_measured.csv and its "
                     "_buffers list. Needs the deepspeed extra: " + DEEPSPEED_INSTALL_HINT)
     add_run_arguments(parser, "deepspeed_measured.csv and deepspeed_measured_buffers.csv")
+    parser.add_argument("--bf16-optimizer", action="store_true",
+                        help="instead: bf16 with fp32 gradient accumulation at ZeRO stage 1 "
+                             "(DeepSpeed's BF16_Optimizer); --record writes "
+                             "deepspeed_bf16_optimizer.csv and its _buffers list")
     parser.set_defaults(func=run)
 
 
@@ -37,13 +41,23 @@ def run(args) -> int:
             print(f"zerolib measure-deepspeed: error: {module} is not installed; install with: "
                   f"{DEEPSPEED_INSTALL_HINT}", file=sys.stderr)
             return 2
-    from zerolib.crosscheck.validation.deepspeed_run import RECORD_FILE, record
+    from zerolib.crosscheck.validation.deepspeed_run import (
+        BF16_OPTIMIZER_FILE,
+        BF16_OPTIMIZER_PRECISION,
+        RECORD_FILE,
+        record,
+    )
     from zerolib.crosscheck.validation.deepspeed_run import run as measure
     from zerolib.paths import DATA_DIR
 
-    rows, buffers = measure(counts)
+    name = RECORD_FILE
+    if getattr(args, "bf16_optimizer", False):
+        rows, buffers = measure(counts, stages=(1,), precisions=(BF16_OPTIMIZER_PRECISION,))
+        name = BF16_OPTIMIZER_FILE
+    else:
+        rows, buffers = measure(counts)
     print(f"measured {len(rows)} rows and {len(buffers)} buffers on {', '.join(map(str, counts))} ranks")
     if args.record:
-        for path in record(rows, buffers, Path(args.data_dir or DATA_DIR) / RECORD_FILE):
+        for path in record(rows, buffers, Path(args.data_dir or DATA_DIR) / name):
             print(f"recorded {path}", file=sys.stderr)
     return 0

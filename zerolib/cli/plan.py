@@ -175,7 +175,7 @@ _FILLED = ("gpus", "gpus_per_node", "device", "seq", "global_batch", "links", "l
            "capacity_factor", "reserve", "link_efficiency",
            # the trainer's memory (estimate's): a run file's are the plan's
            "recompute_method", "recompute_layers", "loss", "loss_chunks", "norms", "fp8",
-           "fp8_all_gather", "compile", "reserved_ppm")
+           "fp8_all_gather", "compile", "reserved_ppm", "reshard_after_forward")
 _REQUIRED = {"gpus": "--gpus", "gpus_per_node": "--gpus-per-node", "device": "--device",
              "seq": "--seq", "global_batch": "--global-batch"}
 

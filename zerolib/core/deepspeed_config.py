@@ -19,6 +19,8 @@ and rules are DeepSpeed 0.19.8's (``deepspeed/runtime/zero/config.py``,
   know, and so does this reader;
 - ``bf16.enabled`` / ``fp16.enabled`` (``bfloat16`` is DeepSpeed's older name): 16-bit
   activations; neither: fp32 training, the ``fp32-adam`` layout and 4-byte activations;
+  ``data_types.grad_accum_dtype`` fp32 with bf16 at stage 1: ``BF16_Optimizer``
+  (:data:`BF16_OPTIMIZER`, or ``bf16-fp32-grads`` under ``bf16.immediate_grad_update``);
 - the batch: ``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps`` and
   ``train_batch_size`` = micro-batch x accumulation x data-parallel GPUs (``runtime/config.py``,
   ``_set_batch_related_parameters``: any two give the third with the GPU count; all three give
@@ -50,12 +52,27 @@ from pathlib import Path
 from zerolib.core.catalogue.hf_config import check_config_shape, config_from_text
 from zerolib.core.catalogue.models import TransformerConfig
 from zerolib.core.inputs import MAX_GPUS, MAX_PARAMS, echo, read_small_file
+from zerolib.core.memory.accounting import Layout
 
 MAX_DS_CONFIG_BYTES = 1_000_000
 WHAT = "a DeepSpeed config"
 AUTO = "auto"
 # DeepSpeed 0.19.8's default stage3_param_persistence_threshold: what zerolib leaves out
 PERSISTENCE_DEFAULT = 100_000
+# DeepSpeed's DtypeEnum spellings (deepspeed/runtime/config_utils.py) -> zerolib's name
+DTYPES = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "torch.float32": "fp32",
+          "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16",
+          "bf16": "bf16", "bfloat16": "bf16", "bfloat": "bf16", "torch.bfloat16": "bf16"}
+# BF16_Optimizer (deepspeed/runtime/bf16_optimizer.py, DeepSpeed 0.19.8): bf16 parameters; a
+# full-size fp32 gradient buffer (fp32_groups_gradients_flat, _setup_for_real_optimizer); the
+# bf16 .grad kept beside it from the backward to the step (bf16.immediate_grad_update false,
+# the default: update_hp_grads(clear_lp_grads=False), freed by zero_grad(set_to_none=True)
+# after the step); fp32 master partition and Adam moments sharded at stage 1.
+BF16_OPTIMIZER = Layout("deepspeed-bf16-optimizer", {
+    "parameters": (("bf16 parameters", 2),),
+    "gradients": (("bf16 gradients, backward to step", 2), ("fp32 gradient buffer", 4)),
+    "optimizer": (("fp32 master parameters", 4), ("fp32 momentum", 4), ("fp32 variance", 4))},
+    "DeepSpeed's BF16_Optimizer: bf16 gradients beside its fp32 buffer")
 
 
 @dataclass(frozen=True)
@@ -90,6 +107,8 @@ KEYS: Mapping[str, Key] = {
     "zero_optimization.mics_shard_size": Key("shard_group", "mics"),
     "bf16.enabled": Key("bf16", "flag", auto_from="--bf16"),
     "fp16.enabled": Key("fp16", "flag", auto_from="--fp16"),
+    "bf16.immediate_grad_update": Key("immediate_grad_update", "flag"),
+    "data_types.grad_accum_dtype": Key("grad_accum_dtype", "dtype"),
     "train_micro_batch_size_per_gpu": Key("micro_batch", "whole",
                                           auto_from="per_device_train_batch_size (--micro-batch)"),
     "gradient_accumulation_steps": Key("micro_batches", "whole",
@@ -102,7 +121,6 @@ KEYS: Mapping[str, Key] = {
     "zero_optimization.offload_optimizer.ratio": Key(None, "number", "a partial optimizer offload"),
     "zero_optimization.offload_param.buffer_count": Key(None, "whole", "the NVMe swap buffers"),
     "zero_optimization.offload_optimizer.buffer_count": Key(None, "whole", "the NVMe swap buffers"),
-    "data_types.grad_accum_dtype": Key(None, "text", "a gradient accumulation dtype of its own"),
     "communication_data_type": Key(None, "text", "a communication dtype of its own"),
     "tensor_parallel.autotp_size": Key(None, "whole", "DeepSpeed's automatic tensor parallelism"),
     "sequence_parallel_size": Key(None, "whole", "DeepSpeed-Ulysses sequence parallelism"),
@@ -210,6 +228,11 @@ def _value(key: str, spec: Key, value, where: str):
         return value.strip().lower()
     if spec.kind == "text":
         return value
+    if spec.kind == "dtype":   # DeepSpeed's DtypeEnum (runtime/config_utils.py) names
+        name = DTYPES.get(value.strip().lower()) if isinstance(value, str) else None
+        if name is None:
+            raise ValueError(f"{said} must be fp32, fp16 or bf16, got {echo(value)}")
+        return name
     if spec.kind == "number":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"{said} must be a number, got {echo(value)}")
@@ -323,6 +346,38 @@ def _precision(read: dict, fields: dict, auto: list, where: str) -> None:
         fields["element_bytes"] = 2
     elif not pending & {"bf16", "fp16"}:   # fp32 training: fp32 weights, gradients and Adam
         fields.update(element_bytes=4, layout="fp32-adam")
+    _optimizer_wrapper(read, fields, pending, where)
+
+
+def _optimizer_wrapper(read: dict, fields: dict, pending: set, where: str) -> None:
+    """The optimizer DeepSpeed 0.19.8 wraps by model and gradient-accumulation dtype
+    (engine.py ``_do_optimizer_sanity_check``; ``get_data_types``: the accumulation dtype is
+    the model's unless ``data_types.grad_accum_dtype`` says): one dtype, the chapter's layouts
+    (stage 0: FP16_UnfusedOptimizer; ZeRO's optimizers above); bf16 with fp32 accumulation at
+    stage 1 without offload, ``BF16_Optimizer`` (:data:`BF16_OPTIMIZER`)."""
+    accum = read.get("grad_accum_dtype")
+    if accum is None:
+        return
+    said = f"{where}: data_types.grad_accum_dtype {accum}"
+    if pending & {"bf16", "fp16"}:
+        raise ValueError(f"{said} with a precision left \"auto\" is not modelled yet: give "
+                         f"bf16.enabled or fp16.enabled")
+    model = "bf16" if read.get("bf16") else "fp16" if read.get("fp16") else "fp32"
+    if accum == model:
+        return
+    stage = read.get("stages", 0)
+    if stage == 0:   # DeepSpeed raises NotImplementedError("unsupported mix of ...")
+        raise ValueError(f"{said}: DeepSpeed refuses {model} parameters with {accum} gradient "
+                         f"accumulation without ZeRO (engine.py _do_optimizer_sanity_check)")
+    if (model, accum, stage, read.get("offload_optimizer", "none")) == ("bf16", "fp32", 1, "none"):
+        immediate = read.get("immediate_grad_update", False)
+        # no ZeRO reduce bucket: the engine all-reduces the fp32 buffer itself
+        # (buffered_allreduce_fallback over get_grads_for_reduction)
+        fields.update(layout="bf16-fp32-grads" if immediate else BF16_OPTIMIZER,
+                      reduce_bucket_size=0)
+        return
+    raise ValueError(f"{said} with {model} at ZeRO stage {stage}: ZeRO's optimizer with a "
+                     f"gradient accumulation dtype of its own is not modelled yet")
 
 
 def run_from_deepspeed_config(source, model, *, gpus: int | None = None, auto: Mapping | None = None):

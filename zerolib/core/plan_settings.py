@@ -204,7 +204,8 @@ class Search:
 
 # The trainer's memory settings a plan carries (zerolib.core.memory.trainer_memory), engine aside
 MEMORY_FIELDS = ("norms", "fp8", "fp8_all_gather", "compile", "recompute_method",
-                 "recompute_layers", "loss", "loss_chunks", "logits_freed", "reserved_ppm")
+                 "recompute_layers", "loss", "loss_chunks", "logits_freed", "reserved_ppm",
+                 "reshard_after_forward")
 SEARCH_FIELDS = tuple(f.name for f in fields(Search))
 # The short form's options that name a run field by another name
 _RUN_ALIASES = {"links": "link"}

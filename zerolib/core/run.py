@@ -343,6 +343,7 @@ class Trainer(TrainerMemory, _Noun):
     loss_chunks: int = 8
     logits_freed: bool | None = None
     reserved_ppm: int = RESERVED_PPM
+    reshard_after_forward: bool | None = None
 
     def __post_init__(self):
         if not isinstance(self.engine, str):   # an Engine (a convention of one's own settings)

@@ -15,7 +15,10 @@ PyTorch code on the CPU (``data/mechanisms_measured.md``) or read in the trainer
 ``deepspeed`` (DeepSpeed 0.19.8), ``fsdp2`` (PyTorch 2.13 FSDP2)
     the chapter's count (the planner searches these engines with it). FSDP2's measured
     behaviour (unsharded parameters and gradients under a pipeline, the optimizer step's
-    temporary) is torchtitan's convention below.
+    temporary) is torchtitan's convention below. ``trainer.reshard_after_forward`` False
+    (FSDP2's own name; None: ``fully_shard``'s True) counts each GPU's parameters whole at
+    stage 3. A ds_config with bf16 and fp32 gradient accumulation at stage 1 is DeepSpeed's
+    ``BF16_Optimizer`` (``zerolib.core.deepspeed_config.BF16_OPTIMIZER``: its layout).
 ``megatron`` (Megatron-LM, commit d98e8a64)
     the chapter's count over Megatron-LM's own buffers: the gradients are ``main_grad`` views
     into one contiguous gradient buffer, reduced (all-reduce, or reduce-scatter with the

@@ -12,7 +12,9 @@ from zerolib.core.defaults import (
 from zerolib.core.memory.accounting import Layout
 from zerolib.core.memory.loss import LOSSES, MAX_LOSS_CHUNKS
 
-__all__ = ["RESERVED_PPM", "TrainerMemory"]
+__all__ = ["FSDP2_ENGINES", "RESERVED_PPM", "TrainerMemory"]
+# The engines that run FSDP2's fully_shard (reshard_after_forward is theirs)
+FSDP2_ENGINES = ("fsdp2", "torchtitan")
 
 
 class TrainerMemory:
@@ -38,6 +40,10 @@ class TrainerMemory:
             raise ValueError(f"trainer.logits_bytes are the widths of the 'stored' loss: not with "
                              f"trainer.loss {self.loss!r}")
         self._whole("reserved_ppm", 0, MILLION)
+        self._flag("reshard_after_forward", optional=True)
+        if self.reshard_after_forward is not None and self.engine_name not in FSDP2_ENGINES:
+            raise ValueError(f"trainer.reshard_after_forward is FSDP2's fully_shard setting: it "
+                             f"needs the engine fsdp2 or torchtitan, got {self.engine_name!r}")
         if self.fp8_all_gather and not (self.fp8 and self.engine_name == "torchtitan"):
             raise ValueError("trainer.fp8_all_gather is FSDP2's all-gather of Float8 weights: it "
                              "needs trainer.fp8 and the engine torchtitan")
@@ -61,7 +67,8 @@ class TrainerMemory:
                 "fp8_all_gather": self.fp8_all_gather, "compile": self.compile,
                 "recompute_method": self.recompute_method, "recompute_layers": self.recompute_layers,
                 "loss": self.loss, "loss_chunks": self.loss_chunks,
-                "logits_freed": self.logits_freed, "reserved_ppm": self.reserved_ppm}
+                "logits_freed": self.logits_freed, "reserved_ppm": self.reserved_ppm,
+                "reshard_after_forward": self.reshard_after_forward}
 
     @property
     def layout_of(self) -> str | Layout:

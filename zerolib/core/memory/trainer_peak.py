@@ -21,6 +21,7 @@ from zerolib.core.memory.conventions import (
     reserved_bytes,
 )
 from zerolib.core.memory.model_parallel import ParallelGrid, stage_layers, unsharded_units_on
+from zerolib.core.memory.trainer_memory import FSDP2_ENGINES
 
 # A term only an FSDP2 engine's convention has (torchtitan): the gradients accumulated unsharded
 # beside a pipeline. Present in its working sets only, so the chapter's tables keep TERMS.
@@ -65,7 +66,10 @@ def fsdp_terms(stage, params, units: Mapping[str, np.ndarray] | None,
     whole = in_bytes(params, layers * matrices, layers * tensors)
     one = in_bytes(root + layer, matrices, tensors)
     sharded = stage >= 2
-    out["gathered_parameters"] = np.where(sharded & ((stage == 2) | piped), whole,
+    # kept unsharded: stage 2; a pipeline (its stage sets reshard_after_backward False, whatever
+    # reshard_after_forward says); reshard_after_forward False, forward to backward
+    kept = (stage == 2) | piped | (s.reshard_after_forward is False)
+    out["gathered_parameters"] = np.where(sharded & kept, whole,
                                           np.where(stage == 3, one, 0))
     out["unsharded_gradients"] = np.where(sharded & piped, FSDP_GRAD_BYTES * params, 0)
     return out
@@ -131,9 +135,12 @@ def judge(persistent, gradients, optimizer, terms: Mapping, s: WorkingSetSetting
 def check_memory(s: WorkingSetSettings) -> None:
     """The memory-convention fields of working-set settings, checked (ValueError naming one)."""
     memory_convention(s.engine)
-    for name in ("fp8", "fp8_all_gather", "compile", "logits_freed"):
+    for name in ("fp8", "fp8_all_gather", "compile", "logits_freed", "reshard_after_forward"):
         if getattr(s, name) not in (False, None):   # a default is not checked again
             check_flag(getattr(s, name), name)
+    if s.reshard_after_forward is not None and s.engine not in FSDP2_ENGINES:
+        raise ValueError(f"reshard_after_forward is FSDP2's fully_shard setting: it needs the "
+                         f"engine fsdp2 or torchtitan, got {s.engine!r}")
     if s.fp8_all_gather and not (s.fp8 and s.convention.fsdp):
         raise ValueError("fp8_all_gather is FSDP2's all-gather of Float8 weights: it needs fp8 "
                          "and an FSDP2 engine (torchtitan)")

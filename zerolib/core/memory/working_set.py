@@ -213,6 +213,7 @@ class WorkingSetSettings:
     reserved_ppm: int = RESERVED_PPM
     # Uneven pipeline stages (FIRST, LAST; zerolib.core.memory.pipeline_stages); None: even.
     pipeline_layers: tuple[int, int] | None = None
+    reshard_after_forward: bool | None = None   # FSDP2's (None: the engine's default)
 
     def __post_init__(self):
         check_positive_int(self.seq_len, "seq_len", MAX_SEQ_LEN)
@@ -404,6 +405,7 @@ def terms_of(stage, params, module, activations, logits_loss, s: WorkingSetSetti
         terms["allgather_bucket"] = np.where((stage == 1) | (stage == 2), nbytes(
             np.minimum(s.allgather_bucket_size, params), param_bits), 0)
     gathered = np.minimum(params, np.maximum(s.max_live_parameters, module + s.prefetch_bucket_size))
+    gathered = params if s.reshard_after_forward is False else gathered   # FSDP2 keeps them to the backward
     terms["gathered_parameters"] = np.where(stage == 3, nbytes(gathered, param_bits), 0)
     if not s.convention.deepspeed_buffers:   # collectives in place in the engine's own buffers
         terms.update(reduce_bucket=zero, allgather_bucket=zero, gathered_parameters=zero)

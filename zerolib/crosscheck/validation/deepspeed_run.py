@@ -46,6 +46,11 @@ DEEPSPEED_PHASES = ("after_forward", "before_reduction", "after_backward", "befo
           "after_step")
 # Precision -> the chapter's layout for the same training recipe (zerolib.core.memory.accounting.LAYOUTS).
 PRECISIONS = {"fp32": "fp32-adam", "bf16": "mixed-adam"}
+# bf16 with fp32 gradient accumulation ("data_types": {"grad_accum_dtype": "fp32"}): DeepSpeed's
+# BF16_Optimizer at stage 1 (its layout: zerolib.core.deepspeed_config.BF16_OPTIMIZER), recorded
+# apart in BF16_OPTIMIZER_FILE.
+BF16_OPTIMIZER_PRECISION = "bf16-fp32-accum"
+BF16_OPTIMIZER_FILE = "deepspeed_bf16_optimizer.csv"
 
 MEASURED_CATEGORIES = ("parameters", "gradients", "optimizer", "master_weights", "buckets", "other")
 COLUMNS = (
@@ -64,11 +69,14 @@ BUFFER_COLUMNS = ("model", "precision", "workers", "rank", "stage", "phase", "ca
 
 def formula_columns(spec: ModelSpec, workers: int, stage: int, precision: str) -> dict:
     """The chapter's per-worker bytes for the same model and recipe."""
-    if precision not in PRECISIONS:
+    if precision == BF16_OPTIMIZER_PRECISION:
+        from zerolib.core.deepspeed_config import BF16_OPTIMIZER as layout
+    elif precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    layout = PRECISIONS[precision]
+    else:
+        layout = PRECISIONS[precision]
     state = model_state(spec.numel, workers, stage, layout)
-    return {"formula_layout": layout,
+    return {"formula_layout": getattr(layout, "name", layout),
             "formula_parameters": int(state.parameters), "formula_gradients": int(state.gradients),
             "formula_optimizer": int(state.optimizer), "formula_total": int(state.total)}
 
@@ -209,7 +217,9 @@ def classify(engine) -> dict[str, list[tuple[int, str]]]:
 def _ds_config(stage: int, precision: str) -> dict:
     # Everything else stays at DeepSpeed's defaults (bucket sizes, persistence thresholds...).
     return {"train_micro_batch_size_per_gpu": MICRO_BATCH, "gradient_accumulation_steps": 1,
-            "zero_optimization": {"stage": stage}, "bf16": {"enabled": precision == "bf16"},
+            "zero_optimization": {"stage": stage}, "bf16": {"enabled": precision.startswith("bf16")},
+            **({"data_types": {"grad_accum_dtype": "fp32"}} if precision == BF16_OPTIMIZER_PRECISION
+               else {}),
             "steps_per_print": 2**30, "wall_clock_breakdown": False}
 
 
@@ -225,7 +235,7 @@ def _measure_one(spec: ModelSpec, stage: int, precision: str, rank: int,
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                            config=_ds_config(stage, precision))
     generator = torch.Generator().manual_seed(1000 + rank)
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    dtype = torch.bfloat16 if precision.startswith("bf16") else torch.float32
     inputs = torch.randn(MICRO_BATCH, spec.widths[0], generator=generator).to(dtype)
     targets = torch.randn(MICRO_BATCH, spec.widths[-1], generator=generator).to(dtype)
     rows, buffers = [], []
