@@ -1,6 +1,7 @@
 """`zerolib estimate --params 7B --gpus 64` answers from the model state's arithmetic alone: a
-bare count has no architecture, link or experts, so neither the working set nor the step's
-time is imported (its start-up is timed in benchmarks/bench_one_answer.py)."""
+bare count has no architecture, link, experts or placement, so neither the working set, the
+step's time nor the placement is imported, and the presets are not built (its start-up is timed
+in benchmarks/bench_one_answer.py)."""
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ PROBE = ("import contextlib, io, json, sys\n"
 LATER = ("zerolib.core.memory.working_set", "zerolib.core.memory.activations",
          "zerolib.core.memory.model_parallel", "zerolib.core.memory.expert_parallel",
          "zerolib.core.step.time", "zerolib.core.step.traffic", "zerolib.core.step.parallel",
-         "zerolib.core.step.tables")
+         "zerolib.core.step.tables", "zerolib.core.memory.placement")
 
 
 def imported(argv: list[str]) -> list[str]:
@@ -39,3 +40,14 @@ def test_a_bare_count_imports_no_working_set_and_no_step_time():
 ])
 def test_an_architecture_or_a_link_imports_what_it_needs(argv, needed):
     assert needed in imported(argv)
+
+
+def test_the_presets_are_built_when_first_named():
+    probe = ("import json\n"
+             "from zerolib.core.catalogue import models\n"
+             "before = models._presets.cache_info().currsize\n"
+             "from zerolib.core.catalogue.models import MODELS\n"
+             "print(json.dumps([before, len(MODELS), models.MODELS is MODELS]))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert json.loads(out) == [0, 11, True]

@@ -7,13 +7,14 @@ given, and add the per-tier columns to the table and the CSV.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from zerolib.core.inputs import MAX_BYTES, MAX_GPUS
-from zerolib.core.memory.placement import (
-    Placement,
-    offered_stages,
-)
 from zerolib.core.parse import parse_size, parse_whole
 from zerolib.core.units import to_unit
+
+if TYPE_CHECKING:
+    from zerolib.core.memory.placement import Placement
 
 OFFLOAD_TARGETS = ("cpu", "nvme")
 # dest -> flag, for the messages
@@ -69,7 +70,10 @@ def host_memory_from(args) -> int | None:
 
 def default_stages(placement: Placement | None, stages):
     """``--stage`` when given, otherwise the stages ``placement`` is offered at."""
-    return stages if placement is None or stages is not None else offered_stages(placement)
+    if placement is None or stages is not None:
+        return stages
+    from zerolib.core.memory.placement import offered_stages
+    return offered_stages(placement)
 
 
 def has_tiers(result: dict) -> bool:
@@ -78,6 +82,7 @@ def has_tiers(result: dict) -> bool:
 
 def describe(result: dict, unit: str) -> str:
     fields = result["placement"]
+    from zerolib.core.memory.placement import Placement
     text = Placement(**fields).describe()
     memory = result.get("host_memory")
     host = "" if memory is None else f"; host memory {to_unit(memory, unit):,.2f} {unit} per node"

@@ -26,7 +26,6 @@ from zerolib.core.defaults import (
 )
 from zerolib.core.inputs import MAX_BYTES, MAX_ELEMENTS, MAX_GPUS
 from zerolib.core.memory.loss import LOSSES, MAX_LOSS_CHUNKS
-from zerolib.core.memory.pipeline_stages import MAX_LAYERS
 from zerolib.core.parse import parse_size, parse_whole
 from zerolib.core.units import to_unit
 
@@ -234,6 +233,7 @@ def fields_from(args, config) -> dict:
 
 def parse_first_last(text: str, flag: str = "--pipeline-layers") -> tuple[int, int]:
     """FIRST,LAST: two whole numbers of layers, each 1 or more."""
+    from zerolib.core.memory.pipeline_stages import MAX_LAYERS
     parts = str(text).split(",") if len(str(text)) <= 40 else []
     if len(parts) != 2:
         raise ValueError(f"{flag} must be FIRST,LAST (two whole numbers of layers, like 7,7), "

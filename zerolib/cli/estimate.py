@@ -21,10 +21,10 @@ from zerolib.cli._arguments import (
 from zerolib.cli._output import fitted_table, json_text, output_width, wrapped
 from zerolib.cli._summaries import SUMMARIES
 from zerolib.core.catalogue.devices import CAPACITY_BASES, DEVICES, device_at
+from zerolib.core.defaults import DEFAULT_GPUS_PER_NODE
 from zerolib.core.estimate import estimate
 from zerolib.core.inputs import MAX_GPUS
 from zerolib.core.memory.accounting import CATEGORIES, STAGES, STRATEGY_NAMES
-from zerolib.core.memory.placement import DEFAULT_GPUS_PER_NODE
 from zerolib.core.parse import parse_count, parse_whole
 from zerolib.core.run import Run
 from zerolib.core.units import UNITS, to_unit

@@ -7,6 +7,11 @@ from __future__ import annotations
 ENGINE_NAMES = ("paper", "deepspeed", "fsdp2", "megatron", "torchtitan")
 DEFAULT_ENGINE = "deepspeed"   # ZeRO's reference implementation, at its defaults
 
+# Where offloaded state can go, and the node size when none is given: an 8-GPU server (DGX/HGX
+# A100 and H100), or all GPUs when there are fewer (zerolib.core.memory.placement uses both).
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+DEFAULT_GPUS_PER_NODE = 8
+
 # The working set's terms, by name (zerolib.core.memory.working_set computes each).
 TERMS = ("activations", "logits_loss", "ddp_buckets", "reduce_bucket", "allgather_bucket",
          "gathered_parameters", "reserve")

@@ -75,7 +75,6 @@ from zerolib.core.catalogue.nodes import NODES, Interconnect, bus_bandwidth, int
 from zerolib.core.defaults import DEFAULT_HOST_LINK, DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU
 from zerolib.core.inputs import MAX_BYTES, check_count, check_stages
 from zerolib.core.memory.accounting import STAGES, Layout, get_layout, state_bytes
-from zerolib.core.memory.placement import Placement, check_placement, gpus_on_node, offered_stages, place
 from zerolib.core.run import Run
 from zerolib.core.step.engines import (
     CONTEXT_PARALLEL_ENGINES,
@@ -86,12 +85,14 @@ from zerolib.core.step.engines import (
 )
 
 if TYPE_CHECKING:
+    from zerolib.core.memory.placement import Placement
     from zerolib.core.memory.working_set import WorkingSetSettings
     from zerolib.core.step.time import ComputeSettings
 
-# A model's working set, the step's arithmetic (traffic, time, the parallel step model) and the
-# experts' are imported where a run has an architecture, a link or experts: a bare count's
-# answer, what `zerolib estimate --params 7B --gpus 64` asks, starts without them.
+# A model's working set, the step's arithmetic (traffic, time, the parallel step model), the
+# experts' and the placement's are imported where a run has an architecture, a link, experts or
+# a placement: a bare count's answer, what `zerolib estimate --params 7B --gpus 64` asks,
+# starts without them.
 
 # The traffic options of a run and their defaults (each needs a link).
 TRAFFIC_DEFAULTS = {"qwz": False, "qgz": False, "host_link": DEFAULT_HOST_LINK,
@@ -134,6 +135,7 @@ class Estimate:
                        working_set_settings=self.settings.as_dict())
             out.update(assumptions(self.model, self.gpus, self.settings))   # CP and ZeRO-R
         if self.placement is not None:
+            from zerolib.core.memory.placement import gpus_on_node
             on_node = int(gpus_on_node(self.gpus, self.placement.gpus_per_node))
             out.update(placement={**self.placement.as_dict(), "gpus_per_node": on_node},
                        host_memory=self.host_memory)
@@ -148,6 +150,7 @@ def _fill_whole_nodes(gpus: int, ic: Interconnect, gpus_per_node: int | None) ->
     """A node size asked for must tile the GPUs (or hold them all), as everywhere else
     (:func:`~zerolib.core.memory.placement.gpus_on_node`): 12 GPUs on nodes of 8 are no cluster."""
     if gpus_per_node is not None and ic.gpus_per_node is not None:
+        from zerolib.core.memory.placement import gpus_on_node
         gpus_on_node(gpus, ic.gpus_per_node)
 
 
@@ -176,6 +179,7 @@ def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
         raise TypeError(f"overlap must be an Overlap or None, got {type(overlap).__name__}")
     host = host_settings_for(ic.name, options.pop("host"), options.pop("cpu_adam_rate"),
                              options.pop("host_link"))
+    from zerolib.core.memory.placement import check_placement
     placement = replace(check_placement(result.placement), qwz=options["qwz"], qgz=options["qgz"])
     traffic = step_traffic(what, result.gpus, stages, result.layout, ic, placement, engine,
                            options["micro_batches"])
@@ -205,7 +209,11 @@ def _engine_stages(run: Run, engine: Engine, placement: Placement | None) -> tup
         return stages
     if run.trainer.qwz or run.trainer.qgz:
         return (3,)
-    offered = STAGES if placement is None else offered_stages(placement)
+    if placement is None:
+        offered = STAGES
+    else:
+        from zerolib.core.memory.placement import offered_stages
+        offered = offered_stages(placement)
     grouped = (placement is not None and placement.shard_group is not None
                and 1 < placement.shard_group < gpus)
     kept = tuple(s for s in offered if s in engine.stages
@@ -443,6 +451,7 @@ def _estimate_count(run: Run) -> Estimate:
                           engine=engine, run=run)
         return _with_communication(result, params, c.link, _node_gpus(run, placement), compute,
                                    _traffic_options(run), engine, c.link_efficiency)
+    from zerolib.core.memory.placement import check_placement, place
     tiers = place(params, gpus, stages, layout, check_placement(placement))
     columns = {**tiers.gpu_categories(), "total": tiers.gpu}
     rows = []

@@ -51,6 +51,7 @@ from zerolib.core.defaults import (
     MAX_RUN_TOKENS,
     MAX_SEQ_LEN,
     MAX_TOKENS_PER_GPU,
+    OFFLOAD_DEVICES,
     RECOMPUTE,
     REDUCE_BUCKET_SIZE,
     RESERVED_PPM,
@@ -61,11 +62,11 @@ from zerolib.core.defaults import (
 )
 from zerolib.core.inputs import MAX_BYTES, MAX_ELEMENTS, MAX_GPUS, MAX_PARAMS, STAGES, check_mfu, echo
 from zerolib.core.memory.accounting import LAYOUTS, Layout
-from zerolib.core.memory.placement import OFFLOAD_DEVICES, Placement
 from zerolib.core.memory.trainer_memory import TrainerMemory
 from zerolib.core.toml_text import toml_table
 
 if TYPE_CHECKING:
+    from zerolib.core.memory.placement import Placement
     from zerolib.core.memory.working_set import WorkingSetSettings
 
 # The working set's arithmetic is imported where a run asks for its settings: making a run (a
@@ -634,9 +635,9 @@ class Run:
         if (p.shard_group is None and not p.hpz and t.offload_optimizer == "none"
                 and t.offload_params == "none"):
             return None
+        from zerolib.core.memory.placement import Placement, gpus_on_node
         hpz = 1
         if p.hpz:
-            from zerolib.core.memory.placement import gpus_on_node
             on_node = int(gpus_on_node(c.gpus, c.gpus_per_node))
             if on_node % p.tensor:
                 raise ValueError(f"parallel.hpz needs the GPUs of a node ({on_node}) to be a "

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from types import MappingProxyType
 
 from zerolib.core.inputs import MAX_PARAMS, check_count, check_flag, check_positive_int
@@ -384,67 +385,78 @@ def _llama(name, hidden, layers, heads, kv_heads, ffn_hidden, vocab, max_positio
 
 # Each source names the configuration (Hugging Face config.json) and where the total is
 # published; tests/core/catalogue/test_models.py checks parameter_count against each published total.
-MODELS: Mapping[str, TransformerConfig] = MappingProxyType({m.name: m for m in (
-    TransformerConfig(
-        "gpt2", hidden=768, layers=12, heads=12, kv_heads=12, ffn_hidden=3072, vocab=50257,
-        max_positions=1024, tied_embeddings=True, gated_mlp=False, norm="layernorm",
-        position_embedding="learned", qkv_bias=True, output_bias=True, mlp_bias=True,
-        fused_qkv=True, dropout=True,
-        source="GPT-2 small. Config: huggingface.co/openai-community/gpt2 config.json (n_embd 768, "
-               "n_layer 12, n_head 12, n_positions 1024, vocab 50257, tied, pdrop 0.1). Total "
-               "124,439,808: keras-team/keras-hub gpt2_presets.py, gpt2_base_en 'params'."),
-    _llama("llama-2-7b", 4096, 32, 32, 32, 11008, 32000, 4096,
-           "Config: huggingface.co/meta-llama/Llama-2-7b-hf config.json. Total 6,738,415,616: "
-           "keras-team/keras-hub llama_presets.py, llama2_7b_en 'params' (checkpoint totals "
-           "that include the 32 x 64 rotary inv_freq buffers read 6,738,417,664)."),
-    _llama("llama-2-13b", 5120, 40, 40, 40, 13824, 32000, 4096,
-           "Config: huggingface.co/meta-llama/Llama-2-13b-hf config.json. Total 13,015,864,320: "
-           "LlamaForCausalLM num_parameters() as quoted in public notes and the HarmBench "
-           "classifier table (cais/HarmBench-Llama-2-13b-cls, BF16 parameters)."),
-    _llama("llama-2-70b", 8192, 80, 64, 8, 28672, 32000, 4096,
-           "Config: huggingface.co/meta-llama/Llama-2-70b-hf config.json (GQA, 8 kv heads). "
-           "Total 68,976,648,192: peft print_trainable_parameters 'all params' and "
-           "Megatron-DeepSpeed TOTAL_PARAMS logs quoted in public repositories."),
-    _llama("llama-3-8b", 4096, 32, 32, 8, 14336, 128256, 8192,
-           "Meta-Llama-3-8B. Config: huggingface.co/meta-llama/Meta-Llama-3-8B config.json. "
-           "Total 8,030,261,248: keras-team/keras-hub llama3_presets.py, llama3_8b_en 'params'."),
-    _llama("llama-3-70b", 8192, 80, 64, 8, 28672, 128256, 8192,
-           "Meta-Llama-3-70B. Config: huggingface.co/meta-llama/Meta-Llama-3-70B config.json. "
-           "Total 70,553,706,496: Hugging Face Hub safetensors parameter total as quoted in "
-           "public code for the Llama-3 70B architecture."),
-    _llama("mistral-7b-v0.1", 4096, 32, 32, 8, 14336, 32000, 32768,
-           "Config: huggingface.co/mistralai/Mistral-7B-v0.1 config.json (sliding window "
-           "4096 changes no parameter). Total 7,241,732,096: keras-team/keras-hub "
-           "mistral_presets.py, mistral_7b_en 'params'."),
-    _llama("qwen2.5-7b", 3584, 28, 28, 4, 18944, 152064, 131072,
-           "Config: huggingface.co/Qwen/Qwen2.5-7B config.json (q/k/v biases, untied). Total "
-           "7,615,616,512: Hugging Face Hub safetensors total / GGUF general.parameter_count as "
-           "quoted in public code; the model card rounds it to 7.61B (6.53B non-embedding).",
-           qkv_bias=True),
-    _llama("llama-3.1-405b", 16384, 126, 128, 8, 53248, 128256, 131072,
-           "Meta-Llama-3.1-405B. Config: huggingface.co/meta-llama/Llama-3.1-405B config.json; "
-           "meta-llama/llama-models models/llama3_1 sku_list.py (dim 16384, n_layers 126, n_heads "
-           "128, n_kv_heads 8, vocab 128256); Llama 3 paper (arXiv 2407.21783) Table 3 (FFN "
-           "53,248). Total 405,853,388,800: Hugging Face Hub API safetensors.total for "
-           "meta-llama/Llama-3.1-405B (revision b906e4dc), as quoted in public code."),
-    TransformerConfig(
-        "gemma-2-9b", hidden=3584, layers=42, heads=16, kv_heads=8, ffn_hidden=14336, vocab=256000,
-        max_positions=8192, tied_embeddings=True, gated_mlp=True, norm="rmsnorm",
-        position_embedding="rotary", head_dim=256, post_norms=True,
-        source="Config: huggingface.co/google/gemma-2-9b config.json; google/gemma_pytorch "
-               "gemma/config.py get_config_for_9b; Gemma 2 paper (arXiv 2408.00118) Table 1 (head "
-               "size 256, not 3584/16; 4 RMSNorms per layer; tied). Total 9,241,705,984: "
-               "keras-team/keras-hub gemma_presets.py, gemma2_9b_en 'params'. The paper's Table 2 "
-               "prints 9,242,164,736 from a padded 256,128-entry vocabulary (its non-embedding "
-               "8,324,201,984 matches)."),
-    _llama("mixtral-8x7b", 4096, 32, 32, 8, 14336, 32000, 32768,
-           "Mixtral-8x7B-v0.1. Config: huggingface.co/mistralai/Mixtral-8x7B-v0.1 config.json "
-           "(num_local_experts 8, num_experts_per_tok 2); Mixtral of Experts paper (arXiv "
-           "2401.04088) Table 1. Total 46,702,792,704: keras-team/keras-hub mixtral_presets.py, "
-           "mixtral_8x7b_en 'params'. Active 12,879,925,248 (embedding and output layer included) "
-           "rounds to the 12.9B Mistral AI quotes; the paper says 13B active.",
-           experts=8, experts_per_token=2),
-)})
+# Made (and so checked) on first use, ``MODELS`` of this module (PEP 562): a command that names
+# no preset, `zerolib estimate --params 7B`, starts without building them.
+@lru_cache(maxsize=1)
+def _presets() -> Mapping[str, TransformerConfig]:
+    return MappingProxyType({m.name: m for m in (
+        TransformerConfig(
+            "gpt2", hidden=768, layers=12, heads=12, kv_heads=12, ffn_hidden=3072, vocab=50257,
+            max_positions=1024, tied_embeddings=True, gated_mlp=False, norm="layernorm",
+            position_embedding="learned", qkv_bias=True, output_bias=True, mlp_bias=True,
+            fused_qkv=True, dropout=True,
+            source="GPT-2 small. Config: huggingface.co/openai-community/gpt2 config.json (n_embd 768, "
+                   "n_layer 12, n_head 12, n_positions 1024, vocab 50257, tied, pdrop 0.1). Total "
+                   "124,439,808: keras-team/keras-hub gpt2_presets.py, gpt2_base_en 'params'."),
+        _llama("llama-2-7b", 4096, 32, 32, 32, 11008, 32000, 4096,
+               "Config: huggingface.co/meta-llama/Llama-2-7b-hf config.json. Total 6,738,415,616: "
+               "keras-team/keras-hub llama_presets.py, llama2_7b_en 'params' (checkpoint totals "
+               "that include the 32 x 64 rotary inv_freq buffers read 6,738,417,664)."),
+        _llama("llama-2-13b", 5120, 40, 40, 40, 13824, 32000, 4096,
+               "Config: huggingface.co/meta-llama/Llama-2-13b-hf config.json. Total 13,015,864,320: "
+               "LlamaForCausalLM num_parameters() as quoted in public notes and the HarmBench "
+               "classifier table (cais/HarmBench-Llama-2-13b-cls, BF16 parameters)."),
+        _llama("llama-2-70b", 8192, 80, 64, 8, 28672, 32000, 4096,
+               "Config: huggingface.co/meta-llama/Llama-2-70b-hf config.json (GQA, 8 kv heads). "
+               "Total 68,976,648,192: peft print_trainable_parameters 'all params' and "
+               "Megatron-DeepSpeed TOTAL_PARAMS logs quoted in public repositories."),
+        _llama("llama-3-8b", 4096, 32, 32, 8, 14336, 128256, 8192,
+               "Meta-Llama-3-8B. Config: huggingface.co/meta-llama/Meta-Llama-3-8B config.json. "
+               "Total 8,030,261,248: keras-team/keras-hub llama3_presets.py, llama3_8b_en 'params'."),
+        _llama("llama-3-70b", 8192, 80, 64, 8, 28672, 128256, 8192,
+               "Meta-Llama-3-70B. Config: huggingface.co/meta-llama/Meta-Llama-3-70B config.json. "
+               "Total 70,553,706,496: Hugging Face Hub safetensors parameter total as quoted in "
+               "public code for the Llama-3 70B architecture."),
+        _llama("mistral-7b-v0.1", 4096, 32, 32, 8, 14336, 32000, 32768,
+               "Config: huggingface.co/mistralai/Mistral-7B-v0.1 config.json (sliding window "
+               "4096 changes no parameter). Total 7,241,732,096: keras-team/keras-hub "
+               "mistral_presets.py, mistral_7b_en 'params'."),
+        _llama("qwen2.5-7b", 3584, 28, 28, 4, 18944, 152064, 131072,
+               "Config: huggingface.co/Qwen/Qwen2.5-7B config.json (q/k/v biases, untied). Total "
+               "7,615,616,512: Hugging Face Hub safetensors total / GGUF general.parameter_count as "
+               "quoted in public code; the model card rounds it to 7.61B (6.53B non-embedding).",
+               qkv_bias=True),
+        _llama("llama-3.1-405b", 16384, 126, 128, 8, 53248, 128256, 131072,
+               "Meta-Llama-3.1-405B. Config: huggingface.co/meta-llama/Llama-3.1-405B config.json; "
+               "meta-llama/llama-models models/llama3_1 sku_list.py (dim 16384, n_layers 126, n_heads "
+               "128, n_kv_heads 8, vocab 128256); Llama 3 paper (arXiv 2407.21783) Table 3 (FFN "
+               "53,248). Total 405,853,388,800: Hugging Face Hub API safetensors.total for "
+               "meta-llama/Llama-3.1-405B (revision b906e4dc), as quoted in public code."),
+        TransformerConfig(
+            "gemma-2-9b", hidden=3584, layers=42, heads=16, kv_heads=8, ffn_hidden=14336, vocab=256000,
+            max_positions=8192, tied_embeddings=True, gated_mlp=True, norm="rmsnorm",
+            position_embedding="rotary", head_dim=256, post_norms=True,
+            source="Config: huggingface.co/google/gemma-2-9b config.json; google/gemma_pytorch "
+                   "gemma/config.py get_config_for_9b; Gemma 2 paper (arXiv 2408.00118) Table 1 (head "
+                   "size 256, not 3584/16; 4 RMSNorms per layer; tied). Total 9,241,705,984: "
+                   "keras-team/keras-hub gemma_presets.py, gemma2_9b_en 'params'. The paper's Table 2 "
+                   "prints 9,242,164,736 from a padded 256,128-entry vocabulary (its non-embedding "
+                   "8,324,201,984 matches)."),
+        _llama("mixtral-8x7b", 4096, 32, 32, 8, 14336, 32000, 32768,
+               "Mixtral-8x7B-v0.1. Config: huggingface.co/mistralai/Mixtral-8x7B-v0.1 config.json "
+               "(num_local_experts 8, num_experts_per_tok 2); Mixtral of Experts paper (arXiv "
+               "2401.04088) Table 1. Total 46,702,792,704: keras-team/keras-hub mixtral_presets.py, "
+               "mixtral_8x7b_en 'params'. Active 12,879,925,248 (embedding and output layer included) "
+               "rounds to the 12.9B Mistral AI quotes; the paper says 13B active.",
+               experts=8, experts_per_token=2),
+    )})
+
+
+def __getattr__(name: str):
+    if name == "MODELS":
+        return _presets()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # Other spellings people type.
 ALIASES: Mapping[str, str] = MappingProxyType({
@@ -463,6 +475,6 @@ def get_model(model: str | TransformerConfig) -> TransformerConfig:
     if isinstance(model, str):
         key = model.strip().lower()
         key = ALIASES.get(key, key)
-        if key in MODELS:
-            return MODELS[key]
-    raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
+        if key in _presets():
+            return _presets()[key]
+    raise ValueError(f"model must be one of {', '.join(_presets())}, got {model!r}")

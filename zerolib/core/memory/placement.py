@@ -61,6 +61,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from zerolib.core.defaults import DEFAULT_GPUS_PER_NODE, OFFLOAD_DEVICES  # noqa: F401
 from zerolib.core.inputs import (
     MAX_GPUS,
     MAX_PARAMS,
@@ -74,13 +75,9 @@ from zerolib.core.intmath import ceil_div, exact_product
 from zerolib.core.memory.accounting import STAGES, Layout, ModelState, get_layout, model_state
 
 TIERS = ("gpu", "cpu", "nvme")
-OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 # What a tier can hold, in the order a stacked bar draws them.
 ITEMS = ("parameters", "hpz_secondary", "gradients", "optimizer")
 
-# An 8-GPU server (DGX/HGX A100 and H100): the node size when none is given, or all GPUs when
-# there are fewer.
-DEFAULT_GPUS_PER_NODE = 8
 # DeepSpeed 0.19.8 offload_param.max_in_cpu (runtime/zero/offload_config.py: pp_int(1e9)).
 OFFLOAD_PARAM_MAX_IN_CPU = 1_000_000_000
 # DeepSpeed keeps the gradients of an offloaded optimizer in fp32 on the host.
