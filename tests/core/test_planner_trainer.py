@@ -128,3 +128,14 @@ def test_reshard_after_forward_false_rows_agree_and_keep_the_parameters(engine):
     row = at3.iloc[0]
     (default,) = zl.estimate(result.run(row).replace(reshard_after_forward=None)).stages
     assert default["peak"] < row["peak_bytes"]   # the unsharded parameters counted, default not
+
+
+def test_estimate_refuses_experts_spread_under_torchtitan_as_the_planner_does():
+    # The experts' spread is the chapter's sum (working_set at each pipeline stage); torchtitan
+    # judges the reserved peak at its own moments: both refuse rather than mix the two.
+    run = Run.of("mixtral-8x7b", 64, device="h100-80gb", engine="torchtitan", recompute="none",
+                 expert_parallel=8)
+    with pytest.raises(ValueError, match="expert_parallel is not modelled under engine torchtitan"):
+        zl.estimate(run)
+    with pytest.raises(ValueError, match="not planned under engine torchtitan"):
+        plan(run.replace(expert_parallel=1, global_batch=64), search=Search(expert_parallel=(1, 8)))

@@ -505,6 +505,11 @@ def _estimate_model(run: Run) -> Estimate:
     if c.link is not None and p > 1:
         m = settings.micro_batches or p   # a pipeline's micro-batches: None fills it
     if expert_parallel != 1 or expert_tensor_parallel is not None:
+        from zerolib.core.memory.trainer_peak import summed
+        if not summed(settings.convention):   # the planner's rule too (plan_settings)
+            raise ValueError(f"expert_parallel is not modelled under engine {engine.name}'s "
+                             f"memory convention yet: the experts' spread is counted with the "
+                             f"chapter's sum, not the engine's moments and reserved peak")
         if placement is not None:
             raise ValueError("expert_parallel is not modelled with a placement here: the shard "
                              "groups and offload assume one data-parallel group for all model "
