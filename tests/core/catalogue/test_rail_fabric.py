@@ -105,3 +105,17 @@ def test_an_estimate_runs_on_the_fabric():
     assert estimate(run.replace(gpus=256)).as_dict()["interconnect"]["bus_bandwidth"] == 370 * GB
     with pytest.raises(ValueError, match="oversubscription needs a link"):
         estimate(Run.of(7 * 10**9, 512, oversubscription=2))
+
+
+def test_no_published_point_is_beyond_one_superpod_leaf():
+    """data/ring_at_scale.md: every published point spans at most 32 nodes, so leaves of 32 behind
+    any spine predict none of their shortfalls (the same 370, 192 and 96 GB/s)."""
+    from zerolib.crosscheck.ring_at_scale import cluster_of, ring_at_scale
+    rows = ring_at_scale().to_dict("records")
+    assert max(int(row["nodes"]) for row in rows) == 32
+    for row in rows:
+        gpus = np.int64(int(row["nodes"]) * int(row["gpus_per_node"]))
+        plain = cluster_of(row)
+        assert float(bus_bandwidth(with_fabric(plain, 32, 4), gpus)) == float(bus_bandwidth(plain, gpus))
+    assert sorted({float(bus_bandwidth(cluster_of(r), np.int64(int(r["nodes"]) * 8))) / GB
+                   for r in rows}) == [96.0, 192.0, 370.0]
