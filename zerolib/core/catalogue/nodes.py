@@ -204,13 +204,13 @@ class Interconnect:
         interconnect's efficiency."""
         return None if self.network is None else self.nics * self.efficiency.rate(self.network)
 
-    def spine_share(self, nodes) -> np.ndarray:
+    def spine_share(self, nodes) -> np.ndarray | float:
         """The fraction of the ports' rate a ring over ``nodes`` nodes gets: 1 inside one rail
-        leaf, 1 / oversubscription once it spans more than ``leaf_nodes`` nodes."""
-        nodes = np.asarray(nodes)
-        if self.leaf_nodes is None:
-            return np.ones(nodes.shape)
-        return np.where(nodes > self.leaf_nodes, 1.0 / self.oversubscription, 1.0)
+        leaf, 1 / oversubscription once it spans more than ``leaf_nodes`` nodes (a plain 1.0,
+        which broadcasts, on a fabric where nothing is cut: the planner's rings stay as fast)."""
+        if self.leaf_nodes is None or self.oversubscription == 1:
+            return 1.0
+        return np.where(np.asarray(nodes) > self.leaf_nodes, 1.0 / self.oversubscription, 1.0)
 
     @property
     def fabric_words(self) -> str:
