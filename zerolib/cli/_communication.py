@@ -7,6 +7,8 @@ Kept apart from ``estimate.py`` so that file only gains a few calls.
 """
 from __future__ import annotations
 
+import re
+
 from zerolib.core.catalogue.hosts import DEFAULT_HOST, HOSTS
 from zerolib.core.catalogue.links import (
     EFFICIENCY_NAMES,
@@ -23,10 +25,11 @@ from zerolib.core.defaults import (
     DEFAULT_TOKENS_PER_GPU,
     ENGINE_NAMES,
     MAX_CPU_ADAM_RATE,
+    MAX_OVERSUBSCRIPTION,
     MAX_TOKENS_PER_GPU,
     MIN_MFU,
 )
-from zerolib.core.inputs import MAX_GPUS
+from zerolib.core.inputs import MAX_GPUS, echo
 from zerolib.core.parse import parse_fraction, parse_whole
 from zerolib.core.units import to_unit
 
@@ -36,7 +39,8 @@ from zerolib.core.units import to_unit
 OPTIONS = {"tokens_per_gpu": "--tokens-per-gpu",
            "mfu": "--mfu", "qwz": "--qwz", "qgz": "--qgz", "host_link": "--host-link",
            "host": "--host", "cpu_adam_rate": "--cpu-adam-rate",
-           "link_efficiency": "--link-efficiency"}
+           "link_efficiency": "--link-efficiency", "leaf_nodes": "--leaf-nodes",
+           "oversubscription": "--oversubscription"}
 LINK_EFFICIENCY_HELP = ("the rate every link runs at: achieved (the default: the bus bandwidth "
                         "NCCL reaches at large messages, e.g. 370 of NVLink 4's 450 GB/s, and "
                         "480 GB/s for an all-reduce inside an H100 node on NVLink SHARP), ring "
@@ -122,8 +126,36 @@ def host_options_from(args, offload_optimizer: bool, offloads: bool) -> dict:
 
 
 def add_link_efficiency(parser) -> None:
-    """``--link-efficiency`` (estimate's communication group, plan)."""
+    """``--link-efficiency``, ``--leaf-nodes`` and ``--oversubscription`` (estimate's
+    communication group, plan)."""
     parser.add_argument("--link-efficiency", metavar="E", help=LINK_EFFICIENCY_HELP)
+    parser.add_argument("--leaf-nodes", metavar="N",
+                        help="nodes under one rail leaf switch of a rail-optimised fabric (32 in "
+                             "NVIDIA's DGX H100 SuperPOD); a ring over more crosses the spine "
+                             "(default: one leaf holds every node)")
+    parser.add_argument("--oversubscription", metavar="R",
+                        help="the spine's oversubscription R:1 beyond --leaf-nodes, e.g. 2 or 2:1: "
+                             "a ring across leaves gets 1/R of the ports' rate (default 1, "
+                             "non-blocking, as the DGX SuperPOD builds it)")
+
+
+_RATIO = re.compile(r"^\s*(\d{1,3}(?:\.\d{1,6})?)\s*(?::\s*1)?\s*$", re.ASCII)
+
+
+def fabric_from(args) -> dict:
+    """``leaf_nodes`` and ``oversubscription`` from ``--leaf-nodes`` and ``--oversubscription``
+    (R or R:1, from 1 to the bound)."""
+    out = {}
+    if args.leaf_nodes is not None:
+        out["leaf_nodes"] = parse_whole(args.leaf_nodes, "--leaf-nodes", maximum=MAX_GPUS)
+    if args.oversubscription is not None:
+        text = args.oversubscription
+        found = _RATIO.match(text) if len(text) <= 40 else None
+        if found is None or not 1 <= float(found.group(1)) <= MAX_OVERSUBSCRIPTION:
+            raise ValueError(f"--oversubscription must be a number from 1 to {MAX_OVERSUBSCRIPTION:g} "
+                             f"like 2 or 2:1, got {echo(text)}")
+        out["oversubscription"] = float(found.group(1))
+    return out
 
 
 def link_efficiency_from(text: str) -> str | float:
@@ -195,6 +227,7 @@ def options_from(args) -> dict:
     out.update(qwz=bool(args.qwz), qgz=bool(args.qgz))
     if args.link_efficiency is not None:
         out["link_efficiency"] = link_efficiency_from(args.link_efficiency)
+    out.update(fabric_from(args))
     if args.host_link is not None:
         if args.offload_optimizer is None and args.offload_params is None:
             raise ValueError("--host-link needs --offload-optimizer or --offload-params (it "
@@ -242,7 +275,7 @@ def describe(result: dict) -> str:
             f"{'; first gather exposed' if overlap['first_gather_exposed'] else ''}"
             f"{'; latency charged' if overlap['latency_exposed'] else ''}).")
     line = (f"Communication over {where}: bus bandwidth {ic['bus_bandwidth'] / 1e9:,.1f} GB/s per "
-            f"GPU and direction ({efficiency_words(ic['link_efficiency'])}); {time}. {runs}")
+            f"GPU and direction ({efficiency_words(ic['link_efficiency'])}{fabric_words(ic)}); {time}. {runs}")
     hosts = [row["communication"]["host"] for row in result["stages"]
              if row["communication"]["host"] is not None]
     return line if not hosts else line + "\n" + _host_line(hosts[0])
@@ -260,6 +293,13 @@ def _host_line(host: dict) -> str:
     return (f"Offload host: {node['cpus']} ({node['name']}); {step}; NVMe at "
             f"{host['nvme_read_bandwidth'] / 1e9:,.2f} GB/s read, "
             f"{host['nvme_write_bandwidth'] / 1e9:,.2f} GB/s written per GPU.")
+
+
+def fabric_words(ic: dict) -> str:
+    """An answer's rail fabric in words ("" when it changes nothing)."""
+    if ic.get("leaf_nodes") is None or ic.get("oversubscription", 1) == 1:
+        return ""
+    return f"; {ic['leaf_nodes']:,} nodes per rail leaf, spine {ic['oversubscription']:g}:1 beyond"
 
 
 def efficiency_words(name: str) -> str:

@@ -14,6 +14,7 @@ from zerolib.cli._communication import (
     HOST_LINKS,
     add_host_arguments,
     add_link_efficiency,
+    fabric_from,
     host_link_from,
     host_options_from,
     link_efficiency_from,
@@ -172,7 +173,7 @@ def register(commands) -> None:
 # micro-batch) the plan searches
 _FILLED = ("gpus", "gpus_per_node", "device", "seq", "global_batch", "links", "layout", "bytes",
            "mfu", "host_link", "host", "cpu_adam_rate", "host_memory", "engine", "flash",
-           "capacity_factor", "reserve", "link_efficiency",
+           "capacity_factor", "reserve", "link_efficiency", "leaf_nodes", "oversubscription",
            # the trainer's memory (estimate's): a run file's are the plan's
            "recompute_method", "recompute_layers", "loss", "loss_chunks", "norms", "fp8",
            "fp8_all_gather", "compile", "reserved_ppm", "reshard_after_forward")
@@ -233,6 +234,7 @@ def options_from(args, config) -> dict:
         options["host_link"] = host_link_from(args.host_link)
     if args.link_efficiency is not None:
         options["link_efficiency"] = link_efficiency_from(args.link_efficiency)
+    options.update(fabric_from(args))
     if args.host_memory is not None:
         options["host_memory"] = parse_size(args.host_memory, "--host-memory", maximum=MAX_BYTES)
     if args.max_micro_batch is not None:
@@ -399,7 +401,7 @@ def as_table(result, top: int, unit: str, width: int | None = None) -> str:
                                                  f"{ic.network.label} across")
     lines = [
         f"Plan for {s.model.name} on {s.gpus:,} x {s.device.label} ({s.gpus_per_node} per node; "
-        f"{links}; {ic.efficiency.words}), sequence {s.seq_len:,}, global batch "
+        f"{links}; {ic.efficiency.words}{ic.fabric_words}), sequence {s.seq_len:,}, global batch "
         f"{s.global_batch:,} sequences, layout {s.layout.name}, mfu {s.mfu:g}, engine "
         f"{s.engine.name} (overlap rule {(s.overlap or s.engine.overlap).name})"
         + ("" if s.host_memory is None else f", {to_unit(s.host_memory, unit):,.2f} {unit} of CPU "

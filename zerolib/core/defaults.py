@@ -74,3 +74,5 @@ DEFAULT_RESERVE = 2 * 2**30   # 2 GiB
 # median, not a law.
 RESERVED_PPM = 108_403
 MILLION = 1_000_000
+# A spine oversubscribed at most 64:1 (NVIDIA's DGX SuperPOD builds 1:1, data/ring_at_scale.md).
+MAX_OVERSUBSCRIPTION = 64.0

@@ -71,11 +71,11 @@ from typing import TYPE_CHECKING
 
 from zerolib.core.catalogue.devices import Device, device_at
 from zerolib.core.catalogue.models import TransformerConfig, parameter_count
-from zerolib.core.catalogue.nodes import NODES, Interconnect, bus_bandwidth, interconnect
+from zerolib.core.catalogue.nodes import NODES, Interconnect, bus_bandwidth, interconnect, with_fabric
 from zerolib.core.defaults import DEFAULT_HOST_LINK, DEFAULT_MFU, DEFAULT_TOKENS_PER_GPU
 from zerolib.core.inputs import MAX_BYTES, check_count, check_stages
 from zerolib.core.memory.accounting import STAGES, Layout, get_layout, state_bytes
-from zerolib.core.run import Run
+from zerolib.core.run import Cluster, Run
 from zerolib.core.step.engines import (
     CONTEXT_PARALLEL_ENGINES,
     Engine,
@@ -154,15 +154,27 @@ def _fill_whole_nodes(gpus: int, ic: Interconnect, gpus_per_node: int | None) ->
         gpus_on_node(gpus, ic.gpus_per_node)
 
 
+DEFAULT_CLUSTER = Cluster()
+
+
+def _interconnect_of(cluster: Cluster, link, gpus_per_node) -> Interconnect:
+    """The interconnect ``link`` names, at the cluster's link efficiency, on its rail fabric."""
+    return with_fabric(interconnect(link, gpus_per_node, cluster.link_efficiency), cluster.leaf_nodes,
+                       cluster.oversubscription)
+
+
 def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
-                        traffic_options: dict, engine: Engine, link_efficiency=None) -> Estimate:
+                        traffic_options: dict, engine: Engine, cluster: Cluster = DEFAULT_CLUSTER) -> Estimate:
     """``result`` (made with ``engine``, no link) with a ``communication`` object in every stage
     row (see the module doc)."""
     if link is None:
         if gpus_per_node is not None:
             raise ValueError("gpus_per_node needs a link")
-        if link_efficiency is not None:
-            raise ValueError("link_efficiency needs a link")
+        for name in ("link_efficiency", "leaf_nodes"):
+            if getattr(cluster, name) is not None:
+                raise ValueError(f"{name} needs a link")
+        if cluster.oversubscription != 1:
+            raise ValueError("oversubscription needs a link")
         used = [name for name, value in traffic_options.items()
                 if value != TRAFFIC_DEFAULTS[name]]
         if used:
@@ -170,7 +182,7 @@ def _with_communication(result: Estimate, what, link, gpus_per_node, compute,
         return result
     from zerolib.core.step.offload_traffic import host_settings_for
     from zerolib.core.step.tables import communication_rows, step_traffic
-    ic = interconnect(link, gpus_per_node, link_efficiency)
+    ic = _interconnect_of(cluster, link, gpus_per_node)
     _fill_whole_nodes(result.gpus, ic, gpus_per_node)
     stages = [row["stage"] for row in result.stages]
     options = dict(traffic_options)
@@ -333,7 +345,7 @@ def _with_parallel_step(result: Estimate, run: Run, micro_batches: int) -> Estim
         raise ValueError(f"engine {engine.name} spreads experts over the whole context-parallel "
                          f"group: context_parallel ({c}) must divide expert_parallel, got {expert_parallel}")
     gpus_per_node = _node_gpus(run, None)
-    ic = interconnect(run.cluster.link, gpus_per_node, run.cluster.link_efficiency)
+    ic = _interconnect_of(run.cluster, run.cluster.link, gpus_per_node)
     _fill_whole_nodes(result.gpus, ic, gpus_per_node)
     stages = [row["stage"] for row in result.stages]
     settings = ParallelSettings(
@@ -450,7 +462,7 @@ def _estimate_count(run: Run) -> Estimate:
         result = Estimate(params, gpus, layout, device, tuple(rows), host_memory=host_memory,
                           engine=engine, run=run)
         return _with_communication(result, params, c.link, _node_gpus(run, placement), compute,
-                                   _traffic_options(run), engine, c.link_efficiency)
+                                   _traffic_options(run), engine, c)
     from zerolib.core.memory.placement import check_placement, place
     tiers = place(params, gpus, stages, layout, check_placement(placement))
     columns = {**tiers.gpu_categories(), "total": tiers.gpu}
@@ -468,7 +480,7 @@ def _estimate_count(run: Run) -> Estimate:
     result = Estimate(params, gpus, layout, device, tuple(rows), placement=placement,
                       host_memory=host_memory, engine=engine, run=run)
     return _with_communication(result, params, c.link, _node_gpus(run, placement), compute,
-                               _traffic_options(run), engine, c.link_efficiency)
+                               _traffic_options(run), engine, c)
 
 
 def _estimate_model(run: Run) -> Estimate:
@@ -527,4 +539,4 @@ def _estimate_model(run: Run) -> Estimate:
     return _with_communication(result, config, c.link, _node_gpus(run, placement),
                                ComputeSettings.for_run(config, settings, t.mfu, tokens),
                                {**_traffic_options(run), "micro_batches": m if c.link else 1},
-                               engine, c.link_efficiency)
+                               engine, c)

@@ -12,7 +12,7 @@ import numpy as np
 from zerolib.core.catalogue.devices import DEVICES, Device, device_at, get_device
 from zerolib.core.catalogue.links import Link
 from zerolib.core.catalogue.models import TransformerConfig
-from zerolib.core.catalogue.nodes import NODES, Interconnect
+from zerolib.core.catalogue.nodes import NODES, Interconnect, with_fabric
 from zerolib.core.inputs import (
     check_positive_int,
     check_sequence,
@@ -338,7 +338,8 @@ def _settings_of(run: Run, search: Search) -> PlanSettings:
         if not chunks:
             raise ValueError("chunks must name at least one schedule (1: 1F1B; 2 or more: "
                              "interleaved)")
-    ic = cluster_interconnect(links_for(device, c.link), k, c.link_efficiency)
+    ic = with_fabric(cluster_interconnect(links_for(device, c.link), k, c.link_efficiency), c.leaf_nodes,
+                     c.oversubscription)
     engine = get_engine(t.engine)
     cp = (cp_rules.default_degrees(engine.context_parallel, seq_len, gpus, working_set.flash_attention)
           if search.context_parallel is None else

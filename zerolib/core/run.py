@@ -48,6 +48,7 @@ from zerolib.core.defaults import (
     MAX_ELEMENT_BYTES,
     MAX_MICRO_BATCH,
     MAX_MICRO_BATCHES,
+    MAX_OVERSUBSCRIPTION,
     MAX_RUN_TOKENS,
     MAX_SEQ_LEN,
     MAX_TOKENS_PER_GPU,
@@ -168,13 +169,11 @@ def _reading(name: str, basis: str):
 
 @dataclass(frozen=True)
 class Cluster(_Noun):
-    """The hardware: ``gpus`` of ``device`` (a catalogue name or Device; None: fit is not
-    judged), read at ``capacity``
-    (nominal GiB, decimal GB or what nvidia-smi reports); ``link`` a node or a link of the
-    catalogues (None: the step is not timed; the planner takes the device's usual node), with
-    ``gpus_per_node`` (None: the node's own) at ``link_efficiency``; the ``host`` whose CPUs and
-    drives serve offloaded state, over ``host_link``, with ``host_memory`` bytes per node and a
-    measured ``cpu_adam_rate`` (parameters per second)."""
+    """The hardware: ``gpus`` of ``device`` (a catalogue name or Device; None: fit is not judged), read at ``capacity``
+    (nominal GiB, decimal GB or nvidia-smi's); ``link`` a node or link of the catalogues (None: not timed; the planner
+    takes the device's usual node), ``gpus_per_node`` (None: the node's own) at ``link_efficiency``, ``leaf_nodes`` per
+    rail leaf (None: all) behind a spine ``oversubscription``:1; the ``host`` whose CPUs and drives serve offloaded
+    state, over ``host_link``, with ``host_memory`` bytes per node and a measured ``cpu_adam_rate`` (parameters/s)."""
 
     noun = "cluster"
     gpus: int = 8
@@ -183,6 +182,8 @@ class Cluster(_Noun):
     link: str | None = None
     gpus_per_node: int | None = None
     link_efficiency: str | float | None = None
+    leaf_nodes: int | None = None
+    oversubscription: float = 1.0
     host: str | None = None
     host_link: str = DEFAULT_HOST_LINK
     host_memory: int | None = None
@@ -202,6 +203,8 @@ class Cluster(_Noun):
             self._choice("link_efficiency", EFFICIENCY_NAMES)
         elif efficiency is not None:
             self._number("link_efficiency", 0.0, 1.0, open_low=True)
+        self._whole("leaf_nodes", 1, MAX_GPUS, optional=True)
+        self._number("oversubscription", 1.0, MAX_OVERSUBSCRIPTION)
         if self.host is not None and (not isinstance(self.host, str) or not self.host.strip()):
             self._fail("host", "the name of a host (dgx-a100, dgx-h100)", self.host)
         if not self._is_default("host_link"):

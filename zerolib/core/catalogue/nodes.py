@@ -41,12 +41,19 @@ overhead", the 3 for the Simple protocol); the overhead is 1 us on Intel hosts a
 hosts (``getNetOverhead``), so an NVLink step (3.4 us) costs 6 us on a DGX A100 (AMD EPYC
 hosts): 876 us for an all-reduce over 64 GPUs on 8 nodes against 585 us without it.
 
+**A rail-optimised fabric** (NVIDIA's DGX SuperPOD: each GPU's port on its rail's leaf switch,
+``data/ring_at_scale.md``): a ring over more than ``leaf_nodes`` nodes leaves its leaf through
+the spine, and a spine oversubscribed ``oversubscription``:1 carries 1/r of what the leaves take
+in, so its ring runs at ``min(intra-node rate, nics x port rate / r)``. This is the worst case,
+every node's traffic through the spine (a ring placed leaf by leaf crosses it at two points only).
+The defaults, no leaf limit and r = 1 (non-blocking, as the SuperPOD builds it), change nothing.
+
 NVLink SHARP: an all-reduce whose GPUs sit on one node of a link with ``nvls`` (NVLink 4) runs
 at NVLS's bus bandwidth (:mod:`zerolib.core.catalogue.links`), under the ``"achieved"``
 efficiency. Left out (the model is a bandwidth estimate, not a simulator): NCCL's tree and
-NVLS-tree algorithms (hierarchical all-reduce across nodes), congestion from other jobs and switch
-oversubscription, any fall of the bus bandwidth with node count (none citable was found:
-``data/ring_at_scale.md``), and small-message effects beyond the latency term (NCCL's LL and LL128
+NVLS-tree algorithms (hierarchical all-reduce across nodes), congestion from other jobs, any
+fall of the bus bandwidth with node count (none citable was found: ``data/ring_at_scale.md``),
+the spine's extra hop latency, and small-message effects beyond the latency term (NCCL's LL and LL128
 protocols, which cut it).
 """
 from __future__ import annotations
@@ -66,6 +73,7 @@ from zerolib.core.catalogue.links import (
     get_link,
     link_efficiency,
 )
+from zerolib.core.defaults import MAX_OVERSUBSCRIPTION
 from zerolib.core.inputs import MAX_GPUS, check_gpus, check_positive_int, echo
 from zerolib.core.intmath import ceil_div
 
@@ -159,6 +167,8 @@ class Interconnect:
     efficiency: LinkEfficiency = ACHIEVED   # the rate each link runs at (default: achieved)
     host_cpu: str = "other"                 # the node's host CPU vendor (NCCL's net overhead)
     fully_connected: bool = False           # one intra link per pair of GPUs in a node
+    leaf_nodes: int | None = None           # nodes under one rail leaf switch (None: all)
+    oversubscription: float = 1.0           # the spine's r:1 (1: non-blocking)
 
     def __post_init__(self):
         if (self.gpus_per_node is None) != (self.network is None):
@@ -172,6 +182,7 @@ class Interconnect:
         if self.host_cpu not in NET_OVERHEAD:
             raise ValueError(f"host_cpu must be one of {', '.join(NET_OVERHEAD)}, got "
                              f"{self.host_cpu!r}")
+        check_fabric(self.leaf_nodes, self.oversubscription)
 
     def __deepcopy__(self, memo) -> Interconnect:
         return self  # immutable (pandas deep-copies DataFrame.attrs, which carry it)
@@ -193,6 +204,21 @@ class Interconnect:
         interconnect's efficiency."""
         return None if self.network is None else self.nics * self.efficiency.rate(self.network)
 
+    def spine_share(self, nodes) -> np.ndarray | float:
+        """The fraction of the ports' rate a ring over ``nodes`` nodes gets: 1 inside one rail
+        leaf, 1 / oversubscription once it spans more than ``leaf_nodes`` nodes (a plain 1.0,
+        which broadcasts, on a fabric where nothing is cut: the planner's rings stay as fast)."""
+        if self.leaf_nodes is None or self.oversubscription == 1:
+            return 1.0
+        return np.where(np.asarray(nodes) > self.leaf_nodes, 1.0 / self.oversubscription, 1.0)
+
+    @property
+    def fabric_words(self) -> str:
+        """The rail fabric in words ("" when non-blocking or one leaf holds every node)."""
+        if self.leaf_nodes is None or self.oversubscription == 1:
+            return ""
+        return f"; {self.leaf_nodes:,} nodes per rail leaf, spine {self.oversubscription:g}:1 beyond"
+
     def inside_rate(self, per_node) -> np.ndarray:
         """Bus bandwidth of a ring's GPUs inside one node when ``per_node`` of them sit on it:
         one link's rate behind a switch; on a fully connected node the p - 1 links among them
@@ -206,7 +232,32 @@ class Interconnect:
                 "network": None if self.network is None else self.network.as_dict(),
                 "gpus_per_node": self.gpus_per_node, "nics_per_node": self.nics or None,
                 "link_efficiency": self.efficiency.name, "host_cpu": self.host_cpu,
-                "fully_connected": self.fully_connected}
+                "fully_connected": self.fully_connected, "leaf_nodes": self.leaf_nodes,
+                "oversubscription": self.oversubscription}
+
+
+def check_fabric(leaf_nodes, oversubscription) -> None:
+    """``leaf_nodes`` a whole number of nodes or None, ``oversubscription`` a number from 1
+    (non-blocking) to :data:`MAX_OVERSUBSCRIPTION`; a ValueError or TypeError names the field."""
+    if leaf_nodes is not None:
+        check_positive_int(leaf_nodes, "leaf_nodes", MAX_GPUS)
+    if isinstance(oversubscription, bool) or not isinstance(oversubscription, (int, float)):
+        raise TypeError(f"oversubscription must be a number from 1 to {MAX_OVERSUBSCRIPTION:g}, "
+                        f"got {echo(oversubscription)}")
+    if not 1.0 <= oversubscription <= MAX_OVERSUBSCRIPTION:
+        raise ValueError(f"oversubscription must be a number from 1 (non-blocking) to "
+                         f"{MAX_OVERSUBSCRIPTION:g}, got {echo(oversubscription)}")
+
+
+def with_fabric(ic: Interconnect, leaf_nodes=None, oversubscription=1.0) -> Interconnect:
+    """``ic`` on a rail-optimised fabric: ``leaf_nodes`` nodes under one rail leaf (None: one
+    leaf holds every node) and a spine oversubscribed ``oversubscription``:1 (1: non-blocking)."""
+    check_interconnect(ic)
+    check_fabric(leaf_nodes, oversubscription)
+    leaf_nodes = None if leaf_nodes is None else int(leaf_nodes)
+    if leaf_nodes == ic.leaf_nodes and oversubscription == ic.oversubscription:
+        return ic
+    return replace(ic, leaf_nodes=leaf_nodes, oversubscription=float(oversubscription))
 
 
 def interconnect(name: str | Node | Link | Interconnect,
@@ -274,7 +325,8 @@ def spanning_bandwidth(ic: Interconnect, nodes, sharing=1) -> np.ndarray:
     # The ring's GPUs on each node: the whole node's share a node's ports ``sharing`` ways.
     per_node = np.full(nodes.shape, ic.gpus_per_node // np.asarray(sharing, dtype=np.int64))
     inside = ic.inside_rate(np.maximum(per_node, 1))
-    across = np.minimum(inside, ic.network_rate / np.asarray(sharing, dtype=np.float64))
+    ports = ic.network_rate * ic.spine_share(nodes) / np.asarray(sharing, dtype=np.float64)
+    across = np.minimum(inside, ports)
     return np.where(nodes <= 1, inside, across)
 
 
@@ -286,7 +338,8 @@ def bus_bandwidth(ic: Interconnect, gpus) -> np.ndarray:
         return np.full(gpus.shape, ic.intra_rate)
     nodes = _nodes(ic, gpus)
     inside = ic.inside_rate(np.minimum(gpus, ic.gpus_per_node))
-    return np.where(nodes <= 1, inside, np.minimum(inside, ic.network_rate))
+    return np.where(nodes <= 1, inside,
+                    np.minimum(inside, ic.network_rate * ic.spine_share(nodes)))
 
 
 # Ring steps of one collective over n ranks and over n nodes (NCCL src/graph/tuning.cc). NCCL

@@ -79,12 +79,13 @@ def ring_placement(size, stride, gpus_per_node: int | None) -> tuple[np.ndarray,
     return per_node, ceil_div(size, per_node)
 
 
-def across_bandwidth(ic: Interconnect, per_node) -> np.ndarray:
+def across_bandwidth(ic: Interconnect, per_node, nodes=1) -> np.ndarray:
     """Bytes per second a GPU gets out of its node when ``per_node`` GPUs of its ring sit on each
-    node: the node's ports shared among the K / per_node rings that leave it at once, and no
-    faster than the ring's GPUs inside the node (both at the interconnect's efficiency)."""
+    of ``nodes`` nodes: the node's ports shared among the K / per_node rings that leave it at
+    once (and cut by an oversubscribed spine beyond one rail leaf), and no faster than the
+    ring's GPUs inside the node (both at the interconnect's efficiency)."""
     per_node = np.asarray(per_node, dtype=np.float64)
-    share = ic.network_rate * per_node / ic.gpus_per_node
+    share = ic.network_rate * ic.spine_share(nodes) * per_node / ic.gpus_per_node
     return np.minimum(ic.inside_rate(per_node), share)
 
 
@@ -106,7 +107,8 @@ def ring_timing_of(ic: Interconnect, kind: str, size, stride=1) -> tuple[np.ndar
     if ic.gpus_per_node is None:
         bandwidth = np.full(size.shape, ic.intra_rate)
     else:
-        bandwidth = np.where(nodes <= 1, ic.inside_rate(per_node), across_bandwidth(ic, per_node))
+        bandwidth = np.where(nodes <= 1, ic.inside_rate(per_node),
+                             across_bandwidth(ic, per_node, nodes))
     if kind == "all_reduce" and ic.intra.nvls and ic.efficiency.nvls:
         # NVLink SHARP: an all-reduce on one node's switches (links.py: NVLS)
         nvls = ic.intra.nvls_bandwidth(per_node)
